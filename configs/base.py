@@ -1,0 +1,81 @@
+"""Base configuration: every field crackjax reads, with the paper's defaults (§IV).
+
+Variants import this module, call `get_config()` and override only what differs.
+
+Fields:
+  seed: PRNG seed for parameters, data order and augmentation.
+  dataset: dataset name, a key of `crackjax.input_pipeline.DATASETS` (e.g. 'crackforest').
+  data_dir: TFDS data directory where prepared datasets live (None: TFDS default,
+    ~/tensorflow_datasets, or $TFDS_DATA_DIR).
+  manual_dir: directory holding the dataset as its publisher ships it (None: download,
+    where the builder can). Offline machines point it at ../shared/datasets/<name>.
+  train_split / test_split: split names used for training and evaluation.
+  input_size: (H, W) the network sees during training, or None for the stored size. Each
+    dimension must be a multiple of 16 (four 2x2 poolings).
+  augment: random affine applied to image and mask together (Keras ImageDataGenerator
+    semantics of the zhixuhao/unet recipe the paper follows): rotation_range (degrees),
+    width_shift_range / height_shift_range (fraction of size), shear_range (degrees),
+    zoom_range (fraction), horizontal_flip, enabled (False turns all of it off).
+  noise_std: std of Gaussian noise added to training images in [0, 1] before augmentation
+    (0 = none; AigleRN uses 0.1, i.e. variance 0.01).
+  model: model name, a key of `crackjax.models.MODELS`.
+  widths: channel widths of the U-Net's five stages.
+  loss.weighting: minority weight q(alpha): 'ce' (q=1), 'xie', 'power', 'log' or 'exp'.
+  loss.beta / loss.gamma / loss.base: parameters of q (eq. 4-7).
+  loss.a / loss.b: holistic loss a * WCE + b * Jaccard distance (eq. 8).
+  loss.jaccard_smooth: Laplace smoothing lambda of the Jaccard index (eq. 10).
+  learning_rate: Adam step size.
+  batch_size: global batch size (split over all devices of all processes).
+  steps_per_epoch / num_epochs: training length; one checkpoint per epoch.
+  max_checkpoints_to_keep: how many epoch checkpoints the workdir keeps.
+  log_every_steps: how often to write training metrics.
+  eval_batch_size: images per evaluation forward pass.
+  num_thresholds: evaluation thresholds 0, 1/n, ..., (n-1)/n.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.dataset = 'crackforest'
+  c.data_dir = ml_collections.FieldReference(None, field_type=str)
+  c.manual_dir = ml_collections.FieldReference(None, field_type=str)
+  c.train_split = 'train'
+  c.test_split = 'test'
+  c.input_size = ml_collections.FieldReference(None, field_type=tuple)
+
+  c.augment = ml_collections.ConfigDict()
+  c.augment.enabled = True
+  c.augment.rotation_range = 0.2
+  c.augment.width_shift_range = 0.05
+  c.augment.height_shift_range = 0.05
+  c.augment.shear_range = 0.05
+  c.augment.zoom_range = 0.05
+  c.augment.horizontal_flip = True
+  c.noise_std = 0.0
+
+  c.model = 'unet'
+  c.widths = (64, 128, 256, 512, 1024)
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.weighting = 'xie'
+  c.loss.beta = 1.0
+  c.loss.gamma = 1.0
+  c.loss.base = 10.0
+  c.loss.a = 1.0
+  c.loss.b = 0.0
+  c.loss.jaccard_smooth = 1.0
+
+  c.learning_rate = 3e-4
+  c.batch_size = 2
+  c.steps_per_epoch = 300
+  c.num_epochs = 10
+  c.max_checkpoints_to_keep = 3
+  c.log_every_steps = 10
+
+  c.eval_batch_size = 1
+  c.num_thresholds = 100
+  return c

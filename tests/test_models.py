@@ -1,0 +1,48 @@
+"""The paper's U-Net: parameter counts, shapes, and the model table."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from crackjax.models import get_model
+
+
+def _num_params(widths):
+  model = get_model('unet', widths=widths)
+  params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
+def test_parameter_counts_match_the_paper():
+  # Paper, Tables V-VIII: 31.03M (64...1024) and, for AigleRN, 7.76M (32...512).
+  assert round(_num_params((64, 128, 256, 512, 1024)) / 1e6, 2) == 31.03
+  assert round(_num_params((32, 64, 128, 256, 512)) / 1e6, 2) == 7.76
+
+
+def test_same_padding_keeps_size_and_returns_one_logit():
+  model = get_model('unet', widths=(4, 8, 16, 32, 64))
+  x = jnp.ones((2, 48, 64, 3))
+  params = model.init(jax.random.key(0), x)
+  y = model.apply(params, x)
+  assert y.shape == (2, 48, 64, 1)
+  assert y.dtype == jnp.float32
+
+
+def test_up_sampling_is_transposed_conv_and_skips_concatenate():
+  model = get_model('unet', widths=(4, 8, 16))
+  params = model.init(jax.random.key(0), jnp.ones((1, 8, 8, 3)))['params']
+  kernels = {k: v['kernel'].shape for k, v in params.items() if 'kernel' in v}
+  assert kernels['ConvTranspose_0'] == (2, 2, 16, 8)
+  # The decoder block after the first up-sampling sees skip (8) + up-sampled (8) channels.
+  assert params['ConvBlock_3']['Conv_0']['kernel'].shape == (3, 3, 16, 8)
+
+
+def test_input_size_must_be_divisible():
+  model = get_model('unet', widths=(4, 8, 16, 32, 64))
+  with pytest.raises(ValueError, match='multiples of 16'):
+    model.init(jax.random.key(0), jnp.ones((1, 40, 48, 3)))
+
+
+def test_unknown_model_name():
+  with pytest.raises(ValueError, match="'unett'"):
+    get_model('unett')
