@@ -1,0 +1,1 @@
+"""crackjax: road crack detection with adaptive cost-sensitive losses in JAX/Flax."""

@@ -1,0 +1,164 @@
+"""End-to-end training on fake CrackForest data: outputs, resume after a hard kill, NaN stop."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from configs import smoke
+from crackjax import input_pipeline, train
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='module')
+def data_dirs(tmp_path_factory):
+  """A fake CrackForest archive and its prepared TFDS copy, shared by this module."""
+  root = tmp_path_factory.mktemp('data')
+  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=10, size=(32, 48))
+  return raw, root / 'tfds'
+
+
+def smoke_config(data_dirs):
+  raw, tfds_dir = data_dirs
+  config = smoke.get_config()
+  config.manual_dir = str(raw)
+  config.data_dir = str(tfds_dir)
+  return config
+
+
+def _restore_params(config, workdir):
+  mngr = train.checkpoint_manager(workdir, config)
+  state = train.restore_or_init(config, mngr, (32, 48, 3), train.make_mesh())
+  return int(state.step), jax.device_get(state.params)
+
+
+def _train_rows(workdir):
+  rows = [json.loads(line) for line in (Path(workdir) / 'metrics.jsonl').read_text().splitlines()]
+  return [r for r in rows if r['kind'] == 'train']
+
+
+def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
+  config = smoke_config(data_dirs)
+  workdir = tmp_path / 'run'
+  train.run(config, workdir, 'train_and_eval')
+
+  mngr = train.checkpoint_manager(workdir, config)
+  assert mngr.all_steps() == [3, 6]  # one per epoch
+  rows = _train_rows(workdir)
+  assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
+  assert all(np.isfinite(r['loss']) and r['q'] > 1 for r in rows)
+  assert list((workdir / 'tensorboard').glob('events.out.tfevents.*'))
+
+  result = json.loads((workdir / 'eval.json').read_text())
+  assert result['protocol'] == 'strict' and 'pixel' in result['protocol_description']
+  assert result['step'] == 6 and result['num_images'] == 4  # 40% of 10
+  for key in ('precision', 'recall', 'f1', 'threshold'):
+    assert 0.0 <= result['ods'][key] <= 1.0
+  assert {row['name'] for row in result['per_image']} == {
+      ex['name'] for ex in input_pipeline.eval_examples(config)}
+
+  # --mode=eval restores the checkpoint and reproduces the numbers.
+  (workdir / 'eval.json').unlink()
+  train.run(config, workdir, 'eval')
+  again = json.loads((workdir / 'eval.json').read_text())
+  assert again['ods'] == result['ods'] and again['ois'] == result['ois']
+
+
+def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
+  with pytest.raises(FileNotFoundError, match='No checkpoint'):
+    train.run(smoke_config(data_dirs), tmp_path / 'empty', 'eval')
+
+
+def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, monkeypatch):
+  config = smoke_config(data_dirs)
+  real = input_pipeline.create_train_iterator
+
+  def poisoned(config, *, start_step=0, **kwargs):
+    for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
+      if step == 5:  # mid-way through the second epoch
+        batch = dict(batch, image=np.full_like(batch['image'], np.nan))
+      yield batch
+
+  monkeypatch.setattr(input_pipeline, 'create_train_iterator', poisoned)
+  workdir = tmp_path / 'nan'
+  with pytest.raises(train.NonFiniteError, match='step 5.*last good checkpoint is step 3'):
+    train.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert train.checkpoint_manager(workdir, config).all_steps() == [3]
+  step, params = _restore_params(config, workdir)
+  assert step == 3
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
+
+
+# Runs the smoke config in a subprocess and SIGKILLs itself when asked for the batch of
+# step 5 (mid-epoch 2), once the epoch-1 checkpoint (step 3) is safely on disk.
+_KILLED_RUN = textwrap.dedent('''
+    import os, signal, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {repo!r})
+    from configs import smoke
+    from crackjax import input_pipeline, train
+
+    config = smoke.get_config()
+    config.manual_dir, config.data_dir = {raw!r}, {tfds!r}
+    workdir = Path({workdir!r})
+    real = input_pipeline.create_train_iterator
+
+    def dying(config, *, start_step=0, **kwargs):
+      for step, batch in enumerate(real(config, start_step=start_step, **kwargs), 1):
+        if step == 5:
+          deadline = time.time() + 60
+          while not (workdir / 'checkpoints' / '3').exists() and time.time() < deadline:
+            time.sleep(0.1)
+          time.sleep(1.0)
+          os.kill(os.getpid(), signal.SIGKILL)
+        yield batch
+
+    input_pipeline.create_train_iterator = dying
+    train.train_and_evaluate(config, workdir, evaluate_after=False)
+''')
+
+
+def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
+  raw, tfds_dir = data_dirs
+  config = smoke_config(data_dirs)
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  killed = tmp_path / 'killed'
+  script = _KILLED_RUN.format(repo=str(REPO), raw=str(raw), tfds=str(tfds_dir),
+                              workdir=str(killed))
+  proc = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+  assert train.checkpoint_manager(killed, config).all_steps() == [3]
+
+  # Relaunch through the real command line: it must pick up step 3 by itself.
+  cmd = [sys.executable, str(REPO / 'launch.py'), '--config=' + str(REPO / 'configs/smoke.py'),
+         f'--workdir={killed}', '--mode=train', f'--config.manual_dir={raw}',
+         f'--config.data_dir={tfds_dir}']
+  proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'Resuming at step 3' in proc.stderr
+  steps = [r['step'] for r in _train_rows(killed)]
+  # The killed run may have logged step 4 before dying; the resumed run redoes 4, 5, 6.
+  assert steps[-3:] == [4, 5, 6] and max(steps[:-3]) <= 4
+
+  # Same numbers as a run that was never interrupted (data order and augmentation are
+  # functions of the step, so resuming is exact).
+  clean = tmp_path / 'clean'
+  train.train_and_evaluate(config, clean, evaluate_after=False)
+  step_a, params_a = _restore_params(config, killed)
+  step_b, params_b = _restore_params(config, clean)
+  assert step_a == step_b == 6
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               params_a, params_b)
+  loss_resumed = [r['loss'] for r in _train_rows(killed) if r['step'] >= 4][-3:]
+  loss_clean = [r['loss'] for r in _train_rows(clean) if r['step'] >= 4]
+  np.testing.assert_allclose(loss_resumed, loss_clean, rtol=1e-5)
