@@ -10,6 +10,7 @@ Several hosts: start the same command on every host with --coordinator_address,
 SLURM/Kubernetes/Cloud TPU environment with --distributed).
 """
 
+import ast
 import os
 import signal
 import sys
@@ -17,9 +18,10 @@ import sys
 # Repository root on the path so `configs/*.py` can `from configs import base`.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import logging as std_logging  # noqa: E402
+
 import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
-import logging as std_logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from crackjax import train  # noqa: E402
@@ -61,5 +63,23 @@ def main(argv):
   train.run(FLAGS.config, FLAGS.workdir, FLAGS.mode)
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  # A mistyped --config.field surfaces from ml_collections as a bare AttributeError/KeyError
+  # traceback; say what went wrong instead.
+  try:
+    return FLAGS(argv)
+  except (AttributeError, KeyError) as e:
+    detail = str(e.args[0] if e.args else e)
+    for _ in range(2):  # ml_collections nests repr()s of the key
+      try:
+        detail = str(ast.literal_eval(detail))
+      except (ValueError, SyntaxError):
+        break
+    sys.exit(f'launch.py: unknown config field {detail} on the command line; '
+             'configs/base.py lists every field.')
+  except flags.Error as e:
+    sys.exit(f'launch.py: {e}\nPass --helpfull for the list of flags.')
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

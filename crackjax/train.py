@@ -30,7 +30,8 @@ import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
 from flax.training import train_state as flax_train_state
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from crackjax import evaluation, input_pipeline, losses
 from crackjax.metrics_log import MetricWriter
@@ -126,7 +127,7 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *,
     return losses.holistic_loss(logits, mask, **kwargs)
 
   loss, grads = jax.value_and_grad(loss_fn)(state.params)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree_utils.tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   new_state = state.apply_gradients(grads=grads)
   # Keep the old state on a non-finite step: the run stops at the next check, and the
