@@ -170,6 +170,7 @@ def run_train() -> None:
   }
   mngr.close()
   out = Path(ARGS.out)
+  out.mkdir(parents=True, exist_ok=True)
   i = jax.process_index()
   np.savez(out / f'params_{i}.npz', **arrays)
   (out / f'info_{i}.json').write_text(json.dumps(info, indent=1))
