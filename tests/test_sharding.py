@@ -19,6 +19,8 @@ import pytest
 
 from tests import fixtures
 
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name('multihost_worker.py')
 STEPS = 3
 TIMEOUT_S = 240
