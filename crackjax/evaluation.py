@@ -1,6 +1,6 @@
 """Crack-detection evaluation: precision, recall and F1 at ODS and OIS, plus AP.
 
-Everything here is pure numpy and runs on the host after the model has produced
+Everything here is numpy/scipy and runs on the host after the model has produced
 per-pixel crack probabilities. Images may have different sizes, so inputs are
 sequences of arrays rather than one stacked batch.
 
@@ -15,11 +15,33 @@ in the probability array's own floating dtype, so a float32 map holding
 loop ``prob > i / n`` does. A predicted pixel is a true positive iff its ground-truth
 pixel is crack.
 
+``'tolerance'``: the BSDS boundary benchmark (``evaluation_bdry_image`` /
+``correspondPixels`` / ``collect_eval_bdry``) that the CrackForest, HED and RCF
+evaluations use. Thresholds ``t_i = i / (n + 1)``, ``i = 1..n`` (0.01, ..., 0.99 for the
+default ``n = 99``), compared in the probability's dtype, and a pixel is predicted iff
+``prob >= t`` (inclusive, unlike 'strict'). The binary prediction is thinned to
+one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thin`` and MATLAB's
+``bwmorph(bw, 'thin', Inf)``); the ground truth is used as given (BSDS does not thin
+it). Predicted and ground-truth pixels are matched one-to-one when their Euclidean
+distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
+``d > maxDist``), by a maximum-cardinality bipartite matching
+(``scipy.sparse.csgraph.maximum_bipartite_matching``). correspondPixels computes a
+min-cost assignment in which each unmatched pixel costs ``100 * maxDist``; that
+minimises the distance moved too, but the metric only uses the number of matched
+pixels, and the min-cost assignment has maximum cardinality (except in contrived
+cases needing an augmenting path of over ~200 pixel pairs), so the counts agree.
+Counts: ``matched_pred`` and ``matched_gt`` are both the size of the matching,
+``num_pred`` the number of thinned predicted pixels, ``num_gt`` of ground-truth pixels.
+
+``'tolerance_thin_gt'``: as 'tolerance' but the ground truth is thinned too. For
+region-style ground truth several pixels wide (CrackForest's masks are ~4 px wide)
+a one-pixel prediction can match only about one GT pixel per crack cross-section,
+capping 'tolerance' recall near 1/width; thinning the GT removes that cap.
+
 Protocols are looked up in the explicit dict ``_PROTOCOLS``. Each protocol maps
 the images to four count arrays (see :class:`ThresholdCounts`) and everything
-downstream (ODS, OIS, AP) is shared, so a tolerance-based protocol, where matched
-predictions and matched ground-truth pixels can differ, slots in without changing
-the aggregation.
+downstream (ODS, OIS, AP) is shared; the tolerance protocols switch on the BSDS
+variants of ODS, AP and the OIS tie-break (``_Protocol.bsds``), marked [BSDS] below.
 
 Conventions (no NaN is ever produced)
 -------------------------------------
@@ -34,17 +56,28 @@ Conventions (no NaN is ever produced)
 * ODS threshold: the threshold maximising the dataset F1 (counts summed over all
   images). Ties -> fewest errors (false positives + false negatives), then the
   highest threshold. So a dataset whose F1 is 0 everywhere gets the threshold with
-  the fewest predictions, never blindly threshold 0.
+  the fewest predictions, never blindly threshold 0. This grid point is reported as
+  ``ods_grid`` and is what the OIS rules below call "the ODS threshold".
+* [BSDS] ``ods`` is BSDS ``maxF``: for each pair of consecutive thresholds and
+  ``d`` in ``linspace(0, 1, 100)``, threshold, R and P are interpolated linearly,
+  ``x_i * d + x_{i-1} * (1 - d)``, and F is recomputed; the first maximum in scan order
+  (from the lowest threshold, grid point 1 included) is reported with its
+  interpolated threshold, P and R. F is ``2PR / (P + R)``, 0 when ``P + R = 0``.
+  (For 'strict', ``ods`` equals ``ods_grid``.)
 * OIS threshold of one image:
 
   1. gt has no crack pixel -> the threshold with the fewest predicted positives
-     (= false positives); ties -> the highest threshold. (Predicted positives never
-     increase with the threshold, so this is always the highest threshold; its
-     counts are the minimum false-positive counts.)
+     (= false positives); ties -> the highest threshold. (For 'strict', predicted
+     positives never increase with the threshold, so this is always the highest
+     threshold; thinned predictions need not be monotone.)
   2. otherwise, if the image's F1 is 0 at every threshold -> the ODS threshold
      (taking threshold 0 would flood the pooled counts with false positives).
   3. otherwise, among the thresholds reaching the image's maximal F1, the one
      nearest the ODS threshold; equal distance -> the higher threshold.
+     [BSDS] the highest of them (collect_eval_bdry's ``ff(end)``).
+
+  Rule 1 is what BSDS does too (F is 0 at every threshold, ``ff(end)`` is the
+  highest); rule 2 differs from BSDS, which would also take the highest threshold.
 
 * ``ois`` (default OIS): the four counts of each image at its OIS threshold are
   summed over images and P/R/F1 are computed from the pooled counts.
@@ -55,20 +88,33 @@ Conventions (no NaN is ever produced)
   ``AP = sum_k (r_k - r_{k-1}) * p_interp(r_k)`` over the distinct recalls sorted
   ascending, with ``r_0 = 0``. The area stops at the largest recall reached
   (recall at threshold 0), with no extrapolation to recall 1.
+* [BSDS] ``ap`` is collect_eval_bdry's ``Area_PR``: the distinct recalls of the
+  dataset curve sorted ascending, each with the precision of its last occurrence in
+  threshold order (the highest such threshold, as MATLAB's pre-2013 ``unique``);
+  precision is interpolated linearly (``interp1``) at ``r = 0, 0.01, ..., 1`` (101
+  points), 0 outside the recall range reached, and ``AP = 0.01 * sum`` of the 101
+  values (a rectangle rule, not a trapezoid; no monotone envelope). A curve with a
+  single distinct recall (e.g. a binary prediction, even a perfect one) has AP 0.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy import sparse
+from scipy.sparse.csgraph import maximum_bipartite_matching
 
 __all__ = [
     "ThresholdCounts",
     "SUPPORTED_PROTOCOLS",
+    "TOLERANCE_MAX_DIST",
     "counts_per_threshold",
     "evaluate",
+    "thin",
+    "tolerance_counts",
 ]
 
 
@@ -228,14 +274,274 @@ def _strict_protocol(
     return ThresholdCounts(tp, num_pred, tp.copy(), num_gt)
 
 
-# name -> (counts function, one-line description). New protocols go here.
-_PROTOCOLS: dict[
-    str, tuple[Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], ThresholdCounts], str]
-] = {
-    "strict": (
+# ---------------------------------------------------------------------------
+# Tolerance protocol (BSDS boundary benchmark)
+# ---------------------------------------------------------------------------
+
+#: BSDS ``maxDist``: matching tolerance as a fraction of the image diagonal.
+TOLERANCE_MAX_DIST = 0.0075
+
+# Neighbour i of a pixel has bit 2**i of the neighbourhood code; the same code as
+# skimage.morphology.thin's correlation mask [[8, 4, 2], [16, 0, 1], [32, 64, 128]].
+_NB_DY = np.array([0, -1, -1, -1, 0, 1, 1, 1])
+_NB_DX = np.array([1, 1, 0, -1, -1, -1, 0, 1])
+
+
+def _thin_luts() -> np.ndarray:
+    """(2, 256) deletion tables of the two sub-iterations (Guo & Hall 1989).
+
+    Built from the same conditions G1, G2, G3 / G3' as ``skimage.morphology.thin``
+    (which reproduces MATLAB's ``bwmorph(bw, 'thin', Inf)``).
+    """
+    b = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # b[code, i]
+    g1 = sum((~b[:, i] & (b[:, i + 1] | b[:, (i + 2) % 8])).astype(int) for i in (0, 2, 4, 6))
+    n1 = sum((b[:, k] | b[:, k - 1]).astype(int) for k in (1, 3, 5, 7))
+    n2 = sum((b[:, k] | b[:, (k + 1) % 8]).astype(int) for k in (1, 3, 5, 7))
+    g12 = (g1 == 1) & np.isin(np.minimum(n1, n2), (2, 3))
+    g3 = ~((b[:, 1] | b[:, 2] | ~b[:, 7]) & b[:, 0])
+    g3p = ~((b[:, 5] | b[:, 6] | ~b[:, 3]) & b[:, 4])
+    return np.stack([g12 & g3, g12 & g3p])
+
+
+_THIN_LUTS = _thin_luts()
+
+
+def _dedupe(idx: np.ndarray, stamp: np.ndarray) -> np.ndarray:
+    """``idx`` without repeats (order not kept), in O(len(idx)); ``stamp`` is scratch."""
+    pos = np.arange(idx.size)
+    stamp[idx] = pos  # for repeated indices one position wins
+    return idx[stamp[idx] == pos]
+
+
+def _thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thins the foreground pixels (ys, xs); returns the remaining pixels' (ys, xs).
+
+    The same result as ``skimage.morphology.thin`` (parallel sub-iterations with the
+    tables above, until nothing changes), but each sub-iteration only re-examines
+    pixels whose 8-neighbourhood changed since that sub-iteration last ran: a pixel's
+    deletion decision depends only on its neighbourhood code, so the others cannot
+    change. The work is proportional to the foreground, not to the image.
+    """
+    if ys.size == 0:
+        return ys, xs
+    y0, x0 = int(ys.min()), int(xs.min())
+    h, w = int(ys.max()) - y0 + 1, int(xs.max()) - x0 + 1
+    stride = w + 2  # one pixel of zero padding on every side (mode='constant')
+    img = np.zeros((h + 2) * stride, np.uint8)
+    fg = (ys - y0 + 1) * stride + (xs - x0 + 1)
+    img[fg] = 1
+    offs = _NB_DY * stride + _NB_DX
+    stamp = np.empty(img.size, np.intp)  # scratch for sort-free de-duplication
+    pending = [fg, fg]
+    empty = fg[:0]
+    sub = 0
+    while pending[0].size or pending[1].size:
+        cand = pending[sub]
+        pending[sub] = empty
+        if cand.size:
+            cand = cand[img[cand] == 1]
+            code = np.packbits(img[cand[:, None] + offs], axis=1, bitorder="little")[:, 0]
+            gone = cand[_THIN_LUTS[sub][code]]
+            if gone.size:
+                img[gone] = 0  # all deletions of a sub-iteration happen at once
+                nbrs = (gone[:, None] + offs).ravel()
+                nbrs = nbrs[img[nbrs] == 1]
+                pending = [_dedupe(np.concatenate([p, nbrs]), stamp) for p in pending]
+        sub ^= 1
+    left = np.flatnonzero(img)
+    return left // stride - 1 + y0, left % stride - 1 + x0
+
+
+def thin(mask: np.ndarray) -> np.ndarray:
+    """Morphological thinning to one-pixel-wide lines, ``bwmorph(mask, 'thin', Inf)``.
+
+    Equal to ``skimage.morphology.thin(mask)`` (tested), computed sparsely.
+
+    Args:
+        mask: 2-D array; nonzero is foreground.
+
+    Returns:
+        bool array of the same shape.
+    """
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError(f"thin expects a 2-D mask, got shape {mask.shape}")
+    out = np.zeros(mask.shape, bool)
+    out[_thin_coords(*np.nonzero(mask))] = True
+    return out
+
+
+def _tolerance_thresholds(num_thresholds: int) -> np.ndarray:
+    """BSDS thresholds ``linspace(1/(n+1), 1-1/(n+1), n)``: 0.01..0.99 for n = 99."""
+    return np.arange(1, num_thresholds + 1, dtype=np.float64) / (num_thresholds + 1)
+
+
+def _tolerance_image(
+    prob: np.ndarray, gt: np.ndarray, num_thresholds: int, max_dist: float, thin_gt: bool
+) -> np.ndarray:
+    """Returns int64 (T, 3): [matched, thinned predictions, GT pixels] per threshold.
+
+    One ground truth, so matched predictions == matched GT pixels == matching size.
+    """
+    h, w = prob.shape
+    radius = max_dist * math.sqrt(h * h + w * w)  # correspondPixels: maxDist * diagonal
+    out = np.zeros((num_thresholds, 3), np.int64)
+    gy, gx = np.nonzero(gt)
+    if thin_gt:
+        gy, gx = _thin_coords(gy, gx)
+    num_gt = gy.size
+    out[:, 2] = num_gt
+
+    # Pixel pairs closer than or at `radius` (BSDS drops a pair iff d > maxDist).
+    r = int(math.floor(radius))
+    dy, dx = np.mgrid[-r : r + 1, -r : r + 1]
+    near_offsets = np.sqrt(dy * dy + dx * dx) <= radius
+    # GT pixel ids on a grid padded by r, -1 elsewhere; offsets then never leave it.
+    stride = w + 2 * r
+    gid = np.full((h + 2 * r) * stride, -1, np.int64)
+    gid[(gy + r) * stride + gx + r] = np.arange(num_gt)
+    offs = (dy[near_offsets] * stride + dx[near_offsets]).ravel()
+    # Pixels with some GT pixel within the radius (only they can be matched).
+    near = np.zeros((h + 2 * r) * stride, bool)
+    if num_gt:
+        g_lin = (gy + r) * stride + gx + r
+        near[(g_lin[:, None] + offs).ravel()] = True
+    near = near.reshape(h + 2 * r, stride)[r : r + h, r : r + w]
+
+    # Predictions are nested: sort candidate pixels by decreasing prob once; the
+    # prediction at threshold i is a prefix of that order.
+    flat = prob.ravel()
+    thr = _tolerance_thresholds(num_thresholds).astype(flat.dtype)
+    cand = np.flatnonzero(flat >= thr[0])
+    vals = flat[cand]
+    order = np.argsort(vals, kind="stable")
+    counts = cand.size - np.searchsorted(vals[order], thr, side="left")
+    cand = cand[order[::-1]]
+    prev = -1
+    for i, k in enumerate(counts):
+        if k == prev:  # same binary map as the previous threshold
+            out[i, :2] = out[i - 1, :2]
+            continue
+        prev = k
+        ty, tx = _thin_coords(*np.divmod(cand[:k], w))
+        out[i, 1] = ty.size
+        if num_gt == 0 or ty.size == 0:
+            continue
+        keep = near[ty, tx]
+        lin = (ty[keep] + r) * stride + tx[keep] + r
+        if lin.size == 0:
+            continue
+        g = gid[lin[:, None] + offs]
+        edge = g >= 0
+        indptr = np.concatenate([[0], np.cumsum(edge.sum(axis=1))])
+        graph = sparse.csr_matrix(
+            (np.ones(indptr[-1], np.int8), g[edge], indptr), shape=(lin.size, num_gt)
+        )
+        match = maximum_bipartite_matching(graph, perm_type="column")
+        out[i, 0] = np.count_nonzero(match >= 0)
+    return out
+
+
+def tolerance_counts(
+    prob: np.ndarray,
+    gt: np.ndarray,
+    num_thresholds: int = 99,
+    max_dist: float = TOLERANCE_MAX_DIST,
+    thin_gt: bool = False,
+) -> ThresholdCounts:
+    """BSDS-style tolerant counts of one image at every threshold.
+
+    At threshold ``t_i = i / (num_thresholds + 1)``, ``i = 1..num_thresholds``, the
+    prediction ``prob >= t_i`` is thinned (:func:`thin`) and its pixels are matched
+    one-to-one to ground-truth pixels at Euclidean distance ``<= max_dist * diagonal``
+    by a maximum bipartite matching. The ground truth is used as given (BSDS), or
+    thinned first with ``thin_gt=True``.
+
+    Args:
+        prob: HxW or HxWx1 crack probabilities in [0, 1].
+        gt: binary ground truth of the same size.
+        num_thresholds: number of thresholds ``T``.
+        max_dist: tolerance as a fraction of the image diagonal (BSDS ``maxDist``).
+        thin_gt: thin the ground truth too (``num_gt`` then counts thinned pixels).
+
+    Returns:
+        :class:`ThresholdCounts` of int64 arrays of shape ``(T,)``.
+    """
+    _check_num_thresholds(num_thresholds)
+    if not max_dist >= 0:
+        raise ValueError(f"max_dist must be >= 0, got {max_dist}")
+    prob, gt = _check_pair(0, prob, gt)
+    c = _tolerance_image(prob, gt, int(num_thresholds), float(max_dist), bool(thin_gt))
+    return ThresholdCounts(c[:, 0], c[:, 1], c[:, 0].copy(), c[:, 2])
+
+
+def _tolerance_protocol(
+    probs: Sequence[np.ndarray],
+    gts: Sequence[np.ndarray],
+    num_thresholds: int,
+    thin_gt: bool = False,
+) -> ThresholdCounts:
+    """Tolerant counts for all images (inputs already validated)."""
+    c = np.stack(
+        [
+            _tolerance_image(p, g, num_thresholds, TOLERANCE_MAX_DIST, thin_gt)
+            for p, g in zip(probs, gts, strict=True)
+        ]
+    )
+    return ThresholdCounts(c[..., 0], c[..., 1], c[..., 0].copy(), c[..., 2])
+
+
+def _tolerance_thin_gt_protocol(
+    probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], num_thresholds: int
+) -> ThresholdCounts:
+    return _tolerance_protocol(probs, gts, num_thresholds, thin_gt=True)
+
+
+# ---------------------------------------------------------------------------
+# Protocol registry
+# ---------------------------------------------------------------------------
+
+
+def _strict_thresholds(num_thresholds: int) -> np.ndarray:
+    return np.arange(num_thresholds, dtype=np.float64) / num_thresholds
+
+
+class _Protocol(NamedTuple):
+    counts: Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], ThresholdCounts]
+    thresholds: Callable[[int], np.ndarray]  # nominal thresholds (float64) for n
+    default_num_thresholds: int
+    description: str
+    bsds: bool  # BSDS aggregation: interpolated ODS, BSDS AP, OIS ties -> highest t
+
+
+# name -> protocol. New protocols go here.
+_PROTOCOLS: dict[str, _Protocol] = {
+    "strict": _Protocol(
         _strict_protocol,
+        _strict_thresholds,
+        100,
         "pixel-to-pixel matching: a pixel is crack iff prob > t, "
         "thresholds t = i/num_thresholds for i = 0..num_thresholds-1",
+        False,
+    ),
+    "tolerance": _Protocol(
+        _tolerance_protocol,
+        _tolerance_thresholds,
+        99,
+        "BSDS boundary benchmark: prediction prob >= t thinned to one pixel, pixels matched "
+        f"one-to-one to ground truth within {TOLERANCE_MAX_DIST} x image diagonal; "
+        "thresholds t = i/(num_thresholds+1) for i = 1..num_thresholds; "
+        "ODS interpolated between neighbouring thresholds, AP as BSDS collect_eval_bdry; "
+        "ground truth used as given",
+        True,
+    ),
+    "tolerance_thin_gt": _Protocol(
+        _tolerance_thin_gt_protocol,
+        _tolerance_thresholds,
+        99,
+        "as 'tolerance' (BSDS boundary benchmark), but the ground truth is thinned to one "
+        "pixel too before matching (for region-style ground truth several pixels wide)",
+        True,
     ),
 }
 SUPPORTED_PROTOCOLS: tuple[str, ...] = tuple(_PROTOCOLS)
@@ -268,6 +574,49 @@ def _average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
     return float(np.sum(dr * p_interp))
 
 
+def _bsds_fmeasure(p: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """BSDS ``fmeasure``: ``2pr / (p + r + ((p + r) == 0))``."""
+    s = p + r
+    return 2 * p * r / (s + (s == 0))
+
+
+def _bsds_max_f(
+    thresholds: np.ndarray, precision: np.ndarray, recall: np.ndarray
+) -> tuple[float, float, float, float]:
+    """BSDS ``maxF``: best F over the curve linearly interpolated between thresholds.
+
+    For consecutive thresholds i-1, i and d in ``linspace(0, 1, 100)``, t, R and P are
+    ``x(i) * d + x(i-1) * (1 - d)``; the first maximum in that scan order (threshold 1
+    first) wins, as the benchmark's strict ``f > bestF`` update does.
+
+    Returns:
+        (threshold, precision, recall, f1), interpolated.
+    """
+    d = np.linspace(0.0, 1.0, 100)
+
+    def lerp(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([x[:1], (x[1:, None] * d + x[:-1, None] * (1 - d)).ravel()])
+
+    t, p, r = lerp(thresholds), lerp(precision), lerp(recall)
+    k = int(np.argmax(_bsds_fmeasure(p, r)))
+    return float(t[k]), float(p[k]), float(r[k]), float(_bsds_fmeasure(p[k], r[k]))
+
+
+def _bsds_average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
+    """BSDS ``Area_PR`` of collect_eval_bdry (see the module docstring)."""
+    # [Ru, indR] = unique(R) with MATLAB's (pre-2013) last occurrence for repeats.
+    order = np.lexsort((np.arange(recall.size), recall))
+    r_sorted = recall[order]
+    last = np.append(r_sorted[1:] != r_sorted[:-1], True)
+    ru, pu = r_sorted[last], precision[order][last]
+    if ru.size <= 1:
+        return 0.0
+    ri = np.arange(101) / 100  # 0 : 0.01 : 1
+    p_int = np.interp(ri, ru, pu)
+    p_int[(ri < ru[0]) | (ri > ru[-1])] = 0.0  # interp1 gives NaN outside -> 0
+    return float(np.sum(p_int) * 0.01)
+
+
 def _pick_ods(f1: np.ndarray, errors: np.ndarray) -> int:
     """Max F1; ties -> fewest errors; then highest threshold."""
     cand = np.flatnonzero(f1 == f1.max())
@@ -275,7 +624,9 @@ def _pick_ods(f1: np.ndarray, errors: np.ndarray) -> int:
     return int(cand[-1])
 
 
-def _pick_ois(f1: np.ndarray, num_pred: np.ndarray, has_crack: bool, ods: int) -> int:
+def _pick_ois(
+    f1: np.ndarray, num_pred: np.ndarray, has_crack: bool, ods: int, highest_on_ties: bool
+) -> int:
     """OIS threshold index of one image (rules 1-3 of the module docstring)."""
     if not has_crack:
         cand = np.flatnonzero(num_pred == num_pred.min())
@@ -284,6 +635,8 @@ def _pick_ois(f1: np.ndarray, num_pred: np.ndarray, has_crack: bool, ods: int) -
     if best <= 0:
         return ods
     cand = np.flatnonzero(f1 == best)
+    if highest_on_ties:  # BSDS: ff = find(F == max(F)); ff(end)
+        return int(cand[-1])
     dist = np.abs(cand - ods)
     cand = cand[dist == dist.min()]
     return int(cand[-1])  # equal distance on both sides -> the higher threshold
@@ -301,7 +654,7 @@ def evaluate(
     gts: Sequence[np.ndarray],
     *,
     protocol: str = "strict",
-    num_thresholds: int = 100,
+    num_thresholds: int | None = None,
 ) -> dict[str, Any]:
     """Evaluates crack probability maps against binary ground truth.
 
@@ -312,13 +665,16 @@ def evaluate(
             between images.
         gts: per-image binary arrays (bool or 0/1), same size as their prob.
         protocol: matching protocol; one of ``SUPPORTED_PROTOCOLS``.
-        num_thresholds: number of thresholds; thresholds are ``i / num_thresholds``.
+        num_thresholds: number of thresholds; ``None`` -> the protocol's default
+            (strict: 100, thresholds ``i / n`` for ``i = 0..n-1``; tolerance: 99,
+            thresholds ``i / (n + 1)`` for ``i = 1..n``).
 
     Returns:
         A JSON-serialisable dict (python floats/ints/lists only)::
 
             {'protocol', 'protocol_description', 'num_images', 'num_thresholds',
              'ods': {'precision', 'recall', 'f1', 'threshold'},
+             'ods_grid': {'precision', 'recall', 'f1', 'threshold'},
              'ois': {'precision', 'recall', 'f1', 'pooling'},
              'ois_mean_f1', 'ap',
              'curve': {'thresholds', 'precision', 'recall', 'f1'},   # dataset curve
@@ -333,6 +689,9 @@ def evaluate(
         raise ValueError(
             f"unknown protocol {protocol!r}; supported protocols: {list(SUPPORTED_PROTOCOLS)}"
         )
+    spec = _PROTOCOLS[protocol]
+    if num_thresholds is None:
+        num_thresholds = spec.default_num_thresholds
     _check_num_thresholds(num_thresholds)
     num_thresholds = int(num_thresholds)
     probs = list(probs)
@@ -345,21 +704,33 @@ def evaluate(
     probs = [c[0] for c in checked]
     gts = [c[1] for c in checked]
 
-    counts_fn, description = _PROTOCOLS[protocol]
-    c = counts_fn(probs, gts, num_thresholds)
-    thresholds = np.arange(num_thresholds, dtype=np.float64) / num_thresholds
+    c = spec.counts(probs, gts, num_thresholds)
+    thresholds = spec.thresholds(num_thresholds)
 
     # ODS: one threshold for the whole dataset, from counts summed over images.
     total = ThresholdCounts(*(a.sum(axis=0) for a in c))
     p_ds, r_ds, f1_ds = _prf(*total)
     errors_ds = (total.num_pred - total.matched_pred) + (total.num_gt - total.matched_gt)
     ods = _pick_ods(f1_ds, errors_ds)
+    ods_grid = {
+        "precision": float(p_ds[ods]),
+        "recall": float(r_ds[ods]),
+        "f1": float(f1_ds[ods]),
+        "threshold": float(thresholds[ods]),
+    }
+    if spec.bsds:
+        t, p, r, f = _bsds_max_f(thresholds, p_ds, r_ds)
+        ods_result = {"precision": p, "recall": r, "f1": f, "threshold": t}
+        ap = _bsds_average_precision(p_ds, r_ds)
+    else:
+        ods_result = dict(ods_grid)
+        ap = _average_precision(p_ds, r_ds)
 
     # OIS: one threshold per image.
     p_im, r_im, f1_im = _prf(*c)
     chosen = np.array(
         [
-            _pick_ois(f1_im[j], c.num_pred[j], bool(c.num_gt[j, 0] > 0), ods)
+            _pick_ois(f1_im[j], c.num_pred[j], bool(c.num_gt[j, 0] > 0), ods, spec.bsds)
             for j in range(len(probs))
         ],
         dtype=np.intp,
@@ -380,15 +751,11 @@ def evaluate(
     ]
     return {
         "protocol": protocol,
-        "protocol_description": description,
+        "protocol_description": spec.description,
         "num_images": len(probs),
         "num_thresholds": num_thresholds,
-        "ods": {
-            "precision": float(p_ds[ods]),
-            "recall": float(r_ds[ods]),
-            "f1": float(f1_ds[ods]),
-            "threshold": float(thresholds[ods]),
-        },
+        "ods": ods_result,
+        "ods_grid": ods_grid,
         "ois": {
             "precision": float(p_ois),
             "recall": float(r_ois),
@@ -396,7 +763,7 @@ def evaluate(
             "pooling": "counts pooled over images at each image's best threshold",
         },
         "ois_mean_f1": float(f1_im[rows, chosen].mean()),
-        "ap": _average_precision(p_ds, r_ds),
+        "ap": ap,
         "curve": {
             "thresholds": thresholds.tolist(),
             "precision": p_ds.tolist(),

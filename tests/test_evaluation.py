@@ -1,4 +1,4 @@
-"""Tests for crackjax.evaluation (strict protocol, ODS/OIS/AP conventions)."""
+"""Tests for crackjax.evaluation (strict and tolerance protocols, ODS/OIS/AP conventions)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from crackjax.evaluation import SUPPORTED_PROTOCOLS, counts_per_threshold, evaluate
+from crackjax import evaluation
+from crackjax.evaluation import (
+    SUPPORTED_PROTOCOLS,
+    counts_per_threshold,
+    evaluate,
+    thin,
+    tolerance_counts,
+)
 
 N = 100
 
@@ -332,12 +339,299 @@ def test_length_mismatch():
 
 def test_unknown_protocol_lists_supported():
     p, g = _good()
-    assert SUPPORTED_PROTOCOLS == ("strict",)
-    with pytest.raises(ValueError, match=r"supported protocols: \['strict'\]"):
-        evaluate([p], [g], protocol="tolerance")
+    assert SUPPORTED_PROTOCOLS == ("strict", "tolerance", "tolerance_thin_gt")
+    with pytest.raises(ValueError, match=r"supported protocols: \['strict', 'tolerance'"):
+        evaluate([p], [g], protocol="fuzzy")
 
 
 def test_bad_num_thresholds():
     p, g = _good()
     with pytest.raises(ValueError, match="num_thresholds"):
         evaluate([p], [g], num_thresholds=0)
+
+
+# ---------------------------------------------------------------------------
+# Tolerance protocol (BSDS boundary benchmark)
+# ---------------------------------------------------------------------------
+
+# 240 x 320 has a diagonal of exactly 400 px, so maxDist = 0.0075 * 400 = 3.0 px.
+TH, TW = 240, 320
+T99 = 99
+I50 = 49  # index of threshold 0.50 in 0.01 .. 0.99
+
+
+def _canvas():
+    return np.zeros((TH, TW), np.float32), np.zeros((TH, TW), bool)
+
+
+def naive_tolerance_counts(prob, gt, n=T99, max_dist=0.0075, thin_fn=thin):
+    """Reference: per threshold, thin, pairs within distance by a KD-tree, matching."""
+    from scipy import sparse
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+    from scipy.spatial import cKDTree
+
+    h, w = prob.shape
+    radius = max_dist * math.hypot(h, w)
+    g = np.argwhere(gt)
+    tree = cKDTree(g) if len(g) else None
+    matched, num_pred = [], []
+    for i in range(1, n + 1):
+        pred = np.argwhere(thin_fn(prob >= prob.dtype.type(i / (n + 1))))
+        num_pred.append(len(pred))
+        if tree is None or len(pred) == 0:
+            matched.append(0)
+            continue
+        pairs = cKDTree(pred).sparse_distance_matrix(tree, radius, output_type="coo_matrix")
+        graph = sparse.csr_matrix(
+            (np.ones(pairs.nnz), (pairs.row, pairs.col)), shape=(len(pred), len(g))
+        )
+        matched.append(int(np.sum(maximum_bipartite_matching(graph, perm_type="column") >= 0)))
+    return np.array(matched), np.array(num_pred), len(g)
+
+
+@pytest.mark.parametrize(
+    ("dy", "dx", "matched"),
+    [
+        (0, 0, True),
+        (0, 3, True),
+        (3, 0, True),
+        (-2, 2, True),  # 2.83 px
+        (1, 3, False),  # 3.16 px
+        (0, 4, False),
+        (-2, -3, False),  # 3.61 px
+        (3, 3, False),  # 4.24 px
+    ],
+)
+def test_tolerance_single_pixel_distance(dy, dx, matched):
+    prob, gt = _canvas()
+    gt[120, 160] = True
+    prob[120 + dy, 160 + dx] = 0.9
+    c = tolerance_counts(prob, gt)
+    # Predicted at t = 0.01 .. 0.90 (prob >= t), nothing above.
+    assert c.num_pred.tolist() == [1] * 90 + [0] * 9
+    assert c.num_gt.tolist() == [1] * T99
+    assert c.matched_pred.tolist() == [int(matched)] * 90 + [0] * 9
+    assert c.matched_gt.tolist() == c.matched_pred.tolist()
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3, 4, 5])
+def test_tolerance_shifted_line(shift):
+    # Vertical GT line of 100 px; the prediction is the same line `shift` px to the right.
+    prob, gt = _canvas()
+    gt[50:150, 100] = True
+    prob[50:150, 100 + shift] = 0.8
+    r = evaluate([prob], [gt], protocol="tolerance")
+    assert r["num_thresholds"] == T99
+    if shift <= 3:  # within maxDist = 3 px: every pixel matched, one-to-one
+        assert r["ods"] == pytest.approx(
+            {"precision": 1.0, "recall": 1.0, "f1": 1.0, "threshold": 0.01}
+        )
+    else:
+        assert r["ods"]["f1"] == 0.0 and r["ods"]["recall"] == 0.0
+        assert r["ods"]["precision"] == 0.0
+    # The strict protocol sees no overlap at all for any shift.
+    assert evaluate([prob], [gt])["ods"]["f1"] == 0.0
+    assert_finite_json(r)
+
+
+def test_tolerance_one_to_one():
+    # Two predicted pixels next to one GT pixel: only one of them is matched.
+    prob, gt = _canvas()
+    gt[120, 160] = True
+    prob[120, 159] = prob[120, 161] = 0.9
+    c = tolerance_counts(prob, gt)
+    assert c.num_pred[I50] == 2 and c.matched_pred[I50] == 1 and c.matched_gt[I50] == 1
+    r = evaluate([prob], [gt], protocol="tolerance")
+    assert r["ods_grid"] == pytest.approx(
+        {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "threshold": 0.90}
+    )
+    # And the other way round: one prediction cannot match two GT pixels.
+    prob, gt = _canvas()
+    gt[120, 159] = gt[120, 161] = True
+    prob[120, 160] = 0.9
+    c = tolerance_counts(prob, gt)
+    assert (c.matched_pred[I50], c.num_pred[I50], c.num_gt[I50]) == (1, 1, 2)
+
+
+def test_tolerance_thins_thick_prediction():
+    # 1-px GT line of 200 px; a 3-px-thick prediction centred on it.
+    prob, gt = _canvas()
+    gt[120, 50:250] = True
+    prob[119:122, 50:250] = 0.9
+    thinned = thin(prob >= 0.5)
+    assert thinned.sum() < 200 + 10  # one pixel wide
+    assert np.all(thinned.sum(axis=0) <= 1)
+    c = tolerance_counts(prob, gt)
+    k = int(thinned.sum())
+    assert c.num_pred[I50] == k and c.matched_pred[I50] == k  # all within 1 px
+    r = evaluate([prob], [gt], protocol="tolerance")
+    assert r["ods"]["precision"] == pytest.approx(1.0)
+    assert r["ods"]["recall"] == pytest.approx(k / 200)
+    # Strict: 200 of 600 predicted pixels are crack.
+    assert evaluate([prob], [gt])["ods"]["precision"] == pytest.approx(1 / 3)
+
+
+def test_thin_matches_skimage_docstring_example():
+    square = np.zeros((7, 7), bool)
+    square[1:-1, 2:-2] = True
+    square[0, 1] = True
+    expected = np.zeros((7, 7), bool)
+    expected[0, 1] = expected[1, 2] = expected[2, 3] = expected[3, 3] = expected[4, 3] = True
+    assert np.array_equal(thin(square), expected)
+
+
+def test_thin_equals_skimage():
+    morphology = pytest.importorskip("skimage.morphology")
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(3)
+    for k in range(12):
+        if k % 3 == 0:
+            m = rng.random((30, 41)) < 0.5
+        else:
+            m = ndi.gaussian_filter(rng.random((50, 70)), 1.5 + k % 2) > 0.5
+        assert np.array_equal(thin(m), morphology.thin(m)), k
+    assert np.array_equal(thin(np.ones((23, 31))), morphology.thin(np.ones((23, 31))))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tolerance_counts_equal_naive(seed):
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(seed)
+    h, w = rng.integers(40, 90, size=2)
+    gt = np.zeros((h, w), bool)
+    gt[rng.integers(0, h), :] = True
+    gt[:, rng.integers(0, w)] = rng.random() < 0.7
+    blur = ndi.gaussian_filter(gt.astype(float), 1.5)
+    noise = ndi.gaussian_filter(rng.random((h, w)), 2)
+    prob = np.clip(blur * 2 + noise - 0.35, 0, 1).astype(np.float32)
+    n = 25
+    c = tolerance_counts(prob, gt, num_thresholds=n)
+    matched, num_pred, num_gt = naive_tolerance_counts(prob, gt, n=n)
+    assert c.matched_pred.tolist() == matched.tolist()
+    assert c.num_pred.tolist() == num_pred.tolist()
+    assert c.num_gt.tolist() == [num_gt] * n
+    c2 = tolerance_counts(prob, gt, num_thresholds=n, thin_gt=True)
+    matched2, num_pred2, num_gt2 = naive_tolerance_counts(prob, thin(gt), n=n)
+    assert c2.matched_pred.tolist() == matched2.tolist()
+    assert c2.num_gt.tolist() == [num_gt2] * n
+
+
+def test_tolerance_threshold_is_inclusive():
+    prob, gt = _canvas()
+    gt[120, 160] = True
+    prob[120, 160] = 0.5
+    c = tolerance_counts(prob, gt)
+    assert c.matched_pred[I50] == 1  # 0.5 >= 0.50
+    assert c.matched_pred[I50 + 1] == 0  # 0.5 < 0.51
+
+
+def test_tolerance_perfect_prediction():
+    prob, gt = _canvas()
+    gt[40, 10:300] = True  # horizontal
+    gt[50:200, 20] = True  # vertical
+    idx = np.arange(100)
+    gt[100 + idx, 100 + idx] = True  # diagonal
+    r = evaluate([gt.astype(np.float32)], [gt], protocol="tolerance")
+    for key in ("ods", "ods_grid", "ois"):
+        assert r[key]["f1"] == 1.0, key
+    assert r["ois_mean_f1"] == 1.0
+    assert r["ods"]["threshold"] == pytest.approx(0.01)  # BSDS: the first maximum
+    # A single distinct recall on the curve: BSDS's Area_PR is 0 (documented).
+    assert r["ap"] == 0.0
+
+
+def test_tolerance_thin_gt_protocol():
+    # A 5-px-thick GT band and a 1-px prediction on its centre line.
+    prob, gt = _canvas()
+    gt[118:123, 50:250] = True
+    prob[120, 50:250] = 0.9
+    plain = evaluate([prob], [gt], protocol="tolerance")
+    assert plain["ods_grid"]["precision"] == 1.0
+    assert plain["ods_grid"]["recall"] == pytest.approx(200 / 1000)  # 1 match per GT column
+    thin_gt = evaluate([prob], [gt], protocol="tolerance_thin_gt")
+    k = int(thin(gt).sum())
+    assert thin_gt["ods_grid"]["recall"] == pytest.approx(k / k)
+    assert thin_gt["ods_grid"]["precision"] == pytest.approx(min(k, 200) / 200)
+    assert "thinned" in thin_gt["protocol_description"]
+
+
+def test_tolerance_degenerate_images():
+    rng = np.random.default_rng(0)
+    prob_line, gt_line = _canvas()
+    gt_line[120, 50:250] = True
+    prob_line[120, 50:250] = 0.6
+    # No GT crack (random prediction); empty prediction; all-crack prediction.
+    no_gt = (rng.random((30, 40)).astype(np.float32), np.zeros((30, 40), bool))
+    empty = (np.zeros((TH, TW), np.float32), gt_line)
+    full = (np.ones((TH, TW), np.float32), gt_line)
+    r = evaluate([no_gt[0]], [no_gt[1]], protocol="tolerance")
+    assert_finite_json(r)
+    assert r["ods"]["f1"] == 0.0 and r["ap"] == 0.0 and r["ois"]["f1"] == 0.0
+    assert r["per_image"][0]["threshold"] == pytest.approx(0.99)  # rule 1: fewest predictions
+    r = evaluate([empty[0]], [empty[1]], protocol="tolerance")
+    assert_finite_json(r)
+    assert r["curve"]["precision"] == [0.0] * T99 and r["curve"]["recall"] == [0.0] * T99
+    assert r["ods"]["f1"] == 0.0 and r["ap"] == 0.0
+    # All-crack: the same (thinned) map at every threshold, so a flat curve.
+    r = evaluate([full[0]], [full[1]], protocol="tolerance")
+    assert_finite_json(r)
+    # The full 240x320 rectangle thins to row 120, columns 119..199: all on the GT line.
+    ys, xs = np.nonzero(thin(np.ones((TH, TW), bool)))
+    assert set(ys.tolist()) == {120} and xs.tolist() == list(range(119, 200))
+    assert r["ods_grid"]["precision"] == 1.0
+    assert r["ods_grid"]["recall"] == pytest.approx(81 / 200)
+    assert len(set(r["curve"]["f1"])) == 1 and r["ap"] == 0.0
+
+    # Mixed dataset: an image with GT but F1 = 0 everywhere (prediction far away)
+    # takes the grid ODS threshold (rule 2), never threshold 0.01.
+    far, gt_far = _canvas()
+    gt_far[10, 10:40] = True
+    far[200, 200:260] = 0.95
+    r = evaluate([prob_line, far], [gt_line, gt_far], protocol="tolerance")
+    assert r["per_image"][1]["f1"] == 0.0
+    assert r["per_image"][1]["threshold"] == r["ods_grid"]["threshold"] != 0.01
+    assert_finite_json(r)
+
+
+def test_bsds_max_f_interpolates():
+    # Two thresholds with (R, P) = (1, 0) and (0, 0.9): F is 0 at both grid points but
+    # positive on the segment between them, sampled at d = linspace(0, 1, 100).
+    t, p, r, f = evaluation._bsds_max_f(
+        np.array([0.1, 0.2]), np.array([0.0, 0.9]), np.array([1.0, 0.0])
+    )
+    d = np.linspace(0, 1, 100)
+    f_all = 2 * (0.9 * d) * (1 - d) / (0.9 * d + 1 - d)
+    best = d[np.argmax(f_all)]
+    assert 0 < best < 1
+    assert f == pytest.approx(f_all.max())
+    assert (t, p, r) == pytest.approx((0.1 + 0.1 * best, 0.9 * best, 1 - best))
+
+
+def test_bsds_average_precision():
+    # Thresholds ascending: R = 1, 0.5, 0.5, 0 with P = 0.5, 0.9, 1, 1. For the repeated
+    # recall 0.5, the last occurrence (P = 1) is used. Ru = 0, .5, 1; Pu = 1, 1, .5.
+    ap = evaluation._bsds_average_precision(
+        np.array([0.5, 0.9, 1.0, 1.0]), np.array([1.0, 0.5, 0.5, 0.0])
+    )
+    # 0:0.01:1 -> 51 points at 1 up to 0.5, then 1 - (r - 0.5) at 0.51 .. 1.00.
+    assert ap == pytest.approx(0.01 * (51 + sum(1 - k / 100 for k in range(1, 51))))
+    # Points outside the recall range reached count 0.
+    ap = evaluation._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
+    assert ap == pytest.approx(0.01 * 26)
+    assert evaluation._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
+
+
+def test_tolerance_result_keys_match_strict():
+    prob, gt = _canvas()
+    gt[120, 50:250] = True
+    prob[120, 50:250] = 0.6
+    a = evaluate([prob], [gt])
+    b = evaluate([prob], [gt], protocol="tolerance")
+    assert set(a) == set(b)
+    assert set(a["ods"]) == set(b["ods"]) and set(a["ois"]) == set(b["ois"])
+    assert len(b["curve"]["thresholds"]) == T99
+    assert b["curve"]["thresholds"][0] == pytest.approx(0.01)
+    assert b["curve"]["thresholds"][-1] == pytest.approx(0.99)
+    assert b["protocol"] == "tolerance" and "prob >= t" in b["protocol_description"]
