@@ -34,7 +34,7 @@ Counts: ``matched_pred`` and ``matched_gt`` are both the size of the matching,
 ``num_pred`` the number of thinned predicted pixels, ``num_gt`` of ground-truth pixels.
 
 ``'tolerance_thin_gt'``: as 'tolerance' but the ground truth is thinned too. For
-region-style ground truth several pixels wide (CrackForest's masks are ~4 px wide)
+region-style ground truth several pixels wide (CrackForest test masks: ~3.2 px)
 a one-pixel prediction can match only about one GT pixel per crack cross-section,
 capping 'tolerance' recall near 1/width; thinning the GT removes that cap.
 
