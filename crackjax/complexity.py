@@ -1,0 +1,182 @@
+"""Model complexity: parameters, MACs/FLOPs and inference speed (paper Tables V-VIII).
+
+  python -m crackjax.complexity --config=configs/crackforest_exp.py
+  python -m crackjax.complexity --config=configs/crackforest_exp.py --hw=512,512 --fps_batch=8
+
+Three operation counts are printed side by side:
+
+* true MACs, counted layer by layer (`unet_macs`): a 3x3 convolution costs
+  H*W*9*C_in*C_out multiply-accumulates, a 2x2 stride-2 transposed convolution
+  H_out*W_out*C_in*C_out (each output pixel receives exactly one input pixel);
+* the paper's convention: its "GFLOPS" column are MACs that charge each 2x2 transposed
+  convolution the full 4 taps per output pixel, i.e. true MACs + 3 x the transposed
+  convolutions' true MACs. That reproduces 127.99 G at 480x320 and 218.44 G at 512x512 for
+  the paper's U-Net (Tables V-VIII print 128.18 G and 218.46 G) and 28.44 G at 304x448 for
+  widths 32...512 (printed 28.44 G);
+* XLA's own cost analysis of the compiled forward pass ('flops', two per MAC plus the
+  element-wise work), as a check that the layer-by-layer count describes the real program.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from crackjax.models import get_model
+
+# Input (H, W) of each dataset at which the paper reports complexity and speed.
+PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
+    'crackforest': (320, 480),
+    'aiglern': (304, 448),
+    'crack360': (512, 512),
+    'bjn260': (320, 480),
+}
+
+
+def unet_macs(widths: Sequence[int], height: int, width: int,
+              in_channels: int = 3) -> dict[str, int]:
+  """Multiply-accumulates of one forward pass of the revised U-Net, by layer type.
+
+  Returns:
+    {'conv': 3x3 and 1x1 convolutions, 'up': 2x2 stride-2 transposed convolutions (true
+    count), 'true': conv + up, 'paper': conv + 4 * up (the paper's convention)}.
+  """
+  conv = up = 0
+  h, w, c = height, width, in_channels
+  for i, features in enumerate(widths):
+    conv += h * w * 9 * (c * features + features * features)
+    c = features
+    if i < len(widths) - 1:
+      h, w = h // 2, w // 2
+  for features in reversed(widths[:-1]):
+    h, w = h * 2, w * 2
+    up += h * w * c * features
+    conv += h * w * 9 * (2 * features * features + features * features)
+    c = features
+  conv += h * w * c  # final 1x1 conv to one logit
+  return {'conv': conv, 'up': up, 'true': conv + up, 'paper': conv + 4 * up}
+
+
+def count_params(params) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def _forward(config: ml_collections.ConfigDict):
+  model = get_model(config.model, widths=tuple(config.widths))
+  return model, jax.jit(lambda p, x: jax.nn.sigmoid(model.apply({'params': p}, x)))
+
+
+def xla_flops(config: ml_collections.ConfigDict, height: int, width: int,
+              batch: int = 1) -> float:
+  """FLOPs of the compiled forward pass according to XLA's cost analysis."""
+  model, fwd = _forward(config)
+  x = jax.ShapeDtypeStruct((batch, height, width, 3), jnp.float32)
+  params = jax.eval_shape(model.init, jax.random.key(0), x)['params']
+  analysis = fwd.lower(params, x).compile().cost_analysis()
+  if isinstance(analysis, list):  # older jax returns one dict per device
+    analysis = analysis[0]
+  return float(analysis['flops'])
+
+
+def measure_fps(config: ml_collections.ConfigDict, height: int, width: int, *, batch: int = 1,
+                repeats: int = 10) -> dict[str, float]:
+  """Images per second of jitted inference (after one warm-up call)."""
+  model, fwd = _forward(config)
+  x = jnp.asarray(np.random.default_rng(0).random((batch, height, width, 3), np.float32))
+  params = jax.jit(model.init)(jax.random.key(0, impl='rbg'), x)['params']
+  t0 = time.perf_counter()
+  fwd(params, x).block_until_ready()
+  compile_s = time.perf_counter() - t0
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    fwd(params, x).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  median = float(np.median(times))
+  return {'batch': batch, 'median_s': median, 'fps': batch / median,
+          'first_call_s': compile_s, 'repeats': repeats}
+
+
+def input_size(config: ml_collections.ConfigDict,
+               override: tuple[int, int] | None = None) -> tuple[int, int]:
+  """(H, W) to measure at: `override`, else config.input_size, else the paper's size."""
+  if override:
+    return override
+  if config.get('input_size'):
+    return tuple(config.input_size)
+  if config.dataset not in PAPER_INPUT_SIZES:
+    raise ValueError(f'No default input size for dataset {config.dataset!r}; pass --hw=H,W.')
+  return PAPER_INPUT_SIZES[config.dataset]
+
+
+def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None, *,
+           fps_batch: int = 8, repeats: int = 10, fps: bool = True) -> dict:
+  """Computes every figure; returns them as a dict (also printed by main)."""
+  h, w = input_size(config, hw)
+  model = get_model(config.model, widths=tuple(config.widths))
+  params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, h, w, 3)))['params']
+  macs = unet_macs(config.widths, h, w)
+  out = {
+      'model': config.model, 'widths': list(config.widths), 'input_hw': [h, w],
+      'params': count_params(params), 'macs': macs,
+      'xla_flops': xla_flops(config, h, w),
+      'backend': jax.default_backend(), 'device': str(jax.devices()[0].device_kind),
+  }
+  if fps:
+    out['fps_batch1'] = measure_fps(config, h, w, batch=1, repeats=repeats)
+    out['fps_batched'] = measure_fps(config, h, w, batch=fps_batch, repeats=repeats)
+  return out
+
+
+def _load_config(spec: str) -> ml_collections.ConfigDict:
+  path, _, arg = spec.partition(':')
+  repo = Path(__file__).resolve().parents[1]
+  if str(repo) not in sys.path:
+    sys.path.insert(0, str(repo))
+  module_spec = importlib.util.spec_from_file_location('crackjax_config', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  import argparse
+
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--config', required=True, help='configs/<name>.py[:arg]')
+  parser.add_argument('--hw', default=None, help='H,W (default: the paper size of the dataset)')
+  parser.add_argument('--fps_batch', type=int, default=8)
+  parser.add_argument('--repeats', type=int, default=10)
+  parser.add_argument('--no_fps', action='store_true', help='skip the speed measurement')
+  args = parser.parse_args(argv)
+  config = _load_config(args.config)
+  hw = tuple(int(v) for v in args.hw.split(',')) if args.hw else None
+  r = report(config, hw, fps_batch=args.fps_batch, repeats=args.repeats, fps=not args.no_fps)
+  m = r['macs']
+  h, w = r['input_hw']
+  print(f"{r['model']} widths {tuple(r['widths'])} at {h}x{w} (HxW), batch 1")
+  print(f"  parameters:                    {r['params'] / 1e6:.2f} M ({r['params']:,})")
+  print(f"  MACs (true, layer by layer):   {m['true'] / 1e9:.2f} G  "
+        f"(convs {m['conv'] / 1e9:.2f} G + transposed convs {m['up'] / 1e9:.2f} G)")
+  print(f"  FLOPs (2 x true MACs):         {2 * m['true'] / 1e9:.2f} G")
+  print(f"  XLA cost analysis, flops:      {r['xla_flops'] / 1e9:.2f} G")
+  print(f"  paper convention ('GFLOPS'):   {m['paper'] / 1e9:.2f} G  "
+        '(MACs, each 2x2 transposed conv charged 4 taps per output pixel)')
+  if 'fps_batch1' in r:
+    for key in ('fps_batch1', 'fps_batched'):
+      f = r[key]
+      print(f"  inference, batch {f['batch']:>2}:          {f['fps']:.2f} images/s "
+            f"(median {f['median_s'] * 1e3:.1f} ms over {f['repeats']}; first call "
+            f"{f['first_call_s']:.1f} s) on {r['backend']} ({r['device']})")
+
+
+if __name__ == '__main__':
+  main()
