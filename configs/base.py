@@ -9,6 +9,11 @@ Fields:
     ~/tensorflow_datasets, or $TFDS_DATA_DIR).
   manual_dir: directory holding the dataset as its publisher ships it (None: download,
     where the builder can). Offline machines point it at ../shared/datasets/<name>.
+  folder: your own images, for dataset 'crack_folder' (docs/datasets.md): images / masks
+    (directories; matched by file name without extension), train_list / test_list (optional
+    text files of names; default a deterministic 80/20 split), mask_threshold (fraction of
+    the full range above which a non-binary mask value is crack), mask_polarity ('bright':
+    white cracks, 'dark' or 'auto'), mask_suffix (mask name = image name + suffix).
   train_split / test_split: split names used for training and evaluation.
   input_size: (H, W) the network sees during training, or None for the stored size. Each
     dimension must be a multiple of 16 (four 2x2 poolings).
@@ -29,8 +34,13 @@ Fields:
   steps_per_epoch / num_epochs: training length; one checkpoint per epoch.
   max_checkpoints_to_keep: how many epoch checkpoints the workdir keeps.
   log_every_steps: how often to write training metrics.
-  eval_batch_size: images per evaluation forward pass.
-  num_thresholds: evaluation thresholds 0, 1/n, ..., (n-1)/n.
+  num_thresholds: thresholds 0, 1/n, ..., (n-1)/n of the strict protocol (the tolerance
+    protocols keep the BSDS benchmark's 99).
+  eval_protocols: matching protocols to report (crackjax/evaluation.py): 'strict'
+    (pixel-to-pixel), 'tolerance' (BSDS benchmark, ground truth as given),
+    'tolerance_thin_gt' (BSDS with thinned ground truth); see docs/evaluation.md.
+  eval_num_qualitative: test images shown in qualitative.png.
+  eval_save_probability_maps: also write every probability map as probs/<name>.png.
 """
 
 import ml_collections
@@ -43,6 +53,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.dataset = 'crackforest'
   c.data_dir = ml_collections.FieldReference(None, field_type=str)
   c.manual_dir = ml_collections.FieldReference(None, field_type=str)
+  c.folder = ml_collections.ConfigDict()
+  c.folder.images = ml_collections.FieldReference(None, field_type=str)
+  c.folder.masks = ml_collections.FieldReference(None, field_type=str)
+  c.folder.train_list = ml_collections.FieldReference(None, field_type=str)
+  c.folder.test_list = ml_collections.FieldReference(None, field_type=str)
+  c.folder.mask_threshold = 0.5
+  c.folder.mask_polarity = 'bright'
+  c.folder.mask_suffix = ''
   c.train_split = 'train'
   c.test_split = 'test'
   c.input_size = ml_collections.FieldReference(None, field_type=tuple)
@@ -76,6 +94,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.max_checkpoints_to_keep = 3
   c.log_every_steps = 10
 
-  c.eval_batch_size = 1
   c.num_thresholds = 100
+  c.eval_protocols = ('strict', 'tolerance', 'tolerance_thin_gt')
+  c.eval_num_qualitative = 4
+  c.eval_save_probability_maps = False
   return c

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import textwrap
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -34,12 +35,22 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders.crackforest import CrackForest
+from tfds_builders.crack_folder import CrackDataError, CrackFolder, ManualFilesMissingError
+from tfds_builders.crackforest import CrackForest, CrackForestDataError
 
 # Explicit registry: config.dataset -> builder class.
 DATASETS: dict[str, type[tfds.core.GeneratorBasedBuilder]] = {
     'crackforest': CrackForest,
+    'crack_folder': CrackFolder,
 }
+
+
+class DatasetError(ValueError):
+  """The dataset cannot be prepared: its files are invalid (the message names the file)."""
+
+
+class DatasetNotFoundError(DatasetError):
+  """The dataset's files are not where the config says (message: what to get, where to put it)."""
 
 # Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
 _READ_THREADS = 4
@@ -50,18 +61,66 @@ def _expand(path: str | None) -> str | None:
   return os.path.expandvars(os.path.expanduser(path)) if path else None
 
 
+def _folder_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Builder kwargs of dataset 'crack_folder' from ``config.folder`` (configs/base.py)."""
+  folder = config.get('folder')
+  if folder is None or not folder.get('images') or not folder.get('masks'):
+    raise DatasetNotFoundError(
+        "Dataset 'crack_folder' needs your folders: pass --config.folder.images=DIR "
+        '--config.folder.masks=DIR (images and masks matched by file name; see docs/datasets.md).')
+  return dict(image_dir=_expand(folder.images), mask_dir=_expand(folder.masks),
+              train_list=_expand(folder.get('train_list')),
+              test_list=_expand(folder.get('test_list')),
+              mask_threshold=folder.get('mask_threshold'),
+              mask_polarity=folder.get('mask_polarity'), mask_suffix=folder.get('mask_suffix'))
+
+
 def get_builder(config: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
   """Constructs (does not prepare) the builder of ``config.dataset`` in ``config.data_dir``.
 
+  Dataset 'crack_folder' also takes its folders from ``config.folder``.
+
   Raises:
     ValueError: if ``config.dataset`` is not a key of `DATASETS`.
+    DatasetNotFoundError: 'crack_folder' without ``config.folder.images`` / ``.masks``.
   """
   try:
     builder_cls = DATASETS[config.dataset]
   except KeyError:
     raise ValueError(
         f'Unknown dataset {config.dataset!r}; known datasets: {sorted(DATASETS)}') from None
-  return builder_cls(data_dir=_expand(config.data_dir))
+  kwargs = _folder_kwargs(config) if builder_cls is CrackFolder else {}
+  return builder_cls(data_dir=_expand(config.data_dir), **kwargs)
+
+
+def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
+  """Raises DatasetNotFoundError if the builder needs a manual download that is not there."""
+  if not getattr(builder, 'MANUAL_DIR_REQUIRED', False):
+    return
+  if not manual_dir:
+    problem = 'config.manual_dir is not set'
+  elif not os.path.isdir(manual_dir):
+    problem = f'config.manual_dir={manual_dir} does not exist'
+  elif not os.listdir(manual_dir):
+    problem = f'config.manual_dir={manual_dir} is empty'
+  else:
+    return
+  instructions = textwrap.dedent(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
+  raise DatasetNotFoundError(
+      f'Dataset {builder.name!r} is not prepared in {builder.data_dir_root} and cannot be '
+      f'downloaded automatically: {problem}.\n{instructions}\nThen pass '
+      f'--config.manual_dir=DIR (it is prepared once into --config.data_dir).')
+
+
+def _dataset_error(e: BaseException) -> DatasetError | None:
+  """The DatasetError to raise for an error of a builder's preparation, if it is one."""
+  while e is not None:
+    if isinstance(e, ManualFilesMissingError):
+      return DatasetNotFoundError(str(e))
+    if isinstance(e, (CrackDataError, CrackForestDataError)):
+      return DatasetError(str(e))
+    e = e.__cause__ or e.__context__
+  return None
 
 
 @contextlib.contextmanager
@@ -77,7 +136,12 @@ def _file_lock(path: epath.Path) -> Iterator[None]:
 
 
 def _prepared_builder(config: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
-  """Returns the builder of ``config``, preparing the dataset first if needed."""
+  """Returns the builder of ``config``, preparing the dataset first if needed.
+
+  Raises:
+    DatasetNotFoundError: the dataset needs files that are absent (message: what and where).
+    DatasetError: a file of the dataset is unusable (the message names it).
+  """
   builder = get_builder(config)
   if builder.is_prepared():
     return builder
@@ -88,8 +152,15 @@ def _prepared_builder(config: ml_collections.ConfigDict) -> tfds.core.GeneratorB
     builder = get_builder(config)
     if not builder.is_prepared():
       manual_dir = _expand(config.manual_dir)
-      builder.download_and_prepare(
-          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      _check_manual_dir(builder, manual_dir)
+      try:
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      except Exception as e:  # A builder's data error: re-raise with its message only.
+        error = _dataset_error(e)
+        if error is None:
+          raise
+        raise error from e
   return get_builder(config)
 
 

@@ -107,3 +107,84 @@ def fake_data_config(tmp_path: Path, **fake_kwargs) -> ml_collections.ConfigDict
   config.batch_size = 2
   config.input_size = None
   return config
+
+
+# ----------------------------------------------------------------------------- image folders
+# Shared by the crack_folder, aiglern, crack360 and bjn260 fixtures: every mask has the crack
+# pattern `folder_crack_mask` (row CRACK_ROW and column FOLDER_CRACK_COL), images are bright
+# noisy pavement with those pixels dark.
+
+FOLDER_CRACK_COL = 3
+
+
+def folder_crack_mask(size: tuple[int, int]) -> np.ndarray:
+  """uint8 HxW, 1 = crack: row CRACK_ROW and column FOLDER_CRACK_COL."""
+  mask = np.zeros(size, np.uint8)
+  mask[CRACK_ROW, :] = 1
+  mask[:, FOLDER_CRACK_COL] = 1
+  return mask
+
+
+def write_image(path: Path, array: np.ndarray, **save_kwargs) -> Path:
+  """Saves a uint8 array (HxW or HxWx3) with PIL; the format follows the extension."""
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  PIL.Image.fromarray(array).save(path, **save_kwargs)
+  return path
+
+
+def fake_pair(size: tuple[int, int], seed: int, *, mask_high: int = 255,
+              dark_cracks: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """(image uint8 HxWx3, mask uint8 HxW) with `folder_crack_mask`'s crack in value mask_high.
+
+  dark_cracks: mask drawn black (0) on white (mask_high) instead.
+  """
+  crack = folder_crack_mask(size).astype(bool)
+  image = np.random.default_rng(seed).integers(150, 230, size=(*size, 3), dtype=np.uint8)
+  image[crack] = 30
+  mask = np.where(crack != dark_cracks, mask_high, 0).astype(np.uint8)
+  return image, mask
+
+
+def make_fake_folder(root: Path, n: int = 10, size: tuple[int, int] = (32, 48), *,
+                     image_ext: str = '.jpg', mask_ext: str = '.png', mask_high: int = 255,
+                     sizes: dict[int, tuple[int, int]] | None = None,
+                     image_exts: dict[int, str] | None = None) -> tuple[Path, Path]:
+  """Writes ``root/images/img_NN<ext>`` and ``root/masks/img_NN<ext>``; returns both dirs.
+
+  Args:
+    root: created if missing.
+    n: number of pairs, named img_00 ... img_{n-1}.
+    size: (H, W) of every pair, unless ``sizes`` gives another one for index i.
+    image_ext / mask_ext: file extensions (any format PIL writes: .png .jpg .bmp .tif).
+    mask_high: value of crack pixels in the masks (255 or 1).
+    sizes: per-index (H, W) overrides.
+    image_exts: per-index image extension overrides.
+  """
+  root = Path(root)
+  images, masks = root / 'images', root / 'masks'
+  for i in range(n):
+    shape = (sizes or {}).get(i, size)
+    image, mask = fake_pair(shape, i, mask_high=mask_high)
+    write_image(images / f'img_{i:02d}{(image_exts or {}).get(i, image_ext)}', image,
+                **({'quality': 95} if image_ext in ('.jpg', '.jpeg') else {}))
+    write_image(masks / f'img_{i:02d}{mask_ext}', mask)
+  return images, masks
+
+
+def fake_folder_config(tmp_path: Path, **folder_kwargs) -> ml_collections.ConfigDict:
+  """configs/base.py pointed at a fake crack_folder under ``tmp_path`` (prepared in tfds/)."""
+  from configs import base
+
+  tmp_path = Path(tmp_path)
+  images, masks = tmp_path / 'folder' / 'images', tmp_path / 'folder' / 'masks'
+  if not images.exists():
+    images, masks = make_fake_folder(tmp_path / 'folder', **folder_kwargs)
+  config = base.get_config()
+  config.dataset = 'crack_folder'
+  config.folder.images = str(images)
+  config.folder.masks = str(masks)
+  config.data_dir = str(tmp_path / 'tfds')
+  config.batch_size = 2
+  config.input_size = None
+  return config

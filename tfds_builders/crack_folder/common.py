@@ -1,0 +1,393 @@
+"""File handling shared by the image-folder builders (crack_folder, aiglern, crack360, bjn260).
+
+Everything here validates loudly: every problem raises `CrackDataError` (or warns with
+`CrackDataWarning`) with the offending file's path in the message; nothing is silently dropped.
+
+* `load_rgb` decodes an image fully (so truncated files fail here, naming the file) and
+  converts it to RGB (grey, palette, RGBA and 16-bit images are accepted).
+* `load_mask` turns a mask file into uint8 HxW with 1 = crack. Accepted without comment:
+  values {0, 1} or {0, max} (max = 255 for 8-bit, 65535 for 16-bit, 1 for 1-bit files).
+  Anything else (e.g. JPEG-compressed masks, anti-aliased strokes) is thresholded at
+  ``value > threshold * max`` (default 0.5, i.e. > 127 for 8-bit) with a warning naming the file.
+  Colour masks whose channels differ are converted to grey first (with a warning).
+* `list_images` lists a directory's images by stem (png, jpg, jpeg, bmp, tif, tiff; any case).
+* `pair_by_stem` matches images and masks by stem; an image without a mask, a mask without an
+  image and duplicate stems are errors.
+* `find_dataset_dirs` locates ``(image_dir, gt_dir)`` of a published dataset under a manual
+  download directory, tolerating the usual folder-name variants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import tensorflow_datasets as tfds
+from etils import epath
+
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
+# Folder names (normalised: lower case, letters and digits only) that hold images / masks.
+IMAGE_DIR_NAMES = frozenset({'image', 'images', 'img', 'imgs', 'im', 'original', 'originals',
+                             'input', 'inputs', 'jpegimages', 'rgb'})
+GT_DIR_NAMES = frozenset({'gt', 'gts', 'groundtruth', 'groundtruths', 'label', 'labels', 'mask',
+                          'masks', 'annotation', 'annotations', 'seg', 'segmentation', 'lab'})
+# Files that are never data and are skipped without a warning.
+_IGNORED_FILES = frozenset({'.ds_store', 'thumbs.db', 'desktop.ini'})
+
+
+class CrackDataError(ValueError):
+  """A dataset directory is incomplete or holds a file that cannot be used."""
+
+
+class ManualFilesMissingError(CrackDataError):
+  """The files a builder needs (a manual download) are not where it looks for them."""
+
+
+class CrackDataWarning(UserWarning):
+  """A file was used after a correction (e.g. a non-binary mask was thresholded)."""
+
+
+def warn(message: str) -> None:
+  warnings.warn(message, CrackDataWarning, stacklevel=2)
+
+
+def features() -> tfds.features.FeaturesDict:
+  """The feature dict of docs/architecture.md's data contract (PNG-encoded, lossless)."""
+  return tfds.features.FeaturesDict({
+      'image': tfds.features.Image(shape=(None, None, 3), dtype=np.uint8, encoding_format='png'),
+      'mask': tfds.features.Image(shape=(None, None, 1), dtype=np.uint8, encoding_format='png'),
+      'name': tfds.features.Text(),
+  })
+
+
+def normalise(name: str) -> str:
+  """'GROUND_TRUTH' -> 'groundtruth', 'CRKWH100-gt' -> 'crkwh100gt'."""
+  return re.sub(r'[^a-z0-9]', '', name.lower())
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_pil(path: epath.PathLike, what: str = 'image') -> PIL.Image.Image:
+  """Opens and fully decodes ``path`` (PIL is lazy: force it so bad files fail here)."""
+  path = epath.Path(path)
+  try:
+    with path.open('rb') as f:
+      image = PIL.Image.open(f)
+      image.load()
+  except Exception as e:  # OSError, SyntaxError, ValueError, DecompressionBombError ...
+    raise CrackDataError(f'Cannot read {what} {path}: {type(e).__name__}: {e}') from e
+  if image.width == 0 or image.height == 0:
+    raise CrackDataError(f'{what.capitalize()} {path} is empty ({image.width}x{image.height}).')
+  return image
+
+
+def _to_8bit(array: np.ndarray) -> np.ndarray:
+  if array.dtype == np.uint8:
+    return array
+  if array.dtype == bool:
+    return array.astype(np.uint8) * 255
+  if np.issubdtype(array.dtype, np.floating):
+    top = 1.0 if array.max(initial=0) <= 1.0 else float(array.max())
+  else:
+    top = 65535.0 if array.max(initial=0) > 255 else 255.0
+  return np.clip(np.round(array.astype(np.float64) * (255.0 / top)), 0, 255).astype(np.uint8)
+
+
+def load_rgb(path: epath.PathLike) -> PIL.Image.Image:
+  """Reads an image of any common format/mode as an 8-bit RGB ``PIL.Image``."""
+  image = read_pil(path, 'image')
+  if image.mode == 'RGB':
+    return image
+  if image.mode in ('I', 'I;16', 'I;16B', 'I;16L', 'F'):  # 16-bit / float grey: scale to 8 bits.
+    grey = _to_8bit(np.asarray(image))
+    return PIL.Image.fromarray(grey, mode='L').convert('RGB')
+  return image.convert('RGB')  # L, 1, P, RGBA, LA, CMYK, YCbCr ...
+
+
+def mask_array(path: epath.PathLike) -> np.ndarray:
+  """The raw 2-D values of a mask file (colour masks reduced to one channel)."""
+  image = read_pil(path, 'mask')
+  if image.mode == 'P':
+    image = image.convert('RGBA' if 'transparency' in image.info else 'RGB')
+  array = np.asarray(image)
+  if array.ndim == 3:
+    array = array[..., :3] if array.shape[2] >= 3 else array[..., :1]
+    if all(np.array_equal(array[..., 0], array[..., c]) for c in range(1, array.shape[2])):
+      array = array[..., 0]
+    else:
+      warn(f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before '
+           'thresholding.')
+      array = np.asarray(PIL.Image.fromarray(np.ascontiguousarray(array)).convert('L'))
+  return array
+
+
+def binarize(array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5,
+             polarity: str = 'bright') -> np.ndarray:
+  """uint8 HxW, 1 = crack, from raw mask values (see the module docstring).
+
+  Args:
+    array: 2-D mask values (bool, uint8, uint16, int32 or float).
+    path: the file, for messages.
+    threshold: fraction of the full range above which a non-binary value is crack.
+    polarity: 'bright' (crack = high values), 'dark' (crack = low values) or 'auto' (crack =
+      the minority: if more than half the pixels would be crack, the mask is inverted).
+  """
+  if polarity not in ('bright', 'dark', 'auto'):
+    raise ValueError(f"polarity must be 'bright', 'dark' or 'auto', got {polarity!r}")
+  if not 0.0 < threshold < 1.0:
+    raise ValueError(f'threshold must be in (0, 1), got {threshold}')
+  array = np.asarray(array)
+  if array.ndim != 2:
+    raise CrackDataError(f'Mask {path} has shape {array.shape}; expected a 2-D (grey) mask.')
+  if array.dtype == bool:
+    crack = array
+  else:
+    if np.issubdtype(array.dtype, np.floating):
+      full = 1.0 if array.max(initial=0) <= 1.0 else 255.0
+    elif array.dtype == np.uint8:
+      full = 255
+    else:
+      full = 65535 if array.max(initial=0) > 255 else 255
+    values = np.unique(array)
+    if set(values.tolist()) <= {0, 1}:
+      crack = array == 1
+    elif set(values.tolist()) <= {0, full}:
+      crack = array == full
+    else:
+      cut = threshold * full
+      crack = array > cut
+      shown = ', '.join(f'{v:g}' for v in values[:6]) + (', ...' if len(values) > 6 else '')
+      warn(f'Mask {path} is not binary ({len(values)} distinct values: {shown}); '
+           f'thresholded: crack = value > {cut:g} ({threshold:g} of {full:g}).')
+  if polarity == 'dark':
+    crack = ~crack
+  elif polarity == 'auto' and crack.mean() > 0.5:
+    crack = ~crack
+  return crack.astype(np.uint8)
+
+
+def load_mask(path: epath.PathLike, *, threshold: float = 0.5,
+              polarity: str = 'bright') -> np.ndarray:
+  """Reads a mask file as uint8 HxW with 1 = crack (see `binarize`)."""
+  return binarize(mask_array(path), path, threshold=threshold, polarity=polarity)
+
+
+def check_same_size(image: PIL.Image.Image, mask: np.ndarray, image_path: epath.PathLike,
+                    mask_path: epath.PathLike) -> None:
+  if mask.shape != (image.height, image.width):
+    raise CrackDataError(
+        f'Mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} (WxH) but its image {image_path} '
+        f'is {image.width}x{image.height}.')
+
+
+def example(image: PIL.Image.Image, mask: np.ndarray, name: str) -> dict[str, Any]:
+  """A record of the data contract. PIL images, so TFDS encodes with PIL, not TensorFlow."""
+  return {'image': image, 'mask': PIL.Image.fromarray(mask, mode='L'), 'name': name}
+
+
+# ----------------------------------------------------------------------------- listing
+
+
+def is_image_file(path: epath.Path) -> bool:
+  return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def list_images(directory: epath.PathLike, what: str = 'image', *,
+                stem_key=lambda stem: stem) -> dict[str, epath.Path]:
+  """Maps ``stem_key(stem)`` -> path for every image file of ``directory`` (not recursive).
+
+  Raises:
+    CrackDataError: if the directory does not exist, holds no image file, or two files
+      share a key (e.g. ``a.png`` and ``a.jpg``). Other files are skipped with a warning.
+  """
+  directory = epath.Path(directory)
+  if not directory.is_dir():
+    raise CrackDataError(f'{what.capitalize()} directory {directory} does not exist.')
+  found: dict[str, epath.Path] = {}
+  skipped = []
+  for path in sorted(directory.iterdir()):
+    if path.name.startswith('.') or path.name.lower() in _IGNORED_FILES or path.is_dir():
+      continue
+    if not is_image_file(path):
+      skipped.append(path.name)
+      continue
+    key = stem_key(path.stem)
+    if key in found:
+      raise CrackDataError(f'Two {what} files for one name {key!r}: {found[key]} and {path}.')
+    found[key] = path
+  if skipped:
+    warn(f'Skipped {len(skipped)} file(s) in {directory} that are not images '
+         f'({"/".join(IMAGE_EXTENSIONS)}): {", ".join(skipped[:10])}'
+         + (' ...' if len(skipped) > 10 else ''))
+  if not found:
+    raise CrackDataError(
+        f'{what.capitalize()} directory {directory} holds no image files '
+        f'({", ".join(IMAGE_EXTENSIONS)}).')
+  return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  name: str
+  image_path: epath.Path
+  mask_path: epath.Path
+
+
+def pair_by_stem(images: Mapping[str, epath.Path], masks: Mapping[str, epath.Path], *,
+                 image_dir: epath.PathLike, mask_dir: epath.PathLike) -> list[Pair]:
+  """Pairs images and masks with equal keys, sorted by key; any unmatched file is an error."""
+  no_mask = sorted(set(images) - set(masks))
+  if no_mask:
+    names = ', '.join(str(images[k]) for k in no_mask[:5]) + (' ...' if len(no_mask) > 5 else '')
+    raise CrackDataError(
+        f'{len(no_mask)} image(s) have no mask in {mask_dir} (matched by file name without '
+        f'extension): {names}')
+  no_image = sorted(set(masks) - set(images))
+  if no_image:
+    names = ', '.join(str(masks[k]) for k in no_image[:5]) + (' ...' if len(no_image) > 5 else '')
+    raise CrackDataError(
+        f'{len(no_image)} mask(s) have no image in {image_dir}: {names}')
+  return [Pair(k, images[k], masks[k]) for k in sorted(images)]
+
+
+def load_pair(pair: Pair, *, threshold: float = 0.5, polarity: str = 'bright'
+              ) -> tuple[PIL.Image.Image, np.ndarray]:
+  image = load_rgb(pair.image_path)
+  mask = load_mask(pair.mask_path, threshold=threshold, polarity=polarity)
+  check_same_size(image, mask, pair.image_path, pair.mask_path)
+  return image, mask
+
+
+def random_split(names: Sequence[str], n_train: int, seed: int = 0) -> tuple[list[str], list[str]]:
+  """Sorts ``names``, permutes them with ``default_rng(seed)``: first n_train train, rest test."""
+  ordered = sorted(names)
+  order = np.random.default_rng(seed).permutation(len(ordered))
+  return (sorted(ordered[i] for i in order[:n_train]),
+          sorted(ordered[i] for i in order[n_train:]))
+
+
+# ----------------------------------------------------------------------------- locating
+
+
+def _walk_dirs(root: epath.Path, max_depth: int) -> Iterable[epath.Path]:
+  yield root
+  if max_depth == 0:
+    return
+  try:
+    children = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith('.'))
+  except OSError:
+    return
+  for child in children:
+    yield from _walk_dirs(child, max_depth - 1)
+
+
+def _has_images(directory: epath.Path) -> bool:
+  return any(is_image_file(p) for p in directory.iterdir() if not p.is_dir())
+
+
+def find_dataset_dirs(root: epath.PathLike, key: str, *, layout: str,
+                      max_depth: int = 4) -> tuple[epath.Path, epath.Path]:
+  """Finds ``(image_dir, gt_dir)`` of the dataset ``key`` (normalised name) under ``root``.
+
+  Accepted, with any case and separators in folder names (``CRKWH100``, ``crkwh100``):
+
+  * ``<key>/{image,images,img,...}/`` + ``<key>/{gt,groundTruth,label,mask,...}/``;
+  * ``<key>/`` holding the images + ``<key>/gt/`` or a sibling ``<key>_gt/`` (``<key>GT``...);
+  * ``{IMAGES,...}/<key>/`` + ``{GROUND_TRUTH,gt,...}/<key>/`` (the CrackDataset layout);
+  * ``root`` itself holding an image folder and a ground-truth folder.
+
+  Raises:
+    ManualFilesMissingError: none or several candidates; the message shows ``layout``.
+  """
+  root = epath.Path(root)
+  if not root.is_dir():
+    raise ManualFilesMissingError(f'{root} does not exist. Expected layout:\n{layout}')
+  candidates: list[tuple[epath.Path, epath.Path]] = []
+  under_image, under_gt = [], []
+  gt_names = GT_DIR_NAMES | {key + g for g in GT_DIR_NAMES}
+  image_names = IMAGE_DIR_NAMES | {key + i for i in IMAGE_DIR_NAMES}
+
+  def subdirs(d: epath.Path) -> dict[str, list[epath.Path]]:
+    out: dict[str, list[epath.Path]] = {}
+    for s in d.iterdir():
+      if s.is_dir():
+        out.setdefault(normalise(s.name), []).append(s)
+    return out
+
+  def image_and_gt(d: epath.Path) -> tuple[epath.Path, epath.Path] | None:
+    subs = subdirs(d)
+    imgs = [p for n, ps in subs.items() if n in image_names for p in ps]
+    gts = [p for n, ps in subs.items() if n in gt_names for p in ps]
+    if len(gts) == 1 and len(imgs) == 1:
+      return imgs[0], gts[0]
+    if len(gts) == 1 and not imgs and _has_images(d):
+      return d, gts[0]
+    return None
+
+  for d in _walk_dirs(root, max_depth):
+    name = normalise(d.name)
+    if name == key:
+      found = image_and_gt(d)
+      if found is None and _has_images(d):
+        siblings = [s for s in d.parent.iterdir()
+                    if s.is_dir() and normalise(s.name) in {key + g for g in GT_DIR_NAMES}]
+        if len(siblings) == 1:
+          found = (d, siblings[0])
+      if found:
+        candidates.append(found)
+      elif d != root:
+        parent = normalise(d.parent.name)
+        if parent in IMAGE_DIR_NAMES:
+          under_image.append(d)
+        elif parent in GT_DIR_NAMES:
+          under_gt.append(d)
+  if len(under_image) == 1 and len(under_gt) == 1:
+    candidates.append((under_image[0], under_gt[0]))
+  if not candidates and normalise(root.name) != key:
+    found = image_and_gt(root)
+    if found:
+      candidates.append(found)
+  candidates = list(dict.fromkeys(candidates))
+  if len(candidates) == 1:
+    return candidates[0]
+  if not candidates:
+    raise ManualFilesMissingError(
+        f'Could not find the images and ground truth of {key!r} under {root}. '
+        f'Expected layout:\n{layout}')
+  listing = '\n'.join(f'  images {i}  ground truth {g}' for i, g in candidates)
+  raise ManualFilesMissingError(
+      f'Several copies of {key!r} under {root}; point the manual dir at one of them:\n{listing}')
+
+
+def manual_dir_or_raise(dl_manager: tfds.download.DownloadManager, instructions: str
+                        ) -> epath.Path:
+  """``dl_manager.manual_dir``, turning TFDS' AssertionError into ManualFilesMissingError."""
+  try:
+    return dl_manager.manual_dir
+  except AssertionError as e:
+    raise ManualFilesMissingError(
+        f'The manual download directory is missing or empty ({e.args[0].splitlines()[0]}).\n'
+        f'{instructions}') from None
+
+
+def fingerprint_files(paths: Iterable[epath.PathLike]) -> list[tuple[str, int, int]]:
+  """(name, size, mtime_ns) of every file in ``paths`` (directories listed one level)."""
+  out = []
+  for p in paths:
+    p = os.fspath(p)
+    if os.path.isdir(p):
+      for entry in sorted(os.scandir(p), key=lambda e: e.name):
+        if entry.is_file():
+          st = entry.stat()
+          out.append((os.path.join(p, entry.name), st.st_size, st.st_mtime_ns))
+    elif os.path.isfile(p):
+      st = os.stat(p)
+      out.append((p, st.st_size, st.st_mtime_ns))
+  return out
