@@ -35,12 +35,18 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
+from tfds_builders.aiglern import AigleRN
+from tfds_builders.bjn260 import BJN260
+from tfds_builders.crack360 import Crack360
 from tfds_builders.crack_folder import CrackDataError, CrackFolder, ManualFilesMissingError
 from tfds_builders.crackforest import CrackForest, CrackForestDataError
 
 # Explicit registry: config.dataset -> builder class.
 DATASETS: dict[str, type[tfds.core.GeneratorBasedBuilder]] = {
     'crackforest': CrackForest,
+    'aiglern': AigleRN,
+    'crack360': Crack360,
+    'bjn260': BJN260,
     'crack_folder': CrackFolder,
 }
 
@@ -107,9 +113,10 @@ def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str 
     return
   instructions = textwrap.dedent(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
   raise DatasetNotFoundError(
-      f'Dataset {builder.name!r} is not prepared in {builder.data_dir_root} and cannot be '
-      f'downloaded automatically: {problem}.\n{instructions}\nThen pass '
-      f'--config.manual_dir=DIR (it is prepared once into --config.data_dir).')
+      f'Dataset {builder.name!r} needs files you download yourself, and {problem}.\n'
+      f'{instructions}\n'
+      f'It is prepared once into {builder.data_dir_root}; later runs with the same '
+      '--config.data_dir need no manual_dir.')
 
 
 def _dataset_error(e: BaseException) -> DatasetError | None:

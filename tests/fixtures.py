@@ -188,3 +188,80 @@ def fake_folder_config(tmp_path: Path, **folder_kwargs) -> ml_collections.Config
   config.batch_size = 2
   config.input_size = None
   return config
+
+
+def make_fake_aiglern(root: Path, n: int = 8, *, dark_cracks: bool = True) -> Path:
+  """A fake CrackDataset archive: ``root/DATASET/{IMAGES,GROUND_TRUTH}/AIGLE_RN/``.
+
+  Ids ``F00A``, ``F01A``, ...; even ids named ``Im_<id>or.png``, odd ones ``Im_<id>.png`` (both
+  variants of the real copies); ground truth ``GT_AIGLE_RN_<id>.png``. Grey images, sizes
+  alternating (H, W) = (46, 31) and (46, 99) (the real 462x311 / 462x991 scaled by 1/10).
+  dark_cracks: ground truth black cracks on white (else white on black). An ``ESAR`` sibling
+  dataset with one image must be ignored. Returns ``root``.
+  """
+  root = Path(root)
+  images = root / 'DATASET' / 'IMAGES' / 'AIGLE_RN'
+  gts = root / 'DATASET' / 'GROUND_TRUTH' / 'AIGLE_RN'
+  for i in range(n):
+    size = (46, 31) if i % 2 == 0 else (46, 99)
+    image, mask = fake_pair(size, i, dark_cracks=dark_cracks)
+    name = f'Im_F{i:02d}Aor.png' if i % 2 == 0 else f'Im_F{i:02d}A.png'
+    write_image(images / name, image[..., 0])
+    write_image(gts / f'GT_AIGLE_RN_F{i:02d}A.png', mask)
+  write_image(root / 'DATASET' / 'IMAGES' / 'ESAR' / 'Im_E01or.png', fake_pair((46, 31), 0)[0])
+  return root
+
+
+CRACKTREE_SIZE = (60, 80)  # (H, W): the real 600x800 scaled by 1/10.
+CRKWH_SIZE = (32, 32)
+
+
+def make_fake_crack360(root: Path, n_train: int = 5, n_test: int = 3, *,
+                       variant: str = 'subdirs') -> Path:
+  """A fake Crack360 download under ``root``; returns ``root``.
+
+  variant 'subdirs': ``CrackTree260/image/*.jpg`` + ``CrackTree260/gt/*.bmp`` and
+  ``CRKWH100/image/*.png`` + ``CRKWH100/gt/*.bmp``. variant 'siblings' (as the separate
+  archives extract, one level down in ``DeepCrack/``): ``CrackTree260/*.jpg`` +
+  ``CrackTree260_gt/<name>_gt.png``, ``crkwh100/*.PNG`` + ``CRKWH100-GT/*.bmp``.
+  Train images are CRACKTREE_SIZE, test images CRKWH_SIZE; names ``6xxx`` / ``1xxx``.
+  """
+  root = Path(root)
+  if variant == 'subdirs':
+    dirs = {'train': (root / 'CrackTree260' / 'image', root / 'CrackTree260' / 'gt', '.jpg', ''),
+            'test': (root / 'CRKWH100' / 'image', root / 'CRKWH100' / 'gt', '.png', '')}
+  elif variant == 'siblings':
+    base = root / 'DeepCrack'
+    dirs = {'train': (base / 'CrackTree260', base / 'CrackTree260_gt', '.jpg', '_gt'),
+            'test': (base / 'crkwh100', base / 'CRKWH100-GT', '.PNG', '')}
+  else:
+    raise ValueError(variant)
+  for split, n, size, first in (('train', n_train, CRACKTREE_SIZE, 6000),
+                                ('test', n_test, CRKWH_SIZE, 1000)):
+    image_dir, gt_dir, ext, suffix = dirs[split]
+    for i in range(n):
+      image, mask = fake_pair(size, first + i)
+      write_image(image_dir / f'{first + i}{ext}', image,
+                  **({'quality': 95} if ext == '.jpg' else {'format': 'PNG'}))
+      gt_ext = '.png' if suffix else '.bmp'
+      write_image(gt_dir / f'{first + i}{suffix}{gt_ext}', mask)
+  return root
+
+
+BJN_SIZE = (480, 840)  # (H, W) of the fake originals (the real ones are 2240 x 3968).
+
+
+def make_fake_bjn260(root: Path, n: int = 6, size: tuple[int, int] = BJN_SIZE) -> Path:
+  """A fake ``CarNet_databases-main/datasets/BJN260/{img,gt}/IMG_<date>_<time>.png``.
+
+  Masks are 0/255 with one-pixel-wide cracks (row CRACK_ROW, column FOLDER_CRACK_COL), so a
+  test can check they survive the downscale to 480x320. Returns ``root``.
+  """
+  root = Path(root)
+  base = root / 'CarNet_databases-main' / 'datasets' / 'BJN260'
+  for i in range(n):
+    image, mask = fake_pair(size, i)
+    name = f'IMG_201805{i + 1:02d}_2130{i:02d}.png'
+    write_image(base / 'img' / name, image)
+    write_image(base / 'gt' / name, mask)
+  return root

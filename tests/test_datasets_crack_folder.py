@@ -13,8 +13,13 @@ import pytest
 
 from crackjax import input_pipeline
 from tests import fixtures
-from tfds_builders.crack_folder import (CrackDataError, CrackDataWarning, CrackFolder,
-                                        ManualFilesMissingError, crack_folder_dataset_builder)
+from tfds_builders.crack_folder import (
+  CrackDataError,
+  CrackDataWarning,
+  CrackFolder,
+  ManualFilesMissingError,
+  crack_folder_dataset_builder,
+)
 
 SIZE = (32, 48)
 

@@ -1,0 +1,27 @@
+"""Crack360, wce_exp (beta = 1, 10 epochs): train CrackTree260, test CRKWH100 (§IV-C).
+
+Needs CrackTree260 and CRKWH100 (tfds_builders/crack360/README.md):
+  python launch.py --config=configs/crack360_exp.py --workdir=workdirs/crack360_exp \\
+      --config.manual_dir=DIR
+
+Training images (800x600) are randomly cropped to 512x512; testing uses the whole 512x512
+CRKWH100 images. `:cpu` shrinks it for a 2-core CPU.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+  c = base.get_config()
+  c.dataset = 'crack360'
+  c.input_size = (512, 512)
+  c.loss.weighting = 'exp'
+  c.loss.beta = 1.0
+  c.loss.gamma = 1.0
+  c.num_epochs = 10
+  if arg == 'cpu':
+    c.widths = (16, 32, 64, 128, 256)
+    c.num_epochs = 2
+  elif arg:
+    raise ValueError(f"Unknown config argument {arg!r}; the only one is 'cpu'.")
+  return c

@@ -1,0 +1,5 @@
+"""AigleRN TFDS builder (registered as 'aiglern'); see aiglern_dataset_builder."""
+
+from tfds_builders.aiglern.aiglern_dataset_builder import AigleRN
+
+__all__ = ['AigleRN']

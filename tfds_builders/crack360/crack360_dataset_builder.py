@@ -1,0 +1,94 @@
+"""TFDS builder for Crack360 = CrackTree260 (train) + CRKWH100 (test), as array_record.
+
+Both sets were published with DeepCrack (Zou et al., IEEE TIP 2019); manual download only.
+Layout read, under the manual dir (at any depth up to 4; folder names case- and
+separator-insensitive, image extensions .jpg/.png/.bmp/.tif in any case)::
+
+    CrackTree260/{image,images,img,...}/<name>.jpg
+    CrackTree260/{gt,groundTruth,label,mask,...}/<name>.bmp
+    CRKWH100/{image,...}/<name>.png
+    CRKWH100/{gt,...}/<name>.bmp
+
+or, as the separate image and ground-truth archives extract::
+
+    CrackTree260/<name>.jpg   + CrackTree260_gt/<name>.bmp     (also CrackTree260GT, ..._label)
+    CRKWH100/<name>.png       + CRKWH100_gt/<name>.bmp
+
+Images and ground truth are matched by file name without extension (a ``_gt``/``_mask``/
+``_label`` suffix on the ground-truth name is ignored). CrackTree260: 260 images 800x600;
+CRKWH100: 100 images 512x512. Masks: white (or 1) = crack; non-binary masks are thresholded
+at half the range with a warning naming the file. Split: train = every CrackTree260 image,
+test = every CRKWH100 image (the paper's §IV-C; training uses random 512x512 crops, set in
+configs/crack360_exp.py, not here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import tensorflow_datasets as tfds
+
+from tfds_builders.crack_folder import common
+
+HOMEPAGE = 'https://github.com/qinnzou/DeepCrack'
+LAYOUT = """\
+    <manual_dir>/CrackTree260/image/<name>.jpg  and  <manual_dir>/CrackTree260/gt/<name>.bmp
+    <manual_dir>/CRKWH100/image/<name>.png      and  <manual_dir>/CRKWH100/gt/<name>.bmp
+    (or CrackTree260/<name>.jpg + CrackTree260_gt/<name>.bmp, likewise CRKWH100 + CRKWH100_gt)"""
+SOURCES = {'train': 'cracktree260', 'test': 'crkwh100'}
+_CITATION = """\
+@article{zou2019deepcrack,
+  title={DeepCrack: Learning Hierarchical Convolutional Features for Crack Detection},
+  author={Zou, Qin and Zhang, Zheng and Li, Qingquan and Qi, Xianbiao and Wang, Qian and
+          Wang, Song},
+  journal={IEEE Transactions on Image Processing}, volume={28}, number={3},
+  pages={1498--1512}, year={2019}
+}"""
+
+
+def gt_key(stem: str) -> str:
+  """'6192_gt' -> '6192'; other names unchanged."""
+  return re.sub(r'[_\-. ]?(gt|mask|label|lab)$', '', stem, flags=re.IGNORECASE) or stem
+
+
+class Crack360(tfds.core.GeneratorBasedBuilder):
+  """Crack360: train = CrackTree260 (260 images 800x600), test = CRKWH100 (100, 512x512)."""
+
+  name = 'crack360'
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  MANUAL_DIR_REQUIRED = True
+  MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
+  Crack360 is not downloaded automatically. Download CrackTree260 and CRKWH100 with their
+  ground truth (links in the DeepCrack repository, {HOMEPAGE}), extract them into a folder DIR:
+{LAYOUT}
+  and run with --config.manual_dir=DIR (launch.py; a builder: DownloadConfig(manual_dir=DIR)).
+  See tfds_builders/crack360/README.md.
+  """
+
+  def __init__(self, *, file_format: str | None = None, **kwargs: Any):
+    super().__init__(file_format=file_format or 'array_record', **kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self, description=__doc__, features=common.features(),
+        supervised_keys=('image', 'mask'), homepage=HOMEPAGE, citation=_CITATION,
+        disable_shuffling=True)
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    root = common.manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)
+    generators = {}
+    for split, key in SOURCES.items():
+      image_dir, gt_dir = common.find_dataset_dirs(root, key, layout=LAYOUT)
+      images = common.list_images(image_dir, f'{key} image')
+      masks = common.list_images(gt_dir, f'{key} ground-truth', stem_key=gt_key)
+      pairs = common.pair_by_stem(images, masks, image_dir=image_dir, mask_dir=gt_dir)
+      generators[split] = self._generate_examples(pairs)
+    return generators
+
+  def _generate_examples(self, pairs: list[common.Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for pair in pairs:
+      image, mask = common.load_pair(pair)
+      yield pair.name, common.example(image, mask, pair.name)
