@@ -171,6 +171,15 @@ def _prepared_builder(config: ml_collections.ConfigDict) -> tfds.core.GeneratorB
   return get_builder(config)
 
 
+def prepare_dataset(config: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+  """Prepares ``config.dataset`` if needed and returns its builder; cheap once prepared.
+
+  Call it first (launch.py does) so that absent or invalid files stop a run at once with
+  `DatasetNotFoundError` / `DatasetError`, before any model is built.
+  """
+  return _prepared_builder(config)
+
+
 def get_data_source(config: ml_collections.ConfigDict, split: str) -> Sequence[dict[str, Any]]:
   """Random-access source of ``split`` (preparing the dataset first if needed).
 
