@@ -207,3 +207,27 @@ def test_launch_reports_missing_manual_files(tmp_path):
       capture_output=True, text=True, timeout=120, cwd=REPO)
   assert proc.returncode != 0
   assert 'CrackTree260' in proc.stderr and 'config.manual_dir is not set' in proc.stderr
+
+
+def test_prepare_dataset_fails_fast(tmp_path):
+  config = importlib.import_module('configs.aiglern_exp').get_config()
+  config.data_dir = str(tmp_path / 'tfds')
+  with pytest.raises(input_pipeline.DatasetNotFoundError, match='CrackDataset'):
+    input_pipeline.prepare_dataset(config)
+  raw = fixtures.make_fake_aiglern(tmp_path / 'raw', n=4)
+  config.manual_dir = str(raw)
+  assert input_pipeline.prepare_dataset(config).is_prepared()
+  config.manual_dir = None  # Prepared: no manual dir needed any more.
+  assert len(input_pipeline.get_data_source(config, 'test')) == 2
+
+
+def test_aiglern_crack_free_crops_give_finite_loss():
+  # §IV-B footnote: a 448x304 crop may hold no crack pixel; the loss must stay finite.
+  import jax.numpy as jnp
+
+  from crackjax import losses, train
+  config = importlib.import_module('configs.aiglern_exp').get_config()
+  labels = jnp.zeros((2, 448, 304, 1))
+  logits = jnp.zeros_like(labels)
+  loss = losses.holistic_loss(logits, labels, **train.loss_kwargs(config))
+  assert np.isfinite(float(loss))

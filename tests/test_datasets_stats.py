@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -44,3 +46,19 @@ def test_cli_crack_folder_and_missing_data(tmp_path, capsys):
   rc = data_stats.main(['--dataset=aiglern', f'--data_dir={tmp_path / "tfds"}'])
   assert rc == 1
   assert 'manual_dir is not set' in capsys.readouterr().err
+
+
+REAL = Path('/work/shared/datasets/crackforest')
+
+
+@pytest.mark.skipif(not (REAL / 'groundTruth').is_dir(), reason='real CrackForest not here')
+def test_real_crackforest_figures_in_docs(tmp_path, capsys):
+  # The figures docs/datasets.md quotes.
+  rc = data_stats.main(['--dataset=crackforest', f'--data_dir={tmp_path / "tfds"}',
+                        f'--manual_dir={REAL}'])
+  out = capsys.readouterr().out
+  assert rc == 0
+  assert 'crack pixels 1.73% of the split (191004 / 11059200)' in out
+  assert 'densest image 097: 6.33%' in out and 'densest image 101: 5.77%' in out
+  docs = (Path(__file__).resolve().parents[1] / 'docs' / 'datasets.md').read_text()
+  assert out[out.index('crackforest/train:'):].strip() in docs
