@@ -33,7 +33,7 @@ from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax import evaluation, input_pipeline, losses
+from crackjax import eval_report, evaluation, input_pipeline, losses
 from crackjax.metrics_log import MetricWriter
 from crackjax.models import get_model
 
@@ -356,8 +356,11 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str | Path, 
                         split: str | None = None) -> dict[str, Any]:
   """Evaluates the latest checkpoint (or `state`) on the test split.
 
-  Writes `<workdir>/eval.json` with precision, recall and F1 at ODS and OIS under the
-  strict (pixel-to-pixel) protocol, named in the file.
+  Under every protocol of `config.eval_protocols` (see crackjax/evaluation.py) it writes,
+  in `workdir`: `eval.json` (ODS/OIS/AP per protocol, each named, and per-image results),
+  `eval_per_image.csv`, `pr_curve.png`, `qualitative.png` (the first
+  `config.eval_num_qualitative` test images), `threshold.json` (the strict ODS threshold
+  for later prediction) and, if `config.eval_save_probability_maps`, `probs/<name>.png`.
 
   Returns:
     The evaluation dictionary (also written to eval.json).
@@ -378,35 +381,65 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str | Path, 
   probs = list(tqdm.tqdm(predict_probabilities(params, config, images), total=len(examples),
                          desc=f'eval {split}', unit='img', disable=jax.process_index() != 0))
   gts = [ex['mask'][..., 0] for ex in examples]
-  result = evaluation.evaluate(probs, gts, protocol='strict',
-                               num_thresholds=config.num_thresholds)
+  names = [ex['name'] for ex in examples]
+  results = {}
+  for protocol in config.eval_protocols:
+    # The strict grid follows config.num_thresholds; BSDS-style protocols keep their own 99.
+    n = config.num_thresholds if protocol == 'strict' else None
+    results[protocol] = evaluation.evaluate(probs, gts, protocol=protocol, num_thresholds=n)
   summary = {
       'step': step,
       'dataset': config.dataset,
       'split': split,
       'num_images': len(examples),
-      'protocol': result['protocol'],
-      'protocol_description': result['protocol_description'],
-      'ods': result['ods'],
-      'ois': result['ois'],
-      'ois_mean_f1': result['ois_mean_f1'],
-      'ap': result['ap'],
-      'per_image': [dict(name=ex['name'], **row)
-                    for ex, row in zip(examples, result['per_image'], strict=True)],
+      'protocols': list(results),
+      'results': {
+          protocol: {
+              **{k: r[k] for k in ('protocol', 'protocol_description', 'num_thresholds', 'ods',
+                                   'ois', 'ois_mean_f1', 'ap')},
+              'per_image': [dict(name=name, **row)
+                            for name, row in zip(names, r['per_image'], strict=True)],
+          } for protocol, r in results.items()
+      },
   }
   if jax.process_index() == 0:
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / 'eval.json').write_text(json.dumps(summary, indent=2))
-    writer = MetricWriter(workdir)
-    writer.write_scalars(step, {
-        'ods_f1': result['ods']['f1'], 'ods_precision': result['ods']['precision'],
-        'ods_recall': result['ods']['recall'], 'ois_f1': result['ois']['f1'],
-        'ap': result['ap']}, kind=f'eval_{split}_strict')
-    writer.close()
-    logging.info('Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.2f), OIS F1 %.4f, AP %.4f',
-                 result['protocol'], step, result['ods']['f1'], result['ods']['threshold'],
-                 result['ois']['f1'], result['ap'])
+    _write_eval_outputs(config, workdir, summary, results, examples, probs, gts, names)
   return summary
+
+
+def _write_eval_outputs(config, workdir: Path, summary, results, examples, probs, gts,
+                        names) -> None:
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / 'eval.json').write_text(json.dumps(summary, indent=2))
+  step, split = summary['step'], summary['split']
+  if 'strict' in results:
+    threshold = results['strict']['ods']['threshold']
+    (workdir / 'threshold.json').write_text(json.dumps({
+        'threshold': threshold, 'rule': 'crack where probability > threshold',
+        'chosen_by': 'ODS F1 on the test split, strict protocol', 'split': split,
+        'step': step}, indent=2))
+  else:
+    threshold = 0.5
+  eval_report.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  title = f'{config.dataset} {split}, step {step}'
+  eval_report.plot_pr_curves(workdir / 'pr_curve.png', results, title)
+  k = min(config.eval_num_qualitative, len(examples))
+  if k:
+    eval_report.plot_qualitative(
+        workdir / 'qualitative.png', [ex['image'] for ex in examples[:k]], gts[:k], probs[:k],
+        names[:k], threshold, f'{title}; prediction at the strict ODS threshold')
+  if config.eval_save_probability_maps:
+    eval_report.save_probability_maps(workdir / 'probs', probs, names)
+  writer = MetricWriter(workdir)
+  for protocol, r in results.items():
+    writer.write_scalars(step, {
+        'ods_f1': r['ods']['f1'], 'ods_precision': r['ods']['precision'],
+        'ods_recall': r['ods']['recall'], 'ois_f1': r['ois']['f1'], 'ap': r['ap']},
+        kind=f'eval_{split}_{protocol}')
+    logging.info('Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.2f, P %.4f, R %.4f), '
+                 'OIS F1 %.4f, AP %.4f', protocol, step, r['ods']['f1'], r['ods']['threshold'],
+                 r['ods']['precision'], r['ods']['recall'], r['ois']['f1'], r['ap'])
+  writer.close()
 
 
 MODES = ('train', 'eval', 'train_and_eval')

@@ -59,18 +59,30 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   assert list((workdir / 'tensorboard').glob('events.out.tfevents.*'))
 
   result = json.loads((workdir / 'eval.json').read_text())
-  assert result['protocol'] == 'strict' and 'pixel' in result['protocol_description']
   assert result['step'] == 6 and result['num_images'] == 4  # 40% of 10
-  for key in ('precision', 'recall', 'f1', 'threshold'):
-    assert 0.0 <= result['ods'][key] <= 1.0
-  assert {row['name'] for row in result['per_image']} == {
+  assert result['protocols'] == ['strict', 'tolerance', 'tolerance_thin_gt']
+  strict = result['results']['strict']
+  assert strict['protocol'] == 'strict' and 'pixel' in strict['protocol_description']
+  for res in result['results'].values():
+    for key in ('precision', 'recall', 'f1', 'threshold'):
+      assert 0.0 <= res['ods'][key] <= 1.0
+  assert {row['name'] for row in strict['per_image']} == {
       ex['name'] for ex in input_pipeline.eval_examples(config)}
+  threshold = json.loads((workdir / 'threshold.json').read_text())
+  assert threshold['threshold'] == strict['ods']['threshold']
+  csv_lines = (workdir / 'eval_per_image.csv').read_text().splitlines()
+  assert len(csv_lines) == 1 + 4 and csv_lines[0].startswith('name,strict_threshold')
+  for png in ('pr_curve.png', 'qualitative.png'):
+    assert (workdir / png).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert not (workdir / 'probs').exists()  # probability maps only on request
 
   # --mode=eval restores the checkpoint and reproduces the numbers.
   (workdir / 'eval.json').unlink()
+  config.eval_save_probability_maps = True
   train.run(config, workdir, 'eval')
   again = json.loads((workdir / 'eval.json').read_text())
-  assert again['ods'] == result['ods'] and again['ois'] == result['ois']
+  assert again['results'] == result['results']
+  assert len(list((workdir / 'probs').glob('*.png'))) == 4
 
 
 def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
