@@ -24,7 +24,7 @@ import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from crackjax import train  # noqa: E402
+from crackjax import input_pipeline, train  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'Path to a config file (configs/*.py[:arg]).',
@@ -60,6 +60,12 @@ def main(argv):
   logging.info('JAX %s: process %d of %d, %d local / %d global devices (%s)', jax.__version__,
                jax.process_index(), jax.process_count(), jax.local_device_count(),
                jax.device_count(), jax.default_backend())
+  try:
+    # Absent or invalid data stops the run here, with a message that says what to fetch or
+    # fix, before a model is compiled or anything is written to the workdir.
+    input_pipeline.prepare_dataset(FLAGS.config)
+  except input_pipeline.DatasetError as e:
+    sys.exit(f'launch.py: {e}')
   train.run(FLAGS.config, FLAGS.workdir, FLAGS.mode)
 
 

@@ -207,6 +207,8 @@ def test_launch_reports_missing_manual_files(tmp_path):
       capture_output=True, text=True, timeout=120, cwd=REPO)
   assert proc.returncode != 0
   assert 'CrackTree260' in proc.stderr and 'config.manual_dir is not set' in proc.stderr
+  assert 'Traceback' not in proc.stderr  # a message, not a crash
+  assert not (tmp_path / 'w').exists()  # stopped before writing anything
 
 
 def test_prepare_dataset_fails_fast(tmp_path):
