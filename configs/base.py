@@ -99,3 +99,28 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_num_qualitative = 4
   c.eval_save_probability_maps = False
   return c
+
+
+# Config arguments (`--config=configs/<name>.py:<arg>`) that shrink a paper configuration for
+# smaller machines; everything not listed keeps the paper's value.
+VARIANTS: dict[str, dict] = {
+    # A 2-core CPU: widths 16...256 (1.94M parameters), two epochs.
+    'cpu': {'widths': (16, 32, 64, 128, 256), 'num_epochs': 2},
+    # Seconds: a tiny U-Net, six steps. Tests use it end to end.
+    'smoke': {'widths': (4, 8, 16, 32, 64), 'batch_size': 2, 'steps_per_epoch': 3,
+              'num_epochs': 2, 'log_every_steps': 1, 'max_checkpoints_to_keep': 2},
+}
+
+
+def apply_variant(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+  """Applies the config argument `arg` (None or '': the paper setting) to `c` in place.
+
+  Raises:
+    ValueError: for an argument that is not a key of VARIANTS.
+  """
+  if not arg:
+    return c
+  if arg not in VARIANTS:
+    raise ValueError(f'Unknown config argument {arg!r}; known: {sorted(VARIANTS)}.')
+  c.update(VARIANTS[arg])
+  return c

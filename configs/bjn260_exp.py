@@ -16,11 +16,5 @@ def get_config(arg: str | None = None):
   c.dataset = 'bjn260'
   c.loss.weighting = 'exp'
   c.loss.beta = 0.75
-  c.loss.gamma = 1.0
   c.num_epochs = 15
-  if arg == 'cpu':
-    c.widths = (16, 32, 64, 128, 256)
-    c.num_epochs = 2
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}; the only one is 'cpu'.")
-  return c
+  return base.apply_variant(c, arg)

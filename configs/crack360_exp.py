@@ -17,11 +17,5 @@ def get_config(arg: str | None = None):
   c.input_size = (512, 512)
   c.loss.weighting = 'exp'
   c.loss.beta = 1.0
-  c.loss.gamma = 1.0
   c.num_epochs = 10
-  if arg == 'cpu':
-    c.widths = (16, 32, 64, 128, 256)
-    c.num_epochs = 2
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}; the only one is 'cpu'.")
-  return c
+  return base.apply_variant(c, arg)

@@ -18,18 +18,5 @@ def get_config(arg: str | None = None):
   c.dataset = 'crack_folder'
   c.loss.weighting = 'exp'
   c.loss.beta = 0.75
-  c.loss.gamma = 1.0
   c.num_epochs = 10
-  if arg == 'cpu':
-    c.widths = (16, 32, 64, 128, 256)
-    c.num_epochs = 2
-  elif arg == 'smoke':  # configs/smoke.py's sizes.
-    c.widths = (4, 8, 16, 32, 64)
-    c.batch_size = 2
-    c.steps_per_epoch = 3
-    c.num_epochs = 2
-    c.log_every_steps = 1
-    c.max_checkpoints_to_keep = 2
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}; known: 'cpu', 'smoke'.")
-  return c
+  return base.apply_variant(c, arg)
