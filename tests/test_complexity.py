@@ -30,8 +30,10 @@ def test_layer_count_agrees_with_xla_cost_analysis():
   assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
 
 
-def test_report_has_params_and_fps():
+def test_report_and_fps():
   config = smoke.get_config()
-  r = complexity.report(config, (32, 48), fps_batch=2, repeats=2)
-  assert r['params'] == 121_725
-  assert r['fps_batch1']['fps'] > 0 and r['fps_batched']['batch'] == 2
+  r = complexity.report(config, (32, 48), fps=False)
+  assert r['params'] == 121_725 and r['input_hw'] == [32, 48]
+  assert r['macs'] == complexity.unet_macs(config.widths, 32, 48)
+  fps = complexity.measure_fps(config, 32, 48, batch=2, repeats=2)
+  assert fps['batch'] == 2 and fps['fps'] == pytest.approx(2 / fps['median_s'])
