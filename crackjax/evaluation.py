@@ -24,8 +24,9 @@ one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thin`` and MAT
 ``bwmorph(bw, 'thin', Inf)``); the ground truth is used as given (BSDS does not thin
 it). Predicted and ground-truth pixels are matched one-to-one when their Euclidean
 distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
-``d > maxDist``), by a maximum-cardinality bipartite matching
-(``scipy.sparse.csgraph.maximum_bipartite_matching``). correspondPixels computes a
+``d > maxDist``), by a maximum-cardinality bipartite matching (a unit-capacity
+``scipy.sparse.csgraph.maximum_flow``; not ``maximum_bipartite_matching``, which is
+exponentially slow on such graphs, see :func:`_max_matching_size`). correspondPixels computes a
 min-cost assignment in which each unmatched pixel costs ``100 * maxDist``; that
 minimises the distance moved too, but the metric only uses the number of matched
 pixels, and the min-cost assignment has maximum cardinality (except in contrived
@@ -105,7 +106,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import sparse
-from scipy.sparse.csgraph import maximum_bipartite_matching
+from scipy.sparse.csgraph import maximum_flow
 
 __all__ = [
     "ThresholdCounts",
@@ -320,7 +321,11 @@ def _thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     tables above, until nothing changes), but each sub-iteration only re-examines
     pixels whose 8-neighbourhood changed since that sub-iteration last ran: a pixel's
     deletion decision depends only on its neighbourhood code, so the others cannot
-    change. The work is proportional to the foreground, not to the image.
+    change. Those are the neighbours of the pixels deleted by the previous two
+    sub-iterations. The neighbourhood codes are kept up to date incrementally (a
+    deletion clears one bit in each neighbour's code), so the work is proportional to
+    the foreground and the deletions, not to the image. Pixels come back in the order
+    given (restricted to the survivors).
     """
     if ys.size == 0:
         return ys, xs
@@ -331,24 +336,30 @@ def _thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     fg = (ys - y0 + 1) * stride + (xs - x0 + 1)
     img[fg] = 1
     offs = _NB_DY * stride + _NB_DX
+    # code[p] has bit k set iff pixel p + offs[k] is foreground (valid on the foreground).
+    code = np.zeros(img.size, np.uint8)
+    code[fg] = np.packbits(img[fg[:, None] + offs], axis=1, bitorder="little")[:, 0]
     stamp = np.empty(img.size, np.intp)  # scratch for sort-free de-duplication
-    pending = [fg, fg]
-    empty = fg[:0]
+    changed = [fg, fg]  # neighbours of the deletions of the last two sub-iterations
     sub = 0
-    while pending[0].size or pending[1].size:
-        cand = pending[sub]
-        pending[sub] = empty
-        if cand.size:
-            cand = cand[img[cand] == 1]
-            code = np.packbits(img[cand[:, None] + offs], axis=1, bitorder="little")[:, 0]
-            gone = cand[_THIN_LUTS[sub][code]]
-            if gone.size:
-                img[gone] = 0  # all deletions of a sub-iteration happen at once
-                nbrs = (gone[:, None] + offs).ravel()
-                nbrs = nbrs[img[nbrs] == 1]
-                pending = [_dedupe(np.concatenate([p, nbrs]), stamp) for p in pending]
+    while changed[0].size or changed[1].size:
+        if changed[0] is changed[1]:
+            cand = changed[0]
+        else:
+            cand = _dedupe(np.concatenate(changed), stamp)
+        cand = cand[img[cand] == 1]
+        gone = cand[_THIN_LUTS[sub][code[cand]]]
+        if gone.size:
+            img[gone] = 0  # all deletions of a sub-iteration happen at once
+            for k in range(8):
+                code[gone - offs[k]] -= np.uint8(1 << k)
+            nbrs = (gone[:, None] + offs).ravel()
+            nbrs = nbrs[img[nbrs] == 1]
+        else:
+            nbrs = fg[:0]
+        changed = [changed[1], nbrs]
         sub ^= 1
-    left = np.flatnonzero(img)
+    left = fg[img[fg] == 1]
     return left // stride - 1 + y0, left % stride - 1 + x0
 
 
@@ -400,7 +411,9 @@ def _tolerance_image(
     stride = w + 2 * r
     gid = np.full((h + 2 * r) * stride, -1, np.int64)
     gid[(gy + r) * stride + gx + r] = np.arange(num_gt)
-    offs = (dy[near_offsets] * stride + dx[near_offsets]).ravel()
+    # Nearest offsets first: the greedy start of _max_matching_size tries them in order.
+    by_dist = np.argsort((dy * dy + dx * dx)[near_offsets], kind="stable")
+    offs = (dy[near_offsets] * stride + dx[near_offsets])[by_dist]
     # Pixels with some GT pixel within the radius (only they can be matched).
     near = np.zeros((h + 2 * r) * stride, bool)
     if num_gt:
@@ -417,29 +430,98 @@ def _tolerance_image(
     order = np.argsort(vals, kind="stable")
     counts = cand.size - np.searchsorted(vals[order], thr, side="left")
     cand = cand[order[::-1]]
-    prev = -1
+    cy, cx = np.divmod(cand, w)
+    prev_k, prev_lin = -1, None
     for i, k in enumerate(counts):
-        if k == prev:  # same binary map as the previous threshold
+        if k == prev_k:  # same binary map as the previous threshold
             out[i, :2] = out[i - 1, :2]
             continue
-        prev = k
-        ty, tx = _thin_coords(*np.divmod(cand[:k], w))
+        prev_k = k
+        ty, tx = _thin_coords(cy[:k], cx[:k])
         out[i, 1] = ty.size
         if num_gt == 0 or ty.size == 0:
+            prev_lin = None
             continue
         keep = near[ty, tx]
         lin = (ty[keep] + r) * stride + tx[keep] + r
-        if lin.size == 0:
+        if prev_lin is not None and np.array_equal(lin, prev_lin):
+            out[i, 0] = out[i - 1, 0]  # same matchable pixels -> same graph
             continue
-        g = gid[lin[:, None] + offs]
-        edge = g >= 0
-        indptr = np.concatenate([[0], np.cumsum(edge.sum(axis=1))])
-        graph = sparse.csr_matrix(
-            (np.ones(indptr[-1], np.int8), g[edge], indptr), shape=(lin.size, num_gt)
-        )
-        match = maximum_bipartite_matching(graph, perm_type="column")
-        out[i, 0] = np.count_nonzero(match >= 0)
+        prev_lin = lin
+        if lin.size:
+            out[i, 0] = _max_matching_size(gid[lin[:, None] + offs], num_gt)
     return out
+
+
+def _greedy_matches_all_left(nbr: np.ndarray, num_right: int, rounds: int = 4) -> bool:
+    """Whether a few greedy rounds match every left vertex (each row of ``nbr``).
+
+    Each round, every unmatched left vertex proposes to its first (with nearest-first
+    neighbour lists: nearest) right vertex not yet taken, and each proposed right
+    vertex accepts one proposer. Only a yes is conclusive.
+    """
+    taken = np.zeros(num_right + 1, bool)
+    taken[-1] = True  # padding (-1) indexes this sentinel: never free
+    free = nbr
+    for _ in range(rounds):
+        ok = ~taken[free]
+        if not ok.any(axis=1).all():
+            return False
+        first = free[np.arange(len(free)), ok.argmax(axis=1)]
+        won, idx = np.unique(first, return_index=True)
+        taken[won] = True
+        lost = np.ones(len(free), bool)
+        lost[idx] = False
+        free = free[lost]
+        if free.size == 0:
+            return True
+    return False
+
+
+def _max_matching_size(nbr: np.ndarray, num_right: int) -> int:
+    """Size of a maximum matching of a bipartite graph given by neighbour lists.
+
+    Row ``u`` of ``nbr`` lists the right-vertex ids (in ``[0, num_right)``) adjacent to
+    left vertex ``u``, padded with negative entries.
+
+    Solved as a unit-capacity maximum flow, source -> left -> right -> sink, with
+    ``scipy.sparse.csgraph.maximum_flow`` (Dinic, ``O(E sqrt(V))`` on such networks).
+    Not ``maximum_bipartite_matching``: its Hopcroft-Karp depth-first search never marks
+    dead ends, which makes it exponentially slow on the layered graphs that nearby
+    pixel sets form (scipy issue #26147; minutes for one ~1000-pixel threshold of a
+    CrackForest image).
+    """
+    edge = nbr >= 0
+    right = nbr[edge]  # row-major: grouped by left vertex
+    if right.size == 0:
+        return 0
+    deg = np.count_nonzero(edge, axis=1)
+    nl = deg.size
+    if deg.all() and _greedy_matches_all_left(nbr, num_right):
+        return nl  # a matching covering the left side is maximum; no flow needed
+    # Compact the right ids to those adjacent to some left vertex.
+    used = np.zeros(num_right, bool)
+    used[right] = True
+    compact = np.cumsum(used) - 1
+    nr = int(compact[-1]) + 1
+    # Nodes: 0 source, 1..nl left, nl+1..nl+nr right, nl+nr+1 sink.
+    sink = nl + nr + 1
+    ne = right.size
+    indptr = np.empty(sink + 2, np.int32)
+    indptr[0] = 0
+    indptr[1] = nl
+    np.cumsum(deg, out=indptr[2 : nl + 2])
+    indptr[2 : nl + 2] += nl
+    indptr[nl + 2 : sink + 1] = np.arange(nl + ne + 1, nl + ne + nr + 1)
+    indptr[sink + 1] = nl + ne + nr
+    indices = np.empty(nl + ne + nr, np.int32)
+    indices[:nl] = np.arange(1, nl + 1)
+    indices[nl : nl + ne] = compact[right] + nl + 1
+    indices[nl + ne :] = sink
+    graph = sparse.csr_array(
+        (np.ones(indices.size, np.int32), indices, indptr), shape=(sink + 1, sink + 1)
+    )
+    return int(maximum_flow(graph, 0, sink, method="dinic").flow_value)
 
 
 def tolerance_counts(

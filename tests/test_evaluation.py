@@ -494,6 +494,65 @@ def test_thin_equals_skimage():
     assert np.array_equal(thin(np.ones((23, 31))), morphology.thin(np.ones((23, 31))))
 
 
+def test_thin_large_blob_equals_skimage():
+    # Low thresholds of real maps give one blob over most of the image, with holes.
+    morphology = pytest.importorskip("skimage.morphology")
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(5)
+    m = ndi.gaussian_filter(rng.random((120, 170)), 2.5) > 0.47
+    assert m.mean() > 0.7
+    assert np.array_equal(thin(m), morphology.thin(m))
+
+
+def _ladder_graph(depth):
+    """Bipartite graph on which scipy's Hopcroft-Karp takes ~2**depth steps.
+
+    A ladder of ``depth`` levels (left p_k, q_k; right a_k, b_k; p_k, q_k adjacent to
+    a_k, b_k of their own level and to both of the next) hangs off a free left vertex
+    w, and the only augmenting path, from z, runs along a chain of ``depth`` levels.
+    scipy's depth-first search re-expands every ladder path without marking dead ends
+    (scipy issue #26147). Returns (neighbour lists padded with -1, number of right
+    vertices); the maximum matching covers every right vertex.
+    """
+    rows = []
+    for k in range(depth):
+        nxt = [2 * k + 2, 2 * k + 3] if k + 1 < depth else []
+        rows += [[2 * k, *nxt], [2 * k + 1, *nxt]]
+    c0 = 2 * depth
+    rows += [[c0 + k - 1, c0 + k] for k in range(1, depth + 1)]  # chain y_k
+    rows += [[0, 1], [c0]]  # w, z
+    nbr = np.full((len(rows), 3), -1)
+    for i, r in enumerate(rows):
+        nbr[i, : len(r)] = r
+    return nbr, c0 + depth + 1
+
+
+def test_max_matching_size_layered_graph_is_fast():
+    # scipy.sparse.csgraph.maximum_bipartite_matching needs ~2**40 steps here (it
+    # doubles per level: 0.04 s at depth 20); the max-flow matching is instant.
+    nbr, num_right = _ladder_graph(40)
+    assert evaluation._max_matching_size(nbr, num_right) == num_right
+
+
+def test_max_matching_size_equals_hopcroft_karp():
+    from scipy import sparse
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        nl, nr, k = rng.integers(1, 40), rng.integers(1, 40), rng.integers(1, 6)
+        nbr = rng.integers(-nr // 2, nr, size=(nl, k))  # < 0: padding; repeats allowed
+        edge = nbr >= 0
+        graph = sparse.csr_matrix(
+            (np.ones(edge.sum()), nbr[edge], np.r_[0, np.cumsum(edge.sum(axis=1))]),
+            shape=(nl, nr),
+        )
+        expected = int(np.sum(maximum_bipartite_matching(graph, perm_type="column") >= 0))
+        assert evaluation._max_matching_size(nbr, nr) == expected
+    assert evaluation._max_matching_size(np.full((3, 2), -1), 5) == 0
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tolerance_counts_equal_naive(seed):
     from scipy import ndimage as ndi
