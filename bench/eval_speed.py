@@ -40,133 +40,133 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from crackjax.evaluation import evaluate, thin  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path("/work/shared/datasets/crackforest")
+DEFAULT_DATA = Path('/work/shared/datasets/crackforest')
 H, W = 320, 480
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+  try:
+    for line in Path('/proc/cpuinfo').read_text().splitlines():
+      if line.startswith('model name'):
+        return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
 
 
 def test_stems() -> list[str]:
-    # Load splits.py by path: importing the tfds_builders package pulls in TFDS.
-    path = REPO / "tfds_builders" / "crackforest" / "splits.py"
-    spec = importlib.util.spec_from_file_location("_cf_splits", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return list(mod.CRACKFOREST_TEST)
+  # Load splits.py by path: importing the tfds_builders package pulls in TFDS.
+  path = REPO / 'tfds_builders' / 'crackforest' / 'splits.py'
+  spec = importlib.util.spec_from_file_location('_cf_splits', path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return list(mod.CRACKFOREST_TEST)
 
 
 def real_gts(data_dir: Path, n: int) -> list[np.ndarray] | None:
-    from scipy.io import loadmat
+  from scipy.io import loadmat
 
-    gt_dir = data_dir / "groundTruth"
-    if not gt_dir.is_dir():
-        return None
-    stems = test_stems()
-    stems = (stems * math.ceil(n / len(stems)))[:n]
-    gts = []
-    for s in stems:
-        seg = np.asarray(loadmat(gt_dir / f"{s}.mat")["groundTruth"][0, 0]["Segmentation"])
-        gts.append(np.isin(seg, (2, 4)))
-    return gts
+  gt_dir = data_dir / 'groundTruth'
+  if not gt_dir.is_dir():
+    return None
+  stems = test_stems()
+  stems = (stems * math.ceil(n / len(stems)))[:n]
+  gts = []
+  for s in stems:
+    seg = np.asarray(loadmat(gt_dir / f'{s}.mat')['groundTruth'][0, 0]['Segmentation'])
+    gts.append(np.isin(seg, (2, 4)))
+  return gts
 
 
 def synthetic_gt(rng: np.random.Generator) -> np.ndarray:
-    img = np.zeros((H, W), bool)
-    for _ in range(rng.integers(1, 4)):
-        y, x = rng.uniform(0, H), rng.uniform(0, W)
-        angle = rng.uniform(0, 2 * np.pi)
-        for _ in range(rng.integers(20, 60)):
-            angle += rng.normal(0, 0.35)
-            ny, nx = y + 6 * np.sin(angle), x + 6 * np.cos(angle)
-            t = np.linspace(0, 1, 13)
-            yy = np.clip(np.round(y + t * (ny - y)).astype(int), 0, H - 1)
-            xx = np.clip(np.round(x + t * (nx - x)).astype(int), 0, W - 1)
-            img[yy, xx] = True
-            y, x = ny, nx
-    if rng.random() < 0.5:  # 1 or 3 px wide (iterations=0 would dilate until it fills)
-        img = ndi.binary_dilation(img)
-    return img
+  img = np.zeros((H, W), bool)
+  for _ in range(rng.integers(1, 4)):
+    y, x = rng.uniform(0, H), rng.uniform(0, W)
+    angle = rng.uniform(0, 2 * np.pi)
+    for _ in range(rng.integers(20, 60)):
+      angle += rng.normal(0, 0.35)
+      ny, nx = y + 6 * np.sin(angle), x + 6 * np.cos(angle)
+      t = np.linspace(0, 1, 13)
+      yy = np.clip(np.round(y + t * (ny - y)).astype(int), 0, H - 1)
+      xx = np.clip(np.round(x + t * (nx - x)).astype(int), 0, W - 1)
+      img[yy, xx] = True
+      y, x = ny, nx
+  if rng.random() < 0.5:  # 1 or 3 px wide (iterations=0 would dilate until it fills)
+    img = ndi.binary_dilation(img)
+  return img
 
 
 def synthetic_prob(gt: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    signal = ndi.gaussian_filter(gt.astype(np.float32), 1.2) * 2.5
-    keep = ndi.gaussian_filter(rng.normal(size=gt.shape), 8) * 25 + 0.8  # missed segments
-    texture = ndi.gaussian_filter(rng.normal(size=gt.shape), 3) * 9.0  # false-positive blobs
-    logits = -5.5 + 9.0 * np.clip(signal * keep, 0, 1) + texture + rng.normal(0, 0.7, gt.shape)
-    return (1 / (1 + np.exp(-logits))).astype(np.float32)
+  signal = ndi.gaussian_filter(gt.astype(np.float32), 1.2) * 2.5
+  keep = ndi.gaussian_filter(rng.normal(size=gt.shape), 8) * 25 + 0.8  # missed segments
+  texture = ndi.gaussian_filter(rng.normal(size=gt.shape), 3) * 9.0  # false-positive blobs
+  logits = -5.5 + 9.0 * np.clip(signal * keep, 0, 1) + texture + rng.normal(0, 0.7, gt.shape)
+  return (1 / (1 + np.exp(-logits))).astype(np.float32)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num_images", type=int, default=46)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--data_dir", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--synthetic", action="store_true", help="ignore the real masks")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--probs",
-        type=Path,
-        help="npz with saved probability maps and ground truth (keys probs, gts); "
-        "replaces the synthetic maps (--num_images takes the first N)",
-    )
-    ap.add_argument(
-        "--protocols",
-        default="strict,tolerance,tolerance_thin_gt",
-        help="comma-separated protocols to time",
-    )
-    args = ap.parse_args()
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument('--num_images', type=int, default=46)
+  ap.add_argument('--repeats', type=int, default=3)
+  ap.add_argument('--data_dir', type=Path, default=DEFAULT_DATA)
+  ap.add_argument('--synthetic', action='store_true', help='ignore the real masks')
+  ap.add_argument('--seed', type=int, default=0)
+  ap.add_argument(
+    '--probs',
+    type=Path,
+    help='npz with saved probability maps and ground truth (keys probs, gts); '
+    'replaces the synthetic maps (--num_images takes the first N)',
+  )
+  ap.add_argument(
+    '--protocols',
+    default='strict,tolerance,tolerance_thin_gt',
+    help='comma-separated protocols to time',
+  )
+  args = ap.parse_args()
 
-    rng = np.random.default_rng(args.seed)
-    if args.probs is not None:
-        with np.load(args.probs) as f:
-            probs = list(f["probs"][: args.num_images])
-            gts = [g != 0 for g in f["gts"][: args.num_images]]
-        source = f"saved maps and ground truth from {args.probs}"
-    else:
-        gts = None if args.synthetic else real_gts(args.data_dir, args.num_images)
-        source = f"real CrackForest test masks from {args.data_dir}"
-        if gts is None:
-            gts = [synthetic_gt(rng) for _ in range(args.num_images)]
-            source = "synthetic crack polylines"
-        source += "; synthetic probability maps"
-        probs = [synthetic_prob(g, rng) for g in gts]
-    h, w = probs[0].shape[:2]
-    width = sum(int(g.sum()) for g in gts) / max(sum(int(thin(g).sum()) for g in gts), 1)
+  rng = np.random.default_rng(args.seed)
+  if args.probs is not None:
+    with np.load(args.probs) as f:
+      probs = list(f['probs'][: args.num_images])
+      gts = [g != 0 for g in f['gts'][: args.num_images]]
+    source = f'saved maps and ground truth from {args.probs}'
+  else:
+    gts = None if args.synthetic else real_gts(args.data_dir, args.num_images)
+    source = f'real CrackForest test masks from {args.data_dir}'
+    if gts is None:
+      gts = [synthetic_gt(rng) for _ in range(args.num_images)]
+      source = 'synthetic crack polylines'
+    source += '; synthetic probability maps'
+    probs = [synthetic_prob(g, rng) for g in gts]
+  h, w = probs[0].shape[:2]
+  width = sum(int(g.sum()) for g in gts) / max(sum(int(thin(g).sum()) for g in gts), 1)
 
-    print(f"machine: {platform.machine()}, CPU: {cpu_name()}, {os.cpu_count()} cores")
+  print(f'machine: {platform.machine()}, CPU: {cpu_name()}, {os.cpu_count()} cores')
+  print(
+    f'python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, '
+    f'scikit-image {skimage.__version__}; load average {os.getloadavg()[0]:.2f}'
+  )
+  print(
+    f'{len(gts)} images {h}x{w} (first); {source}; crack pixels '
+    f'{np.mean([g.mean() for g in gts]):.3%}, mean width (pixels / thinned pixels) '
+    f'{width:.2f}'
+  )
+  for protocol in args.protocols.split(','):
+    times, cpu = [], []
+    for _ in range(args.repeats):
+      t0, c0 = time.perf_counter(), time.process_time()
+      r = evaluate(probs, gts, protocol=protocol)
+      times.append(time.perf_counter() - t0)
+      cpu.append(time.process_time() - c0)
     print(
-        f"python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, "
-        f"scikit-image {skimage.__version__}; load average {os.getloadavg()[0]:.2f}"
+      f'{protocol:17s}: best {min(times):7.3f} s, median {np.median(times):7.3f} s '
+      f'(CPU best {min(cpu):7.3f} s) over {args.repeats} runs '
+      f'({r["num_thresholds"]} thresholds) | '
+      f'ODS P/R/F {r["ods"]["precision"]:.3f}/{r["ods"]["recall"]:.3f}/'
+      f'{r["ods"]["f1"]:.3f} at t={r["ods"]["threshold"]:.3f}, '
+      f'OIS F {r["ois"]["f1"]:.3f}, AP {r["ap"]:.3f}'
     )
-    print(
-        f"{len(gts)} images {h}x{w} (first); {source}; crack pixels "
-        f"{np.mean([g.mean() for g in gts]):.3%}, mean width (pixels / thinned pixels) "
-        f"{width:.2f}"
-    )
-    for protocol in args.protocols.split(","):
-        times, cpu = [], []
-        for _ in range(args.repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            r = evaluate(probs, gts, protocol=protocol)
-            times.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-        print(
-            f"{protocol:17s}: best {min(times):7.3f} s, median {np.median(times):7.3f} s "
-            f"(CPU best {min(cpu):7.3f} s) over {args.repeats} runs "
-            f"({r['num_thresholds']} thresholds) | "
-            f"ODS P/R/F {r['ods']['precision']:.3f}/{r['ods']['recall']:.3f}/"
-            f"{r['ods']['f1']:.3f} at t={r['ods']['threshold']:.3f}, "
-            f"OIS F {r['ois']['f1']:.3f}, AP {r['ap']:.3f}"
-        )
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == '__main__':
+  main()

@@ -10,57 +10,57 @@ import pytest
 
 from crackjax import evaluation
 from crackjax.evaluation import (
-    SUPPORTED_PROTOCOLS,
-    counts_per_threshold,
-    evaluate,
-    thin,
-    tolerance_counts,
+  SUPPORTED_PROTOCOLS,
+  counts_per_threshold,
+  evaluate,
+  thin,
+  tolerance_counts,
 )
 
 N = 100
 
 
 def naive_counts(prob, gt, n=N):
-    """Reference: the obvious per-threshold loop (``prob > i / n`` in prob's dtype)."""
-    prob = np.asarray(prob)
-    gt = np.asarray(gt).astype(bool).reshape(prob.shape)
-    tp, fp, fn = [], [], []
-    for i in range(n):
-        pred = prob > i / n
-        tp.append(np.count_nonzero(pred & gt))
-        fp.append(np.count_nonzero(pred & ~gt))
-        fn.append(np.count_nonzero(~pred & gt))
-    return np.array(tp), np.array(fp), np.array(fn)
+  """Reference: the obvious per-threshold loop (``prob > i / n`` in prob's dtype)."""
+  prob = np.asarray(prob)
+  gt = np.asarray(gt).astype(bool).reshape(prob.shape)
+  tp, fp, fn = [], [], []
+  for i in range(n):
+    pred = prob > i / n
+    tp.append(np.count_nonzero(pred & gt))
+    fp.append(np.count_nonzero(pred & ~gt))
+    fn.append(np.count_nonzero(~pred & gt))
+  return np.array(tp), np.array(fp), np.array(fn)
 
 
 def hand_example():
-    """4x4 image, 4 crack pixels on the diagonal.
+  """4x4 image, 4 crack pixels on the diagonal.
 
-    crack probs:      0.9, 0.7, 0.5, 0.2
-    non-crack probs:  0.6, 0.3, all others 0.
+  crack probs:      0.9, 0.7, 0.5, 0.2
+  non-crack probs:  0.6, 0.3, all others 0.
 
-    By hand (pred = prob > t):
-      t in [0.00, 0.20): TP 4 FP 2 FN 0 -> P 2/3, R 1,   F1 8/10 = 0.8
-      t in [0.20, 0.30): TP 3 FP 2 FN 1 -> P 3/5, R 3/4, F1 6/9
-      t in [0.30, 0.50): TP 3 FP 1 FN 1 -> P 3/4, R 3/4, F1 6/8
-      t in [0.50, 0.60): TP 2 FP 1 FN 2 -> P 2/3, R 1/2, F1 4/7   (0.5 > 0.5 is False)
-      t in [0.60, 0.70): TP 2 FP 0 FN 2 -> P 1,   R 1/2, F1 4/6
-      t in [0.70, 0.90): TP 1 FP 0 FN 3 -> P 1,   R 1/4, F1 2/5
-      t in [0.90, 0.99]: TP 0 FP 0 FN 4 -> P 0 (nothing predicted), R 0, F1 0
-    Max F1 0.8 at t = 0.00 .. 0.19, all with FP+FN = 2 -> highest: t = 0.19.
-    AP: recalls 1, 3/4, 1/2, 1/4 with interpolated precision 2/3, 3/4, 1, 1:
-      0.25 * (1 + 1 + 3/4 + 2/3) = 41/48.
-    """
-    gt = np.eye(4, dtype=np.uint8)
-    prob = np.zeros((4, 4), np.float32)
-    prob[0, 0], prob[1, 1], prob[2, 2], prob[3, 3] = 0.9, 0.7, 0.5, 0.2
-    prob[0, 1], prob[2, 3] = 0.6, 0.3
-    return prob, gt
+  By hand (pred = prob > t):
+    t in [0.00, 0.20): TP 4 FP 2 FN 0 -> P 2/3, R 1,   F1 8/10 = 0.8
+    t in [0.20, 0.30): TP 3 FP 2 FN 1 -> P 3/5, R 3/4, F1 6/9
+    t in [0.30, 0.50): TP 3 FP 1 FN 1 -> P 3/4, R 3/4, F1 6/8
+    t in [0.50, 0.60): TP 2 FP 1 FN 2 -> P 2/3, R 1/2, F1 4/7   (0.5 > 0.5 is False)
+    t in [0.60, 0.70): TP 2 FP 0 FN 2 -> P 1,   R 1/2, F1 4/6
+    t in [0.70, 0.90): TP 1 FP 0 FN 3 -> P 1,   R 1/4, F1 2/5
+    t in [0.90, 0.99]: TP 0 FP 0 FN 4 -> P 0 (nothing predicted), R 0, F1 0
+  Max F1 0.8 at t = 0.00 .. 0.19, all with FP+FN = 2 -> highest: t = 0.19.
+  AP: recalls 1, 3/4, 1/2, 1/4 with interpolated precision 2/3, 3/4, 1, 1:
+    0.25 * (1 + 1 + 3/4 + 2/3) = 41/48.
+  """
+  gt = np.eye(4, dtype=np.uint8)
+  prob = np.zeros((4, 4), np.float32)
+  prob[0, 0], prob[1, 1], prob[2, 2], prob[3, 3] = 0.9, 0.7, 0.5, 0.2
+  prob[0, 1], prob[2, 3] = 0.6, 0.3
+  return prob, gt
 
 
 def assert_finite_json(result):
-    # allow_nan=False raises on NaN/inf anywhere; also proves JSON-serialisability.
-    json.dumps(result, allow_nan=False)
+  # allow_nan=False raises on NaN/inf anywhere; also proves JSON-serialisability.
+  json.dumps(result, allow_nan=False)
 
 
 # ---------------------------------------------------------------------------
@@ -69,61 +69,59 @@ def assert_finite_json(result):
 
 
 def test_hand_example_counts():
-    prob, gt = hand_example()
-    tp, fp, fn = counts_per_threshold(prob, gt)
-    assert tp.dtype == fp.dtype == fn.dtype == np.int64
-    assert tp.shape == (N,)
-    # Spot checks from the table in hand_example.
-    assert (tp[0], fp[0], fn[0]) == (4, 2, 0)
-    assert (tp[19], fp[19], fn[19]) == (4, 2, 0)
-    assert (tp[20], fp[20], fn[20]) == (3, 2, 1)
-    assert (tp[49], fp[49], fn[49]) == (3, 1, 1)
-    assert (tp[50], fp[50], fn[50]) == (2, 1, 2)
-    assert (tp[60], fp[60], fn[60]) == (2, 0, 2)
-    assert (tp[70], fp[70], fn[70]) == (1, 0, 3)
-    assert (tp[90], fp[90], fn[90]) == (0, 0, 4)
+  prob, gt = hand_example()
+  tp, fp, fn = counts_per_threshold(prob, gt)
+  assert tp.dtype == fp.dtype == fn.dtype == np.int64
+  assert tp.shape == (N,)
+  # Spot checks from the table in hand_example.
+  assert (tp[0], fp[0], fn[0]) == (4, 2, 0)
+  assert (tp[19], fp[19], fn[19]) == (4, 2, 0)
+  assert (tp[20], fp[20], fn[20]) == (3, 2, 1)
+  assert (tp[49], fp[49], fn[49]) == (3, 1, 1)
+  assert (tp[50], fp[50], fn[50]) == (2, 1, 2)
+  assert (tp[60], fp[60], fn[60]) == (2, 0, 2)
+  assert (tp[70], fp[70], fn[70]) == (1, 0, 3)
+  assert (tp[90], fp[90], fn[90]) == (0, 0, 4)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize('dtype', [np.float32, np.float64])
+@pytest.mark.parametrize('seed', [0, 1, 2, 3])
 def test_counts_match_naive_loop(dtype, seed):
-    rng = np.random.default_rng(seed)
-    h, w = rng.integers(1, 40, size=2)
-    gt = rng.random((h, w)) < 0.3
-    prob = rng.random((h, w)).astype(dtype)
-    # A third of the pixels exactly on thresholds (i/100 in the dtype), plus 0 and 1.
-    on = rng.random((h, w)) < 0.33
-    prob[on] = (rng.integers(0, 101, size=on.sum()) / 100).astype(dtype)
-    prob.flat[0] = 0.0
-    prob.flat[-1] = 1.0
-    got = counts_per_threshold(prob, gt)
-    want = naive_counts(prob, gt)
-    for g, e in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, e)
+  rng = np.random.default_rng(seed)
+  h, w = rng.integers(1, 40, size=2)
+  gt = rng.random((h, w)) < 0.3
+  prob = rng.random((h, w)).astype(dtype)
+  # A third of the pixels exactly on thresholds (i/100 in the dtype), plus 0 and 1.
+  on = rng.random((h, w)) < 0.33
+  prob[on] = (rng.integers(0, 101, size=on.sum()) / 100).astype(dtype)
+  prob.flat[0] = 0.0
+  prob.flat[-1] = 1.0
+  got = counts_per_threshold(prob, gt)
+  want = naive_counts(prob, gt)
+  for g, e in zip(got, want, strict=True):
+    np.testing.assert_array_equal(g, e)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize('dtype', [np.float16, np.float32, np.float64])
 def test_every_threshold_value_and_neighbours(dtype):
-    # All i/n, plus their nextafter neighbours, for several n: the float edge cases.
-    for n in (1, 3, 7, 10, 100, 255):
-        t = (np.arange(n + 1) / n).astype(dtype)
-        vals = np.concatenate([t, np.nextafter(t, dtype(0)), np.nextafter(t, dtype(1))]).astype(
-            dtype
-        )
-        prob = vals.reshape(1, -1)
-        gt = (np.arange(prob.size) % 2).reshape(prob.shape)
-        got = counts_per_threshold(prob, gt, num_thresholds=n)
-        want = naive_counts(prob, gt, n)
-        for g, e in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, e)
+  # All i/n, plus their nextafter neighbours, for several n: the float edge cases.
+  for n in (1, 3, 7, 10, 100, 255):
+    t = (np.arange(n + 1) / n).astype(dtype)
+    vals = np.concatenate([t, np.nextafter(t, dtype(0)), np.nextafter(t, dtype(1))]).astype(dtype)
+    prob = vals.reshape(1, -1)
+    gt = (np.arange(prob.size) % 2).reshape(prob.shape)
+    got = counts_per_threshold(prob, gt, num_thresholds=n)
+    want = naive_counts(prob, gt, n)
+    for g, e in zip(got, want, strict=True):
+      np.testing.assert_array_equal(g, e)
 
 
 def test_strictness_at_threshold():
-    # 0.5 is not > 0.5: predicted at t=0.49, not at t=0.5, in both float dtypes.
-    for dtype in (np.float32, np.float64):
-        prob = np.array([[0.5]], dtype)
-        tp, fp, fn = counts_per_threshold(prob, np.ones((1, 1), bool))
-        assert tp[49] == 1 and tp[50] == 0 and fn[50] == 1
+  # 0.5 is not > 0.5: predicted at t=0.49, not at t=0.5, in both float dtypes.
+  for dtype in (np.float32, np.float64):
+    prob = np.array([[0.5]], dtype)
+    tp, fp, fn = counts_per_threshold(prob, np.ones((1, 1), bool))
+    assert tp[49] == 1 and tp[50] == 0 and fn[50] == 1
 
 
 # ---------------------------------------------------------------------------
@@ -132,57 +130,57 @@ def test_strictness_at_threshold():
 
 
 def test_hand_example_evaluate():
-    prob, gt = hand_example()
-    r = evaluate([prob], [gt])
-    assert r["protocol"] == "strict"
-    assert "prob > t" in r["protocol_description"]
-    assert r["num_images"] == 1
-    assert r["ods"]["f1"] == pytest.approx(0.8)
-    assert r["ods"]["precision"] == pytest.approx(2 / 3)
-    assert r["ods"]["recall"] == pytest.approx(1.0)
-    assert r["ods"]["threshold"] == pytest.approx(0.19)
-    assert r["ois"]["f1"] == pytest.approx(0.8)
-    assert r["ois_mean_f1"] == pytest.approx(0.8)
-    assert r["ap"] == pytest.approx(41 / 48)
-    curve = r["curve"]
-    assert len(curve["thresholds"]) == N
-    assert curve["f1"][50] == pytest.approx(4 / 7)
-    assert curve["f1"][30] == pytest.approx(6 / 8)
-    assert curve["precision"][95] == 0.0 and curve["recall"][95] == 0.0
-    (im,) = r["per_image"]
-    assert im == pytest.approx(
-        {"index": 0, "threshold": 0.19, "precision": 2 / 3, "recall": 1.0, "f1": 0.8}
-    )
-    assert_finite_json(r)
+  prob, gt = hand_example()
+  r = evaluate([prob], [gt])
+  assert r['protocol'] == 'strict'
+  assert 'prob > t' in r['protocol_description']
+  assert r['num_images'] == 1
+  assert r['ods']['f1'] == pytest.approx(0.8)
+  assert r['ods']['precision'] == pytest.approx(2 / 3)
+  assert r['ods']['recall'] == pytest.approx(1.0)
+  assert r['ods']['threshold'] == pytest.approx(0.19)
+  assert r['ois']['f1'] == pytest.approx(0.8)
+  assert r['ois_mean_f1'] == pytest.approx(0.8)
+  assert r['ap'] == pytest.approx(41 / 48)
+  curve = r['curve']
+  assert len(curve['thresholds']) == N
+  assert curve['f1'][50] == pytest.approx(4 / 7)
+  assert curve['f1'][30] == pytest.approx(6 / 8)
+  assert curve['precision'][95] == 0.0 and curve['recall'][95] == 0.0
+  (im,) = r['per_image']
+  assert im == pytest.approx(
+    {'index': 0, 'threshold': 0.19, 'precision': 2 / 3, 'recall': 1.0, 'f1': 0.8}
+  )
+  assert_finite_json(r)
 
 
 def test_perfect_prediction():
-    rng = np.random.default_rng(5)
-    gts = [rng.random((9, 13)) < 0.2, rng.random((20, 7, 1)) < 0.5]
-    probs = [g.astype(np.float32) for g in gts]
-    r = evaluate(probs, gts)
-    assert r["ods"]["f1"] == 1.0 and r["ois"]["f1"] == 1.0 and r["ois_mean_f1"] == 1.0
-    assert r["ap"] == pytest.approx(1.0)
-    # Every threshold ties with no errors -> the highest one.
-    assert r["ods"]["threshold"] == pytest.approx(0.99)
+  rng = np.random.default_rng(5)
+  gts = [rng.random((9, 13)) < 0.2, rng.random((20, 7, 1)) < 0.5]
+  probs = [g.astype(np.float32) for g in gts]
+  r = evaluate(probs, gts)
+  assert r['ods']['f1'] == 1.0 and r['ois']['f1'] == 1.0 and r['ois_mean_f1'] == 1.0
+  assert r['ap'] == pytest.approx(1.0)
+  # Every threshold ties with no errors -> the highest one.
+  assert r['ods']['threshold'] == pytest.approx(0.99)
 
 
 def test_ois_mean_f1_vs_pooled():
-    # Image 0: the hand example (best F1 0.8). Image 1: perfect (F1 1).
-    prob0, gt0 = hand_example()
-    gt1 = np.zeros((3, 3), bool)
-    gt1[1] = True
-    prob1 = np.where(gt1, 0.95, 0.05)
-    r = evaluate([prob0, prob1], [gt0, gt1])
-    assert r["ois_mean_f1"] == pytest.approx((0.8 + 1.0) / 2)
-    f1s = [im["f1"] for im in r["per_image"]]
-    assert f1s == pytest.approx([0.8, 1.0])
-    # Pooled: image 0 at t=0.19 (TP 4 FP 2 FN 0) + image 1 (TP 3 FP 0 FN 0)
-    # -> TP 7 FP 2 FN 0: P 7/9, R 1, F1 14/16.
-    assert r["ois"]["precision"] == pytest.approx(7 / 9)
-    assert r["ois"]["recall"] == pytest.approx(1.0)
-    assert r["ois"]["f1"] == pytest.approx(14 / 16)
-    assert r["ois"]["pooling"] == "counts pooled over images at each image's best threshold"
+  # Image 0: the hand example (best F1 0.8). Image 1: perfect (F1 1).
+  prob0, gt0 = hand_example()
+  gt1 = np.zeros((3, 3), bool)
+  gt1[1] = True
+  prob1 = np.where(gt1, 0.95, 0.05)
+  r = evaluate([prob0, prob1], [gt0, gt1])
+  assert r['ois_mean_f1'] == pytest.approx((0.8 + 1.0) / 2)
+  f1s = [im['f1'] for im in r['per_image']]
+  assert f1s == pytest.approx([0.8, 1.0])
+  # Pooled: image 0 at t=0.19 (TP 4 FP 2 FN 0) + image 1 (TP 3 FP 0 FN 0)
+  # -> TP 7 FP 2 FN 0: P 7/9, R 1, F1 14/16.
+  assert r['ois']['precision'] == pytest.approx(7 / 9)
+  assert r['ois']['recall'] == pytest.approx(1.0)
+  assert r['ois']['f1'] == pytest.approx(14 / 16)
+  assert r['ois']['pooling'] == "counts pooled over images at each image's best threshold"
 
 
 # ---------------------------------------------------------------------------
@@ -191,109 +189,106 @@ def test_ois_mean_f1_vs_pooled():
 
 
 def test_all_background_gt():
-    rng = np.random.default_rng(0)
-    prob = rng.random((8, 8))
-    r = evaluate([prob], [np.zeros((8, 8), bool)])
-    assert_finite_json(r)
-    # No crack pixel anywhere: R = 0 and F1 = 0 at every threshold, AP 0.
-    assert r["ods"]["f1"] == 0.0 and r["ods"]["recall"] == 0.0
-    assert r["ap"] == 0.0
-    # Ties -> fewest errors (= fewest FP) -> the highest threshold, not 0.
-    assert r["ods"]["threshold"] == pytest.approx(0.99)
-    (im,) = r["per_image"]
-    assert im["threshold"] == pytest.approx(0.99) and im["f1"] == 0.0
+  rng = np.random.default_rng(0)
+  prob = rng.random((8, 8))
+  r = evaluate([prob], [np.zeros((8, 8), bool)])
+  assert_finite_json(r)
+  # No crack pixel anywhere: R = 0 and F1 = 0 at every threshold, AP 0.
+  assert r['ods']['f1'] == 0.0 and r['ods']['recall'] == 0.0
+  assert r['ap'] == 0.0
+  # Ties -> fewest errors (= fewest FP) -> the highest threshold, not 0.
+  assert r['ods']['threshold'] == pytest.approx(0.99)
+  (im,) = r['per_image']
+  assert im['threshold'] == pytest.approx(0.99) and im['f1'] == 0.0
 
 
 def test_empty_prediction():
-    gt = np.eye(5, dtype=bool)
-    r = evaluate([np.zeros((5, 5))], [gt])
-    assert_finite_json(r)
-    # Nothing predicted anywhere (0 > 0 is False): P = 0 by convention, R = 0, F1 = 0.
-    assert r["curve"]["precision"] == [0.0] * N
-    assert r["curve"]["recall"] == [0.0] * N
-    assert r["ods"] == pytest.approx(
-        {"precision": 0.0, "recall": 0.0, "f1": 0.0, "threshold": 0.99}
-    )
-    assert r["ois"]["f1"] == 0.0 and r["ois_mean_f1"] == 0.0 and r["ap"] == 0.0
+  gt = np.eye(5, dtype=bool)
+  r = evaluate([np.zeros((5, 5))], [gt])
+  assert_finite_json(r)
+  # Nothing predicted anywhere (0 > 0 is False): P = 0 by convention, R = 0, F1 = 0.
+  assert r['curve']['precision'] == [0.0] * N
+  assert r['curve']['recall'] == [0.0] * N
+  assert r['ods'] == pytest.approx({'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'threshold': 0.99})
+  assert r['ois']['f1'] == 0.0 and r['ois_mean_f1'] == 0.0 and r['ap'] == 0.0
 
 
 def test_all_crack_prediction():
-    gt = np.eye(4, dtype=bool)  # 4 of 16 pixels are crack
-    r = evaluate([np.ones((4, 4), np.float32)], [gt])
-    assert_finite_json(r)
-    # 1 > t for every t: everything predicted. P = 1/4, R = 1, F1 = 2/5 everywhere.
-    assert r["curve"]["precision"] == pytest.approx([0.25] * N)
-    assert r["curve"]["recall"] == pytest.approx([1.0] * N)
-    assert r["ods"]["f1"] == pytest.approx(0.4)
-    assert r["ap"] == pytest.approx(0.25)
+  gt = np.eye(4, dtype=bool)  # 4 of 16 pixels are crack
+  r = evaluate([np.ones((4, 4), np.float32)], [gt])
+  assert_finite_json(r)
+  # 1 > t for every t: everything predicted. P = 1/4, R = 1, F1 = 2/5 everywhere.
+  assert r['curve']['precision'] == pytest.approx([0.25] * N)
+  assert r['curve']['recall'] == pytest.approx([1.0] * N)
+  assert r['ods']['f1'] == pytest.approx(0.4)
+  assert r['ap'] == pytest.approx(0.25)
 
 
 def test_f1_zero_image_does_not_pick_threshold_zero():
-    prob0, gt0 = hand_example()  # ODS threshold of the pair is > 0
-    # Image 1 has cracks but only background is scored: TP = 0 at every threshold.
-    gt1 = np.zeros((6, 6), bool)
-    gt1[:, 0] = True
-    prob1 = np.where(gt1, 0.0, 0.8)
-    r = evaluate([prob0, prob1], [gt0, gt1])
-    assert_finite_json(r)
-    im1 = r["per_image"][1]
-    assert im1["f1"] == 0.0
-    assert im1["threshold"] != 0.0
-    assert im1["threshold"] == r["ods"]["threshold"]
-    # Image 0 alone would choose t = 0.19; image 1's 30 background pixels at 0.8 make
-    # any t < 0.8 costly, so the ODS threshold moves up to where image 1 is silent.
-    assert r["ods"]["threshold"] >= 0.8
+  prob0, gt0 = hand_example()  # ODS threshold of the pair is > 0
+  # Image 1 has cracks but only background is scored: TP = 0 at every threshold.
+  gt1 = np.zeros((6, 6), bool)
+  gt1[:, 0] = True
+  prob1 = np.where(gt1, 0.0, 0.8)
+  r = evaluate([prob0, prob1], [gt0, gt1])
+  assert_finite_json(r)
+  im1 = r['per_image'][1]
+  assert im1['f1'] == 0.0
+  assert im1['threshold'] != 0.0
+  assert im1['threshold'] == r['ods']['threshold']
+  # Image 0 alone would choose t = 0.19; image 1's 30 background pixels at 0.8 make
+  # any t < 0.8 costly, so the ODS threshold moves up to where image 1 is silent.
+  assert r['ods']['threshold'] >= 0.8
 
 
 def test_background_only_image_adds_minimal_false_positives():
-    prob0, gt0 = hand_example()
-    # No crack; scores up to 0.5 -> FP is 0 for t >= 0.5; rule picks the highest t.
-    prob1 = np.linspace(0, 0.5, 16).reshape(4, 4)
-    r = evaluate([prob0, prob1], [gt0, np.zeros((4, 4))])
-    im1 = r["per_image"][1]
-    assert im1["threshold"] == pytest.approx(0.99)
-    assert im1 == pytest.approx(
-        {"index": 1, "threshold": 0.99, "precision": 0.0, "recall": 0.0, "f1": 0.0}
-    )
-    # Pooled OIS equals image 0 alone (image 1 contributes no FP at its threshold).
-    assert r["ois"]["f1"] == pytest.approx(0.8)
+  prob0, gt0 = hand_example()
+  # No crack; scores up to 0.5 -> FP is 0 for t >= 0.5; rule picks the highest t.
+  prob1 = np.linspace(0, 0.5, 16).reshape(4, 4)
+  r = evaluate([prob0, prob1], [gt0, np.zeros((4, 4))])
+  im1 = r['per_image'][1]
+  assert im1['threshold'] == pytest.approx(0.99)
+  assert im1 == pytest.approx(
+    {'index': 1, 'threshold': 0.99, 'precision': 0.0, 'recall': 0.0, 'f1': 0.0}
+  )
+  # Pooled OIS equals image 0 alone (image 1 contributes no FP at its threshold).
+  assert r['ois']['f1'] == pytest.approx(0.8)
 
 
 def test_results_are_python_types():
-    prob, gt = hand_example()
-    r = evaluate([prob, prob[:3]], [gt, gt[:3]], num_thresholds=10)
-    assert len(r["curve"]["f1"]) == 10
-    for key in ("precision", "recall", "f1", "threshold"):
-        assert type(r["ods"][key]) is float
-    assert type(r["ap"]) is float and type(r["ois_mean_f1"]) is float
-    assert all(type(v) is float for v in r["curve"]["precision"])
-    assert type(r["per_image"][1]["index"]) is int
+  prob, gt = hand_example()
+  r = evaluate([prob, prob[:3]], [gt, gt[:3]], num_thresholds=10)
+  assert len(r['curve']['f1']) == 10
+  for key in ('precision', 'recall', 'f1', 'threshold'):
+    assert type(r['ods'][key]) is float
+  assert type(r['ap']) is float and type(r['ois_mean_f1']) is float
+  assert all(type(v) is float for v in r['curve']['precision'])
+  assert type(r['per_image'][1]['index']) is int
 
 
 def test_evaluate_matches_naive_aggregation():
-    # ODS/OIS recomputed from the naive loop for a random dataset of mixed sizes.
-    rng = np.random.default_rng(11)
-    probs, gts = [], []
-    for _ in range(5):
-        h, w = rng.integers(5, 30, size=2)
-        g = rng.random((h, w)) < 0.2
-        p = np.clip(g * 0.4 + rng.random((h, w)) * 0.6, 0, 1).round(2).astype(np.float32)
-        probs.append(p)
-        gts.append(g)
-    r = evaluate(probs, gts)
-    tp, fp, fn = (
-        sum(c)
-        for c in zip(*(naive_counts(p, g) for p, g in zip(probs, gts, strict=True)), strict=True)
-    )
-    f1 = np.where(tp > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
-    assert r["ods"]["f1"] == pytest.approx(f1.max())
-    assert r["curve"]["f1"] == pytest.approx(f1.tolist())
-    best = [
-        max(2 * t / max(2 * t + a + b, 1) for t, a, b in zip(*naive_counts(p, g), strict=True))
-        for p, g in zip(probs, gts, strict=True)
-    ]
-    assert r["ois_mean_f1"] == pytest.approx(np.mean(best))
-    assert not any(math.isnan(v) for v in r["curve"]["precision"])
+  # ODS/OIS recomputed from the naive loop for a random dataset of mixed sizes.
+  rng = np.random.default_rng(11)
+  probs, gts = [], []
+  for _ in range(5):
+    h, w = rng.integers(5, 30, size=2)
+    g = rng.random((h, w)) < 0.2
+    p = np.clip(g * 0.4 + rng.random((h, w)) * 0.6, 0, 1).round(2).astype(np.float32)
+    probs.append(p)
+    gts.append(g)
+  r = evaluate(probs, gts)
+  tp, fp, fn = (
+    sum(c) for c in zip(*(naive_counts(p, g) for p, g in zip(probs, gts, strict=True)), strict=True)
+  )
+  f1 = np.where(tp > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+  assert r['ods']['f1'] == pytest.approx(f1.max())
+  assert r['curve']['f1'] == pytest.approx(f1.tolist())
+  best = [
+    max(2 * t / max(2 * t + a + b, 1) for t, a, b in zip(*naive_counts(p, g), strict=True))
+    for p, g in zip(probs, gts, strict=True)
+  ]
+  assert r['ois_mean_f1'] == pytest.approx(np.mean(best))
+  assert not any(math.isnan(v) for v in r['curve']['precision'])
 
 
 # ---------------------------------------------------------------------------
@@ -302,52 +297,52 @@ def test_evaluate_matches_naive_aggregation():
 
 
 def _good():
-    return np.full((4, 4), 0.5), np.zeros((4, 4), bool)
+  return np.full((4, 4), 0.5), np.zeros((4, 4), bool)
 
 
 def test_channel_dim_accepted():
-    prob, gt = hand_example()
-    a = evaluate([prob[..., None]], [gt])
-    b = evaluate([prob], [gt[..., None]])
-    assert a["ods"] == b["ods"]
+  prob, gt = hand_example()
+  a = evaluate([prob[..., None]], [gt])
+  b = evaluate([prob], [gt[..., None]])
+  assert a['ods'] == b['ods']
 
 
 @pytest.mark.parametrize(
-    ("bad_prob", "bad_gt", "match"),
-    [
-        (np.full((4, 5), 0.5), np.zeros((4, 4)), r"image 2: shape mismatch"),
-        (np.full((4, 4), 1.5), np.zeros((4, 4)), r"image 2: probs must lie in \[0, 1\]"),
-        (np.full((4, 4), -0.1), np.zeros((4, 4)), r"image 2: probs must lie in \[0, 1\]"),
-        (np.full((4, 4), np.nan), np.zeros((4, 4)), r"image 2: probs contain NaN"),
-        (np.full((4, 4), 0.5), np.full((4, 4), 255), r"image 2: gt must be binary"),
-        (np.full((4, 4), 0.5), np.full((4, 4), 0.5), r"image 2: gt must be binary"),
-        (np.full((2, 4, 4), 0.5), np.zeros((2, 4, 4)), r"image 2: probs must have shape"),
-    ],
+  ('bad_prob', 'bad_gt', 'match'),
+  [
+    (np.full((4, 5), 0.5), np.zeros((4, 4)), r'image 2: shape mismatch'),
+    (np.full((4, 4), 1.5), np.zeros((4, 4)), r'image 2: probs must lie in \[0, 1\]'),
+    (np.full((4, 4), -0.1), np.zeros((4, 4)), r'image 2: probs must lie in \[0, 1\]'),
+    (np.full((4, 4), np.nan), np.zeros((4, 4)), r'image 2: probs contain NaN'),
+    (np.full((4, 4), 0.5), np.full((4, 4), 255), r'image 2: gt must be binary'),
+    (np.full((4, 4), 0.5), np.full((4, 4), 0.5), r'image 2: gt must be binary'),
+    (np.full((2, 4, 4), 0.5), np.zeros((2, 4, 4)), r'image 2: probs must have shape'),
+  ],
 )
 def test_bad_inputs_name_image_index(bad_prob, bad_gt, match):
-    probs = [_good()[0], _good()[0], bad_prob]
-    gts = [_good()[1], _good()[1], bad_gt]
-    with pytest.raises(ValueError, match=match):
-        evaluate(probs, gts)
+  probs = [_good()[0], _good()[0], bad_prob]
+  gts = [_good()[1], _good()[1], bad_gt]
+  with pytest.raises(ValueError, match=match):
+    evaluate(probs, gts)
 
 
 def test_length_mismatch():
-    p, g = _good()
-    with pytest.raises(ValueError, match="2 probability maps but 1 ground truths"):
-        evaluate([p, p], [g])
+  p, g = _good()
+  with pytest.raises(ValueError, match='2 probability maps but 1 ground truths'):
+    evaluate([p, p], [g])
 
 
 def test_unknown_protocol_lists_supported():
-    p, g = _good()
-    assert SUPPORTED_PROTOCOLS == ("strict", "tolerance", "tolerance_thin_gt")
-    with pytest.raises(ValueError, match=r"supported protocols: \['strict', 'tolerance'"):
-        evaluate([p], [g], protocol="fuzzy")
+  p, g = _good()
+  assert SUPPORTED_PROTOCOLS == ('strict', 'tolerance', 'tolerance_thin_gt')
+  with pytest.raises(ValueError, match=r"supported protocols: \['strict', 'tolerance'"):
+    evaluate([p], [g], protocol='fuzzy')
 
 
 def test_bad_num_thresholds():
-    p, g = _good()
-    with pytest.raises(ValueError, match="num_thresholds"):
-        evaluate([p], [g], num_thresholds=0)
+  p, g = _good()
+  with pytest.raises(ValueError, match='num_thresholds'):
+    evaluate([p], [g], num_thresholds=0)
 
 
 # ---------------------------------------------------------------------------
@@ -361,336 +356,336 @@ I50 = 49  # index of threshold 0.50 in 0.01 .. 0.99
 
 
 def _canvas():
-    return np.zeros((TH, TW), np.float32), np.zeros((TH, TW), bool)
+  return np.zeros((TH, TW), np.float32), np.zeros((TH, TW), bool)
 
 
 def naive_tolerance_counts(prob, gt, n=T99, max_dist=0.0075, thin_fn=thin):
-    """Reference: per threshold, thin, pairs within distance by a KD-tree, matching."""
-    from scipy import sparse
-    from scipy.sparse.csgraph import maximum_bipartite_matching
-    from scipy.spatial import cKDTree
+  """Reference: per threshold, thin, pairs within distance by a KD-tree, matching."""
+  from scipy import sparse
+  from scipy.sparse.csgraph import maximum_bipartite_matching
+  from scipy.spatial import cKDTree
 
-    h, w = prob.shape
-    radius = max_dist * math.hypot(h, w)
-    g = np.argwhere(gt)
-    tree = cKDTree(g) if len(g) else None
-    matched, num_pred = [], []
-    for i in range(1, n + 1):
-        pred = np.argwhere(thin_fn(prob >= prob.dtype.type(i / (n + 1))))
-        num_pred.append(len(pred))
-        if tree is None or len(pred) == 0:
-            matched.append(0)
-            continue
-        pairs = cKDTree(pred).sparse_distance_matrix(tree, radius, output_type="coo_matrix")
-        graph = sparse.csr_matrix(
-            (np.ones(pairs.nnz), (pairs.row, pairs.col)), shape=(len(pred), len(g))
-        )
-        matched.append(int(np.sum(maximum_bipartite_matching(graph, perm_type="column") >= 0)))
-    return np.array(matched), np.array(num_pred), len(g)
+  h, w = prob.shape
+  radius = max_dist * math.hypot(h, w)
+  g = np.argwhere(gt)
+  tree = cKDTree(g) if len(g) else None
+  matched, num_pred = [], []
+  for i in range(1, n + 1):
+    pred = np.argwhere(thin_fn(prob >= prob.dtype.type(i / (n + 1))))
+    num_pred.append(len(pred))
+    if tree is None or len(pred) == 0:
+      matched.append(0)
+      continue
+    pairs = cKDTree(pred).sparse_distance_matrix(tree, radius, output_type='coo_matrix')
+    graph = sparse.csr_matrix(
+      (np.ones(pairs.nnz), (pairs.row, pairs.col)), shape=(len(pred), len(g))
+    )
+    matched.append(int(np.sum(maximum_bipartite_matching(graph, perm_type='column') >= 0)))
+  return np.array(matched), np.array(num_pred), len(g)
 
 
 @pytest.mark.parametrize(
-    ("dy", "dx", "matched"),
-    [
-        (0, 0, True),
-        (0, 3, True),
-        (3, 0, True),
-        (-2, 2, True),  # 2.83 px
-        (1, 3, False),  # 3.16 px
-        (0, 4, False),
-        (-2, -3, False),  # 3.61 px
-        (3, 3, False),  # 4.24 px
-    ],
+  ('dy', 'dx', 'matched'),
+  [
+    (0, 0, True),
+    (0, 3, True),
+    (3, 0, True),
+    (-2, 2, True),  # 2.83 px
+    (1, 3, False),  # 3.16 px
+    (0, 4, False),
+    (-2, -3, False),  # 3.61 px
+    (3, 3, False),  # 4.24 px
+  ],
 )
 def test_tolerance_single_pixel_distance(dy, dx, matched):
-    prob, gt = _canvas()
-    gt[120, 160] = True
-    prob[120 + dy, 160 + dx] = 0.9
-    c = tolerance_counts(prob, gt)
-    # Predicted at t = 0.01 .. 0.90 (prob >= t), nothing above.
-    assert c.num_pred.tolist() == [1] * 90 + [0] * 9
-    assert c.num_gt.tolist() == [1] * T99
-    assert c.matched_pred.tolist() == [int(matched)] * 90 + [0] * 9
-    assert c.matched_gt.tolist() == c.matched_pred.tolist()
+  prob, gt = _canvas()
+  gt[120, 160] = True
+  prob[120 + dy, 160 + dx] = 0.9
+  c = tolerance_counts(prob, gt)
+  # Predicted at t = 0.01 .. 0.90 (prob >= t), nothing above.
+  assert c.num_pred.tolist() == [1] * 90 + [0] * 9
+  assert c.num_gt.tolist() == [1] * T99
+  assert c.matched_pred.tolist() == [int(matched)] * 90 + [0] * 9
+  assert c.matched_gt.tolist() == c.matched_pred.tolist()
 
 
-@pytest.mark.parametrize("shift", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize('shift', [1, 2, 3, 4, 5])
 def test_tolerance_shifted_line(shift):
-    # Vertical GT line of 100 px; the prediction is the same line `shift` px to the right.
-    prob, gt = _canvas()
-    gt[50:150, 100] = True
-    prob[50:150, 100 + shift] = 0.8
-    r = evaluate([prob], [gt], protocol="tolerance")
-    assert r["num_thresholds"] == T99
-    if shift <= 3:  # within maxDist = 3 px: every pixel matched, one-to-one
-        assert r["ods"] == pytest.approx(
-            {"precision": 1.0, "recall": 1.0, "f1": 1.0, "threshold": 0.01}
-        )
-    else:
-        assert r["ods"]["f1"] == 0.0 and r["ods"]["recall"] == 0.0
-        assert r["ods"]["precision"] == 0.0
-    # The strict protocol sees no overlap at all for any shift.
-    assert evaluate([prob], [gt])["ods"]["f1"] == 0.0
-    assert_finite_json(r)
+  # Vertical GT line of 100 px; the prediction is the same line `shift` px to the right.
+  prob, gt = _canvas()
+  gt[50:150, 100] = True
+  prob[50:150, 100 + shift] = 0.8
+  r = evaluate([prob], [gt], protocol='tolerance')
+  assert r['num_thresholds'] == T99
+  if shift <= 3:  # within maxDist = 3 px: every pixel matched, one-to-one
+    assert r['ods'] == pytest.approx(
+      {'precision': 1.0, 'recall': 1.0, 'f1': 1.0, 'threshold': 0.01}
+    )
+  else:
+    assert r['ods']['f1'] == 0.0 and r['ods']['recall'] == 0.0
+    assert r['ods']['precision'] == 0.0
+  # The strict protocol sees no overlap at all for any shift.
+  assert evaluate([prob], [gt])['ods']['f1'] == 0.0
+  assert_finite_json(r)
 
 
 def test_tolerance_one_to_one():
-    # Two predicted pixels next to one GT pixel: only one of them is matched.
-    prob, gt = _canvas()
-    gt[120, 160] = True
-    prob[120, 159] = prob[120, 161] = 0.9
-    c = tolerance_counts(prob, gt)
-    assert c.num_pred[I50] == 2 and c.matched_pred[I50] == 1 and c.matched_gt[I50] == 1
-    r = evaluate([prob], [gt], protocol="tolerance")
-    assert r["ods_grid"] == pytest.approx(
-        {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "threshold": 0.90}
-    )
-    # And the other way round: one prediction cannot match two GT pixels.
-    prob, gt = _canvas()
-    gt[120, 159] = gt[120, 161] = True
-    prob[120, 160] = 0.9
-    c = tolerance_counts(prob, gt)
-    assert (c.matched_pred[I50], c.num_pred[I50], c.num_gt[I50]) == (1, 1, 2)
+  # Two predicted pixels next to one GT pixel: only one of them is matched.
+  prob, gt = _canvas()
+  gt[120, 160] = True
+  prob[120, 159] = prob[120, 161] = 0.9
+  c = tolerance_counts(prob, gt)
+  assert c.num_pred[I50] == 2 and c.matched_pred[I50] == 1 and c.matched_gt[I50] == 1
+  r = evaluate([prob], [gt], protocol='tolerance')
+  assert r['ods_grid'] == pytest.approx(
+    {'precision': 0.5, 'recall': 1.0, 'f1': 2 / 3, 'threshold': 0.90}
+  )
+  # And the other way round: one prediction cannot match two GT pixels.
+  prob, gt = _canvas()
+  gt[120, 159] = gt[120, 161] = True
+  prob[120, 160] = 0.9
+  c = tolerance_counts(prob, gt)
+  assert (c.matched_pred[I50], c.num_pred[I50], c.num_gt[I50]) == (1, 1, 2)
 
 
 def test_tolerance_thins_thick_prediction():
-    # 1-px GT line of 200 px; a 3-px-thick prediction centred on it.
-    prob, gt = _canvas()
-    gt[120, 50:250] = True
-    prob[119:122, 50:250] = 0.9
-    thinned = thin(prob >= 0.5)
-    assert thinned.sum() < 200 + 10  # one pixel wide
-    assert np.all(thinned.sum(axis=0) <= 1)
-    c = tolerance_counts(prob, gt)
-    k = int(thinned.sum())
-    assert c.num_pred[I50] == k and c.matched_pred[I50] == k  # all within 1 px
-    r = evaluate([prob], [gt], protocol="tolerance")
-    assert r["ods"]["precision"] == pytest.approx(1.0)
-    assert r["ods"]["recall"] == pytest.approx(k / 200)
-    # Strict: 200 of 600 predicted pixels are crack.
-    assert evaluate([prob], [gt])["ods"]["precision"] == pytest.approx(1 / 3)
+  # 1-px GT line of 200 px; a 3-px-thick prediction centred on it.
+  prob, gt = _canvas()
+  gt[120, 50:250] = True
+  prob[119:122, 50:250] = 0.9
+  thinned = thin(prob >= 0.5)
+  assert thinned.sum() < 200 + 10  # one pixel wide
+  assert np.all(thinned.sum(axis=0) <= 1)
+  c = tolerance_counts(prob, gt)
+  k = int(thinned.sum())
+  assert c.num_pred[I50] == k and c.matched_pred[I50] == k  # all within 1 px
+  r = evaluate([prob], [gt], protocol='tolerance')
+  assert r['ods']['precision'] == pytest.approx(1.0)
+  assert r['ods']['recall'] == pytest.approx(k / 200)
+  # Strict: 200 of 600 predicted pixels are crack.
+  assert evaluate([prob], [gt])['ods']['precision'] == pytest.approx(1 / 3)
 
 
 def test_thin_matches_skimage_docstring_example():
-    square = np.zeros((7, 7), bool)
-    square[1:-1, 2:-2] = True
-    square[0, 1] = True
-    expected = np.zeros((7, 7), bool)
-    expected[0, 1] = expected[1, 2] = expected[2, 3] = expected[3, 3] = expected[4, 3] = True
-    assert np.array_equal(thin(square), expected)
+  square = np.zeros((7, 7), bool)
+  square[1:-1, 2:-2] = True
+  square[0, 1] = True
+  expected = np.zeros((7, 7), bool)
+  expected[0, 1] = expected[1, 2] = expected[2, 3] = expected[3, 3] = expected[4, 3] = True
+  assert np.array_equal(thin(square), expected)
 
 
 def test_thin_equals_skimage():
-    morphology = pytest.importorskip("skimage.morphology")
-    from scipy import ndimage as ndi
+  morphology = pytest.importorskip('skimage.morphology')
+  from scipy import ndimage as ndi
 
-    rng = np.random.default_rng(3)
-    for k in range(12):
-        if k % 3 == 0:
-            m = rng.random((30, 41)) < 0.5
-        else:
-            m = ndi.gaussian_filter(rng.random((50, 70)), 1.5 + k % 2) > 0.5
-        assert np.array_equal(thin(m), morphology.thin(m)), k
-    assert np.array_equal(thin(np.ones((23, 31))), morphology.thin(np.ones((23, 31))))
+  rng = np.random.default_rng(3)
+  for k in range(12):
+    if k % 3 == 0:
+      m = rng.random((30, 41)) < 0.5
+    else:
+      m = ndi.gaussian_filter(rng.random((50, 70)), 1.5 + k % 2) > 0.5
+    assert np.array_equal(thin(m), morphology.thin(m)), k
+  assert np.array_equal(thin(np.ones((23, 31))), morphology.thin(np.ones((23, 31))))
 
 
 def test_thin_large_blob_equals_skimage():
-    # Low thresholds of real maps give one blob over most of the image, with holes.
-    morphology = pytest.importorskip("skimage.morphology")
-    from scipy import ndimage as ndi
+  # Low thresholds of real maps give one blob over most of the image, with holes.
+  morphology = pytest.importorskip('skimage.morphology')
+  from scipy import ndimage as ndi
 
-    rng = np.random.default_rng(5)
-    m = ndi.gaussian_filter(rng.random((120, 170)), 2.5) > 0.47
-    assert m.mean() > 0.7
-    assert np.array_equal(thin(m), morphology.thin(m))
+  rng = np.random.default_rng(5)
+  m = ndi.gaussian_filter(rng.random((120, 170)), 2.5) > 0.47
+  assert m.mean() > 0.7
+  assert np.array_equal(thin(m), morphology.thin(m))
 
 
 def _ladder_graph(depth):
-    """Bipartite graph on which scipy's Hopcroft-Karp takes ~2**depth steps.
+  """Bipartite graph on which scipy's Hopcroft-Karp takes ~2**depth steps.
 
-    A ladder of ``depth`` levels (left p_k, q_k; right a_k, b_k; p_k, q_k adjacent to
-    a_k, b_k of their own level and to both of the next) hangs off a free left vertex
-    w, and the only augmenting path, from z, runs along a chain of ``depth`` levels.
-    scipy's depth-first search re-expands every ladder path without marking dead ends
-    (scipy issue #26147). Returns (neighbour lists padded with -1, number of right
-    vertices); the maximum matching covers every right vertex.
-    """
-    rows = []
-    for k in range(depth):
-        nxt = [2 * k + 2, 2 * k + 3] if k + 1 < depth else []
-        rows += [[2 * k, *nxt], [2 * k + 1, *nxt]]
-    c0 = 2 * depth
-    rows += [[c0 + k - 1, c0 + k] for k in range(1, depth + 1)]  # chain y_k
-    rows += [[0, 1], [c0]]  # w, z
-    nbr = np.full((len(rows), 3), -1)
-    for i, r in enumerate(rows):
-        nbr[i, : len(r)] = r
-    return nbr, c0 + depth + 1
+  A ladder of ``depth`` levels (left p_k, q_k; right a_k, b_k; p_k, q_k adjacent to
+  a_k, b_k of their own level and to both of the next) hangs off a free left vertex
+  w, and the only augmenting path, from z, runs along a chain of ``depth`` levels.
+  scipy's depth-first search re-expands every ladder path without marking dead ends
+  (scipy issue #26147). Returns (neighbour lists padded with -1, number of right
+  vertices); the maximum matching covers every right vertex.
+  """
+  rows = []
+  for k in range(depth):
+    nxt = [2 * k + 2, 2 * k + 3] if k + 1 < depth else []
+    rows += [[2 * k, *nxt], [2 * k + 1, *nxt]]
+  c0 = 2 * depth
+  rows += [[c0 + k - 1, c0 + k] for k in range(1, depth + 1)]  # chain y_k
+  rows += [[0, 1], [c0]]  # w, z
+  nbr = np.full((len(rows), 3), -1)
+  for i, r in enumerate(rows):
+    nbr[i, : len(r)] = r
+  return nbr, c0 + depth + 1
 
 
 def test_max_matching_size_layered_graph_is_fast():
-    # scipy.sparse.csgraph.maximum_bipartite_matching needs ~2**40 steps here (it
-    # doubles per level: 0.04 s at depth 20); the max-flow matching is instant.
-    nbr, num_right = _ladder_graph(40)
-    assert evaluation._max_matching_size(nbr, num_right) == num_right
+  # scipy.sparse.csgraph.maximum_bipartite_matching needs ~2**40 steps here (it
+  # doubles per level: 0.04 s at depth 20); the max-flow matching is instant.
+  nbr, num_right = _ladder_graph(40)
+  assert evaluation._max_matching_size(nbr, num_right) == num_right
 
 
 def test_max_matching_size_equals_hopcroft_karp():
-    from scipy import sparse
-    from scipy.sparse.csgraph import maximum_bipartite_matching
+  from scipy import sparse
+  from scipy.sparse.csgraph import maximum_bipartite_matching
 
-    rng = np.random.default_rng(0)
-    for _ in range(30):
-        nl, nr, k = rng.integers(1, 40), rng.integers(1, 40), rng.integers(1, 6)
-        nbr = rng.integers(-nr // 2, nr, size=(nl, k))  # < 0: padding; repeats allowed
-        edge = nbr >= 0
-        graph = sparse.csr_matrix(
-            (np.ones(edge.sum()), nbr[edge], np.r_[0, np.cumsum(edge.sum(axis=1))]),
-            shape=(nl, nr),
-        )
-        expected = int(np.sum(maximum_bipartite_matching(graph, perm_type="column") >= 0))
-        assert evaluation._max_matching_size(nbr, nr) == expected
-    assert evaluation._max_matching_size(np.full((3, 2), -1), 5) == 0
+  rng = np.random.default_rng(0)
+  for _ in range(30):
+    nl, nr, k = rng.integers(1, 40), rng.integers(1, 40), rng.integers(1, 6)
+    nbr = rng.integers(-nr // 2, nr, size=(nl, k))  # < 0: padding; repeats allowed
+    edge = nbr >= 0
+    graph = sparse.csr_matrix(
+      (np.ones(edge.sum()), nbr[edge], np.r_[0, np.cumsum(edge.sum(axis=1))]),
+      shape=(nl, nr),
+    )
+    expected = int(np.sum(maximum_bipartite_matching(graph, perm_type='column') >= 0))
+    assert evaluation._max_matching_size(nbr, nr) == expected
+  assert evaluation._max_matching_size(np.full((3, 2), -1), 5) == 0
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize('seed', [0, 1, 2])
 def test_tolerance_counts_equal_naive(seed):
-    from scipy import ndimage as ndi
+  from scipy import ndimage as ndi
 
-    rng = np.random.default_rng(seed)
-    h, w = rng.integers(40, 90, size=2)
-    gt = np.zeros((h, w), bool)
-    gt[rng.integers(0, h), :] = True
-    gt[:, rng.integers(0, w)] = rng.random() < 0.7
-    blur = ndi.gaussian_filter(gt.astype(float), 1.5)
-    noise = ndi.gaussian_filter(rng.random((h, w)), 2)
-    prob = np.clip(blur * 2 + noise - 0.35, 0, 1).astype(np.float32)
-    n = 25
-    c = tolerance_counts(prob, gt, num_thresholds=n)
-    matched, num_pred, num_gt = naive_tolerance_counts(prob, gt, n=n)
-    assert c.matched_pred.tolist() == matched.tolist()
-    assert c.num_pred.tolist() == num_pred.tolist()
-    assert c.num_gt.tolist() == [num_gt] * n
-    c2 = tolerance_counts(prob, gt, num_thresholds=n, thin_gt=True)
-    matched2, num_pred2, num_gt2 = naive_tolerance_counts(prob, thin(gt), n=n)
-    assert c2.matched_pred.tolist() == matched2.tolist()
-    assert c2.num_gt.tolist() == [num_gt2] * n
+  rng = np.random.default_rng(seed)
+  h, w = rng.integers(40, 90, size=2)
+  gt = np.zeros((h, w), bool)
+  gt[rng.integers(0, h), :] = True
+  gt[:, rng.integers(0, w)] = rng.random() < 0.7
+  blur = ndi.gaussian_filter(gt.astype(float), 1.5)
+  noise = ndi.gaussian_filter(rng.random((h, w)), 2)
+  prob = np.clip(blur * 2 + noise - 0.35, 0, 1).astype(np.float32)
+  n = 25
+  c = tolerance_counts(prob, gt, num_thresholds=n)
+  matched, num_pred, num_gt = naive_tolerance_counts(prob, gt, n=n)
+  assert c.matched_pred.tolist() == matched.tolist()
+  assert c.num_pred.tolist() == num_pred.tolist()
+  assert c.num_gt.tolist() == [num_gt] * n
+  c2 = tolerance_counts(prob, gt, num_thresholds=n, thin_gt=True)
+  matched2, num_pred2, num_gt2 = naive_tolerance_counts(prob, thin(gt), n=n)
+  assert c2.matched_pred.tolist() == matched2.tolist()
+  assert c2.num_gt.tolist() == [num_gt2] * n
 
 
 def test_tolerance_threshold_is_inclusive():
-    prob, gt = _canvas()
-    gt[120, 160] = True
-    prob[120, 160] = 0.5
-    c = tolerance_counts(prob, gt)
-    assert c.matched_pred[I50] == 1  # 0.5 >= 0.50
-    assert c.matched_pred[I50 + 1] == 0  # 0.5 < 0.51
+  prob, gt = _canvas()
+  gt[120, 160] = True
+  prob[120, 160] = 0.5
+  c = tolerance_counts(prob, gt)
+  assert c.matched_pred[I50] == 1  # 0.5 >= 0.50
+  assert c.matched_pred[I50 + 1] == 0  # 0.5 < 0.51
 
 
 def test_tolerance_perfect_prediction():
-    prob, gt = _canvas()
-    gt[40, 10:300] = True  # horizontal
-    gt[50:200, 20] = True  # vertical
-    idx = np.arange(100)
-    gt[100 + idx, 100 + idx] = True  # diagonal
-    r = evaluate([gt.astype(np.float32)], [gt], protocol="tolerance")
-    for key in ("ods", "ods_grid", "ois"):
-        assert r[key]["f1"] == 1.0, key
-    assert r["ois_mean_f1"] == 1.0
-    assert r["ods"]["threshold"] == pytest.approx(0.01)  # BSDS: the first maximum
-    # A single distinct recall on the curve: BSDS's Area_PR is 0 (documented).
-    assert r["ap"] == 0.0
+  prob, gt = _canvas()
+  gt[40, 10:300] = True  # horizontal
+  gt[50:200, 20] = True  # vertical
+  idx = np.arange(100)
+  gt[100 + idx, 100 + idx] = True  # diagonal
+  r = evaluate([gt.astype(np.float32)], [gt], protocol='tolerance')
+  for key in ('ods', 'ods_grid', 'ois'):
+    assert r[key]['f1'] == 1.0, key
+  assert r['ois_mean_f1'] == 1.0
+  assert r['ods']['threshold'] == pytest.approx(0.01)  # BSDS: the first maximum
+  # A single distinct recall on the curve: BSDS's Area_PR is 0 (documented).
+  assert r['ap'] == 0.0
 
 
 def test_tolerance_thin_gt_protocol():
-    # A 5-px-thick GT band and a 1-px prediction on its centre line.
-    prob, gt = _canvas()
-    gt[118:123, 50:250] = True
-    prob[120, 50:250] = 0.9
-    plain = evaluate([prob], [gt], protocol="tolerance")
-    assert plain["ods_grid"]["precision"] == 1.0
-    assert plain["ods_grid"]["recall"] == pytest.approx(200 / 1000)  # 1 match per GT column
-    thin_gt = evaluate([prob], [gt], protocol="tolerance_thin_gt")
-    k = int(thin(gt).sum())
-    assert thin_gt["ods_grid"]["recall"] == pytest.approx(k / k)
-    assert thin_gt["ods_grid"]["precision"] == pytest.approx(min(k, 200) / 200)
-    assert "thinned" in thin_gt["protocol_description"]
+  # A 5-px-thick GT band and a 1-px prediction on its centre line.
+  prob, gt = _canvas()
+  gt[118:123, 50:250] = True
+  prob[120, 50:250] = 0.9
+  plain = evaluate([prob], [gt], protocol='tolerance')
+  assert plain['ods_grid']['precision'] == 1.0
+  assert plain['ods_grid']['recall'] == pytest.approx(200 / 1000)  # 1 match per GT column
+  thin_gt = evaluate([prob], [gt], protocol='tolerance_thin_gt')
+  k = int(thin(gt).sum())
+  assert thin_gt['ods_grid']['recall'] == pytest.approx(k / k)
+  assert thin_gt['ods_grid']['precision'] == pytest.approx(min(k, 200) / 200)
+  assert 'thinned' in thin_gt['protocol_description']
 
 
 def test_tolerance_degenerate_images():
-    rng = np.random.default_rng(0)
-    prob_line, gt_line = _canvas()
-    gt_line[120, 50:250] = True
-    prob_line[120, 50:250] = 0.6
-    # No GT crack (random prediction); empty prediction; all-crack prediction.
-    no_gt = (rng.random((30, 40)).astype(np.float32), np.zeros((30, 40), bool))
-    empty = (np.zeros((TH, TW), np.float32), gt_line)
-    full = (np.ones((TH, TW), np.float32), gt_line)
-    r = evaluate([no_gt[0]], [no_gt[1]], protocol="tolerance")
-    assert_finite_json(r)
-    assert r["ods"]["f1"] == 0.0 and r["ap"] == 0.0 and r["ois"]["f1"] == 0.0
-    assert r["per_image"][0]["threshold"] == pytest.approx(0.99)  # rule 1: fewest predictions
-    r = evaluate([empty[0]], [empty[1]], protocol="tolerance")
-    assert_finite_json(r)
-    assert r["curve"]["precision"] == [0.0] * T99 and r["curve"]["recall"] == [0.0] * T99
-    assert r["ods"]["f1"] == 0.0 and r["ap"] == 0.0
-    # All-crack: the same (thinned) map at every threshold, so a flat curve.
-    r = evaluate([full[0]], [full[1]], protocol="tolerance")
-    assert_finite_json(r)
-    # The full 240x320 rectangle thins to row 120, columns 119..199: all on the GT line.
-    ys, xs = np.nonzero(thin(np.ones((TH, TW), bool)))
-    assert set(ys.tolist()) == {120} and xs.tolist() == list(range(119, 200))
-    assert r["ods_grid"]["precision"] == 1.0
-    assert r["ods_grid"]["recall"] == pytest.approx(81 / 200)
-    assert len(set(r["curve"]["f1"])) == 1 and r["ap"] == 0.0
+  rng = np.random.default_rng(0)
+  prob_line, gt_line = _canvas()
+  gt_line[120, 50:250] = True
+  prob_line[120, 50:250] = 0.6
+  # No GT crack (random prediction); empty prediction; all-crack prediction.
+  no_gt = (rng.random((30, 40)).astype(np.float32), np.zeros((30, 40), bool))
+  empty = (np.zeros((TH, TW), np.float32), gt_line)
+  full = (np.ones((TH, TW), np.float32), gt_line)
+  r = evaluate([no_gt[0]], [no_gt[1]], protocol='tolerance')
+  assert_finite_json(r)
+  assert r['ods']['f1'] == 0.0 and r['ap'] == 0.0 and r['ois']['f1'] == 0.0
+  assert r['per_image'][0]['threshold'] == pytest.approx(0.99)  # rule 1: fewest predictions
+  r = evaluate([empty[0]], [empty[1]], protocol='tolerance')
+  assert_finite_json(r)
+  assert r['curve']['precision'] == [0.0] * T99 and r['curve']['recall'] == [0.0] * T99
+  assert r['ods']['f1'] == 0.0 and r['ap'] == 0.0
+  # All-crack: the same (thinned) map at every threshold, so a flat curve.
+  r = evaluate([full[0]], [full[1]], protocol='tolerance')
+  assert_finite_json(r)
+  # The full 240x320 rectangle thins to row 120, columns 119..199: all on the GT line.
+  ys, xs = np.nonzero(thin(np.ones((TH, TW), bool)))
+  assert set(ys.tolist()) == {120} and xs.tolist() == list(range(119, 200))
+  assert r['ods_grid']['precision'] == 1.0
+  assert r['ods_grid']['recall'] == pytest.approx(81 / 200)
+  assert len(set(r['curve']['f1'])) == 1 and r['ap'] == 0.0
 
-    # Mixed dataset: an image with GT but F1 = 0 everywhere (prediction far away)
-    # takes the grid ODS threshold (rule 2), never threshold 0.01.
-    far, gt_far = _canvas()
-    gt_far[10, 10:40] = True
-    far[200, 200:260] = 0.95
-    r = evaluate([prob_line, far], [gt_line, gt_far], protocol="tolerance")
-    assert r["per_image"][1]["f1"] == 0.0
-    assert r["per_image"][1]["threshold"] == r["ods_grid"]["threshold"] != 0.01
-    assert_finite_json(r)
+  # Mixed dataset: an image with GT but F1 = 0 everywhere (prediction far away)
+  # takes the grid ODS threshold (rule 2), never threshold 0.01.
+  far, gt_far = _canvas()
+  gt_far[10, 10:40] = True
+  far[200, 200:260] = 0.95
+  r = evaluate([prob_line, far], [gt_line, gt_far], protocol='tolerance')
+  assert r['per_image'][1]['f1'] == 0.0
+  assert r['per_image'][1]['threshold'] == r['ods_grid']['threshold'] != 0.01
+  assert_finite_json(r)
 
 
 def test_bsds_max_f_interpolates():
-    # Two thresholds with (R, P) = (1, 0) and (0, 0.9): F is 0 at both grid points but
-    # positive on the segment between them, sampled at d = linspace(0, 1, 100).
-    t, p, r, f = evaluation._bsds_max_f(
-        np.array([0.1, 0.2]), np.array([0.0, 0.9]), np.array([1.0, 0.0])
-    )
-    d = np.linspace(0, 1, 100)
-    f_all = 2 * (0.9 * d) * (1 - d) / (0.9 * d + 1 - d)
-    best = d[np.argmax(f_all)]
-    assert 0 < best < 1
-    assert f == pytest.approx(f_all.max())
-    assert (t, p, r) == pytest.approx((0.1 + 0.1 * best, 0.9 * best, 1 - best))
+  # Two thresholds with (R, P) = (1, 0) and (0, 0.9): F is 0 at both grid points but
+  # positive on the segment between them, sampled at d = linspace(0, 1, 100).
+  t, p, r, f = evaluation._bsds_max_f(
+    np.array([0.1, 0.2]), np.array([0.0, 0.9]), np.array([1.0, 0.0])
+  )
+  d = np.linspace(0, 1, 100)
+  f_all = 2 * (0.9 * d) * (1 - d) / (0.9 * d + 1 - d)
+  best = d[np.argmax(f_all)]
+  assert 0 < best < 1
+  assert f == pytest.approx(f_all.max())
+  assert (t, p, r) == pytest.approx((0.1 + 0.1 * best, 0.9 * best, 1 - best))
 
 
 def test_bsds_average_precision():
-    # Thresholds ascending: R = 1, 0.5, 0.5, 0 with P = 0.5, 0.9, 1, 1. For the repeated
-    # recall 0.5, the last occurrence (P = 1) is used. Ru = 0, .5, 1; Pu = 1, 1, .5.
-    ap = evaluation._bsds_average_precision(
-        np.array([0.5, 0.9, 1.0, 1.0]), np.array([1.0, 0.5, 0.5, 0.0])
-    )
-    # 0:0.01:1 -> 51 points at 1 up to 0.5, then 1 - (r - 0.5) at 0.51 .. 1.00.
-    assert ap == pytest.approx(0.01 * (51 + sum(1 - k / 100 for k in range(1, 51))))
-    # Points outside the recall range reached count 0.
-    ap = evaluation._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
-    assert ap == pytest.approx(0.01 * 26)
-    assert evaluation._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
+  # Thresholds ascending: R = 1, 0.5, 0.5, 0 with P = 0.5, 0.9, 1, 1. For the repeated
+  # recall 0.5, the last occurrence (P = 1) is used. Ru = 0, .5, 1; Pu = 1, 1, .5.
+  ap = evaluation._bsds_average_precision(
+    np.array([0.5, 0.9, 1.0, 1.0]), np.array([1.0, 0.5, 0.5, 0.0])
+  )
+  # 0:0.01:1 -> 51 points at 1 up to 0.5, then 1 - (r - 0.5) at 0.51 .. 1.00.
+  assert ap == pytest.approx(0.01 * (51 + sum(1 - k / 100 for k in range(1, 51))))
+  # Points outside the recall range reached count 0.
+  ap = evaluation._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
+  assert ap == pytest.approx(0.01 * 26)
+  assert evaluation._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
 
 
 def test_tolerance_result_keys_match_strict():
-    prob, gt = _canvas()
-    gt[120, 50:250] = True
-    prob[120, 50:250] = 0.6
-    a = evaluate([prob], [gt])
-    b = evaluate([prob], [gt], protocol="tolerance")
-    assert set(a) == set(b)
-    assert set(a["ods"]) == set(b["ods"]) and set(a["ois"]) == set(b["ois"])
-    assert len(b["curve"]["thresholds"]) == T99
-    assert b["curve"]["thresholds"][0] == pytest.approx(0.01)
-    assert b["curve"]["thresholds"][-1] == pytest.approx(0.99)
-    assert b["protocol"] == "tolerance" and "prob >= t" in b["protocol_description"]
+  prob, gt = _canvas()
+  gt[120, 50:250] = True
+  prob[120, 50:250] = 0.6
+  a = evaluate([prob], [gt])
+  b = evaluate([prob], [gt], protocol='tolerance')
+  assert set(a) == set(b)
+  assert set(a['ods']) == set(b['ods']) and set(a['ois']) == set(b['ois'])
+  assert len(b['curve']['thresholds']) == T99
+  assert b['curve']['thresholds'][0] == pytest.approx(0.01)
+  assert b['curve']['thresholds'][-1] == pytest.approx(0.99)
+  assert b['protocol'] == 'tolerance' and 'prob >= t' in b['protocol_description']
