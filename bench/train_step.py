@@ -1,0 +1,357 @@
+"""Wall time of crackjax's jitted U-Net train step, with an optional PyTorch comparison.
+
+Builds the model and Adam state the way training does (`crackjax.train._init_state`,
+`make_train_step`, `make_mesh`, `global_batch`), feeds one random batch of the configured
+shape (images uniform in [0, 1], masks ~2% crack), compiles, runs `--warmup` steps and then
+times `--steps` steps, blocking on the result of each. The step is the full training step:
+on-device augmentation, forward, loss, backward and the Adam update.
+
+Prints compile time, median / min / max step time, images per second, the process's
+peak RSS (VmHWM, as getrusage's ru_maxrss but not inherited across fork/exec: the peak of
+the whole process including imports and compilation, not of the step alone),
+versions, backend and device kind; on a GPU also the achieved TFLOP/s (XLA cost-analysis
+flops of the step / median step time) and its fraction of the device's peak from PEAK_FLOPS.
+
+If `import torch` works (torch is never a dependency) the same U-Net, loss and optimizer
+run in PyTorch in a separate subprocess, after the JAX run, with
+torch.set_num_threads(os.cpu_count()), so the two peak RSS figures do not mix; the ratio
+jax/torch of the median step times comes from the same invocation. `--no-torch` skips it.
+
+Usage::
+
+    python bench/train_step.py --config=configs/crackforest_exp.py \
+        [--widths 16,32,64,128,256] [--hw 320,480] [--batch 2] [--steps 5] [--warmup 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# Dense peak FLOP/s per device kind (substring of jax's device_kind), by precision.
+# H100 SXM: 989 TFLOP/s bf16 dense tensor core, 67 TFLOP/s fp32 (non-tensor-core).
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    'H100': {'bf16': 989e12, 'fp32': 67e12},
+    'H200': {'bf16': 989e12, 'fp32': 67e12},
+    'A100': {'bf16': 312e12, 'fp32': 19.5e12},
+}
+
+CRACK_FRACTION = 0.02
+
+
+def _peak_rss_mb() -> float:
+  """Peak RSS of this process in MB: VmHWM of /proc/self/status where there is one.
+
+  On Linux ru_maxrss (getrusage) survives fork and exec, so a subprocess started by a big
+  process reports its parent's peak; VmHWM belongs to the process's own address space.
+  Elsewhere falls back to ru_maxrss (KiB on Linux, bytes on macOS).
+  """
+  try:
+    for line in Path('/proc/self/status').read_text().splitlines():
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) / 1024.0
+  except OSError:
+    pass
+  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return rss / 2**20 if sys.platform == 'darwin' else rss / 1024.0
+
+
+def _ints(text: str) -> tuple[int, ...]:
+  return tuple(int(v) for v in text.split(',') if v.strip())
+
+
+def load_config(spec: str):
+  """Loads `path.py[:arg]` like ml_collections' config_flags: calls get_config(arg)."""
+  path, _, arg = spec.partition(':')
+  module_spec = importlib.util.spec_from_file_location('bench_config', REPO / path
+                                                       if not os.path.isabs(path) else path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def random_batch(batch: int, h: int, w: int, seed: int = 0):
+  """Images uniform in [0, 1] and masks with ~CRACK_FRACTION crack pixels (float32)."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  image = rng.random((batch, h, w, 3), dtype=np.float32)
+  mask = (rng.random((batch, h, w, 1)) < CRACK_FRACTION).astype(np.float32)
+  return {'image': image, 'mask': mask}
+
+
+def _flops_of(compiled) -> float | None:
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # noqa: BLE001 - not every backend implements it
+    return None
+  if isinstance(cost, list | tuple):
+    cost = cost[0] if cost else None
+  if not cost or 'flops' not in cost:
+    return None
+  return float(cost['flops'])
+
+
+def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
+  import flax
+  import jax
+
+  from crackjax import train
+
+  config.widths = tuple(widths)
+  config.input_size = tuple(hw)
+  config.batch_size = batch
+  mesh = train.make_mesh()
+  state = train._init_state(config, (*hw, 3), mesh)
+  n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
+  step = train.make_train_step(config, mesh, state)
+  data = train.global_batch(random_batch(batch, *hw), mesh)
+
+  t0 = time.perf_counter()
+  compiled = step.lower(state, data).compile()
+  compile_s = time.perf_counter() - t0
+  flops = _flops_of(compiled)
+
+  for _ in range(warmup):
+    state, metrics = compiled(state, data)
+    jax.block_until_ready((state, metrics))
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, data)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - t0)
+  loss = float(metrics['loss'])
+
+  device = jax.devices()[0]
+  median = statistics.median(times)
+  result = {
+      'framework': 'jax',
+      'jax': jax.__version__, 'flax': flax.__version__,
+      'backend': jax.default_backend(), 'device_kind': device.device_kind,
+      'device_count': jax.device_count(),
+      'widths': list(widths), 'hw': list(hw), 'batch': batch, 'steps': steps,
+      'warmup': warmup, 'params': n_params, 'loss': loss,
+      'compile_s': compile_s, 'step_times_s': times, 'median_s': median,
+      'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
+      'peak_rss_mb': _peak_rss_mb(), 'flops_per_step': flops,
+  }
+  if result['backend'] == 'gpu' and flops:
+    achieved = flops / median
+    result['tflops'] = achieved / 1e12
+    peaks = next((v for k, v in PEAK_FLOPS.items() if k in device.device_kind), None)
+    if peaks:
+      result['peak_fraction'] = {prec: achieved / peak for prec, peak in peaks.items()}
+  return result
+
+
+# ----------------------------------------------------------------------------- PyTorch
+
+
+def torch_available() -> bool:
+  """Whether `import torch` works, checked in a subprocess so this process never loads it."""
+  if importlib.util.find_spec('torch') is None:
+    return False
+  return subprocess.run([sys.executable, '-c', 'import torch'], capture_output=True).returncode == 0
+
+
+def _torch_unet(widths):
+  import torch
+  from torch import nn
+
+  def block(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(inplace=True),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU(inplace=True))
+
+  class UNet(nn.Module):
+    """The same U-Net as crackjax.models.unet.UNet, NCHW."""
+
+    def __init__(self):
+      super().__init__()
+      self.down = nn.ModuleList()
+      cin = 3
+      for w in widths[:-1]:
+        self.down.append(block(cin, w))
+        cin = w
+      self.bottom = block(cin, widths[-1])
+      self.ups = nn.ModuleList()
+      self.up_blocks = nn.ModuleList()
+      cin = widths[-1]
+      for w in reversed(widths[:-1]):
+        self.ups.append(nn.ConvTranspose2d(cin, w, 2, stride=2))
+        self.up_blocks.append(block(2 * w, w))
+        cin = w
+      self.head = nn.Conv2d(cin, 1, 1)
+
+    def forward(self, x):
+      skips = []
+      for blk in self.down:
+        x = blk(x)
+        skips.append(x)
+        x = nn.functional.max_pool2d(x, 2)
+      x = self.bottom(x)
+      for up, blk, skip in zip(self.ups, self.up_blocks, reversed(skips), strict=True):
+        x = blk(torch.cat([skip, up(x)], dim=1))
+      return self.head(x)
+
+  return UNet()
+
+
+def bench_torch(config, widths, hw, batch, steps, warmup, expect_params=None) -> dict:
+  """The PyTorch equivalent; meant to run in its own process (see `_torch_subprocess`)."""
+  import numpy as np
+  import torch
+
+  torch.set_num_threads(os.cpu_count())
+  torch.manual_seed(0)
+  model = _torch_unet(widths)
+  n_params = sum(p.numel() for p in model.parameters())
+  if expect_params is not None:
+    assert n_params == expect_params, (n_params, expect_params)
+  opt = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+  data = random_batch(batch, *hw)
+  image = torch.from_numpy(np.ascontiguousarray(data['image'].transpose(0, 3, 1, 2)))
+  mask = torch.from_numpy(np.ascontiguousarray(data['mask'].transpose(0, 3, 1, 2)))
+  lc = config.loss
+  if lc.weighting != 'exp':
+    raise ValueError(f'the torch comparison implements the exp weighting only, not '
+                     f'{lc.weighting!r}')
+
+  def step():
+    opt.zero_grad(set_to_none=True)
+    logits = model(image)
+    # As crackjax.losses: alpha Laplace-smoothed over the batch, q = beta base^(gamma(2a-1)).
+    n = mask.numel()
+    alpha = (n - mask.sum() + 1.0) / (n + 2.0)
+    q = (lc.beta * lc.base ** (lc.gamma * (2.0 * alpha - 1.0))).detach()
+    loss = lc.a * torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, mask, pos_weight=q)
+    if lc.b:
+      p = torch.sigmoid(logits)
+      inter = (mask * p).sum()
+      union = mask.sum() + p.sum() - inter
+      loss = loss + lc.b * (1.0 - (inter + lc.jaccard_smooth) / (union + lc.jaccard_smooth))
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+  for _ in range(warmup):
+    step()
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    loss = step()
+    times.append(time.perf_counter() - t0)
+  median = statistics.median(times)
+  return {
+      'framework': 'torch', 'torch': torch.__version__, 'threads': torch.get_num_threads(),
+      'params': n_params, 'loss': loss, 'step_times_s': times, 'median_s': median,
+      'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
+      'peak_rss_mb': _peak_rss_mb(),
+  }
+
+
+def _torch_subprocess(args, expect_params) -> dict:
+  cmd = [sys.executable, str(Path(__file__).resolve()), f'--config={args.config}',
+         f'--widths={",".join(map(str, args.widths))}', f'--hw={",".join(map(str, args.hw))}',
+         f'--batch={args.batch}', f'--steps={args.steps}', f'--warmup={args.warmup}',
+         f'--_torch_worker={expect_params}']
+  out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _fmt_times(r) -> str:
+  return (f'median {r["median_s"]:.3f} s (min {r["min_s"]:.3f}, max {r["max_s"]:.3f}; '
+          f'{len(r["step_times_s"])} steps)')
+
+
+def report(jr: dict, tr: dict | None) -> str:
+  lines = [
+      f'config widths {tuple(jr["widths"])}, input {jr["hw"][0]}x{jr["hw"][1]}, batch '
+      f'{jr["batch"]}, {jr["params"]:,} parameters',
+      f'jax {jr["jax"]}, flax {jr["flax"]}, backend {jr["backend"]}, device '
+      f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
+      f'{os.cpu_count()} CPUs',
+      f'jax compile:      {jr["compile_s"]:.2f} s',
+      f'jax step:         {_fmt_times(jr)}',
+      f'jax images/s:     {jr["images_per_s"]:.2f}',
+      f'jax peak RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM)',
+  ]
+  if jr.get('flops_per_step'):
+    lines.append(f'XLA flops/step:   {jr["flops_per_step"] / 1e9:.1f} GFLOP '
+                 f'({jr["flops_per_step"] / jr["median_s"] / 1e9:.1f} GFLOP/s achieved)')
+  if 'tflops' in jr:
+    lines.append(f'achieved:         {jr["tflops"]:.1f} TFLOP/s')
+    for prec, frac in jr.get('peak_fraction', {}).items():
+      lines.append(f'  fraction of {jr["device_kind"]} dense {prec} peak: {frac:.1%}')
+  if tr is not None:
+    lines += [
+        f'torch {tr["torch"]} ({tr["threads"]} threads) step: {_fmt_times(tr)}',
+        f'torch images/s:   {tr["images_per_s"]:.2f}',
+        f'torch peak RSS:   {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
+        f'ratio jax/torch:  {jr["median_s"] / tr["median_s"]:.2f} (step time; >1: jax slower)',
+    ]
+  return '\n'.join(lines)
+
+
+def main(argv=None) -> dict:
+  """Runs the benchmark and prints the report; returns {'jax': ..., 'torch': ... or None}."""
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--config', default='configs/crackforest_exp.py')
+  p.add_argument('--widths', type=_ints, default=None,
+                 help='comma-separated U-Net widths (default: the config\'s)')
+  p.add_argument('--hw', type=_ints, default=(320, 480), help='H,W of the input')
+  p.add_argument('--batch', type=int, default=2)
+  p.add_argument('--steps', type=int, default=5)
+  p.add_argument('--warmup', type=int, default=1)
+  p.add_argument('--no-torch', dest='torch', action='store_false',
+                 help='skip the PyTorch comparison even if torch is installed')
+  p.add_argument('--json', type=str, default=None, help='also write the results here')
+  p.add_argument('--_torch_worker', type=int, default=None, help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  config = load_config(args.config)
+  if args.widths is None:
+    args.widths = tuple(config.widths)
+  if len(args.hw) != 2:
+    p.error('--hw takes H,W')
+  if args.steps < 1:
+    p.error('--steps must be at least 1')
+
+  if args._torch_worker is not None:
+    r = bench_torch(config, args.widths, args.hw, args.batch, args.steps, args.warmup,
+                    expect_params=args._torch_worker)
+    print(json.dumps(r))
+    return {'jax': None, 'torch': r}
+
+  jr = bench_jax(config, args.widths, args.hw, args.batch, args.steps, args.warmup)
+  if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
+    raise FloatingPointError(f'non-finite result: {jr}')
+  tr = None
+  if args.torch and torch_available():
+    tr = _torch_subprocess(args, jr['params'])
+  elif args.torch:
+    print('(torch not importable: no PyTorch comparison)')
+  print(report(jr, tr))
+  result = {'jax': jr, 'torch': tr}
+  if args.json:
+    Path(args.json).write_text(json.dumps(result, indent=1))
+  return result
+
+
+if __name__ == '__main__':
+  main()
