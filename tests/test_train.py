@@ -110,6 +110,29 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
 
 
+def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypatch):
+  # SIGTERM reaches train_and_evaluate as SystemExit (launch.py's handler); Ctrl-C as
+  # KeyboardInterrupt. Either way the state of the last finished step is saved.
+  config = smoke_config(data_dirs)
+  real = input_pipeline.create_train_iterator
+
+  def interrupted(config, *, start_step=0, **kwargs):
+    for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
+      if step == 5:
+        raise SystemExit('Received signal 15')
+      yield batch
+
+  monkeypatch.setattr(input_pipeline, 'create_train_iterator', interrupted)
+  workdir = tmp_path / 'term'
+  with pytest.raises(SystemExit):
+    train.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert train.checkpoint_manager(workdir, config).all_steps() == [3, 4]
+  monkeypatch.setattr(input_pipeline, 'create_train_iterator', real)
+  state = train.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert int(state.step) == 6
+  assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
+
+
 # Runs the smoke config in a subprocess and SIGKILLs itself when asked for the batch of
 # step 5 (mid-epoch 2), once the epoch-1 checkpoint (step 3) is safely on disk.
 _KILLED_RUN = textwrap.dedent('''
