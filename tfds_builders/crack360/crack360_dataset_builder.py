@@ -72,10 +72,7 @@ class Crack360(tfds.core.GeneratorBasedBuilder):
     super().__init__(file_format=file_format or 'array_record', **kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self, description=__doc__, features=common.features(),
-        supervised_keys=('image', 'mask'), homepage=HOMEPAGE, citation=_CITATION,
-        disable_shuffling=True)
+    return common.dataset_info(self, __doc__, homepage=HOMEPAGE, citation=_CITATION)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     root = common.manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)

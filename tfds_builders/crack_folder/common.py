@@ -66,6 +66,17 @@ def features() -> tfds.features.FeaturesDict:
   })
 
 
+def dataset_info(builder: tfds.core.DatasetBuilder, description: str, *,
+                 homepage: str | None = None,
+                 citation: str | None = None) -> tfds.core.DatasetInfo:
+  """DatasetInfo shared by the crack builders: the contract's features, (image, mask) as
+  supervised keys, and records kept in the order written (sorted names)."""
+  return tfds.core.DatasetInfo(
+      builder=builder, description=description, features=features(),
+      supervised_keys=('image', 'mask'), homepage=homepage, citation=citation,
+      disable_shuffling=True)
+
+
 def normalise(name: str) -> str:
   """'GROUND_TRUTH' -> 'groundtruth', 'CRKWH100-gt' -> 'crkwh100gt'."""
   return re.sub(r'[^a-z0-9]', '', name.lower())

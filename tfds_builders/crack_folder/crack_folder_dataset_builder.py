@@ -160,13 +160,7 @@ class CrackFolder(tfds.core.GeneratorBasedBuilder):
     super().__init__(file_format=file_format or 'array_record', **kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=common.features(),
-        supervised_keys=('image', 'mask'),
-        disable_shuffling=True,  # Stored in sorted name order.
-    )
+    return common.dataset_info(self, __doc__)
 
   def _pairs(self) -> list[common.Pair]:
     c = self.builder_config
