@@ -109,6 +109,7 @@ def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
   import jax
 
   from crackjax import train
+  from crackjax.models.conv import resolve_impl
 
   config.widths = tuple(widths)
   config.input_size = tuple(hw)
@@ -144,6 +145,8 @@ def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
       'device_count': jax.device_count(),
       'widths': list(widths), 'hw': list(hw), 'batch': batch, 'steps': steps,
       'warmup': warmup, 'params': n_params, 'loss': loss,
+      'conv_impl': f'{config.conv_impl} ({resolve_impl(config.conv_impl)})',
+      'compute_dtype': config.compute_dtype,
       'compile_s': compile_s, 'step_times_s': times, 'median_s': median,
       'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
       'peak_rss_mb': _peak_rss_mb(), 'flops_per_step': flops,
@@ -287,6 +290,7 @@ def report(jr: dict, tr: dict | None) -> str:
       f'jax {jr["jax"]}, flax {jr["flax"]}, backend {jr["backend"]}, device '
       f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
       f'{os.cpu_count()} CPUs',
+      f'jax conv_impl {jr["conv_impl"]}, compute_dtype {jr["compute_dtype"]}',
       f'jax compile:      {jr["compile_s"]:.2f} s',
       f'jax step:         {_fmt_times(jr)}',
       f'jax images/s:     {jr["images_per_s"]:.2f}',
@@ -319,6 +323,10 @@ def main(argv=None) -> dict:
   p.add_argument('--batch', type=int, default=2)
   p.add_argument('--steps', type=int, default=5)
   p.add_argument('--warmup', type=int, default=1)
+  p.add_argument('--conv_impl', default=None,
+                 help="'auto', 'xla' or 'blocked' (default: the config's)")
+  p.add_argument('--compute_dtype', default=None,
+                 help="'float32' or 'bfloat16' (default: the config's)")
   p.add_argument('--no-torch', dest='torch', action='store_false',
                  help='skip the PyTorch comparison even if torch is installed')
   p.add_argument('--json', type=str, default=None, help='also write the results here')
@@ -327,6 +335,9 @@ def main(argv=None) -> dict:
   config = load_config(args.config)
   if args.widths is None:
     args.widths = tuple(config.widths)
+  for field in ('conv_impl', 'compute_dtype'):
+    if getattr(args, field) is not None:
+      config[field] = getattr(args, field)
   if len(args.hw) != 2:
     p.error('--hw takes H,W')
   if args.steps < 1:

@@ -25,6 +25,11 @@ Fields:
     (0 = none; AigleRN uses 0.1, i.e. variance 0.01).
   model: model name, a key of `crackjax.models.MODELS`.
   widths: channel widths of the U-Net's five stages.
+  conv_impl: backward pass of the 3x3 convolutions: 'auto' (blocked on the CPU backend,
+    XLA's elsewhere), 'xla' or 'blocked' (crackjax/models/conv.py). Same function and
+    parameters; only speed and memory differ.
+  compute_dtype: 'float32' or 'bfloat16', the dtype of the model's activations and
+    convolutions; parameters, optimizer state, logits and loss stay float32.
   loss.weighting: minority weight q(alpha): 'ce' (q=1), 'xie', 'power', 'log' or 'exp'.
   loss.beta / loss.gamma / loss.base: parameters of q (eq. 4-7).
   loss.a / loss.b: holistic loss a * WCE + b * Jaccard distance (eq. 8).
@@ -77,6 +82,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.model = 'unet'
   c.widths = (64, 128, 256, 512, 1024)
+  c.conv_impl = 'auto'
+  c.compute_dtype = 'float32'
 
   c.loss = ml_collections.ConfigDict()
   c.loss.weighting = 'xie'

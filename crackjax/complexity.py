@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from crackjax.models import get_model
+from crackjax.models import model_from_config
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -70,7 +70,7 @@ def count_params(params) -> int:
 
 
 def _forward(config: ml_collections.ConfigDict):
-  model = get_model(config.model, widths=tuple(config.widths))
+  model = model_from_config(config)
   return model, jax.jit(lambda p, x: jax.nn.sigmoid(model.apply({'params': p}, x)))
 
 
@@ -121,7 +121,7 @@ def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None,
            fps_batch: int = 8, repeats: int = 10, fps: bool = True) -> dict:
   """Computes every figure; returns them as a dict (also printed by main)."""
   h, w = input_size(config, hw)
-  model = get_model(config.model, widths=tuple(config.widths))
+  model = model_from_config(config)
   params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, h, w, 3)))['params']
   macs = unet_macs(config.widths, h, w)
   out = {

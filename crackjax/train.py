@@ -35,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from crackjax import eval_report, evaluation, input_pipeline, losses
 from crackjax.metrics_log import MetricWriter
-from crackjax.models import get_model
+from crackjax.models import model_from_config
 
 TrainState = flax_train_state.TrainState
 
@@ -58,7 +58,7 @@ def make_mesh() -> Mesh:
 
 
 def create_model(config: ml_collections.ConfigDict):
-  return get_model(config.model, widths=tuple(config.widths))
+  return model_from_config(config)
 
 
 def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:

@@ -12,17 +12,21 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from crackjax.models.conv import Conv3x3
+
 
 class ConvBlock(nn.Module):
   """Two 3x3 same-padding convolutions, each followed by ReLU."""
 
   features: int
   dtype: jnp.dtype = jnp.float32
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    for _ in range(2):
-      x = nn.Conv(self.features, (3, 3), padding='SAME', dtype=self.dtype)(x)
+    for i in range(2):
+      # Named as nn.Conv would be, so checkpoints do not depend on conv_impl.
+      x = Conv3x3(self.features, self.dtype, self.conv_impl, name=f'Conv_{i}')(x)
       x = nn.relu(x)
     return x
 
@@ -53,6 +57,20 @@ class UpConv2x2(nn.Module):
     return y.reshape(b, 2 * h, 2 * w, self.features) + bias
 
 
+def max_pool_2x2(x: jax.Array) -> jax.Array:
+  """2x2 max-pooling with stride 2 of [B, H, W, C] (H and W even), as a reshape and a max.
+
+  The same function as `nn.max_pool(x, (2, 2), strides=(2, 2))`. Its gradient is
+  elementwise (compare and select) where reduce_window's is a select-and-scatter, which
+  XLA's CPU backend lowers to a scatter with materialised int32 indices: about 100 ms of
+  a 1.5 s train step of the 16...256 U-Net at 320x480 (docs/performance.md). The two
+  gradients differ only where a window has tied maxima (this one splits the gradient
+  among them); in this U-Net those are zeros after a ReLU, whose gradient is zero anyway.
+  """
+  b, h, w, c = x.shape
+  return x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+
 class UNet(nn.Module):
   """U-Net returning one logit per pixel.
 
@@ -60,10 +78,13 @@ class UNet(nn.Module):
     widths: channels of the stages from the top (full resolution) to the bottleneck; the
       paper uses (64, 128, 256, 512, 1024).
     dtype: computation dtype (parameters stay float32).
+    conv_impl: backward pass of the 3x3 convolutions, 'auto', 'xla' or 'blocked'
+      (crackjax/models/conv.py); the function computed is the same.
   """
 
   widths: Sequence[int] = (64, 128, 256, 512, 1024)
   dtype: jnp.dtype = jnp.float32
+  conv_impl: str = 'auto'
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -75,13 +96,13 @@ class UNet(nn.Module):
     x = x.astype(self.dtype)
     skips = []
     for width in self.widths[:-1]:
-      x = ConvBlock(width, self.dtype)(x)
+      x = ConvBlock(width, self.dtype, self.conv_impl)(x)
       skips.append(x)
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = ConvBlock(self.widths[-1], self.dtype)(x)
+      x = max_pool_2x2(x)
+    x = ConvBlock(self.widths[-1], self.dtype, self.conv_impl)(x)
     for width, skip in zip(reversed(self.widths[:-1]), reversed(skips), strict=True):
       x = UpConv2x2(width, self.dtype)(x)
       x = jnp.concatenate([skip, x], axis=-1)
-      x = ConvBlock(width, self.dtype)(x)
+      x = ConvBlock(width, self.dtype, self.conv_impl)(x)
     x = nn.Conv(1, (1, 1), dtype=self.dtype)(x)
     return x.astype(jnp.float32)
