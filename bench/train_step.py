@@ -123,6 +123,7 @@ def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
   t0 = time.perf_counter()
   compiled = step.lower(state, data).compile()
   compile_s = time.perf_counter() - t0
+  train.release_freed_host_memory()  # as train_and_evaluate does after compiling
   flops = _flops_of(compiled)
 
   for _ in range(warmup):

@@ -23,6 +23,8 @@ XLA's own everywhere else, where its convolutions are fast).
 """
 
 import functools
+import itertools
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
@@ -52,24 +54,29 @@ def _rows_per_block(height: int, width: int) -> int:
   return rows
 
 
-def conv3x3_weight_grad(x: jax.Array, g: jax.Array) -> jax.Array:
+def conv3x3_weight_grad(xs: jax.Array | Sequence[jax.Array], g: jax.Array) -> jax.Array:
   """Gradient of a 3x3 'same' convolution with respect to its kernel.
 
   Args:
-    x: the convolution's input, [N, H, W, C_in].
+    xs: the convolution's input, [N, H, W, C_in], or a sequence of arrays whose
+      concatenation along channels is the input.
     g: the cotangent of its output, [N, H, W, C_out].
 
   Returns:
     dL/dkernel, [3, 3, C_in, C_out] (HWIO), accumulated in float32 and returned in
-    x's dtype.
+    g's dtype.
   """
-  n, h, w, cin = x.shape
+  xs = (xs,) if isinstance(xs, jax.Array) else tuple(xs)
+  n, h, w, _ = xs[0].shape
+  cin = sum(x.shape[-1] for x in xs)
   cout = g.shape[-1]
   rows = _rows_per_block(h, w)
   blocks = h // rows
   # Channel-major padded input, so a block's nine windows stack into a [9 * C_in, pixels]
-  # matrix without a transpose inside the loop.
-  xt = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))).transpose(0, 3, 1, 2)
+  # matrix without a transpose inside the loop. XLA fuses pad, transpose and concatenation
+  # into one pass over the inputs.
+  xt = jnp.concatenate(
+      [jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))).transpose(0, 3, 1, 2) for x in xs], axis=1)
 
   def body(acc, index):
     image, block = index // blocks, index % blocks
@@ -81,29 +88,51 @@ def conv3x3_weight_grad(x: jax.Array, g: jax.Array) -> jax.Array:
     return acc, None
 
   acc, _ = lax.scan(body, jnp.zeros((9 * cin, cout), jnp.float32), jnp.arange(n * blocks))
-  return acc.reshape(3, 3, cin, cout).astype(x.dtype)
+  return acc.reshape(3, 3, cin, cout).astype(g.dtype)
+
+
+def _concat(xs):
+  return xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=-1)
 
 
 @jax.custom_vjp
-def conv3x3_blocked(x: jax.Array, kernel: jax.Array) -> jax.Array:
-  """3x3 'same' convolution (NHWC, HWIO) whose weight gradient is `conv3x3_weight_grad`."""
-  return _xla_conv(x, kernel)
+def conv3x3_relu_blocked(xs: tuple[jax.Array, ...], kernel: jax.Array,
+                         bias: jax.Array) -> jax.Array:
+  """relu(conv3x3(concat(xs), kernel) + bias) with a memory-lean, CPU-fast backward pass.
+
+  The backward pass keeps only the inputs `xs` and the output as residuals: the ReLU's
+  gradient is read off the output (y > 0), so neither a pre-activation nor a mask is
+  stored, and the channel concatenation of `xs` (the U-Net's skip and up-sampled maps)
+  is never stored either. Both are tensors the network keeps anyway, so the layer adds
+  no memory of its own to the backward pass. The weight gradient is `conv3x3_weight_grad`.
+  """
+  return _relu_conv_fwd(xs, kernel, bias)
 
 
-def _blocked_fwd(x, kernel):
-  return _xla_conv(x, kernel), (x, kernel)
+def _relu_conv_fwd(xs, kernel, bias):
+  return jax.nn.relu(_xla_conv(_concat(xs), kernel) + bias)
+
+
+def _blocked_fwd(xs, kernel, bias):
+  y = _relu_conv_fwd(xs, kernel, bias)
+  return y, (xs, kernel, y)
 
 
 def _blocked_bwd(residuals, g):
-  x, kernel = residuals
+  xs, kernel, y = residuals
+  g = jnp.where(y > 0, g, jnp.zeros_like(g))
+  dbias = jnp.sum(g, axis=(0, 1, 2), dtype=jnp.float32).astype(y.dtype)
   # The input gradient is XLA's own (a convolution with the flipped kernel, fast on the
-  # CPU); it is dead code, and removed by XLA, where the input needs no gradient.
-  _, input_vjp = jax.vjp(functools.partial(_xla_conv, kernel=kernel), x)
+  # CPU); XLA removes it as dead code where the input needs no gradient (the image).
+  _, input_vjp = jax.vjp(functools.partial(_xla_conv, kernel=kernel), _concat(xs))
   (dx,) = input_vjp(g)
-  return dx, conv3x3_weight_grad(x, g).astype(kernel.dtype)
+  splits = list(itertools.accumulate(x.shape[-1] for x in xs))[:-1]
+  dxs = tuple(jnp.split(dx, splits, axis=-1))
+  dkernel = conv3x3_weight_grad(xs, g).astype(kernel.dtype)
+  return dxs, dkernel, dbias
 
 
-conv3x3_blocked.defvjp(_blocked_fwd, _blocked_bwd)
+conv3x3_relu_blocked.defvjp(_blocked_fwd, _blocked_bwd)
 
 
 def resolve_impl(impl: str) -> str:
@@ -119,15 +148,24 @@ def resolve_impl(impl: str) -> str:
   return impl
 
 
-def conv3x3(x: jax.Array, kernel: jax.Array, impl: str = 'auto') -> jax.Array:
-  """3x3 'same' convolution, NHWC input and HWIO kernel, with the backward pass `impl`."""
+def conv3x3_relu(xs: Sequence[jax.Array], kernel: jax.Array, bias: jax.Array,
+                 impl: str = 'auto') -> jax.Array:
+  """relu(conv3x3(concat(xs), kernel) + bias), NHWC inputs, HWIO kernel.
+
+  'xla' is plain autodiff of the composition; 'blocked' is `conv3x3_relu_blocked`; both
+  compute the same function and the same gradients up to float rounding.
+  """
+  xs = tuple(xs)
   if resolve_impl(impl) == 'blocked':
-    return conv3x3_blocked(x, kernel)
-  return _xla_conv(x, kernel)
+    return conv3x3_relu_blocked(xs, kernel, bias)
+  return _relu_conv_fwd(xs, kernel, bias)
 
 
-class Conv3x3(nn.Module):
-  """`nn.Conv(features, (3, 3), padding='SAME')` with a selectable backward pass.
+class Conv3x3ReLU(nn.Module):
+  """`relu(nn.Conv(features, (3, 3), padding='SAME')(concat(xs)))` with a chosen backward.
+
+  Called with one or more NHWC arrays, which it treats as their concatenation along
+  channels (without storing that concatenation for the backward pass).
 
   Attributes:
     features: output channels.
@@ -140,10 +178,11 @@ class Conv3x3(nn.Module):
   impl: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, *xs: jax.Array) -> jax.Array:
+    cin = sum(x.shape[-1] for x in xs)
     # Same names, shapes and initialisers as nn.Conv, so parameters are interchangeable.
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
-                        (3, 3, x.shape[-1], self.features), jnp.float32)
+                        (3, 3, cin, self.features), jnp.float32)
     bias = self.param('bias', nn.initializers.zeros_init(), (self.features,), jnp.float32)
-    x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=self.dtype)
-    return conv3x3(x, kernel, self.impl) + bias
+    kernel, bias = (a.astype(self.dtype) for a in (kernel, bias))
+    return conv3x3_relu(tuple(x.astype(self.dtype) for x in xs), kernel, bias, self.impl)

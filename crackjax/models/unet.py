@@ -6,29 +6,35 @@ two 3x3 conv + ReLU; 2x2 max-pool down; skip connections by concatenation; a 1x1
 to a single crack logit. Input height and width must be multiples of 2**(stages-1).
 """
 
+import functools
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.conv import Conv3x3
+from crackjax.models.conv import Conv3x3ReLU, resolve_impl
 
 
 class ConvBlock(nn.Module):
-  """Two 3x3 same-padding convolutions, each followed by ReLU."""
+  """Two 3x3 same-padding convolutions, each followed by ReLU.
+
+  Attributes:
+    features: output channels of both convolutions.
+    dtype: computation dtype.
+    conv_impl: backward pass of the convolutions (crackjax/models/conv.py).
+  """
 
   features: int
   dtype: jnp.dtype = jnp.float32
   conv_impl: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    for i in range(2):
-      # Named as nn.Conv would be, so checkpoints do not depend on conv_impl.
-      x = Conv3x3(self.features, self.dtype, self.conv_impl, name=f'Conv_{i}')(x)
-      x = nn.relu(x)
-    return x
+  def __call__(self, *xs: jax.Array) -> jax.Array:
+    """Maps one input, or several to be concatenated along channels, to the block output."""
+    # Named as nn.Conv would be, so checkpoints do not depend on conv_impl.
+    x = Conv3x3ReLU(self.features, self.dtype, self.conv_impl, name='Conv_0')(*xs)
+    return Conv3x3ReLU(self.features, self.dtype, self.conv_impl, name='Conv_1')(x)
 
 
 class UpConv2x2(nn.Module):
@@ -57,18 +63,40 @@ class UpConv2x2(nn.Module):
     return y.reshape(b, 2 * h, 2 * w, self.features) + bias
 
 
+@jax.custom_vjp
 def max_pool_2x2(x: jax.Array) -> jax.Array:
-  """2x2 max-pooling with stride 2 of [B, H, W, C] (H and W even), as a reshape and a max.
+  """2x2 max-pooling with stride 2 of [B, H, W, C] (H and W even), for the CPU path.
 
-  The same function as `nn.max_pool(x, (2, 2), strides=(2, 2))`. Its gradient is
-  elementwise (compare and select) where reduce_window's is a select-and-scatter, which
-  XLA's CPU backend lowers to a scatter with materialised int32 indices: about 100 ms of
-  a 1.5 s train step of the 16...256 U-Net at 320x480 (docs/performance.md). The two
-  gradients differ only where a window has tied maxima (this one splits the gradient
-  among them); in this U-Net those are zeros after a ReLU, whose gradient is zero anyway.
+  The same function as `nn.max_pool(x, (2, 2), strides=(2, 2))`, with a backward pass
+  that is one elementwise pass, dx = g where x equals its window's maximum, keeping only
+  x and the output (both kept by the U-Net anyway). reduce_window's gradient is a
+  select-and-scatter, which XLA's CPU backend lowers to a scatter with materialised
+  int32 indices: about 100 ms of a 1.5 s train step of the 16...256 U-Net at 320x480
+  (docs/performance.md). The two gradients differ only where a window has tied maxima
+  (this one passes g to each of them); in this U-Net those are zeros after a ReLU,
+  whose gradient is zero, so parameter gradients are the same.
   """
   b, h, w, c = x.shape
   return x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+
+def _pool_fwd(x):
+  y = max_pool_2x2(x)
+  return y, (x, y)
+
+
+def _pool_bwd(residuals, g):
+  x, y = residuals
+  b, h, w, c = x.shape
+
+  def up(a):  # nearest-neighbour 2x up-sampling
+    return jnp.broadcast_to(a[:, :, None, :, None, :],
+                            (b, h // 2, 2, w // 2, 2, c)).reshape(b, h, w, c)
+
+  return (jnp.where(x == up(y), up(g), jnp.zeros_like(x)),)
+
+
+max_pool_2x2.defvjp(_pool_fwd, _pool_bwd)
 
 
 class UNet(nn.Module):
@@ -78,8 +106,9 @@ class UNet(nn.Module):
     widths: channels of the stages from the top (full resolution) to the bottleneck; the
       paper uses (64, 128, 256, 512, 1024).
     dtype: computation dtype (parameters stay float32).
-    conv_impl: backward pass of the 3x3 convolutions, 'auto', 'xla' or 'blocked'
-      (crackjax/models/conv.py); the function computed is the same.
+    conv_impl: backward pass of the 3x3 convolutions, ReLUs and poolings: 'xla' (plain
+      autodiff), 'blocked' (crackjax/models/conv.py and `max_pool_2x2`, for the CPU) or
+      'auto' (blocked on the CPU backend). The function computed is the same.
   """
 
   widths: Sequence[int] = (64, 128, 256, 512, 1024)
@@ -94,15 +123,19 @@ class UNet(nn.Module):
       raise ValueError(
           f'U-Net input height and width must be multiples of {factor}; got {x.shape[1:3]}.')
     x = x.astype(self.dtype)
+    if resolve_impl(self.conv_impl) == 'blocked':
+      pool = max_pool_2x2
+    else:
+      pool = functools.partial(nn.max_pool, window_shape=(2, 2), strides=(2, 2))
     skips = []
     for width in self.widths[:-1]:
       x = ConvBlock(width, self.dtype, self.conv_impl)(x)
       skips.append(x)
-      x = max_pool_2x2(x)
+      x = pool(x)
     x = ConvBlock(self.widths[-1], self.dtype, self.conv_impl)(x)
     for width, skip in zip(reversed(self.widths[:-1]), reversed(skips), strict=True):
       x = UpConv2x2(width, self.dtype)(x)
-      x = jnp.concatenate([skip, x], axis=-1)
-      x = ConvBlock(width, self.dtype, self.conv_impl)(x)
+      # Skip first, as in jnp.concatenate([skip, x], axis=-1).
+      x = ConvBlock(width, self.dtype, self.conv_impl)(skip, x)
     x = nn.Conv(1, (1, 1), dtype=self.dtype)(x)
     return x.astype(jnp.float32)
