@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import json
 import queue
 import sys
@@ -337,8 +338,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path,
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
 
   step_fn = make_train_step(config, mesh, state)
-  batches = prefetch_to_device(
-      input_pipeline.create_train_iterator(config, start_step=start_step), mesh)
+  # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
+  batches = prefetch_to_device(itertools.islice(
+      input_pipeline.create_train_iterator(config, start_step=start_step),
+      max(total_steps - start_step, 0)), mesh)
   pending: list[tuple[int, dict]] = []
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
