@@ -1,25 +1,26 @@
-"""3x3 'same' convolution with a CPU-friendly backward pass.
+"""3x3 'same' convolution + ReLU with a CPU-friendly backward pass.
 
 XLA's CPU backend computes the forward pass and the input gradient of a 3x3 convolution
 well, but its weight gradient (a convolution whose "kernel" is the whole feature map) runs
 at a small fraction of the machine's matmul speed: for a 64->64 layer on a 2 x 160 x 240
-batch it takes about 20x the forward pass (docs/performance.md). `conv3x3` keeps XLA's
-forward pass and input gradient and computes the weight gradient itself, as a sum of
-matrix products over blocks of output rows:
+batch it takes about 20x the forward pass (docs/performance.md). The 'blocked'
+implementation keeps XLA's forward pass and input gradient and computes the weight
+gradient itself as a sum of matrix products over blocks of about a thousand output pixels
+(`conv3x3_weight_grad`): each block's nine shifted windows (im2col of one block, which
+stays in cache) times the other operand. A `lax.scan` over the blocks keeps only one
+block's windows alive; building the whole im2col at once needs 9x a layer's input,
+gigabytes for this U-Net.
 
-    dW[dy, dx, i, o] = sum_{n, h, w} x_pad[n, h + dy, w + dx, i] * g[n, h, w, o]
+Its custom VJP also fuses bias and ReLU and keeps only the layer's inputs and its output
+for the backward pass (the ReLU's gradient is read off the output), and takes the
+U-Net's skip and up-sampled maps as separate inputs so their concatenation is never
+stored.
 
-For each block of a few rows of one image, the nine shifted windows of the input block are
-stacked channel-major into a [9 * C_in, rows * W] patch matrix (im2col) that fits in cache,
-and one [9 * C_in, rows * W] @ [rows * W, C_out] product is added to the accumulator.
-A `lax.scan` over the blocks keeps only one patch matrix alive, so memory stays bounded
-(building the whole im2col at once needs 9x the layer's input, gigabytes for this U-Net).
-
-`Conv3x3` is a drop-in for `nn.Conv(features, (3, 3), padding='SAME')`: same parameter
-names, shapes and initialisers, so checkpoints and initial values are interchangeable
-between implementations. Its `impl` picks the backward pass: 'xla' (autodiff of
-`lax.conv_general_dilated`), 'blocked' (the above), or 'auto' (blocked on the CPU backend,
-XLA's own everywhere else, where its convolutions are fast).
+`Conv3x3ReLU` is a drop-in for `relu(nn.Conv(features, (3, 3), padding='SAME')(x))`: same
+parameter names, shapes and initialisers, so checkpoints and initial values are
+interchangeable between implementations. Its `impl` picks the backward pass: 'xla'
+(autodiff of `lax.conv_general_dilated`), 'blocked' (the above), or 'auto' (blocked on
+the CPU backend, XLA's own everywhere else, where its convolutions are fast).
 """
 
 import functools
@@ -35,7 +36,8 @@ _DIMENSION_NUMBERS = ('NHWC', 'HWIO', 'NHWC')
 
 # Pixels per block of the weight gradient. Measured on a 2-core x86 CPU (AMD EPYC, jax
 # 0.10.2): blocks of ~500-2000 output pixels run 1.3-2x faster than blocks of ~16k pixels
-# (the patch matrix then stays in cache); see docs/performance.md.
+# (the windows then stay in cache), and smaller ones lose to per-iteration overhead;
+# see docs/performance.md.
 _BLOCK_PIXELS = 1024
 
 IMPLS = ('auto', 'xla', 'blocked')
@@ -54,8 +56,31 @@ def _rows_per_block(height: int, width: int) -> int:
   return rows
 
 
+def _padded(a: jax.Array) -> jax.Array:
+  return jnp.pad(a, ((0, 0), (1, 1), (1, 1), (0, 0)))
+
+
+def _windows(block: jax.Array, rows: int, width: int, flip: bool) -> jax.Array:
+  """The nine shifted [rows, width, C] windows of a padded block, concatenated along C.
+
+  Window (dy, dx) starts at (dy, dx), or at (2 - dy, 2 - dx) when `flip`.
+  """
+  offsets = [(2 - dy, 2 - dx) if flip else (dy, dx) for dy in range(3) for dx in range(3)]
+  return jnp.concatenate([block[a:a + rows, b:b + width] for a, b in offsets], axis=-1)
+
+
 def conv3x3_weight_grad(xs: jax.Array | Sequence[jax.Array], g: jax.Array) -> jax.Array:
   """Gradient of a 3x3 'same' convolution with respect to its kernel.
+
+  dW[dy, dx, i, o] = sum_{n,h,w} x_pad[n, h + dy, w + dx, i] g[n, h, w, o]
+                   = sum_{n,h,w} x[n, h, w, i] g_pad[n, h + 2 - dy, w + 2 - dx, o].
+
+  A `lax.scan` over blocks of about _BLOCK_PIXELS output pixels (whole rows of one image)
+  builds, for each block, the nine shifted windows of whichever operand has fewer channels
+  (the first form when C_in < C_out, the second otherwise) side by side as a
+  [pixels, 9 * C] matrix and adds one matrix product to the accumulator. Everything stays
+  channels-last: no transposed copy of a feature map is made, and only one block's windows
+  are alive at a time.
 
   Args:
     xs: the convolution's input, [N, H, W, C_in], or a sequence of arrays whose
@@ -72,23 +97,41 @@ def conv3x3_weight_grad(xs: jax.Array | Sequence[jax.Array], g: jax.Array) -> ja
   cout = g.shape[-1]
   rows = _rows_per_block(h, w)
   blocks = h // rows
-  # Channel-major padded input, so a block's nine windows stack into a [9 * C_in, pixels]
-  # matrix without a transpose inside the loop. XLA fuses pad, transpose and concatenation
-  # into one pass over the inputs.
-  xt = jnp.concatenate(
-      [jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))).transpose(0, 3, 1, 2) for x in xs], axis=1)
+  windows_of_x = cin < cout
+  if windows_of_x:
+    xs = (_padded(_concat(xs)),)  # the encoder's layers: one input, few channels
+  else:
+    g = _padded(g)
+  halo = 2  # the padded operand's block has two more rows
 
-  def body(acc, index):
+  def block_of(a, image, block, padded):
+    size = (1, rows + halo if padded else rows, a.shape[2], a.shape[3])
+    return lax.dynamic_slice(a, (image, block * rows, 0, 0), size)[0]
+
+  def dot_tn(a, b):  # a^T @ b over the block's pixels
+    return lax.dot_general(a.reshape(rows * w, -1), b.reshape(rows * w, -1),
+                           (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+  def body(accs, index):
     image, block = index // blocks, index % blocks
-    xs = lax.dynamic_slice(xt, (image, 0, block * rows, 0), (1, cin, rows + 2, w + 2))[0]
-    gs = lax.dynamic_slice(g, (image, block * rows, 0, 0), (1, rows, w, cout))[0]
-    patches = jnp.stack([xs[:, dy:dy + rows, dx:dx + w] for dy in range(3) for dx in range(3)])
-    acc = acc + jnp.dot(patches.reshape(9 * cin, rows * w), gs.reshape(rows * w, cout),
-                        preferred_element_type=jnp.float32)
-    return acc, None
+    if windows_of_x:
+      windows = _windows(block_of(xs[0], image, block, True), rows, w, flip=False)
+      products = (dot_tn(windows, block_of(g, image, block, False)),)
+    else:
+      windows = _windows(block_of(g, image, block, True), rows, w, flip=True)
+      products = tuple(dot_tn(block_of(x, image, block, False), windows) for x in xs)
+    return tuple(a + p for a, p in zip(accs, products, strict=True)), None
 
-  acc, _ = lax.scan(body, jnp.zeros((9 * cin, cout), jnp.float32), jnp.arange(n * blocks))
-  return acc.reshape(3, 3, cin, cout).astype(g.dtype)
+  if windows_of_x:
+    init = (jnp.zeros((9 * cin, cout), jnp.float32),)
+  else:
+    init = tuple(jnp.zeros((x.shape[-1], 9 * cout), jnp.float32) for x in xs)
+  accs, _ = lax.scan(body, init, jnp.arange(n * blocks))
+  if windows_of_x:
+    dw = accs[0].reshape(3, 3, cin, cout)
+  else:
+    dw = jnp.concatenate(accs, axis=0).reshape(cin, 3, 3, cout).transpose(1, 2, 0, 3)
+  return dw.astype(g.dtype)
 
 
 def _concat(xs):
