@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import losses, train
+from crackjax import train
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
 
@@ -118,38 +118,20 @@ def _batch(seed, b=2, h=32, w=48):
 
 
 def _train(config, steps):
-  """`steps` train steps (with augmentation) on fixed random batches; losses and params."""
+  """`steps` train steps (with augmentation) on fixed random batches.
+
+  Returns:
+    (losses, initial params, final params).
+  """
   mesh = train.make_mesh()
   state = train._init_state(config, (32, 48, 3), mesh)
+  initial = jax.device_get(state.params)
   step_fn = train.make_train_step(config, mesh, state)
   losses = []
   for i in range(steps):
     state, metrics = step_fn(state, train.global_batch(_batch(i % 2), mesh))
     losses.append(float(metrics['loss']))
-  return np.array(losses), jax.device_get(state.params)
-
-
-def test_unet_parameters_and_gradients_blocked_equal_xla():
-  config = smoke.get_config()
-  model = {impl: UNet(tuple(config.widths), conv_impl=impl) for impl in ('xla', 'blocked')}
-  batch = _batch(0)
-  key = jax.random.key(0, impl='rbg')  # threefry's init compiles ~10x slower on the CPU
-  init = {impl: jax.jit(model[impl].init)(key, batch['image'])['params'] for impl in model}
-  # Same names, shapes and initial values whatever the implementation.
-  assert jax.tree.structure(init['xla']) == jax.tree.structure(init['blocked'])
-  assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()),
-                                          init['xla'], init['blocked'])))
-  params = init['xla']
-  kwargs = train.loss_kwargs(config)
-
-  def loss(impl, params):
-    logits = model[impl].apply({'params': params}, batch['image'])
-    return losses.holistic_loss(logits, batch['mask'], **kwargs)
-
-  grads = {impl: jax.jit(jax.grad(lambda p, impl=impl: loss(impl, p)))(params)
-           for impl in model}
-  errs = jax.tree.leaves(jax.tree.map(_rel_err, grads['blocked'], grads['xla']))
-  assert max(errs) < 1e-4
+  return np.array(losses), initial, jax.device_get(state.params)
 
 
 def test_short_training_run_blocked_tracks_xla():
@@ -158,7 +140,12 @@ def test_short_training_run_blocked_tracks_xla():
   for impl in ('xla', 'blocked'):
     config.conv_impl = impl
     runs[impl] = _train(config, 8)
-  (loss_x, params_x), (loss_b, params_b) = runs['xla'], runs['blocked']
+  (loss_x, init_x, params_x), (loss_b, init_b, params_b) = runs['xla'], runs['blocked']
+  # Same parameter names, shapes and initial values whatever the implementation.
+  assert jax.tree.structure(init_x) == jax.tree.structure(init_b)
+  assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()), init_x, init_b)))
+  # Every step's loss, and the parameters after 8 Adam steps (which depend on every
+  # gradient of every layer), agree.
   np.testing.assert_allclose(loss_b, loss_x, rtol=1e-4)
   assert loss_x[-2:].mean() < loss_x[:2].mean()  # it trains
   errs = jax.tree.leaves(jax.tree.map(_rel_err, params_b, params_x))
@@ -169,12 +156,13 @@ def test_bfloat16_compute_trains_like_float32():
   config = smoke.get_config()
   config.learning_rate = 3e-3
   config.augment.enabled = False
+  config.conv_impl = 'xla'  # compiles faster; the precision is what is under test
   runs = {}
   for dtype in ('float32', 'bfloat16'):
     config.compute_dtype = dtype
     runs[dtype] = _train(config, 80)
-  loss32, params32 = runs['float32']
-  loss16, params16 = runs['bfloat16']
+  loss32, _, _ = runs['float32']
+  loss16, _, params16 = runs['bfloat16']
   assert all(p.dtype == np.float32 for p in jax.tree.leaves(params16))  # params stay f32
   assert np.isfinite(loss16).all()
   print('float32 losses', loss32.round(4), 'bfloat16 losses', loss16.round(4))
