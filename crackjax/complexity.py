@@ -156,13 +156,18 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--fps_batch', type=int, default=8)
   parser.add_argument('--repeats', type=int, default=10)
   parser.add_argument('--no_fps', action='store_true', help='skip the speed measurement')
+  parser.add_argument('--compute_dtype', default=None,
+                      help="'float32' or 'bfloat16' (default: the config's)")
   args = parser.parse_args(argv)
   config = _load_config(args.config)
+  if args.compute_dtype is not None:
+    config.compute_dtype = args.compute_dtype
   hw = tuple(int(v) for v in args.hw.split(',')) if args.hw else None
   r = report(config, hw, fps_batch=args.fps_batch, repeats=args.repeats, fps=not args.no_fps)
   m = r['macs']
   h, w = r['input_hw']
-  print(f"{r['model']} widths {tuple(r['widths'])} at {h}x{w} (HxW), batch 1")
+  print(f"{r['model']} widths {tuple(r['widths'])} at {h}x{w} (HxW), batch 1, "
+        f"compute_dtype {config.compute_dtype}")
   print(f"  parameters:                    {r['params'] / 1e6:.2f} M ({r['params']:,})")
   print(f"  MACs (true, layer by layer):   {m['true'] / 1e9:.2f} G  "
         f"(convs {m['conv'] / 1e9:.2f} G + transposed convs {m['up'] / 1e9:.2f} G)")
