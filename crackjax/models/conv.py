@@ -165,10 +165,11 @@ def _blocked_bwd(residuals, g):
   xs, kernel, y = residuals
   g = jnp.where(y > 0, g, jnp.zeros_like(g))
   dbias = jnp.sum(g, axis=(0, 1, 2), dtype=jnp.float32).astype(y.dtype)
-  # The input gradient is XLA's own (a convolution with the flipped kernel, fast on the
-  # CPU); XLA removes it as dead code where the input needs no gradient (the image).
-  _, input_vjp = jax.vjp(functools.partial(_xla_conv, kernel=kernel), _concat(xs))
-  (dx,) = input_vjp(g)
+  # The input gradient is XLA's own (the transposed convolution, fast on the CPU); it
+  # needs no primal values, and XLA removes it where the input needs no gradient (the image).
+  x_shape = xs[0].shape[:-1] + (kernel.shape[2],)
+  (dx,) = jax.linear_transpose(functools.partial(_xla_conv, kernel=kernel),
+                               jax.ShapeDtypeStruct(x_shape, g.dtype))(g)
   splits = list(itertools.accumulate(x.shape[-1] for x in xs))[:-1]
   dxs = tuple(jnp.split(dx, splits, axis=-1))
   dkernel = conv3x3_weight_grad(xs, g).astype(kernel.dtype)
