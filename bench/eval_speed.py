@@ -1,8 +1,9 @@
 """Wall time of the strict and tolerance evaluation protocols on a CrackForest-sized test set.
 
 Ground truth: the 46 CrackForest test images' real masks (``groundTruth/NNN.mat``,
-crack = Segmentation in {2, 4}) when the dataset is present under ``--data_dir``,
-otherwise synthetic thin random crack polylines (2-3 px wide) on 320x480.
+crack = Segmentation in {2, 4}) when ``--data_dir`` is given and holds the dataset
+(from the repository root: ``--data_dir=../shared/datasets/crackforest``), otherwise
+synthetic thin random crack polylines (2-3 px wide) on 320x480.
 Predictions are synthetic: a blurred, partly dropped-out copy of the ground truth plus
 smooth background texture and pixel noise, passed through a sigmoid (float32), so
 that low thresholds predict wide blobs and scattered false positives as a real
@@ -15,7 +16,8 @@ hid a matching that took minutes on a real network's maps.
 
 Usage::
 
-    python bench/eval_speed.py [--num_images 46] [--repeats 3] [--data_dir DIR]
+    python bench/eval_speed.py [--num_images 46] [--repeats 3]
+    python bench/eval_speed.py --data_dir=../shared/datasets/crackforest  # real masks
     python bench/eval_speed.py --probs PATH.npz [--repeats 1] [--protocols tolerance]
 """
 
@@ -26,7 +28,6 @@ import importlib.util
 import math
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -35,12 +36,9 @@ import scipy
 import skimage
 from scipy import ndimage as ndi
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from crackjax.evaluation import evaluate, thin  # noqa: E402
+from crackjax.evaluation import evaluate, thin
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path('/work/shared/datasets/crackforest')
 H, W = 320, 480
 
 
@@ -108,7 +106,13 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument('--num_images', type=int, default=46)
   ap.add_argument('--repeats', type=int, default=3)
-  ap.add_argument('--data_dir', type=Path, default=DEFAULT_DATA)
+  ap.add_argument(
+    '--data_dir',
+    type=Path,
+    default=None,
+    help='CrackForest directory with groundTruth/*.mat for real masks '
+    '(e.g. ../shared/datasets/crackforest); default: synthetic ground truth',
+  )
   ap.add_argument('--synthetic', action='store_true', help='ignore the real masks')
   ap.add_argument('--seed', type=int, default=0)
   ap.add_argument(
@@ -131,7 +135,8 @@ def main() -> None:
       gts = [g != 0 for g in f['gts'][: args.num_images]]
     source = f'saved maps and ground truth from {args.probs}'
   else:
-    gts = None if args.synthetic else real_gts(args.data_dir, args.num_images)
+    use_real = args.data_dir is not None and not args.synthetic
+    gts = real_gts(args.data_dir, args.num_images) if use_real else None
     source = f'real CrackForest test masks from {args.data_dir}'
     if gts is None:
       gts = [synthetic_gt(rng) for _ in range(args.num_images)]

@@ -2,7 +2,7 @@
 
 Needs datasets/BJN260 of shiyanrubing/CarNet_databases (tfds_builders/bjn260/README.md):
   python launch.py --config=configs/bjn260_exp.py --workdir=workdirs/bjn260_exp \\
-      --config.manual_dir=DIR
+      --config.data.manual_dir=DIR
 
 Full 480x320 images (multiples of 16) as input, 200 training / 60 test images.
 `:cpu` shrinks it for a 2-core CPU.
@@ -13,7 +13,7 @@ from configs import base
 
 def get_config(arg: str | None = None):
   c = base.get_config()
-  c.dataset = 'bjn260'
+  c.data.name = 'bjn260'
   c.loss.weighting = 'exp'
   c.loss.beta = 0.75
   c.num_epochs = 15

@@ -9,7 +9,7 @@ from configs import base
 
 def get_config(arg: str | None = None):
   c = base.get_config()
-  c.dataset = 'crackforest'
+  c.data.name = 'crackforest'
   c.loss.weighting = 'exp'
   c.loss.beta = 0.75
   c.num_epochs = 10

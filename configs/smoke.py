@@ -1,7 +1,7 @@
 """A seconds-long CPU run: tiny U-Net, a few steps. Tests use it end to end.
 
 Equivalent to `configs/crackforest_exp.py:smoke`. Point manual_dir at a (fixture or real)
-CrackForest archive, e.g. `--config.manual_dir=../shared/datasets/crackforest`.
+CrackForest archive, e.g. `--config.data.manual_dir=../shared/datasets/crackforest`.
 """
 
 from configs import crackforest_exp

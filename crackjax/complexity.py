@@ -2,10 +2,12 @@
 
   python -m crackjax.complexity --config=configs/crackforest_exp.py
   python -m crackjax.complexity --config=configs/crackforest_exp.py --hw=512,512 --fps_batch=8
+  python -m crackjax.complexity --config=configs/crackforest_exp.py \
+      --config.model.widths='(16, 32, 64, 128, 256)' --config.model.dtype=bfloat16
 
 Three operation counts are printed side by side:
 
-* true MACs, counted layer by layer (`unet_macs`): a 3x3 convolution costs
+* true MACs, counted layer by layer (`unet_macs`; U-Net only, other models print n/a): a 3x3 convolution costs
   H*W*9*C_in*C_out multiply-accumulates, a 2x2 stride-2 transposed convolution
   H_out*W_out*C_in*C_out (each output pixel receives exactly one input pixel);
 * the paper's convention: its "GFLOPS" column are MACs that charge each 2x2 transposed
@@ -19,18 +21,18 @@ Three operation counts are printed side by side:
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from absl import flags
 
-from crackjax.models import model_from_config
+from crackjax import cli
+from crackjax.models import fused_logits, model_from_config
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -70,8 +72,9 @@ def count_params(params) -> int:
 
 
 def _forward(config: ml_collections.ConfigDict):
-  model = model_from_config(config)
-  return model, jax.jit(lambda p, x: jax.nn.sigmoid(model.apply({'params': p}, x)))
+  model = model_from_config(config.model)
+  return model, jax.jit(
+      lambda p, x: jax.nn.sigmoid(fused_logits(model.apply({'params': p}, x))))
 
 
 def xla_flops(config: ml_collections.ConfigDict, height: int, width: int,
@@ -105,27 +108,30 @@ def measure_fps(config: ml_collections.ConfigDict, height: int, width: int, *, b
           'first_call_s': compile_s, 'repeats': repeats}
 
 
-def input_size(config: ml_collections.ConfigDict,
-               override: tuple[int, int] | None = None) -> tuple[int, int]:
-  """(H, W) to measure at: `override`, else config.input_size, else the paper's size."""
+def measurement_size(config: ml_collections.ConfigDict,
+                     override: tuple[int, int] | None = None) -> tuple[int, int]:
+  """(H, W) to measure at: `override`, else config.data.input_size, else the paper's size."""
   if override:
     return override
-  if config.get('input_size'):
-    return tuple(config.input_size)
-  if config.dataset not in PAPER_INPUT_SIZES:
-    raise ValueError(f'No default input size for dataset {config.dataset!r}; pass --hw=H,W.')
-  return PAPER_INPUT_SIZES[config.dataset]
+  if config.data.get('input_size'):
+    return tuple(config.data.input_size)
+  if config.data.name not in PAPER_INPUT_SIZES:
+    raise ValueError(f'No default input size for dataset {config.data.name!r}; pass --hw=H,W.')
+  return PAPER_INPUT_SIZES[config.data.name]
 
 
 def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None, *,
            fps_batch: int = 8, repeats: int = 10, fps: bool = True) -> dict:
   """Computes every figure; returns them as a dict (also printed by main)."""
-  h, w = input_size(config, hw)
-  model = model_from_config(config)
+  h, w = measurement_size(config, hw)
+  model = model_from_config(config.model)
   params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, h, w, 3)))['params']
-  macs = unet_macs(config.widths, h, w)
+  # The layer-by-layer count knows the U-Net only; other models report XLA's count alone.
+  macs = unet_macs(config.model.widths, h, w) if config.model.name == 'unet' else None
   out = {
-      'model': config.model, 'widths': list(config.widths), 'input_hw': [h, w],
+      'model': config.model.name,
+      'model_fields': {k: v for k, v in config.model.items() if k != 'name'},
+      'input_hw': [h, w],
       'params': count_params(params), 'macs': macs,
       'xla_flops': xla_flops(config, h, w),
       'backend': jax.default_backend(), 'device': str(jax.devices()[0].device_kind),
@@ -136,51 +142,59 @@ def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None,
   return out
 
 
-def _load_config(spec: str) -> ml_collections.ConfigDict:
-  path, _, arg = spec.partition(':')
-  repo = Path(__file__).resolve().parents[1]
-  if str(repo) not in sys.path:
-    sys.path.insert(0, str(repo))
-  module_spec = importlib.util.spec_from_file_location('crackjax_config', path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+def _define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_list('hw', None, 'H,W (default: the config\'s input size, else the paper\'s '
+                    'size for the dataset)', flag_values=flag_values)
+  flags.DEFINE_integer('fps_batch', 8, 'batch of the batched FPS measurement',
+                       flag_values=flag_values)
+  flags.DEFINE_integer('repeats', 10, 'timed calls per FPS measurement', flag_values=flag_values)
+  flags.DEFINE_bool('fps', True, 'measure inference speed (--nofps skips it)',
+                    flag_values=flag_values)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  import argparse
+  """Prints the complexity report of ``--config`` (argv without the program name)."""
+  fv = cli.new_flag_values()
+  _define_flags(fv)
+  prog = 'python -m crackjax.complexity'
+  cli.parse_flags(fv, [prog, *(sys.argv[1:] if argv is None else argv)], prog=prog)
+  config = fv.config
+  hw = tuple(int(v) for v in fv.hw) if fv.hw else None
+  if hw is not None and len(hw) != 2:
+    sys.exit(f'{prog}: --hw takes H,W, got {fv.hw}')
+  r = report(config, hw, fps_batch=fv.fps_batch, repeats=fv.repeats, fps=fv.fps)
+  print(format_report(r, config))
 
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--config', required=True, help='configs/<name>.py[:arg]')
-  parser.add_argument('--hw', default=None, help='H,W (default: the paper size of the dataset)')
-  parser.add_argument('--fps_batch', type=int, default=8)
-  parser.add_argument('--repeats', type=int, default=10)
-  parser.add_argument('--no_fps', action='store_true', help='skip the speed measurement')
-  parser.add_argument('--compute_dtype', default=None,
-                      help="'float32' or 'bfloat16' (default: the config's)")
-  args = parser.parse_args(argv)
-  config = _load_config(args.config)
-  if args.compute_dtype is not None:
-    config.compute_dtype = args.compute_dtype
-  hw = tuple(int(v) for v in args.hw.split(',')) if args.hw else None
-  r = report(config, hw, fps_batch=args.fps_batch, repeats=args.repeats, fps=not args.no_fps)
+
+def format_report(r: dict, config: ml_collections.ConfigDict) -> str:
+  """The report of `report` as text."""
   m = r['macs']
   h, w = r['input_hw']
-  print(f"{r['model']} widths {tuple(r['widths'])} at {h}x{w} (HxW), batch 1, "
-        f"compute_dtype {config.compute_dtype}")
-  print(f"  parameters:                    {r['params'] / 1e6:.2f} M ({r['params']:,})")
-  print(f"  MACs (true, layer by layer):   {m['true'] / 1e9:.2f} G  "
-        f"(convs {m['conv'] / 1e9:.2f} G + transposed convs {m['up'] / 1e9:.2f} G)")
-  print(f"  FLOPs (2 x true MACs):         {2 * m['true'] / 1e9:.2f} G")
-  print(f"  XLA cost analysis, flops:      {r['xla_flops'] / 1e9:.2f} G")
-  print(f"  paper convention ('GFLOPS'):   {m['paper'] / 1e9:.2f} G  "
-        '(MACs, each 2x2 transposed conv charged 4 taps per output pixel)')
-  if 'fps_batch1' in r:
-    for key in ('fps_batch1', 'fps_batched'):
+  fields = ', '.join(f'{k} {v}' for k, v in r['model_fields'].items())
+  lines = [
+      f"{r['model']} ({fields}) at {h}x{w} (HxW), batch 1",
+      f"  parameters:                    {r['params'] / 1e6:.2f} M ({r['params']:,})",
+  ]
+  if m is None:
+    lines.append('  MACs (layer by layer):         n/a (counted for the U-Net only)')
+  else:
+    lines += [
+        f"  MACs (true, layer by layer):   {m['true'] / 1e9:.2f} G  "
+        f"(convs {m['conv'] / 1e9:.2f} G + transposed convs {m['up'] / 1e9:.2f} G)",
+        f"  FLOPs (2 x true MACs):         {2 * m['true'] / 1e9:.2f} G",
+    ]
+  lines.append(f"  XLA cost analysis, flops:      {r['xla_flops'] / 1e9:.2f} G")
+  if m is not None:
+    lines.append(f"  paper convention ('GFLOPS'):   {m['paper'] / 1e9:.2f} G  "
+                 '(MACs, each 2x2 transposed conv charged 4 taps per output pixel)')
+  for key in ('fps_batch1', 'fps_batched'):
+    if key in r:
       f = r[key]
-      print(f"  inference, batch {f['batch']:>2}:          {f['fps']:.2f} images/s "
-            f"(median {f['median_s'] * 1e3:.1f} ms over {f['repeats']}; first call "
-            f"{f['first_call_s']:.1f} s) on {r['backend']} ({r['device']})")
+      lines.append(
+          f"  inference, batch {f['batch']:>2}:          {f['fps']:.2f} images/s "
+          f"(median {f['median_s'] * 1e3:.1f} ms over {f['repeats']}; first call "
+          f"{f['first_call_s']:.1f} s) on {r['backend']} ({r['device']})")
+  return '\n'.join(lines)
 
 
 if __name__ == '__main__':

@@ -1,7 +1,9 @@
 """Files an evaluation leaves in the workdir: CSV, precision-recall plot, qualitative figure.
 
 Everything here works on host numpy arrays and the dicts `crackjax.evaluation.evaluate`
-returns, so it can be reused on predictions from anywhere.
+returns, so it can be reused on predictions from anywhere. Figures are drawn with
+matplotlib's object-oriented API (`matplotlib.figure.Figure`, rendered by Agg when
+saved), so importing this module leaves pyplot and the global backend alone.
 """
 
 from __future__ import annotations
@@ -11,24 +13,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use('Agg')  # files only; never needs a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import PIL.Image  # noqa: E402
+import numpy as np
+import PIL.Image
+from matplotlib.figure import Figure
 
 # Colours of the overlay: true positives, false positives, false negatives.
 _TP, _FP, _FN = (0, 200, 0), (230, 0, 0), (0, 90, 255)
 
 
-def write_per_image_csv(path: Path, names: Sequence[str],
-                        results: Mapping[str, Mapping[str, Any]]) -> None:
+def write_per_image_csv(
+  path: Path, names: Sequence[str], results: Mapping[str, Mapping[str, Any]]
+) -> None:
   """One row per image: its OIS threshold, precision, recall and F1 under each protocol."""
   protocols = list(results)
-  fields = ['name'] + [f'{p}_{k}' for p in protocols
-                       for k in ('threshold', 'precision', 'recall', 'f1')]
+  fields = ['name'] + [
+    f'{p}_{k}' for p in protocols for k in ('threshold', 'precision', 'recall', 'f1')
+  ]
   with open(path, 'w', newline='', encoding='utf-8') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
@@ -36,14 +36,16 @@ def write_per_image_csv(path: Path, names: Sequence[str],
       row = {'name': name}
       for p in protocols:
         img = results[p]['per_image'][i]
-        row.update({f'{p}_{k}': f'{img[k]:.6g}'
-                    for k in ('threshold', 'precision', 'recall', 'f1')})
+        row.update(
+          {f'{p}_{k}': f'{img[k]:.6g}' for k in ('threshold', 'precision', 'recall', 'f1')}
+        )
       writer.writerow(row)
 
 
 def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
   """Precision-recall curve of every protocol with its ODS and OIS points marked."""
-  fig, ax = plt.subplots(figsize=(5.5, 5))
+  fig = Figure(figsize=(5.5, 5))
+  ax = fig.subplots()
   # Iso-F1 contours make the ODS points readable at a glance.
   r = np.linspace(0.01, 1, 200)
   for f in (0.2, 0.4, 0.6, 0.8):
@@ -53,12 +55,15 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
   for i, (protocol, res) in enumerate(results.items()):
     color = f'C{i}'
     curve = res['curve']
-    ax.plot(curve['recall'], curve['precision'], color=color,
-            label=f"{protocol}: ODS F1 {res['ods']['f1']:.3f}, OIS F1 {res['ois']['f1']:.3f}, "
-                  f"AP {res['ap']:.3f}")
+    ax.plot(
+      curve['recall'],
+      curve['precision'],
+      color=color,
+      label=f'{protocol}: ODS F1 {res["ods"]["f1"]:.3f}, OIS F1 {res["ois"]["f1"]:.3f}, '
+      f'AP {res["ap"]:.3f}',
+    )
     ax.plot(res['ods']['recall'], res['ods']['precision'], 'o', color=color, ms=7)
-    ax.plot(res['ois']['recall'], res['ois']['precision'], 's', color=color, ms=6,
-            mfc='none')
+    ax.plot(res['ois']['recall'], res['ois']['precision'], 's', color=color, ms=6, mfc='none')
   ax.plot([], [], 'ko', label='ODS')
   ax.plot([], [], 'ks', mfc='none', label='OIS (pooled)')
   ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel='recall', ylabel='precision', title=title)
@@ -66,7 +71,6 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
   ax.legend(loc='lower left', fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
-  plt.close(fig)
 
 
 def overlay(image: np.ndarray, gt: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -79,17 +83,27 @@ def overlay(image: np.ndarray, gt: np.ndarray, pred: np.ndarray) -> np.ndarray:
   return out
 
 
-def plot_qualitative(path: Path, images: Sequence[np.ndarray], gts: Sequence[np.ndarray],
-                     probs: Sequence[np.ndarray], names: Sequence[str], threshold: float,
-                     title: str) -> None:
+def plot_qualitative(
+  path: Path,
+  images: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  probs: Sequence[np.ndarray],
+  names: Sequence[str],
+  threshold: float,
+  title: str,
+) -> None:
   """Rows of image | ground truth | prediction (prob > threshold) | overlay."""
   n = len(images)
-  fig, axes = plt.subplots(n, 4, figsize=(12, 2.2 * n + 0.5), squeeze=False)
+  fig = Figure(figsize=(12, 2.2 * n + 0.5))
+  axes = fig.subplots(n, 4, squeeze=False)
   for row, (image, gt, prob, name) in enumerate(zip(images, gts, probs, names, strict=True)):
     pred = prob > threshold
-    panels = [(image, f'{name}: image'), (gt, 'ground truth'),
-              (pred, f'prediction (p > {threshold:.2f})'),
-              (overlay(image, gt, pred), 'green TP, red FP, blue FN')]
+    panels = [
+      (image, f'{name}: image'),
+      (gt, 'ground truth'),
+      (pred, f'prediction (p > {threshold:.2f})'),
+      (overlay(image, gt, pred), 'green TP, red FP, blue FN'),
+    ]
     for ax, (panel, label) in zip(axes[row], panels, strict=True):
       ax.imshow(panel, cmap='gray' if panel.ndim == 2 else None, interpolation='nearest')
       ax.set_title(label, fontsize=8)
@@ -97,11 +111,11 @@ def plot_qualitative(path: Path, images: Sequence[np.ndarray], gts: Sequence[np.
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
-def save_probability_maps(directory: Path, probs: Sequence[np.ndarray],
-                          names: Sequence[str]) -> None:
+def save_probability_maps(
+  directory: Path, probs: Sequence[np.ndarray], names: Sequence[str]
+) -> None:
   """Each map as an 8-bit grayscale PNG (255 = probability 1), named after its image."""
   directory.mkdir(parents=True, exist_ok=True)
   for prob, name in zip(probs, names, strict=True):

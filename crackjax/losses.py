@@ -1,19 +1,27 @@
 """Adaptive cost-sensitive losses of Li, Wang, Tian and Qi (IEEE T-Cybernetics 2021).
 
 Every loss here is a pure, jittable function of `(logits, labels, ...)` in the style of
-optax: per-pixel losses return an array shaped like `logits` and the reduction happens in
-the caller (the train step). Batch-level quantities (the background ratio alpha of
-eq. 1-7 and the Jaccard distance of eq. 9-10) are computed over the whole array passed in,
-which in the train step is the *global* batch.
+optax: the per-pixel loss `weighted_bce` returns an array shaped like `logits` and the
+caller reduces it. Batch-level quantities (the background ratio alpha of eq. 1-7, the
+Jaccard distance of eq. 9-10 and so the holistic loss of eq. 8) are computed over the whole
+array passed in, which in the train step is the *global* batch, and return scalars.
+
+The train step itself receives a `LossFn` built from the config's `loss` group by
+`loss_from_config` (explicit table `LOSSES`), so a model or loss never edits the loop.
 
 Notation: y is the binary label (1 = crack, the minority class), z the logit,
 p = sigmoid(z), alpha the fraction of background pixels in the batch.
 """
 
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
+
+from crackjax.models import fused_logits
 
 Array = jax.Array
 
@@ -151,35 +159,111 @@ WEIGHTINGS: dict[str, Callable[..., Array]] = {
 def holistic_loss(
     logits: Array,
     labels: Array,
+    q: Array | float,
     *,
-    weighting: str = 'exp',
     a: float = 1.0,
     b: float = 0.0,
-    beta: float = 1.0,
-    gamma: float = 1.0,
-    base: float = 10.0,
     smooth: float = 1.0,
 ) -> Array:
   """Holistic loss a * mean(WCE) + b * Jaccard distance (eq. 8), a scalar.
 
-  The paper's L is a sum over pixels; we average it so the learning rate does not depend
-  on the image size (Adam is nearly scale-invariant anyway). alpha and the Jaccard index
-  are computed over the whole batch passed in.
+  Like the Jaccard distance this is a batch-level loss, so it reduces itself. The paper's L
+  is a sum over pixels; we average it so the learning rate does not depend on the image
+  size (Adam is nearly scale-invariant anyway).
 
   Args:
     logits: pre-sigmoid scores of the batch, e.g. [B, H, W, 1].
     labels: binary labels of the same shape.
-    weighting: q(alpha) family, see `minority_weight`.
+    q: minority (crack) weight, e.g. `minority_weight(labels, 'exp', beta=0.75)`.
     a: weight of the weighted cross-entropy.
     b: weight of the Jaccard distance.
-    beta: see `minority_weight`.
-    gamma: see `minority_weight`.
-    base: see `minority_weight`.
     smooth: Jaccard smoothing lambda.
 
   Returns:
     A float32 scalar.
   """
-  q = minority_weight(labels, weighting, beta=beta, gamma=gamma, base=base)
   wce = jnp.mean(weighted_bce(logits.astype(jnp.float32), labels, q))
   return a * wce + b * jaccard_distance(logits, labels, smooth)
+
+
+# ----------------------------------------------------------------------------- train-step losses
+# A train-step loss is built from the config's `loss` group and handed to the train step
+# (crackjax.train.make_train_step), which calls it as `loss_fn(outputs, labels)`:
+#   outputs: what the model returned (logits [B, H, W, 1], or a dict with 'logits' and side
+#     outputs, see crackjax.models),
+#   labels: the (augmented) binary masks [B, H, W, 1] of the global batch,
+# and gets back the scalar loss and a dict of scalar metrics to log. A new loss is a factory
+# taking the loss fields as keyword arguments, added to LOSSES; the training loop never
+# changes.
+
+LossFn = Callable[[Any, Array], tuple[Array, dict[str, Array]]]
+
+
+def holistic(
+    *,
+    weighting: str = 'exp',
+    beta: float = 1.0,
+    gamma: float = 1.0,
+    base: float = 10.0,
+    a: float = 1.0,
+    b: float = 0.0,
+    jaccard_smooth: float = 1.0,
+) -> LossFn:
+  """The paper's loss as a train-step loss: a * WCE with q(alpha) + b * Jaccard distance.
+
+  alpha and q are computed once per step, over the global batch, and logged.
+
+  Args:
+    weighting: q(alpha) family, a key of WEIGHTINGS.
+    beta: see `minority_weight`.
+    gamma: see `minority_weight`.
+    base: see `minority_weight`.
+    a: weight of the weighted cross-entropy.
+    b: weight of the Jaccard distance.
+    jaccard_smooth: Jaccard smoothing lambda.
+
+  Returns:
+    `loss_fn(outputs, labels) -> (loss, {'alpha': ..., 'q': ...})`.
+
+  Raises:
+    ValueError: for an unknown weighting (raised here, before anything is compiled).
+  """
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f'config.loss.weighting={weighting!r} is not one of {sorted(WEIGHTINGS)}.')
+
+  def loss_fn(outputs: Any, labels: Array) -> tuple[Array, dict[str, Array]]:
+    alpha = background_ratio(labels)
+    q = WEIGHTINGS[weighting](alpha, beta=beta, gamma=gamma, base=base)
+    loss = holistic_loss(fused_logits(outputs), labels, q, a=a, b=b, smooth=jaccard_smooth)
+    return loss, {'alpha': alpha, 'q': q}
+
+  return loss_fn
+
+
+# Explicit table: config.loss.name -> factory of a train-step loss (keyword arguments: the
+# other fields of config.loss).
+LOSSES: dict[str, Callable[..., LossFn]] = {
+    'holistic': holistic,
+}
+
+
+def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
+  """The train-step loss named ``loss.name``, built with the other fields of ``loss``.
+
+  Args:
+    loss: the config's ``loss`` group.
+
+  Raises:
+    ValueError: for an unknown name, a field the loss does not take, or a bad value.
+  """
+  name = loss.get('name')
+  if name not in LOSSES:
+    raise ValueError(f'config.loss.name={name!r} is not one of {sorted(LOSSES)}.')
+  kwargs = {k: v for k, v in loss.items() if k != 'name'}
+  factory = LOSSES[name]
+  accepted = inspect.signature(factory).parameters
+  unknown = sorted(set(kwargs) - set(accepted))
+  if unknown:
+    raise ValueError(f'config.loss has field(s) {unknown} that loss {name!r} does not take; '
+                     f'it takes {sorted(accepted)}.')
+  return factory(**kwargs)

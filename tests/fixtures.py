@@ -101,11 +101,11 @@ def fake_data_config(tmp_path: Path, **fake_kwargs) -> ml_collections.ConfigDict
   if not (raw / 'groundTruth').exists():
     make_fake_crackforest(raw, **fake_kwargs)
   config = base.get_config()
-  config.dataset = 'crackforest'
-  config.manual_dir = str(raw)
-  config.data_dir = str(tmp_path / 'tfds')
+  config.data.name = 'crackforest'
+  config.data.manual_dir = str(raw)
+  config.data.data_dir = str(tmp_path / 'tfds')
   config.batch_size = 2
-  config.input_size = None
+  config.data.input_size = None
   return config
 
 
@@ -181,12 +181,12 @@ def fake_folder_config(tmp_path: Path, **folder_kwargs) -> ml_collections.Config
   if not images.exists():
     images, masks = make_fake_folder(tmp_path / 'folder', **folder_kwargs)
   config = base.get_config()
-  config.dataset = 'crack_folder'
-  config.folder.images = str(images)
-  config.folder.masks = str(masks)
-  config.data_dir = str(tmp_path / 'tfds')
+  config.data.name = 'crack_folder'
+  config.data.folder.images = str(images)
+  config.data.folder.masks = str(masks)
+  config.data.data_dir = str(tmp_path / 'tfds')
   config.batch_size = 2
-  config.input_size = None
+  config.data.input_size = None
   return config
 
 

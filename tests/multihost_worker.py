@@ -53,13 +53,13 @@ os.environ['XLA_FLAGS'] = ' '.join([
     os.environ.get('XLA_FLAGS', ''), f'--xla_force_host_platform_device_count={ARGS.devices}',
     '--xla_backend_optimization_level=0']).strip()
 os.environ['JAX_PLATFORMS'] = 'cpu'
-sys.path.insert(0, str(REPO))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from crackjax import input_pipeline, train  # noqa: E402
+from crackjax import loader, train  # noqa: E402
+from crackjax import state as state_lib  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 
@@ -67,8 +67,8 @@ def config():
   """configs/smoke.py (widths 4..64) on the fake data of --data_root, batch 4."""
   c = smoke.get_config()
   data = fixtures.fake_data_config(Path(ARGS.data_root))
-  c.data_dir = data.data_dir
-  c.manual_dir = data.manual_dir
+  c.data.data_dir = data.data.data_dir
+  c.data.manual_dir = data.data.manual_dir
   c.batch_size = BATCH_SIZE
   c.steps_per_epoch = STEPS_PER_EPOCH
   c.num_epochs = NUM_EPOCHS
@@ -93,26 +93,26 @@ def _sharding_info(x: jax.Array) -> dict:
 def run_sharding() -> None:
   """`--steps` steps on a 1-device and a 4-device mesh through the code of train.py."""
   cfg = config()
-  input_shape = train._input_shape(cfg)
+  input_shape = loader.train_image_shape(cfg)
   devices = jax.devices()
   assert len(devices) == ARGS.devices, devices
   arrays, info = {}, {}
   for n in (1, len(devices)):
-    # The mesh of train.make_mesh() restricted to the first n devices.
+    # The mesh of state_lib.make_mesh() restricted to the first n devices.
     mesh = jax.sharding.Mesh(np.asarray(devices[:n]), ('data',))
-    state = train._init_state(cfg, input_shape, mesh)
+    state = state_lib.init_train_state(cfg, input_shape, mesh)
     step_fn = train.make_train_step(cfg, mesh, state)
-    batches = input_pipeline.create_train_iterator(cfg)
+    batches = loader.create_train_iterator(cfg)
     losses, grad_norms, batch_info = [], [], []
     for _ in range(ARGS.steps):
-      batch = train.global_batch(next(batches), mesh)
+      batch = state_lib.global_batch(next(batches), mesh)
       batch_info.append({k: _sharding_info(v) for k, v in batch.items()})
       state, metrics = step_fn(state, batch)
       losses.append(float(metrics['loss']))
       grad_norms.append(float(metrics['grad_norm']))
     arrays[f'mesh{n}/losses'] = np.asarray(losses)
     arrays[f'mesh{n}/grad_norms'] = np.asarray(grad_norms)
-    arrays.update(_flat(train._local_params(state), f'mesh{n}/params'))
+    arrays.update(_flat(state_lib.local_params(state), f'mesh{n}/params'))
     info[f'mesh{n}'] = {
         'batch': batch_info,
         'params': _sharding_info(jax.tree.leaves(state.params)[0]),
@@ -135,7 +135,7 @@ def run_train() -> None:
 
   # Check every local batch the training loop loads: this process's slice only.
   seen_rows = []
-  create = input_pipeline.create_train_iterator
+  create = loader.create_train_iterator
 
   def checked_iterator(*args, **kwargs):
     for batch in create(*args, **kwargs):
@@ -146,17 +146,17 @@ def run_train() -> None:
       seen_rows.append(int(batch['image'].shape[0]))
       yield batch
 
-  input_pipeline.create_train_iterator = checked_iterator
+  loader.create_train_iterator = checked_iterator
   try:
     state = train.train_and_evaluate(cfg, ARGS.workdir, evaluate_after=False)
   finally:
-    input_pipeline.create_train_iterator = create
+    loader.create_train_iterator = create
 
   # The checkpoint every process wrote its part of, restored by every process.
-  mngr = train.checkpoint_manager(ARGS.workdir, cfg)
-  restored = train.restore_or_init(cfg, mngr, train._input_shape(cfg), train.make_mesh())
-  arrays = _flat(train._local_params(state), 'final')
-  arrays.update(_flat(train._local_params(restored), 'restored'))
+  mngr = state_lib.checkpoint_manager(ARGS.workdir, cfg)
+  restored = state_lib.restore_or_init(cfg, mngr, loader.train_image_shape(cfg), state_lib.make_mesh())
+  arrays = _flat(state_lib.local_params(state), 'final')
+  arrays.update(_flat(state_lib.local_params(restored), 'restored'))
   info = {
       'process_index': jax.process_index(),
       'process_count': jax.process_count(),

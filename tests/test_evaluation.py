@@ -10,9 +10,14 @@ import pytest
 
 from crackjax import evaluation
 from crackjax.evaluation import (
+  PROTOCOLS,
   SUPPORTED_PROTOCOLS,
+  Protocol,
+  aggregate,
   counts_per_threshold,
   evaluate,
+  get_protocol,
+  matching,
   thin,
   tolerance_counts,
 )
@@ -339,6 +344,58 @@ def test_unknown_protocol_lists_supported():
     evaluate([p], [g], protocol='fuzzy')
 
 
+def test_get_protocol():
+  assert tuple(PROTOCOLS) == SUPPORTED_PROTOCOLS
+  for name in SUPPORTED_PROTOCOLS:
+    spec = get_protocol(name)
+    assert isinstance(spec, Protocol) and spec is PROTOCOLS[name] and spec.name == name
+  strict, tol, tol_thin = (get_protocol(n) for n in SUPPORTED_PROTOCOLS)
+  assert strict.follows_config_grid and strict.writes_threshold_file
+  assert strict.threshold_rule == 'crack where probability > threshold'
+  for spec in (tol, tol_thin):
+    assert spec.bsds and not spec.follows_config_grid and not spec.writes_threshold_file
+    assert spec.threshold_rule == 'crack where probability >= threshold, then thinned to one pixel'
+  # Exactly one protocol records a mask threshold (threshold.json).
+  assert [n for n, s in PROTOCOLS.items() if s.writes_threshold_file] == ['strict']
+  # The spec is what evaluate() reports and uses.
+  p, g = _good()
+  for name in SUPPORTED_PROTOCOLS:
+    r = evaluate([p], [g], protocol=name)
+    spec = get_protocol(name)
+    assert r['protocol_description'] == spec.description
+    assert r['num_thresholds'] == spec.default_num_thresholds
+    assert r['curve']['thresholds'] == spec.thresholds(spec.default_num_thresholds).tolist()
+
+
+def test_protocol_num_thresholds():
+  strict, tol, tol_thin = (get_protocol(n) for n in SUPPORTED_PROTOCOLS)
+  # strict follows the configured grid; the tolerance protocols keep BSDS's 99.
+  assert strict.num_thresholds(50) == 50
+  assert strict.num_thresholds(None) == strict.default_num_thresholds == 100
+  for spec in (tol, tol_thin):
+    assert spec.num_thresholds(50) == spec.num_thresholds(None) == 99
+  p, g = _good()
+  r = evaluate([p], [g], protocol='strict', num_thresholds=strict.num_thresholds(20))
+  assert r['num_thresholds'] == len(r['curve']['thresholds']) == 20
+
+
+def test_get_protocol_unknown_name():
+  with pytest.raises(
+    ValueError, match=r"unknown protocol 'fuzzy'; supported protocols: \['strict'"
+  ):
+    get_protocol('fuzzy')
+
+
+def test_package_reexports():
+  # Old flat-module names keep working on the package.
+  assert evaluation.evaluate is aggregate.evaluate
+  assert evaluation._max_matching_size is matching._max_matching_size
+  assert evaluation._bsds_max_f is aggregate._bsds_max_f
+  assert evaluation._bsds_average_precision is aggregate._bsds_average_precision
+  assert evaluation.TOLERANCE_MAX_DIST == 0.0075
+  assert evaluation.ThresholdCounts._fields == ('matched_pred', 'num_pred', 'matched_gt', 'num_gt')
+
+
 def test_bad_num_thresholds():
   p, g = _good()
   with pytest.raises(ValueError, match='num_thresholds'):
@@ -527,7 +584,7 @@ def test_max_matching_size_layered_graph_is_fast():
   # scipy.sparse.csgraph.maximum_bipartite_matching needs ~2**40 steps here (it
   # doubles per level: 0.04 s at depth 20); the max-flow matching is instant.
   nbr, num_right = _ladder_graph(40)
-  assert evaluation._max_matching_size(nbr, num_right) == num_right
+  assert matching._max_matching_size(nbr, num_right) == num_right
 
 
 def test_max_matching_size_equals_hopcroft_karp():
@@ -544,8 +601,8 @@ def test_max_matching_size_equals_hopcroft_karp():
       shape=(nl, nr),
     )
     expected = int(np.sum(maximum_bipartite_matching(graph, perm_type='column') >= 0))
-    assert evaluation._max_matching_size(nbr, nr) == expected
-  assert evaluation._max_matching_size(np.full((3, 2), -1), 5) == 0
+    assert matching._max_matching_size(nbr, nr) == expected
+  assert matching._max_matching_size(np.full((3, 2), -1), 5) == 0
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
@@ -652,7 +709,7 @@ def test_tolerance_degenerate_images():
 def test_bsds_max_f_interpolates():
   # Two thresholds with (R, P) = (1, 0) and (0, 0.9): F is 0 at both grid points but
   # positive on the segment between them, sampled at d = linspace(0, 1, 100).
-  t, p, r, f = evaluation._bsds_max_f(
+  t, p, r, f = aggregate._bsds_max_f(
     np.array([0.1, 0.2]), np.array([0.0, 0.9]), np.array([1.0, 0.0])
   )
   d = np.linspace(0, 1, 100)
@@ -666,15 +723,15 @@ def test_bsds_max_f_interpolates():
 def test_bsds_average_precision():
   # Thresholds ascending: R = 1, 0.5, 0.5, 0 with P = 0.5, 0.9, 1, 1. For the repeated
   # recall 0.5, the last occurrence (P = 1) is used. Ru = 0, .5, 1; Pu = 1, 1, .5.
-  ap = evaluation._bsds_average_precision(
+  ap = aggregate._bsds_average_precision(
     np.array([0.5, 0.9, 1.0, 1.0]), np.array([1.0, 0.5, 0.5, 0.0])
   )
   # 0:0.01:1 -> 51 points at 1 up to 0.5, then 1 - (r - 0.5) at 0.51 .. 1.00.
   assert ap == pytest.approx(0.01 * (51 + sum(1 - k / 100 for k in range(1, 51))))
   # Points outside the recall range reached count 0.
-  ap = evaluation._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
+  ap = aggregate._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
   assert ap == pytest.approx(0.01 * 26)
-  assert evaluation._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
+  assert aggregate._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
 
 
 def test_tolerance_result_keys_match_strict():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import train
+from crackjax import prefetch, train
+from crackjax import state as state_lib
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
 
@@ -104,9 +105,9 @@ def test_resolve_impl():
   with pytest.raises(ValueError, match="'blocke'"):
     conv.resolve_impl('blocke')
   config = smoke.get_config()
-  config.conv_impl = 'fast'
+  config.model.conv_impl = 'fast'
   with pytest.raises(ValueError, match="'fast'"):
-    model_from_config(config)
+    model_from_config(config.model)
 
 
 def _batch(seed, b=2, h=32, w=48):
@@ -123,13 +124,13 @@ def _train(config, steps):
   Returns:
     (losses, initial params, final params).
   """
-  mesh = train.make_mesh()
-  state = train._init_state(config, (32, 48, 3), mesh)
+  mesh = state_lib.make_mesh()
+  state = state_lib.init_train_state(config, (32, 48, 3), mesh)
   initial = jax.device_get(state.params)
   step_fn = train.make_train_step(config, mesh, state)
   losses = []
   for i in range(steps):
-    state, metrics = step_fn(state, train.global_batch(_batch(i % 2), mesh))
+    state, metrics = step_fn(state, state_lib.global_batch(_batch(i % 2), mesh))
     losses.append(float(metrics['loss']))
   return np.array(losses), initial, jax.device_get(state.params)
 
@@ -138,7 +139,7 @@ def test_short_training_run_blocked_tracks_xla():
   config = smoke.get_config()
   runs = {}
   for impl in ('xla', 'blocked'):
-    config.conv_impl = impl
+    config.model.conv_impl = impl
     runs[impl] = _train(config, 8)
   (loss_x, init_x, params_x), (loss_b, init_b, params_b) = runs['xla'], runs['blocked']
   # Same parameter names, shapes and initial values whatever the implementation.
@@ -156,10 +157,10 @@ def test_bfloat16_compute_trains_like_float32():
   config = smoke.get_config()
   config.learning_rate = 3e-3
   config.augment.enabled = False
-  config.conv_impl = 'xla'  # compiles faster; the precision is what is under test
+  config.model.conv_impl = 'xla'  # compiles faster; the precision is what is under test
   runs = {}
   for dtype in ('float32', 'bfloat16'):
-    config.compute_dtype = dtype
+    config.model.dtype = dtype
     runs[dtype] = _train(config, 80)
   loss32, _, _ = runs['float32']
   loss16, _, params16 = runs['bfloat16']
@@ -183,14 +184,14 @@ def test_bfloat16_activations_float32_parameters_and_logits():
 
 
 def test_prefetch_to_device_keeps_order_and_raises_producer_errors():
-  mesh = train.make_mesh()
+  mesh = state_lib.make_mesh()
 
   def batches():
     for i in range(3):
       yield {'x': np.full((2, 1), i, np.float32)}
     raise ValueError('corrupt image 7.jpg')
 
-  it = train.prefetch_to_device(batches(), mesh, size=2)
+  it = prefetch.prefetch_to_device(batches(), mesh, size=2)
   got = [float(next(it)['x'][0, 0]) for _ in range(3)]
   assert got == [0.0, 1.0, 2.0]
   with pytest.raises(ValueError, match='7.jpg'):
@@ -198,7 +199,7 @@ def test_prefetch_to_device_keeps_order_and_raises_producer_errors():
 
 
 def test_prefetch_to_device_stops_when_closed():
-  mesh = train.make_mesh()
+  mesh = state_lib.make_mesh()
   produced = []
 
   def batches():
@@ -206,7 +207,7 @@ def test_prefetch_to_device_stops_when_closed():
       produced.append(i)
       yield {'x': np.zeros((2, 1), np.float32)}
 
-  it = train.prefetch_to_device(batches(), mesh, size=2)
+  it = prefetch.prefetch_to_device(batches(), mesh, size=2)
   next(it)
   it.close()
   time.sleep(0.5)

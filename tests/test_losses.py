@@ -4,9 +4,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
+from configs import base
 from crackjax import losses
 
 
@@ -87,6 +89,11 @@ def test_jaccard_distance_hand_value():
       pytest.approx(0.0, abs=1e-6))
 
 
+def holistic_value(logits, labels, **kwargs):
+  """The scalar of the train-step loss `losses.holistic(**kwargs)`."""
+  return losses.holistic(**kwargs)(logits, labels)[0]
+
+
 def test_holistic_is_a_wce_plus_b_jaccard():
   rng = np.random.default_rng(1)
   logits = jnp.asarray(rng.normal(size=(2, 4, 4, 1)), jnp.float32)
@@ -94,15 +101,64 @@ def test_holistic_is_a_wce_plus_b_jaccard():
   q = losses.q_exp(losses.background_ratio(labels), 0.75)
   wce = jnp.mean(losses.weighted_bce(logits, labels, q))
   jac = losses.jaccard_distance(logits, labels)
-  got = losses.holistic_loss(logits, labels, weighting='exp', a=0.5, b=1.0, beta=0.75)
+  got = losses.holistic_loss(logits, labels, q, a=0.5, b=1.0)
   assert float(got) == pytest.approx(float(0.5 * wce + jac), rel=1e-6)
-  ce = losses.holistic_loss(logits, labels, weighting='ce', a=1.0, b=0.0)
+  loss, metrics = losses.holistic(weighting='exp', a=0.5, b=1.0, beta=0.75)(logits, labels)
+  assert float(loss) == float(got)
+  assert float(metrics['q']) == float(q)
+  assert float(metrics['alpha']) == float(losses.background_ratio(labels))
+  ce = holistic_value(logits, labels, weighting='ce', a=1.0, b=0.0)
   assert float(ce) == pytest.approx(float(jnp.mean(losses.weighted_bce(logits, labels, 1.0))))
+
+
+def test_holistic_reads_the_fused_map_of_side_outputs():
+  rng = np.random.default_rng(4)
+  logits = jnp.asarray(rng.normal(size=(2, 4, 4, 1)), jnp.float32)
+  labels = jnp.asarray(rng.random((2, 4, 4, 1)) < 0.3, jnp.float32)
+  loss_fn = losses.holistic(weighting='exp', beta=0.75)
+  plain, _ = loss_fn(logits, labels)
+  fused, _ = loss_fn({'logits': logits, 'side_logits': [jnp.zeros_like(logits)]}, labels)
+  assert float(plain) == float(fused)
 
 
 def test_unknown_weighting_is_a_clear_error():
   with pytest.raises(ValueError, match=r"'expo'.*\['ce', 'exp', 'log', 'power', 'xie'\]"):
-    losses.holistic_loss(jnp.zeros(4), jnp.zeros(4), weighting='expo')
+    losses.holistic(weighting='expo')
+
+
+def test_loss_from_config():
+  config = base.get_config()
+  config.loss.weighting = 'power'
+  config.loss.gamma = 0.5
+  labels = jnp.asarray(np.random.default_rng(5).random((2, 4, 4, 1)) < 0.2, jnp.float32)
+  loss, metrics = losses.loss_from_config(config.loss)(jnp.zeros_like(labels), labels)
+  q = losses.q_power(losses.background_ratio(labels), 1.0, 0.5)
+  assert float(metrics['q']) == pytest.approx(float(q))
+  assert np.isfinite(float(loss))
+
+
+def test_loss_from_config_errors_name_the_field():
+  config = base.get_config()
+  config.loss.name = 'focal'
+  with pytest.raises(ValueError, match=r"config.loss.name='focal'.*holistic"):
+    losses.loss_from_config(config.loss)
+  config = base.get_config()
+  with config.unlocked():
+    config.loss.alpha = 0.25
+  with pytest.raises(ValueError, match=r"\['alpha'\].*'holistic'"):
+    losses.loss_from_config(config.loss)
+
+
+def test_a_new_loss_plugs_in_through_the_table(monkeypatch):
+  def plain_bce():
+    def loss_fn(outputs, labels):
+      return jnp.mean(losses.weighted_bce(losses.fused_logits(outputs), labels, 1.0)), {}
+    return loss_fn
+
+  monkeypatch.setitem(losses.LOSSES, 'bce', plain_bce)
+  loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': 'bce'}))
+  labels = jnp.ones((1, 2, 2, 1))
+  assert float(loss_fn(jnp.zeros_like(labels), labels)[0]) == pytest.approx(np.log(2.0))
 
 
 @pytest.mark.parametrize('weighting', sorted(losses.WEIGHTINGS))
@@ -110,7 +166,7 @@ def test_unknown_weighting_is_a_clear_error():
 def test_all_background_and_all_crack_batches_are_finite(weighting, fill):
   logits = jnp.asarray(np.random.default_rng(2).normal(size=(2, 16, 16, 1)), jnp.float32)
   labels = jnp.full((2, 16, 16, 1), fill)
-  fn = lambda z: losses.holistic_loss(
+  fn = lambda z: holistic_value(
       z, labels, weighting=weighting, a=1.0, b=1.0, beta=0.75, gamma=0.5)
   value, grad = jax.value_and_grad(fn)(logits)
   assert np.isfinite(float(value))
@@ -123,9 +179,9 @@ def test_same_under_jit(weighting):
   logits = jnp.asarray(rng.normal(size=(2, 8, 8, 1)), jnp.float32)
   labels = jnp.asarray(rng.random((2, 8, 8, 1)) < 0.1, jnp.float32)
   kw = dict(weighting=weighting, a=2.0, b=1.0, beta=0.5, gamma=0.5)
-  eager = losses.holistic_loss(logits, labels, **kw)
-  jitted = jax.jit(lambda z, y: losses.holistic_loss(z, y, **kw))(logits, labels)
+  eager = holistic_value(logits, labels, **kw)
+  jitted = jax.jit(lambda z, y: holistic_value(z, y, **kw))(logits, labels)
   np.testing.assert_allclose(eager, jitted, rtol=1e-6)
-  g1 = jax.grad(lambda z: losses.holistic_loss(z, labels, **kw))(logits)
-  g2 = jax.jit(jax.grad(lambda z: losses.holistic_loss(z, labels, **kw)))(logits)
+  g1 = jax.grad(lambda z: holistic_value(z, labels, **kw))(logits)
+  g2 = jax.jit(jax.grad(lambda z: holistic_value(z, labels, **kw)))(logits)
   np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-8)

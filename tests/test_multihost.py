@@ -53,6 +53,8 @@ def _run_all(runs: dict[str, list[str]], logs: Path) -> None:
   """Starts every worker, waits for all; on a failure or timeout kills the rest and fails."""
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
+  # The worker imports tests.fixtures: the repository root must be importable.
+  env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(WORKER.parents[1]), env.get('PYTHONPATH')]))
   procs = {}
   for name, args in runs.items():
     with open(logs / f'{name}.log', 'w') as log:

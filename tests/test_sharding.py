@@ -32,6 +32,8 @@ RTOL, ATOL = 1e-5, 1e-6
 def _run_worker(args: list[str]) -> subprocess.CompletedProcess:
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
+  # The worker imports tests.fixtures: the repository root must be importable.
+  env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(WORKER.parents[1]), env.get('PYTHONPATH')]))
   try:
     proc = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT_S)

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import input_pipeline, train
+import launch
+from crackjax import loader, train
+from crackjax import state as state_lib
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,14 +32,14 @@ def data_dirs(tmp_path_factory):
 def smoke_config(data_dirs):
   raw, tfds_dir = data_dirs
   config = smoke.get_config()
-  config.manual_dir = str(raw)
-  config.data_dir = str(tfds_dir)
+  config.data.manual_dir = str(raw)
+  config.data.data_dir = str(tfds_dir)
   return config
 
 
 def _restore_params(config, workdir):
-  mngr = train.checkpoint_manager(workdir, config)
-  state = train.restore_or_init(config, mngr, (32, 48, 3), train.make_mesh())
+  mngr = state_lib.checkpoint_manager(workdir, config)
+  state = state_lib.restore_or_init(config, mngr, (32, 48, 3), state_lib.make_mesh())
   return int(state.step), jax.device_get(state.params)
 
 
@@ -49,9 +51,9 @@ def _train_rows(workdir):
 def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
   workdir = tmp_path / 'run'
-  train.run(config, workdir, 'train_and_eval')
+  launch.run(config, workdir, 'train_and_eval')
 
-  mngr = train.checkpoint_manager(workdir, config)
+  mngr = state_lib.checkpoint_manager(workdir, config)
   assert mngr.all_steps() == [3, 6]  # one per epoch
   rows = _train_rows(workdir)
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -67,7 +69,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
     for key in ('precision', 'recall', 'f1', 'threshold'):
       assert 0.0 <= res['ods'][key] <= 1.0
   assert {row['name'] for row in strict['per_image']} == {
-      ex['name'] for ex in input_pipeline.eval_examples(config)}
+      ex['name'] for ex in loader.eval_examples(config)}
   threshold = json.loads((workdir / 'threshold.json').read_text())
   assert threshold['threshold'] == strict['ods']['threshold']
   csv_lines = (workdir / 'eval_per_image.csv').read_text().splitlines()
@@ -78,8 +80,8 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
 
   # --mode=eval restores the checkpoint and reproduces the numbers.
   (workdir / 'eval.json').unlink()
-  config.eval_save_probability_maps = True
-  train.run(config, workdir, 'eval')
+  config.eval.save_probability_maps = True
+  launch.run(config, workdir, 'eval')
   again = json.loads((workdir / 'eval.json').read_text())
   assert again['results'] == result['results']
   assert len(list((workdir / 'probs').glob('*.png'))) == 4
@@ -87,12 +89,13 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
 
 def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
   with pytest.raises(FileNotFoundError, match='No checkpoint'):
-    train.run(smoke_config(data_dirs), tmp_path / 'empty', 'eval')
+    launch.run(smoke_config(data_dirs), tmp_path / 'empty', 'eval')
+  assert not (tmp_path / 'empty').exists()  # nothing is created
 
 
 def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, monkeypatch):
   config = smoke_config(data_dirs)
-  real = input_pipeline.create_train_iterator
+  real = loader.create_train_iterator
 
   def poisoned(config, *, start_step=0, **kwargs):
     for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
@@ -100,11 +103,11 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
         batch = dict(batch, image=np.full_like(batch['image'], np.nan))
       yield batch
 
-  monkeypatch.setattr(input_pipeline, 'create_train_iterator', poisoned)
+  monkeypatch.setattr(loader, 'create_train_iterator', poisoned)
   workdir = tmp_path / 'nan'
   with pytest.raises(train.NonFiniteError, match='step 5.*last good checkpoint is step 3'):
     train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert train.checkpoint_manager(workdir, config).all_steps() == [3]
+  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3]
   step, params = _restore_params(config, workdir)
   assert step == 3
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
@@ -114,7 +117,7 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   # SIGTERM reaches train_and_evaluate as SystemExit (launch.py's handler); Ctrl-C as
   # KeyboardInterrupt. Either way the state of the last finished step is saved.
   config = smoke_config(data_dirs)
-  real = input_pipeline.create_train_iterator
+  real = loader.create_train_iterator
 
   def interrupted(config, *, start_step=0, **kwargs):
     for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
@@ -122,12 +125,12 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
         raise SystemExit('Received signal 15')
       yield batch
 
-  monkeypatch.setattr(input_pipeline, 'create_train_iterator', interrupted)
+  monkeypatch.setattr(loader, 'create_train_iterator', interrupted)
   workdir = tmp_path / 'term'
   with pytest.raises(SystemExit):
     train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert train.checkpoint_manager(workdir, config).all_steps() == [3, 4]
-  monkeypatch.setattr(input_pipeline, 'create_train_iterator', real)
+  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3, 4]
+  monkeypatch.setattr(loader, 'create_train_iterator', real)
   state = train.train_and_evaluate(config, workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
@@ -138,14 +141,13 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
 _KILLED_RUN = textwrap.dedent('''
     import os, signal, sys, time
     from pathlib import Path
-    sys.path.insert(0, {repo!r})
     from configs import smoke
-    from crackjax import input_pipeline, train
+    from crackjax import loader, train
 
     config = smoke.get_config()
-    config.manual_dir, config.data_dir = {raw!r}, {tfds!r}
+    config.data.manual_dir, config.data.data_dir = {raw!r}, {tfds!r}
     workdir = Path({workdir!r})
-    real = input_pipeline.create_train_iterator
+    real = loader.create_train_iterator
 
     def dying(config, *, start_step=0, **kwargs):
       for step, batch in enumerate(real(config, start_step=start_step, **kwargs), 1):
@@ -157,7 +159,7 @@ _KILLED_RUN = textwrap.dedent('''
           os.kill(os.getpid(), signal.SIGKILL)
         yield batch
 
-    input_pipeline.create_train_iterator = dying
+    loader.create_train_iterator = dying
     train.train_and_evaluate(config, workdir, evaluate_after=False)
 ''')
 
@@ -167,17 +169,17 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
   env = dict(os.environ, PYTHONPATH=str(REPO))
   killed = tmp_path / 'killed'
-  script = _KILLED_RUN.format(repo=str(REPO), raw=str(raw), tfds=str(tfds_dir),
+  script = _KILLED_RUN.format(raw=str(raw), tfds=str(tfds_dir),
                               workdir=str(killed))
   proc = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
                         text=True, timeout=300)
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-  assert train.checkpoint_manager(killed, config).all_steps() == [3]
+  assert state_lib.checkpoint_manager(killed, config).all_steps() == [3]
 
   # Relaunch through the real command line: it must pick up step 3 by itself.
   cmd = [sys.executable, str(REPO / 'launch.py'), '--config=' + str(REPO / 'configs/smoke.py'),
-         f'--workdir={killed}', '--mode=train', f'--config.manual_dir={raw}',
-         f'--config.data_dir={tfds_dir}']
+         f'--workdir={killed}', '--mode=train', f'--config.data.manual_dir={raw}',
+         f'--config.data.data_dir={tfds_dir}']
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'Resuming at step 3' in proc.stderr

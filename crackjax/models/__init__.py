@@ -1,18 +1,40 @@
-"""Segmentation models. `get_model(name, **kwargs)` looks a name up in `MODELS`."""
+"""Segmentation models, looked up by name in the explicit table `MODELS`.
 
-from collections.abc import Callable
+The model contract (what the train step, the losses, evaluation and prediction rely on):
+
+* a linen Module mapping images [B, H, W, 3] (float, in [0, 1]) to crack logits
+  [B, H, W, 1] (float32), or to a dict ``{'logits': [B, H, W, 1], ...}`` when it has side
+  outputs (HED, RCF, DeepCrack); ``'logits'`` is then the fused map that evaluation and
+  prediction use, and the model's own loss can read the rest
+  (`fused_logits`);
+* an optional attribute or property ``input_multiple``: H and W must be multiples of it
+  (the U-Net's 16 for four 2x2 poolings). Evaluation and prediction pad images to it;
+  `input_multiple(model)` reads it, 1 if absent;
+* constructed from the config's ``model`` group: ``name`` picks the entry of MODELS, every
+  other field is a constructor keyword argument (``dtype`` given as a string, e.g.
+  'bfloat16', is turned into the jnp dtype).
+
+Adding a model: write the Module, add it to MODELS, and give configs a ``model`` group with
+its name and fields. Nothing else changes.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import ml_collections
 
-from crackjax.models.conv import resolve_impl
 from crackjax.models.unet import UNet
 
 # Explicit table: name -> constructor taking keyword arguments.
 MODELS: dict[str, Callable[..., nn.Module]] = {
     'unet': UNet,
 }
+
+# config.model.dtype -> the dtype of activations and convolutions.
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 def get_model(name: str, **kwargs) -> nn.Module:
@@ -26,19 +48,35 @@ def get_model(name: str, **kwargs) -> nn.Module:
   return MODELS[name](**kwargs)
 
 
-# config.compute_dtype -> the dtype of activations and convolutions.
-COMPUTE_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
-
-
-def model_from_config(config: ml_collections.ConfigDict) -> nn.Module:
-  """The model `config.model` with the config's widths, conv_impl and compute_dtype.
+def model_from_config(model: ml_collections.ConfigDict) -> nn.Module:
+  """The model ``model.name`` built with the other fields of ``model`` (config.model).
 
   Raises:
-    ValueError: for an unknown model, conv_impl or compute_dtype.
+    ValueError: for an unknown model name or dtype, or a field the model does not take
+      (the message names the config field).
   """
-  if config.compute_dtype not in COMPUTE_DTYPES:
-    raise ValueError(f'config.compute_dtype={config.compute_dtype!r} is not one of '
-                     f'{sorted(COMPUTE_DTYPES)}.')
-  resolve_impl(config.conv_impl)  # fails early on a mistyped name
-  return get_model(config.model, widths=tuple(config.widths), conv_impl=config.conv_impl,
-                   dtype=COMPUTE_DTYPES[config.compute_dtype])
+  name = model.get('name')
+  if name not in MODELS:
+    raise ValueError(f'config.model.name={name!r} is not one of {sorted(MODELS)}.')
+  kwargs = {k: v for k, v in model.items() if k != 'name'}
+  if 'dtype' in kwargs:
+    if kwargs['dtype'] not in DTYPES:
+      raise ValueError(f'config.model.dtype={kwargs["dtype"]!r} is not one of {sorted(DTYPES)}.')
+    kwargs['dtype'] = DTYPES[kwargs['dtype']]
+  for key, value in kwargs.items():
+    if isinstance(value, list):  # ConfigDict may hand back lists; linen fields must hash.
+      kwargs[key] = tuple(value)
+  try:
+    return MODELS[name](**kwargs)
+  except TypeError as e:
+    raise ValueError(f'config.model does not fit model {name!r}: {e}') from e
+
+
+def fused_logits(outputs: Any) -> jax.Array:
+  """The main logit map of a model's outputs: the array itself or ``outputs['logits']``."""
+  return outputs['logits'] if isinstance(outputs, Mapping) else outputs
+
+
+def input_multiple(model: nn.Module) -> int:
+  """The number H and W must be multiples of for `model` (1 if it declares none)."""
+  return int(getattr(model, 'input_multiple', 1))

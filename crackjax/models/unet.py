@@ -115,10 +115,19 @@ class UNet(nn.Module):
   dtype: jnp.dtype = jnp.float32
   conv_impl: str = 'auto'
 
+  def __post_init__(self):
+    resolve_impl(self.conv_impl)  # A mistyped name fails when the model is built.
+    super().__post_init__()
+
+  @property
+  def input_multiple(self) -> int:
+    """Input height and width must be multiples of this (one halving per pooling)."""
+    return 2 ** (len(self.widths) - 1)
+
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """Maps images [B, H, W, C] to logits [B, H, W, 1] (float32)."""
-    factor = 2 ** (len(self.widths) - 1)
+    factor = self.input_multiple
     if x.shape[1] % factor or x.shape[2] % factor:
       raise ValueError(
           f'U-Net input height and width must be multiples of {factor}; got {x.shape[1:3]}.')

@@ -1,0 +1,78 @@
+"""One way for every command to take its configuration: ``--config=configs/x.py[:arg]``
+plus ``--config.field=value`` overrides (ml_collections' config_flags, `lock_config=True`,
+so a mistyped field is an error), with errors worded for the command line.
+
+launch.py, `python -m crackjax.complexity`, `python -m crackjax.data_stats` and the bench
+scripts all use it::
+
+    flag_values = flags.FlagValues()      # or absl's global flags.FLAGS
+    cli.define_config_flag(flag_values)
+    flags.DEFINE_integer('repeats', 10, '...', flag_values=flag_values)
+    cli.parse_flags(flag_values, argv, prog='python -m crackjax.complexity')
+    config = flag_values.config
+
+Config files are plain Python (`configs/`): their `get_config(arg)` builds a ConfigDict.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Sequence
+
+from absl import flags
+from ml_collections import config_flags
+
+
+def define_config_flag(flag_values: flags.FlagValues = flags.FLAGS, *,
+                       default: str | None = None) -> None:
+  """Defines ``--config`` (a config file, ``path.py[:arg]``) and its ``--config.*`` overrides."""
+  config_flags.DEFINE_config_file(
+      'config', default, 'Config file, configs/<name>.py[:arg]; override any field with '
+      '--config.<field>=<value> (configs/base.py documents every field).',
+      flag_values=flag_values, lock_config=True)
+
+
+def _unquote(detail: str) -> str:
+  for _ in range(2):  # ml_collections nests repr()s of the key
+    try:
+      detail = str(ast.literal_eval(detail))
+    except (ValueError, SyntaxError):
+      break
+  return detail
+
+
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str) -> list[str]:
+  """Parses ``argv`` (argv[0] is the program) into `flag_values`; exits with a one-line
+  message, not a traceback, on an unknown or mistyped flag, a mistyped config field, an
+  unparsable value or a missing ``--config``. ``--help`` prints the flags and exits.
+
+  Returns:
+    The arguments that are not flags (argv[0] first).
+  """
+  argv = list(argv)
+  if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
+    print(f'usage: {prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] '
+          '[flags]\n')
+    print(flag_values.main_module_help() or flag_values.get_help())
+    sys.exit(0)
+  try:
+    remaining = flag_values(argv)
+  except (AttributeError, KeyError) as e:
+    # A mistyped --config.field surfaces from ml_collections as a bare AttributeError or
+    # KeyError; say what went wrong instead.
+    detail = _unquote(str(e.args[0] if e.args else e))
+    sys.exit(f'{prog}: unknown config field {detail} on the command line; '
+             'configs/base.py lists every field.')
+  except flags.Error as e:
+    sys.exit(f'{prog}: {e}\nPass --help for the list of flags.')
+  if 'config' in flag_values and flag_values['config'].value is None:
+    sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
+  return remaining
+
+
+def new_flag_values() -> flags.FlagValues:
+  """A fresh flag set with ``--config`` defined, for commands that do not use absl.app."""
+  flag_values = flags.FlagValues()
+  define_config_flag(flag_values)
+  return flag_values

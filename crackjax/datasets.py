@@ -1,0 +1,182 @@
+"""Datasets: the explicit registry of builders, preparation, and errors that say what to fix.
+
+Every function here takes the config's `data` group (configs/base.py), e.g.
+`prepare_dataset(config.data)`. Reading never imports TensorFlow: builders store array_record
+files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
+
+Preparation with several processes: every process calls `get_data_source`; the first to take
+an exclusive ``fcntl`` lock on ``<data_dir>/<dataset>.lock`` prepares the dataset, the others
+block on the lock and then find it prepared. With a data_dir that is not shared between hosts,
+each host prepares its own (identical, deterministic) copy. `python launch.py` prepares
+before anything else, so a missing or broken file stops the run before a model is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import textwrap
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import ml_collections
+import tensorflow_datasets as tfds
+from etils import epath
+
+from tfds_builders.aiglern import AigleRN
+from tfds_builders.bjn260 import BJN260
+from tfds_builders.common import DatasetError, DatasetNotFoundError
+from tfds_builders.crack360 import Crack360
+from tfds_builders.crack_folder import CrackFolder
+from tfds_builders.crackforest import CrackForest
+
+# Explicit registry: config.data.name -> builder class.
+DATASETS: dict[str, type[tfds.core.GeneratorBasedBuilder]] = {
+    'crackforest': CrackForest,
+    'aiglern': AigleRN,
+    'crack360': Crack360,
+    'bjn260': BJN260,
+    'crack_folder': CrackFolder,
+}
+
+
+def _expand(path: str | None) -> str | None:
+  return os.path.expandvars(os.path.expanduser(path)) if path else None
+
+
+def _folder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Builder kwargs of dataset 'crack_folder' from ``config.data.folder`` (configs/base.py)."""
+  folder = data.get('folder')
+  if folder is None or not folder.get('images') or not folder.get('masks'):
+    raise DatasetNotFoundError(
+        "Dataset 'crack_folder' needs your folders: pass --config.data.folder.images=DIR "
+        '--config.data.folder.masks=DIR (images and masks matched by file name; see docs/datasets.md).')
+  return dict(image_dir=_expand(folder.images), mask_dir=_expand(folder.masks),
+              train_list=_expand(folder.get('train_list')),
+              test_list=_expand(folder.get('test_list')),
+              mask_threshold=folder.get('mask_threshold'),
+              mask_polarity=folder.get('mask_polarity'), mask_suffix=folder.get('mask_suffix'))
+
+
+def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+  """Constructs (does not prepare) the builder of ``data.name`` in ``data.data_dir``.
+
+  Args:
+    data: the config's ``data`` group. Dataset 'crack_folder' also takes its folders from
+      ``data.folder``.
+
+  Raises:
+    ValueError: if ``data.name`` is not a key of `DATASETS`.
+    DatasetNotFoundError: 'crack_folder' without ``data.folder.images`` / ``.masks``.
+  """
+  try:
+    builder_cls = DATASETS[data.name]
+  except KeyError:
+    raise ValueError(
+        f'Unknown dataset config.data.name={data.name!r}; known datasets: {sorted(DATASETS)}'
+    ) from None
+  kwargs = _folder_kwargs(data) if builder_cls is CrackFolder else {}
+  return builder_cls(data_dir=_expand(data.data_dir), **kwargs)
+
+
+def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
+  """Raises DatasetNotFoundError if the builder needs a manual download that is not there."""
+  if not getattr(builder, 'MANUAL_DIR_REQUIRED', False):
+    return
+  if not manual_dir:
+    problem = 'config.data.manual_dir is not set'
+  elif not os.path.isdir(manual_dir):
+    problem = f'config.data.manual_dir={manual_dir} does not exist'
+  elif not os.listdir(manual_dir):
+    problem = f'config.data.manual_dir={manual_dir} is empty'
+  else:
+    return
+  instructions = textwrap.dedent(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
+  raise DatasetNotFoundError(
+      f'Dataset {builder.name!r} needs files you download yourself, and {problem}.\n'
+      f'{instructions}\n'
+      f'It is prepared once into {builder.data_dir_root}; later runs with the same '
+      '--config.data.data_dir need no manual_dir.')
+
+
+def _dataset_error(e: BaseException | None) -> DatasetError | None:
+  """The DatasetError to raise for an error of a builder's preparation, if it is one.
+
+  Walks ``e``'s cause/context chain (TFDS may wrap the builder's error) to the first
+  `DatasetError` and returns a new error of the same class with only its message, so the
+  caller's ``raise ... from e`` shows the builder's message without a self-referencing chain.
+  None if the chain holds no DatasetError.
+  """
+  seen = set()
+  while e is not None and id(e) not in seen:
+    if isinstance(e, DatasetError):
+      return type(e)(str(e))
+    seen.add(id(e))
+    e = e.__cause__ or e.__context__
+  return None
+
+
+@contextlib.contextmanager
+def _file_lock(path: epath.Path) -> Iterator[None]:
+  """Exclusive inter-process lock (POSIX flock), so that only one process prepares."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(os.fspath(path), 'a') as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+  """Returns the builder of ``data``, preparing the dataset first if needed.
+
+  Raises:
+    DatasetNotFoundError: the dataset needs files that are absent (message: what and where).
+    DatasetError: a file of the dataset is unusable (the message names it).
+  """
+  builder = get_builder(data)
+  if builder.is_prepared():
+    return builder
+  lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
+  with _file_lock(lock):
+    # Another process may have prepared it while we waited for the lock; a fresh builder
+    # then reads the dataset info (splits, sizes) from disk.
+    builder = get_builder(data)
+    if not builder.is_prepared():
+      manual_dir = _expand(data.manual_dir)
+      _check_manual_dir(builder, manual_dir)
+      try:
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      except Exception as e:  # A builder's data error: re-raise with its message only.
+        error = _dataset_error(e)
+        if error is None:
+          raise
+        raise error from e
+  return get_builder(data)
+
+
+def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+  """Prepares dataset ``data.name`` (``data`` = ``config.data``) if needed and returns its builder; cheap once prepared.
+
+  Call it first (launch.py does) so that absent or invalid files stop a run at once with
+  `DatasetNotFoundError` / `DatasetError`, before any model is built.
+  """
+  return _prepared_builder(data)
+
+
+def get_data_source(data: ml_collections.ConfigDict, split: str) -> Sequence[dict[str, Any]]:
+  """Random-access source of ``split`` (preparing the dataset first if needed).
+
+  Records are dicts ``{'image': uint8 [H, W, 3], 'mask': uint8 [H, W, 1], 'name': bytes}``.
+  """
+  return _prepared_builder(data).as_data_source(split)
+
+
+def record_name(record: dict[str, Any]) -> str:
+  name = record['name']
+  return name.decode() if isinstance(name, bytes) else str(name)
+
+

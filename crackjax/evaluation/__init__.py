@@ -1,0 +1,157 @@
+"""Crack-detection evaluation: precision, recall and F1 at ODS and OIS, plus AP.
+
+Everything here is numpy/scipy and runs on the host after the model has produced
+per-pixel crack probabilities. Images may have different sizes, so inputs are
+sequences of arrays rather than one stacked batch.
+
+Modules
+-------
+* :mod:`~crackjax.evaluation.protocols`: input checking, the per-threshold counts of
+  each protocol (:func:`counts_per_threshold`, :func:`tolerance_counts`,
+  :class:`ThresholdCounts`, :data:`TOLERANCE_MAX_DIST`) and the protocol table
+  (:class:`Protocol`, :data:`PROTOCOLS`, :func:`get_protocol`).
+* :mod:`~crackjax.evaluation.thinning`: :func:`thin`, one-pixel-wide thinning.
+* :mod:`~crackjax.evaluation.matching`: the maximum bipartite matching of the
+  tolerance protocols.
+* :mod:`~crackjax.evaluation.aggregate`: P/R/F1, ODS, OIS, AP and :func:`evaluate`.
+
+Everything public is re-exported here: ``from crackjax import evaluation;
+evaluation.evaluate(...)``.
+
+Protocols
+---------
+``'strict'``: pixel-to-pixel matching. At threshold ``t`` a pixel is predicted to be
+crack iff ``prob > t`` (strictly greater: a probability of exactly 0.5 is *not* crack
+at ``t = 0.5``). The thresholds are ``t_i = i / num_thresholds`` for
+``i = 0 .. num_thresholds - 1`` (0.00, 0.01, ..., 0.99 by default), each represented
+in the probability array's own floating dtype, so a float32 map holding
+``np.float32(0.29)`` compares equal to threshold 0.29, exactly as the plain numpy
+loop ``prob > i / n`` does. A predicted pixel is a true positive iff its ground-truth
+pixel is crack.
+
+``'tolerance'``: the BSDS boundary benchmark (``evaluation_bdry_image`` /
+``correspondPixels`` / ``collect_eval_bdry``) that the CrackForest, HED and RCF
+evaluations use. Thresholds ``t_i = i / (n + 1)``, ``i = 1..n`` (0.01, ..., 0.99 for the
+default ``n = 99``), compared in the probability's dtype, and a pixel is predicted iff
+``prob >= t`` (inclusive, unlike 'strict'). The binary prediction is thinned to
+one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thin`` and MATLAB's
+``bwmorph(bw, 'thin', Inf)``); the ground truth is used as given (BSDS does not thin
+it). Predicted and ground-truth pixels are matched one-to-one when their Euclidean
+distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
+``d > maxDist``), by a maximum-cardinality bipartite matching (a unit-capacity
+``scipy.sparse.csgraph.maximum_flow``; not ``maximum_bipartite_matching``, which is
+exponentially slow on such graphs, see ``matching._max_matching_size``).
+correspondPixels computes a min-cost assignment in which each unmatched pixel costs
+``100 * maxDist``; that minimises the distance moved too, but the metric only uses
+the number of matched pixels, and the min-cost assignment has maximum cardinality
+(except in contrived cases needing an augmenting path of over ~200 pixel pairs), so
+the counts agree.
+Counts: ``matched_pred`` and ``matched_gt`` are both the size of the matching,
+``num_pred`` the number of thinned predicted pixels, ``num_gt`` of ground-truth pixels.
+
+``'tolerance_thin_gt'``: as 'tolerance' but the ground truth is thinned too. For
+region-style ground truth several pixels wide (CrackForest test masks: ~3.2 px)
+a one-pixel prediction can match only about one GT pixel per crack cross-section,
+capping 'tolerance' recall near 1/width; thinning the GT removes that cap.
+
+Protocols are looked up in the explicit dict ``PROTOCOLS`` (or with
+:func:`get_protocol`), name -> :class:`Protocol`. Each protocol maps the images to
+four count arrays (see :class:`ThresholdCounts`) and everything downstream (ODS, OIS,
+AP) is shared; the tolerance protocols switch on the BSDS variants of ODS, AP and the
+OIS tie-break (``Protocol.bsds``), marked [BSDS] below. A protocol also owns its
+threshold grid: 'strict' follows the configured number of thresholds
+(``Protocol.follows_config_grid``; use ``spec.num_thresholds(configured)``), the
+tolerance protocols keep the BSDS benchmark's 99. ``Protocol.threshold_rule`` says in
+words how a probability map becomes that protocol's mask at a threshold, and only
+'strict' has ``Protocol.writes_threshold_file``: its ODS threshold is a mask threshold
+for later prediction, while the tolerance thresholds apply to thinned maps.
+
+Conventions (no NaN is ever produced)
+-------------------------------------
+* Precision ``P = matched_pred / max(num_pred, 1)``: when nothing is predicted,
+  ``P = 0`` (the BSDS benchmark convention). For 'strict', ``P = TP / max(TP+FP, 1)``.
+* Recall ``R = matched_gt / max(num_gt, 1)``: when the ground truth has no crack
+  pixel, ``R = 0``. For 'strict', ``R = TP / max(TP+FN, 1)``.
+* ``F1 = 2PR / (P + R)``, and ``F1 = 0`` when ``P + R = 0``. Hence an image with no
+  crack pixel always has ``F1 = 0`` (this pulls ``ois_mean_f1`` down; the pooled
+  ``ois`` is unaffected by that, which is one reason it is the default).
+* Maxima are taken with exact float equality; ties are broken as follows.
+* ODS threshold: the threshold maximising the dataset F1 (counts summed over all
+  images). Ties -> fewest errors (false positives + false negatives), then the
+  highest threshold. So a dataset whose F1 is 0 everywhere gets the threshold with
+  the fewest predictions, never blindly threshold 0. This grid point is reported as
+  ``ods_grid`` and is what the OIS rules below call "the ODS threshold".
+* [BSDS] ``ods`` is BSDS ``maxF``: for each pair of consecutive thresholds and
+  ``d`` in ``linspace(0, 1, 100)``, threshold, R and P are interpolated linearly,
+  ``x_i * d + x_{i-1} * (1 - d)``, and F is recomputed; the first maximum in scan order
+  (from the lowest threshold, grid point 1 included) is reported with its
+  interpolated threshold, P and R. F is ``2PR / (P + R)``, 0 when ``P + R = 0``.
+  (For 'strict', ``ods`` equals ``ods_grid``.)
+* OIS threshold of one image:
+
+  1. gt has no crack pixel -> the threshold with the fewest predicted positives
+     (= false positives); ties -> the highest threshold. (For 'strict', predicted
+     positives never increase with the threshold, so this is always the highest
+     threshold; thinned predictions need not be monotone.)
+  2. otherwise, if the image's F1 is 0 at every threshold -> the ODS threshold
+     (taking threshold 0 would flood the pooled counts with false positives).
+  3. otherwise, among the thresholds reaching the image's maximal F1, the one
+     nearest the ODS threshold; equal distance -> the higher threshold.
+     [BSDS] the highest of them (collect_eval_bdry's ``ff(end)``).
+
+  Rule 1 is what BSDS does too (F is 0 at every threshold, ``ff(end)`` is the
+  highest); rule 2 differs from BSDS, which would also take the highest threshold.
+
+* ``ois`` (default OIS): the four counts of each image at its OIS threshold are
+  summed over images and P/R/F1 are computed from the pooled counts.
+  ``ois_mean_f1``: the mean over images of each image's F1 at its OIS threshold
+  (the other convention in the literature).
+* ``ap``: area under the dataset precision-recall curve over the thresholds, using
+  the monotone interpolated precision ``p_interp(r) = max_{r' >= r} p(r')``:
+  ``AP = sum_k (r_k - r_{k-1}) * p_interp(r_k)`` over the distinct recalls sorted
+  ascending, with ``r_0 = 0``. The area stops at the largest recall reached
+  (recall at threshold 0), with no extrapolation to recall 1.
+* [BSDS] ``ap`` is collect_eval_bdry's ``Area_PR``: the distinct recalls of the
+  dataset curve sorted ascending, each with the precision of its last occurrence in
+  threshold order (the highest such threshold, as MATLAB's pre-2013 ``unique``);
+  precision is interpolated linearly (``interp1``) at ``r = 0, 0.01, ..., 1`` (101
+  points), 0 outside the recall range reached, and ``AP = 0.01 * sum`` of the 101
+  values (a rectangle rule, not a trapezoid; no monotone envelope). A curve with a
+  single distinct recall (e.g. a binary prediction, even a perfect one) has AP 0.
+"""
+
+from __future__ import annotations
+
+from crackjax.evaluation.aggregate import (
+  _bsds_average_precision as _bsds_average_precision,
+)
+from crackjax.evaluation.aggregate import _bsds_max_f as _bsds_max_f
+from crackjax.evaluation.aggregate import evaluate
+from crackjax.evaluation.matching import (
+  _greedy_matches_all_left as _greedy_matches_all_left,
+)
+from crackjax.evaluation.matching import _max_matching_size as _max_matching_size
+from crackjax.evaluation.protocols import (
+  PROTOCOLS,
+  SUPPORTED_PROTOCOLS,
+  TOLERANCE_MAX_DIST,
+  Protocol,
+  ThresholdCounts,
+  counts_per_threshold,
+  get_protocol,
+  tolerance_counts,
+)
+from crackjax.evaluation.thinning import thin
+
+__all__ = [
+  'PROTOCOLS',
+  'SUPPORTED_PROTOCOLS',
+  'TOLERANCE_MAX_DIST',
+  'Protocol',
+  'ThresholdCounts',
+  'counts_per_threshold',
+  'evaluate',
+  'get_protocol',
+  'thin',
+  'tolerance_counts',
+]

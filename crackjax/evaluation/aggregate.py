@@ -1,0 +1,262 @@
+"""Aggregation shared by all protocols: P/R/F1, ODS, OIS, AP, and :func:`evaluate`.
+
+The conventions (0/0, tie-breaks, the BSDS variants) are in the package docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from crackjax.evaluation.protocols import (
+  Protocol,
+  ThresholdCounts,
+  _check_images,
+  _check_num_thresholds,
+  get_protocol,
+)
+
+__all__ = ['evaluate']
+
+
+def _prf(
+  matched_pred: np.ndarray, num_pred: np.ndarray, matched_gt: np.ndarray, num_gt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """P, R, F1 elementwise with the package's 0-denominator conventions (no NaN)."""
+  p = matched_pred / np.maximum(num_pred, 1)
+  r = matched_gt / np.maximum(num_gt, 1)
+  denom = p + r
+  f1 = np.divide(2 * p * r, denom, out=np.zeros_like(denom), where=denom > 0)
+  return p, r, f1
+
+
+def _average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
+  """Area under the P-R curve with monotone interpolated precision (see the package doc)."""
+  order = np.argsort(recall, kind='stable')
+  r = recall[order]
+  p = precision[order]
+  # p_interp(r_k) = max precision at recall >= r_k: reverse running maximum.
+  p_interp = np.maximum.accumulate(p[::-1])[::-1]
+  dr = np.diff(r, prepend=0.0)
+  return float(np.sum(dr * p_interp))
+
+
+def _bsds_fmeasure(p: np.ndarray, r: np.ndarray) -> np.ndarray:
+  """BSDS ``fmeasure``: ``2pr / (p + r + ((p + r) == 0))``."""
+  s = p + r
+  return 2 * p * r / (s + (s == 0))
+
+
+def _bsds_max_f(
+  thresholds: np.ndarray, precision: np.ndarray, recall: np.ndarray
+) -> tuple[float, float, float, float]:
+  """BSDS ``maxF``: best F over the curve linearly interpolated between thresholds.
+
+  For consecutive thresholds i-1, i and d in ``linspace(0, 1, 100)``, t, R and P are
+  ``x(i) * d + x(i-1) * (1 - d)``; the first maximum in that scan order (threshold 1
+  first) wins, as the benchmark's strict ``f > bestF`` update does.
+
+  Returns:
+      (threshold, precision, recall, f1), interpolated.
+  """
+  d = np.linspace(0.0, 1.0, 100)
+
+  def lerp(x: np.ndarray) -> np.ndarray:
+    return np.concatenate([x[:1], (x[1:, None] * d + x[:-1, None] * (1 - d)).ravel()])
+
+  t, p, r = lerp(thresholds), lerp(precision), lerp(recall)
+  k = int(np.argmax(_bsds_fmeasure(p, r)))
+  return float(t[k]), float(p[k]), float(r[k]), float(_bsds_fmeasure(p[k], r[k]))
+
+
+def _bsds_average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
+  """BSDS ``Area_PR`` of collect_eval_bdry (see the package docstring)."""
+  # [Ru, indR] = unique(R) with MATLAB's (pre-2013) last occurrence for repeats.
+  order = np.lexsort((np.arange(recall.size), recall))
+  r_sorted = recall[order]
+  last = np.append(r_sorted[1:] != r_sorted[:-1], True)
+  ru, pu = r_sorted[last], precision[order][last]
+  if ru.size <= 1:
+    return 0.0
+  ri = np.arange(101) / 100  # 0 : 0.01 : 1
+  p_int = np.interp(ri, ru, pu)
+  p_int[(ri < ru[0]) | (ri > ru[-1])] = 0.0  # interp1 gives NaN outside -> 0
+  return float(np.sum(p_int) * 0.01)
+
+
+def _pick_ods(f1: np.ndarray, errors: np.ndarray) -> int:
+  """Max F1; ties -> fewest errors; then highest threshold."""
+  cand = np.flatnonzero(f1 == f1.max())
+  cand = cand[errors[cand] == errors[cand].min()]
+  return int(cand[-1])
+
+
+def _pick_ois(
+  f1: np.ndarray, num_pred: np.ndarray, has_crack: bool, ods: int, highest_on_ties: bool
+) -> int:
+  """OIS threshold index of one image (rules 1-3 of the package docstring)."""
+  if not has_crack:
+    cand = np.flatnonzero(num_pred == num_pred.min())
+    return int(cand[-1])
+  best = f1.max()
+  if best <= 0:
+    return ods
+  cand = np.flatnonzero(f1 == best)
+  if highest_on_ties:  # BSDS: ff = find(F == max(F)); ff(end)
+    return int(cand[-1])
+  dist = np.abs(cand - ods)
+  cand = cand[dist == dist.min()]
+  return int(cand[-1])  # equal distance on both sides -> the higher threshold
+
+
+class _Curve(NamedTuple):
+  """Precision, recall and F1 arrays (one per threshold, or per image and threshold)."""
+
+  precision: np.ndarray
+  recall: np.ndarray
+  f1: np.ndarray
+
+
+def _resolve_num_thresholds(spec: Protocol, num_thresholds: int | None) -> int:
+  if num_thresholds is None:
+    num_thresholds = spec.default_num_thresholds
+  _check_num_thresholds(num_thresholds)
+  return int(num_thresholds)
+
+
+def _ods(counts: ThresholdCounts) -> tuple[int, _Curve]:
+  """The ODS grid index and the dataset curve (counts summed over images)."""
+  total = ThresholdCounts(*(a.sum(axis=0) for a in counts))
+  curve = _Curve(*_prf(*total))
+  errors = (total.num_pred - total.matched_pred) + (total.num_gt - total.matched_gt)
+  return _pick_ods(curve.f1, errors), curve
+
+
+def _point(curve: _Curve, thresholds: np.ndarray, i: int) -> dict[str, float]:
+  """Grid point ``i`` of the dataset curve as a result dict."""
+  return {
+    'precision': float(curve.precision[i]),
+    'recall': float(curve.recall[i]),
+    'f1': float(curve.f1[i]),
+    'threshold': float(thresholds[i]),
+  }
+
+
+def _ods_and_ap(
+  bsds: bool, thresholds: np.ndarray, curve: _Curve, ods_grid: dict[str, float]
+) -> tuple[dict[str, float], float]:
+  """The reported ODS point and AP: BSDS (interpolated maxF, Area_PR) or grid-based."""
+  if bsds:
+    t, p, r, f = _bsds_max_f(thresholds, curve.precision, curve.recall)
+    ods = {'precision': p, 'recall': r, 'f1': f, 'threshold': t}
+    return ods, _bsds_average_precision(curve.precision, curve.recall)
+  return dict(ods_grid), _average_precision(curve.precision, curve.recall)
+
+
+def _ois_indices(counts: ThresholdCounts, f1: np.ndarray, ods: int, bsds: bool) -> np.ndarray:
+  """Each image's OIS threshold index, from its per-threshold F1 (rows of ``f1``)."""
+  return np.array(
+    [
+      _pick_ois(f1[j], counts.num_pred[j], bool(counts.num_gt[j, 0] > 0), ods, bsds)
+      for j in range(len(f1))
+    ],
+    dtype=np.intp,
+  )
+
+
+def _ois(counts: ThresholdCounts, chosen: np.ndarray) -> dict[str, Any]:
+  """OIS: P/R/F1 of the counts pooled over images at each image's chosen threshold."""
+  rows = np.arange(len(chosen))
+  pooled = ThresholdCounts(*(np.sum(a[rows, chosen]) for a in counts))
+  p, r, f1 = _prf(*(np.asarray(a) for a in pooled))
+  return {
+    'precision': float(p),
+    'recall': float(r),
+    'f1': float(f1),
+    'pooling': "counts pooled over images at each image's best threshold",
+  }
+
+
+def _per_image(images: _Curve, thresholds: np.ndarray, chosen: np.ndarray) -> list[dict[str, Any]]:
+  """Each image's threshold, P, R and F1 at its OIS threshold."""
+  return [
+    {
+      'index': int(j),
+      'threshold': float(thresholds[t]),
+      'precision': float(images.precision[j, t]),
+      'recall': float(images.recall[j, t]),
+      'f1': float(images.f1[j, t]),
+    }
+    for j, t in enumerate(chosen)
+  ]
+
+
+def evaluate(
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  *,
+  protocol: str = 'strict',
+  num_thresholds: int | None = None,
+) -> dict[str, Any]:
+  """Evaluates crack probability maps against binary ground truth.
+
+  See the package docstring for the protocol, the 0/0 conventions and tie-breaks.
+
+  Args:
+      probs: per-image float arrays in [0, 1], HxW or HxWx1; sizes may differ
+          between images.
+      gts: per-image binary arrays (bool or 0/1), same size as their prob.
+      protocol: matching protocol; one of ``SUPPORTED_PROTOCOLS``.
+      num_thresholds: number of thresholds; ``None`` -> the protocol's default
+          (strict: 100, thresholds ``i / n`` for ``i = 0..n-1``; tolerance: 99,
+          thresholds ``i / (n + 1)`` for ``i = 1..n``). To follow a configured grid
+          where the protocol allows it, pass
+          ``get_protocol(protocol).num_thresholds(configured)``.
+
+  Returns:
+      A JSON-serialisable dict (python floats/ints/lists only)::
+
+          {'protocol', 'protocol_description', 'num_images', 'num_thresholds',
+           'ods': {'precision', 'recall', 'f1', 'threshold'},
+           'ods_grid': {'precision', 'recall', 'f1', 'threshold'},
+           'ois': {'precision', 'recall', 'f1', 'pooling'},
+           'ois_mean_f1', 'ap',
+           'curve': {'thresholds', 'precision', 'recall', 'f1'},   # dataset curve
+           'per_image': [{'index', 'threshold', 'precision', 'recall', 'f1'}, ...]}
+
+  Raises:
+      ValueError: unknown protocol (the message lists the supported ones), bad
+          ``num_thresholds``, length mismatch, or a bad image (the message names the
+          image index: shape mismatch, NaN, values outside [0, 1], non-binary gt).
+  """
+  spec = get_protocol(protocol)
+  num_thresholds = _resolve_num_thresholds(spec, num_thresholds)
+  probs, gts = _check_images(probs, gts)
+  counts = spec.counts(probs, gts, num_thresholds)
+  thresholds = spec.thresholds(num_thresholds)
+
+  ods, curve = _ods(counts)  # one threshold for the whole dataset
+  ods_grid = _point(curve, thresholds, ods)
+  ods_result, ap = _ods_and_ap(spec.bsds, thresholds, curve, ods_grid)
+  images = _Curve(*_prf(*counts))
+  chosen = _ois_indices(counts, images.f1, ods, spec.bsds)  # one threshold per image
+  return {
+    'protocol': protocol,
+    'protocol_description': spec.description,
+    'num_images': len(probs),
+    'num_thresholds': num_thresholds,
+    'ods': ods_result,
+    'ods_grid': ods_grid,
+    'ois': _ois(counts, chosen),
+    'ois_mean_f1': float(images.f1[np.arange(len(chosen)), chosen].mean()),
+    'ap': ap,
+    'curve': {
+      'thresholds': thresholds.tolist(),
+      'precision': curve.precision.tolist(),
+      'recall': curve.recall.tolist(),
+      'f1': curve.f1.tolist(),
+    },
+    'per_image': _per_image(images, thresholds, chosen),
+  }

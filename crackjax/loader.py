@@ -1,0 +1,154 @@
+"""Training and evaluation batches: grain over the array_record sources of `crackjax.datasets`.
+
+Training order (see docs/architecture.md): the train split's record indices are shuffled with
+``config.seed``, reshuffled every epoch, and the epochs concatenated into one infinite stream;
+global batch ``k`` is stream positions ``[k*B, (k+1)*B)``. Every process builds that same
+stream and loads only its contiguous slice of each global batch, so the data seen is
+independent of the number of processes and resuming at step ``k`` needs no iterator state.
+All randomness in the loader (crops, noise) is seeded by ``(config.seed, stream position)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from crackjax.datasets import get_data_source, record_name
+
+# Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
+_READ_THREADS = 4
+_PREFETCH_BATCHES = 4
+
+
+def crop_size(config: ml_collections.ConfigDict) -> tuple[int, int] | None:
+  """(H, W) of the random training crops, ``config.data.input_size``; None: whole images."""
+  size = config.data.get('input_size')
+  if size is None:
+    return None
+  if len(size) != 2:
+    raise ValueError(f'config.data.input_size must be (H, W) or None, got {size!r}')
+  return int(size[0]), int(size[1])
+
+
+def train_image_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+  """(H, W, 3) of the images the train step sees: the crop size, else the first train image."""
+  size = crop_size(config)
+  if size is not None:
+    return *size, 3
+  source = get_data_source(config.data, config.data.train_split)
+  h, w = np.asarray(source[0]['image']).shape[:2]
+  return int(h), int(w), 3
+
+
+def _load_example(source: Sequence[dict[str, Any]], record_index: int, position: int, *,
+                  seed: int, input_size: tuple[int, int] | None,
+                  noise_std: float) -> dict[str, np.ndarray]:
+  """Reads one training record; crop and noise are seeded by (seed, stream position)."""
+  record = source[record_index]
+  image = np.asarray(record['image'])
+  mask = np.asarray(record['mask'])
+  rng = np.random.default_rng((seed, position))
+  if input_size is not None and input_size != image.shape[:2]:
+    (h, w), (th, tw) = image.shape[:2], input_size
+    if th > h or tw > w:
+      raise ValueError(
+          f'config.data.input_size {input_size} is larger than image {record_name(record)!r} '
+          f'({h}x{w}); crops cannot grow an image.')
+    top = int(rng.integers(0, h - th + 1))
+    left = int(rng.integers(0, w - tw + 1))
+    image = image[top:top + th, left:left + tw]
+    mask = mask[top:top + th, left:left + tw]
+  image = image.astype(np.float32) / 255.0
+  if noise_std > 0:
+    image = np.clip(image + rng.normal(0.0, noise_std, image.shape).astype(np.float32), 0.0, 1.0)
+  return {'image': image, 'mask': mask.astype(np.float32), 'name': record_name(record)}
+
+
+def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  shapes = {ex['image'].shape for ex in examples}
+  if len(shapes) > 1:
+    sizes = ', '.join(f"{ex['name']}: {ex['image'].shape[:2]}" for ex in examples)
+    raise ValueError(f'Images of one batch differ in size ({sizes}); set config.data.input_size '
+                     'to crop them to a common size.')
+  return {
+      'image': np.stack([ex['image'] for ex in examples]),
+      'mask': np.stack([ex['mask'] for ex in examples]),
+  }
+
+
+def create_train_iterator(config: ml_collections.ConfigDict, *, start_step: int = 0,
+                          process_index: int | None = None,
+                          process_count: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Infinite iterator over this process's part of global batches start_step, start_step+1, ...
+
+  Args:
+    config: reads data (name, dirs, train_split, input_size, noise_std), seed, batch_size.
+    start_step: number of the first global batch to yield (the training step to resume at).
+    process_index: this process (default ``jax.process_index()``).
+    process_count: number of processes (default ``jax.process_count()``).
+
+  Yields:
+    ``{'image': float32 [B_local, H, W, 3] in [0, 1], 'mask': float32 [B_local, H, W, 1]}``
+    with ``B_local = config.batch_size // process_count``, rows
+    ``[process_index * B_local, (process_index + 1) * B_local)`` of global batch k.
+
+  Raises:
+    ValueError: batch size not divisible by the process count, bad input_size, or (when
+      iterating) images of one batch that differ in size with input_size None.
+  """
+  process_index = jax.process_index() if process_index is None else process_index
+  process_count = jax.process_count() if process_count is None else process_count
+  if config.batch_size % process_count:
+    raise ValueError(f'config.batch_size={config.batch_size} is not divisible by the '
+                     f'process count {process_count}.')
+  if not 0 <= process_index < process_count:
+    raise ValueError(f'process_index {process_index} not in [0, {process_count}).')
+  if start_step < 0:
+    raise ValueError(f'start_step must be >= 0, got {start_step}')
+  local_batch = config.batch_size // process_count
+  input_size = crop_size(config)
+  seed = int(config.seed)
+  noise_std = float(config.data.get('noise_std', 0.0) or 0.0)
+  source = get_data_source(config.data, config.data.train_split)
+  if len(source) == 0:
+    raise ValueError(f'Split {config.data.train_split!r} of {config.data.name!r} is empty.')
+
+  def load(group: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+    return _stack([
+        _load_example(source, record, position, seed=seed, input_size=input_size,
+                      noise_std=noise_std) for position, record in group
+    ])
+
+  # Stream position g -> record index; shuffle-then-repeat reshuffles every epoch.
+  ds = grain.MapDataset.range(len(source)).shuffle(seed=seed).repeat()
+  ds = ds.map_with_index(lambda position, record: (position, record))
+  # Local groups: group m = positions [m*B_local, (m+1)*B_local); global batch k is groups
+  # k*P .. k*P+P-1, so this process takes every P-th group starting at start_step*P + p.
+  ds = ds.batch(local_batch, drop_remainder=True, batch_fn=list)
+  ds = ds.slice(slice(start_step * process_count + process_index, None, process_count))
+  ds = ds.map(load)
+  return iter(ds.to_iter_dataset(
+      grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)))
+
+
+def eval_examples(config: ml_collections.ConfigDict,
+                  split: str | None = None) -> Iterator[dict[str, Any]]:
+  """Every record of ``split`` (default ``config.data.test_split``) once, in stored order.
+
+  Yields:
+    ``{'image': float32 [H, W, 3] in [0, 1], 'mask': float32 [H, W, 1], 'name': str}``.
+  """
+  source = get_data_source(config.data, split or config.data.test_split)
+  for i in range(len(source)):
+    record = source[i]
+    yield {
+        'image': np.asarray(record['image'], np.float32) / 255.0,
+        'mask': np.asarray(record['mask'], np.float32),
+        'name': record_name(record),
+    }
+
