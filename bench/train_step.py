@@ -1,7 +1,7 @@
 """Wall time of crackjax's jitted U-Net train step, with an optional PyTorch comparison.
 
-Builds the model and Adam state the way training does (`crackjax.train._init_state`,
-`make_train_step`, `make_mesh`, `global_batch`), feeds one random batch of the configured
+Builds the model and Adam state the way training does (`crackjax.state.init_train_state`,
+`make_mesh`, `global_batch`, `crackjax.train.make_train_step`), feeds one random batch of the configured
 shape (images uniform in [0, 1], masks ~2% crack), compiles, runs `--warmup` steps and then
 times `--steps` steps, blocking on the result of each. The step is the full training step:
 on-device augmentation, forward, loss, backward and the Adam update.
@@ -17,15 +17,15 @@ run in PyTorch in a separate subprocess, after the JAX run, with
 torch.set_num_threads(os.cpu_count()), so the two peak RSS figures do not mix; the ratio
 jax/torch of the median step times comes from the same invocation. `--no-torch` skips it.
 
-Usage::
+Usage (the config and its ``--config.*`` overrides as for launch.py)::
 
     python bench/train_step.py --config=configs/crackforest_exp.py \
-        [--widths 16,32,64,128,256] [--hw 320,480] [--batch 2] [--steps 5] [--warmup 1]
+        [--config.model.widths='(16, 32, 64, 128, 256)'] [--config.model.conv_impl=xla] \
+        [--config.model.dtype=bfloat16] [--hw=320,480] [--batch=2] [--steps=5] [--warmup=1]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import math
@@ -38,8 +38,11 @@ import sys
 import time
 from pathlib import Path
 
+from absl import flags
+
+from crackjax import cli
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 # Dense peak FLOP/s per device kind (substring of jax's device_kind), by precision.
 # H100 SXM: 989 TFLOP/s bf16 dense tensor core, 67 TFLOP/s fp32 (non-tensor-core).
@@ -69,20 +72,6 @@ def _peak_rss_mb() -> float:
   return rss / 2**20 if sys.platform == 'darwin' else rss / 1024.0
 
 
-def _ints(text: str) -> tuple[int, ...]:
-  return tuple(int(v) for v in text.split(',') if v.strip())
-
-
-def load_config(spec: str):
-  """Loads `path.py[:arg]` like ml_collections' config_flags: calls get_config(arg)."""
-  path, _, arg = spec.partition(':')
-  module_spec = importlib.util.spec_from_file_location('bench_config', REPO / path
-                                                       if not os.path.isabs(path) else path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
-
-
 def random_batch(batch: int, h: int, w: int, seed: int = 0):
   """Images uniform in [0, 1] and masks with ~CRACK_FRACTION crack pixels (float32)."""
   import numpy as np
@@ -104,26 +93,27 @@ def _flops_of(compiled) -> float | None:
   return float(cost['flops'])
 
 
-def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
+def bench_jax(config, hw, batch, steps, warmup) -> dict:
   import flax
   import jax
 
-  from crackjax import train
+  from crackjax import prefetch, train
+  from crackjax import state as state_lib
   from crackjax.models.conv import resolve_impl
 
-  config.widths = tuple(widths)
-  config.input_size = tuple(hw)
+  config.data.input_size = tuple(hw)
   config.batch_size = batch
-  mesh = train.make_mesh()
-  state = train._init_state(config, (*hw, 3), mesh)
+  widths = tuple(config.model.widths)
+  mesh = state_lib.make_mesh()
+  state = state_lib.init_train_state(config, (*hw, 3), mesh)
   n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
   step = train.make_train_step(config, mesh, state)
-  data = train.global_batch(random_batch(batch, *hw), mesh)
+  data = state_lib.global_batch(random_batch(batch, *hw), mesh)
 
   t0 = time.perf_counter()
   compiled = step.lower(state, data).compile()
   compile_s = time.perf_counter() - t0
-  train.release_freed_host_memory()  # as train_and_evaluate does after compiling
+  prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
   flops = _flops_of(compiled)
 
   for _ in range(warmup):
@@ -146,8 +136,8 @@ def bench_jax(config, widths, hw, batch, steps, warmup) -> dict:
       'device_count': jax.device_count(),
       'widths': list(widths), 'hw': list(hw), 'batch': batch, 'steps': steps,
       'warmup': warmup, 'params': n_params, 'loss': loss,
-      'conv_impl': f'{config.conv_impl} ({resolve_impl(config.conv_impl)})',
-      'compute_dtype': config.compute_dtype,
+      'conv_impl': f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})',
+      'compute_dtype': config.model.dtype,
       'compile_s': compile_s, 'step_times_s': times, 'median_s': median,
       'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
       'peak_rss_mb': _peak_rss_mb(), 'flops_per_step': flops,
@@ -213,14 +203,14 @@ def _torch_unet(widths):
   return UNet()
 
 
-def bench_torch(config, widths, hw, batch, steps, warmup, expect_params=None) -> dict:
+def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
   """The PyTorch equivalent; meant to run in its own process (see `_torch_subprocess`)."""
   import numpy as np
   import torch
 
   torch.set_num_threads(os.cpu_count())
   torch.manual_seed(0)
-  model = _torch_unet(widths)
+  model = _torch_unet(tuple(config.model.widths))
   n_params = sum(p.numel() for p in model.parameters())
   if expect_params is not None:
     assert n_params == expect_params, (n_params, expect_params)
@@ -267,11 +257,10 @@ def bench_torch(config, widths, hw, batch, steps, warmup, expect_params=None) ->
   }
 
 
-def _torch_subprocess(args, expect_params) -> dict:
-  cmd = [sys.executable, str(Path(__file__).resolve()), f'--config={args.config}',
-         f'--widths={",".join(map(str, args.widths))}', f'--hw={",".join(map(str, args.hw))}',
-         f'--batch={args.batch}', f'--steps={args.steps}', f'--warmup={args.warmup}',
-         f'--_torch_worker={expect_params}']
+def _torch_subprocess(argv, expect_params) -> dict:
+  """Runs `bench_torch` in a fresh process with the same command line (argv[1:])."""
+  cmd = [sys.executable, str(Path(__file__).resolve()), *argv[1:],
+         f'--torch_worker={expect_params}']
   out = subprocess.run(cmd, check=True, capture_output=True, text=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -314,54 +303,53 @@ def report(jr: dict, tr: dict | None) -> str:
   return '\n'.join(lines)
 
 
-def main(argv=None) -> dict:
-  """Runs the benchmark and prints the report; returns {'jax': ..., 'torch': ... or None}."""
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--config', default='configs/crackforest_exp.py')
-  p.add_argument('--widths', type=_ints, default=None,
-                 help='comma-separated U-Net widths (default: the config\'s)')
-  p.add_argument('--hw', type=_ints, default=(320, 480), help='H,W of the input')
-  p.add_argument('--batch', type=int, default=2)
-  p.add_argument('--steps', type=int, default=5)
-  p.add_argument('--warmup', type=int, default=1)
-  p.add_argument('--conv_impl', default=None,
-                 help="'auto', 'xla' or 'blocked' (default: the config's)")
-  p.add_argument('--compute_dtype', default=None,
-                 help="'float32' or 'bfloat16' (default: the config's)")
-  p.add_argument('--no-torch', dest='torch', action='store_false',
-                 help='skip the PyTorch comparison even if torch is installed')
-  p.add_argument('--json', type=str, default=None, help='also write the results here')
-  p.add_argument('--_torch_worker', type=int, default=None, help=argparse.SUPPRESS)
-  args = p.parse_args(argv)
-  config = load_config(args.config)
-  if args.widths is None:
-    args.widths = tuple(config.widths)
-  for field in ('conv_impl', 'compute_dtype'):
-    if getattr(args, field) is not None:
-      config[field] = getattr(args, field)
-  if len(args.hw) != 2:
-    p.error('--hw takes H,W')
-  if args.steps < 1:
-    p.error('--steps must be at least 1')
+def _define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_list('hw', ['320', '480'], 'H,W of the input', flag_values=fv)
+  flags.DEFINE_integer('batch', 2, 'global batch size', flag_values=fv)
+  flags.DEFINE_integer('steps', 5, 'timed steps', lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer('warmup', 1, 'untimed steps after compiling', flag_values=fv)
+  flags.DEFINE_bool('torch', True, 'compare with PyTorch if it is importable (--notorch: skip)',
+                    flag_values=fv)
+  flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
+  flags.DEFINE_integer('torch_worker', None, 'internal: run the PyTorch side only',
+                       flag_values=fv)
 
-  if args._torch_worker is not None:
-    r = bench_torch(config, args.widths, args.hw, args.batch, args.steps, args.warmup,
-                    expect_params=args._torch_worker)
+
+def main(argv=None) -> dict:
+  """Runs the benchmark and prints the report; returns {'jax': ..., 'torch': ... or None}.
+
+  Args:
+    argv: the command line without the program name (default: sys.argv[1:]).
+  """
+  prog = 'bench/train_step.py'
+  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
+  if not any(a == '--config' or a.startswith('--config=') for a in argv):
+    argv.insert(1, f'--config={REPO / "configs" / "crackforest_exp.py"}')
+  fv = cli.new_flag_values(argv)
+  _define_flags(fv)
+  cli.parse_flags(fv, argv, prog=prog)
+  config = fv.config
+  hw = tuple(int(v) for v in fv.hw)
+  if len(hw) != 2:
+    sys.exit(f'{prog}: --hw takes H,W, got {fv.hw}')
+
+  if fv.torch_worker is not None:
+    r = bench_torch(config, hw, fv.batch, fv.steps, fv.warmup, expect_params=fv.torch_worker)
     print(json.dumps(r))
     return {'jax': None, 'torch': r}
 
-  jr = bench_jax(config, args.widths, args.hw, args.batch, args.steps, args.warmup)
+  jr = bench_jax(config, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
   tr = None
-  if args.torch and torch_available():
-    tr = _torch_subprocess(args, jr['params'])
-  elif args.torch:
+  if fv.torch and torch_available():
+    tr = _torch_subprocess(argv, jr['params'])
+  elif fv.torch:
     print('(torch not importable: no PyTorch comparison)')
   print(report(jr, tr))
   result = {'jax': jr, 'torch': tr}
-  if args.json:
-    Path(args.json).write_text(json.dumps(result, indent=1))
+  if fv.json:
+    Path(fv.json).write_text(json.dumps(result, indent=1))
   return result
 
 

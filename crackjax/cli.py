@@ -5,8 +5,7 @@ so a mistyped field is an error), with errors worded for the command line.
 launch.py, `python -m crackjax.complexity`, `python -m crackjax.data_stats` and the bench
 scripts all use it::
 
-    flag_values = flags.FlagValues()      # or absl's global flags.FLAGS
-    cli.define_config_flag(flag_values)
+    flag_values = cli.new_flag_values(argv)   # launch.py: define_config_flag(flags.FLAGS)
     flags.DEFINE_integer('repeats', 10, '...', flag_values=flag_values)
     cli.parse_flags(flag_values, argv, prog='python -m crackjax.complexity')
     config = flag_values.config
@@ -25,12 +24,20 @@ from ml_collections import config_flags
 
 
 def define_config_flag(flag_values: flags.FlagValues = flags.FLAGS, *,
-                       default: str | None = None) -> None:
-  """Defines ``--config`` (a config file, ``path.py[:arg]``) and its ``--config.*`` overrides."""
+                       argv: Sequence[str] | None = None, default: str | None = None) -> None:
+  """Defines ``--config`` (a config file, ``path.py[:arg]``) and its ``--config.*`` overrides.
+
+  Args:
+    flag_values: the flag set to define it in.
+    argv: the command line that will be parsed (default `sys.argv`): ml_collections reads
+      the ``--config.*`` overrides from it.
+    default: default config file.
+  """
   config_flags.DEFINE_config_file(
       'config', default, 'Config file, configs/<name>.py[:arg]; override any field with '
       '--config.<field>=<value> (configs/base.py documents every field).',
-      flag_values=flag_values, lock_config=True)
+      flag_values=flag_values, lock_config=True,
+      sys_argv=None if argv is None else list(argv))
 
 
 def _unquote(detail: str) -> str:
@@ -71,8 +78,12 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str
   return remaining
 
 
-def new_flag_values() -> flags.FlagValues:
-  """A fresh flag set with ``--config`` defined, for commands that do not use absl.app."""
+def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:
+  """A fresh flag set with ``--config`` defined, for commands that do not use absl.app.
+
+  Args:
+    argv: the command line to be parsed (argv[0] is the program).
+  """
   flag_values = flags.FlagValues()
-  define_config_flag(flag_values)
+  define_config_flag(flag_values, argv=argv)
   return flag_values

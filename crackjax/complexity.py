@@ -154,10 +154,11 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
   """Prints the complexity report of ``--config`` (argv without the program name)."""
-  fv = cli.new_flag_values()
-  _define_flags(fv)
   prog = 'python -m crackjax.complexity'
-  cli.parse_flags(fv, [prog, *(sys.argv[1:] if argv is None else argv)], prog=prog)
+  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
+  fv = cli.new_flag_values(argv)
+  _define_flags(fv)
+  cli.parse_flags(fv, argv, prog=prog)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:

@@ -1,8 +1,11 @@
 """Dataset statistics: image count, sizes, crack-pixel proportion, densest image, per split.
 
-  python -m crackjax.data_stats --dataset=crackforest --data_dir=/tmp/tfds \\
-      --manual_dir=../shared/datasets/crackforest
-  python -m crackjax.data_stats --dataset=crack_folder --images=roads/images --masks=roads/masks
+  python -m crackjax.data_stats --config=configs/crackforest_exp.py \\
+      --config.data.manual_dir=../shared/datasets/crackforest
+  python -m crackjax.data_stats --config=configs/crack_folder.py \\
+      --config.data.folder.images=roads/images --config.data.folder.masks=roads/masks
+
+The dataset is the config's (`config.data`, as for training); `--splits=train` picks splits.
 
 Prepares the dataset first if needed (as training does). "Crack proportion" is over the whole
 split: crack pixels of all its images / all their pixels (the paper's Fig. 1 figure for a
@@ -12,16 +15,17 @@ the one with the largest per-image proportion.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import ml_collections
 import numpy as np
+from absl import flags
 
-from crackjax import input_pipeline
+from crackjax import cli, datasets
 
 
 def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -55,8 +59,10 @@ def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
   }
 
 
-def dataset_stats(config, splits: Sequence[str] = ('train', 'test')) -> dict[str, dict]:
-  return {s: split_stats(input_pipeline.get_data_source(config, s)) for s in splits}
+def dataset_stats(data: ml_collections.ConfigDict,
+                  splits: Sequence[str] = ('train', 'test')) -> dict[str, dict]:
+  """`split_stats` of each split of ``data`` (the config's data group), preparing it if needed."""
+  return {s: split_stats(datasets.get_data_source(data, s)) for s in splits}
 
 
 def format_stats(dataset: str, stats: dict[str, dict]) -> str:
@@ -77,31 +83,20 @@ def format_stats(dataset: str, stats: dict[str, dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  from configs import base  # Repository root on sys.path (python -m from the root).
-
-  parser = argparse.ArgumentParser(prog='python -m crackjax.data_stats',
-                                   description=__doc__.split('\n')[0])
-  parser.add_argument('--dataset', required=True,
-                      help=f'one of {sorted(input_pipeline.DATASETS)}')
-  parser.add_argument('--data_dir', help='TFDS data dir (default: TFDS default)')
-  parser.add_argument('--manual_dir', help='manual download directory, if not yet prepared')
-  parser.add_argument('--images', help="crack_folder: image directory")
-  parser.add_argument('--masks', help="crack_folder: mask directory")
-  parser.add_argument('--splits', default='train,test', help='comma-separated splits')
-  parser.add_argument('--json', action='store_true', help='print JSON instead of text')
-  args = parser.parse_args(argv)
-  config = base.get_config()
-  config.dataset = args.dataset
-  config.data_dir = args.data_dir
-  config.manual_dir = args.manual_dir
-  config.folder.images = args.images
-  config.folder.masks = args.masks
+  """Prints the statistics of the config's dataset (argv without the program name)."""
+  prog = 'python -m crackjax.data_stats'
+  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
+  fv = cli.new_flag_values(argv)
+  flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
+  flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
+  cli.parse_flags(fv, argv, prog=prog)
+  data = fv.config.data
   try:
-    stats = dataset_stats(config, [s for s in args.splits.split(',') if s])
-  except (input_pipeline.DatasetError, ValueError) as e:
+    stats = dataset_stats(data, [s for s in fv.splits if s])
+  except (datasets.DatasetError, ValueError) as e:
     print(f'data_stats: {e}', file=sys.stderr)
     return 1
-  print(json.dumps(stats, indent=2) if args.json else format_stats(args.dataset, stats))
+  print(json.dumps(stats, indent=2) if fv.json else format_stats(data.name, stats))
   return 0
 
 

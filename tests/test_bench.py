@@ -19,8 +19,9 @@ def _load_bench():
 
 def test_train_step_bench_tiny(capsys):
   bench = _load_bench()
-  result = bench.main(['--config=configs/crackforest_exp.py', '--widths=4,8,16,32,64',
-                       '--hw=32,48', '--batch=2', '--steps=1', '--warmup=1', '--no-torch'])
+  result = bench.main(['--config=configs/crackforest_exp.py',
+                       '--config.model.widths=(4, 8, 16, 32, 64)', '--hw=32,48', '--batch=2',
+                       '--steps=1', '--warmup=1', '--notorch'])
   out = capsys.readouterr().out
   jr = result['jax']
   assert result['torch'] is None

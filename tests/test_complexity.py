@@ -22,8 +22,8 @@ def test_macs_reproduce_the_paper(widths, hw, true_g, paper_g, printed_g):
 
 def test_layer_count_agrees_with_xla_cost_analysis():
   config = smoke.get_config()
-  config.widths = (8, 16, 32, 64, 128)
-  macs = complexity.unet_macs(config.widths, 128, 160)
+  config.model.widths = (8, 16, 32, 64, 128)
+  macs = complexity.unet_macs(config.model.widths, 128, 160)
   flops = complexity.xla_flops(config, 128, 160)
   # XLA counts 2 FLOPs per MAC but skips the taps that fall on 'same' padding, so it
   # sits slightly below 2 x our count; element-wise work is comparatively tiny.
@@ -34,6 +34,19 @@ def test_report_and_fps():
   config = smoke.get_config()
   r = complexity.report(config, (32, 48), fps=False)
   assert r['params'] == 121_725 and r['input_hw'] == [32, 48]
-  assert r['macs'] == complexity.unet_macs(config.widths, 32, 48)
+  assert r['macs'] == complexity.unet_macs(config.model.widths, 32, 48)
   fps = complexity.measure_fps(config, 32, 48, batch=2, repeats=2)
   assert fps['batch'] == 2 and fps['fps'] == pytest.approx(2 / fps['median_s'])
+
+
+def test_command_line_takes_config_overrides(capsys):
+  complexity.main(['--config=configs/crackforest_exp.py',
+                   "--config.model.widths=(4, 8, 16, 32, 64)", '--hw=32,48', '--nofps'])
+  out = capsys.readouterr().out
+  assert out.startswith('unet (') and 'widths (4, 8, 16, 32, 64)) at 32x48' in out
+  assert 'parameters:                    0.12 M (121,725)' in out
+
+
+def test_command_line_rejects_a_mistyped_field(capsys):
+  with pytest.raises(SystemExit, match='unknown config field.*widht'):
+    complexity.main(['--config=configs/smoke.py', '--config.model.widhts=(4, 8)'])

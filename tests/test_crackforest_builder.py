@@ -12,17 +12,21 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tests import fixtures
-from tfds_builders.crackforest import CrackForest, CrackForestDataError, splits
+from tfds_builders.common import DatasetError, DatasetNotFoundError
+from tfds_builders.crackforest import CrackForest, splits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REAL_DATA_CANDIDATES = (Path('/work/shared/datasets/crackforest'),
-                        REPO_ROOT.parent / 'shared' / 'datasets' / 'crackforest')
+REAL_DATA_CANDIDATES = (
+  Path('/work/shared/datasets/crackforest'),
+  REPO_ROOT.parent / 'shared' / 'datasets' / 'crackforest',
+)
 
 
 def build(manual_dir: Path, data_dir: Path) -> CrackForest:
   builder = CrackForest(data_dir=str(data_dir))
   builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
+    download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir))
+  )
   return builder
 
 
@@ -79,8 +83,9 @@ def test_split_deterministic_across_builds(fake_build, tmp_path):
 
 
 def test_manual_dir_may_contain_extracted_archive_folder(tmp_path):
-  raw = fixtures.make_fake_crackforest(tmp_path / 'dl' / 'CrackForest-dataset-master',
-                                       n_labelled=5, n_unlabelled=0)
+  raw = fixtures.make_fake_crackforest(
+    tmp_path / 'dl' / 'CrackForest-dataset-master', n_labelled=5, n_unlabelled=0
+  )
   builder = build(raw.parent, tmp_path / 'tfds')
   assert len(builder.as_data_source('train')) + len(builder.as_data_source('test')) == 5
 
@@ -91,12 +96,13 @@ def test_registered_and_reads_without_tensorflow(fake_build):
   # A fresh interpreter: build + read must not import TensorFlow (it is not even installed
   # here, but the check also holds where it is).
   code = (
-      'import sys, tensorflow_datasets as tfds, tfds_builders\n'
-      f'b = tfds.builder("crackforest", data_dir={str(builder.data_dir_root)!r})\n'
-      'src = b.as_data_source("train"); src[0]["image"]\n'
-      'src = tfds.data_source("crackforest", split="test", '
-      f'data_dir={str(builder.data_dir_root)!r}); src[0]["mask"]\n'
-      'assert "tensorflow" not in sys.modules, "TensorFlow was imported"\n')
+    'import sys, tensorflow_datasets as tfds, tfds_builders\n'
+    f'b = tfds.builder("crackforest", data_dir={str(builder.data_dir_root)!r})\n'
+    'src = b.as_data_source("train"); src[0]["image"]\n'
+    'src = tfds.data_source("crackforest", split="test", '
+    f'data_dir={str(builder.data_dir_root)!r}); src[0]["mask"]\n'
+    'assert "tensorflow" not in sys.modules, "TensorFlow was imported"\n'
+  )
   subprocess.run([sys.executable, '-c', code], check=True, cwd=REPO_ROOT, timeout=60)
   assert 'tensorflow' not in sys.modules
 
@@ -120,7 +126,7 @@ def _expect_build_error(raw: Path, data_dir: Path, filename: str) -> None:
   # TFDS may wrap the builder's error; the file name must survive in the chain.
   errors = list(_chain(excinfo.value))
   assert any(filename in str(e) for e in errors), [str(e) for e in errors]
-  assert any(isinstance(e, CrackForestDataError) for e in errors)
+  assert any(isinstance(e, DatasetError) for e in errors)
 
 
 def test_truncated_jpeg_names_file(tmp_path):
@@ -153,7 +159,9 @@ def test_not_a_dataset_dir(tmp_path):
   (tmp_path / 'empty' / 'x.txt').write_text('x')
   with pytest.raises(Exception) as excinfo:
     build(tmp_path / 'empty', tmp_path / 'tfds')
-  assert any('groundTruth' in str(x) for x in _chain(excinfo.value))
+  assert any(
+    isinstance(x, DatasetNotFoundError) and 'groundTruth' in str(x) for x in _chain(excinfo.value)
+  )
 
 
 def _real_data_dir() -> Path | None:

@@ -1,5 +1,6 @@
 """Tests of the crack_folder builder (a user's own images): formats, sizes, masks, splits,
-validation errors naming the file, data_dir separation and the input pipeline hook."""
+validation errors naming the file, data_dir separation, and crackjax.datasets / loader reading
+config.data.folder."""
 
 from __future__ import annotations
 
@@ -11,22 +12,18 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax import input_pipeline
+from crackjax import datasets, loader
 from tests import fixtures
-from tfds_builders.crack_folder import (
-  CrackDataError,
-  CrackDataWarning,
-  CrackFolder,
-  ManualFilesMissingError,
-  crack_folder_dataset_builder,
-)
+from tfds_builders.common import CrackDataWarning, DatasetError, DatasetNotFoundError
+from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
 
 SIZE = (32, 48)
 
 
 def build(images: Path, masks: Path, data_dir: Path, **kwargs) -> CrackFolder:
-  builder = CrackFolder(data_dir=str(data_dir), image_dir=str(images), mask_dir=str(masks),
-                        **kwargs)
+  builder = CrackFolder(
+    data_dir=str(data_dir), image_dir=str(images), mask_dir=str(masks), **kwargs
+  )
   builder.download_and_prepare()
   return builder
 
@@ -42,7 +39,7 @@ def chain(e: BaseException | None):
     e = e.__cause__ or e.__context__
 
 
-def expect_error(fn, text: str, cls=CrackDataError) -> str:
+def expect_error(fn, text: str, cls=DatasetError) -> str:
   """Runs fn; asserts it raises ``cls`` somewhere in the chain with ``text`` in a message."""
   with pytest.raises(Exception) as excinfo:
     fn()
@@ -56,8 +53,9 @@ def test_formats_sizes_masks_and_default_split(tmp_path):
   # Mixed formats and sizes; 0/255 masks in PNG; image 3 is a BMP, 4 a TIFF, 5 a PNG.
   sizes = {1: (48, 64), 2: (20, 30)}
   exts = {3: '.bmp', 4: '.tif', 5: '.png'}
-  images, masks = fixtures.make_fake_folder(tmp_path / 'f', n=10, size=SIZE, sizes=sizes,
-                                            image_exts=exts)
+  images, masks = fixtures.make_fake_folder(
+    tmp_path / 'f', n=10, size=SIZE, sizes=sizes, image_exts=exts
+  )
   builder = build(images, masks, tmp_path / 'tfds')
   assert builder.info.file_format.value == 'array_record'
   train, test = read(builder, 'train'), read(builder, 'test')
@@ -99,8 +97,7 @@ def test_jpeg_mask_is_thresholded_with_warning(tmp_path):
   assert len(np.unique(np.asarray(PIL.Image.open(masks / 'img_01.jpg')))) > 2
   with pytest.warns(CrackDataWarning, match=r'img_01\.jpg.*not binary.*> 127\.5'):
     builder = build(images, masks, tmp_path / 'tfds')
-  record = next(r for r in read(builder, 'train') + read(builder, 'test')
-                if r['name'] == b'img_01')
+  record = next(r for r in read(builder, 'train') + read(builder, 'test') if r['name'] == b'img_01')
   assert set(np.unique(record['mask']).tolist()) <= {0, 1}
   np.testing.assert_array_equal(record['mask'][..., 0], fixtures.folder_crack_mask(SIZE))
 
@@ -126,15 +123,19 @@ def test_split_lists(tmp_path):
   test_list = tmp_path / 'test.txt'
   test_list.write_text('img_05\n')
   with pytest.warns(CrackDataWarning, match='img_01, img_03'):
-    builder = build(images, masks, tmp_path / 'tfds2', train_list=str(train_list),
-                    test_list=str(test_list))
+    builder = build(
+      images, masks, tmp_path / 'tfds2', train_list=str(train_list), test_list=str(test_list)
+    )
   assert [r['name'] for r in read(builder, 'test')] == [b'img_05']
   test_list.write_text('img_05\nimg_99\n')
-  expect_error(lambda: build(images, masks, tmp_path / 'tfds3', test_list=str(test_list)),
-               'img_99')
+  expect_error(lambda: build(images, masks, tmp_path / 'tfds3', test_list=str(test_list)), 'img_99')
   test_list.write_text('img_00\n')
-  expect_error(lambda: build(images, masks, tmp_path / 'tfds4', train_list=str(train_list),
-                             test_list=str(test_list)), 'img_00 listed in both')
+  expect_error(
+    lambda: build(
+      images, masks, tmp_path / 'tfds4', train_list=str(train_list), test_list=str(test_list)
+    ),
+    'img_00 listed in both',
+  )
 
 
 def test_different_folders_do_not_collide(tmp_path):
@@ -213,8 +214,10 @@ def test_empty_and_missing_dirs(tmp_path):
     warnings.simplefilter('ignore', CrackDataWarning)  # "Skipped notes.txt".
     expect_error(lambda: build(empty, masks, tmp_path / 'tfds'), f'{empty} holds no image')
     expect_error(lambda: build(images, empty, tmp_path / 'tfds'), f'{empty} holds no image')
-  expect_error(lambda: build(images, tmp_path / 'nope', tmp_path / 'tfds'),
-               f'{tmp_path / "nope"} does not exist')
+  expect_error(
+    lambda: build(images, tmp_path / 'nope', tmp_path / 'tfds'),
+    f'{tmp_path / "nope"} does not exist',
+  )
 
 
 def test_duplicate_stems_and_skipped_files(folder):
@@ -228,28 +231,32 @@ def test_duplicate_stems_and_skipped_files(folder):
 
 
 def test_needs_both_dirs(tmp_path):
-  with pytest.raises(ManualFilesMissingError):
+  with pytest.raises(DatasetNotFoundError):
     CrackFolder(data_dir=str(tmp_path), image_dir=str(tmp_path))
 
 
-# ----------------------------------------------------------------------------- input pipeline
+# ----------------------------------------------------------------------------- datasets and loader
 
 
-def test_input_pipeline_reads_config_folder(tmp_path):
+def test_loader_reads_config_folder(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=5)
-  examples = list(input_pipeline.eval_examples(config))
+  examples = list(loader.eval_examples(config))
   assert len(examples) == 1  # 5 images: 4 train / 1 test.
-  batch = next(input_pipeline.create_train_iterator(config))
+  batch = next(loader.create_train_iterator(config))
   assert batch['image'].shape == (2, *SIZE, 3)
   np.testing.assert_array_equal(examples[0]['mask'][..., 0], fixtures.folder_crack_mask(SIZE))
 
 
-def test_input_pipeline_errors(tmp_path):
+def test_datasets_errors_from_config(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=3)
   unset = config.copy_and_resolve_references()
-  unset.folder.masks = None
-  with pytest.raises(input_pipeline.DatasetNotFoundError, match='--config.folder.masks'):
-    input_pipeline.get_data_source(unset, 'train')
-  (Path(config.folder.masks) / 'img_01.png').unlink()
-  with pytest.raises(input_pipeline.DatasetError, match='img_01.jpg'):
-    input_pipeline.get_data_source(config, 'train')
+  unset.data.folder.masks = None
+  with pytest.raises(datasets.DatasetNotFoundError, match='--config.data.folder.masks'):
+    datasets.get_data_source(unset.data, 'train')
+  (Path(config.data.folder.masks) / 'img_01.png').unlink()
+  with pytest.raises(datasets.DatasetError, match='img_01.jpg') as excinfo:
+    datasets.get_data_source(config.data, 'train')
+  # One hierarchy: the builder's error class, re-raised with its message only.
+  assert datasets.DatasetError is DatasetError
+  assert type(excinfo.value) is DatasetError
+  assert str(excinfo.value).startswith('1 image(s) have no mask')

@@ -13,7 +13,7 @@ removed (case-insensitive), so ``Im_F01Aor.png``, ``Im_F01A.png`` and ``GT_AIGLE
 all have id ``F01A``. 38 images, 311x462 or 991x462 (W x H), grey or RGB (stored as RGB).
 
 Label polarity: copies differ (white cracks on black, or black on white), so the polarity is
-decided per mask: crack = the minority value ('auto' polarity of crack_folder's `binarize`);
+decided per mask: crack = the minority value ('auto' polarity of `common.binarize`);
 non-binary masks are thresholded at half the range with a warning naming the file.
 
 Split: ids sorted, permuted with ``numpy.random.default_rng(0)``; the first ``round(0.6 n)``
@@ -22,12 +22,9 @@ Split: ids sorted, permuted with ``numpy.random.default_rng(0)``; the first ``ro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import tensorflow_datasets as tfds
 
-from tfds_builders.crack_folder import common
+from tfds_builders import common
 
 TRAIN_FRACTION = 0.6
 SPLIT_SEED = 0
@@ -55,7 +52,7 @@ def image_id(stem: str) -> str:
   s = stem
   for prefix in ('im_', 'gt_', 'aigle_rn_', 'aiglern_'):
     if s.lower().startswith(prefix):
-      s = s[len(prefix):]
+      s = s[len(prefix) :]
   if s.lower().endswith('or') and len(s) > 2:
     s = s[:-2]
   return s.rstrip('_')
@@ -65,39 +62,27 @@ def split_ids(ids: list[str]) -> tuple[list[str], list[str]]:
   return common.random_split(ids, round(len(ids) * TRAIN_FRACTION), SPLIT_SEED)
 
 
-class AigleRN(tfds.core.GeneratorBasedBuilder):
+class AigleRN(common.PairedImageBuilder):
   """AigleRN: 38 pavement images (311x462 or 991x462), 23 train / 15 test."""
 
   name = 'aiglern'
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Initial release: crack = minority label per mask; 60/40 split.'}
-  MANUAL_DIR_REQUIRED = True  # crackjax.input_pipeline checks the manual dir before preparing.
+  HOMEPAGE = HOMEPAGE
+  CITATION = _CITATION
+  MASK_POLARITY = 'auto'  # Copies differ in polarity: crack = the minority value, per mask.
+  MANUAL_DIR_REQUIRED = True  # crackjax.datasets checks the manual dir before preparing.
   MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
   AigleRN is not downloaded automatically. Get the "CrackDataset" archive of Chambon et al.
   (IRIT; {HOMEPAGE}, or ask the authors), extract it into a folder DIR so that
 {LAYOUT}
-  and run with --config.manual_dir=DIR (launch.py; a builder: DownloadConfig(manual_dir=DIR)).
-  See tfds_builders/aiglern/README.md.
+  and run with --config.data.manual_dir=DIR (launch.py; a builder:
+  DownloadConfig(manual_dir=DIR)). See tfds_builders/aiglern/README.md.
   """
 
-  def __init__(self, *, file_format: str | None = None, **kwargs: Any):
-    super().__init__(file_format=file_format or 'array_record', **kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return common.dataset_info(self, __doc__, homepage=HOMEPAGE, citation=_CITATION)
-
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    root = common.manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)
-    image_dir, gt_dir = common.find_dataset_dirs(root, 'aiglern', layout=LAYOUT)
-    images = common.list_images(image_dir, 'image', stem_key=image_id)
-    masks = common.list_images(gt_dir, 'ground-truth', stem_key=image_id)
-    pairs = {p.name: p for p in common.pair_by_stem(images, masks, image_dir=image_dir,
-                                                    mask_dir=gt_dir)}
-    train, test = split_ids(list(pairs))
-    return {'train': self._generate_examples([pairs[i] for i in train]),
-            'test': self._generate_examples([pairs[i] for i in test])}
-
-  def _generate_examples(self, pairs: list[common.Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for pair in pairs:
-      image, mask = common.load_pair(pair, polarity='auto')
-      yield pair.name, common.example(image, mask, pair.name)
+    pairs = common.find_pairs(
+      self.manual_root(dl_manager), 'aiglern', layout=LAYOUT, image_key=image_id, mask_key=image_id
+    )
+    train, test = split_ids([p.name for p in pairs])
+    return self.split_by_name(pairs, train=train, test=test)

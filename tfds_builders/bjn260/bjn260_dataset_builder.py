@@ -28,14 +28,11 @@ at random for training", §IV-D; the paper does not list them).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import numpy as np
 import PIL.Image
 import tensorflow_datasets as tfds
 
-from tfds_builders.crack_folder import common
+from tfds_builders import common
 
 SIZE = (480, 320)  # (W, H) stored.
 TRAIN_FRACTION = 200 / 260
@@ -76,39 +73,29 @@ def split_names(names: list[str]) -> tuple[list[str], list[str]]:
   return common.random_split(names, round(len(names) * TRAIN_FRACTION), SPLIT_SEED)
 
 
-class BJN260(tfds.core.GeneratorBasedBuilder):
+class BJN260(common.PairedImageBuilder):
   """BJN260: 260 night-scene road images at 480x320, 200 train / 60 test."""
 
   name = 'bjn260'
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Initial release: 480x320 (Lanczos image, any-overlap mask).'}
+  HOMEPAGE = HOMEPAGE
   MANUAL_DIR_REQUIRED = True
   MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
   BJN260 is not downloaded automatically. Get datasets/BJN260 of {HOMEPAGE}
   (git clone or the archive of its default branch) into a folder DIR, so that:
 {LAYOUT}
-  and run with --config.manual_dir=DIR (launch.py; a builder: DownloadConfig(manual_dir=DIR)).
-  See tfds_builders/bjn260/README.md.
+  and run with --config.data.manual_dir=DIR (launch.py; a builder:
+  DownloadConfig(manual_dir=DIR)). See tfds_builders/bjn260/README.md.
   """
 
-  def __init__(self, *, file_format: str | None = None, **kwargs: Any):
-    super().__init__(file_format=file_format or 'array_record', **kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return common.dataset_info(self, __doc__, homepage=HOMEPAGE)
-
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    root = common.manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)
-    image_dir, gt_dir = common.find_dataset_dirs(root, 'bjn260', layout=LAYOUT)
-    images = common.list_images(image_dir, 'image')
-    masks = common.list_images(gt_dir, 'ground-truth')
-    pairs = {p.name: p for p in common.pair_by_stem(images, masks, image_dir=image_dir,
-                                                    mask_dir=gt_dir)}
-    train, test = split_names(list(pairs))
-    return {'train': self._generate_examples([pairs[n] for n in train]),
-            'test': self._generate_examples([pairs[n] for n in test])}
+    pairs = common.find_pairs(self.manual_root(dl_manager), 'bjn260', layout=LAYOUT)
+    train, test = split_names([p.name for p in pairs])
+    return self.split_by_name(pairs, train=train, test=test)
 
-  def _generate_examples(self, pairs: list[common.Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for pair in pairs:
-      image, mask = common.load_pair(pair)  # Checks sizes at full resolution.
-      yield pair.name, common.example(resize_image(image), resize_mask(mask), pair.name)
+  def postprocess(
+    self, image: PIL.Image.Image, mask: np.ndarray
+  ) -> tuple[PIL.Image.Image, np.ndarray]:
+    """To the paper's 480x320, after the size check at full resolution."""
+    return resize_image(image), resize_mask(mask)

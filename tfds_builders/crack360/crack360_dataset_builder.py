@@ -25,12 +25,10 @@ configs/crack360_exp.py, not here).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import tensorflow_datasets as tfds
 
-from tfds_builders.crack_folder import common
+from tfds_builders import common
 
 HOMEPAGE = 'https://github.com/qinnzou/DeepCrack'
 LAYOUT = """\
@@ -53,39 +51,28 @@ def gt_key(stem: str) -> str:
   return re.sub(r'[_\-. ]?(gt|mask|label|lab)$', '', stem, flags=re.IGNORECASE) or stem
 
 
-class Crack360(tfds.core.GeneratorBasedBuilder):
+class Crack360(common.PairedImageBuilder):
   """Crack360: train = CrackTree260 (260 images 800x600), test = CRKWH100 (100, 512x512)."""
 
   name = 'crack360'
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  HOMEPAGE = HOMEPAGE
+  CITATION = _CITATION
   MANUAL_DIR_REQUIRED = True
   MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
   Crack360 is not downloaded automatically. Download CrackTree260 and CRKWH100 with their
   ground truth (links in the DeepCrack repository, {HOMEPAGE}), extract them into a folder DIR:
 {LAYOUT}
-  and run with --config.manual_dir=DIR (launch.py; a builder: DownloadConfig(manual_dir=DIR)).
-  See tfds_builders/crack360/README.md.
+  and run with --config.data.manual_dir=DIR (launch.py; a builder:
+  DownloadConfig(manual_dir=DIR)). See tfds_builders/crack360/README.md.
   """
 
-  def __init__(self, *, file_format: str | None = None, **kwargs: Any):
-    super().__init__(file_format=file_format or 'array_record', **kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return common.dataset_info(self, __doc__, homepage=HOMEPAGE, citation=_CITATION)
-
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    root = common.manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)
-    generators = {}
-    for split, key in SOURCES.items():
-      image_dir, gt_dir = common.find_dataset_dirs(root, key, layout=LAYOUT)
-      images = common.list_images(image_dir, f'{key} image')
-      masks = common.list_images(gt_dir, f'{key} ground-truth', stem_key=gt_key)
-      pairs = common.pair_by_stem(images, masks, image_dir=image_dir, mask_dir=gt_dir)
-      generators[split] = self._generate_examples(pairs)
-    return generators
-
-  def _generate_examples(self, pairs: list[common.Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for pair in pairs:
-      image, mask = common.load_pair(pair)
-      yield pair.name, common.example(image, mask, pair.name)
+    root = self.manual_root(dl_manager)
+    return {
+      split: self._generate_examples(
+        common.find_pairs(root, key, layout=LAYOUT, what=f'{key} ', mask_key=gt_key)
+      )
+      for split, key in SOURCES.items()
+    }

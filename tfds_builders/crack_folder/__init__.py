@@ -1,15 +1,9 @@
-"""crack_folder TFDS builder: a user's own folder of images and masks; shared file helpers."""
+"""crack_folder TFDS builder: a user's own folder of images and masks."""
 
-from tfds_builders.crack_folder.common import (
-                                               CrackDataError,
-                                               CrackDataWarning,
-                                               ManualFilesMissingError,
-)
 from tfds_builders.crack_folder.crack_folder_dataset_builder import (
-                                               CrackFolder,
-                                               CrackFolderConfig,
-                                               folder_config,
+  CrackFolder,
+  CrackFolderConfig,
+  folder_config,
 )
 
-__all__ = ['CrackDataError', 'CrackDataWarning', 'CrackFolder', 'CrackFolderConfig',
-           'ManualFilesMissingError', 'folder_config']
+__all__ = ['CrackFolder', 'CrackFolderConfig', 'folder_config']

@@ -6,7 +6,8 @@
 * Images and masks are matched by file name without extension (``0001.jpg`` <-> ``0001.png``;
   with ``mask_suffix='_mask'``, ``0001.jpg`` <-> ``0001_mask.png``). Formats: png, jpg, jpeg,
   bmp, tif, tiff (any case). Any size; images may differ in size from each other (stored as
-  is; training then needs ``config.input_size`` crops), but each mask must have its image's size.
+  is; training then needs ``config.data.input_size`` crops), but each mask must have its
+  image's size.
 * Masks: crack = white. {0, 1} and {0, 255} (and {0, 65535}) masks are used as they are; any
   other mask (e.g. saved as JPEG) is thresholded at value > ``mask_threshold`` x max (default
   0.5: > 127 for 8-bit) with a warning naming the file. ``mask_polarity='dark'`` for black
@@ -16,7 +17,7 @@
   remaining image; with both, images in neither are reported in a warning and left out. With
   none: sorted names permuted with ``numpy.random.default_rng(seed=0)``, the first
   ``round(0.8 n)`` (at least 1, at most n - 1) are train, the rest test.
-* Errors naming the file (`CrackDataError`): missing or empty directory, an image without a
+* Errors naming the file (`common.DatasetError`): missing or empty directory, an image without a
   mask or a mask without an image, two files with one name, unreadable/truncated file, size
   mismatch, a list naming an unknown image or an image in both lists.
 
@@ -33,14 +34,15 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders.crack_folder import common
-from tfds_builders.crack_folder.common import CrackDataError, ManualFilesMissingError
+from tfds_builders import common
+from tfds_builders.common import DatasetError, DatasetNotFoundError
 
 TRAIN_FRACTION = 0.8
 SPLIT_SEED = 0
@@ -63,30 +65,51 @@ def _abs(path: str | None) -> str | None:
   return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
-def folder_config(*, image_dir: str, mask_dir: str, train_list: str | None = None,
-                  test_list: str | None = None, mask_threshold: float | None = None,
-                  mask_polarity: str | None = None, mask_suffix: str | None = None
-                  ) -> CrackFolderConfig:
+def folder_config(
+  *,
+  image_dir: str,
+  mask_dir: str,
+  train_list: str | None = None,
+  test_list: str | None = None,
+  mask_threshold: float | None = None,
+  mask_polarity: str | None = None,
+  mask_suffix: str | None = None,
+) -> CrackFolderConfig:
   """A `CrackFolderConfig` named after the folder and a hash of its paths, options and files."""
-  options = dict(image_dir=_abs(image_dir), mask_dir=_abs(mask_dir),
-                 train_list=_abs(train_list), test_list=_abs(test_list),
-                 mask_threshold=0.5 if mask_threshold is None else float(mask_threshold),
-                 mask_polarity=mask_polarity or 'bright', mask_suffix=mask_suffix or '')
+  options = dict(
+    image_dir=_abs(image_dir),
+    mask_dir=_abs(mask_dir),
+    train_list=_abs(train_list),
+    test_list=_abs(test_list),
+    mask_threshold=0.5 if mask_threshold is None else float(mask_threshold),
+    mask_polarity=mask_polarity or 'bright',
+    mask_suffix=mask_suffix or '',
+  )
   files = common.fingerprint_files(
-      p for p in (options['image_dir'], options['mask_dir'], options['train_list'],
-                  options['test_list']) if p)
+    p
+    for p in (
+      options['image_dir'],
+      options['mask_dir'],
+      options['train_list'],
+      options['test_list'],
+    )
+    if p
+  )
   digest = hashlib.sha256(json.dumps([options, files]).encode()).hexdigest()[:12]
   folder = os.path.basename(os.path.dirname(options['image_dir'])) or 'folder'
   slug = re.sub(r'[^a-z0-9]+', '_', folder.lower()).strip('_')[:40] or 'folder'
-  return CrackFolderConfig(name=f'{slug}_{digest}', description=f'Images {options["image_dir"]}, '
-                           f'masks {options["mask_dir"]}', **options)
+  return CrackFolderConfig(
+    name=f'{slug}_{digest}',
+    description=f'Images {options["image_dir"]}, masks {options["mask_dir"]}',
+    **options,
+  )
 
 
 def _read_list(path: str) -> list[str]:
   try:
     lines = epath.Path(path).read_text().splitlines()
   except OSError as e:
-    raise CrackDataError(f'Cannot read split list {path}: {e}') from e
+    raise DatasetError(f'Cannot read split list {path}: {e}') from e
   names = []
   for line in lines:
     line = line.split('#', 1)[0].strip()
@@ -95,12 +118,13 @@ def _read_list(path: str) -> list[str]:
       stem, ext = os.path.splitext(name)
       names.append(stem if ext.lower() in common.IMAGE_EXTENSIONS else name)
   if not names:
-    raise CrackDataError(f'Split list {path} names no image.')
+    raise DatasetError(f'Split list {path} names no image.')
   return names
 
 
-def split_names(names: list[str], train_list: str | None, test_list: str | None
-                ) -> tuple[list[str], list[str]]:
+def split_names(
+  names: list[str], train_list: str | None, test_list: str | None
+) -> tuple[list[str], list[str]]:
   """(train, test) names from the list files, or the default deterministic 80/20 split."""
   known = set(names)
   lists = {}
@@ -109,17 +133,21 @@ def split_names(names: list[str], train_list: str | None, test_list: str | None
       listed = _read_list(path)
       unknown = [n for n in listed if n not in known]
       if unknown:
-        raise CrackDataError(f'Split list {path} names {len(unknown)} image(s) that are not in '
-                             f'the image folder: {", ".join(unknown[:10])}')
+        raise DatasetError(
+          f'Split list {path} names {len(unknown)} image(s) that are not in '
+          f'the image folder: {", ".join(unknown[:10])}'
+        )
       lists[split] = sorted(set(listed))
   if 'train' in lists and 'test' in lists:
     both = sorted(set(lists['train']) & set(lists['test']))
     if both:
-      raise CrackDataError(f'{", ".join(both[:10])} listed in both {train_list} and {test_list}.')
+      raise DatasetError(f'{", ".join(both[:10])} listed in both {train_list} and {test_list}.')
     unused = sorted(known - set(lists['train']) - set(lists['test']))
     if unused:
-      common.warn(f'{len(unused)} image(s) are in neither {train_list} nor {test_list} and are '
-                  f'not used: {", ".join(unused[:10])}' + (' ...' if len(unused) > 10 else ''))
+      common.warn(
+        f'{len(unused)} image(s) are in neither {train_list} nor {test_list} and are '
+        f'not used: {", ".join(unused[:10])}' + (' ...' if len(unused) > 10 else '')
+      )
     return lists['train'], lists['test']
   if 'train' in lists:
     return lists['train'], sorted(known - set(lists['train']))
@@ -127,13 +155,14 @@ def split_names(names: list[str], train_list: str | None, test_list: str | None
     return sorted(known - set(lists['test'])), lists['test']
   n = len(names)
   if n < 2:
-    raise CrackDataError(f'Only {n} image; the default train/test split needs at least 2 '
-                         '(or give a train_list).')
+    raise DatasetError(
+      f'Only {n} image; the default train/test split needs at least 2 (or give a train_list).'
+    )
   n_train = min(n - 1, max(1, round(n * TRAIN_FRACTION)))
   return common.random_split(names, n_train, SPLIT_SEED)
 
 
-class CrackFolder(tfds.core.GeneratorBasedBuilder):
+class CrackFolder(common.PairedImageBuilder):
   """A user's folder of crack images and masks (see the module docstring)."""
 
   name = 'crack_folder'
@@ -141,43 +170,58 @@ class CrackFolder(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {'1.0.0': 'Initial release.'}
   BUILDER_CONFIGS: list[CrackFolderConfig] = []
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
-  Give the builder image_dir and mask_dir (from a launch.py config: --config.dataset=crack_folder
-  --config.folder.images=DIR --config.folder.masks=DIR). See tfds_builders/crack_folder/README.md.
+  Give the builder image_dir and mask_dir (from a launch.py config:
+  --config.data.name=crack_folder --config.data.folder.images=DIR
+  --config.data.folder.masks=DIR). See tfds_builders/crack_folder/README.md.
   """
 
-  def __init__(self, *, image_dir: str | None = None, mask_dir: str | None = None,
-               train_list: str | None = None, test_list: str | None = None,
-               mask_threshold: float | None = None, mask_polarity: str | None = None,
-               mask_suffix: str | None = None, file_format: str | None = None, **kwargs: Any):
+  def __init__(
+    self,
+    *,
+    image_dir: str | None = None,
+    mask_dir: str | None = None,
+    train_list: str | None = None,
+    test_list: str | None = None,
+    mask_threshold: float | None = None,
+    mask_polarity: str | None = None,
+    mask_suffix: str | None = None,
+    **kwargs: Any,
+  ):
     if image_dir or mask_dir:
       if 'config' in kwargs:
         raise ValueError('Pass either config or image_dir/mask_dir, not both.')
       if not (image_dir and mask_dir):
-        raise ManualFilesMissingError('crack_folder needs both image_dir and mask_dir.')
+        raise DatasetNotFoundError('crack_folder needs both image_dir and mask_dir.')
       kwargs['config'] = folder_config(
-          image_dir=image_dir, mask_dir=mask_dir, train_list=train_list, test_list=test_list,
-          mask_threshold=mask_threshold, mask_polarity=mask_polarity, mask_suffix=mask_suffix)
-    super().__init__(file_format=file_format or 'array_record', **kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return common.dataset_info(self, __doc__)
+        image_dir=image_dir,
+        mask_dir=mask_dir,
+        train_list=train_list,
+        test_list=test_list,
+        mask_threshold=mask_threshold,
+        mask_polarity=mask_polarity,
+        mask_suffix=mask_suffix,
+      )
+    super().__init__(**kwargs)
 
   def _pairs(self) -> list[common.Pair]:
     c = self.builder_config
     if c is None or not c.image_dir or not c.mask_dir:
-      raise ManualFilesMissingError(
-          'crack_folder needs image_dir and mask_dir (launch.py: --config.folder.images=DIR '
-          '--config.folder.masks=DIR).')
+      raise DatasetNotFoundError(
+        'crack_folder needs image_dir and mask_dir (launch.py: --config.data.folder.images=DIR '
+        '--config.data.folder.masks=DIR).'
+      )
     suffix = c.mask_suffix
 
     def mask_key(stem: str) -> str:
-      return stem[:-len(suffix)] if suffix and stem.endswith(suffix) else stem
+      return stem[: -len(suffix)] if suffix and stem.endswith(suffix) else stem
 
     images = common.list_images(c.image_dir, 'image')
     if os.path.abspath(c.image_dir) == os.path.abspath(c.mask_dir):
       if not suffix:
-        raise CrackDataError(f'Images and masks are both in {c.image_dir}; set a mask_suffix '
-                             '(e.g. "_mask") so they can be told apart.')
+        raise DatasetError(
+          f'Images and masks are both in {c.image_dir}; set a mask_suffix '
+          '(e.g. "_mask") so they can be told apart.'
+        )
       masks = {mask_key(s): p for s, p in images.items() if s.endswith(suffix)}
       images = {s: p for s, p in images.items() if not s.endswith(suffix)}
     else:
@@ -186,16 +230,14 @@ class CrackFolder(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Files come from the config, not the manual dir.
-    pairs = {p.name: p for p in self._pairs()}
+    pairs = self._pairs()
     c = self.builder_config
-    train, test = split_names(list(pairs), c.train_list, c.test_list)
-    return {
-        'train': self._generate_examples([pairs[n] for n in train]),
-        'test': self._generate_examples([pairs[n] for n in test]),
-    }
+    train, test = split_names([p.name for p in pairs], c.train_list, c.test_list)
+    return self.split_by_name(pairs, train=train, test=test)
 
-  def _generate_examples(self, pairs: list[common.Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
+  def load_pair(self, pair: common.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
+    """The config's mask threshold and polarity instead of the class defaults."""
     c = self.builder_config
-    for pair in pairs:
-      image, mask = common.load_pair(pair, threshold=c.mask_threshold, polarity=c.mask_polarity)
-      yield pair.name, common.example(image, mask, pair.name)
+    image = common.load_rgb(pair.image_path)
+    mask = common.load_mask(pair.mask_path, threshold=c.mask_threshold, polarity=c.mask_polarity)
+    return image, mask

@@ -1,8 +1,13 @@
-"""File handling shared by the image-folder builders (crack_folder, aiglern, crack360, bjn260).
+"""Code shared by the crackjax TFDS builders: errors, the data contract, file handling and
+`PairedImageBuilder`, the base class of every builder.
 
-Everything here validates loudly: every problem raises `CrackDataError` (or warns with
-`CrackDataWarning`) with the offending file's path in the message; nothing is silently dropped.
+Everything here validates loudly: every problem raises `DatasetError` (or, for files that are
+not where a builder looks, its subclass `DatasetNotFoundError`), or warns with
+`CrackDataWarning`, with the offending file's path in the message; nothing is silently dropped.
 
+* `PairedImageBuilder` stores array_record files of the data contract's features; a builder
+  lists its (image, mask) pairs per split and may override how one pair is read
+  (`load_pair`) and what happens after the size check (`postprocess`).
 * `load_rgb` decodes an image fully (so truncated files fail here, naming the file) and
   converts it to RGB (grey, palette, RGBA and 16-bit images are accepted).
 * `load_mask` turns a mask file into uint8 HxW with 1 = crack. Accepted without comment:
@@ -14,17 +19,19 @@ Everything here validates loudly: every problem raises `CrackDataError` (or warn
 * `pair_by_stem` matches images and masks by stem; an image without a mask, a mask without an
   image and duplicate stems are errors.
 * `find_dataset_dirs` locates ``(image_dir, gt_dir)`` of a published dataset under a manual
-  download directory, tolerating the usual folder-name variants.
+  download directory, tolerating the usual folder-name variants; `find_pairs` lists its pairs.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import os
 import re
+import sys
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import PIL.Image
@@ -33,20 +40,51 @@ from etils import epath
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
 # Folder names (normalised: lower case, letters and digits only) that hold images / masks.
-IMAGE_DIR_NAMES = frozenset({'image', 'images', 'img', 'imgs', 'im', 'original', 'originals',
-                             'input', 'inputs', 'jpegimages', 'rgb'})
-GT_DIR_NAMES = frozenset({'gt', 'gts', 'groundtruth', 'groundtruths', 'label', 'labels', 'mask',
-                          'masks', 'annotation', 'annotations', 'seg', 'segmentation', 'lab'})
+IMAGE_DIR_NAMES = frozenset(
+  {
+    'image',
+    'images',
+    'img',
+    'imgs',
+    'im',
+    'original',
+    'originals',
+    'input',
+    'inputs',
+    'jpegimages',
+    'rgb',
+  }
+)
+GT_DIR_NAMES = frozenset(
+  {
+    'gt',
+    'gts',
+    'groundtruth',
+    'groundtruths',
+    'label',
+    'labels',
+    'mask',
+    'masks',
+    'annotation',
+    'annotations',
+    'seg',
+    'segmentation',
+    'lab',
+  }
+)
 # Files that are never data and are skipped without a warning.
 _IGNORED_FILES = frozenset({'.ds_store', 'thumbs.db', 'desktop.ini'})
 
 
-class CrackDataError(ValueError):
-  """A dataset directory is incomplete or holds a file that cannot be used."""
+# ----------------------------------------------------------------------------- errors
 
 
-class ManualFilesMissingError(CrackDataError):
-  """The files a builder needs (a manual download) are not where it looks for them."""
+class DatasetError(ValueError):
+  """The dataset cannot be prepared: a file or folder is unusable (the message names it)."""
+
+
+class DatasetNotFoundError(DatasetError):
+  """The files a builder needs are not where it looks (e.g. the manual download is missing)."""
 
 
 class CrackDataWarning(UserWarning):
@@ -57,24 +95,43 @@ def warn(message: str) -> None:
   warnings.warn(message, CrackDataWarning, stacklevel=2)
 
 
+# ----------------------------------------------------------------------------- data contract
+
+
 def features() -> tfds.features.FeaturesDict:
   """The feature dict of docs/architecture.md's data contract (PNG-encoded, lossless)."""
-  return tfds.features.FeaturesDict({
+  return tfds.features.FeaturesDict(
+    {
       'image': tfds.features.Image(shape=(None, None, 3), dtype=np.uint8, encoding_format='png'),
       'mask': tfds.features.Image(shape=(None, None, 1), dtype=np.uint8, encoding_format='png'),
       'name': tfds.features.Text(),
-  })
+    }
+  )
 
 
-def dataset_info(builder: tfds.core.DatasetBuilder, description: str, *,
-                 homepage: str | None = None,
-                 citation: str | None = None) -> tfds.core.DatasetInfo:
+def dataset_info(
+  builder: tfds.core.DatasetBuilder,
+  description: str,
+  *,
+  homepage: str | None = None,
+  citation: str | None = None,
+) -> tfds.core.DatasetInfo:
   """DatasetInfo shared by the crack builders: the contract's features, (image, mask) as
   supervised keys, and records kept in the order written (sorted names)."""
   return tfds.core.DatasetInfo(
-      builder=builder, description=description, features=features(),
-      supervised_keys=('image', 'mask'), homepage=homepage, citation=citation,
-      disable_shuffling=True)
+    builder=builder,
+    description=description,
+    features=features(),
+    supervised_keys=('image', 'mask'),
+    homepage=homepage,
+    citation=citation,
+    disable_shuffling=True,
+  )
+
+
+def example(image: PIL.Image.Image, mask: np.ndarray, name: str) -> dict[str, Any]:
+  """A record of the data contract. PIL images, so TFDS encodes with PIL, not TensorFlow."""
+  return {'image': image, 'mask': PIL.Image.fromarray(mask, mode='L'), 'name': name}
 
 
 def normalise(name: str) -> str:
@@ -93,9 +150,9 @@ def read_pil(path: epath.PathLike, what: str = 'image') -> PIL.Image.Image:
       image = PIL.Image.open(f)
       image.load()
   except Exception as e:  # OSError, SyntaxError, ValueError, DecompressionBombError ...
-    raise CrackDataError(f'Cannot read {what} {path}: {type(e).__name__}: {e}') from e
+    raise DatasetError(f'Cannot read {what} {path}: {type(e).__name__}: {e}') from e
   if image.width == 0 or image.height == 0:
-    raise CrackDataError(f'{what.capitalize()} {path} is empty ({image.width}x{image.height}).')
+    raise DatasetError(f'{what.capitalize()} {path} is empty ({image.width}x{image.height}).')
   return image
 
 
@@ -133,14 +190,16 @@ def mask_array(path: epath.PathLike) -> np.ndarray:
     if all(np.array_equal(array[..., 0], array[..., c]) for c in range(1, array.shape[2])):
       array = array[..., 0]
     else:
-      warn(f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before '
-           'thresholding.')
+      warn(
+        f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before thresholding.'
+      )
       array = np.asarray(PIL.Image.fromarray(np.ascontiguousarray(array)).convert('L'))
   return array
 
 
-def binarize(array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5,
-             polarity: str = 'bright') -> np.ndarray:
+def binarize(
+  array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5, polarity: str = 'bright'
+) -> np.ndarray:
   """uint8 HxW, 1 = crack, from raw mask values (see the module docstring).
 
   Args:
@@ -156,7 +215,7 @@ def binarize(array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5,
     raise ValueError(f'threshold must be in (0, 1), got {threshold}')
   array = np.asarray(array)
   if array.ndim != 2:
-    raise CrackDataError(f'Mask {path} has shape {array.shape}; expected a 2-D (grey) mask.')
+    raise DatasetError(f'Mask {path} has shape {array.shape}; expected a 2-D (grey) mask.')
   if array.dtype == bool:
     crack = array
   else:
@@ -175,8 +234,10 @@ def binarize(array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5,
       cut = threshold * full
       crack = array > cut
       shown = ', '.join(f'{v:g}' for v in values[:6]) + (', ...' if len(values) > 6 else '')
-      warn(f'Mask {path} is not binary ({len(values)} distinct values: {shown}); '
-           f'thresholded: crack = value > {cut:g} ({threshold:g} of {full:g}).')
+      warn(
+        f'Mask {path} is not binary ({len(values)} distinct values: {shown}); '
+        f'thresholded: crack = value > {cut:g} ({threshold:g} of {full:g}).'
+      )
   if polarity == 'dark':
     crack = ~crack
   elif polarity == 'auto' and crack.mean() > 0.5:
@@ -184,23 +245,25 @@ def binarize(array: np.ndarray, path: epath.PathLike, *, threshold: float = 0.5,
   return crack.astype(np.uint8)
 
 
-def load_mask(path: epath.PathLike, *, threshold: float = 0.5,
-              polarity: str = 'bright') -> np.ndarray:
+def load_mask(
+  path: epath.PathLike, *, threshold: float = 0.5, polarity: str = 'bright'
+) -> np.ndarray:
   """Reads a mask file as uint8 HxW with 1 = crack (see `binarize`)."""
   return binarize(mask_array(path), path, threshold=threshold, polarity=polarity)
 
 
-def check_same_size(image: PIL.Image.Image, mask: np.ndarray, image_path: epath.PathLike,
-                    mask_path: epath.PathLike) -> None:
+def check_same_size(
+  image: PIL.Image.Image,
+  mask: np.ndarray,
+  image_path: epath.PathLike,
+  mask_path: epath.PathLike,
+) -> None:
+  """Raises DatasetError naming both files if ``mask`` (HxW) is not ``image``'s size."""
   if mask.shape != (image.height, image.width):
-    raise CrackDataError(
-        f'Mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} (WxH) but its image {image_path} '
-        f'is {image.width}x{image.height}.')
-
-
-def example(image: PIL.Image.Image, mask: np.ndarray, name: str) -> dict[str, Any]:
-  """A record of the data contract. PIL images, so TFDS encodes with PIL, not TensorFlow."""
-  return {'image': image, 'mask': PIL.Image.fromarray(mask, mode='L'), 'name': name}
+    raise DatasetError(
+      f'Mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} (WxH) but its image {image_path} '
+      f'is {image.width}x{image.height}.'
+    )
 
 
 # ----------------------------------------------------------------------------- listing
@@ -210,17 +273,22 @@ def is_image_file(path: epath.Path) -> bool:
   return path.suffix.lower() in IMAGE_EXTENSIONS
 
 
-def list_images(directory: epath.PathLike, what: str = 'image', *,
-                stem_key=lambda stem: stem) -> dict[str, epath.Path]:
+def _identity(stem: str) -> str:
+  return stem
+
+
+def list_images(
+  directory: epath.PathLike, what: str = 'image', *, stem_key: Callable[[str], str] = _identity
+) -> dict[str, epath.Path]:
   """Maps ``stem_key(stem)`` -> path for every image file of ``directory`` (not recursive).
 
   Raises:
-    CrackDataError: if the directory does not exist, holds no image file, or two files
-      share a key (e.g. ``a.png`` and ``a.jpg``). Other files are skipped with a warning.
+    DatasetError: if the directory does not exist, holds no image file, or two files share a
+      key (e.g. ``a.png`` and ``a.jpg``). Other files are skipped with a warning.
   """
   directory = epath.Path(directory)
   if not directory.is_dir():
-    raise CrackDataError(f'{what.capitalize()} directory {directory} does not exist.')
+    raise DatasetError(f'{what.capitalize()} directory {directory} does not exist.')
   found: dict[str, epath.Path] = {}
   skipped = []
   for path in sorted(directory.iterdir()):
@@ -231,57 +299,61 @@ def list_images(directory: epath.PathLike, what: str = 'image', *,
       continue
     key = stem_key(path.stem)
     if key in found:
-      raise CrackDataError(f'Two {what} files for one name {key!r}: {found[key]} and {path}.')
+      raise DatasetError(f'Two {what} files for one name {key!r}: {found[key]} and {path}.')
     found[key] = path
   if skipped:
-    warn(f'Skipped {len(skipped)} file(s) in {directory} that are not images '
-         f'({"/".join(IMAGE_EXTENSIONS)}): {", ".join(skipped[:10])}'
-         + (' ...' if len(skipped) > 10 else ''))
+    warn(
+      f'Skipped {len(skipped)} file(s) in {directory} that are not images '
+      f'({"/".join(IMAGE_EXTENSIONS)}): {", ".join(skipped[:10])}'
+      + (' ...' if len(skipped) > 10 else '')
+    )
   if not found:
-    raise CrackDataError(
-        f'{what.capitalize()} directory {directory} holds no image files '
-        f'({", ".join(IMAGE_EXTENSIONS)}).')
+    raise DatasetError(
+      f'{what.capitalize()} directory {directory} holds no image files '
+      f'({", ".join(IMAGE_EXTENSIONS)}).'
+    )
   return found
 
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
+  """One record to be: its name, its image file and its mask (ground-truth) file."""
+
   name: str
   image_path: epath.Path
   mask_path: epath.Path
 
 
-def pair_by_stem(images: Mapping[str, epath.Path], masks: Mapping[str, epath.Path], *,
-                 image_dir: epath.PathLike, mask_dir: epath.PathLike) -> list[Pair]:
+def pair_by_stem(
+  images: Mapping[str, epath.Path],
+  masks: Mapping[str, epath.Path],
+  *,
+  image_dir: epath.PathLike,
+  mask_dir: epath.PathLike,
+) -> list[Pair]:
   """Pairs images and masks with equal keys, sorted by key; any unmatched file is an error."""
   no_mask = sorted(set(images) - set(masks))
   if no_mask:
     names = ', '.join(str(images[k]) for k in no_mask[:5]) + (' ...' if len(no_mask) > 5 else '')
-    raise CrackDataError(
-        f'{len(no_mask)} image(s) have no mask in {mask_dir} (matched by file name without '
-        f'extension): {names}')
+    raise DatasetError(
+      f'{len(no_mask)} image(s) have no mask in {mask_dir} (matched by file name without '
+      f'extension): {names}'
+    )
   no_image = sorted(set(masks) - set(images))
   if no_image:
     names = ', '.join(str(masks[k]) for k in no_image[:5]) + (' ...' if len(no_image) > 5 else '')
-    raise CrackDataError(
-        f'{len(no_image)} mask(s) have no image in {image_dir}: {names}')
+    raise DatasetError(f'{len(no_image)} mask(s) have no image in {image_dir}: {names}')
   return [Pair(k, images[k], masks[k]) for k in sorted(images)]
-
-
-def load_pair(pair: Pair, *, threshold: float = 0.5, polarity: str = 'bright'
-              ) -> tuple[PIL.Image.Image, np.ndarray]:
-  image = load_rgb(pair.image_path)
-  mask = load_mask(pair.mask_path, threshold=threshold, polarity=polarity)
-  check_same_size(image, mask, pair.image_path, pair.mask_path)
-  return image, mask
 
 
 def random_split(names: Sequence[str], n_train: int, seed: int = 0) -> tuple[list[str], list[str]]:
   """Sorts ``names``, permutes them with ``default_rng(seed)``: first n_train train, rest test."""
   ordered = sorted(names)
   order = np.random.default_rng(seed).permutation(len(ordered))
-  return (sorted(ordered[i] for i in order[:n_train]),
-          sorted(ordered[i] for i in order[n_train:]))
+  return (
+    sorted(ordered[i] for i in order[:n_train]),
+    sorted(ordered[i] for i in order[n_train:]),
+  )
 
 
 # ----------------------------------------------------------------------------- locating
@@ -303,8 +375,9 @@ def _has_images(directory: epath.Path) -> bool:
   return any(is_image_file(p) for p in directory.iterdir() if not p.is_dir())
 
 
-def find_dataset_dirs(root: epath.PathLike, key: str, *, layout: str,
-                      max_depth: int = 4) -> tuple[epath.Path, epath.Path]:
+def find_dataset_dirs(
+  root: epath.PathLike, key: str, *, layout: str, max_depth: int = 4
+) -> tuple[epath.Path, epath.Path]:
   """Finds ``(image_dir, gt_dir)`` of the dataset ``key`` (normalised name) under ``root``.
 
   Accepted, with any case and separators in folder names (``CRKWH100``, ``crkwh100``):
@@ -315,11 +388,11 @@ def find_dataset_dirs(root: epath.PathLike, key: str, *, layout: str,
   * ``root`` itself holding an image folder and a ground-truth folder.
 
   Raises:
-    ManualFilesMissingError: none or several candidates; the message shows ``layout``.
+    DatasetNotFoundError: none or several candidates; the message shows ``layout``.
   """
   root = epath.Path(root)
   if not root.is_dir():
-    raise ManualFilesMissingError(f'{root} does not exist. Expected layout:\n{layout}')
+    raise DatasetNotFoundError(f'{root} does not exist. Expected layout:\n{layout}')
   candidates: list[tuple[epath.Path, epath.Path]] = []
   under_image, under_gt = [], []
   gt_names = GT_DIR_NAMES | {key + g for g in GT_DIR_NAMES}
@@ -347,8 +420,11 @@ def find_dataset_dirs(root: epath.PathLike, key: str, *, layout: str,
     if name == key:
       found = image_and_gt(d)
       if found is None and _has_images(d):
-        siblings = [s for s in d.parent.iterdir()
-                    if s.is_dir() and normalise(s.name) in {key + g for g in GT_DIR_NAMES}]
+        siblings = [
+          s
+          for s in d.parent.iterdir()
+          if s.is_dir() and normalise(s.name) in {key + g for g in GT_DIR_NAMES}
+        ]
         if len(siblings) == 1:
           found = (d, siblings[0])
       if found:
@@ -369,23 +445,49 @@ def find_dataset_dirs(root: epath.PathLike, key: str, *, layout: str,
   if len(candidates) == 1:
     return candidates[0]
   if not candidates:
-    raise ManualFilesMissingError(
-        f'Could not find the images and ground truth of {key!r} under {root}. '
-        f'Expected layout:\n{layout}')
+    raise DatasetNotFoundError(
+      f'Could not find the images and ground truth of {key!r} under {root}. '
+      f'Expected layout:\n{layout}'
+    )
   listing = '\n'.join(f'  images {i}  ground truth {g}' for i, g in candidates)
-  raise ManualFilesMissingError(
-      f'Several copies of {key!r} under {root}; point the manual dir at one of them:\n{listing}')
+  raise DatasetNotFoundError(
+    f'Several copies of {key!r} under {root}; point the manual dir at one of them:\n{listing}'
+  )
 
 
-def manual_dir_or_raise(dl_manager: tfds.download.DownloadManager, instructions: str
-                        ) -> epath.Path:
-  """``dl_manager.manual_dir``, turning TFDS' AssertionError into ManualFilesMissingError."""
+def find_pairs(
+  root: epath.PathLike,
+  key: str,
+  *,
+  layout: str,
+  what: str = '',
+  image_key: Callable[[str], str] = _identity,
+  mask_key: Callable[[str], str] = _identity,
+) -> list[Pair]:
+  """The (image, mask) pairs of dataset ``key`` under ``root`` (`find_dataset_dirs`), sorted.
+
+  Args:
+    root: the manual dir.
+    key: normalised dataset name (``'crkwh100'``).
+    layout: the expected layout, shown when the folders are not found.
+    what: prefix of 'image' / 'ground-truth' in messages (e.g. ``'crkwh100 '``).
+    image_key / mask_key: file stem -> the name that pairs an image with its mask.
+  """
+  image_dir, gt_dir = find_dataset_dirs(root, key, layout=layout)
+  images = list_images(image_dir, f'{what}image', stem_key=image_key)
+  masks = list_images(gt_dir, f'{what}ground-truth', stem_key=mask_key)
+  return pair_by_stem(images, masks, image_dir=image_dir, mask_dir=gt_dir)
+
+
+def manual_dir_or_raise(dl_manager: tfds.download.DownloadManager, instructions: str) -> epath.Path:
+  """``dl_manager.manual_dir``, turning TFDS' AssertionError into DatasetNotFoundError."""
   try:
     return dl_manager.manual_dir
   except AssertionError as e:
-    raise ManualFilesMissingError(
-        f'The manual download directory is missing or empty ({e.args[0].splitlines()[0]}).\n'
-        f'{instructions}') from None
+    raise DatasetNotFoundError(
+      f'The manual download directory is missing or empty ({e.args[0].splitlines()[0]}).\n'
+      f'{instructions}'
+    ) from None
 
 
 def fingerprint_files(paths: Iterable[epath.PathLike]) -> list[tuple[str, int, int]]:
@@ -402,3 +504,83 @@ def fingerprint_files(paths: Iterable[epath.PathLike]) -> list[tuple[str, int, i
       st = os.stat(p)
       out.append((p, st.st_size, st.st_mtime_ns))
   return out
+
+
+# ----------------------------------------------------------------------------- base builder
+
+
+class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Base of the crack builders: one (image, mask) file pair -> one record of the contract.
+
+  It is abstract (`_split_generators` is left to subclasses) and created with
+  ``skip_registration=True``, so TFDS registers only its subclasses, each by its ``name``.
+
+  A subclass sets ``name``, ``VERSION``, ``RELEASE_NOTES`` and optionally ``HOMEPAGE``,
+  ``CITATION`` and ``DESCRIPTION`` (default: the docstring of the subclass's module), and
+  implements ``_split_generators`` returning ``{split: self._generate_examples(pairs)}``.
+  Hooks, in the order `_generate_examples` calls them for each pair:
+
+  * ``load_pair(pair) -> (RGB PIL image, uint8 HxW mask with 1 = crack)``; the default reads
+    the image with `load_rgb` and the mask with `load_mask` (``MASK_THRESHOLD``,
+    ``MASK_POLARITY``);
+  * `check_same_size` (the mask must have its image's size; not a hook);
+  * ``postprocess(image, mask) -> (image, mask)``, e.g. a resize; the default keeps both.
+
+  Files are written as array_record (random access, read without TensorFlow) unless
+  ``file_format`` is given.
+  """
+
+  HOMEPAGE: ClassVar[str | None] = None
+  CITATION: ClassVar[str | None] = None
+  DESCRIPTION: ClassVar[str | None] = None
+  MASK_THRESHOLD: ClassVar[float] = 0.5
+  MASK_POLARITY: ClassVar[str] = 'bright'
+
+  def __init__(self, *, file_format: str | None = None, **kwargs: Any):
+    super().__init__(file_format=file_format or 'array_record', **kwargs)
+
+  @classmethod
+  def description(cls) -> str:
+    """``DESCRIPTION``, else the docstring of the module that defines the builder."""
+    if cls.DESCRIPTION is not None:
+      return cls.DESCRIPTION
+    module = sys.modules.get(cls.__module__)
+    return (module and module.__doc__) or cls.__doc__ or ''
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return dataset_info(self, self.description(), homepage=self.HOMEPAGE, citation=self.CITATION)
+
+  @abc.abstractmethod
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    """``{split: self._generate_examples(pairs)}``."""
+
+  def manual_root(self, dl_manager: tfds.download.DownloadManager) -> epath.Path:
+    """The manual dir, or DatasetNotFoundError with ``MANUAL_DOWNLOAD_INSTRUCTIONS``."""
+    return manual_dir_or_raise(dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS)
+
+  def split_by_name(self, pairs: Sequence[Pair], **names: Sequence[str]) -> dict[str, Any]:
+    """``{split: self._generate_examples(those pairs)}`` from ``split=[pair names]``."""
+    by_name = {p.name: p for p in pairs}
+    return {
+      split: self._generate_examples([by_name[n] for n in split_names])
+      for split, split_names in names.items()
+    }
+
+  def load_pair(self, pair: Pair) -> tuple[PIL.Image.Image, np.ndarray]:
+    """Reads one pair: (RGB PIL image, uint8 HxW mask, 1 = crack)."""
+    image = load_rgb(pair.image_path)
+    mask = load_mask(pair.mask_path, threshold=self.MASK_THRESHOLD, polarity=self.MASK_POLARITY)
+    return image, mask
+
+  def postprocess(
+    self, image: PIL.Image.Image, mask: np.ndarray
+  ) -> tuple[PIL.Image.Image, np.ndarray]:
+    """Applied after the size check (e.g. a resize); the default keeps both as they are."""
+    return image, mask
+
+  def _generate_examples(self, pairs: Sequence[Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for pair in pairs:
+      image, mask = self.load_pair(pair)
+      check_same_size(image, mask, pair.image_path, pair.mask_path)
+      image, mask = self.postprocess(image, mask)
+      yield pair.name, example(image, mask, pair.name)
