@@ -1,10 +1,11 @@
 """Wall time of crackjax's jitted U-Net train step, with an optional PyTorch comparison.
 
 Builds the model and Adam state the way training does (`crackjax.state.init_train_state`,
-`make_mesh`, `global_batch`, `crackjax.train.make_train_step`), feeds one random batch of the configured
-shape (images uniform in [0, 1], masks ~2% crack), compiles, runs `--warmup` steps and then
-times `--steps` steps, blocking on the result of each. The step is the full training step:
-on-device augmentation, forward, loss, backward and the Adam update.
+`make_mesh`, `global_batch`, `crackjax.train.make_train_step`), feeds one random batch of
+the configured shape (images uniform in [0, 1], masks ~2% crack), compiles, runs
+`--warmup` steps and then times `--steps` steps, blocking on the result of each. The step
+is the full training step: on-device augmentation, forward, loss, backward and the Adam
+update.
 
 Prints compile time, median / min / max step time, images per second, the process's
 peak RSS (VmHWM, as getrusage's ru_maxrss but not inherited across fork/exec: the peak of

@@ -7,9 +7,9 @@
 
 Three operation counts are printed side by side:
 
-* true MACs, counted layer by layer (`unet_macs`; U-Net only, other models print n/a): a 3x3 convolution costs
-  H*W*9*C_in*C_out multiply-accumulates, a 2x2 stride-2 transposed convolution
-  H_out*W_out*C_in*C_out (each output pixel receives exactly one input pixel);
+* true MACs, counted layer by layer (`unet_macs`; U-Net only, other models print n/a): a
+  3x3 convolution costs H*W*9*C_in*C_out multiply-accumulates, a 2x2 stride-2 transposed
+  convolution H_out*W_out*C_in*C_out (each output pixel receives exactly one input pixel);
 * the paper's convention: its "GFLOPS" column are MACs that charge each 2x2 transposed
   convolution the full 4 taps per output pixel, i.e. true MACs + 3 x the transposed
   convolutions' true MACs. That reproduces 127.99 G at 480x320 and 218.44 G at 512x512 for

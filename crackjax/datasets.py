@@ -51,7 +51,8 @@ def _folder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
   if folder is None or not folder.get('images') or not folder.get('masks'):
     raise DatasetNotFoundError(
         "Dataset 'crack_folder' needs your folders: pass --config.data.folder.images=DIR "
-        '--config.data.folder.masks=DIR (images and masks matched by file name; see docs/datasets.md).')
+        '--config.data.folder.masks=DIR (images and masks matched by file name; see '
+        'docs/datasets.md).')
   return dict(image_dir=_expand(folder.images), mask_dir=_expand(folder.masks),
               train_list=_expand(folder.get('train_list')),
               test_list=_expand(folder.get('test_list')),
@@ -159,7 +160,9 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
 
 
 def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
-  """Prepares dataset ``data.name`` (``data`` = ``config.data``) if needed and returns its builder; cheap once prepared.
+  """Prepares dataset ``data.name`` if needed and returns its builder; cheap once prepared.
+
+  ``data`` is the config's data group, ``config.data``.
 
   Call it first (launch.py does) so that absent or invalid files stop a run at once with
   `DatasetNotFoundError` / `DatasetError`, before any model is built.

@@ -18,7 +18,8 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from crackjax import eval_report, evaluation, loader, state as state_lib
+from crackjax import eval_report, evaluation, loader
+from crackjax import state as state_lib
 from crackjax.metrics_log import MetricWriter
 from crackjax.predict import predict_probabilities
 

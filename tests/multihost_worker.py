@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +153,8 @@ def run_train() -> None:
 
   # The checkpoint every process wrote its part of, restored by every process.
   mngr = state_lib.checkpoint_manager(ARGS.workdir, cfg)
-  restored = state_lib.restore_or_init(cfg, mngr, loader.train_image_shape(cfg), state_lib.make_mesh())
+  restored = state_lib.restore_or_init(cfg, mngr, loader.train_image_shape(cfg),
+                                       state_lib.make_mesh())
   arrays = _flat(state_lib.local_params(state), 'final')
   arrays.update(_flat(state_lib.local_params(restored), 'restored'))
   info = {

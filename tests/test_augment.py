@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crackjax import augment as augment_lib
 from configs import base
-
+from crackjax import augment as augment_lib
 
 ZERO = dict(rotation_range=0.0, width_shift_range=0.0, height_shift_range=0.0,
             shear_range=0.0, zoom_range=0.0, horizontal_flip=False)

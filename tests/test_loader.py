@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import sys
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -12,8 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs import smoke
 import launch
+from configs import smoke
 from crackjax import loader, train
 from crackjax import state as state_lib
 from tests import fixtures
