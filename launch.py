@@ -27,8 +27,9 @@ cli.define_config_flag(FLAGS)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs and results.')
 MODES = ('train', 'eval', 'train_and_eval')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES), 'What to run.')
-flags.DEFINE_bool('distributed', False,
-                  'Call jax.distributed.initialize() (auto-detected cluster environments).')
+flags.DEFINE_bool(
+  'distributed', False, 'Call jax.distributed.initialize() (auto-detected cluster environments).'
+)
 flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 (multi-host).')
 flags.DEFINE_integer('num_processes', None, 'Number of processes (multi-host).')
 flags.DEFINE_integer('process_id', None, 'Index of this process (multi-host).')
@@ -60,12 +61,21 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
   if FLAGS.distributed or FLAGS.coordinator_address:
-    jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
-                               num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
+    jax.distributed.initialize(
+      coordinator_address=FLAGS.coordinator_address,
+      num_processes=FLAGS.num_processes,
+      process_id=FLAGS.process_id,
+    )
   signal.signal(signal.SIGTERM, _sigterm_to_exit)
-  logging.info('JAX %s: process %d of %d, %d local / %d global devices (%s)', jax.__version__,
-               jax.process_index(), jax.process_count(), jax.local_device_count(),
-               jax.device_count(), jax.default_backend())
+  logging.info(
+    'JAX %s: process %d of %d, %d local / %d global devices (%s)',
+    jax.__version__,
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+    jax.default_backend(),
+  )
   config = FLAGS.config
   try:
     # A bad loss, model or batch size, then absent or invalid data, stop the run here with a

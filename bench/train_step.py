@@ -48,9 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Dense peak FLOP/s per device kind (substring of jax's device_kind), by precision.
 # H100 SXM: 989 TFLOP/s bf16 dense tensor core, 67 TFLOP/s fp32 (non-tensor-core).
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    'H100': {'bf16': 989e12, 'fp32': 67e12},
-    'H200': {'bf16': 989e12, 'fp32': 67e12},
-    'A100': {'bf16': 312e12, 'fp32': 19.5e12},
+  'H100': {'bf16': 989e12, 'fp32': 67e12},
+  'H200': {'bf16': 989e12, 'fp32': 67e12},
+  'A100': {'bf16': 312e12, 'fp32': 19.5e12},
 }
 
 CRACK_FRACTION = 0.02
@@ -76,6 +76,7 @@ def _peak_rss_mb() -> float:
 def random_batch(batch: int, h: int, w: int, seed: int = 0):
   """Images uniform in [0, 1] and masks with ~CRACK_FRACTION crack pixels (float32)."""
   import numpy as np
+
   rng = np.random.default_rng(seed)
   image = rng.random((batch, h, w, 3), dtype=np.float32)
   mask = (rng.random((batch, h, w, 1)) < CRACK_FRACTION).astype(np.float32)
@@ -131,17 +132,29 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
   device = jax.devices()[0]
   median = statistics.median(times)
   result = {
-      'framework': 'jax',
-      'jax': jax.__version__, 'flax': flax.__version__,
-      'backend': jax.default_backend(), 'device_kind': device.device_kind,
-      'device_count': jax.device_count(),
-      'widths': list(widths), 'hw': list(hw), 'batch': batch, 'steps': steps,
-      'warmup': warmup, 'params': n_params, 'loss': loss,
-      'conv_impl': f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})',
-      'compute_dtype': config.model.dtype,
-      'compile_s': compile_s, 'step_times_s': times, 'median_s': median,
-      'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
-      'peak_rss_mb': _peak_rss_mb(), 'flops_per_step': flops,
+    'framework': 'jax',
+    'jax': jax.__version__,
+    'flax': flax.__version__,
+    'backend': jax.default_backend(),
+    'device_kind': device.device_kind,
+    'device_count': jax.device_count(),
+    'widths': list(widths),
+    'hw': list(hw),
+    'batch': batch,
+    'steps': steps,
+    'warmup': warmup,
+    'params': n_params,
+    'loss': loss,
+    'conv_impl': f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})',
+    'compute_dtype': config.model.dtype,
+    'compile_s': compile_s,
+    'step_times_s': times,
+    'median_s': median,
+    'min_s': min(times),
+    'max_s': max(times),
+    'images_per_s': batch / median,
+    'peak_rss_mb': _peak_rss_mb(),
+    'flops_per_step': flops,
   }
   if result['backend'] == 'gpu' and flops:
     achieved = flops / median
@@ -167,8 +180,12 @@ def _torch_unet(widths):
   from torch import nn
 
   def block(cin, cout):
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(inplace=True),
-                         nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU(inplace=True))
+    return nn.Sequential(
+      nn.Conv2d(cin, cout, 3, padding=1),
+      nn.ReLU(inplace=True),
+      nn.Conv2d(cout, cout, 3, padding=1),
+      nn.ReLU(inplace=True),
+    )
 
   class UNet(nn.Module):
     """The same U-Net as crackjax.models.unet.UNet, NCHW."""
@@ -221,8 +238,9 @@ def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
   mask = torch.from_numpy(np.ascontiguousarray(data['mask'].transpose(0, 3, 1, 2)))
   lc = config.loss
   if lc.weighting != 'exp':
-    raise ValueError(f'the torch comparison implements the exp weighting only, not '
-                     f'{lc.weighting!r}')
+    raise ValueError(
+      f'the torch comparison implements the exp weighting only, not {lc.weighting!r}'
+    )
 
   def step():
     opt.zero_grad(set_to_none=True)
@@ -231,8 +249,7 @@ def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
     n = mask.numel()
     alpha = (n - mask.sum() + 1.0) / (n + 2.0)
     q = (lc.beta * lc.base ** (lc.gamma * (2.0 * alpha - 1.0))).detach()
-    loss = lc.a * torch.nn.functional.binary_cross_entropy_with_logits(
-        logits, mask, pos_weight=q)
+    loss = lc.a * torch.nn.functional.binary_cross_entropy_with_logits(logits, mask, pos_weight=q)
     if lc.b:
       p = torch.sigmoid(logits)
       inter = (mask * p).sum()
@@ -251,17 +268,28 @@ def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
     times.append(time.perf_counter() - t0)
   median = statistics.median(times)
   return {
-      'framework': 'torch', 'torch': torch.__version__, 'threads': torch.get_num_threads(),
-      'params': n_params, 'loss': loss, 'step_times_s': times, 'median_s': median,
-      'min_s': min(times), 'max_s': max(times), 'images_per_s': batch / median,
-      'peak_rss_mb': _peak_rss_mb(),
+    'framework': 'torch',
+    'torch': torch.__version__,
+    'threads': torch.get_num_threads(),
+    'params': n_params,
+    'loss': loss,
+    'step_times_s': times,
+    'median_s': median,
+    'min_s': min(times),
+    'max_s': max(times),
+    'images_per_s': batch / median,
+    'peak_rss_mb': _peak_rss_mb(),
   }
 
 
 def _torch_subprocess(argv, expect_params) -> dict:
   """Runs `bench_torch` in a fresh process with the same command line (argv[1:])."""
-  cmd = [sys.executable, str(Path(__file__).resolve()), *argv[1:],
-         f'--torch_worker={expect_params}']
+  cmd = [
+    sys.executable,
+    str(Path(__file__).resolve()),
+    *argv[1:],
+    f'--torch_worker={expect_params}',
+  ]
   out = subprocess.run(cmd, check=True, capture_output=True, text=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -270,36 +298,40 @@ def _torch_subprocess(argv, expect_params) -> dict:
 
 
 def _fmt_times(r) -> str:
-  return (f'median {r["median_s"]:.3f} s (min {r["min_s"]:.3f}, max {r["max_s"]:.3f}; '
-          f'{len(r["step_times_s"])} steps)')
+  return (
+    f'median {r["median_s"]:.3f} s (min {r["min_s"]:.3f}, max {r["max_s"]:.3f}; '
+    f'{len(r["step_times_s"])} steps)'
+  )
 
 
 def report(jr: dict, tr: dict | None) -> str:
   lines = [
-      f'config widths {tuple(jr["widths"])}, input {jr["hw"][0]}x{jr["hw"][1]}, batch '
-      f'{jr["batch"]}, {jr["params"]:,} parameters',
-      f'jax {jr["jax"]}, flax {jr["flax"]}, backend {jr["backend"]}, device '
-      f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
-      f'{os.cpu_count()} CPUs',
-      f'jax conv_impl {jr["conv_impl"]}, compute_dtype {jr["compute_dtype"]}',
-      f'jax compile:      {jr["compile_s"]:.2f} s',
-      f'jax step:         {_fmt_times(jr)}',
-      f'jax images/s:     {jr["images_per_s"]:.2f}',
-      f'jax peak RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM)',
+    f'config widths {tuple(jr["widths"])}, input {jr["hw"][0]}x{jr["hw"][1]}, batch '
+    f'{jr["batch"]}, {jr["params"]:,} parameters',
+    f'jax {jr["jax"]}, flax {jr["flax"]}, backend {jr["backend"]}, device '
+    f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
+    f'{os.cpu_count()} CPUs',
+    f'jax conv_impl {jr["conv_impl"]}, compute_dtype {jr["compute_dtype"]}',
+    f'jax compile:      {jr["compile_s"]:.2f} s',
+    f'jax step:         {_fmt_times(jr)}',
+    f'jax images/s:     {jr["images_per_s"]:.2f}',
+    f'jax peak RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM)',
   ]
   if jr.get('flops_per_step'):
-    lines.append(f'XLA flops/step:   {jr["flops_per_step"] / 1e9:.1f} GFLOP '
-                 f'({jr["flops_per_step"] / jr["median_s"] / 1e9:.1f} GFLOP/s achieved)')
+    lines.append(
+      f'XLA flops/step:   {jr["flops_per_step"] / 1e9:.1f} GFLOP '
+      f'({jr["flops_per_step"] / jr["median_s"] / 1e9:.1f} GFLOP/s achieved)'
+    )
   if 'tflops' in jr:
     lines.append(f'achieved:         {jr["tflops"]:.1f} TFLOP/s')
     for prec, frac in jr.get('peak_fraction', {}).items():
       lines.append(f'  fraction of {jr["device_kind"]} dense {prec} peak: {frac:.1%}')
   if tr is not None:
     lines += [
-        f'torch {tr["torch"]} ({tr["threads"]} threads) step: {_fmt_times(tr)}',
-        f'torch images/s:   {tr["images_per_s"]:.2f}',
-        f'torch peak RSS:   {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
-        f'ratio jax/torch:  {jr["median_s"] / tr["median_s"]:.2f} (step time; >1: jax slower)',
+      f'torch {tr["torch"]} ({tr["threads"]} threads) step: {_fmt_times(tr)}',
+      f'torch images/s:   {tr["images_per_s"]:.2f}',
+      f'torch peak RSS:   {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
+      f'ratio jax/torch:  {jr["median_s"] / tr["median_s"]:.2f} (step time; >1: jax slower)',
     ]
   return '\n'.join(lines)
 
@@ -309,11 +341,11 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('batch', 2, 'global batch size', flag_values=fv)
   flags.DEFINE_integer('steps', 5, 'timed steps', lower_bound=1, flag_values=fv)
   flags.DEFINE_integer('warmup', 1, 'untimed steps after compiling', flag_values=fv)
-  flags.DEFINE_bool('torch', True, 'compare with PyTorch if it is importable (--notorch: skip)',
-                    flag_values=fv)
+  flags.DEFINE_bool(
+    'torch', True, 'compare with PyTorch if it is importable (--notorch: skip)', flag_values=fv
+  )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
-  flags.DEFINE_integer('torch_worker', None, 'internal: run the PyTorch side only',
-                       flag_values=fv)
+  flags.DEFINE_integer('torch_worker', None, 'internal: run the PyTorch side only', flag_values=fv)
 
 
 def main(argv=None) -> dict:

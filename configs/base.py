@@ -125,11 +125,17 @@ def get_config() -> ml_collections.ConfigDict:
 # smaller machines; everything not listed keeps the paper's value. Nested dicts update the
 # matching group only (ConfigDict.update is recursive).
 VARIANTS: dict[str, dict] = {
-    # A 2-core CPU: widths 16...256 (1.94M parameters), two epochs.
-    'cpu': {'model': {'widths': (16, 32, 64, 128, 256)}, 'num_epochs': 2},
-    # Seconds: a tiny U-Net, six steps. Tests use it end to end.
-    'smoke': {'model': {'widths': (4, 8, 16, 32, 64)}, 'batch_size': 2, 'steps_per_epoch': 3,
-              'num_epochs': 2, 'log_every_steps': 1, 'max_checkpoints_to_keep': 2},
+  # A 2-core CPU: widths 16...256 (1.94M parameters), two epochs.
+  'cpu': {'model': {'widths': (16, 32, 64, 128, 256)}, 'num_epochs': 2},
+  # Seconds: a tiny U-Net, six steps. Tests use it end to end.
+  'smoke': {
+    'model': {'widths': (4, 8, 16, 32, 64)},
+    'batch_size': 2,
+    'steps_per_epoch': 3,
+    'num_epochs': 2,
+    'log_every_steps': 1,
+    'max_checkpoints_to_keep': 2,
+  },
 }
 
 

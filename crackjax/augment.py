@@ -17,9 +17,18 @@ import ml_collections
 AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
 
-def _affine_matrix(key: jax.Array, height: int, width: int, *, rotation_range: float,
-                   width_shift_range: float, height_shift_range: float, shear_range: float,
-                   zoom_range: float, horizontal_flip: bool) -> tuple[jax.Array, jax.Array]:
+def _affine_matrix(
+  key: jax.Array,
+  height: int,
+  width: int,
+  *,
+  rotation_range: float,
+  width_shift_range: float,
+  height_shift_range: float,
+  shear_range: float,
+  zoom_range: float,
+  horizontal_flip: bool,
+) -> tuple[jax.Array, jax.Array]:
   """Samples one Keras-style transform; returns (3x3 output->input matrix, flip flag).
 
   Coordinates are (row, col, 1), as in Keras' ``apply_affine_transform`` (which hands the
@@ -33,11 +42,17 @@ def _affine_matrix(key: jax.Array, height: int, width: int, *, rotation_range: f
   shear = jnp.deg2rad(u[3] * shear_range)
   zx, zy = 1.0 + u[4] * zoom_range, 1.0 + u[5] * zoom_range  # Independent zoom per axis.
   one, zero = jnp.ones(()), jnp.zeros(())
-  rotation = jnp.array([[jnp.cos(theta), -jnp.sin(theta), zero],
-                        [jnp.sin(theta), jnp.cos(theta), zero], [zero, zero, one]])
+  rotation = jnp.array(
+    [
+      [jnp.cos(theta), -jnp.sin(theta), zero],
+      [jnp.sin(theta), jnp.cos(theta), zero],
+      [zero, zero, one],
+    ]
+  )
   shift = jnp.array([[one, zero, tx], [zero, one, ty], [zero, zero, one]])
-  shear_m = jnp.array([[one, -jnp.sin(shear), zero], [zero, jnp.cos(shear), zero],
-                       [zero, zero, one]])
+  shear_m = jnp.array(
+    [[one, -jnp.sin(shear), zero], [zero, jnp.cos(shear), zero], [zero, zero, one]]
+  )
   zoom = jnp.array([[zx, zero, zero], [zero, zy, zero], [zero, zero, one]])
   matrix = rotation @ shift @ shear_m @ zoom  # Same composition order as Keras.
   # About the image centre. Keras uses h/2 + 0.5, one pixel off; (h-1)/2 is the true centre
@@ -71,10 +86,19 @@ def _sample(image: jax.Array, rows: jax.Array, cols: jax.Array, order: int) -> j
   return (top * (1 - fr) + bottom * fr).astype(image.dtype)
 
 
-def augment(rng: jax.Array, image: jax.Array, mask: jax.Array, *, rotation_range: float = 0.0,
-            width_shift_range: float = 0.0, height_shift_range: float = 0.0,
-            shear_range: float = 0.0, zoom_range: float = 0.0, horizontal_flip: bool = False,
-            image_order: int = 1) -> tuple[jax.Array, jax.Array]:
+def augment(
+  rng: jax.Array,
+  image: jax.Array,
+  mask: jax.Array,
+  *,
+  rotation_range: float = 0.0,
+  width_shift_range: float = 0.0,
+  height_shift_range: float = 0.0,
+  shear_range: float = 0.0,
+  zoom_range: float = 0.0,
+  horizontal_flip: bool = False,
+  image_order: int = 1,
+) -> tuple[jax.Array, jax.Array]:
   """Random affine transform of a batch, the same per example for image and mask.
 
   Keras ``ImageDataGenerator`` semantics (the zhixuhao/unet recipe): rotation by
@@ -101,20 +125,27 @@ def augment(rng: jax.Array, image: jax.Array, mask: jax.Array, *, rotation_range
   batch, height, width = image.shape[:3]
   if mask.shape[:3] != (batch, height, width):
     raise ValueError(f'image {image.shape} and mask {mask.shape} differ in [B, H, W].')
-  rows, cols = jnp.meshgrid(jnp.arange(height, dtype=jnp.float32),
-                            jnp.arange(width, dtype=jnp.float32), indexing='ij')
+  rows, cols = jnp.meshgrid(
+    jnp.arange(height, dtype=jnp.float32), jnp.arange(width, dtype=jnp.float32), indexing='ij'
+  )
 
   def one(key, img, msk):
     matrix, flip = _affine_matrix(
-        key, height, width, rotation_range=rotation_range,
-        width_shift_range=width_shift_range, height_shift_range=height_shift_range,
-        shear_range=shear_range, zoom_range=zoom_range, horizontal_flip=horizontal_flip)
+      key,
+      height,
+      width,
+      rotation_range=rotation_range,
+      width_shift_range=width_shift_range,
+      height_shift_range=height_shift_range,
+      shear_range=shear_range,
+      zoom_range=zoom_range,
+      horizontal_flip=horizontal_flip,
+    )
     # Keras flips after the affine transform: output column c reads affine column W-1-c.
     out_cols = jnp.where(flip, width - 1 - cols, cols)
     src_rows = matrix[0, 0] * rows + matrix[0, 1] * out_cols + matrix[0, 2]
     src_cols = matrix[1, 0] * rows + matrix[1, 1] * out_cols + matrix[1, 2]
-    return (_sample(img, src_rows, src_cols, image_order),
-            _sample(msk, src_rows, src_cols, 0))
+    return (_sample(img, src_rows, src_cols, image_order), _sample(msk, src_rows, src_cols, 0))
 
   return jax.vmap(one)(jax.random.split(rng, batch), image, mask)
 
@@ -132,6 +163,11 @@ def augment_fn(aug: ml_collections.ConfigDict) -> AugmentFn:
   if not aug.enabled:
     return _identity
   return functools.partial(
-      augment, rotation_range=aug.rotation_range, width_shift_range=aug.width_shift_range,
-      height_shift_range=aug.height_shift_range, shear_range=aug.shear_range,
-      zoom_range=aug.zoom_range, horizontal_flip=aug.horizontal_flip)
+    augment,
+    rotation_range=aug.rotation_range,
+    width_shift_range=aug.width_shift_range,
+    height_shift_range=aug.height_shift_range,
+    shear_range=aug.shear_range,
+    zoom_range=aug.zoom_range,
+    horizontal_flip=aug.horizontal_flip,
+  )

@@ -23,8 +23,12 @@ from absl import flags
 from ml_collections import config_flags
 
 
-def define_config_flag(flag_values: flags.FlagValues = flags.FLAGS, *,
-                       argv: Sequence[str] | None = None, default: str | None = None) -> None:
+def define_config_flag(
+  flag_values: flags.FlagValues = flags.FLAGS,
+  *,
+  argv: Sequence[str] | None = None,
+  default: str | None = None,
+) -> None:
   """Defines ``--config`` (a config file, ``path.py[:arg]``) and its ``--config.*`` overrides.
 
   Args:
@@ -34,10 +38,14 @@ def define_config_flag(flag_values: flags.FlagValues = flags.FLAGS, *,
     default: default config file.
   """
   config_flags.DEFINE_config_file(
-      'config', default, 'Config file, configs/<name>.py[:arg]; override any field with '
-      '--config.<field>=<value> (configs/base.py documents every field).',
-      flag_values=flag_values, lock_config=True,
-      sys_argv=None if argv is None else list(argv))
+    'config',
+    default,
+    'Config file, configs/<name>.py[:arg]; override any field with '
+    '--config.<field>=<value> (configs/base.py documents every field).',
+    flag_values=flag_values,
+    lock_config=True,
+    sys_argv=None if argv is None else list(argv),
+  )
 
 
 def _unquote(detail: str) -> str:
@@ -59,8 +67,9 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str
   """
   argv = list(argv)
   if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
-    print(f'usage: {prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] '
-          '[flags]\n')
+    print(
+      f'usage: {prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] [flags]\n'
+    )
     print(flag_values.main_module_help() or flag_values.get_help())
     sys.exit(0)
   try:
@@ -69,8 +78,10 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str
     # A mistyped --config.field surfaces from ml_collections as a bare AttributeError or
     # KeyError; say what went wrong instead.
     detail = _unquote(str(e.args[0] if e.args else e))
-    sys.exit(f'{prog}: unknown config field {detail} on the command line; '
-             'configs/base.py lists every field.')
+    sys.exit(
+      f'{prog}: unknown config field {detail} on the command line; '
+      'configs/base.py lists every field.'
+    )
   except flags.Error as e:
     sys.exit(f'{prog}: {e}\nPass --help for the list of flags.')
   if 'config' in flag_values and flag_values['config'].value is None:

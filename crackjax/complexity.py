@@ -36,15 +36,16 @@ from crackjax.models import fused_logits, model_from_config
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
-    'crackforest': (320, 480),
-    'aiglern': (304, 448),
-    'crack360': (512, 512),
-    'bjn260': (320, 480),
+  'crackforest': (320, 480),
+  'aiglern': (304, 448),
+  'crack360': (512, 512),
+  'bjn260': (320, 480),
 }
 
 
-def unet_macs(widths: Sequence[int], height: int, width: int,
-              in_channels: int = 3) -> dict[str, int]:
+def unet_macs(
+  widths: Sequence[int], height: int, width: int, in_channels: int = 3
+) -> dict[str, int]:
   """Multiply-accumulates of one forward pass of the revised U-Net, by layer type.
 
   Returns:
@@ -73,12 +74,10 @@ def count_params(params) -> int:
 
 def _forward(config: ml_collections.ConfigDict):
   model = model_from_config(config.model)
-  return model, jax.jit(
-      lambda p, x: jax.nn.sigmoid(fused_logits(model.apply({'params': p}, x))))
+  return model, jax.jit(lambda p, x: jax.nn.sigmoid(fused_logits(model.apply({'params': p}, x))))
 
 
-def xla_flops(config: ml_collections.ConfigDict, height: int, width: int,
-              batch: int = 1) -> float:
+def xla_flops(config: ml_collections.ConfigDict, height: int, width: int, batch: int = 1) -> float:
   """FLOPs of the compiled forward pass according to XLA's cost analysis."""
   model, fwd = _forward(config)
   x = jax.ShapeDtypeStruct((batch, height, width, 3), jnp.float32)
@@ -89,8 +88,9 @@ def xla_flops(config: ml_collections.ConfigDict, height: int, width: int,
   return float(analysis['flops'])
 
 
-def measure_fps(config: ml_collections.ConfigDict, height: int, width: int, *, batch: int = 1,
-                repeats: int = 10) -> dict[str, float]:
+def measure_fps(
+  config: ml_collections.ConfigDict, height: int, width: int, *, batch: int = 1, repeats: int = 10
+) -> dict[str, float]:
   """Images per second of jitted inference (after one warm-up call)."""
   model, fwd = _forward(config)
   x = jnp.asarray(np.random.default_rng(0).random((batch, height, width, 3), np.float32))
@@ -104,12 +104,18 @@ def measure_fps(config: ml_collections.ConfigDict, height: int, width: int, *, b
     fwd(params, x).block_until_ready()
     times.append(time.perf_counter() - t0)
   median = float(np.median(times))
-  return {'batch': batch, 'median_s': median, 'fps': batch / median,
-          'first_call_s': compile_s, 'repeats': repeats}
+  return {
+    'batch': batch,
+    'median_s': median,
+    'fps': batch / median,
+    'first_call_s': compile_s,
+    'repeats': repeats,
+  }
 
 
-def measurement_size(config: ml_collections.ConfigDict,
-                     override: tuple[int, int] | None = None) -> tuple[int, int]:
+def measurement_size(
+  config: ml_collections.ConfigDict, override: tuple[int, int] | None = None
+) -> tuple[int, int]:
   """(H, W) to measure at: `override`, else config.data.input_size, else the paper's size."""
   if override:
     return override
@@ -120,8 +126,14 @@ def measurement_size(config: ml_collections.ConfigDict,
   return PAPER_INPUT_SIZES[config.data.name]
 
 
-def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None, *,
-           fps_batch: int = 8, repeats: int = 10, fps: bool = True) -> dict:
+def report(
+  config: ml_collections.ConfigDict,
+  hw: tuple[int, int] | None = None,
+  *,
+  fps_batch: int = 8,
+  repeats: int = 10,
+  fps: bool = True,
+) -> dict:
   """Computes every figure; returns them as a dict (also printed by main)."""
   h, w = measurement_size(config, hw)
   model = model_from_config(config.model)
@@ -129,12 +141,14 @@ def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None,
   # The layer-by-layer count knows the U-Net only; other models report XLA's count alone.
   macs = unet_macs(config.model.widths, h, w) if config.model.name == 'unet' else None
   out = {
-      'model': config.model.name,
-      'model_fields': {k: v for k, v in config.model.items() if k != 'name'},
-      'input_hw': [h, w],
-      'params': count_params(params), 'macs': macs,
-      'xla_flops': xla_flops(config, h, w),
-      'backend': jax.default_backend(), 'device': str(jax.devices()[0].device_kind),
+    'model': config.model.name,
+    'model_fields': {k: v for k, v in config.model.items() if k != 'name'},
+    'input_hw': [h, w],
+    'params': count_params(params),
+    'macs': macs,
+    'xla_flops': xla_flops(config, h, w),
+    'backend': jax.default_backend(),
+    'device': str(jax.devices()[0].device_kind),
   }
   if fps:
     out['fps_batch1'] = measure_fps(config, h, w, batch=1, repeats=repeats)
@@ -143,13 +157,19 @@ def report(config: ml_collections.ConfigDict, hw: tuple[int, int] | None = None,
 
 
 def _define_flags(flag_values: flags.FlagValues) -> None:
-  flags.DEFINE_list('hw', None, 'H,W (default: the config\'s input size, else the paper\'s '
-                    'size for the dataset)', flag_values=flag_values)
-  flags.DEFINE_integer('fps_batch', 8, 'batch of the batched FPS measurement',
-                       flag_values=flag_values)
+  flags.DEFINE_list(
+    'hw',
+    None,
+    "H,W (default: the config's input size, else the paper's size for the dataset)",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_integer(
+    'fps_batch', 8, 'batch of the batched FPS measurement', flag_values=flag_values
+  )
   flags.DEFINE_integer('repeats', 10, 'timed calls per FPS measurement', flag_values=flag_values)
-  flags.DEFINE_bool('fps', True, 'measure inference speed (--nofps skips it)',
-                    flag_values=flag_values)
+  flags.DEFINE_bool(
+    'fps', True, 'measure inference speed (--nofps skips it)', flag_values=flag_values
+  )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -173,28 +193,31 @@ def format_report(r: dict, config: ml_collections.ConfigDict) -> str:
   h, w = r['input_hw']
   fields = ', '.join(f'{k} {v}' for k, v in r['model_fields'].items())
   lines = [
-      f"{r['model']} ({fields}) at {h}x{w} (HxW), batch 1",
-      f"  parameters:                    {r['params'] / 1e6:.2f} M ({r['params']:,})",
+    f'{r["model"]} ({fields}) at {h}x{w} (HxW), batch 1',
+    f'  parameters:                    {r["params"] / 1e6:.2f} M ({r["params"]:,})',
   ]
   if m is None:
     lines.append('  MACs (layer by layer):         n/a (counted for the U-Net only)')
   else:
     lines += [
-        f"  MACs (true, layer by layer):   {m['true'] / 1e9:.2f} G  "
-        f"(convs {m['conv'] / 1e9:.2f} G + transposed convs {m['up'] / 1e9:.2f} G)",
-        f"  FLOPs (2 x true MACs):         {2 * m['true'] / 1e9:.2f} G",
+      f'  MACs (true, layer by layer):   {m["true"] / 1e9:.2f} G  '
+      f'(convs {m["conv"] / 1e9:.2f} G + transposed convs {m["up"] / 1e9:.2f} G)',
+      f'  FLOPs (2 x true MACs):         {2 * m["true"] / 1e9:.2f} G',
     ]
-  lines.append(f"  XLA cost analysis, flops:      {r['xla_flops'] / 1e9:.2f} G")
+  lines.append(f'  XLA cost analysis, flops:      {r["xla_flops"] / 1e9:.2f} G')
   if m is not None:
-    lines.append(f"  paper convention ('GFLOPS'):   {m['paper'] / 1e9:.2f} G  "
-                 '(MACs, each 2x2 transposed conv charged 4 taps per output pixel)')
+    lines.append(
+      f"  paper convention ('GFLOPS'):   {m['paper'] / 1e9:.2f} G  "
+      '(MACs, each 2x2 transposed conv charged 4 taps per output pixel)'
+    )
   for key in ('fps_batch1', 'fps_batched'):
     if key in r:
       f = r[key]
       lines.append(
-          f"  inference, batch {f['batch']:>2}:          {f['fps']:.2f} images/s "
-          f"(median {f['median_s'] * 1e3:.1f} ms over {f['repeats']}; first call "
-          f"{f['first_call_s']:.1f} s) on {r['backend']} ({r['device']})")
+        f'  inference, batch {f["batch"]:>2}:          {f["fps"]:.2f} images/s '
+        f'(median {f["median_s"] * 1e3:.1f} ms over {f["repeats"]}; first call '
+        f'{f["first_call_s"]:.1f} s) on {r["backend"]} ({r["device"]})'
+      )
   return '\n'.join(lines)
 
 

@@ -47,20 +47,21 @@ def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {'num_images': 0}
   densest = max(per_image)
   return {
-      'num_images': len(per_image),
-      'sizes_wxh': dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
-      'crack_pixels': crack,
-      'pixels': total,
-      'crack_proportion': crack / total,
-      'mean_image_crack_proportion': float(np.mean([p for p, _ in per_image])),
-      'densest_image': densest[1],
-      'densest_proportion': densest[0],
-      'images_without_crack': sum(p == 0 for p, _ in per_image),
+    'num_images': len(per_image),
+    'sizes_wxh': dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
+    'crack_pixels': crack,
+    'pixels': total,
+    'crack_proportion': crack / total,
+    'mean_image_crack_proportion': float(np.mean([p for p, _ in per_image])),
+    'densest_image': densest[1],
+    'densest_proportion': densest[0],
+    'images_without_crack': sum(p == 0 for p, _ in per_image),
   }
 
 
-def dataset_stats(data: ml_collections.ConfigDict,
-                  splits: Sequence[str] = ('train', 'test')) -> dict[str, dict]:
+def dataset_stats(
+  data: ml_collections.ConfigDict, splits: Sequence[str] = ('train', 'test')
+) -> dict[str, dict]:
   """`split_stats` of each split of ``data`` (the config's data group), preparing it if needed."""
   return {s: split_stats(datasets.get_data_source(data, s)) for s in splits}
 
@@ -73,12 +74,13 @@ def format_stats(dataset: str, stats: dict[str, dict]) -> str:
       continue
     sizes = ', '.join(f'{k} ({v})' for k, v in st['sizes_wxh'].items())
     lines.append(
-        f'{dataset}/{split}: {st["num_images"]} images; sizes (WxH) {sizes}\n'
-        f'  crack pixels {st["crack_proportion"] * 100:.2f}% of the split '
-        f'({st["crack_pixels"]} / {st["pixels"]}); mean per image '
-        f'{st["mean_image_crack_proportion"] * 100:.2f}%\n'
-        f'  densest image {st["densest_image"]}: {st["densest_proportion"] * 100:.2f}%; '
-        f'images without crack pixels: {st["images_without_crack"]}')
+      f'{dataset}/{split}: {st["num_images"]} images; sizes (WxH) {sizes}\n'
+      f'  crack pixels {st["crack_proportion"] * 100:.2f}% of the split '
+      f'({st["crack_pixels"]} / {st["pixels"]}); mean per image '
+      f'{st["mean_image_crack_proportion"] * 100:.2f}%\n'
+      f'  densest image {st["densest_image"]}: {st["densest_proportion"] * 100:.2f}%; '
+      f'images without crack pixels: {st["images_without_crack"]}'
+    )
   return '\n'.join(lines)
 
 

@@ -33,11 +33,11 @@ from tfds_builders.crackforest import CrackForest
 
 # Explicit registry: config.data.name -> builder class.
 DATASETS: dict[str, type[tfds.core.GeneratorBasedBuilder]] = {
-    'crackforest': CrackForest,
-    'aiglern': AigleRN,
-    'crack360': Crack360,
-    'bjn260': BJN260,
-    'crack_folder': CrackFolder,
+  'crackforest': CrackForest,
+  'aiglern': AigleRN,
+  'crack360': Crack360,
+  'bjn260': BJN260,
+  'crack_folder': CrackFolder,
 }
 
 
@@ -50,14 +50,19 @@ def _folder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
   folder = data.get('folder')
   if folder is None or not folder.get('images') or not folder.get('masks'):
     raise DatasetNotFoundError(
-        "Dataset 'crack_folder' needs your folders: pass --config.data.folder.images=DIR "
-        '--config.data.folder.masks=DIR (images and masks matched by file name; see '
-        'docs/datasets.md).')
-  return dict(image_dir=_expand(folder.images), mask_dir=_expand(folder.masks),
-              train_list=_expand(folder.get('train_list')),
-              test_list=_expand(folder.get('test_list')),
-              mask_threshold=folder.get('mask_threshold'),
-              mask_polarity=folder.get('mask_polarity'), mask_suffix=folder.get('mask_suffix'))
+      "Dataset 'crack_folder' needs your folders: pass --config.data.folder.images=DIR "
+      '--config.data.folder.masks=DIR (images and masks matched by file name; see '
+      'docs/datasets.md).'
+    )
+  return dict(
+    image_dir=_expand(folder.images),
+    mask_dir=_expand(folder.masks),
+    train_list=_expand(folder.get('train_list')),
+    test_list=_expand(folder.get('test_list')),
+    mask_threshold=folder.get('mask_threshold'),
+    mask_polarity=folder.get('mask_polarity'),
+    mask_suffix=folder.get('mask_suffix'),
+  )
 
 
 def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
@@ -75,7 +80,7 @@ def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuil
     builder_cls = DATASETS[data.name]
   except KeyError:
     raise ValueError(
-        f'Unknown dataset config.data.name={data.name!r}; known datasets: {sorted(DATASETS)}'
+      f'Unknown dataset config.data.name={data.name!r}; known datasets: {sorted(DATASETS)}'
     ) from None
   kwargs = _folder_kwargs(data) if builder_cls is CrackFolder else {}
   return builder_cls(data_dir=_expand(data.data_dir), **kwargs)
@@ -95,10 +100,11 @@ def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str 
     return
   instructions = textwrap.dedent(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
   raise DatasetNotFoundError(
-      f'Dataset {builder.name!r} needs files you download yourself, and {problem}.\n'
-      f'{instructions}\n'
-      f'It is prepared once into {builder.data_dir_root}; later runs with the same '
-      '--config.data.data_dir need no manual_dir.')
+    f'Dataset {builder.name!r} needs files you download yourself, and {problem}.\n'
+    f'{instructions}\n'
+    f'It is prepared once into {builder.data_dir_root}; later runs with the same '
+    '--config.data.data_dir need no manual_dir.'
+  )
 
 
 def _dataset_error(e: BaseException | None) -> DatasetError | None:
@@ -150,7 +156,8 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
       _check_manual_dir(builder, manual_dir)
       try:
         builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
+        )
       except Exception as e:  # A builder's data error: re-raise with its message only.
         error = _dataset_error(e)
         if error is None:
@@ -181,5 +188,3 @@ def get_data_source(data: ml_collections.ConfigDict, split: str) -> Sequence[dic
 def record_name(record: dict[str, Any]) -> str:
   name = record['name']
   return name.decode() if isinstance(name, bytes) else str(name)
-
-

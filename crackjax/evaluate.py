@@ -33,27 +33,33 @@ def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> st
   directory = Path(workdir) / 'checkpoints'
   mngr = state_lib.checkpoint_manager(workdir, config) if directory.is_dir() else None
   if mngr is None or mngr.latest_step() is None:
-    raise FileNotFoundError(f'No checkpoint in {directory} to evaluate; '
-                            'train first (--mode=train or train_and_eval).')
+    raise FileNotFoundError(
+      f'No checkpoint in {directory} to evaluate; train first (--mode=train or train_and_eval).'
+    )
   mesh = state_lib.make_mesh()
   return state_lib.restore_or_init(config, mngr, loader.train_image_shape(config), mesh)
 
 
-def score(probs: Sequence[np.ndarray], gts: Sequence[np.ndarray],
-          config: ml_collections.ConfigDict) -> dict[str, dict[str, Any]]:
+def score(
+  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], config: ml_collections.ConfigDict
+) -> dict[str, dict[str, Any]]:
   """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid."""
   results = {}
   for protocol in config.eval.protocols:
     spec = evaluation.get_protocol(protocol)
     results[protocol] = evaluation.evaluate(
-        probs, gts, protocol=protocol,
-        num_thresholds=spec.num_thresholds(config.eval.num_thresholds))
+      probs, gts, protocol=protocol, num_thresholds=spec.num_thresholds(config.eval.num_thresholds)
+    )
   return results
 
 
-def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str | Path, *,
-                        state: state_lib.TrainState | None = None,
-                        split: str | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  *,
+  state: state_lib.TrainState | None = None,
+  split: str | None = None,
+) -> dict[str, Any]:
   """Evaluates the latest checkpoint (or `state`) on the test split.
 
   Under every protocol of `config.eval.protocols` it writes, in `workdir`: `eval.json`
@@ -74,29 +80,49 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str | Path, 
   examples = list(loader.eval_examples(config, split))
   model = state_lib.create_model(config)
   images = (ex['image'] for ex in examples)
-  probs = list(tqdm.tqdm(predict_probabilities(params, model, images), total=len(examples),
-                         desc=f'eval {split}', unit='img', disable=jax.process_index() != 0))
+  probs = list(
+    tqdm.tqdm(
+      predict_probabilities(params, model, images),
+      total=len(examples),
+      desc=f'eval {split}',
+      unit='img',
+      disable=jax.process_index() != 0,
+    )
+  )
   gts = [ex['mask'][..., 0] for ex in examples]
   names = [ex['name'] for ex in examples]
   results = score(probs, gts, config)
   summary = {
-      'step': step,
-      'dataset': config.data.name,
-      'split': split,
-      'num_images': len(examples),
-      'protocols': list(results),
-      'results': {
-          protocol: {
-              **{k: r[k] for k in ('protocol', 'protocol_description', 'num_thresholds', 'ods',
-                                   'ois', 'ois_mean_f1', 'ap')},
-              'per_image': [dict(name=name, **row)
-                            for name, row in zip(names, r['per_image'], strict=True)],
-          } for protocol, r in results.items()
-      },
+    'step': step,
+    'dataset': config.data.name,
+    'split': split,
+    'num_images': len(examples),
+    'protocols': list(results),
+    'results': {
+      protocol: {
+        **{
+          k: r[k]
+          for k in (
+            'protocol',
+            'protocol_description',
+            'num_thresholds',
+            'ods',
+            'ois',
+            'ois_mean_f1',
+            'ap',
+          )
+        },
+        'per_image': [
+          dict(name=name, **row) for name, row in zip(names, r['per_image'], strict=True)
+        ],
+      }
+      for protocol, r in results.items()
+    },
   }
   if jax.process_index() == 0:
-    write_eval_outputs(config, workdir, summary, results,
-                       [ex['image'] for ex in examples], probs, gts, names)
+    write_eval_outputs(
+      config, workdir, summary, results, [ex['image'] for ex in examples], probs, gts, names
+    )
   return summary
 
 
@@ -106,18 +132,32 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
     spec = evaluation.get_protocol(protocol)
     if spec.writes_threshold_file:
       threshold = r['ods']['threshold']
-      (workdir / 'threshold.json').write_text(json.dumps({
-          'threshold': threshold, 'rule': spec.threshold_rule,
-          'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
-          'split': summary['split'], 'step': summary['step']}, indent=2))
+      (workdir / 'threshold.json').write_text(
+        json.dumps(
+          {
+            'threshold': threshold,
+            'rule': spec.threshold_rule,
+            'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
+            'split': summary['split'],
+            'step': summary['step'],
+          },
+          indent=2,
+        )
+      )
       return threshold
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
 
 
-def write_eval_outputs(config: ml_collections.ConfigDict, workdir: Path, summary: dict[str, Any],
-                       results: dict[str, dict[str, Any]], images: Sequence[np.ndarray],
-                       probs: Sequence[np.ndarray], gts: Sequence[np.ndarray],
-                       names: Sequence[str]) -> None:
+def write_eval_outputs(
+  config: ml_collections.ConfigDict,
+  workdir: Path,
+  summary: dict[str, Any],
+  results: dict[str, dict[str, Any]],
+  images: Sequence[np.ndarray],
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  names: Sequence[str],
+) -> None:
   """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars."""
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / 'eval.json').write_text(json.dumps(summary, indent=2))
@@ -129,17 +169,38 @@ def write_eval_outputs(config: ml_collections.ConfigDict, workdir: Path, summary
   k = min(config.eval.num_qualitative, len(images))
   if k:
     eval_report.plot_qualitative(
-        workdir / 'qualitative.png', images[:k], gts[:k], probs[:k], names[:k], threshold,
-        f'{title}; prediction at the strict ODS threshold')
+      workdir / 'qualitative.png',
+      images[:k],
+      gts[:k],
+      probs[:k],
+      names[:k],
+      threshold,
+      f'{title}; prediction at the strict ODS threshold',
+    )
   if config.eval.save_probability_maps:
     eval_report.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
   for protocol, r in results.items():
-    writer.write_scalars(step, {
-        'ods_f1': r['ods']['f1'], 'ods_precision': r['ods']['precision'],
-        'ods_recall': r['ods']['recall'], 'ois_f1': r['ois']['f1'], 'ap': r['ap']},
-        kind=f'eval_{split}_{protocol}')
-    logging.info('Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.2f, P %.4f, R %.4f), '
-                 'OIS F1 %.4f, AP %.4f', protocol, step, r['ods']['f1'], r['ods']['threshold'],
-                 r['ods']['precision'], r['ods']['recall'], r['ois']['f1'], r['ap'])
+    writer.write_scalars(
+      step,
+      {
+        'ods_f1': r['ods']['f1'],
+        'ods_precision': r['ods']['precision'],
+        'ods_recall': r['ods']['recall'],
+        'ois_f1': r['ois']['f1'],
+        'ap': r['ap'],
+      },
+      kind=f'eval_{split}_{protocol}',
+    )
+    logging.info(
+      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.2f, P %.4f, R %.4f), OIS F1 %.4f, AP %.4f',
+      protocol,
+      step,
+      r['ods']['f1'],
+      r['ods']['threshold'],
+      r['ods']['precision'],
+      r['ods']['recall'],
+      r['ois']['f1'],
+      r['ap'],
+    )
   writer.close()

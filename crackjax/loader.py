@@ -45,9 +45,15 @@ def train_image_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]
   return int(h), int(w), 3
 
 
-def _load_example(source: Sequence[dict[str, Any]], record_index: int, position: int, *,
-                  seed: int, input_size: tuple[int, int] | None,
-                  noise_std: float) -> dict[str, np.ndarray]:
+def _load_example(
+  source: Sequence[dict[str, Any]],
+  record_index: int,
+  position: int,
+  *,
+  seed: int,
+  input_size: tuple[int, int] | None,
+  noise_std: float,
+) -> dict[str, np.ndarray]:
   """Reads one training record; crop and noise are seeded by (seed, stream position)."""
   record = source[record_index]
   image = np.asarray(record['image'])
@@ -57,12 +63,13 @@ def _load_example(source: Sequence[dict[str, Any]], record_index: int, position:
     (h, w), (th, tw) = image.shape[:2], input_size
     if th > h or tw > w:
       raise ValueError(
-          f'config.data.input_size {input_size} is larger than image {record_name(record)!r} '
-          f'({h}x{w}); crops cannot grow an image.')
+        f'config.data.input_size {input_size} is larger than image {record_name(record)!r} '
+        f'({h}x{w}); crops cannot grow an image.'
+      )
     top = int(rng.integers(0, h - th + 1))
     left = int(rng.integers(0, w - tw + 1))
-    image = image[top:top + th, left:left + tw]
-    mask = mask[top:top + th, left:left + tw]
+    image = image[top : top + th, left : left + tw]
+    mask = mask[top : top + th, left : left + tw]
   image = image.astype(np.float32) / 255.0
   if noise_std > 0:
     image = np.clip(image + rng.normal(0.0, noise_std, image.shape).astype(np.float32), 0.0, 1.0)
@@ -72,18 +79,24 @@ def _load_example(source: Sequence[dict[str, Any]], record_index: int, position:
 def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
   shapes = {ex['image'].shape for ex in examples}
   if len(shapes) > 1:
-    sizes = ', '.join(f"{ex['name']}: {ex['image'].shape[:2]}" for ex in examples)
-    raise ValueError(f'Images of one batch differ in size ({sizes}); set config.data.input_size '
-                     'to crop them to a common size.')
+    sizes = ', '.join(f'{ex["name"]}: {ex["image"].shape[:2]}' for ex in examples)
+    raise ValueError(
+      f'Images of one batch differ in size ({sizes}); set config.data.input_size '
+      'to crop them to a common size.'
+    )
   return {
-      'image': np.stack([ex['image'] for ex in examples]),
-      'mask': np.stack([ex['mask'] for ex in examples]),
+    'image': np.stack([ex['image'] for ex in examples]),
+    'mask': np.stack([ex['mask'] for ex in examples]),
   }
 
 
-def create_train_iterator(config: ml_collections.ConfigDict, *, start_step: int = 0,
-                          process_index: int | None = None,
-                          process_count: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+def create_train_iterator(
+  config: ml_collections.ConfigDict,
+  *,
+  start_step: int = 0,
+  process_index: int | None = None,
+  process_count: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
   """Infinite iterator over this process's part of global batches start_step, start_step+1, ...
 
   Args:
@@ -104,8 +117,10 @@ def create_train_iterator(config: ml_collections.ConfigDict, *, start_step: int 
   process_index = jax.process_index() if process_index is None else process_index
   process_count = jax.process_count() if process_count is None else process_count
   if config.batch_size % process_count:
-    raise ValueError(f'config.batch_size={config.batch_size} is not divisible by the '
-                     f'process count {process_count}.')
+    raise ValueError(
+      f'config.batch_size={config.batch_size} is not divisible by the '
+      f'process count {process_count}.'
+    )
   if not 0 <= process_index < process_count:
     raise ValueError(f'process_index {process_index} not in [0, {process_count}).')
   if start_step < 0:
@@ -119,10 +134,14 @@ def create_train_iterator(config: ml_collections.ConfigDict, *, start_step: int 
     raise ValueError(f'Split {config.data.train_split!r} of {config.data.name!r} is empty.')
 
   def load(group: list[tuple[int, int]]) -> dict[str, np.ndarray]:
-    return _stack([
-        _load_example(source, record, position, seed=seed, input_size=input_size,
-                      noise_std=noise_std) for position, record in group
-    ])
+    return _stack(
+      [
+        _load_example(
+          source, record, position, seed=seed, input_size=input_size, noise_std=noise_std
+        )
+        for position, record in group
+      ]
+    )
 
   # Stream position g -> record index; shuffle-then-repeat reshuffles every epoch.
   ds = grain.MapDataset.range(len(source)).shuffle(seed=seed).repeat()
@@ -132,12 +151,16 @@ def create_train_iterator(config: ml_collections.ConfigDict, *, start_step: int 
   ds = ds.batch(local_batch, drop_remainder=True, batch_fn=list)
   ds = ds.slice(slice(start_step * process_count + process_index, None, process_count))
   ds = ds.map(load)
-  return iter(ds.to_iter_dataset(
-      grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)))
+  return iter(
+    ds.to_iter_dataset(
+      grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
+    )
+  )
 
 
-def eval_examples(config: ml_collections.ConfigDict,
-                  split: str | None = None) -> Iterator[dict[str, Any]]:
+def eval_examples(
+  config: ml_collections.ConfigDict, split: str | None = None
+) -> Iterator[dict[str, Any]]:
   """Every record of ``split`` (default ``config.data.test_split``) once, in stored order.
 
   Yields:
@@ -147,8 +170,7 @@ def eval_examples(config: ml_collections.ConfigDict,
   for i in range(len(source)):
     record = source[i]
     yield {
-        'image': np.asarray(record['image'], np.float32) / 255.0,
-        'mask': np.asarray(record['mask'], np.float32),
-        'name': record_name(record),
+      'image': np.asarray(record['image'], np.float32) / 255.0,
+      'mask': np.asarray(record['mask'], np.float32),
+      'name': record_name(record),
     }
-

@@ -116,12 +116,12 @@ def jaccard_distance(logits: Array, labels: Array, smooth: float = 1.0) -> Array
 
 
 def minority_weight(
-    labels: Array,
-    weighting: str,
-    *,
-    beta: float = 1.0,
-    gamma: float = 1.0,
-    base: float = 10.0,
+  labels: Array,
+  weighting: str,
+  *,
+  beta: float = 1.0,
+  gamma: float = 1.0,
+  base: float = 10.0,
 ) -> Array:
   """q(alpha) of the named family, with alpha from `labels` (the whole batch).
 
@@ -139,8 +139,7 @@ def minority_weight(
     ValueError: for an unknown weighting name.
   """
   if weighting not in WEIGHTINGS:
-    raise ValueError(
-        f'Unknown loss weighting {weighting!r}; expected one of {sorted(WEIGHTINGS)}.')
+    raise ValueError(f'Unknown loss weighting {weighting!r}; expected one of {sorted(WEIGHTINGS)}.')
   alpha = background_ratio(labels)
   return WEIGHTINGS[weighting](alpha, beta=beta, gamma=gamma, base=base)
 
@@ -148,22 +147,22 @@ def minority_weight(
 # Explicit table of the weight families; each takes alpha and the keyword parameters it
 # needs (ignoring the rest) so callers can pass one config block to any of them.
 WEIGHTINGS: dict[str, Callable[..., Array]] = {
-    'ce': lambda alpha, **_: jnp.ones_like(alpha),
-    'xie': lambda alpha, **_: q_xie(alpha),
-    'power': lambda alpha, *, beta, gamma, **_: q_power(alpha, beta, gamma),
-    'log': lambda alpha, *, beta, **_: q_log(alpha, beta),
-    'exp': lambda alpha, *, beta, gamma, base, **_: q_exp(alpha, beta, base, gamma),
+  'ce': lambda alpha, **_: jnp.ones_like(alpha),
+  'xie': lambda alpha, **_: q_xie(alpha),
+  'power': lambda alpha, *, beta, gamma, **_: q_power(alpha, beta, gamma),
+  'log': lambda alpha, *, beta, **_: q_log(alpha, beta),
+  'exp': lambda alpha, *, beta, gamma, base, **_: q_exp(alpha, beta, base, gamma),
 }
 
 
 def holistic_loss(
-    logits: Array,
-    labels: Array,
-    q: Array | float,
-    *,
-    a: float = 1.0,
-    b: float = 0.0,
-    smooth: float = 1.0,
+  logits: Array,
+  labels: Array,
+  q: Array | float,
+  *,
+  a: float = 1.0,
+  b: float = 0.0,
+  smooth: float = 1.0,
 ) -> Array:
   """Holistic loss a * mean(WCE) + b * Jaccard distance (eq. 8), a scalar.
 
@@ -200,14 +199,14 @@ LossFn = Callable[[Any, Array], tuple[Array, dict[str, Array]]]
 
 
 def holistic(
-    *,
-    weighting: str = 'exp',
-    beta: float = 1.0,
-    gamma: float = 1.0,
-    base: float = 10.0,
-    a: float = 1.0,
-    b: float = 0.0,
-    jaccard_smooth: float = 1.0,
+  *,
+  weighting: str = 'exp',
+  beta: float = 1.0,
+  gamma: float = 1.0,
+  base: float = 10.0,
+  a: float = 1.0,
+  b: float = 0.0,
+  jaccard_smooth: float = 1.0,
 ) -> LossFn:
   """The paper's loss as a train-step loss: a * WCE with q(alpha) + b * Jaccard distance.
 
@@ -243,7 +242,7 @@ def holistic(
 # Explicit table: config.loss.name -> factory of a train-step loss (keyword arguments: the
 # other fields of config.loss).
 LOSSES: dict[str, Callable[..., LossFn]] = {
-    'holistic': holistic,
+  'holistic': holistic,
 }
 
 
@@ -264,6 +263,8 @@ def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
   accepted = inspect.signature(factory).parameters
   unknown = sorted(set(kwargs) - set(accepted))
   if unknown:
-    raise ValueError(f'config.loss has field(s) {unknown} that loss {name!r} does not take; '
-                     f'it takes {sorted(accepted)}.')
+    raise ValueError(
+      f'config.loss has field(s) {unknown} that loss {name!r} does not take; '
+      f'it takes {sorted(accepted)}.'
+    )
   return factory(**kwargs)

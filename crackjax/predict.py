@@ -18,8 +18,9 @@ def predict_step(params: Any, images: jax.Array, *, apply_fn: Callable[..., Any]
   return jax.nn.sigmoid(fused_logits(apply_fn({'params': params}, images)))
 
 
-def predict_probabilities(params: Any, model: nn.Module,
-                          images: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+def predict_probabilities(
+  params: Any, model: nn.Module, images: Iterable[np.ndarray]
+) -> Iterator[np.ndarray]:
   """Crack probability maps [H, W] for images [H, W, 3] (float, in [0, 1]) of any size.
 
   Each image is edge-padded to a multiple of the model's `input_multiple` and the

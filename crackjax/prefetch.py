@@ -20,8 +20,9 @@ class _ProducerError:
     self.error = error
 
 
-def prefetch_to_device(batches: Iterator[Mapping[str, np.ndarray]], mesh: Mesh,
-                       size: int = 2) -> Iterator[dict[str, jax.Array]]:
+def prefetch_to_device(
+  batches: Iterator[Mapping[str, np.ndarray]], mesh: Mesh, size: int = 2
+) -> Iterator[dict[str, jax.Array]]:
   """Yields `global_batch(b, mesh)` for b in `batches`, up to `size` batches ahead.
 
   A background thread reads the host batches and transfers them to the devices while the

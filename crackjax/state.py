@@ -60,8 +60,9 @@ def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransfo
   return optax.adam(config.learning_rate)
 
 
-def create_train_state(config: ml_collections.ConfigDict, rng: jax.Array,
-                       image_shape: tuple[int, int, int]) -> TrainState:
+def create_train_state(
+  config: ml_collections.ConfigDict, rng: jax.Array, image_shape: tuple[int, int, int]
+) -> TrainState:
   """Initialises parameters and Adam state for images of shape (H, W, C).
 
   Args:
@@ -84,35 +85,42 @@ def init_key(seed: int) -> jax.Array:
   return jax.random.key(seed, impl='rbg')
 
 
-def abstract_train_state(config: ml_collections.ConfigDict, image_shape: tuple[int, int, int],
-                         mesh: Mesh) -> TrainState:
+def abstract_train_state(
+  config: ml_collections.ConfigDict, image_shape: tuple[int, int, int], mesh: Mesh
+) -> TrainState:
   """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
   abstract = jax.eval_shape(
-      functools.partial(create_train_state, config, image_shape=image_shape),
-      init_key(config.seed))
+    functools.partial(create_train_state, config, image_shape=image_shape), init_key(config.seed)
+  )
   sharding = replicated(mesh)
-  return jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
 
-def init_train_state(config: ml_collections.ConfigDict, image_shape: tuple[int, int, int],
-                     mesh: Mesh) -> TrainState:
+def init_train_state(
+  config: ml_collections.ConfigDict, image_shape: tuple[int, int, int], mesh: Mesh
+) -> TrainState:
   """A freshly initialised TrainState (seed ``config.seed``), replicated over `mesh`."""
-  init = jax.jit(functools.partial(create_train_state, config, image_shape=image_shape),
-                 out_shardings=replicated(mesh))
+  init = jax.jit(
+    functools.partial(create_train_state, config, image_shape=image_shape),
+    out_shardings=replicated(mesh),
+  )
   return init(init_key(config.seed))
 
 
-def checkpoint_manager(workdir: str | Path, config: ml_collections.ConfigDict, *,
-                       create: bool = True) -> ocp.CheckpointManager:
+def checkpoint_manager(
+  workdir: str | Path, config: ml_collections.ConfigDict, *, create: bool = True
+) -> ocp.CheckpointManager:
   """The orbax manager of ``<workdir>/checkpoints`` (created unless ``create=False``)."""
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.max_checkpoints_to_keep,
-                                         create=create)
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.max_checkpoints_to_keep, create=create)
   return ocp.CheckpointManager(Path(workdir).absolute() / 'checkpoints', options=options)
 
 
-def restore_or_init(config: ml_collections.ConfigDict, mngr: ocp.CheckpointManager,
-                    image_shape: tuple[int, int, int], mesh: Mesh) -> TrainState:
+def restore_or_init(
+  config: ml_collections.ConfigDict,
+  mngr: ocp.CheckpointManager,
+  image_shape: tuple[int, int, int],
+  mesh: Mesh,
+) -> TrainState:
   """The latest checkpoint of `mngr` if there is one, else a freshly initialised state."""
   step = mngr.latest_step()
   if step is None:

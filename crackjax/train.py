@@ -41,9 +41,14 @@ class NonFiniteError(FloatingPointError):
   """Raised when training produced a non-finite loss or gradient."""
 
 
-def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, loss_fn: losses.LossFn,
-               augment_fn: augment.AugmentFn, seed: int
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(
+  state: TrainState,
+  batch: Mapping[str, jax.Array],
+  *,
+  loss_fn: losses.LossFn,
+  augment_fn: augment.AugmentFn,
+  seed: int,
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimisation step on a global batch.
 
   Augmentation runs here, on device, keyed by the step number so a resumed run draws the
@@ -75,14 +80,23 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, loss_fn: lo
   # Keep the old state on a non-finite step: the run stops at the next check, and the
   # parameters it could still save are the last good ones.
   new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
-  metrics = {'loss': loss, 'grad_norm': grad_norm, **loss_metrics,
-             'finite': finite.astype(jnp.float32)}
+  metrics = {
+    'loss': loss,
+    'grad_norm': grad_norm,
+    **loss_metrics,
+    'finite': finite.astype(jnp.float32),
+  }
   return new_state, metrics
 
 
-def make_train_step(config: ml_collections.ConfigDict, mesh: Mesh, state: TrainState, *,
-                    loss_fn: losses.LossFn | None = None,
-                    augment_fn: augment.AugmentFn | None = None):
+def make_train_step(
+  config: ml_collections.ConfigDict,
+  mesh: Mesh,
+  state: TrainState,
+  *,
+  loss_fn: losses.LossFn | None = None,
+  augment_fn: augment.AugmentFn | None = None,
+):
   """Jits `train_step` with replicated state, a data-sharded batch and a donated state.
 
   Args:
@@ -97,11 +111,10 @@ def make_train_step(config: ml_collections.ConfigDict, mesh: Mesh, state: TrainS
   replicated = state_lib.replicated(mesh)
   state_sharding = jax.tree.map(lambda _: replicated, state)
   return jax.jit(
-      functools.partial(train_step, loss_fn=loss_fn, augment_fn=augment_fn,
-                        seed=int(config.seed)),
-      in_shardings=(state_sharding, state_lib.batch_sharded(mesh)),
-      out_shardings=(state_sharding, replicated),
-      donate_argnums=(0,),
+    functools.partial(train_step, loss_fn=loss_fn, augment_fn=augment_fn, seed=int(config.seed)),
+    in_shardings=(state_sharding, state_lib.batch_sharded(mesh)),
+    out_shardings=(state_sharding, replicated),
+    donate_argnums=(0,),
   )
 
 
@@ -111,8 +124,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   state_lib.create_model(config)
   n = jax.device_count()
   if config.batch_size % n:
-    raise ValueError(f'config.batch_size={config.batch_size} must be divisible by the '
-                     f'number of devices ({n}): the batch is split evenly over them.')
+    raise ValueError(
+      f'config.batch_size={config.batch_size} must be divisible by the '
+      f'number of devices ({n}): the batch is split evenly over them.'
+    )
 
 
 class _MetricLog:
@@ -130,15 +145,17 @@ class _MetricLog:
   def flush(self) -> None:
     if not self.pending:
       return
-    fetched = list(zip([s for s, _ in self.pending],
-                       jax.device_get([m for _, m in self.pending]), strict=True))
+    fetched = list(
+      zip([s for s, _ in self.pending], jax.device_get([m for _, m in self.pending]), strict=True)
+    )
     self.pending.clear()
     for s, m in fetched:
       if not m['finite']:
         raise NonFiniteError(
-            f'Non-finite loss or gradient at step {s} (loss={m["loss"]}, grad_norm='
-            f'{m["grad_norm"]}); stopping. The last good checkpoint is '
-            f'{self._last_good_step()}.')
+          f'Non-finite loss or gradient at step {s} (loss={m["loss"]}, grad_norm='
+          f'{m["grad_norm"]}); stopping. The last good checkpoint is '
+          f'{self._last_good_step()}.'
+        )
     names = [k for k in fetched[-1][1] if k != 'finite']
     means = {k: float(np.mean([m[k] for _, m in fetched])) for k in names}
     now = time.time()
@@ -148,8 +165,9 @@ class _MetricLog:
     self._bar.set_postfix({k: f'{means[k]:.4g}' for k in ('loss', 'q') if k in means})
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path,
-                       *, evaluate_after: bool = True) -> TrainState:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str | Path, *, evaluate_after: bool = True
+) -> TrainState:
   """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
 
   Saves a checkpoint at the end of every epoch and when the loop exits early (an
@@ -180,14 +198,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path,
 
   step_fn = make_train_step(config, mesh, state)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
-  batches = prefetch_to_device(itertools.islice(
-      loader.create_train_iterator(config, start_step=start_step),
-      max(total_steps - start_step, 0)), mesh)
+  batches = prefetch_to_device(
+    itertools.islice(
+      loader.create_train_iterator(config, start_step=start_step), max(total_steps - start_step, 0)
+    ),
+    mesh,
+  )
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
   writer = MetricWriter(workdir)
-  bar = tqdm.tqdm(total=total_steps, initial=start_step, unit='step', dynamic_ncols=True,
-                  disable=jax.process_index() != 0, desc='train')
+  bar = tqdm.tqdm(
+    total=total_steps,
+    initial=start_step,
+    unit='step',
+    dynamic_ncols=True,
+    disable=jax.process_index() != 0,
+    desc='train',
+  )
   log = _MetricLog(writer, bar, lambda: f'step {mngr.latest_step()} in {mngr.directory}')
   try:
     while step < total_steps:

@@ -33,7 +33,7 @@ def fake_segmentation(size: tuple[int, int]) -> np.ndarray:
   seg = np.ones((h, w), np.uint8)
   seg[CRACK_ROW, :] = 2
   r, c = PATCH_PIXEL
-  seg[r - 1:r + 2, c - 1:c + 2] = 3
+  seg[r - 1 : r + 2, c - 1 : c + 2] = 3
   seg[FAINT_CRACK_PIXEL] = 4
   return seg
 
@@ -50,12 +50,19 @@ def write_mat(path: Path, segmentation: np.ndarray) -> None:
   boundaries[1:, :] |= segmentation[1:, :] != segmentation[:-1, :]
   # A dict becomes a 1x1 MATLAB struct; loadmat gives mat['groundTruth'][0, 0]['Segmentation'].
   scipy.io.savemat(
-      path, {'groundTruth': {'Segmentation': segmentation.astype(np.uint8),
-                             'Boundaries': boundaries.astype(np.uint8)}})
+    path,
+    {
+      'groundTruth': {
+        'Segmentation': segmentation.astype(np.uint8),
+        'Boundaries': boundaries.astype(np.uint8),
+      }
+    },
+  )
 
 
-def make_fake_crackforest(root: Path, n_labelled: int = 10, n_unlabelled: int = 2,
-                          size: tuple[int, int] = (32, 48)) -> Path:
+def make_fake_crackforest(
+  root: Path, n_labelled: int = 10, n_unlabelled: int = 2, size: tuple[int, int] = (32, 48)
+) -> Path:
   """Writes a tiny fake CrackForest archive under ``root`` and returns ``root``.
 
   Args:
@@ -133,8 +140,9 @@ def write_image(path: Path, array: np.ndarray, **save_kwargs) -> Path:
   return path
 
 
-def fake_pair(size: tuple[int, int], seed: int, *, mask_high: int = 255,
-              dark_cracks: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def fake_pair(
+  size: tuple[int, int], seed: int, *, mask_high: int = 255, dark_cracks: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
   """(image uint8 HxWx3, mask uint8 HxW) with `folder_crack_mask`'s crack in value mask_high.
 
   dark_cracks: mask drawn black (0) on white (mask_high) instead.
@@ -146,10 +154,17 @@ def fake_pair(size: tuple[int, int], seed: int, *, mask_high: int = 255,
   return image, mask
 
 
-def make_fake_folder(root: Path, n: int = 10, size: tuple[int, int] = (32, 48), *,
-                     image_ext: str = '.jpg', mask_ext: str = '.png', mask_high: int = 255,
-                     sizes: dict[int, tuple[int, int]] | None = None,
-                     image_exts: dict[int, str] | None = None) -> tuple[Path, Path]:
+def make_fake_folder(
+  root: Path,
+  n: int = 10,
+  size: tuple[int, int] = (32, 48),
+  *,
+  image_ext: str = '.jpg',
+  mask_ext: str = '.png',
+  mask_high: int = 255,
+  sizes: dict[int, tuple[int, int]] | None = None,
+  image_exts: dict[int, str] | None = None,
+) -> tuple[Path, Path]:
   """Writes ``root/images/img_NN<ext>`` and ``root/masks/img_NN<ext>``; returns both dirs.
 
   Args:
@@ -166,8 +181,11 @@ def make_fake_folder(root: Path, n: int = 10, size: tuple[int, int] = (32, 48), 
   for i in range(n):
     shape = (sizes or {}).get(i, size)
     image, mask = fake_pair(shape, i, mask_high=mask_high)
-    write_image(images / f'img_{i:02d}{(image_exts or {}).get(i, image_ext)}', image,
-                **({'quality': 95} if image_ext in ('.jpg', '.jpeg') else {}))
+    write_image(
+      images / f'img_{i:02d}{(image_exts or {}).get(i, image_ext)}',
+      image,
+      **({'quality': 95} if image_ext in ('.jpg', '.jpeg') else {}),
+    )
     write_image(masks / f'img_{i:02d}{mask_ext}', mask)
   return images, masks
 
@@ -216,8 +234,9 @@ CRACKTREE_SIZE = (60, 80)  # (H, W): the real 600x800 scaled by 1/10.
 CRKWH_SIZE = (32, 32)
 
 
-def make_fake_crack360(root: Path, n_train: int = 5, n_test: int = 3, *,
-                       variant: str = 'subdirs') -> Path:
+def make_fake_crack360(
+  root: Path, n_train: int = 5, n_test: int = 3, *, variant: str = 'subdirs'
+) -> Path:
   """A fake Crack360 download under ``root``; returns ``root``.
 
   variant 'subdirs': ``CrackTree260/image/*.jpg`` + ``CrackTree260/gt/*.bmp`` and
@@ -228,21 +247,30 @@ def make_fake_crack360(root: Path, n_train: int = 5, n_test: int = 3, *,
   """
   root = Path(root)
   if variant == 'subdirs':
-    dirs = {'train': (root / 'CrackTree260' / 'image', root / 'CrackTree260' / 'gt', '.jpg', ''),
-            'test': (root / 'CRKWH100' / 'image', root / 'CRKWH100' / 'gt', '.png', '')}
+    dirs = {
+      'train': (root / 'CrackTree260' / 'image', root / 'CrackTree260' / 'gt', '.jpg', ''),
+      'test': (root / 'CRKWH100' / 'image', root / 'CRKWH100' / 'gt', '.png', ''),
+    }
   elif variant == 'siblings':
     base = root / 'DeepCrack'
-    dirs = {'train': (base / 'CrackTree260', base / 'CrackTree260_gt', '.jpg', '_gt'),
-            'test': (base / 'crkwh100', base / 'CRKWH100-GT', '.PNG', '')}
+    dirs = {
+      'train': (base / 'CrackTree260', base / 'CrackTree260_gt', '.jpg', '_gt'),
+      'test': (base / 'crkwh100', base / 'CRKWH100-GT', '.PNG', ''),
+    }
   else:
     raise ValueError(variant)
-  for split, n, size, first in (('train', n_train, CRACKTREE_SIZE, 6000),
-                                ('test', n_test, CRKWH_SIZE, 1000)):
+  for split, n, size, first in (
+    ('train', n_train, CRACKTREE_SIZE, 6000),
+    ('test', n_test, CRKWH_SIZE, 1000),
+  ):
     image_dir, gt_dir, ext, suffix = dirs[split]
     for i in range(n):
       image, mask = fake_pair(size, first + i)
-      write_image(image_dir / f'{first + i}{ext}', image,
-                  **({'quality': 95} if ext == '.jpg' else {'format': 'PNG'}))
+      write_image(
+        image_dir / f'{first + i}{ext}',
+        image,
+        **({'quality': 95} if ext == '.jpg' else {'format': 'PNG'}),
+      )
       gt_ext = '.png' if suffix else '.bmp'
       write_image(gt_dir / f'{first + i}{suffix}{gt_ext}', mask)
   return root

@@ -48,9 +48,13 @@ ARGS = _parse()
 # Before jax is imported: the device count is read once, at backend initialisation.
 # XLA's CPU backend optimisation level 0 halves the compile time of the U-Net train step,
 # which dominates these runs; every run a test compares uses the same flags.
-os.environ['XLA_FLAGS'] = ' '.join([
-    os.environ.get('XLA_FLAGS', ''), f'--xla_force_host_platform_device_count={ARGS.devices}',
-    '--xla_backend_optimization_level=0']).strip()
+os.environ['XLA_FLAGS'] = ' '.join(
+  [
+    os.environ.get('XLA_FLAGS', ''),
+    f'--xla_force_host_platform_device_count={ARGS.devices}',
+    '--xla_backend_optimization_level=0',
+  ]
+).strip()
 os.environ['JAX_PLATFORMS'] = 'cpu'
 
 import jax  # noqa: E402
@@ -81,11 +85,11 @@ def _flat(tree, prefix: str) -> dict[str, np.ndarray]:
 
 def _sharding_info(x: jax.Array) -> dict:
   return {
-      'num_devices': len(x.sharding.device_set),
-      'num_addressable_shards': len(x.addressable_shards),
-      'shard_shapes': sorted({tuple(s.data.shape) for s in x.addressable_shards}),
-      'shard_devices': sorted(s.device.id for s in x.addressable_shards),
-      'fully_replicated': bool(x.sharding.is_fully_replicated),
+    'num_devices': len(x.sharding.device_set),
+    'num_addressable_shards': len(x.addressable_shards),
+    'shard_shapes': sorted({tuple(s.data.shape) for s in x.addressable_shards}),
+    'shard_devices': sorted(s.device.id for s in x.addressable_shards),
+    'fully_replicated': bool(x.sharding.is_fully_replicated),
   }
 
 
@@ -113,9 +117,9 @@ def run_sharding() -> None:
     arrays[f'mesh{n}/grad_norms'] = np.asarray(grad_norms)
     arrays.update(_flat(state_lib.local_params(state), f'mesh{n}/params'))
     info[f'mesh{n}'] = {
-        'batch': batch_info,
-        'params': _sharding_info(jax.tree.leaves(state.params)[0]),
-        'step': int(jax.device_get(state.step)),
+      'batch': batch_info,
+      'params': _sharding_info(jax.tree.leaves(state.params)[0]),
+      'step': int(jax.device_get(state.step)),
     }
   out = Path(ARGS.out)
   np.savez(out / 'sharding.npz', **arrays)
@@ -126,9 +130,12 @@ def run_train() -> None:
   """train_and_evaluate in one process, or in this process of a distributed run."""
   if ARGS.num_processes:
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-    jax.distributed.initialize(coordinator_address=ARGS.coordinator,
-                               num_processes=ARGS.num_processes, process_id=ARGS.process_id,
-                               initialization_timeout=120)
+    jax.distributed.initialize(
+      coordinator_address=ARGS.coordinator,
+      num_processes=ARGS.num_processes,
+      process_id=ARGS.process_id,
+      initialization_timeout=120,
+    )
   cfg = config()
   expected_local = cfg.batch_size // jax.process_count()
 
@@ -140,8 +147,9 @@ def run_train() -> None:
     for batch in create(*args, **kwargs):
       for value in batch.values():
         if value.shape[0] != expected_local:
-          raise AssertionError(f'process {jax.process_index()} loaded {value.shape[0]} '
-                               f'rows, expected {expected_local}')
+          raise AssertionError(
+            f'process {jax.process_index()} loaded {value.shape[0]} rows, expected {expected_local}'
+          )
       seen_rows.append(int(batch['image'].shape[0]))
       yield batch
 
@@ -153,20 +161,21 @@ def run_train() -> None:
 
   # The checkpoint every process wrote its part of, restored by every process.
   mngr = state_lib.checkpoint_manager(ARGS.workdir, cfg)
-  restored = state_lib.restore_or_init(cfg, mngr, loader.train_image_shape(cfg),
-                                       state_lib.make_mesh())
+  restored = state_lib.restore_or_init(
+    cfg, mngr, loader.train_image_shape(cfg), state_lib.make_mesh()
+  )
   arrays = _flat(state_lib.local_params(state), 'final')
   arrays.update(_flat(state_lib.local_params(restored), 'restored'))
   info = {
-      'process_index': jax.process_index(),
-      'process_count': jax.process_count(),
-      'local_device_count': jax.local_device_count(),
-      'device_count': jax.device_count(),
-      'local_batch_rows': seen_rows,
-      'step': int(jax.device_get(state.step)),
-      'restored_step': int(jax.device_get(restored.step)),
-      'checkpoint_steps': list(mngr.all_steps()),
-      'params_sharding': _sharding_info(jax.tree.leaves(state.params)[0]),
+    'process_index': jax.process_index(),
+    'process_count': jax.process_count(),
+    'local_device_count': jax.local_device_count(),
+    'device_count': jax.device_count(),
+    'local_batch_rows': seen_rows,
+    'step': int(jax.device_get(state.step)),
+    'restored_step': int(jax.device_get(restored.step)),
+    'checkpoint_steps': list(mngr.all_steps()),
+    'params_sharding': _sharding_info(jax.tree.leaves(state.params)[0]),
   }
   mngr.close()
   out = Path(ARGS.out)

@@ -11,14 +11,32 @@ import numpy as np
 from configs import base
 from crackjax import augment as augment_lib
 
-ZERO = dict(rotation_range=0.0, width_shift_range=0.0, height_shift_range=0.0,
-            shear_range=0.0, zoom_range=0.0, horizontal_flip=False)
-PAPER = dict(rotation_range=0.2, width_shift_range=0.05, height_shift_range=0.05,
-             shear_range=0.05, zoom_range=0.05, horizontal_flip=True)
+ZERO = dict(
+  rotation_range=0.0,
+  width_shift_range=0.0,
+  height_shift_range=0.0,
+  shear_range=0.0,
+  zoom_range=0.0,
+  horizontal_flip=False,
+)
+PAPER = dict(
+  rotation_range=0.2,
+  width_shift_range=0.05,
+  height_shift_range=0.05,
+  shear_range=0.05,
+  zoom_range=0.05,
+  horizontal_flip=True,
+)
 # Jitted once per (kwargs, shapes): much faster than running augment's vmap op by op.
 augment = jax.jit(augment_lib.augment, static_argnames=(*ZERO, 'image_order'))
-STRONG = dict(rotation_range=30.0, width_shift_range=0.2, height_shift_range=0.2,
-              shear_range=20.0, zoom_range=0.3, horizontal_flip=True)
+STRONG = dict(
+  rotation_range=30.0,
+  width_shift_range=0.2,
+  height_shift_range=0.2,
+  shear_range=20.0,
+  zoom_range=0.3,
+  horizontal_flip=True,
+)
 
 
 def random_batch(seed=0, b=4, h=24, w=40):
@@ -75,16 +93,16 @@ def test_augment_horizontal_flip_pattern():
 def test_augment_same_transform_for_image_and_mask():
   image, _ = random_batch(seed=5, b=8)
   mask = (image[..., :1] > 0.5).astype(jnp.float32)
-  out_image, out_mask = augment(jax.random.key(4), image, mask, image_order=0,
-                                               **STRONG)
+  out_image, out_mask = augment(jax.random.key(4), image, mask, image_order=0, **STRONG)
   np.testing.assert_array_equal(out_mask, (out_image[..., :1] > 0.5).astype(jnp.float32))
 
 
 def test_augment_paper_ranges_small_change():
   # The paper's ranges are tiny: most pixels move by well under one pixel.
   image = jnp.broadcast_to(jnp.linspace(0, 1, 40)[None, None, :, None], (4, 24, 40, 1))
-  out, _ = augment(jax.random.key(5), image, jnp.zeros_like(image),
-                                  **dict(PAPER, horizontal_flip=False))
+  out, _ = augment(
+    jax.random.key(5), image, jnp.zeros_like(image), **dict(PAPER, horizontal_flip=False)
+  )
   assert np.abs(np.asarray(out) - np.asarray(image)).mean() < 0.05
 
 
@@ -106,6 +124,9 @@ def test_augment_fn_from_config():
 
 def test_augment_imports_neither_tfds_nor_grain():
   import subprocess
-  code = ('import sys, crackjax.augment; '
-          'assert "tensorflow_datasets" not in sys.modules and "grain" not in sys.modules')
+
+  code = (
+    'import sys, crackjax.augment; '
+    'assert "tensorflow_datasets" not in sys.modules and "grain" not in sys.modules'
+  )
   subprocess.run([sys.executable, '-c', code], check=True)

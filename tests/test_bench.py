@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_bench():
-  spec = importlib.util.spec_from_file_location('bench_train_step',
-                                                REPO / 'bench' / 'train_step.py')
+  spec = importlib.util.spec_from_file_location(
+    'bench_train_step', REPO / 'bench' / 'train_step.py'
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -19,9 +20,17 @@ def _load_bench():
 
 def test_train_step_bench_tiny(capsys):
   bench = _load_bench()
-  result = bench.main(['--config=configs/crackforest_exp.py',
-                       '--config.model.widths=(4, 8, 16, 32, 64)', '--hw=32,48', '--batch=2',
-                       '--steps=1', '--warmup=1', '--notorch'])
+  result = bench.main(
+    [
+      '--config=configs/crackforest_exp.py',
+      '--config.model.widths=(4, 8, 16, 32, 64)',
+      '--hw=32,48',
+      '--batch=2',
+      '--steps=1',
+      '--warmup=1',
+      '--notorch',
+    ]
+  )
   out = capsys.readouterr().out
   jr = result['jax']
   assert result['torch'] is None

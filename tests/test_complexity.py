@@ -6,12 +6,15 @@ from configs import smoke
 from crackjax import complexity
 
 
-@pytest.mark.parametrize('widths, hw, true_g, paper_g, printed_g', [
+@pytest.mark.parametrize(
+  'widths, hw, true_g, paper_g, printed_g',
+  [
     # (true MACs, our reconstruction of the paper's convention, the figure the paper prints)
     ((64, 128, 256, 512, 1024), (320, 480), 112.89, 127.99, 128.18),
     ((64, 128, 256, 512, 1024), (512, 512), 192.67, 218.44, 218.46),
     ((32, 64, 128, 256, 512), (304, 448), 25.09, 28.43, 28.44),
-])
+  ],
+)
 def test_macs_reproduce_the_paper(widths, hw, true_g, paper_g, printed_g):
   macs = complexity.unet_macs(widths, *hw)
   assert macs['true'] / 1e9 == pytest.approx(true_g, abs=0.005)
@@ -40,8 +43,14 @@ def test_report_and_fps():
 
 
 def test_command_line_takes_config_overrides(capsys):
-  complexity.main(['--config=configs/crackforest_exp.py',
-                   "--config.model.widths=(4, 8, 16, 32, 64)", '--hw=32,48', '--nofps'])
+  complexity.main(
+    [
+      '--config=configs/crackforest_exp.py',
+      '--config.model.widths=(4, 8, 16, 32, 64)',
+      '--hw=32,48',
+      '--nofps',
+    ]
+  )
   out = capsys.readouterr().out
   assert out.startswith('unet (') and 'widths (4, 8, 16, 32, 64)) at 32x48' in out
   assert 'parameters:                    0.12 M (121,725)' in out

@@ -26,12 +26,15 @@ def _rel_err(a, b):
   return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
-@pytest.mark.parametrize('shape', [
-    (2, 8, 12, 3, 4),      # the image layer: few input channels
-    (1, 7, 5, 6, 2),       # odd height and width: one-row blocks
-    (2, 4, 1100, 2, 3),    # a row wider than a block
+@pytest.mark.parametrize(
+  'shape',
+  [
+    (2, 8, 12, 3, 4),  # the image layer: few input channels
+    (1, 7, 5, 6, 2),  # odd height and width: one-row blocks
+    (2, 4, 1100, 2, 3),  # a row wider than a block
     (2, 16, 24, 16, 8),
-])
+  ],
+)
 def test_weight_grad_equals_xla(shape):
   n, h, w, cin, cout = shape
   kx, kg = jax.random.split(jax.random.key(0))
@@ -64,8 +67,9 @@ def test_conv_relu_blocked_matches_xla_value_and_gradients():
 
   results = {}
   for impl in ('xla', 'blocked'):
-    f = jax.jit(jax.value_and_grad(lambda *args, impl=impl: loss(impl, *args),
-                                   argnums=(0, 1, 2, 3)))
+    f = jax.jit(
+      jax.value_and_grad(lambda *args, impl=impl: loss(impl, *args), argnums=(0, 1, 2, 3))
+    )
     results[impl] = f(a, b, kernel, bias)
   (v_ref, g_ref), (v, g) = results['xla'], results['blocked']
   assert _rel_err(v, v_ref) < 1e-6
@@ -84,8 +88,12 @@ def test_image_gradient_is_not_computed_for_the_first_layer():
   def loss(kernel, bias):
     return jnp.sum(conv.conv3x3_relu((x,), kernel, bias, 'blocked'))
 
-  hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(
-      jnp.ones((3, 3, 3, 4)), jnp.zeros(4)).compile().as_text()
+  hlo = (
+    jax.jit(jax.grad(loss, argnums=(0, 1)))
+    .lower(jnp.ones((3, 3, 3, 4)), jnp.zeros(4))
+    .compile()
+    .as_text()
+  )
   assert 'f32[1,8,8,3]{3,2,1,0} convolution' not in hlo
 
 

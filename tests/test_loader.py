@@ -76,13 +76,16 @@ def test_processes_concatenate_to_global_batch(config):
   four = config.copy_and_resolve_references()
   four.batch_size = 4
   single = take(loader.create_train_iterator(four, process_index=0, process_count=1), 4)
-  parts = [take(loader.create_train_iterator(
-      four, start_step=1, process_index=p, process_count=2), 3) for p in range(2)]
+  parts = [
+    take(loader.create_train_iterator(four, start_step=1, process_index=p, process_count=2), 3)
+    for p in range(2)
+  ]
   for k in range(3):
     for key in ('image', 'mask'):
       assert parts[0][k][key].shape[0] == 2
       np.testing.assert_array_equal(
-          np.concatenate([parts[0][k][key], parts[1][k][key]]), single[k + 1][key])
+        np.concatenate([parts[0][k][key], parts[1][k][key]]), single[k + 1][key]
+      )
   with pytest.raises(ValueError, match='divisible'):
     loader.create_train_iterator(four, process_index=0, process_count=3)
 

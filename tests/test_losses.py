@@ -25,8 +25,8 @@ def test_q_families_hand_values():
   assert losses.q_xie(alpha) == pytest.approx(4.0)
   assert losses.q_power(alpha, 0.5, 0.5) == pytest.approx(0.5 * 2.0)
   assert losses.q_log(alpha, 0.9) == pytest.approx(0.9 * math.log(4.0))
-  assert losses.q_exp(alpha, 0.75) == pytest.approx(0.75 * 10 ** 0.6, rel=1e-6)
-  assert losses.q_exp(alpha, 1.0, base=2.0, gamma=0.5) == pytest.approx(2 ** 0.3, rel=1e-6)
+  assert losses.q_exp(alpha, 0.75) == pytest.approx(0.75 * 10**0.6, rel=1e-6)
+  assert losses.q_exp(alpha, 1.0, base=2.0, gamma=0.5) == pytest.approx(2**0.3, rel=1e-6)
 
 
 @pytest.mark.parametrize('beta', [0.25, 0.75, 1.0])
@@ -43,10 +43,10 @@ def test_weighted_bce_hand_values():
   q = 3.0
   sig = lambda z: 1 / (1 + math.exp(-z))
   expected = [
-      -q * math.log(sig(0.0)),
-      -q * math.log(sig(2.0)),
-      -math.log(1 - sig(-1.0)),
-      -math.log(1 - sig(3.0)),
+    -q * math.log(sig(0.0)),
+    -q * math.log(sig(2.0)),
+    -math.log(1 - sig(-1.0)),
+    -math.log(1 - sig(3.0)),
   ]
   np.testing.assert_allclose(losses.weighted_bce(logits, labels, q), expected, rtol=1e-6)
 
@@ -86,7 +86,8 @@ def test_jaccard_distance_hand_value():
   assert float(losses.jaccard_distance(logits, labels, 1.0)) == pytest.approx(expected, rel=1e-6)
   # Perfect prediction gives distance 0.
   assert float(losses.jaccard_distance(jnp.array([50.0, -50.0]), jnp.array([1.0, 0.0]))) == (
-      pytest.approx(0.0, abs=1e-6))
+    pytest.approx(0.0, abs=1e-6)
+  )
 
 
 def holistic_value(logits, labels, **kwargs):
@@ -153,6 +154,7 @@ def test_a_new_loss_plugs_in_through_the_table(monkeypatch):
   def plain_bce():
     def loss_fn(outputs, labels):
       return jnp.mean(losses.weighted_bce(losses.fused_logits(outputs), labels, 1.0)), {}
+
     return loss_fn
 
   monkeypatch.setitem(losses.LOSSES, 'bce', plain_bce)
@@ -166,8 +168,7 @@ def test_a_new_loss_plugs_in_through_the_table(monkeypatch):
 def test_all_background_and_all_crack_batches_are_finite(weighting, fill):
   logits = jnp.asarray(np.random.default_rng(2).normal(size=(2, 16, 16, 1)), jnp.float32)
   labels = jnp.full((2, 16, 16, 1), fill)
-  fn = lambda z: holistic_value(
-      z, labels, weighting=weighting, a=1.0, b=1.0, beta=0.75, gamma=0.5)
+  fn = lambda z: holistic_value(z, labels, weighting=weighting, a=1.0, b=1.0, beta=0.75, gamma=0.5)
   value, grad = jax.value_and_grad(fn)(logits)
   assert np.isfinite(float(value))
   assert np.all(np.isfinite(np.asarray(grad)))

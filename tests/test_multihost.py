@@ -58,8 +58,9 @@ def _run_all(runs: dict[str, list[str]], logs: Path) -> None:
   procs = {}
   for name, args in runs.items():
     with open(logs / f'{name}.log', 'w') as log:
-      procs[name] = subprocess.Popen([sys.executable, str(WORKER), *args], env=env,
-                                     stdout=log, stderr=subprocess.STDOUT)
+      procs[name] = subprocess.Popen(
+        [sys.executable, str(WORKER), *args], env=env, stdout=log, stderr=subprocess.STDOUT
+      )
   deadline = time.monotonic() + TIMEOUT_S
   failed = None
   try:
@@ -78,8 +79,9 @@ def _run_all(runs: dict[str, list[str]], logs: Path) -> None:
       proc.kill()
       proc.wait()
   if failed:
-    outputs = '\n'.join(f'----- {name} (last lines)\n{_tail(logs / f"{name}.log")}'
-                        for name in runs)
+    outputs = '\n'.join(
+      f'----- {name} (last lines)\n{_tail(logs / f"{name}.log")}' for name in runs
+    )
     pytest.fail(f'{failed}\n{outputs}')
 
 
@@ -92,11 +94,19 @@ def runs(tmp_path_factory):
   common = ['train', f'--data_root={root}']
   coordinator = f'127.0.0.1:{_free_port()}'
   workers = {
-      'reference': [*common, f'--workdir={root / "ref"}', f'--out={out / "ref"}',
-                    '--devices=4'],
-      **{f'process{i}': [*common, f'--workdir={root / "multi"}', f'--out={out / "multi"}',
-                         '--devices=2', f'--coordinator={coordinator}', '--num_processes=2',
-                         f'--process_id={i}'] for i in range(2)},
+    'reference': [*common, f'--workdir={root / "ref"}', f'--out={out / "ref"}', '--devices=4'],
+    **{
+      f'process{i}': [
+        *common,
+        f'--workdir={root / "multi"}',
+        f'--out={out / "multi"}',
+        '--devices=2',
+        f'--coordinator={coordinator}',
+        '--num_processes=2',
+        f'--process_id={i}',
+      ]
+      for i in range(2)
+    },
   }
   _run_all(workers, logs)
 
@@ -107,10 +117,10 @@ def runs(tmp_path_factory):
     return params, info
 
   return {
-      'root': root,
-      'reference': load('ref', 0),
-      'process0': load('multi', 0),
-      'process1': load('multi', 1),
+    'root': root,
+    'reference': load('ref', 0),
+    'process0': load('multi', 0),
+    'process1': load('multi', 1),
   }
 
 
@@ -175,8 +185,12 @@ def test_losses_match_single_process(runs):
   multi = _train_losses(runs['root'] / 'multi')
   assert sorted(ref) == sorted(multi) == list(range(1, TOTAL_STEPS + 1))
   for key in ('loss', 'grad_norm', 'q'):
-    np.testing.assert_allclose([multi[s][key] for s in sorted(multi)],
-                               [ref[s][key] for s in sorted(ref)], rtol=RTOL, atol=ATOL,
-                               err_msg=key)
+    np.testing.assert_allclose(
+      [multi[s][key] for s in sorted(multi)],
+      [ref[s][key] for s in sorted(ref)],
+      rtol=RTOL,
+      atol=ATOL,
+      err_msg=key,
+    )
   # Training moved: the comparison is not between two untouched states.
   assert ref[TOTAL_STEPS]['loss'] < ref[1]['loss']

@@ -66,21 +66,32 @@ TOY_CONFIG = textwrap.dedent('''
 
 @pytest.fixture(scope='module')
 def raw(tmp_path_factory):
-  return fixtures.make_fake_crackforest(tmp_path_factory.mktemp('toy') / 'raw', n_labelled=6,
-                                        size=(32, 48))
+  return fixtures.make_fake_crackforest(
+    tmp_path_factory.mktemp('toy') / 'raw', n_labelled=6, size=(32, 48)
+  )
 
 
 def _launch(*args, cwd=REPO):
-  return subprocess.run([sys.executable, str(REPO / 'launch.py'), *args], capture_output=True,
-                        text=True, timeout=600, cwd=cwd)
+  return subprocess.run(
+    [sys.executable, str(REPO / 'launch.py'), *args],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    cwd=cwd,
+  )
 
 
 def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
   config = tmp_path / 'toy_config.py'
   config.write_text(TOY_CONFIG)
   workdir = tmp_path / 'run'
-  proc = _launch(f'--config={config}', f'--workdir={workdir}', f'--config.data.manual_dir={raw}',
-                 f'--config.data.data_dir={tmp_path / "tfds"}', '--config.loss.side_weight=0.25')
+  proc = _launch(
+    f'--config={config}',
+    f'--workdir={workdir}',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={tmp_path / "tfds"}',
+    '--config.loss.side_weight=0.25',
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   train_rows = [r for r in rows if r['kind'] == 'train']
@@ -96,9 +107,12 @@ def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
 
 def test_bad_loss_field_fails_before_any_data_or_workdir(tmp_path):
   workdir = tmp_path / 'never'
-  proc = _launch('--config=configs/smoke.py', f'--workdir={workdir}',
-                 '--config.loss.weighting=bogus',
-                 f'--config.data.data_dir={tmp_path / "tfds"}')
+  proc = _launch(
+    '--config=configs/smoke.py',
+    f'--workdir={workdir}',
+    '--config.loss.weighting=bogus',
+    f'--config.data.data_dir={tmp_path / "tfds"}',
+  )
   assert proc.returncode == 1
   assert "launch.py: bad config: config.loss.weighting='bogus'" in proc.stderr
   assert 'Traceback' not in proc.stderr

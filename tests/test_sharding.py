@@ -35,8 +35,13 @@ def _run_worker(args: list[str]) -> subprocess.CompletedProcess:
   # The worker imports tests.fixtures: the repository root must be importable.
   env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(WORKER.parents[1]), env.get('PYTHONPATH')]))
   try:
-    proc = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+      [sys.executable, str(WORKER), *args],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=TIMEOUT_S,
+    )
   except subprocess.TimeoutExpired as e:
     pytest.fail(f'worker timed out after {TIMEOUT_S}s; stderr:\n{e.stderr}')
   assert proc.returncode == 0, f'worker failed ({proc.returncode}); stderr:\n{proc.stderr}'
@@ -49,8 +54,9 @@ def result(tmp_path_factory):
   fixtures.make_fake_crackforest(root / 'raw')
   out = root / 'out'
   out.mkdir()
-  _run_worker(['sharding', f'--data_root={root}', f'--out={out}', '--devices=4',
-               f'--steps={STEPS}'])
+  _run_worker(
+    ['sharding', f'--data_root={root}', f'--out={out}', '--devices=4', f'--steps={STEPS}']
+  )
   with np.load(out / 'sharding.npz') as z:
     arrays = dict(z)
   return arrays, json.loads((out / 'sharding.json').read_text())
@@ -62,8 +68,9 @@ def test_losses_agree(result):
   assert one.shape == (STEPS,)
   assert np.all(np.isfinite(one))
   np.testing.assert_allclose(four, one, rtol=RTOL, atol=ATOL)
-  np.testing.assert_allclose(arrays['mesh4/grad_norms'], arrays['mesh1/grad_norms'],
-                             rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(
+    arrays['mesh4/grad_norms'], arrays['mesh1/grad_norms'], rtol=RTOL, atol=ATOL
+  )
 
 
 def test_final_params_agree(result):
@@ -72,15 +79,15 @@ def test_final_params_agree(result):
   names = sorted(k.removeprefix('mesh1/') for k in arrays if k.startswith('mesh1/params'))
   assert names, sorted(arrays)
   for name in names:
-    np.testing.assert_allclose(arrays[f'mesh4/{name}'], arrays[f'mesh1/{name}'], rtol=RTOL,
-                               atol=ATOL, err_msg=name)
+    np.testing.assert_allclose(
+      arrays[f'mesh4/{name}'], arrays[f'mesh1/{name}'], rtol=RTOL, atol=ATOL, err_msg=name
+    )
 
 
 def test_params_changed(result):
   # Guards against a vacuous comparison (e.g. every update skipped as non-finite).
   arrays, _ = result
-  assert not np.allclose(arrays['mesh1/losses'][0], arrays['mesh1/losses'][-1], rtol=0,
-                         atol=1e-7)
+  assert not np.allclose(arrays['mesh1/losses'][0], arrays['mesh1/losses'][-1], rtol=0, atol=1e-7)
 
 
 def test_batch_is_sharded_over_four_devices(result):

@@ -69,7 +69,8 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
     for key in ('precision', 'recall', 'f1', 'threshold'):
       assert 0.0 <= res['ods'][key] <= 1.0
   assert {row['name'] for row in strict['per_image']} == {
-      ex['name'] for ex in loader.eval_examples(config)}
+    ex['name'] for ex in loader.eval_examples(config)
+  }
   threshold = json.loads((workdir / 'threshold.json').read_text())
   assert threshold['threshold'] == strict['ods']['threshold']
   csv_lines = (workdir / 'eval_per_image.csv').read_text().splitlines()
@@ -138,7 +139,7 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
 
 # Runs the smoke config in a subprocess and SIGKILLs itself when asked for the batch of
 # step 5 (mid-epoch 2), once the epoch-1 checkpoint (step 3) is safely on disk.
-_KILLED_RUN = textwrap.dedent('''
+_KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from configs import smoke
@@ -161,7 +162,7 @@ _KILLED_RUN = textwrap.dedent('''
 
     loader.create_train_iterator = dying
     train.train_and_evaluate(config, workdir, evaluate_after=False)
-''')
+""")
 
 
 def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
@@ -169,17 +170,23 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
   env = dict(os.environ, PYTHONPATH=str(REPO))
   killed = tmp_path / 'killed'
-  script = _KILLED_RUN.format(raw=str(raw), tfds=str(tfds_dir),
-                              workdir=str(killed))
-  proc = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
-                        text=True, timeout=300)
+  script = _KILLED_RUN.format(raw=str(raw), tfds=str(tfds_dir), workdir=str(killed))
+  proc = subprocess.run(
+    [sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
   assert state_lib.checkpoint_manager(killed, config).all_steps() == [3]
 
   # Relaunch through the real command line: it must pick up step 3 by itself.
-  cmd = [sys.executable, str(REPO / 'launch.py'), '--config=' + str(REPO / 'configs/smoke.py'),
-         f'--workdir={killed}', '--mode=train', f'--config.data.manual_dir={raw}',
-         f'--config.data.data_dir={tfds_dir}']
+  cmd = [
+    sys.executable,
+    str(REPO / 'launch.py'),
+    '--config=' + str(REPO / 'configs/smoke.py'),
+    f'--workdir={killed}',
+    '--mode=train',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={tfds_dir}',
+  ]
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'Resuming at step 3' in proc.stderr
@@ -194,8 +201,9 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   step_a, params_a = _restore_params(config, killed)
   step_b, params_b = _restore_params(config, clean)
   assert step_a == step_b == 6
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               params_a, params_b)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), params_a, params_b
+  )
   loss_resumed = [r['loss'] for r in _train_rows(killed) if r['step'] >= 4][-3:]
   loss_clean = [r['loss'] for r in _train_rows(clean) if r['step'] >= 4]
   np.testing.assert_allclose(loss_resumed, loss_clean, rtol=1e-5)

@@ -30,7 +30,7 @@ from crackjax.models.unet import UNet
 
 # Explicit table: name -> constructor taking keyword arguments.
 MODELS: dict[str, Callable[..., nn.Module]] = {
-    'unet': UNet,
+  'unet': UNet,
 }
 
 # config.model.dtype -> the dtype of activations and convolutions.

@@ -44,8 +44,7 @@ IMPLS = ('auto', 'xla', 'blocked')
 
 
 def _xla_conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
-  return lax.conv_general_dilated(x, kernel, (1, 1), 'SAME',
-                                  dimension_numbers=_DIMENSION_NUMBERS)
+  return lax.conv_general_dilated(x, kernel, (1, 1), 'SAME', dimension_numbers=_DIMENSION_NUMBERS)
 
 
 def _rows_per_block(height: int, width: int) -> int:
@@ -66,7 +65,7 @@ def _windows(block: jax.Array, rows: int, width: int, flip: bool) -> jax.Array:
   Window (dy, dx) starts at (dy, dx), or at (2 - dy, 2 - dx) when `flip`.
   """
   offsets = [(2 - dy, 2 - dx) if flip else (dy, dx) for dy in range(3) for dx in range(3)]
-  return jnp.concatenate([block[a:a + rows, b:b + width] for a, b in offsets], axis=-1)
+  return jnp.concatenate([block[a : a + rows, b : b + width] for a, b in offsets], axis=-1)
 
 
 def conv3x3_weight_grad(xs: jax.Array | Sequence[jax.Array], g: jax.Array) -> jax.Array:
@@ -109,8 +108,12 @@ def conv3x3_weight_grad(xs: jax.Array | Sequence[jax.Array], g: jax.Array) -> ja
     return lax.dynamic_slice(a, (image, block * rows, 0, 0), size)[0]
 
   def dot_tn(a, b):  # a^T @ b over the block's pixels
-    return lax.dot_general(a.reshape(rows * w, -1), b.reshape(rows * w, -1),
-                           (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    return lax.dot_general(
+      a.reshape(rows * w, -1),
+      b.reshape(rows * w, -1),
+      (((0,), (0,)), ((), ())),
+      preferred_element_type=jnp.float32,
+    )
 
   def body(accs, index):
     image, block = index // blocks, index % blocks
@@ -139,8 +142,9 @@ def _concat(xs):
 
 
 @jax.custom_vjp
-def conv3x3_relu_blocked(xs: tuple[jax.Array, ...], kernel: jax.Array,
-                         bias: jax.Array) -> jax.Array:
+def conv3x3_relu_blocked(
+  xs: tuple[jax.Array, ...], kernel: jax.Array, bias: jax.Array
+) -> jax.Array:
   """relu(conv3x3(concat(xs), kernel) + bias) with a memory-lean, CPU-fast backward pass.
 
   The backward pass keeps only the inputs `xs` and the output as residuals: the ReLU's
@@ -168,8 +172,9 @@ def _blocked_bwd(residuals, g):
   # The input gradient is XLA's own (the transposed convolution, fast on the CPU); it
   # needs no primal values, and XLA removes it where the input needs no gradient (the image).
   x_shape = xs[0].shape[:-1] + (kernel.shape[2],)
-  (dx,) = jax.linear_transpose(functools.partial(_xla_conv, kernel=kernel),
-                               jax.ShapeDtypeStruct(x_shape, g.dtype))(g)
+  (dx,) = jax.linear_transpose(
+    functools.partial(_xla_conv, kernel=kernel), jax.ShapeDtypeStruct(x_shape, g.dtype)
+  )(g)
   splits = list(itertools.accumulate(x.shape[-1] for x in xs))[:-1]
   dxs = tuple(jnp.split(dx, splits, axis=-1))
   dkernel = conv3x3_weight_grad(xs, g).astype(kernel.dtype)
@@ -192,8 +197,9 @@ def resolve_impl(impl: str) -> str:
   return impl
 
 
-def conv3x3_relu(xs: Sequence[jax.Array], kernel: jax.Array, bias: jax.Array,
-                 impl: str = 'auto') -> jax.Array:
+def conv3x3_relu(
+  xs: Sequence[jax.Array], kernel: jax.Array, bias: jax.Array, impl: str = 'auto'
+) -> jax.Array:
   """relu(conv3x3(concat(xs), kernel) + bias), NHWC inputs, HWIO kernel.
 
   'xla' is plain autodiff of the composition; 'blocked' is `conv3x3_relu_blocked`; both
@@ -225,8 +231,9 @@ class Conv3x3ReLU(nn.Module):
   def __call__(self, *xs: jax.Array) -> jax.Array:
     cin = sum(x.shape[-1] for x in xs)
     # Same names, shapes and initialisers as nn.Conv, so parameters are interchangeable.
-    kernel = self.param('kernel', nn.initializers.lecun_normal(),
-                        (3, 3, cin, self.features), jnp.float32)
+    kernel = self.param(
+      'kernel', nn.initializers.lecun_normal(), (3, 3, cin, self.features), jnp.float32
+    )
     bias = self.param('bias', nn.initializers.zeros_init(), (self.features,), jnp.float32)
     kernel, bias = (a.astype(self.dtype) for a in (kernel, bias))
     return conv3x3_relu(tuple(x.astype(self.dtype) for x in xs), kernel, bias, self.impl)

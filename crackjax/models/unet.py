@@ -53,8 +53,9 @@ class UpConv2x2(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.param('kernel', nn.initializers.lecun_normal(),
-                        (2, 2, x.shape[-1], self.features), jnp.float32)
+    kernel = self.param(
+      'kernel', nn.initializers.lecun_normal(), (2, 2, x.shape[-1], self.features), jnp.float32
+    )
     bias = self.param('bias', nn.initializers.zeros_init(), (self.features,), jnp.float32)
     x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=self.dtype)
     b, h, w, _ = x.shape
@@ -90,8 +91,9 @@ def _pool_bwd(residuals, g):
   b, h, w, c = x.shape
 
   def up(a):  # nearest-neighbour 2x up-sampling
-    return jnp.broadcast_to(a[:, :, None, :, None, :],
-                            (b, h // 2, 2, w // 2, 2, c)).reshape(b, h, w, c)
+    return jnp.broadcast_to(a[:, :, None, :, None, :], (b, h // 2, 2, w // 2, 2, c)).reshape(
+      b, h, w, c
+    )
 
   return (jnp.where(x == up(y), up(g), jnp.zeros_like(x)),)
 
@@ -130,7 +132,8 @@ class UNet(nn.Module):
     factor = self.input_multiple
     if x.shape[1] % factor or x.shape[2] % factor:
       raise ValueError(
-          f'U-Net input height and width must be multiples of {factor}; got {x.shape[1:3]}.')
+        f'U-Net input height and width must be multiples of {factor}; got {x.shape[1:3]}.'
+      )
     x = x.astype(self.dtype)
     if resolve_impl(self.conv_impl) == 'blocked':
       pool = max_pool_2x2
