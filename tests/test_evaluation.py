@@ -389,9 +389,6 @@ def test_get_protocol_unknown_name():
 def test_package_reexports():
   # Old flat-module names keep working on the package.
   assert evaluation.evaluate is aggregate.evaluate
-  assert evaluation._max_matching_size is matching._max_matching_size
-  assert evaluation._bsds_max_f is aggregate._bsds_max_f
-  assert evaluation._bsds_average_precision is aggregate._bsds_average_precision
   assert evaluation.TOLERANCE_MAX_DIST == 0.0075
   assert evaluation.ThresholdCounts._fields == ('matched_pred', 'num_pred', 'matched_gt', 'num_gt')
 
@@ -584,7 +581,7 @@ def test_max_matching_size_layered_graph_is_fast():
   # scipy.sparse.csgraph.maximum_bipartite_matching needs ~2**40 steps here (it
   # doubles per level: 0.04 s at depth 20); the max-flow matching is instant.
   nbr, num_right = _ladder_graph(40)
-  assert matching._max_matching_size(nbr, num_right) == num_right
+  assert matching.max_matching_size(nbr, num_right) == num_right
 
 
 def test_max_matching_size_equals_hopcroft_karp():
@@ -601,8 +598,8 @@ def test_max_matching_size_equals_hopcroft_karp():
       shape=(nl, nr),
     )
     expected = int(np.sum(maximum_bipartite_matching(graph, perm_type='column') >= 0))
-    assert matching._max_matching_size(nbr, nr) == expected
-  assert matching._max_matching_size(np.full((3, 2), -1), 5) == 0
+    assert matching.max_matching_size(nbr, nr) == expected
+  assert matching.max_matching_size(np.full((3, 2), -1), 5) == 0
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
@@ -709,7 +706,7 @@ def test_tolerance_degenerate_images():
 def test_bsds_max_f_interpolates():
   # Two thresholds with (R, P) = (1, 0) and (0, 0.9): F is 0 at both grid points but
   # positive on the segment between them, sampled at d = linspace(0, 1, 100).
-  t, p, r, f = aggregate._bsds_max_f(
+  t, p, r, f = aggregate.bsds_max_f(
     np.array([0.1, 0.2]), np.array([0.0, 0.9]), np.array([1.0, 0.0])
   )
   d = np.linspace(0, 1, 100)
@@ -723,15 +720,15 @@ def test_bsds_max_f_interpolates():
 def test_bsds_average_precision():
   # Thresholds ascending: R = 1, 0.5, 0.5, 0 with P = 0.5, 0.9, 1, 1. For the repeated
   # recall 0.5, the last occurrence (P = 1) is used. Ru = 0, .5, 1; Pu = 1, 1, .5.
-  ap = aggregate._bsds_average_precision(
+  ap = aggregate.bsds_average_precision(
     np.array([0.5, 0.9, 1.0, 1.0]), np.array([1.0, 0.5, 0.5, 0.0])
   )
   # 0:0.01:1 -> 51 points at 1 up to 0.5, then 1 - (r - 0.5) at 0.51 .. 1.00.
   assert ap == pytest.approx(0.01 * (51 + sum(1 - k / 100 for k in range(1, 51))))
   # Points outside the recall range reached count 0.
-  ap = aggregate._bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
+  ap = aggregate.bsds_average_precision(np.array([1.0, 1.0]), np.array([0.5, 0.25]))
   assert ap == pytest.approx(0.01 * 26)
-  assert aggregate._bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
+  assert aggregate.bsds_average_precision(np.array([0.3]), np.array([0.7])) == 0.0
 
 
 def test_tolerance_result_keys_match_strict():

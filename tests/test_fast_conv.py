@@ -17,7 +17,7 @@ from crackjax.models.unet import UNet, max_pool_2x2
 
 def _xla_weight_grad(x, g):
   kernel = jnp.zeros((3, 3, x.shape[-1], g.shape[-1]), x.dtype)
-  _, vjp = jax.vjp(lambda k: conv._xla_conv(x, k), kernel)
+  _, vjp = jax.vjp(lambda k: conv.xla_conv(x, k), kernel)
   return vjp(g)[0]
 
 

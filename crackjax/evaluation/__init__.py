@@ -40,7 +40,7 @@ it). Predicted and ground-truth pixels are matched one-to-one when their Euclide
 distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
 ``d > maxDist``), by a maximum-cardinality bipartite matching (a unit-capacity
 ``scipy.sparse.csgraph.maximum_flow``; not ``maximum_bipartite_matching``, which is
-exponentially slow on such graphs, see ``matching._max_matching_size``).
+exponentially slow on such graphs, see ``matching.max_matching_size``).
 correspondPixels computes a min-cost assignment in which each unmatched pixel costs
 ``100 * maxDist``; that minimises the distance moved too, but the metric only uses
 the number of matched pixels, and the min-cost assignment has maximum cardinality
@@ -122,15 +122,7 @@ Conventions (no NaN is ever produced)
 
 from __future__ import annotations
 
-from crackjax.evaluation.aggregate import (
-  _bsds_average_precision as _bsds_average_precision,
-)
-from crackjax.evaluation.aggregate import _bsds_max_f as _bsds_max_f
 from crackjax.evaluation.aggregate import evaluate
-from crackjax.evaluation.matching import (
-  _greedy_matches_all_left as _greedy_matches_all_left,
-)
-from crackjax.evaluation.matching import _max_matching_size as _max_matching_size
 from crackjax.evaluation.protocols import (
   PROTOCOLS,
   SUPPORTED_PROTOCOLS,

@@ -49,7 +49,7 @@ def _bsds_fmeasure(p: np.ndarray, r: np.ndarray) -> np.ndarray:
   return 2 * p * r / (s + (s == 0))
 
 
-def _bsds_max_f(
+def bsds_max_f(
   thresholds: np.ndarray, precision: np.ndarray, recall: np.ndarray
 ) -> tuple[float, float, float, float]:
   """BSDS ``maxF``: best F over the curve linearly interpolated between thresholds.
@@ -71,7 +71,7 @@ def _bsds_max_f(
   return float(t[k]), float(p[k]), float(r[k]), float(_bsds_fmeasure(p[k], r[k]))
 
 
-def _bsds_average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
+def bsds_average_precision(precision: np.ndarray, recall: np.ndarray) -> float:
   """BSDS ``Area_PR`` of collect_eval_bdry (see the package docstring)."""
   # [Ru, indR] = unique(R) with MATLAB's (pre-2013) last occurrence for repeats.
   order = np.lexsort((np.arange(recall.size), recall))
@@ -149,9 +149,9 @@ def _ods_and_ap(
 ) -> tuple[dict[str, float], float]:
   """The reported ODS point and AP: BSDS (interpolated maxF, Area_PR) or grid-based."""
   if bsds:
-    t, p, r, f = _bsds_max_f(thresholds, curve.precision, curve.recall)
+    t, p, r, f = bsds_max_f(thresholds, curve.precision, curve.recall)
     ods = {'precision': p, 'recall': r, 'f1': f, 'threshold': t}
-    return ods, _bsds_average_precision(curve.precision, curve.recall)
+    return ods, bsds_average_precision(curve.precision, curve.recall)
   return dict(ods_grid), _average_precision(curve.precision, curve.recall)
 
 

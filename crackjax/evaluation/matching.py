@@ -12,7 +12,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import maximum_flow
 
 
-def _greedy_matches_all_left(nbr: np.ndarray, num_right: int, rounds: int = 4) -> bool:
+def greedy_matches_all_left(nbr: np.ndarray, num_right: int, rounds: int = 4) -> bool:
   """Whether a few greedy rounds match every left vertex (each row of ``nbr``).
 
   Each round, every unmatched left vertex proposes to its first (with nearest-first
@@ -37,7 +37,7 @@ def _greedy_matches_all_left(nbr: np.ndarray, num_right: int, rounds: int = 4) -
   return False
 
 
-def _max_matching_size(nbr: np.ndarray, num_right: int) -> int:
+def max_matching_size(nbr: np.ndarray, num_right: int) -> int:
   """Size of a maximum matching of a bipartite graph given by neighbour lists.
 
   Row ``u`` of ``nbr`` lists the right-vertex ids (in ``[0, num_right)``) adjacent to
@@ -56,7 +56,7 @@ def _max_matching_size(nbr: np.ndarray, num_right: int) -> int:
     return 0
   deg = np.count_nonzero(edge, axis=1)
   nl = deg.size
-  if deg.all() and _greedy_matches_all_left(nbr, num_right):
+  if deg.all() and greedy_matches_all_left(nbr, num_right):
     return nl  # a matching covering the left side is maximum; no flow needed
   # Compact the right ids to those adjacent to some left vertex.
   used = np.zeros(num_right, bool)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from crackjax.evaluation.matching import _max_matching_size
+from crackjax.evaluation.matching import max_matching_size
 from crackjax.evaluation.thinning import _thin_coords
 
 __all__ = [
@@ -249,7 +249,7 @@ def _tolerance_image(
   stride = w + 2 * r
   gid = np.full((h + 2 * r) * stride, -1, np.int64)
   gid[(gy + r) * stride + gx + r] = np.arange(num_gt)
-  # Nearest offsets first: the greedy start of _max_matching_size tries them in order.
+  # Nearest offsets first: the greedy start of max_matching_size tries them in order.
   by_dist = np.argsort((dy * dy + dx * dx)[near_offsets], kind='stable')
   offs = (dy[near_offsets] * stride + dx[near_offsets])[by_dist]
   # Pixels with some GT pixel within the radius (only they can be matched).
@@ -287,7 +287,7 @@ def _tolerance_image(
       continue
     prev_lin = lin
     if lin.size:
-      out[i, 0] = _max_matching_size(gid[lin[:, None] + offs], num_gt)
+      out[i, 0] = max_matching_size(gid[lin[:, None] + offs], num_gt)
   return out
 
 

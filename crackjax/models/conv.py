@@ -43,7 +43,7 @@ _BLOCK_PIXELS = 1024
 IMPLS = ('auto', 'xla', 'blocked')
 
 
-def _xla_conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
+def xla_conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
   return lax.conv_general_dilated(x, kernel, (1, 1), 'SAME', dimension_numbers=_DIMENSION_NUMBERS)
 
 
@@ -157,7 +157,7 @@ def conv3x3_relu_blocked(
 
 
 def _relu_conv_fwd(xs, kernel, bias):
-  return jax.nn.relu(_xla_conv(_concat(xs), kernel) + bias)
+  return jax.nn.relu(xla_conv(_concat(xs), kernel) + bias)
 
 
 def _blocked_fwd(xs, kernel, bias):
@@ -173,7 +173,7 @@ def _blocked_bwd(residuals, g):
   # needs no primal values, and XLA removes it where the input needs no gradient (the image).
   x_shape = xs[0].shape[:-1] + (kernel.shape[2],)
   (dx,) = jax.linear_transpose(
-    functools.partial(_xla_conv, kernel=kernel), jax.ShapeDtypeStruct(x_shape, g.dtype)
+    functools.partial(xla_conv, kernel=kernel), jax.ShapeDtypeStruct(x_shape, g.dtype)
   )(g)
   splits = list(itertools.accumulate(x.shape[-1] for x in xs))[:-1]
   dxs = tuple(jnp.split(dx, splits, axis=-1))

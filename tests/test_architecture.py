@@ -1,0 +1,104 @@
+"""The layout's rules, checked from the source (docs/architecture.md): no import cycle inside
+crackjax, no private crackjax name used from outside it, crackjax never imports configs/, and
+nothing edits sys.path."""
+
+import ast
+import collections
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module_name(path: Path) -> str:
+  parts = path.relative_to(REPO).with_suffix('').parts
+  return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def _crackjax_modules() -> dict[str, ast.Module]:
+  return {
+    _module_name(p): ast.parse(p.read_text(), str(p)) for p in (REPO / 'crackjax').rglob('*.py')
+  }
+
+
+def _imported(tree: ast.Module) -> set[str]:
+  """Absolute names imported by a module: `from a import b` gives both a and a.b."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names.add(node.module)
+      names.update(f'{node.module}.{a.name}' for a in node.names)
+  return names
+
+
+def test_no_import_cycle_in_crackjax():
+  modules = _crackjax_modules()
+  graph = {
+    m: {t for t in _imported(tree) if t in modules and t != m} for m, tree in modules.items()
+  }
+  state: dict[str, int] = {}
+  path: list[str] = []
+  cycles = []
+
+  def visit(m):
+    state[m] = 1
+    path.append(m)
+    for n in sorted(graph[m]):
+      if state.get(n) == 1:
+        cycles.append([*path[path.index(n) :], n])
+      elif n not in state:
+        visit(n)
+    path.pop()
+    state[m] = 2
+
+  for m in sorted(graph):
+    if m not in state:
+      visit(m)
+  assert not cycles, cycles
+  # The check sees real edges: train imports state, evaluate and losses.
+  assert {'crackjax.state', 'crackjax.evaluate', 'crackjax.losses'} <= graph['crackjax.train']
+
+
+def _outside_files() -> list[Path]:
+  files = [REPO / 'launch.py']
+  for folder in ('tests', 'bench', 'configs', 'tfds_builders'):
+    files += sorted((REPO / folder).rglob('*.py'))
+  return files
+
+
+def test_no_private_crackjax_name_used_outside_crackjax():
+  used = []
+  for path in _outside_files():
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('crackjax'):
+        used += [f'{path.name}: {node.module}.{a.name}' for a in node.names if a.name[0] == '_']
+        aliases.update(a.asname or a.name for a in node.names)
+      elif isinstance(node, ast.Import):
+        aliases.update(
+          (a.asname or a.name.split('.')[0]) for a in node.names if a.name.startswith('crackjax')
+        )
+    for node in ast.walk(tree):
+      if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+        and node.attr.startswith('_')
+        and not node.attr.startswith('__')
+      ):
+        used.append(f'{path.name}:{node.lineno}: {node.value.id}.{node.attr}')
+  assert not used, used
+
+
+def test_crackjax_does_not_import_configs_and_nothing_edits_sys_path():
+  offenders = collections.defaultdict(list)
+  for name, tree in _crackjax_modules().items():
+    if any(t == 'configs' or t.startswith('configs.') for t in _imported(tree)):
+      offenders['imports configs'].append(name)
+  for path in [*(REPO / 'crackjax').rglob('*.py'), *_outside_files()]:
+    if 'sys.path.insert' in path.read_text() or 'sys.path.append' in path.read_text():
+      if path.name != 'test_architecture.py':
+        offenders['edits sys.path'].append(str(path.relative_to(REPO)))
+  assert not offenders, dict(offenders)
