@@ -70,7 +70,10 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str
     print(
       f'usage: {prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] [flags]\n'
     )
-    print(flag_values.main_module_help() or flag_values.get_help())
+    if 'config' in flag_values:
+      print(f'  --config: {flag_values["config"].help}')
+    # The command's own flags (absl's logging flags are left out; --helpfull lists all).
+    print(flag_values.main_module_help())
     sys.exit(0)
   try:
     remaining = flag_values(argv)
