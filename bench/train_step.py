@@ -16,7 +16,7 @@ flops of the step / median step time) and its fraction of the device's peak from
 If `import torch` works (torch is never a dependency) the same U-Net, loss and optimizer
 run in PyTorch in a separate subprocess, after the JAX run, with
 torch.set_num_threads(os.cpu_count()), so the two peak RSS figures do not mix; the ratio
-jax/torch of the median step times comes from the same invocation. `--no-torch` skips it.
+jax/torch of the median step times comes from the same invocation. `--notorch` skips it.
 
 Usage (the config and its ``--config.*`` overrides as for launch.py)::
 
