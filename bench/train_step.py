@@ -73,6 +73,18 @@ def _peak_rss_mb() -> float:
   return rss / 2**20 if sys.platform == 'darwin' else rss / 1024.0
 
 
+def _time_stats(times: list[float], batch: int) -> dict:
+  """Step times and their median / min / max, and images per second at the median."""
+  median = statistics.median(times)
+  return {
+    'step_times_s': times,
+    'median_s': median,
+    'min_s': min(times),
+    'max_s': max(times),
+    'images_per_s': batch / median,
+  }
+
+
 def random_batch(batch: int, h: int, w: int, seed: int = 0):
   """Images uniform in [0, 1] and masks with ~CRACK_FRACTION crack pixels (float32)."""
   import numpy as np
@@ -148,11 +160,7 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
     'conv_impl': f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})',
     'compute_dtype': config.model.dtype,
     'compile_s': compile_s,
-    'step_times_s': times,
-    'median_s': median,
-    'min_s': min(times),
-    'max_s': max(times),
-    'images_per_s': batch / median,
+    **_time_stats(times, batch),
     'peak_rss_mb': _peak_rss_mb(),
     'flops_per_step': flops,
   }
@@ -266,18 +274,13 @@ def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
     t0 = time.perf_counter()
     loss = step()
     times.append(time.perf_counter() - t0)
-  median = statistics.median(times)
   return {
     'framework': 'torch',
     'torch': torch.__version__,
     'threads': torch.get_num_threads(),
     'params': n_params,
     'loss': loss,
-    'step_times_s': times,
-    'median_s': median,
-    'min_s': min(times),
-    'max_s': max(times),
-    'images_per_s': batch / median,
+    **_time_stats(times, batch),
     'peak_rss_mb': _peak_rss_mb(),
   }
 

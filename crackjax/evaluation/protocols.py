@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from crackjax.evaluation.matching import max_matching_size
-from crackjax.evaluation.thinning import _thin_coords
+from crackjax.evaluation.thinning import thin_coords
 
 __all__ = [
   'PROTOCOLS',
@@ -237,7 +237,7 @@ def _tolerance_image(
   out = np.zeros((num_thresholds, 3), np.int64)
   gy, gx = np.nonzero(gt)
   if thin_gt:
-    gy, gx = _thin_coords(gy, gx)
+    gy, gx = thin_coords(gy, gx)
   num_gt = gy.size
   out[:, 2] = num_gt
 
@@ -275,7 +275,7 @@ def _tolerance_image(
       out[i, :2] = out[i - 1, :2]
       continue
     prev_k = k
-    ty, tx = _thin_coords(cy[:k], cx[:k])
+    ty, tx = thin_coords(cy[:k], cx[:k])
     out[i, 1] = ty.size
     if num_gt == 0 or ty.size == 0:
       prev_lin = None

@@ -43,7 +43,7 @@ def _dedupe(idx: np.ndarray, stamp: np.ndarray) -> np.ndarray:
   return idx[stamp[idx] == pos]
 
 
-def _thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Thins the foreground pixels (ys, xs); returns the remaining pixels' (ys, xs).
 
   The same result as ``skimage.morphology.thin`` (parallel sub-iterations with the
@@ -107,5 +107,5 @@ def thin(mask: np.ndarray) -> np.ndarray:
   if mask.ndim != 2:
     raise ValueError(f'thin expects a 2-D mask, got shape {mask.shape}')
   out = np.zeros(mask.shape, bool)
-  out[_thin_coords(*np.nonzero(mask))] = True
+  out[thin_coords(*np.nonzero(mask))] = True
   return out
