@@ -1,15 +1,36 @@
-"""Crack probability maps from a trained model, for images of any size."""
+"""Crack probability maps from a trained model, for images of any size.
+
+* `predict_probabilities`: the evaluation path (whole images, edge-padded to the model's
+  input multiple), used by `crackjax.evaluate`.
+* `load_run` / `Predictor`: the user-facing path. `Predictor.from_workdir(run)` restores the
+  run's parameters (orbax) and config (``config.json``); calling it on an H x W x 3 uint8
+  photo returns the H x W probability map. Images are padded by reflection (zero or edge
+  padding draws false cracks along the border) to a shape bucket, so one compilation serves
+  every image of that bucket; images larger than the tile size are cut into overlapping
+  tiles whose predictions are blended with Gaussian weights (as the sliding-window
+  inferers of nnU-Net and MONAI do), so no seams appear. Tiles are batched and the batch is
+  split over all local devices.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
+import math
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
 import jax
+import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from crackjax import state as state_lib
 from crackjax.models import fused_logits, input_multiple
 
 
@@ -24,7 +45,9 @@ def predict_probabilities(
   """Crack probability maps [H, W] for images [H, W, 3] (float, in [0, 1]) of any size.
 
   Each image is edge-padded to a multiple of the model's `input_multiple` and the
-  prediction cropped back, so sizes need not be multiples of 16 for the U-Net.
+  prediction cropped back, so sizes need not be multiples of 16 for the U-Net. This is the
+  evaluation protocol's path (unchanged since the results in docs/results.md); `Predictor`
+  is the one for users' photos.
   """
   multiple = input_multiple(model)
   apply = jax.jit(functools.partial(predict_step, apply_fn=model.apply))
@@ -34,3 +57,242 @@ def predict_probabilities(
     padded = np.pad(image, ((0, ph), (0, pw), (0, 0)), mode='edge')
     prob = apply(params, padded[None])[0, :h, :w, 0]
     yield np.asarray(prob)
+
+
+# ----------------------------------------------------------------------------- trained runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """What a training run left in its workdir, restored for inference."""
+
+  config: ml_collections.ConfigDict
+  model: nn.Module
+  params: Any  # host numpy arrays
+  step: int
+  threshold: float  # crack where probability > threshold
+  threshold_source: str
+
+
+def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
+  """The config a run was trained with (``<workdir>/config.json``, written by training).
+
+  Raises:
+    FileNotFoundError: no config.json, i.e. not a crackjax run directory.
+  """
+  path = Path(workdir) / 'config.json'
+  if not path.is_file():
+    raise FileNotFoundError(
+      f'{path} does not exist: {workdir} is not a crackjax run directory (the --workdir of '
+      'a launch.py training run).'
+    )
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+def _init_image_shape(config: ml_collections.ConfigDict, model: nn.Module) -> tuple[int, ...]:
+  # Parameters of a fully convolutional model do not depend on the image size; any valid
+  # shape gives the abstract state to restore onto (it is never computed).
+  size = config.get('data', {}).get('input_size')
+  if size:
+    return (int(size[0]), int(size[1]), 3)
+  side = input_multiple(model) * math.ceil(256 / input_multiple(model))
+  return (side, side, 3)
+
+
+def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
+  """Restores the parameters of step `step` (default: the latest) of a training run.
+
+  Raises:
+    FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
+      message names the directory and the steps there are).
+  """
+  workdir = Path(workdir)
+  config = read_config(workdir)
+  model = state_lib.create_model(config)
+  directory = workdir / 'checkpoints'
+  mngr = state_lib.checkpoint_manager(workdir, config, create=False) if directory.is_dir() else None
+  steps = mngr.all_steps() if mngr else []
+  if not steps:
+    raise FileNotFoundError(f'No checkpoint in {directory}: has the run trained yet?')
+  step = max(steps) if step is None else step
+  if step not in steps:
+    raise FileNotFoundError(f'No checkpoint of step {step} in {directory}; steps: {steps}.')
+  mesh = Mesh(np.asarray(jax.local_devices()[:1]), ('data',))
+  abstract = state_lib.abstract_train_state(config, _init_image_shape(config, model), mesh)
+  restored = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  params = state_lib.local_params(restored)
+  threshold, source = 0.5, 'default 0.5 (the run has no threshold.json)'
+  threshold_file = workdir / 'threshold.json'
+  if threshold_file.is_file():
+    saved = json.loads(threshold_file.read_text())
+    threshold = float(saved['threshold'])
+    source = f'{threshold_file} ({saved.get("chosen_by", "saved by evaluation")})'
+  return Run(config, model, params, step, threshold, source)
+
+
+# ----------------------------------------------------------------------------- tiling
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def reflect_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  """Pads [H, W, C] at the bottom and right to [height, width, C] by reflection.
+
+  Reflection keeps texture and cracks continuous across the border (a constant or edge
+  padding draws a false straight edge there). A side of one pixel cannot be reflected and
+  is repeated instead.
+  """
+  h, w = image.shape[:2]
+  pads = ((0, height - h), (0, width - w), (0, 0))
+  if h > 1 and w > 1:
+    return np.pad(image, pads, mode='reflect')
+  return np.pad(image, pads, mode='symmetric')
+
+
+def tile_layout(length: int, max_tile: int, overlap: int, multiple: int) -> tuple[int, list[int]]:
+  """Tiles along one axis of `length` pixels: (tile size, start offsets).
+
+  As few tiles as cover the axis with at most `max_tile` pixels each and neighbours
+  overlapping by at least `overlap` pixels; the tile is then shrunk to the smallest
+  multiple of `multiple` that still covers it, and the starts are spread evenly from 0 to
+  ``length - tile``. Shrinking, rather than always using `max_tile`, keeps the pixels
+  predicted twice near the minimum (a 3000-pixel axis in 512-pixel tiles with 64 of
+  overlap: 7 tiles of 496, 1.16x the pixels, not 7 of 512).
+  """
+  if length <= max_tile:
+    return length, [0]
+  overlap = min(overlap, max_tile // 2)
+  n = math.ceil((length - overlap) / (max_tile - overlap))
+  tile = min(_round_up(math.ceil((length - overlap) / n) + overlap, multiple), max_tile)
+  n = max(n, math.ceil((length - tile) / (tile - overlap)) + 1)
+  return tile, [round(i * (length - tile) / (n - 1)) for i in range(n)]
+
+
+@functools.lru_cache(maxsize=8)
+def gaussian_weights(height: int, width: int, sigma_scale: float = 0.125) -> np.ndarray:
+  """[height, width] blending weights: a Gaussian of std sigma_scale x size per axis around
+  the tile centre, 1 at the centre and never below 1e-3 (nnU-Net's importance map)."""
+
+  def axis(n):
+    x = np.arange(n, dtype=np.float64) - (n - 1) / 2.0
+    return np.exp(-0.5 * (x / max(sigma_scale * n, 1e-6)) ** 2)
+
+  w = np.outer(axis(height), axis(width))
+  return np.maximum(w / w.max(), 1e-3).astype(np.float32)
+
+
+def as_float_image(image: np.ndarray) -> np.ndarray:
+  """H x W x 3 float32 in [0, 1] from uint8 (/255), uint16 (/65535) or float in [0, 1]."""
+  image = np.asarray(image)
+  if image.ndim != 3 or image.shape[2] != 3:
+    raise ValueError(f'expected an H x W x 3 image, got shape {image.shape}')
+  if image.dtype == np.uint8:
+    return image.astype(np.float32) / 255.0
+  if image.dtype == np.uint16:
+    return image.astype(np.float32) / 65535.0
+  if np.issubdtype(image.dtype, np.floating):
+    return image.astype(np.float32)
+  raise ValueError(f'expected uint8, uint16 or float pixels, got {image.dtype}')
+
+
+class Predictor:
+  """Probability maps of a trained model for photos of any size.
+
+  ``Predictor.from_workdir('workdirs/cfd_exp')(photo)`` returns an H x W float32 map for an
+  H x W x 3 uint8 photo. An image no larger than `tile_size` is reflection-padded to the
+  next multiple of `bucket` (and of the model's input multiple) in each dimension and
+  predicted whole; so one compiled function serves every image of that padded shape. A
+  larger image is padded the same way and cut into as few tiles of at most `tile_size`
+  pixels per side as cover it with neighbours overlapping by at least `overlap` x
+  `tile_size` pixels (`tile_layout`); the tiles are predicted `batch_size` at a time and
+  blended with Gaussian weights (`gaussian_weights`), so no seam appears.
+
+  Attributes:
+    model: the linen Module.
+    params: its parameters.
+    threshold: default threshold of `mask` (crack where probability > threshold).
+  """
+
+  def __init__(
+    self,
+    model: nn.Module,
+    params: Any,
+    *,
+    threshold: float = 0.5,
+    tile_size: int = 1024,
+    overlap: float = 0.0625,
+    batch_size: int | None = None,
+    bucket: int = 32,
+    devices: list[jax.Device] | None = None,
+  ):
+    if not 0.0 <= overlap < 1.0:
+      raise ValueError(f'overlap must be in [0, 1), got {overlap}')
+    self.model = model
+    self.threshold = float(threshold)
+    self.multiple = input_multiple(model)
+    self.bucket = math.lcm(bucket, self.multiple)
+    self.tile_size = _round_up(tile_size, self.multiple)
+    self.overlap = overlap
+    devices = devices or jax.local_devices()
+    self._mesh = Mesh(np.asarray(devices), ('data',))
+    n = len(devices)
+    self.batch_size = _round_up(batch_size or n, n)
+    self._replicated = NamedSharding(self._mesh, P())
+    self._batch_sharding = NamedSharding(self._mesh, P('data'))
+    self.params = jax.device_put(params, self._replicated)
+    self.num_traces = 0  # compilations so far: one per padded shape (bucket) seen
+
+    def traced(params, images):
+      self.num_traces += 1  # Python side effect: runs when jit traces a new shape only.
+      return predict_step(params, images, apply_fn=model.apply)
+
+    self._apply = jax.jit(
+      traced,
+      in_shardings=(self._replicated, self._batch_sharding),
+      out_shardings=self._batch_sharding,
+    )
+
+  @classmethod
+  def from_workdir(cls, workdir: str | Path, *, step: int | None = None, **kwargs) -> Predictor:
+    """The model, parameters and saved threshold of a training run's workdir."""
+    run = load_run(workdir, step=step)
+    kwargs.setdefault('threshold', run.threshold)
+    return cls(run.model, run.params, **kwargs)
+
+  def padded_shape(self, height: int, width: int) -> tuple[int, int]:
+    """The shape an image is padded to (its compile bucket)."""
+    return _round_up(height, self.bucket), _round_up(width, self.bucket)
+
+  def _predict_batch(self, tiles: list[np.ndarray]) -> np.ndarray:
+    n = len(tiles)
+    batch = np.stack(tiles + [np.zeros_like(tiles[0])] * (self.batch_size - n))
+    return np.asarray(self._apply(self.params, batch))[:n, ..., 0]
+
+  def __call__(self, image: np.ndarray) -> np.ndarray:
+    """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image."""
+    image = as_float_image(image)
+    h, w = image.shape[:2]
+    ph, pw = self.padded_shape(h, w)
+    if ph <= self.tile_size and pw <= self.tile_size:
+      return self._predict_batch([reflect_pad(image, ph, pw)])[0, :h, :w]
+    padded = reflect_pad(image, ph, pw)
+    overlap = round(self.overlap * self.tile_size)
+    th, ys = tile_layout(ph, self.tile_size, overlap, self.multiple)
+    tw, xs = tile_layout(pw, self.tile_size, overlap, self.multiple)
+    weights = gaussian_weights(th, tw)
+    total = np.zeros(padded.shape[:2], np.float32)
+    norm = np.zeros(padded.shape[:2], np.float32)
+    corners = [(y, x) for y in ys for x in xs]
+    for i in range(0, len(corners), self.batch_size):
+      chunk = corners[i : i + self.batch_size]
+      probs = self._predict_batch([padded[y : y + th, x : x + tw] for y, x in chunk])
+      for (y, x), prob in zip(chunk, probs, strict=True):
+        total[y : y + th, x : x + tw] += prob * weights
+        norm[y : y + th, x : x + tw] += weights
+    return (total / norm)[:h, :w]
+
+  def mask(self, prob: np.ndarray, threshold: float | None = None) -> np.ndarray:
+    """Binary crack mask (bool): probability > threshold (default: the run's)."""
+    return prob > (self.threshold if threshold is None else threshold)

@@ -1,0 +1,370 @@
+"""Exports a trained run's inference function to one self-contained file (docs/export.md).
+
+``crackjax-export --workdir=RUN --out=unet.jaxexport`` restores the run's parameters and
+writes the function ``images float32 [B, H, W, 3] in [0, 1] -> probabilities [B, H, W, 1]``
+with the parameters baked in as constants, so a trained model runs with nothing of crackjax
+installed:
+
+* ``--format=jax`` (default): `jax.export` (StableHLO, serialized with
+  ``Exported.serialize()``), lowered for ``--platforms`` (default cpu and cuda; jax lowers
+  for CUDA without a GPU). The input shape is symbolic, ``(b, 16*h, 16*w, 3)`` for the
+  U-Net: one file takes any batch size and any H, W that are multiples of the model's input
+  multiple; other sizes are refused when called. Load it with
+  ``jax.export.deserialize(open(path, 'rb').read()).call(images)``; jax and numpy are all it
+  needs (and flatbuffers, which jax's deserializer imports).
+* ``--format=onnx``: ONNX through jax2onnx (``pip install -e '.[onnx]'``), for onnxruntime
+  and other ONNX runtimes. Batch, height and width are dynamic dimensions (``B``, ``H``,
+  ``W``); H and W are cropped down to multiples of the input multiple inside the graph, so
+  the output is ``[B, 16*floor(H/16), 16*floor(W/16), 1]``: pad first (the input contract
+  below). ``--hw=H,W`` fixes the spatial size instead (either format).
+
+Beside the file, ``<out>.json`` records what it holds: the input multiple, the run's
+threshold (crack where probability > threshold), the step, the model config, the jax
+version, the platforms and how to call it.
+
+Input contract (both formats): float32 RGB in [0, 1], NHWC, H and W multiples of the input
+multiple. Pad other sizes by reflection and crop the prediction back
+(`crackjax.predict.reflect_pad`, as `crackjax.predict.Predictor` does).
+
+Why two model variants: the U-Net is rebuilt from the run's ``config.model`` with the same
+parameters and a ``conv_impl`` chosen for export (the function computed is the same for
+every ``conv_impl``; they differ only in their backward pass): 'xla' for `jax.export`
+(plain convolutions and ``reduce_window`` pooling, fastest on GPUs) and 'blocked' for
+ONNX, whose reshape-based max-pool keeps the symbolic shapes exact in jax2onnx (0.17's
+``reduce_window`` shape rule keeps the input size under symbolic dimensions, and the
+U-Net's skip concatenation then fails to convert). The ONNX graph also computes in float32
+even for a run trained with ``model.dtype='bfloat16'`` (onnxruntime's CPU convolutions take
+no bfloat16); the `jax.export` file keeps the run's dtype.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from absl import flags
+from jax import export as jax_export
+
+from crackjax import cli
+from crackjax.models import input_multiple, model_from_config
+from crackjax.predict import Run, load_run, predict_step
+
+FORMATS = ('jax', 'onnx')
+DEFAULT_PLATFORMS = ('cpu', 'cuda')
+PLATFORMS = ('cpu', 'cuda', 'rocm', 'tpu')  # jax lowers for each of them on any machine
+DEFAULT_OPSET = 17  # onnxruntime >= 1.12, TensorRT >= 8.6
+ONNX_INSTALL_HINT = "pip install -e '.[onnx]' (jax2onnx, onnx, onnxruntime)"
+
+
+def sidecar_path(out: str | Path) -> Path:
+  """The JSON file written beside an exported model: ``<out>.json``."""
+  out = Path(out)
+  return out.with_name(out.name + '.json')
+
+
+def _export_model_config(run: Run, **overrides: str) -> ml_collections.ConfigDict:
+  """The run's config.model with `overrides` of the fields it has (same parameters)."""
+  model_config = ml_collections.ConfigDict(run.config.model.to_dict())
+  for key, value in overrides.items():
+    if key in model_config:
+      setattr(model_config, key, value)
+  return model_config
+
+
+def _inference_fn(run: Run, **overrides: str) -> tuple[Callable[[jax.Array], jax.Array], Any]:
+  """images [B, H, W, 3] -> probabilities [B, H, W, 1], closing over the run's parameters.
+
+  Args:
+    run: the restored run.
+    **overrides: config.model fields to replace (conv_impl, dtype), e.g. conv_impl='xla'.
+  """
+  model_config = _export_model_config(run, **overrides)
+  model = model_from_config(model_config)
+  params = jax.tree.map(jnp.asarray, run.params)
+
+  def fn(images: jax.Array) -> jax.Array:
+    return predict_step(params, images, apply_fn=model.apply)
+
+  return fn, model_config
+
+
+def _check_hw(hw: Sequence[int] | None, multiple: int) -> tuple[int, int] | None:
+  if hw is None:
+    return None
+  if len(hw) != 2 or any(int(d) <= 0 or int(d) % multiple for d in hw):
+    raise ValueError(f'hw={tuple(hw)} must be two positive multiples of {multiple} (H, W).')
+  return int(hw[0]), int(hw[1])
+
+
+def _jax_symbolic_shape(multiple: int, hw: tuple[int, int] | None) -> tuple[Any, str]:
+  """The input shape: batch always symbolic; H, W symbolic multiples of `multiple` or fixed."""
+  if hw is not None:
+    spec = f'b, {hw[0]}, {hw[1]}, 3'
+  elif multiple > 1:
+    # 'multiple*h' (not 'h' with a divisibility constraint) makes every pooling's division
+    # exact, so the skip connections' shapes provably agree.
+    spec = f'b, {multiple}*h, {multiple}*w, 3'
+  else:
+    spec = 'b, h, w, 3'
+  return jax_export.symbolic_shape(spec), f'({spec})'
+
+
+def _check_installed(format: str) -> None:
+  """Raises ImportError, saying what to install, when `format`'s exporter is missing."""
+  try:
+    if format == 'jax':
+      import flatbuffers  # noqa: F401  (jax's serializer imports it lazily)
+    else:
+      import jax2onnx  # noqa: F401
+  except ImportError as e:
+    if format == 'jax':
+      hint = 'pip install flatbuffers (a dependency of crackjax)'
+      raise ImportError(f'jax.export serialization needs flatbuffers: {hint}.') from e
+    raise ImportError(f'ONNX export needs jax2onnx: {ONNX_INSTALL_HINT}.') from e
+
+
+def _export_jax(
+  run: Run, out: Path, platforms: Sequence[str], hw: tuple[int, int] | None
+) -> dict[str, Any]:
+  fn, model_config = _inference_fn(run, conv_impl='xla')
+  multiple = input_multiple(model_from_config(model_config))
+  shape, spec = _jax_symbolic_shape(multiple, hw)
+  exported = jax_export.export(jax.jit(fn), platforms=tuple(platforms))(
+    jax.ShapeDtypeStruct(shape, jnp.float32)
+  )
+  out.write_bytes(exported.serialize())
+  return {
+    'model_config': model_config.to_dict(),
+    'input_shape': spec,
+    'output_shape': str(exported.out_avals[0].shape).replace("'", ''),
+    'platforms': list(exported.platforms),
+    'calling_convention_version': exported.calling_convention_version,
+    'load': [
+      'import jax, numpy as np',
+      f"f = jax.export.deserialize(open('{out.name}', 'rb').read())",
+      'probabilities = np.asarray(f.call(images))  # images: float32 [B, H, W, 3] in [0, 1]',
+    ],
+  }
+
+
+def _export_onnx(run: Run, out: Path, hw: tuple[int, int] | None, opset: int) -> dict[str, Any]:
+  import jax2onnx  # an optional extra: imported only here (checked by _check_installed)
+
+  # float32: ONNX runtimes' CPU convolutions take no bfloat16 (onnxruntime rejects the graph).
+  fn, model_config = _inference_fn(run, conv_impl='blocked', dtype='float32')
+  multiple = input_multiple(model_from_config(model_config))
+
+  def cropped(images: jax.Array) -> jax.Array:
+    # Symbolic H, W are not known to be multiples of `multiple`; cropping to the largest
+    # multiple below makes them so (a no-op for inputs that keep the contract).
+    b, h, w, c = images.shape
+    h, w = h // multiple * multiple, w // multiple * multiple
+    return fn(jax.lax.slice(images, (0, 0, 0, 0), (b, h, w, c)))
+
+  spec = ('B', 'H', 'W', 3) if hw is None else ('B', hw[0], hw[1], 3)
+  serde_logger = logging.getLogger('onnx_ir.serde')  # warns about shape tensors' dtypes
+  level = serde_logger.level
+  serde_logger.setLevel(logging.ERROR)
+  try:
+    model = jax2onnx.to_onnx(
+      cropped,
+      [spec],
+      model_name='crackjax_' + str(model_config.get('name', 'model')),
+      opset=opset,
+      input_names=['images'],
+      output_names=['probabilities'],
+    )
+  finally:
+    serde_logger.setLevel(level)
+  out.write_bytes(model.SerializeToString())
+
+  def dims(value):
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+  return {
+    'model_config': model_config.to_dict(),
+    'input_shape': {'images': dims(model.graph.input[0])},
+    'output_shape': {'probabilities': dims(model.graph.output[0])},
+    'opset': opset,
+    'jax2onnx_version': importlib.metadata.version('jax2onnx'),
+    'load': [
+      'import onnxruntime as ort',
+      f"session = ort.InferenceSession('{out.name}', providers=['CPUExecutionProvider'])",
+      "(probabilities,) = session.run(None, {'images': images})  # float32 [B, H, W, 3]",
+    ],
+  }
+
+
+def export_run(
+  workdir: str | Path,
+  out: str | Path,
+  *,
+  step: int | None = None,
+  platforms: Sequence[str] = DEFAULT_PLATFORMS,
+  format: str = 'jax',
+  hw: Sequence[int] | None = None,
+  opset: int = DEFAULT_OPSET,
+  overwrite: bool = False,
+) -> Path:
+  """Writes a run's inference function to `out` and its description to ``<out>.json``.
+
+  Args:
+    workdir: the training run's directory (``config.json`` and ``checkpoints/``).
+    out: the file to write (suggested suffixes: ``.jaxexport``, ``.onnx``).
+    step: checkpoint step to export (default: the latest).
+    platforms: `jax.export` platforms to lower for ('cpu', 'cuda', 'rocm', 'tpu'); the
+      file runs on any of them. Ignored for ONNX.
+    format: 'jax' (`jax.export`) or 'onnx' (jax2onnx).
+    hw: (H, W) to fix the spatial input size (multiples of the model's input multiple);
+      default None, symbolic H and W. The batch size is always symbolic.
+    opset: ONNX opset (format 'onnx' only).
+    overwrite: replace existing files; without it an existing `out` or sidecar is an error.
+
+  Returns:
+    `out` as a Path.
+
+  Raises:
+    FileNotFoundError: `workdir` is missing or holds no run or checkpoint (the message
+      names it).
+    FileExistsError: `out` or its sidecar exists and `overwrite` is False.
+    ImportError: format 'onnx' without jax2onnx, or 'jax' without flatbuffers, installed
+      (the message says what to install).
+    ValueError: an unknown format or platform, or a bad `hw`.
+  """
+  if format not in FORMATS:
+    raise ValueError(f'format={format!r} is not one of {FORMATS}.')
+  platforms = tuple(platforms)
+  unknown = [p for p in platforms if p not in PLATFORMS]
+  if unknown or not platforms:
+    raise ValueError(f'platforms={list(platforms)}: each must be one of {list(PLATFORMS)}.')
+  out, workdir, sidecar = Path(out), Path(workdir), sidecar_path(out)
+  if not overwrite:
+    for path in (out, sidecar):
+      if path.exists():
+        raise FileExistsError(f'{path} exists; pass --overwrite (overwrite=True) to replace it.')
+  if not workdir.is_dir():
+    raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
+  run = load_run(workdir, step=step)
+  multiple = input_multiple(run.model)
+  hw = _check_hw(hw, multiple)
+  _check_installed(format)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  if format == 'jax':
+    details = _export_jax(run, out, platforms, hw)
+  else:
+    details = _export_onnx(run, out, hw, opset)
+  meta = {
+    'format': format,
+    'file': out.name,
+    'input': 'images: float32 [B, H, W, 3], RGB in [0, 1] (NHWC)',
+    'output': 'probabilities: float32 [B, H, W, 1], crack probability per pixel',
+    'input_multiple': multiple,
+    'threshold': run.threshold,
+    'threshold_source': run.threshold_source,
+    'step': run.step,
+    'workdir': str(workdir.resolve()),
+    'jax_version': jax.__version__,
+    'crackjax_version': importlib.metadata.version('crackjax'),
+    'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+    'contract': (
+      f'H and W must be multiples of {multiple}: pad other sizes by reflection '
+      '(crackjax.predict.reflect_pad) and crop the output back. Crack where '
+      'probability > threshold.'
+    ),
+    **details,
+  }
+  sidecar.write_text(json.dumps(meta, indent=2) + '\n')
+  return out
+
+
+# ----------------------------------------------------------------------------- command line
+
+PROG = 'crackjax-export'
+
+
+def _define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_string(
+    'workdir', None, 'Training run directory (config.json + checkpoints/).', flag_values=flag_values
+  )
+  flags.DEFINE_string(
+    'out', None, 'File to write (e.g. unet.jaxexport or unet.onnx).', flag_values=flag_values
+  )
+  flags.DEFINE_integer('step', None, 'Checkpoint step (default: latest).', flag_values=flag_values)
+  flags.DEFINE_enum(
+    'format', 'jax', FORMATS, 'jax (jax.export) or onnx (jax2onnx).', flag_values=flag_values
+  )
+  flags.DEFINE_list(
+    'platforms',
+    list(DEFAULT_PLATFORMS),
+    'jax.export platforms to lower for (cpu, cuda, rocm, tpu).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'hw', None, 'H,W: fix the input height and width (default: symbolic).', flag_values=flag_values
+  )
+  flags.DEFINE_integer('opset', DEFAULT_OPSET, 'ONNX opset.', flag_values=flag_values)
+  flags.DEFINE_bool(
+    'overwrite', False, 'Replace an existing --out (and its .json).', flag_values=flag_values
+  )
+
+
+def _parse_hw(text: str | None) -> tuple[int, int] | None:
+  if not text:
+    return None
+  parts = text.lower().replace('x', ',').split(',')
+  try:
+    return tuple(int(p) for p in parts)  # checked for length and multiples by export_run
+  except ValueError:
+    sys.exit(f'{PROG}: --hw={text} is not H,W (two integers).')
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]``."""
+  argv = list(sys.argv if argv is None else argv)
+  flag_values = flags.FlagValues()
+  _define_flags(flag_values)
+  if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
+    # cli.parse_flags's usage line is for commands that take --config; this one does not.
+    print(f'usage: {PROG} --workdir=RUN --out=FILE [--format=jax|onnx] [flags]\n')
+    print(flag_values.get_help().strip())
+    print('\nSee docs/export.md.')
+    sys.exit(0)
+  cli.parse_flags(flag_values, argv, prog=PROG)
+  fv = flag_values
+  for name in ('workdir', 'out'):
+    if not fv[name].value:
+      sys.exit(f'{PROG}: --{name} is required.')
+  try:
+    out = export_run(
+      fv.workdir,
+      fv.out,
+      step=fv.step,
+      platforms=fv.platforms,
+      format=fv.format,
+      hw=_parse_hw(fv.hw),
+      opset=fv.opset,
+      overwrite=fv.overwrite,
+    )
+  except (FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
+  meta = json.loads(sidecar_path(out).read_text())
+  size = out.stat().st_size / 2**20
+  where = f' for {", ".join(meta["platforms"])}' if fv.format == 'jax' else ''
+  print(f'Wrote {out} ({fv.format}, step {meta["step"]}, {size:.1f} MiB{where}).')
+  print(f'Wrote {sidecar_path(out)} (threshold {meta["threshold"]:.4g}, input contract).')
+  print(f'Input {meta["input_shape"]}: {meta["input"]}; {meta["contract"]}')
+  print('Load it with:\n  ' + '\n  '.join(meta['load']))
+  print('See docs/export.md.')
+
+
+if __name__ == '__main__':
+  main()

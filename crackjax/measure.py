@@ -1,0 +1,208 @@
+"""Crack measurements of a binary crack mask: area, length, width and number of cracks.
+
+For a prediction tool that writes one CSV row per photo (`CSV_FIELDS` gives the column order):
+
+  row = {'name': name, **measure_cracks(mask, mm_per_pixel=0.05)}
+  ...
+  print(format_summary(summarize(rows)))
+
+Conventions (pixel units; the `_mm` values are the same times `mm_per_pixel`):
+
+* Length is measured along the skeleton (`skimage.morphology.skeletonize`) as a graph of
+  8-adjacent skeleton pixels: a horizontal or vertical pair is an edge of length 1, a diagonal
+  pair an edge of length sqrt(2), except that a diagonal edge is dropped when its two pixels are
+  also joined through a shared 4-neighbour on the skeleton (so an L-corner counts 1 + 1, not
+  1 + 1 + sqrt(2)). Lengths run from pixel centre to pixel centre: a straight line of n pixels is
+  n - 1 long, and an isolated skeleton pixel adds 0.
+* Width at a skeleton pixel is 2 d - 1, where d is the Euclidean distance transform of the mask
+  (`scipy.ndimage.distance_transform_edt`: distance from a crack pixel's centre to the nearest
+  background pixel's centre). At the centre pixel of a stroke w pixels wide (w odd) d is
+  (w + 1) / 2, so 2 d - 1 = w; a 1-pixel line has width 1. Pixels beyond the image border are
+  not background (a crack running off the photo is not cut at the border), except in a mask
+  that has no background pixel at all, where the border bounds the crack.
+* Segments are the 8-connected components of the mask.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import ndimage
+from skimage.morphology import skeletonize
+
+# Keys of `measure_cracks`' result, in CSV order.
+MEASURE_FIELDS: tuple[str, ...] = (
+  'crack_pixels',
+  'crack_ratio',
+  'segments',
+  'length_px',
+  'length_mm',
+  'mean_width_px',
+  'max_width_px',
+  'mean_width_mm',
+  'max_width_mm',
+)
+# Column order of a per-photo CSV: the photo's name, then the measurements.
+CSV_FIELDS: tuple[str, ...] = ('name', *MEASURE_FIELDS)
+
+
+def _as_mask(mask: Any) -> np.ndarray:
+  """`mask` as a 2-D bool array; ValueError for another shape or non-binary values."""
+  arr = np.asarray(mask)
+  if arr.ndim == 3 and arr.shape[-1] == 1:
+    arr = arr[..., 0]
+  if arr.ndim != 2:
+    raise ValueError(f'mask must be H x W or H x W x 1, got shape {np.shape(mask)}')
+  if arr.size == 0:
+    raise ValueError(f'mask is empty, got shape {np.shape(mask)}')
+  if arr.dtype != bool:
+    if not np.all((arr == 0) | (arr == 1)):
+      bad = np.unique(arr[(arr != 0) & (arr != 1)])[:5]
+      raise ValueError(
+        f'mask must be bool or 0/1, got values such as {bad.tolist()} (threshold it first)'
+      )
+    arr = arr == 1
+  return arr
+
+
+def skeleton_length(skeleton: np.ndarray) -> float:
+  """Length in pixels of a skeleton, measured along its 8-connected graph.
+
+  Horizontal and vertical edges between 8-adjacent pixels count 1, diagonal edges sqrt(2); a
+  diagonal edge is dropped when its two pixels share a 4-neighbour on the skeleton (the other
+  path round that little triangle already joins them). A line of n pixels in a row is n - 1
+  long; isolated pixels add 0.
+
+  Args:
+    skeleton: H x W bool array.
+
+  Returns:
+    The total length of all edges.
+  """
+  s = np.asarray(skeleton, dtype=bool)
+  axial = np.count_nonzero(s[:, :-1] & s[:, 1:]) + np.count_nonzero(s[:-1, :] & s[1:, :])
+  # 2 x 2 windows: top-left a, top-right b, bottom-left c, bottom-right d.
+  a, b, c, d = s[:-1, :-1], s[:-1, 1:], s[1:, :-1], s[1:, 1:]
+  diagonal = np.count_nonzero(a & d & ~b & ~c) + np.count_nonzero(b & c & ~a & ~d)
+  return float(axial + math.sqrt(2) * diagonal)
+
+
+def measure_cracks(
+  mask: np.ndarray, *, mm_per_pixel: float | None = None
+) -> dict[str, float | int | None]:
+  """Crack measurements of one binary crack mask.
+
+  Length is the length of the mask's skeleton (`skimage.morphology.skeletonize`) along its
+  8-connected graph: 1 per horizontal/vertical pair of adjacent skeleton pixels, sqrt(2) per
+  diagonal pair, a diagonal pair not counted when the two pixels are also joined through a
+  shared 4-neighbour on the skeleton (an L-corner is 2, not 2 + sqrt(2)). Pixel centre to pixel
+  centre: a straight line of n pixels is n - 1 long; isolated skeleton pixels add 0.
+
+  Width at each skeleton pixel is 2 d - 1, with d the Euclidean distance transform of the mask
+  (pixel-centre distances to the nearest background pixel): at the centre of a stroke w pixels
+  wide (w odd) d = (w + 1) / 2, so the width is w; a 1-pixel line is 1 wide. Mean and max are over
+  the skeleton pixels, 0.0 for a mask without crack pixels.
+
+  Args:
+    mask: H x W (or H x W x 1) bool or 0/1 array, crack = True.
+    mm_per_pixel: size of a pixel in millimetres; without it the `_mm` values are None.
+
+  Returns:
+    Plain Python numbers: `crack_pixels` (int), `crack_ratio` (crack pixels / all pixels),
+    `segments` (int, 8-connected components of the mask), `length_px`, `length_mm`,
+    `mean_width_px`, `max_width_px`, `mean_width_mm`, `max_width_mm`.
+
+  Raises:
+    ValueError: `mask` has another shape, is empty or not binary, or `mm_per_pixel` is not > 0.
+  """
+  if mm_per_pixel is not None and (
+    isinstance(mm_per_pixel, bool)
+    or not isinstance(mm_per_pixel, int | float | np.number)
+    or not math.isfinite(mm_per_pixel)
+  ):
+    raise ValueError(f'mm_per_pixel must be a finite number > 0, got {mm_per_pixel!r}')
+  if mm_per_pixel is not None and mm_per_pixel <= 0:
+    raise ValueError(f'mm_per_pixel must be > 0, got {mm_per_pixel!r}')
+  m = _as_mask(mask)
+
+  crack_pixels = int(np.count_nonzero(m))
+  _, segments = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
+  skeleton = skeletonize(m)
+  length_px = skeleton_length(skeleton)
+  if np.any(skeleton):
+    if crack_pixels == m.size:  # No background: let the image border bound the crack.
+      dist = ndimage.distance_transform_edt(np.pad(m, 1))[1:-1, 1:-1]
+    else:
+      dist = ndimage.distance_transform_edt(m)
+    widths = 2.0 * dist[skeleton] - 1.0
+    mean_width, max_width = float(widths.mean()), float(widths.max())
+  else:
+    mean_width = max_width = 0.0
+
+  def mm(value: float) -> float | None:
+    return None if mm_per_pixel is None else float(value * mm_per_pixel)
+
+  return {
+    'crack_pixels': crack_pixels,
+    'crack_ratio': crack_pixels / m.size,
+    'segments': int(segments),
+    'length_px': length_px,
+    'length_mm': mm(length_px),
+    'mean_width_px': mean_width,
+    'max_width_px': max_width,
+    'mean_width_mm': mm(mean_width),
+    'max_width_mm': mm(max_width),
+  }
+
+
+def _number(value: Any) -> float | None:
+  """A row's value as a float; None for a missing one (None or '', as read back from a CSV)."""
+  return None if value is None or value == '' else float(value)
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """Totals over many images' `measure_cracks` rows (extra keys such as 'name' are ignored).
+
+  Args:
+    rows: one mapping per image with `measure_cracks`' keys.
+
+  Returns:
+    `images` (count), `length_px` (total), `length_mm` (total, None unless every row has it),
+    `mean_crack_ratio` (mean of the per-image ratios), `segments` (total), `max_width_px` and
+    `max_width_mm` (largest over the images; mm None unless every row has it). All zeros for no
+    rows.
+  """
+  lengths_mm = [_number(r.get('length_mm')) for r in rows]
+  widths_mm = [_number(r.get('max_width_mm')) for r in rows]
+  return {
+    'images': len(rows),
+    'length_px': float(sum(_number(r['length_px']) for r in rows)),
+    'length_mm': None if None in lengths_mm else float(sum(lengths_mm)),
+    'mean_crack_ratio': float(np.mean([_number(r['crack_ratio']) for r in rows])) if rows else 0.0,
+    'segments': int(sum(int(_number(r['segments'])) for r in rows)),
+    'max_width_px': max((_number(r['max_width_px']) for r in rows), default=0.0),
+    'max_width_mm': None if None in widths_mm else max(widths_mm, default=0.0),
+  }
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+  """One human-readable line of a `summarize` result.
+
+  E.g. '12 images: crack length 3,402 px (170.1 mm) in 57 segments; mean crack ratio 1.84%;
+  widest 9.0 px (0.45 mm)'; the millimetre parts are left out where they are None.
+  """
+  n, segments = summary['images'], summary['segments']
+  length = f'{summary["length_px"]:,.0f} px'
+  if summary.get('length_mm') is not None:
+    length += f' ({summary["length_mm"]:,.1f} mm)'
+  width = f'{summary["max_width_px"]:.1f} px'
+  if summary.get('max_width_mm') is not None:
+    width += f' ({summary["max_width_mm"]:.2f} mm)'
+  return (
+    f'{n} image{"" if n == 1 else "s"}: crack length {length} in {segments} '
+    f'segment{"" if segments == 1 else "s"}; mean crack ratio '
+    f'{100 * summary["mean_crack_ratio"]:.2f}%; widest {width}'
+  )

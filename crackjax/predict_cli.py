@@ -1,0 +1,239 @@
+"""`crackjax-predict`: crack maps, masks, overlays and measurements for folders of photos.
+
+  crackjax-predict --workdir=workdirs/cfd_exp photos/ more/*.jpg one.png --out=predictions
+  crackjax-predict --workdir=RUN roads/ --out=OUT --threshold=0.4 --mm_per_pixel=0.5
+
+For every readable image (any size, png/jpg/bmp/tif/webp; grey, RGBA, 16-bit and
+EXIF-rotated photos included) it writes, at the photo's own size:
+  OUT/probs/<name>.png     crack probability, 8-bit (255 = 1)
+  OUT/masks/<name>.png     crack mask (255 = crack) at the run's threshold (threshold.json,
+                           the strict-protocol ODS threshold) or --threshold
+  OUT/overlays/<name>.jpg  the photo with crack pixels in red
+and one row per image in OUT/measurements.csv (crack ratio, length, widths, segments; see
+crackjax/measure.py), then prints a summary line. An unreadable file is reported, by name,
+and skipped; nothing is overwritten without --overwrite.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+import PIL.ImageOps
+import tqdm
+from absl import flags
+
+from crackjax import cli, measure
+from crackjax.predict import Predictor, load_run, read_config
+
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+OVERLAY_COLOUR = (255, 0, 0)
+PROG = 'crackjax-predict'
+
+
+class UnreadableImageError(ValueError):
+  """A file that is not an image PIL can decode (the message names it and says why)."""
+
+
+def load_photo(path: str | Path) -> np.ndarray:
+  """An image file as H x W x 3 uint8 RGB, upright (EXIF orientation applied).
+
+  Grey, palette and RGBA images are converted to RGB (alpha dropped); 16-bit and other
+  high-bit-depth grey images are scaled by their actual range (the smallest bit depth that
+  holds their maximum, at least 8), so a 12-bit image is not stored almost black.
+
+  Raises:
+    UnreadableImageError: the file cannot be decoded (truncated, not an image, ...).
+  """
+  try:
+    with PIL.Image.open(path) as image:
+      image.load()  # PIL decodes lazily: force it so broken files fail here, by name.
+      image = PIL.ImageOps.exif_transpose(image)
+  except Exception as e:  # PIL raises OSError, SyntaxError, ValueError ... for bad files.
+    raise UnreadableImageError(f'{path}: cannot read image ({type(e).__name__}: {e})') from e
+  if image.width == 0 or image.height == 0:
+    raise UnreadableImageError(f'{path}: empty image ({image.width}x{image.height})')
+  if image.mode in ('I', 'I;16', 'I;16B', 'I;16L', 'F'):
+    grey = np.asarray(image).astype(np.float64)
+    top = max(float(grey.max(initial=0)), 1.0)
+    full = 255.0 if top <= 255 else float(2 ** int(np.ceil(np.log2(top + 1))) - 1)
+    grey = np.clip(np.round(grey * (255.0 / full)), 0, 255).astype(np.uint8)
+    return np.repeat(grey[..., None], 3, axis=2)
+  return np.asarray(image.convert('RGB'))
+
+
+def find_inputs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
+  """Image files named by `specs` (files, folders, globs), in order, without duplicates.
+
+  Returns:
+    (files, problems): folders contribute their image files (sorted, not recursive); a
+    spec that matches nothing is a problem, reported by the caller.
+  """
+  files: list[Path] = []
+  problems = []
+  for spec in specs:
+    path = Path(os.path.expanduser(spec))
+    if path.is_dir():
+      found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+      if not found:
+        problems.append(f'{spec}: folder holds no image files ({", ".join(IMAGE_EXTENSIONS)})')
+    elif path.is_file():
+      found = [path]
+    else:
+      found = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
+      found = [p for p in found if p.is_file()]
+      if not found:
+        problems.append(f'{spec}: no such file, folder or matching files')
+    files += found
+  return list(dict.fromkeys(files)), problems
+
+
+def output_names(files: Sequence[Path]) -> list[str]:
+  """Output name per file: its stem, or parent_stem where two inputs share a stem."""
+  stems = [f.stem for f in files]
+  return [f'{f.parent.name}_{f.stem}' if stems.count(f.stem) > 1 else f.stem for f in files]
+
+
+def overlay(photo: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """The photo with crack pixels painted OVERLAY_COLOUR."""
+  out = photo.copy()
+  out[mask] = OVERLAY_COLOUR
+  return out
+
+
+def _define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_string(
+    'workdir', None, 'the training run (the --workdir of launch.py)', flag_values=fv
+  )
+  flags.DEFINE_string('out', None, 'output folder (created)', flag_values=fv)
+  flags.DEFINE_float(
+    'threshold',
+    None,
+    "crack where probability > threshold (default: the run's threshold.json, else 0.5)",
+    flag_values=fv,
+  )
+  flags.DEFINE_float(
+    'mm_per_pixel',
+    None,
+    'ground sampling distance, for lengths and widths in millimetres',
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    'tile_size',
+    1024,
+    'images larger than this are predicted in overlapping tiles of at most this size',
+    flag_values=fv,
+  )
+  flags.DEFINE_float(
+    'overlap', 0.0625, 'overlap of neighbouring tiles, fraction of tile_size', flag_values=fv
+  )
+  flags.DEFINE_integer(
+    'batch_size', None, 'tiles per device call (default: one per local device)', flag_values=fv
+  )
+  flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
+  flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
+
+
+def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  PIL.Image.fromarray(array).save(path, **save_kwargs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the command (argv without the program name); returns the exit status."""
+  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  fv = flags.FlagValues()
+  _define_flags(fv)
+  inputs = cli.parse_flags(fv, argv, prog=PROG)[1:]
+  if not fv.workdir or not fv.out:
+    sys.exit(
+      f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {PROG} '
+      '--workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB...'
+    )
+  if not inputs:
+    sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
+  try:
+    read_config(fv.workdir)  # A wrong --workdir is reported before anything else.
+  except FileNotFoundError as e:
+    sys.exit(f'{PROG}: {e}')
+  files, problems = find_inputs(inputs)
+  for problem in problems:
+    print(f'{PROG}: {problem}', file=sys.stderr)
+  if not files:
+    sys.exit(f'{PROG}: no image files to predict.')
+  out = Path(fv.out)
+  table = out / 'measurements.csv'
+  if table.exists() and not fv.overwrite:
+    sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
+  try:
+    run = load_run(fv.workdir, step=fv.step)
+  except FileNotFoundError as e:
+    sys.exit(f'{PROG}: {e}')
+  predictor = Predictor(
+    run.model,
+    run.params,
+    threshold=run.threshold,
+    tile_size=fv.tile_size,
+    overlap=fv.overlap,
+    batch_size=fv.batch_size,
+  )
+  threshold = run.threshold if fv.threshold is None else fv.threshold
+  source = run.threshold_source if fv.threshold is None else '--threshold'
+  print(
+    f'{PROG}: {len(files)} image(s), run {fv.workdir} step {run.step}, crack where '
+    f'probability > {threshold:g} ({source})',
+    file=sys.stderr,
+  )
+
+  rows, skipped = [], []
+  for path, name in tqdm.tqdm(
+    list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
+  ):
+    targets = [
+      out / 'probs' / f'{name}.png',
+      out / 'masks' / f'{name}.png',
+      out / 'overlays' / f'{name}.jpg',
+    ]
+    existing = [t for t in targets if t.exists()]
+    if existing and not fv.overwrite:
+      skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
+      continue
+    try:
+      photo = load_photo(path)
+    except UnreadableImageError as e:
+      skipped.append(str(e))
+      continue
+    prob = predictor(photo)
+    mask = predictor.mask(prob, threshold)
+    _write(targets[0], np.round(np.clip(prob, 0.0, 1.0) * 255.0).astype(np.uint8))
+    _write(targets[1], mask.astype(np.uint8) * 255)
+    _write(targets[2], overlay(photo, mask), quality=90)
+    row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
+    rows.append(row | measure.measure_cracks(mask, mm_per_pixel=fv.mm_per_pixel))
+
+  for line in skipped:
+    print(f'{PROG}: skipped {line}', file=sys.stderr)
+  if rows:
+    out.mkdir(parents=True, exist_ok=True)
+    fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS]
+    with open(table, 'w', newline='', encoding='utf-8') as f:
+      writer = csv.DictWriter(f, fieldnames=fields)
+      writer.writeheader()
+      writer.writerows({k: ('' if v is None else v) for k, v in row.items()} for row in rows)
+    print(measure.format_summary(measure.summarize(rows)))
+    print(
+      f'{PROG}: wrote {len(rows)} image(s) to {out} (probs/, masks/, overlays/, '
+      f'measurements.csv); skipped {len(skipped)}.',
+      file=sys.stderr,
+    )
+  return 0 if rows else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,310 @@
+"""Tests of crackjax.measure: crack length, width and segments of a binary mask.
+
+Expectations are worked out by hand from the conventions in the module docstring.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from skimage.draw import circle_perimeter
+
+from crackjax import measure
+
+H, W = 64, 96
+
+
+def _blank(h: int = H, w: int = W) -> np.ndarray:
+  return np.zeros((h, w), dtype=bool)
+
+
+def _no_nan(result: dict) -> None:
+  for key, value in result.items():
+    assert value is None or isinstance(value, int | float), key
+    assert value is None or math.isfinite(value), key
+
+
+def test_empty_mask():
+  result = measure.measure_cracks(_blank())
+  assert result == {
+    'crack_pixels': 0,
+    'crack_ratio': 0.0,
+    'segments': 0,
+    'length_px': 0.0,
+    'length_mm': None,
+    'mean_width_px': 0.0,
+    'max_width_px': 0.0,
+    'mean_width_mm': None,
+    'max_width_mm': None,
+  }
+  _no_nan(result)
+  _no_nan(measure.measure_cracks(_blank(), mm_per_pixel=0.5))
+  assert measure.measure_cracks(_blank(), mm_per_pixel=0.5)['length_mm'] == 0.0
+
+
+def test_horizontal_line():
+  mask = _blank()
+  mask[20, 10:60] = True  # 50 pixels, 49 unit steps between their centres.
+  result = measure.measure_cracks(mask)
+  assert result['crack_pixels'] == 50
+  assert result['crack_ratio'] == pytest.approx(50 / (H * W))
+  assert result['length_px'] == pytest.approx(49.0)
+  assert result['mean_width_px'] == 1.0  # d = 1 on a 1-pixel line: 2 * 1 - 1.
+  assert result['max_width_px'] == 1.0
+  assert result['segments'] == 1
+  _no_nan(result)
+  # Plain Python numbers, JSON friendly.
+  assert type(result['crack_pixels']) is int and type(result['segments']) is int
+  assert json.loads(json.dumps(result)) == result
+
+
+def test_bar_five_wide():
+  mask = _blank()
+  mask[20:25, 15:75] = True  # 5 rows x 60 columns, away from the border.
+  result = measure.measure_cracks(mask)
+  assert result['crack_pixels'] == 300
+  assert result['segments'] == 1
+  # The skeleton is the centre row, shortened by thinning at each end by about the half-width
+  # (2 px), possibly ending in a short spur into a corner. The centre line alone is at most
+  # 60 - 1 = 59 long and at least 60 - 1 - 2 * (2 + 1) = 53 (half-width plus one pixel of slack
+  # per end); a spur adds at most one diagonal step of the slack back. Allow 52..60.
+  assert 52.0 <= result['length_px'] <= 60.0
+  # Centre row: distance 3 to the nearest background row, 2 * 3 - 1 = 5. Only the few skeleton
+  # pixels near the ends see a nearer background, so the mean is within 0.5 of 5.
+  assert result['max_width_px'] == 5.0
+  assert result['mean_width_px'] == pytest.approx(5.0, abs=0.5)
+  assert result['mean_width_px'] <= 5.0
+
+
+def test_mask_without_background():
+  # All crack: the image border bounds the crack, as for the bar above inside a frame.
+  result = measure.measure_cracks(np.ones((5, 60), dtype=bool))
+  assert result['crack_ratio'] == 1.0
+  assert result['max_width_px'] == 5.0
+  assert 52.0 <= result['length_px'] <= 60.0
+
+
+def test_crack_off_the_border_is_not_cut():
+  # A 5-wide vertical bar through the top edge: the border is not background, so the skeleton
+  # pixels near the top still see the full width (the bar's sides are the nearest background).
+  mask = _blank()
+  mask[:40, 20:25] = True
+  result = measure.measure_cracks(mask)
+  assert result['max_width_px'] == 5.0
+  assert result['mean_width_px'] == pytest.approx(5.0, abs=0.5)
+
+
+def test_diagonal_line():
+  mask = _blank()
+  mask[10:50, 20:60] = np.eye(40, dtype=bool)  # 40 pixels, 39 diagonal steps.
+  result = measure.measure_cracks(mask)
+  assert result['length_px'] == pytest.approx(39 * math.sqrt(2), abs=1e-6)
+  assert result['segments'] == 1
+  assert result['mean_width_px'] == 1.0
+  assert result['max_width_px'] == 1.0
+
+
+def test_anti_diagonal_line():
+  mask = _blank()
+  mask[10:30, 20:40] = np.fliplr(np.eye(20, dtype=bool))
+  assert measure.measure_cracks(mask)['length_px'] == pytest.approx(19 * math.sqrt(2), abs=1e-6)
+
+
+def test_ring():
+  mask = _blank(80, 80)
+  rr, cc = circle_perimeter(40, 40, 30)
+  mask[rr, cc] = True
+  result = measure.measure_cracks(mask)
+  assert result['length_px'] == pytest.approx(2 * math.pi * 30, rel=0.10)
+  assert result['segments'] == 1
+  assert result['max_width_px'] == 1.0
+
+
+def test_two_lines_add():
+  mask = _blank()
+  mask[10, 5:55] = True  # 50 pixels: 49.
+  mask[40, 30:50] = True  # 20 pixels: 19.
+  result = measure.measure_cracks(mask)
+  assert result['segments'] == 2
+  assert result['crack_pixels'] == 70
+  assert result['length_px'] == pytest.approx(49.0 + 19.0)
+
+
+def test_isolated_pixel_has_no_length():
+  mask = _blank()
+  mask[30, 30] = True
+  result = measure.measure_cracks(mask)
+  assert result['length_px'] == 0.0
+  assert result['segments'] == 1
+  assert result['mean_width_px'] == 1.0
+
+
+def test_diagonal_touch_is_one_segment():
+  mask = _blank()
+  mask[10, 10:20] = True
+  mask[11, 20:30] = True  # Touches the first line only diagonally at (10, 19)-(11, 20).
+  result = measure.measure_cracks(mask)
+  assert result['segments'] == 1
+
+
+def test_skeleton_length_l_corner():
+  # An L-corner: (0, 0)-(0, 1) and (0, 1)-(1, 1) are unit edges; the diagonal (0, 0)-(1, 1) is
+  # dropped because the shared 4-neighbour (0, 1) is on the skeleton: 2, not 2 + sqrt(2).
+  skel = np.array([[1, 1], [0, 1]], dtype=bool)
+  assert measure.skeleton_length(skel) == pytest.approx(2.0)
+  # The same shape for the other diagonal.
+  skel = np.array([[0, 1], [1, 1]], dtype=bool)
+  assert measure.skeleton_length(skel) == pytest.approx(2.0)
+  # Without the corner pixel the diagonal counts.
+  skel = np.array([[1, 0], [0, 1]], dtype=bool)
+  assert measure.skeleton_length(skel) == pytest.approx(math.sqrt(2))
+  # A staircase of three steps: 1 + sqrt(2) + 1 with no shared 4-neighbour on the diagonal step.
+  skel = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)
+  assert measure.skeleton_length(skel) == pytest.approx(2 + math.sqrt(2))
+
+
+def test_mm_per_pixel_scales():
+  mask = _blank()
+  mask[20:25, 15:75] = True
+  px = measure.measure_cracks(mask)
+  mm = measure.measure_cracks(mask, mm_per_pixel=0.5)
+  for key in ('crack_pixels', 'crack_ratio', 'segments', 'length_px', 'mean_width_px'):
+    assert mm[key] == px[key]
+  assert mm['length_mm'] == pytest.approx(0.5 * px['length_px'])
+  assert mm['mean_width_mm'] == pytest.approx(0.5 * px['mean_width_px'])
+  assert mm['max_width_mm'] == pytest.approx(2.5)  # 5 px.
+
+
+def test_channel_axis_and_0_1_input():
+  mask = np.zeros((H, W, 1), dtype=np.uint8)
+  mask[20, 10:60, 0] = 1
+  result = measure.measure_cracks(mask)
+  assert result['length_px'] == pytest.approx(49.0)
+  assert result['crack_pixels'] == 50
+
+
+@pytest.mark.parametrize(
+  'mask, match',
+  [
+    (np.zeros((4, 4, 3), dtype=bool), r'\(4, 4, 3\)'),
+    (np.zeros((16,), dtype=bool), r'\(16,\)'),
+    (np.zeros((2, 4, 4), dtype=bool), r'\(2, 4, 4\)'),
+    (np.zeros((0, 4), dtype=bool), r'empty'),
+    (np.full((4, 4), 0.7), r'bool or 0/1'),
+    (np.full((4, 4), 255, dtype=np.uint8), r'bool or 0/1'),
+  ],
+)
+def test_bad_mask_raises(mask, match):
+  with pytest.raises(ValueError, match=match):
+    measure.measure_cracks(mask)
+
+
+@pytest.mark.parametrize('mm_per_pixel', [0, 0.0, -0.5, float('nan'), float('inf'), '0.5', True])
+def test_bad_mm_per_pixel_raises(mm_per_pixel):
+  with pytest.raises(ValueError, match='mm_per_pixel'):
+    measure.measure_cracks(_blank(), mm_per_pixel=mm_per_pixel)
+
+
+def test_csv_fields():
+  assert measure.CSV_FIELDS[0] == 'name'
+  keys = measure.measure_cracks(_blank()).keys()
+  assert sorted(measure.CSV_FIELDS[1:]) == sorted(keys)
+  assert len(set(measure.CSV_FIELDS)) == len(measure.CSV_FIELDS)
+
+
+ROW_A = {
+  'name': 'a.png',
+  'crack_pixels': 120,
+  'crack_ratio': 0.01,
+  'segments': 2,
+  'length_px': 100.0,
+  'length_mm': 5.0,
+  'mean_width_px': 2.0,
+  'max_width_px': 3.0,
+  'mean_width_mm': 0.1,
+  'max_width_mm': 0.15,
+}
+ROW_B = {
+  'name': 'b.png',
+  'crack_pixels': 900,
+  'crack_ratio': 0.03,
+  'segments': 1,
+  'length_px': 2302.0,
+  'length_mm': 115.1,
+  'mean_width_px': 4.0,
+  'max_width_px': 5.0,
+  'mean_width_mm': 0.2,
+  'max_width_mm': 0.25,
+}
+
+
+def test_summarize_two_rows():
+  summary = measure.summarize([ROW_A, ROW_B])
+  assert summary['images'] == 2
+  assert summary['length_px'] == pytest.approx(2402.0)
+  assert summary['length_mm'] == pytest.approx(120.1)
+  assert summary['mean_crack_ratio'] == pytest.approx(0.02)
+  assert summary['segments'] == 3
+  assert summary['max_width_px'] == 5.0
+  assert summary['max_width_mm'] == pytest.approx(0.25)
+  assert measure.format_summary(summary) == (
+    '2 images: crack length 2,402 px (120.1 mm) in 3 segments; mean crack ratio 2.00%; '
+    'widest 5.0 px (0.25 mm)'
+  )
+
+
+def test_summarize_without_mm_everywhere():
+  row_b = {**ROW_B, 'length_mm': None, 'mean_width_mm': None, 'max_width_mm': None}
+  summary = measure.summarize([ROW_A, row_b])
+  assert summary['length_mm'] is None
+  assert summary['max_width_mm'] is None
+  assert summary['length_px'] == pytest.approx(2402.0)
+  assert measure.format_summary(summary) == (
+    '2 images: crack length 2,402 px in 3 segments; mean crack ratio 2.00%; widest 5.0 px'
+  )
+
+
+def test_summarize_one_row_singular():
+  summary = measure.summarize([{**ROW_B, 'segments': 1}])
+  assert measure.format_summary(summary) == (
+    '1 image: crack length 2,302 px (115.1 mm) in 1 segment; mean crack ratio 3.00%; '
+    'widest 5.0 px (0.25 mm)'
+  )
+
+
+def test_summarize_no_rows():
+  summary = measure.summarize([])
+  assert summary['images'] == 0
+  assert summary['length_px'] == 0.0
+  assert summary['mean_crack_ratio'] == 0.0
+  assert summary['segments'] == 0
+  assert summary['max_width_px'] == 0.0
+  _no_nan(summary)
+  assert measure.format_summary(summary).startswith('0 images: crack length 0 px')
+
+
+def test_csv_round_trip_summarize():
+  mask = _blank()
+  mask[20, 10:60] = True
+  rows = [
+    {'name': 'line.png', **measure.measure_cracks(mask, mm_per_pixel=0.5)},
+    {'name': 'empty.png', **measure.measure_cracks(_blank(), mm_per_pixel=0.5)},
+  ]
+  buffer = io.StringIO()
+  writer = csv.DictWriter(buffer, fieldnames=measure.CSV_FIELDS)
+  writer.writeheader()
+  writer.writerows(rows)
+  buffer.seek(0)
+  read_back = list(csv.DictReader(buffer))
+  assert [r['name'] for r in read_back] == ['line.png', 'empty.png']
+  summary = measure.summarize(read_back)  # Strings from the CSV.
+  assert summary == measure.summarize(rows)
+  assert summary['length_px'] == pytest.approx(49.0)
+  assert summary['length_mm'] == pytest.approx(24.5)
+  assert summary['segments'] == 1
+  assert summary['max_width_px'] == 1.0

@@ -1,0 +1,178 @@
+"""Prediction on photos of any size: padding, buckets, tiling, the command line and bad files."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import PIL.Image
+import pytest
+
+import crackjax
+from configs import smoke
+from crackjax import predict, predict_cli, train
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='module')
+def run_dir(tmp_path_factory):
+  """A smoke run (6 steps, strict evaluation so threshold.json exists)."""
+  root = tmp_path_factory.mktemp('predict')
+  config = smoke.get_config()
+  config.data.manual_dir = str(fixtures.make_fake_crackforest(root / 'raw', size=(32, 48)))
+  config.data.data_dir = str(root / 'tfds')
+  config.eval.protocols = ('strict',)
+  train.train_and_evaluate(config, root / 'run')
+  return root / 'run'
+
+
+@pytest.fixture(scope='module')
+def run(run_dir):
+  return predict.load_run(run_dir)
+
+
+def photo(h, w, seed=0):
+  """A pavement-like uint8 photo with a dark diagonal crack."""
+  rng = np.random.default_rng(seed)
+  image = rng.integers(150, 230, size=(h, w, 3), dtype=np.uint8)
+  rows = np.arange(h)
+  image[rows, (rows * w // max(h, 1)) % w] = 30
+  return image
+
+
+def direct(run, image_float):
+  """The model applied to one already padded float image."""
+  return np.asarray(predict.predict_step(run.params, image_float[None], apply_fn=run.model.apply))[
+    0, ..., 0
+  ]
+
+
+def test_load_run_and_threshold(run, run_dir):
+  saved = json.loads((run_dir / 'threshold.json').read_text())
+  assert run.step == 6 and run.threshold == saved['threshold']
+  assert 'threshold.json' in run.threshold_source
+  assert crackjax.Predictor is predict.Predictor
+  assert predict.Predictor.from_workdir(run_dir).threshold == saved['threshold']
+  with pytest.raises(FileNotFoundError, match='not a crackjax run directory'):
+    predict.load_run(run_dir.parent)
+  with pytest.raises(FileNotFoundError, match=r'No checkpoint of step 5.*\[3, 6\]'):
+    predict.load_run(run_dir, step=5)
+
+
+def test_any_size_is_reflection_padded_and_cropped_back(run):
+  predictor = predict.Predictor(run.model, run.params)
+  image = photo(37, 53)
+  prob = predictor(image)
+  assert prob.shape == (37, 53) and prob.dtype == np.float32
+  assert 0.0 <= prob.min() and prob.max() <= 1.0
+  # The same as the model on the image reflected out to its 64 x 64 bucket.
+  padded = predict.reflect_pad(image.astype(np.float32) / 255.0, 64, 64)
+  np.testing.assert_allclose(prob, direct(run, padded)[:37, :53], atol=1e-6)
+  assert np.array_equal(padded[37:40, :53], padded[35:32:-1, :53])  # reflected, not zeros
+
+
+def test_one_compile_per_bucket(run):
+  predictor = predict.Predictor(run.model, run.params, bucket=32)
+  for h, w in [(40, 50), (33, 64), (64, 40), (60, 60)]:  # all pad to 64 x 64
+    predictor(photo(h, w))
+  assert predictor.num_traces == 1
+  predictor(photo(65, 64))  # 96 x 64: a new bucket
+  assert predictor.num_traces == 2
+
+
+def test_tiles_blend_to_the_untiled_prediction_away_from_borders(run):
+  image = photo(160, 224, seed=3)
+  whole = predict.Predictor(run.model, run.params, tile_size=1024)(image)
+  tiled = predict.Predictor(run.model, run.params, tile_size=96, overlap=0.5, batch_size=3)(image)
+  assert tiled.shape == whole.shape == (160, 224)
+  assert whole.std() > 0.01  # the comparison is not between two constant maps
+  interior = np.s_[24:-24, 24:-24]
+  diff = np.abs(tiled - whole)[interior]
+  # Each tile sees less context than the whole image, so values differ a little; the
+  # Gaussian blend leaves no seam: the difference is small everywhere inside.
+  assert diff.mean() < 0.02 and diff.max() < 0.1, (diff.mean(), diff.max())
+
+
+def test_tile_geometry():
+  assert predict.tile_layout(100, 512, 64, 16) == (100, [0])
+  tile, starts = predict.tile_layout(3000, 512, 64, 16)
+  # ceil((3000 - 64) / (512 - 64)) = 7 tiles, shrunk to round_up(ceil(2936 / 7) + 64, 16).
+  assert tile == 496 and len(starts) == 7
+  assert starts[0] == 0 and starts[-1] == 3000 - tile
+  assert all(tile - (b - a) >= 64 for a, b in zip(starts, starts[1:], strict=False))
+  tile, starts = predict.tile_layout(1000, 256, 32, 16)
+  assert tile <= 256 and starts[-1] + tile == 1000
+  assert all(tile - (b - a) >= 32 for a, b in zip(starts, starts[1:], strict=False))
+  w = predict.gaussian_weights(64, 96)
+  assert w.shape == (64, 96) and w.max() == pytest.approx(1.0) and w.min() >= 1e-3
+  assert w[32, 48] > w[0, 0]
+
+
+def _write_inputs(folder: Path) -> None:
+  folder.mkdir(parents=True)
+  PIL.Image.fromarray(photo(45, 70)).save(folder / 'plain.jpg')
+  rgba = np.concatenate([photo(40, 40), np.full((40, 40, 1), 128, np.uint8)], axis=2)
+  PIL.Image.fromarray(rgba).save(folder / 'alpha.png')
+  grey16 = photo(50, 30)[..., 0].astype(np.uint16) * 16  # 12-bit range in a 16-bit file
+  PIL.Image.fromarray(grey16).save(folder / 'deep.png')
+  PIL.Image.fromarray(photo(30, 20)[..., 0]).save(folder / 'grey.png')
+  rotated = PIL.Image.fromarray(photo(20, 60))
+  exif = rotated.getexif()
+  exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+  rotated.save(folder / 'rotated.jpg', exif=exif)
+  (folder / 'broken.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'\x00' * 40)
+  (folder / 'notes.txt').write_text('not an image')
+
+
+def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
+  folder = tmp_path / 'photos'
+  _write_inputs(folder)
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--mm_per_pixel=0.5', str(folder)]
+  assert predict_cli.main(args) == 0
+  captured = capsys.readouterr()
+  assert 'skipped' in captured.err and 'broken.png: cannot read image' in captured.err
+  assert 'images: crack length' in captured.out
+  sizes = {
+    'plain': (45, 70),
+    'alpha': (40, 40),
+    'deep': (50, 30),
+    'grey': (30, 20),
+    'rotated': (60, 20),
+  }  # EXIF orientation 6: displayed 60 high, 20 wide
+  for name, (h, w) in sizes.items():
+    for kind, ext in (('probs', 'png'), ('masks', 'png'), ('overlays', 'jpg')):
+      with PIL.Image.open(out / kind / f'{name}.{ext}') as im:
+        assert (im.height, im.width) == (h, w), (name, kind)
+  rows = list(csv.DictReader((out / 'measurements.csv').open()))
+  assert sorted(r['name'] for r in rows) == sorted(sizes)
+  assert all(r['length_mm'] != '' and float(r['crack_ratio']) >= 0 for r in rows)
+  # The 12-bit image is read by its range, not as a nearly black 16-bit one.
+  assert predict_cli.load_photo(folder / 'deep.png').max() > 200
+
+  # Nothing is overwritten without --overwrite; with it, the run is repeated.
+  with pytest.raises(SystemExit, match='measurements.csv exists; pass --overwrite'):
+    predict_cli.main(args)
+  assert predict_cli.main([*args, '--overwrite']) == 0
+
+
+def test_command_line_errors(run_dir, tmp_path):
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  with pytest.raises(SystemExit, match='no image files to predict'):
+    predict_cli.main([f'--workdir={run_dir}', f'--out={tmp_path / "o"}', str(empty)])
+  with pytest.raises(SystemExit, match='not a crackjax run directory'):
+    predict_cli.main([f'--workdir={tmp_path}', f'--out={tmp_path / "o"}', str(empty)])
+
+
+def test_console_script_is_installed():
+  proc = subprocess.run(
+    [sys.executable, '-m', 'crackjax.predict_cli', '--help'], capture_output=True, text=True
+  )
+  assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
+  assert jax.__version__  # the command runs under the same jax
