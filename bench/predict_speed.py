@@ -86,7 +86,8 @@ def main(argv=None) -> dict:
     model = state.create_model(fv.config)
     params = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
     params, source = params['params'], 'random parameters'
-  kwargs = {k: fv[k].value for k in ('batch_size', 'tile_size', 'overlap') if fv[k].value}
+  names = ('batch_size', 'tile_size', 'overlap')
+  kwargs = {k: fv[k].value for k in names if fv[k].value is not None}
   whole = predict.Predictor(model, params, tile_size=512)  # 320 x 480: one whole image
   tiled = predict.Predictor(model, params, **kwargs)
   lh, lw = (int(v) for v in fv.large_hw)

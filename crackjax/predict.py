@@ -222,7 +222,7 @@ class Predictor:
     *,
     threshold: float = 0.5,
     tile_size: int = 1024,
-    overlap: float = 0.0625,
+    overlap: float = 0.125,
     batch_size: int | None = None,
     bucket: int = 32,
     devices: list[jax.Device] | None = None,

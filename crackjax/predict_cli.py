@@ -131,7 +131,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_float(
-    'overlap', 0.0625, 'overlap of neighbouring tiles, fraction of tile_size', flag_values=fv
+    'overlap', 0.125, 'overlap of neighbouring tiles, fraction of tile_size', flag_values=fv
   )
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per device call (default: one per local device)', flag_values=fv

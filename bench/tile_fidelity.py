@@ -1,0 +1,76 @@
+"""How much tiling changes a prediction: tiled against whole, per overlap.
+
+Loads a photo (optionally enlarged with `--scale`, Lanczos), predicts it whole (one tile as
+large as the photo) and tiled with `--tile_size` at each `--overlaps` value, and prints per
+setting the tile layout, the pixels predicted (relative to the photo), the mean and 99.9th
+percentile of |p_tiled - p_whole| and the share of mask pixels (at the run's threshold) that
+differ.
+
+  python bench/tile_fidelity.py --workdir=workdirs/cfd_exp_cpu \\
+      --image=../shared/datasets/crackforest/image/041.jpg --scale=4
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import PIL.Image
+from absl import flags
+
+from crackjax import cli, predict, predict_cli
+
+PROG = 'bench/tile_fidelity.py'
+
+
+def main(argv=None) -> list[dict]:
+  """Prints one line per overlap and returns the figures."""
+  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  fv = flags.FlagValues()
+  flags.DEFINE_string('workdir', None, 'a trained run', flag_values=fv)
+  flags.DEFINE_string('image', None, 'a photo', flag_values=fv)
+  flags.DEFINE_float('scale', 1.0, 'enlarge the photo by this factor first', flag_values=fv)
+  flags.DEFINE_integer('tile_size', 1024, 'Predictor tile size', flag_values=fv)
+  flags.DEFINE_list(
+    'overlaps', ['0.0625', '0.125', '0.1875', '0.25'], 'overlaps to compare', flag_values=fv
+  )
+  cli.parse_flags(fv, argv, prog=PROG)
+  if not fv.workdir or not fv.image:
+    sys.exit(f'{PROG}: --workdir and --image are required')
+  run = predict.load_run(fv.workdir)
+  photo = predict_cli.load_photo(fv.image)
+  if fv.scale != 1.0:
+    size = (round(photo.shape[1] * fv.scale), round(photo.shape[0] * fv.scale))
+    photo = np.asarray(PIL.Image.fromarray(photo).resize(size, PIL.Image.Resampling.LANCZOS))
+  h, w = photo.shape[:2]
+  whole = predict.Predictor(run.model, run.params, tile_size=max(h, w) + 32)(photo)
+  print(f'{fv.image} x{fv.scale:g}: {h}x{w}, run step {run.step}, threshold {run.threshold:g}')
+  rows = []
+  for overlap in (float(v) for v in fv.overlaps):
+    predictor = predict.Predictor(run.model, run.params, tile_size=fv.tile_size, overlap=overlap)
+    tiled = predictor(photo)
+    ph, pw = predictor.padded_shape(h, w)
+    px = round(overlap * predictor.tile_size)
+    th, ys = predict.tile_layout(ph, predictor.tile_size, px, predictor.multiple)
+    tw, xs = predict.tile_layout(pw, predictor.tile_size, px, predictor.multiple)
+    diff = np.abs(tiled - whole)
+    differ = (tiled > run.threshold) != (whole > run.threshold)
+    row = {
+      'overlap': overlap,
+      'tiles': f'{len(ys)}x{len(xs)} of {th}x{tw}',
+      'pixels_predicted': len(ys) * th * len(xs) * tw / (h * w),
+      'mean_abs_diff': float(diff.mean()),
+      'p999_abs_diff': float(np.quantile(diff, 0.999)),
+      'mask_differs': float(differ.mean()),
+    }
+    rows.append(row)
+    print(
+      f'tile {fv.tile_size}, overlap {overlap:g}: {row["tiles"]}, pixels predicted '
+      f'{row["pixels_predicted"]:.2f}x, mean |dp| {row["mean_abs_diff"]:.4f}, 99.9th pct '
+      f'{row["p999_abs_diff"]:.2f}, mask pixels that differ {row["mask_differs"] * 100:.2f}%'
+    )
+  return rows
+
+
+if __name__ == '__main__':
+  main()
