@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -69,12 +68,8 @@ def _time(predictor, images) -> float:
 
 def main(argv=None) -> dict:
   """Runs the benchmark, prints the report and returns its figures."""
-  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
-  if not any(a == '--config' or a.startswith('--config=') for a in argv):
-    argv.insert(1, f'--config={REPO / "configs" / "crackforest_exp.py"}:cpu')
-  fv = cli.new_flag_values(argv)
-  _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=PROG)
+  default = f'{REPO / "configs" / "crackforest_exp.py"}:cpu'
+  fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
   import jax
 
   from crackjax import predict, state

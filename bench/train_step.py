@@ -358,12 +358,8 @@ def main(argv=None) -> dict:
     argv: the command line without the program name (default: sys.argv[1:]).
   """
   prog = 'bench/train_step.py'
-  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
-  if not any(a == '--config' or a.startswith('--config=') for a in argv):
-    argv.insert(1, f'--config={REPO / "configs" / "crackforest_exp.py"}')
-  fv = cli.new_flag_values(argv)
-  _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=prog)
+  default = str(REPO / 'configs' / 'crackforest_exp.py')
+  fv, argv = cli.parse_command(prog, argv, _define_flags, default_config=default)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw)
   if len(hw) != 2:

@@ -5,10 +5,15 @@ so a mistyped field is an error), with errors worded for the command line.
 launch.py, `python -m crackjax.complexity`, `python -m crackjax.data_stats` and the bench
 scripts all use it::
 
-    flag_values = cli.new_flag_values(argv)   # launch.py: define_config_flag(flags.FLAGS)
-    flags.DEFINE_integer('repeats', 10, '...', flag_values=flag_values)
-    cli.parse_flags(flag_values, argv, prog='python -m crackjax.complexity')
-    config = flag_values.config
+    def define_flags(fv):  # the command's own flags
+      flags.DEFINE_integer('repeats', 10, '...', flag_values=fv)
+
+    fv, _ = cli.parse_command('python -m crackjax.complexity', argv, define_flags)
+    config = fv.config
+
+(launch.py, which runs under absl.app, calls `define_config_flag(flags.FLAGS)` and passes
+`parse_flags` to `app.run`.) Commands without a config (crackjax-predict, crackjax-export)
+use `parse_flags` alone for the same one-line errors.
 
 Config files are plain Python (`configs/`): their `get_config(arg)` builds a ConfigDict.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from absl import flags
 from ml_collections import config_flags
@@ -101,3 +106,31 @@ def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:
   flag_values = flags.FlagValues()
   define_config_flag(flag_values, argv=argv)
   return flag_values
+
+
+def parse_command(
+  prog: str,
+  argv: Sequence[str] | None,
+  define_flags: Callable[[flags.FlagValues], None] | None = None,
+  *,
+  default_config: str | None = None,
+) -> tuple[flags.FlagValues, list[str]]:
+  """Parses a config-taking command's arguments in one call.
+
+  Args:
+    prog: the command's name, for messages.
+    argv: the arguments without the program name (None: `sys.argv[1:]`).
+    define_flags: defines the command's own flags on the flag set it is given.
+    default_config: the ``--config`` value when the command line has none.
+
+  Returns:
+    (flag values, the full argv parsed, program name first).
+  """
+  full = [prog, *(sys.argv[1:] if argv is None else argv)]
+  if default_config and not any(a == '--config' or a.startswith('--config=') for a in full):
+    full.insert(1, f'--config={default_config}')
+  flag_values = new_flag_values(full)
+  if define_flags is not None:
+    define_flags(flag_values)
+  parse_flags(flag_values, full, prog=prog)
+  return flag_values, full

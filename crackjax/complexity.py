@@ -175,10 +175,7 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
   """Prints the complexity report of ``--config`` (argv without the program name)."""
   prog = 'python -m crackjax.complexity'
-  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
-  fv = cli.new_flag_values(argv)
-  _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=prog)
+  fv, _ = cli.parse_command(prog, argv, _define_flags)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:

@@ -86,12 +86,12 @@ def format_stats(dataset: str, stats: dict[str, dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Prints the statistics of the config's dataset (argv without the program name)."""
-  prog = 'python -m crackjax.data_stats'
-  argv = [prog, *(sys.argv[1:] if argv is None else argv)]
-  fv = cli.new_flag_values(argv)
-  flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
-  flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
-  cli.parse_flags(fv, argv, prog=prog)
+
+  def define_flags(fv: flags.FlagValues) -> None:
+    flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
+    flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
+
+  fv, _ = cli.parse_command('python -m crackjax.data_stats', argv, define_flags)
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])

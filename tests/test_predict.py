@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,32 @@ def test_console_script_is_installed():
   )
   assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
   assert jax.__version__  # the command runs under the same jax
+
+
+_TWO_DEVICES = """
+import os
+os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+import jax, numpy as np
+from crackjax import predict
+from crackjax.models import get_model
+assert jax.local_device_count() == 2
+model = get_model('unet', widths=(4, 8, 16, 32, 64))
+params = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))['params']
+image = np.random.default_rng(0).integers(0, 256, (70, 90, 3), dtype=np.uint8)
+both = predict.Predictor(model, params, tile_size=48, overlap=0.25)
+assert both.batch_size == 2
+one = predict.Predictor(model, params, tile_size=48, overlap=0.25, devices=jax.devices()[:1])
+np.testing.assert_allclose(both(image), one(image), atol=1e-6)
+print('ok', both.batch_size)
+"""
+
+
+def test_tiles_are_split_over_all_local_devices():
+  proc = subprocess.run(
+    [sys.executable, '-c', _TWO_DEVICES],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+  )
+  assert proc.returncode == 0 and 'ok 2' in proc.stdout, proc.stderr[-2000:]
