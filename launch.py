@@ -11,7 +11,6 @@ SLURM/Kubernetes/Cloud TPU environment with --distributed).
 """
 
 import functools
-import logging as std_logging
 import signal
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import jax
 import ml_collections
 from absl import app, flags, logging
 
-from crackjax import cli, datasets, evaluate, train
+from crackjax import cli, datasets, evaluate, logs, state, train, validate
 
 FLAGS = flags.FLAGS
 cli.define_config_flag(FLAGS)
@@ -51,15 +50,12 @@ def _sigterm_to_exit(signum, frame):
   raise SystemExit(f'Received signal {signum}')
 
 
-def _quiet_orbax(record) -> bool:
-  # orbax logs every phase of every save at INFO; keep its warnings and errors only.
-  return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  logging.get_absl_handler().addFilter(_quiet_orbax)
+  # TFDS and orbax chatter (dataset info loads, every save phase, OpenCV advice) goes to
+  # DEBUG before any builder is constructed; --verbosity=1 shows it again.
+  logs.quiet_third_party_logs()
   if FLAGS.distributed or FLAGS.coordinator_address:
     jax.distributed.initialize(
       coordinator_address=FLAGS.coordinator_address,
@@ -67,26 +63,31 @@ def main(argv):
       process_id=FLAGS.process_id,
     )
   signal.signal(signal.SIGTERM, _sigterm_to_exit)
-  logging.info(
-    'JAX %s: process %d of %d, %d local / %d global devices (%s)',
-    jax.__version__,
-    jax.process_index(),
-    jax.process_count(),
-    jax.local_device_count(),
-    jax.device_count(),
-    jax.default_backend(),
-  )
   config = FLAGS.config
+  logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
   try:
-    # A bad loss, model or batch size, then absent or invalid data, stop the run here with a
-    # message that says what to fix, before a model is compiled or the workdir is written.
-    train.check_config(config)
+    # Every config problem, then absent or invalid data, then images that do not fit the
+    # config stop the run here with a message that says what to fix, before a model is
+    # compiled or the workdir is written.
+    validate.check_config(config)
     datasets.prepare_dataset(config.data)
+    if FLAGS.mode != 'eval':
+      validate.check_data(config)
   except datasets.DatasetError as e:
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
-    sys.exit(f'launch.py: bad config: {e}')
-  run(config, FLAGS.workdir, FLAGS.mode)
+    sys.exit(_bad_config(e))
+  try:
+    run(config, FLAGS.workdir, FLAGS.mode)
+  except (FileNotFoundError, state.CheckpointError) as e:
+    sys.exit(f'launch.py: {e}')
+
+
+def _bad_config(error: ValueError) -> str:
+  lines = str(error).splitlines()
+  if len(lines) == 1:
+    return f'launch.py: bad config: {lines[0]}'
+  return 'launch.py: bad config:\n' + '\n'.join(f'  - {line}' for line in lines)
 
 
 if __name__ == '__main__':

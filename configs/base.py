@@ -17,7 +17,9 @@ Fields:
     (directories; matched by file name without extension), train_list / test_list (optional
     text files of names; default a deterministic 80/20 split), mask_threshold (fraction of
     the full range above which a non-binary mask value is crack), mask_polarity ('bright':
-    white cracks, 'dark' or 'auto'), mask_suffix (mask name = image name + suffix).
+    white cracks, 'dark' or 'auto'), mask_suffix (mask name = image name + suffix),
+    allow_majority_crack (False: a mask that is more than half crack, usually black cracks
+    on white read with polarity 'bright', stops preparation naming the files; True: keep it).
   data.train_split / data.test_split: split names used for training and evaluation.
   data.input_size: (H, W) the network sees during training (random crops), or None for the
     stored size. Each dimension must be a multiple of the model's input multiple (16 for
@@ -76,6 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.folder.mask_threshold = 0.5
   c.data.folder.mask_polarity = 'bright'
   c.data.folder.mask_suffix = ''
+  c.data.folder.allow_majority_crack = False
   c.data.train_split = 'train'
   c.data.test_split = 'test'
   c.data.input_size = ml_collections.FieldReference(None, field_type=tuple)

@@ -180,7 +180,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:
     sys.exit(f'{prog}: --hw takes H,W, got {fv.hw}')
-  r = report(config, hw, fps_batch=fv.fps_batch, repeats=fv.repeats, fps=fv.fps)
+  try:
+    r = report(config, hw, fps_batch=fv.fps_batch, repeats=fv.repeats, fps=fv.fps)
+  except ValueError as e:  # an unknown model or dtype, a size the model cannot take
+    sys.exit(f'{prog}: {e}')
   print(format_report(r, config))
 
 

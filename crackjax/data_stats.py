@@ -11,6 +11,10 @@ Prepares the dataset first if needed (as training does). "Crack proportion" is o
 split: crack pixels of all its images / all their pixels (the paper's Fig. 1 figure for a
 training set); the mean of the per-image proportions is printed too, and the densest image is
 the one with the largest per-image proportion.
+
+After the statistics, `diagnose` flags what would make training or evaluation silently
+wrong (a split without crack pixels, masks mostly crack, images without crack pixels, mixed
+sizes) and says which ``--config.data.input_size`` fits the training images.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import numpy as np
 from absl import flags
 
 from crackjax import cli, datasets
+
+# H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
+INPUT_MULTIPLE = 16
 
 
 def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -56,6 +63,7 @@ def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
     'densest_image': densest[1],
     'densest_proportion': densest[0],
     'images_without_crack': sum(p == 0 for p, _ in per_image),
+    'images_majority_crack': sorted(n for p, n in per_image if p > 0.5),
   }
 
 
@@ -64,6 +72,71 @@ def dataset_stats(
 ) -> dict[str, dict]:
   """`split_stats` of each split of ``data`` (the config's data group), preparing it if needed."""
   return {s: split_stats(datasets.get_data_source(data, s)) for s in splits}
+
+
+def _sizes_hw(st: dict[str, Any]) -> list[tuple[int, int]]:
+  """(H, W) of each size in ``st['sizes_wxh']``."""
+  return [(int(h), int(w)) for w, h in (k.split('x') for k in st.get('sizes_wxh', {}))]
+
+
+def diagnose(stats: dict[str, dict], train_split: str = 'train') -> list[str]:
+  """Problems in `dataset_stats`' output, one line each, and the input_size that fits.
+
+  Flags per split: no crack pixel at all; masks mostly crack (suggests mask_polarity);
+  images without crack pixels; mixed sizes. Then, from ``train_split`` (if described): the
+  largest (H, W), both multiples of 16, no larger than its smallest height and width.
+  """
+  lines = []
+  for split, st in stats.items():
+    n = st['num_images']
+    if not n:
+      lines.append(f'{split}: no images.')
+      continue
+    if not st['crack_pixels']:
+      lines.append(
+        f'{split}: no crack pixels in any of its {n} masks; training on it learns nothing and '
+        'F1 on it is meaningless (check the masks, mask_polarity and mask_threshold).'
+      )
+    elif st['images_without_crack']:
+      lines.append(f'{split}: {st["images_without_crack"]} of {n} images have no crack pixels.')
+    majority = st.get('images_majority_crack', [])
+    if st['crack_proportion'] > 0.5 or majority:
+      shown = ', '.join(majority[:5]) + (' ...' if len(majority) > 5 else '')
+      lines.append(
+        f'{split}: crack is the majority ({st["crack_proportion"] * 100:.1f}% of the split; '
+        f'{len(majority)} masks more than half crack: {shown}); black cracks on white? '
+        'Set --config.data.folder.mask_polarity=dark (or auto).'
+      )
+    if len(st['sizes_wxh']) > 1:
+      lines.append(f'{split}: sizes are mixed ({len(st["sizes_wxh"])} sizes).')
+  train = stats.get(train_split)
+  if train and train['num_images']:
+    sizes = _sizes_hw(train)
+    min_h, min_w = min(h for h, _ in sizes), min(w for _, w in sizes)
+    crop = (min_h // INPUT_MULTIPLE * INPUT_MULTIPLE, min_w // INPUT_MULTIPLE * INPUT_MULTIPLE)
+    whole = len(sizes) == 1 and min_h % INPUT_MULTIPLE == 0 and min_w % INPUT_MULTIPLE == 0
+    if whole:
+      lines.append(
+        f'input_size: every {train_split} image is {min_h}x{min_w} (HxW), a multiple of '
+        f'{INPUT_MULTIPLE}: whole images work (input_size None), or any smaller '
+        f"--config.data.input_size='(H, W)' in multiples of {INPUT_MULTIPLE}."
+      )
+    elif not all(crop):
+      lines.append(
+        f'input_size: the smallest {train_split} image is {min_h}x{min_w} (HxW), smaller than '
+        f'{INPUT_MULTIPLE} pixels; no --config.data.input_size fits it (remove or enlarge it).'
+      )
+    else:
+      why = (
+        'sizes are mixed, so training needs it'
+        if len(sizes) > 1
+        else f'the size is not a multiple of {INPUT_MULTIPLE}, so training needs it'
+      )
+      lines.append(
+        f'input_size: every {train_split} image is at least {min_h}x{min_w} (HxW): '
+        f"--config.data.input_size='({crop[0]}, {crop[1]})' fits all; {why}."
+      )
+  return lines
 
 
 def format_stats(dataset: str, stats: dict[str, dict]) -> str:
@@ -98,7 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (datasets.DatasetError, ValueError) as e:
     print(f'data_stats: {e}', file=sys.stderr)
     return 1
-  print(json.dumps(stats, indent=2) if fv.json else format_stats(data.name, stats))
+  flagged = diagnose(stats, data.get('train_split') or 'train')
+  if fv.json:
+    print(json.dumps({**stats, 'diagnosis': flagged}, indent=2))
+  else:
+    print(format_stats(data.name, stats))
+    if flagged:
+      print('\n'.join(flagged))
   return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import ml_collections
 import tensorflow_datasets as tfds
+from absl import logging
 from etils import epath
 
 from tfds_builders.aiglern import AigleRN
@@ -62,6 +63,7 @@ def _folder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
     mask_threshold=folder.get('mask_threshold'),
     mask_polarity=folder.get('mask_polarity'),
     mask_suffix=folder.get('mask_suffix'),
+    allow_majority_crack=folder.get('allow_majority_crack'),
   )
 
 
@@ -87,10 +89,16 @@ def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuil
 
 
 def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
-  """Raises DatasetNotFoundError if the builder needs a manual download that is not there."""
-  if not getattr(builder, 'MANUAL_DIR_REQUIRED', False):
-    return
+  """Raises DatasetNotFoundError if the manual download is needed, or given, but not there.
+
+  A builder with ``MANUAL_DIR_REQUIRED`` needs ``config.data.manual_dir``; for any builder, a
+  ``config.data.manual_dir`` that is set must exist and hold files (a builder that can
+  download, such as CrackForest, never falls back to downloading past a mistyped path).
+  """
+  required = getattr(builder, 'MANUAL_DIR_REQUIRED', False)
   if not manual_dir:
+    if not required:
+      return
     problem = 'config.data.manual_dir is not set'
   elif not os.path.isdir(manual_dir):
     problem = f'config.data.manual_dir={manual_dir} does not exist'
@@ -98,7 +106,13 @@ def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str 
     problem = f'config.data.manual_dir={manual_dir} is empty'
   else:
     return
-  instructions = textwrap.dedent(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
+  instructions = textwrap.dedent(getattr(builder, 'MANUAL_DOWNLOAD_INSTRUCTIONS', None) or '')
+  instructions = instructions.strip()
+  if not required:
+    raise DatasetNotFoundError(
+      f'Dataset {builder.name!r}: {problem}; point --config.data.manual_dir at the dataset, '
+      f'or leave it unset.\n{instructions}'.strip()
+    )
   raise DatasetNotFoundError(
     f'Dataset {builder.name!r} needs files you download yourself, and {problem}.\n'
     f'{instructions}\n'
@@ -154,6 +168,11 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
     if not builder.is_prepared():
       manual_dir = _expand(data.manual_dir)
       _check_manual_dir(builder, manual_dir)
+      logging.info(
+        'Preparing dataset %s into %s (once; later runs reuse it)...',
+        builder.name,
+        builder.data_dir,
+      )
       try:
         builder.download_and_prepare(
           download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)

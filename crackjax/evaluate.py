@@ -25,10 +25,14 @@ from crackjax.predict import predict_probabilities
 
 
 def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
-  """The TrainState of the latest checkpoint in ``<workdir>/checkpoints``.
+  """The TrainState of the newest readable checkpoint in ``<workdir>/checkpoints``.
+
+  A damaged newer step is set aside and an older one used (`state.restore_latest_readable`).
 
   Raises:
     FileNotFoundError: no checkpoint there (nothing is created in the workdir).
+    state.CheckpointError: no step can be read, or they were written by a different model
+      configuration (one-line message naming the directory).
   """
   directory = Path(workdir) / 'checkpoints'
   mngr = state_lib.checkpoint_manager(workdir, config) if directory.is_dir() else None
@@ -37,19 +41,36 @@ def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> st
       f'No checkpoint in {directory} to evaluate; train first (--mode=train or train_and_eval).'
     )
   mesh = state_lib.make_mesh()
-  return state_lib.restore_or_init(config, mngr, loader.train_image_shape(config), mesh)
+  abstract = state_lib.abstract_train_state(config, loader.train_image_shape(config), mesh)
+  state = state_lib.restore_latest_readable(mngr, abstract)
+  assert state is not None  # there was a step, and every failure raises
+  return state
 
 
 def score(
   probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], config: ml_collections.ConfigDict
 ) -> dict[str, dict[str, Any]]:
-  """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid."""
+  """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid.
+
+  Shows a progress bar per protocol over the images (process 0 only, on stderr): the
+  tolerance protocols can take most of a second per image.
+  """
   results = {}
   for protocol in config.eval.protocols:
     spec = evaluation.get_protocol(protocol)
-    results[protocol] = evaluation.evaluate(
-      probs, gts, protocol=protocol, num_thresholds=spec.num_thresholds(config.eval.num_thresholds)
-    )
+    with tqdm.tqdm(
+      total=len(probs),
+      desc=f'{protocol} protocol',
+      unit='img',
+      disable=jax.process_index() != 0,
+    ) as bar:
+      results[protocol] = evaluation.evaluate(
+        probs,
+        gts,
+        protocol=protocol,
+        num_thresholds=spec.num_thresholds(config.eval.num_thresholds),
+        progress=bar.update,
+      )
   return results
 
 
@@ -84,7 +105,7 @@ def evaluate_checkpoint(
     tqdm.tqdm(
       predict_probabilities(params, model, images),
       total=len(examples),
-      desc=f'eval {split}',
+      desc=f'predict {split}',
       unit='img',
       disable=jax.process_index() != 0,
     )

@@ -57,6 +57,7 @@ from jax import export as jax_export
 from crackjax import cli
 from crackjax.models import input_multiple, model_from_config
 from crackjax.predict import Run, load_run, predict_step
+from crackjax.state import CheckpointError
 
 FORMATS = ('jax', 'onnx')
 DEFAULT_PLATFORMS = ('cpu', 'cuda')
@@ -354,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       opset=fv.opset,
       overwrite=fv.overwrite,
     )
-  except (FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
+  except (FileNotFoundError, FileExistsError, ImportError, ValueError, CheckpointError) as e:
     sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   meta = json.loads(sidecar_path(out).read_text())
   size = out.stat().st_size / 2**20

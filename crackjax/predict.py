@@ -26,7 +26,6 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -100,11 +99,16 @@ def _init_image_shape(config: ml_collections.ConfigDict, model: nn.Module) -> tu
 
 
 def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
-  """Restores the parameters of step `step` (default: the latest) of a training run.
+  """Restores the parameters of step `step` (default: the newest readable) of a training run.
+
+  Without `step`, a damaged newer checkpoint is set aside and an older one used
+  (`state.restore_latest_readable`); a requested `step` that cannot be read is an error.
 
   Raises:
     FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
       message names the directory and the steps there are).
+    state.CheckpointError: no readable checkpoint, the requested step cannot be read, or the
+      checkpoint does not match config.json's model (one-line message naming the directory).
   """
   workdir = Path(workdir)
   config = read_config(workdir)
@@ -114,13 +118,16 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   steps = mngr.all_steps() if mngr else []
   if not steps:
     raise FileNotFoundError(f'No checkpoint in {directory}: has the run trained yet?')
-  step = max(steps) if step is None else step
-  if step not in steps:
+  if step is not None and step not in steps:
     raise FileNotFoundError(f'No checkpoint of step {step} in {directory}; steps: {steps}.')
   mesh = Mesh(np.asarray(jax.local_devices()[:1]), ('data',))
   abstract = state_lib.abstract_train_state(config, _init_image_shape(config, model), mesh)
-  restored = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  if step is None:
+    restored = state_lib.restore_latest_readable(mngr, abstract)
+  else:
+    restored = state_lib.restore_step(mngr, step, abstract)
   params = state_lib.local_params(restored)
+  step = int(jax.device_get(restored.step))
   threshold, source = 0.5, 'default 0.5 (the run has no threshold.json)'
   threshold_file = workdir / 'threshold.json'
   if threshold_file.is_file():

@@ -31,6 +31,7 @@ from absl import flags
 
 from crackjax import cli, measure
 from crackjax.predict import Predictor, load_run, read_config
+from crackjax.state import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 OVERLAY_COLOUR = (255, 0, 0)
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
   try:
     run = load_run(fv.workdir, step=fv.step)
-  except FileNotFoundError as e:
+  except (FileNotFoundError, CheckpointError) as e:
     sys.exit(f'{PROG}: {e}')
   predictor = Predictor(
     run.model,

@@ -10,7 +10,11 @@ along their first axis. Checkpoints are orbax `CheckpointManager` steps under
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import gc
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,19 +119,213 @@ def checkpoint_manager(
   return ocp.CheckpointManager(Path(workdir).absolute() / 'checkpoints', options=options)
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint directory that cannot be resumed from; the one-line message says why and
+  what to do (every step damaged, or written by a different model configuration)."""
+
+
+def _key_name(entry: Any) -> str:
+  for attr in ('key', 'name', 'idx'):
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
+def _leaf_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+  """{'params/ConvBlock_0/Conv_0/kernel': shape, ...} of a state or a checkpoint's metadata."""
+  return {
+    '/'.join(_key_name(k) for k in path): tuple(leaf.shape)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    if hasattr(leaf, 'shape')
+  }
+
+
+def _one_line(error: BaseException, limit: int = 200) -> str:
+  """``ExcType: first line of the message``, cut before TensorStore's spec dump."""
+  lines = str(error).strip().splitlines()
+  text = lines[0] if lines else ''
+  text = text.split(' See full TensorStore details')[0].strip()
+  if len(text) > limit:
+    text = text[: limit - 3] + '...'
+  return f'{type(error).__name__}: {text}' if text else type(error).__name__
+
+
+def _config_mismatch(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> str | None:
+  """How step `step`'s saved arrays differ from `abstract` (None: they agree, or the
+  metadata cannot be read, which restoring then reports as damage)."""
+  try:
+    with ocp.StandardCheckpointer() as checkpointer:
+      metadata = checkpointer.metadata(Path(mngr.directory) / str(step) / 'default')
+    saved = _leaf_shapes(getattr(metadata, 'item_metadata', metadata))
+  except Exception:  # noqa: BLE001 - unreadable metadata is damage, found by restoring.
+    return None
+  if not saved:
+    return None
+  wanted = _leaf_shapes(abstract)
+  for name, shape in wanted.items():
+    if name not in saved:
+      return f'{name} (shape {shape}) is not in the checkpoint'
+    if saved[name] != shape:
+      return f'{name} has shape {saved[name]} in the checkpoint but {shape} in this config'
+  for name, shape in saved.items():
+    if name not in wanted:
+      return f"the checkpoint has {name} (shape {shape}), which this config's model lacks"
+  return None
+
+
+def _restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> TrainState:
+  """Restores `step` onto `abstract`.
+
+  Raises:
+    CheckpointError: the checkpoint's arrays do not match `abstract` (a different model
+      configuration; nothing is moved).
+    Exception: whatever orbax / TensorStore raise for a step that cannot be read.
+  """
+  mismatch = _config_mismatch(mngr, step, abstract)
+  if mismatch:
+    raise CheckpointError(
+      f'The checkpoint in {mngr.directory} (step {step}) was written by a different model '
+      f'configuration: {mismatch}. Use the config the run was trained with (its config.json) '
+      'or another --workdir.'
+    )
+  return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+
+
+def _discard_failed_reads() -> None:
+  """Collects the read tasks a failed orbax restore leaves behind, silently.
+
+  When one array cannot be read, orbax abandons the other reads; Python would report each
+  later as an 'Exception ignored in ...' traceback on stderr. Collect them now (and let
+  TensorStore's callbacks settle) with the unraisable-exception hook muted.
+  """
+  hook = sys.unraisablehook
+  sys.unraisablehook = lambda _: None
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')
+      time.sleep(0.1)
+      gc.collect()
+  finally:
+    sys.unraisablehook = hook
+
+
+def restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> TrainState:
+  """Restores exactly step `step` onto `abstract`, moving nothing.
+
+  Raises:
+    CheckpointError: the step cannot be read, or was written by a different model
+      configuration (one-line message naming the step and the directory).
+  """
+  try:
+    return _restore_step(mngr, step, abstract)
+  except CheckpointError:
+    raise
+  except Exception as e:  # noqa: BLE001 - orbax, TensorStore, msgpack ... all mean damage.
+    reason = _one_line(e)
+  _discard_failed_reads()  # after the except block, which keeps the failed reads alive
+  raise CheckpointError(
+    f'Checkpoint step {step} in {mngr.directory} cannot be read ({reason}); choose '
+    f'another step of {sorted(mngr.all_steps())} or the default, the newest readable one.'
+  )
+
+
+def _set_aside(directory: Path, step: int) -> Path:
+  """Renames step directory `step` to ``<step>.damaged-<timestamp>`` (orbax lists only
+  directories named by an integer, so the manager no longer sees it); never deletes it."""
+  stamp = time.strftime('%Y%m%dT%H%M%S')
+  target = directory / f'{step}.damaged-{stamp}'
+  n = 1
+  while target.exists():
+    n += 1
+    target = directory / f'{step}.damaged-{stamp}-{n}'
+  if jax.process_index() == 0:
+    (directory / str(step)).rename(target)
+  return target
+
+
+def restore_latest_readable(
+  mngr: ocp.CheckpointManager, abstract: TrainState | Callable[[], TrainState]
+) -> TrainState | None:
+  """The newest checkpoint of `mngr` that can be read, restored onto `abstract`.
+
+  Steps are tried newest first. A step that fails to restore is logged in one line, renamed
+  to ``<step>.damaged-<timestamp>`` in the same directory (kept, never deleted; the manager
+  is reloaded so it no longer lists it) and the next older step is tried.
+
+  Args:
+    mngr: the run's checkpoint manager.
+    abstract: the abstract state to restore onto (shapes, dtypes, shardings; see
+      `abstract_train_state`), or a function building it (called only if there is a step).
+
+  Returns:
+    The restored state, or None when the directory holds no checkpoint (and no step set
+    aside as damaged).
+
+  Raises:
+    CheckpointError: no step can be read, or only damaged steps set aside earlier remain
+      (the message names the directory and those steps), or the checkpoint was written by a
+      different model configuration.
+  """
+  steps = sorted(mngr.all_steps(), reverse=True)
+  directory = Path(mngr.directory)
+  if not steps:
+    aside = sorted(p.name for p in directory.glob('*.damaged-*')) if directory.is_dir() else []
+    if aside:  # Every step was set aside earlier: do not silently start afresh.
+      raise CheckpointError(
+        f'No readable checkpoint in {directory}: only damaged steps set aside earlier '
+        f'({", ".join(aside)}). To start training afresh, delete or move {directory}.'
+      )
+    return None
+  if callable(abstract):
+    abstract = abstract()
+  damaged: list[tuple[int, Path]] = []
+  for i, step in enumerate(steps):
+    logging.info('Restoring checkpoint of step %d from %s', step, directory)
+    try:
+      return _restore_step(mngr, step, abstract)
+    except CheckpointError:
+      raise
+    except Exception as e:  # noqa: BLE001 - orbax, TensorStore, msgpack ... all mean damage.
+      reason = _one_line(e)
+    _discard_failed_reads()  # after the except block, which keeps the failed reads alive
+    aside = _set_aside(directory, step)
+    damaged.append((step, aside))
+    mngr.reload()
+    then = f'falling back to step {steps[i + 1]}' if i + 1 < len(steps) else 'no older step'
+    logging.warning(
+      'Checkpoint step %d in %s cannot be read (%s); set aside as %s and %s.',
+      step,
+      directory,
+      reason,
+      aside,
+      then,
+    )
+  names = ', '.join(f'step {step} -> {aside.name}' for step, aside in damaged)
+  raise CheckpointError(
+    f'No readable checkpoint in {directory}: every step is damaged and was set aside ({names}). '
+    f'To start training afresh, delete or move {directory}.'
+  )
+
+
 def restore_or_init(
   config: ml_collections.ConfigDict,
   mngr: ocp.CheckpointManager,
   image_shape: tuple[int, int, int],
   mesh: Mesh,
 ) -> TrainState:
-  """The latest checkpoint of `mngr` if there is one, else a freshly initialised state."""
-  step = mngr.latest_step()
-  if step is None:
+  """The newest readable checkpoint of `mngr` if there is one, else a freshly initialised
+  state (see `restore_latest_readable` for damaged steps).
+
+  Raises:
+    CheckpointError: there are checkpoints but none can be read, or they were written by a
+      different model configuration.
+  """
+  state = restore_latest_readable(
+    mngr, functools.partial(abstract_train_state, config, image_shape, mesh)
+  )
+  if state is None:
     return init_train_state(config, image_shape, mesh)
-  logging.info('Restoring checkpoint of step %d from %s', step, mngr.directory)
-  abstract = abstract_train_state(config, image_shape, mesh)
-  return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  return state
 
 
 def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

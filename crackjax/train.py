@@ -29,7 +29,7 @@ import tqdm
 from absl import logging
 from jax.sharding import Mesh
 
-from crackjax import augment, loader, losses
+from crackjax import augment, loader, losses, validate
 from crackjax import state as state_lib
 from crackjax.evaluate import evaluate_checkpoint
 from crackjax.metrics_log import MetricWriter
@@ -118,18 +118,6 @@ def make_train_step(
   )
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-  """Fails fast (ValueError naming the field) on a config the run cannot use."""
-  losses.loss_from_config(config.loss)
-  state_lib.create_model(config)
-  n = jax.device_count()
-  if config.batch_size % n:
-    raise ValueError(
-      f'config.batch_size={config.batch_size} must be divisible by the '
-      f'number of devices ({n}): the batch is split evenly over them.'
-    )
-
-
 class _MetricLog:
   """Buffers per-step metrics on device; `flush` fetches them in one transfer, checks them
   for non-finite values and writes their means."""
@@ -172,8 +160,10 @@ def train_and_evaluate(
 
   Saves a checkpoint at the end of every epoch and when the loop exits early (an
   exception other than a non-finite loss, e.g. KeyboardInterrupt or SIGTERM turned into
-  SystemExit). A non-finite loss or gradient raises NonFiniteError without saving, so
-  the last checkpoint on disk is the last good one.
+  SystemExit) after at least one step of this run has finished. A non-finite loss or
+  gradient raises NonFiniteError without saving, so the last checkpoint on disk is the last
+  good one. A damaged latest checkpoint is set aside and the newest readable one resumed
+  (`state.restore_latest_readable`).
 
   Args:
     config: experiment configuration (see configs/base.py).
@@ -182,9 +172,13 @@ def train_and_evaluate(
 
   Returns:
     The final TrainState.
+
+  Raises:
+    state.CheckpointError: the workdir has checkpoints but none can be read, or they were
+      written by a different model configuration (one-line message).
   """
   workdir = Path(workdir)
-  check_config(config)
+  validate.check_config(config)
   mesh = state_lib.make_mesh()
   mngr = state_lib.checkpoint_manager(workdir, config)
   state = state_lib.restore_or_init(config, mngr, loader.train_image_shape(config), mesh)
@@ -237,7 +231,9 @@ def train_and_evaluate(
     # buffered metrics show it is finite; resume will continue from here.
     try:
       log.flush()
-      if saved_step != step:
+      # Nothing finished in this run (e.g. the first batch failed): saving now would leave
+      # a checkpoint of the initial state that the next run silently resumes from.
+      if step != start_step and saved_step != step:
         logging.warning('Saving checkpoint of step %d before exiting.', step)
         mngr.save(step, args=ocp.args.StandardSave(state), force=True)
     except NonFiniteError:

@@ -95,7 +95,7 @@ def test_jpeg_mask_is_thresholded_with_warning(tmp_path):
   (masks / 'img_01.png').unlink()
   fixtures.write_image(masks / 'img_01.jpg', mask, quality=60)  # Lossy: values between 0-255.
   assert len(np.unique(np.asarray(PIL.Image.open(masks / 'img_01.jpg')))) > 2
-  with pytest.warns(CrackDataWarning, match=r'img_01\.jpg.*not binary.*> 127\.5'):
+  with pytest.warns(CrackDataWarning, match=r'1 mask\(s\) are not binary.*img_01\.jpg.*> 127\.5'):
     builder = build(images, masks, tmp_path / 'tfds')
   record = next(r for r in read(builder, 'train') + read(builder, 'test') if r['name'] == b'img_01')
   assert set(np.unique(record['mask']).tolist()) <= {0, 1}

@@ -9,12 +9,23 @@ not where a builder looks, its subclass `DatasetNotFoundError`), or warns with
   lists its (image, mask) pairs per split and may override how one pair is read
   (`load_pair`) and what happens after the size check (`postprocess`).
 * `load_rgb` decodes an image fully (so truncated files fail here, naming the file) and
-  converts it to RGB (grey, palette, RGBA and 16-bit images are accepted).
+  converts it to RGB (grey, palette, RGBA and 16-bit images are accepted). Images with more
+  than 8 bits are read by their actual range: values up to 1023 / 4095 / 16383 / 65535 are
+  10- / 12- / 14- / 16-bit data (`full_range`), so 12-bit data in a 16-bit file is not
+  stored almost black.
 * `load_mask` turns a mask file into uint8 HxW with 1 = crack. Accepted without comment:
-  values {0, 1} or {0, max} (max = 255 for 8-bit, 65535 for 16-bit, 1 for 1-bit files).
-  Anything else (e.g. JPEG-compressed masks, anti-aliased strokes) is thresholded at
-  ``value > threshold * max`` (default 0.5, i.e. > 127 for 8-bit) with a warning naming the file.
-  Colour masks whose channels differ are converted to grey first (with a warning).
+  values {0, 1} or {0, max} (max = 255 for 8-bit, the `full_range` of high-bit-depth files,
+  1 for 1-bit files). Anything else (e.g. JPEG-compressed masks, anti-aliased strokes) is
+  thresholded at ``value > threshold * max`` (default 0.5, i.e. > 127.5 for 8-bit). Colour
+  masks whose channels differ are converted to grey first.
+* Corrections and suspicious data are reported once per split and condition, not once per
+  file: while `PairedImageBuilder` reads a split, the readers note each corrected file in a
+  `SplitReport`, and at the end of the split one `CrackDataWarning` per condition gives the
+  count and up to five file names (masks thresholded, colour masks converted, high-bit-depth
+  images rescaled, nearly black / white images, masks mostly crack, a split without any crack
+  pixel). Masks that are mostly crack (usually black cracks on white) are an error instead
+  where the builder says so (`PairedImageBuilder.refuse_majority_crack`). Outside a builder
+  the readers warn per file.
 * `list_images` lists a directory's images by stem (png, jpg, jpeg, bmp, tif, tiff; any case).
 * `pair_by_stem` matches images and masks by stem; an image without a mask, a mask without an
   image and duplicate stems are errors.
@@ -25,6 +36,8 @@ not where a builder looks, its subclass `DatasetNotFoundError`), or warns with
 from __future__ import annotations
 
 import abc
+import contextlib
+import contextvars
 import dataclasses
 import os
 import re
@@ -95,6 +108,121 @@ def warn(message: str) -> None:
   warnings.warn(message, CrackDataWarning, stacklevel=2)
 
 
+# ----------------------------------------------------------------------------- split reports
+
+# Share of crack pixels above which a mask is "mostly crack" (usually inverted polarity).
+MAJORITY_CRACK = 0.5
+# Mean brightness (0-255) of a stored image below / above which it is reported.
+DARK_MEAN, BRIGHT_MEAN = 10.0, 245.0
+# File names shown per condition.
+MAX_EXAMPLES = 5
+
+# What each condition of a SplitReport says, after '<dataset>/<split>: <count> '.
+CONDITIONS = {
+  'non_binary': (
+    'mask(s) are not binary (e.g. saved as JPEG or anti-aliased) and were thresholded '
+    '(the mask threshold sets the cut)'
+  ),
+  'colour_mask': 'mask(s) are colour images; converted to grey (ITU-R 601 luma) first',
+  'high_bit_depth': (
+    'image(s) have more than 8 bits per value; read by their actual range (the smallest '
+    'of 10/12/14/16 bits that holds their maximum) rather than as 16-bit'
+  ),
+  'dark_image': (
+    f'image(s) are nearly black (mean brightness < {DARK_MEAN:g} of 255); check the files '
+    '(e.g. high-bit-depth data exported in the wrong range, or unexposed photos)'
+  ),
+  'bright_image': (
+    f'image(s) are nearly white (mean brightness > {BRIGHT_MEAN:g} of 255); check the files '
+    '(over-exposed, or not the photos you meant)'
+  ),
+  'majority_crack': (
+    f'mask(s) are mostly crack (> {MAJORITY_CRACK:.0%} of their pixels): usually black '
+    'cracks on white, read with the wrong mask polarity'
+  ),
+}
+
+
+@dataclasses.dataclass
+class SplitReport:
+  """What was corrected or looks wrong in one split, reported once per condition.
+
+  Attributes:
+    label: '<dataset>/<split>', the prefix of every message.
+    notes: condition (a key of `CONDITIONS`) -> [(file, detail)] in reading order.
+    num_masks / num_empty: masks read, and those without a crack pixel.
+  """
+
+  label: str
+  notes: dict[str, list[tuple[epath.Path, str]]] = dataclasses.field(default_factory=dict)
+  num_masks: int = 0
+  num_empty: int = 0
+
+  def add(self, condition: str, path: epath.PathLike, detail: str = '') -> None:
+    self.notes.setdefault(condition, []).append((epath.Path(path), detail))
+
+  def check(self, image: PIL.Image.Image, mask: np.ndarray, pair: Pair) -> None:
+    """Notes a stored image's brightness and its mask's crack share."""
+    mean = float(np.asarray(image).mean())
+    if mean < DARK_MEAN:
+      self.add('dark_image', pair.image_path, f'mean {mean:.1f}')
+    elif mean > BRIGHT_MEAN:
+      self.add('bright_image', pair.image_path, f'mean {mean:.1f}')
+    share = float(np.mean(mask)) if mask.size else 0.0
+    self.num_masks += 1
+    self.num_empty += share == 0
+    if share > MAJORITY_CRACK:
+      self.add('majority_crack', pair.mask_path, f'{share:.0%} crack')
+
+  def message(self, condition: str) -> str:
+    """'<label>: <n> <what CONDITIONS says>: <up to MAX_EXAMPLES files (detail)>'."""
+    entries = self.notes[condition]
+    return f'{self.label}: {len(entries)} {CONDITIONS[condition]}: {name_files(entries)}'
+
+  def empty_message(self) -> str | None:
+    """The warning for a split none of whose masks has a crack pixel, else None."""
+    if not self.num_masks or self.num_empty < self.num_masks:
+      return None
+    return (
+      f'{self.label}: none of its {self.num_masks} mask(s) has a crack pixel. Training on it '
+      'learns nothing and F1 on it is 0 or meaningless; check the mask files, the mask '
+      'polarity and the mask threshold.'
+    )
+
+
+def name_files(entries: Sequence[tuple[epath.Path, str]], limit: int = MAX_EXAMPLES) -> str:
+  """'in DIR: a.png (detail), b.png ... (N more)'; full paths when the folders differ."""
+  parents = {p.parent for p, _ in entries}
+  shared = len(parents) == 1
+  shown = [f'{p.name if shared else p}' + (f' ({d})' if d else '') for p, d in entries[:limit]]
+  more = f' ... ({len(entries) - limit} more)' if len(entries) > limit else ''
+  return (f'in {next(iter(parents))}: ' if shared else '') + ', '.join(shown) + more
+
+
+_REPORT: contextvars.ContextVar[SplitReport | None] = contextvars.ContextVar(
+  'crackjax_split_report', default=None
+)
+
+
+@contextlib.contextmanager
+def reporting_to(report: SplitReport | None) -> Iterator[None]:
+  """Within the block, the readers note corrections in ``report`` instead of warning."""
+  token = _REPORT.set(report)
+  try:
+    yield
+  finally:
+    _REPORT.reset(token)
+
+
+def note(condition: str, path: epath.PathLike, detail: str, message: str) -> None:
+  """Notes a corrected file in the active `SplitReport`, or warns ``message`` without one."""
+  report = _REPORT.get()
+  if report is None:
+    warnings.warn(message, CrackDataWarning, stacklevel=3)
+  else:
+    report.add(condition, path, detail)
+
+
 # ----------------------------------------------------------------------------- data contract
 
 
@@ -156,6 +284,18 @@ def read_pil(path: epath.PathLike, what: str = 'image') -> PIL.Image.Image:
   return image
 
 
+def full_range(maximum: float) -> int:
+  """The full scale of integer data whose largest value is ``maximum``: 255 up to 255, else
+  the smallest of 2**10 - 1, 2**12 - 1, 2**14 - 1, 2**16 - 1 that holds it (12-bit data in a
+  16-bit file: 4095), else ``maximum`` itself."""
+  if maximum <= 255:
+    return 255
+  for bits in (10, 12, 14, 16):
+    if maximum < 2**bits:
+      return 2**bits - 1
+  return int(maximum)
+
+
 def _to_8bit(array: np.ndarray) -> np.ndarray:
   if array.dtype == np.uint8:
     return array
@@ -164,18 +304,32 @@ def _to_8bit(array: np.ndarray) -> np.ndarray:
   if np.issubdtype(array.dtype, np.floating):
     top = 1.0 if array.max(initial=0) <= 1.0 else float(array.max())
   else:
-    top = 65535.0 if array.max(initial=0) > 255 else 255.0
+    top = float(full_range(array.max(initial=0)))
   return np.clip(np.round(array.astype(np.float64) * (255.0 / top)), 0, 255).astype(np.uint8)
 
 
 def load_rgb(path: epath.PathLike) -> PIL.Image.Image:
-  """Reads an image of any common format/mode as an 8-bit RGB ``PIL.Image``."""
+  """Reads an image of any common format/mode as an 8-bit RGB ``PIL.Image``.
+
+  Grey images of more than 8 bits are scaled by their `full_range` (12-bit data in a 16-bit
+  file by 4095, not 65535); that correction is noted (see `note`) unless the data is 16-bit.
+  """
   image = read_pil(path, 'image')
   if image.mode == 'RGB':
     return image
   if image.mode in ('I', 'I;16', 'I;16B', 'I;16L', 'F'):  # 16-bit / float grey: scale to 8 bits.
-    grey = _to_8bit(np.asarray(image))
-    return PIL.Image.fromarray(grey, mode='L').convert('RGB')
+    array = np.asarray(image)
+    if not np.issubdtype(array.dtype, np.floating):
+      top = full_range(array.max(initial=0))
+      if 255 < top < 65535:
+        bits = top.bit_length()
+        note(
+          'high_bit_depth',
+          path,
+          f'max {array.max()}: {bits}-bit',
+          f'Image {path} holds {bits}-bit data (maximum {array.max()}); scaled by {top}.',
+        )
+    return PIL.Image.fromarray(_to_8bit(array), mode='L').convert('RGB')
   return image.convert('RGB')  # L, 1, P, RGBA, LA, CMYK, YCbCr ...
 
 
@@ -190,8 +344,11 @@ def mask_array(path: epath.PathLike) -> np.ndarray:
     if all(np.array_equal(array[..., 0], array[..., c]) for c in range(1, array.shape[2])):
       array = array[..., 0]
     else:
-      warn(
-        f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before thresholding.'
+      note(
+        'colour_mask',
+        path,
+        '',
+        f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before thresholding.',
       )
       array = np.asarray(PIL.Image.fromarray(np.ascontiguousarray(array)).convert('L'))
   return array
@@ -224,7 +381,7 @@ def binarize(
     elif array.dtype == np.uint8:
       full = 255
     else:
-      full = 65535 if array.max(initial=0) > 255 else 255
+      full = full_range(array.max(initial=0))
     values = np.unique(array)
     if set(values.tolist()) <= {0, 1}:
       crack = array == 1
@@ -234,9 +391,12 @@ def binarize(
       cut = threshold * full
       crack = array > cut
       shown = ', '.join(f'{v:g}' for v in values[:6]) + (', ...' if len(values) > 6 else '')
-      warn(
+      note(
+        'non_binary',
+        path,
+        f'{len(values)} values; crack = value > {cut:g}',
         f'Mask {path} is not binary ({len(values)} distinct values: {shown}); '
-        f'thresholded: crack = value > {cut:g} ({threshold:g} of {full:g}).'
+        f'thresholded: crack = value > {cut:g} ({threshold:g} of {full:g}).',
       )
   if polarity == 'dark':
     crack = ~crack
@@ -526,6 +686,10 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
   * `check_same_size` (the mask must have its image's size; not a hook);
   * ``postprocess(image, mask) -> (image, mask)``, e.g. a resize; the default keeps both.
 
+  Each split's corrections and suspicious files are collected in a `SplitReport` and reported
+  at the end of the split, one `CrackDataWarning` per condition; masks that are mostly crack
+  raise `DatasetError` instead when ``refuse_majority_crack()`` (default False: a warning).
+
   Files are written as array_record (random access, read without TensorFlow) unless
   ``file_format`` is given.
   """
@@ -562,7 +726,7 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
     """``{split: self._generate_examples(those pairs)}`` from ``split=[pair names]``."""
     by_name = {p.name: p for p in pairs}
     return {
-      split: self._generate_examples([by_name[n] for n in split_names])
+      split: self._generate_examples([by_name[n] for n in split_names], split=split)
       for split, split_names in names.items()
     }
 
@@ -578,9 +742,41 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
     """Applied after the size check (e.g. a resize); the default keeps both as they are."""
     return image, mask
 
-  def _generate_examples(self, pairs: Sequence[Pair]) -> Iterator[tuple[str, dict[str, Any]]]:
+  def refuse_majority_crack(self) -> bool:
+    """Whether masks that are mostly crack stop preparation (True) or are only warned about."""
+    return False
+
+  def majority_crack_advice(self) -> str:
+    """What to do about masks that are mostly crack (appended to the warning or error)."""
+    return (
+      'If cracks are black on white, this builder reads them inverted; if they really cover '
+      'most of the image, ignore this.'
+    )
+
+  def _generate_examples(
+    self, pairs: Sequence[Pair], split: str = ''
+  ) -> Iterator[tuple[str, dict[str, Any]]]:
+    report = SplitReport(f'{self.name}/{split}' if split else self.name)
     for pair in pairs:
-      image, mask = self.load_pair(pair)
-      check_same_size(image, mask, pair.image_path, pair.mask_path)
-      image, mask = self.postprocess(image, mask)
+      with reporting_to(report):
+        image, mask = self.load_pair(pair)
+        check_same_size(image, mask, pair.image_path, pair.mask_path)
+        image, mask = self.postprocess(image, mask)
+        report.check(image, mask, pair)
       yield pair.name, example(image, mask, pair.name)
+    self.report_split(report)
+
+  def report_split(self, report: SplitReport) -> None:
+    """One `CrackDataWarning` per condition of ``report``; `DatasetError` for masks that are
+    mostly crack if `refuse_majority_crack`."""
+    for condition in CONDITIONS:
+      if condition in report.notes and condition != 'majority_crack':
+        warnings.warn(report.message(condition), CrackDataWarning, stacklevel=2)
+    empty = report.empty_message()
+    if empty:
+      warnings.warn(empty, CrackDataWarning, stacklevel=2)
+    if 'majority_crack' in report.notes:
+      message = f'{report.message("majority_crack")}. {self.majority_crack_advice()}'
+      if self.refuse_majority_crack():
+        raise DatasetError(message)
+      warnings.warn(message, CrackDataWarning, stacklevel=2)

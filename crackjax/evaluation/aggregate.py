@@ -5,7 +5,7 @@ The conventions (0/0, tie-breaks, the BSDS variants) are in the package docstrin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -193,12 +193,30 @@ def _per_image(images: _Curve, thresholds: np.ndarray, chosen: np.ndarray) -> li
   ]
 
 
+def _counts(
+  spec: Protocol,
+  probs: list[np.ndarray],
+  gts: list[np.ndarray],
+  num_thresholds: int,
+  progress: Callable[[int], None] | None,
+) -> ThresholdCounts:
+  """``spec.counts`` of all images; with ``progress``, image by image, reporting each."""
+  if progress is None:
+    return spec.counts(probs, gts, num_thresholds)
+  rows = []
+  for prob, gt in zip(probs, gts, strict=True):
+    rows.append(spec.counts([prob], [gt], num_thresholds))
+    progress(1)
+  return ThresholdCounts(*(np.concatenate(arrays) for arrays in zip(*rows, strict=True)))
+
+
 def evaluate(
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
   *,
   protocol: str = 'strict',
   num_thresholds: int | None = None,
+  progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
   """Evaluates crack probability maps against binary ground truth.
 
@@ -214,6 +232,9 @@ def evaluate(
           thresholds ``i / (n + 1)`` for ``i = 1..n``). To follow a configured grid
           where the protocol allows it, pass
           ``get_protocol(protocol).num_thresholds(configured)``.
+      progress: called with the number of images just counted (e.g. a tqdm bar's
+          ``update``); the protocol's count function then runs one image at a time, which
+          gives the same counts (each image's row depends on that image only).
 
   Returns:
       A JSON-serialisable dict (python floats/ints/lists only)::
@@ -234,7 +255,7 @@ def evaluate(
   spec = get_protocol(protocol)
   num_thresholds = _resolve_num_thresholds(spec, num_thresholds)
   probs, gts = _check_images(probs, gts)
-  counts = spec.counts(probs, gts, num_thresholds)
+  counts = _counts(spec, probs, gts, num_thresholds, progress)
   thresholds = spec.thresholds(num_thresholds)
 
   ods, curve = _ods(counts)  # one threshold for the whole dataset

@@ -14,7 +14,8 @@ all have id ``F01A``. 38 images, 311x462 or 991x462 (W x H), grey or RGB (stored
 
 Label polarity: copies differ (white cracks on black, or black on white), so the polarity is
 decided per mask: crack = the minority value ('auto' polarity of `common.binarize`);
-non-binary masks are thresholded at half the range with a warning naming the file.
+non-binary masks (the archive's JPEG-compressed ones) are thresholded at half the range, with
+one warning per split giving their count and the first five file names.
 
 Split: ids sorted, permuted with ``numpy.random.default_rng(0)``; the first ``round(0.6 n)``
 (23 of 38, as in the paper's conclusion) are ``train``, the rest (15) ``test``.

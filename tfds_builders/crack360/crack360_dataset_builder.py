@@ -17,7 +17,8 @@ or, as the separate image and ground-truth archives extract::
 Images and ground truth are matched by file name without extension (a ``_gt``/``_mask``/
 ``_label`` suffix on the ground-truth name is ignored). CrackTree260: 260 images 800x600;
 CRKWH100: 100 images 512x512. Masks: white (or 1) = crack; non-binary masks are thresholded
-at half the range with a warning naming the file. Split: train = every CrackTree260 image,
+at half the range, and masks that are mostly crack (black on white?) are reported, in one
+warning per split naming up to five files. Split: train = every CrackTree260 image,
 test = every CRKWH100 image (the paper's §IV-C; training uses random 512x512 crops, set in
 configs/crack360_exp.py, not here).
 """
@@ -72,7 +73,7 @@ class Crack360(common.PairedImageBuilder):
     root = self.manual_root(dl_manager)
     return {
       split: self._generate_examples(
-        common.find_pairs(root, key, layout=LAYOUT, what=f'{key} ', mask_key=gt_key)
+        common.find_pairs(root, key, layout=LAYOUT, what=f'{key} ', mask_key=gt_key), split=split
       )
       for split, key in SOURCES.items()
     }

@@ -10,8 +10,14 @@
   image's size.
 * Masks: crack = white. {0, 1} and {0, 255} (and {0, 65535}) masks are used as they are; any
   other mask (e.g. saved as JPEG) is thresholded at value > ``mask_threshold`` x max (default
-  0.5: > 127 for 8-bit) with a warning naming the file. ``mask_polarity='dark'`` for black
-  cracks on white, ``'auto'`` for "cracks are the minority".
+  0.5: > 127.5 for 8-bit), with one warning per split giving the count and the first five
+  files. ``mask_polarity='dark'`` for black cracks on white, ``'auto'`` for "cracks are the
+  minority". A mask that is mostly crack (> 50 % of its pixels; usually black cracks read
+  with the default polarity) is an error naming the files, unless ``allow_majority_crack``.
+  A split whose masks hold no crack pixel at all, and nearly black or white images, are
+  warned about (once per split).
+* Images with more than 8 bits (16-bit TIFF/PNG) are read by their actual range
+  (`common.full_range`: 12-bit data in a 16-bit file is scaled by 4095, not 65535).
 * Splits: ``train_list`` / ``test_list`` text files (one name per line, with or without
   extension; blank lines and ``#`` comments ignored). With one list the other split is every
   remaining image; with both, images in neither are reported in a warning and left out. With
@@ -22,9 +28,10 @@
   mismatch, a list naming an unknown image or an image in both lists.
 
 Where the prepared data goes: the builder config is named ``<folder>_<hash>``, where the
-hash covers the absolute paths, the options, the split lists and every file's name, size and
-modification time. So different folders (or a folder whose files changed) get their own
-directory ``<data_dir>/crack_folder/<folder>_<hash>/1.0.0`` and never reuse stale data.
+hash covers the absolute paths, the options, the split lists, every file's name, size and
+modification time, and ``READER`` (the version of the way files are read). So different
+folders (or a folder whose files changed, or a newer reader) get their own directory
+``<data_dir>/crack_folder/<folder>_<hash>/1.0.0`` and never reuse stale data.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from tfds_builders.common import DatasetError, DatasetNotFoundError
 
 TRAIN_FRACTION = 0.8
 SPLIT_SEED = 0
+# Hashed into the config name: raised when reading files changes what is stored, so folders
+# prepared by an older reader are prepared again (2: high-bit-depth images by their range).
+READER = 2
 
 
 @dataclasses.dataclass(eq=False)
@@ -59,6 +69,11 @@ class CrackFolderConfig(tfds.core.BuilderConfig):
   mask_threshold: float = 0.5
   mask_polarity: str = 'bright'
   mask_suffix: str = ''
+  allow_majority_crack: bool = False
+
+  def __repr__(self) -> str:
+    # Short: TFDS logs the config's repr on every load.
+    return f'CrackFolderConfig(name={self.name!r}, image_dir={self.image_dir!r})'
 
 
 def _abs(path: str | None) -> str | None:
@@ -74,8 +89,13 @@ def folder_config(
   mask_threshold: float | None = None,
   mask_polarity: str | None = None,
   mask_suffix: str | None = None,
+  allow_majority_crack: bool | None = None,
 ) -> CrackFolderConfig:
-  """A `CrackFolderConfig` named after the folder and a hash of its paths, options and files."""
+  """A `CrackFolderConfig` named after the folder and a hash of its paths, options and files.
+
+  ``allow_majority_crack`` is not hashed: it changes whether preparation succeeds, not what
+  is stored.
+  """
   options = dict(
     image_dir=_abs(image_dir),
     mask_dir=_abs(mask_dir),
@@ -95,12 +115,13 @@ def folder_config(
     )
     if p
   )
-  digest = hashlib.sha256(json.dumps([options, files]).encode()).hexdigest()[:12]
+  digest = hashlib.sha256(json.dumps([options, files, READER]).encode()).hexdigest()[:12]
   folder = os.path.basename(os.path.dirname(options['image_dir'])) or 'folder'
   slug = re.sub(r'[^a-z0-9]+', '_', folder.lower()).strip('_')[:40] or 'folder'
   return CrackFolderConfig(
     name=f'{slug}_{digest}',
     description=f'Images {options["image_dir"]}, masks {options["mask_dir"]}',
+    allow_majority_crack=bool(allow_majority_crack),
     **options,
   )
 
@@ -185,6 +206,7 @@ class CrackFolder(common.PairedImageBuilder):
     mask_threshold: float | None = None,
     mask_polarity: str | None = None,
     mask_suffix: str | None = None,
+    allow_majority_crack: bool | None = None,
     **kwargs: Any,
   ):
     if image_dir or mask_dir:
@@ -200,6 +222,7 @@ class CrackFolder(common.PairedImageBuilder):
         mask_threshold=mask_threshold,
         mask_polarity=mask_polarity,
         mask_suffix=mask_suffix,
+        allow_majority_crack=allow_majority_crack,
       )
     super().__init__(**kwargs)
 
@@ -234,6 +257,18 @@ class CrackFolder(common.PairedImageBuilder):
     c = self.builder_config
     train, test = split_names([p.name for p in pairs], c.train_list, c.test_list)
     return self.split_by_name(pairs, train=train, test=test)
+
+  def refuse_majority_crack(self) -> bool:
+    return not self.builder_config.allow_majority_crack
+
+  def majority_crack_advice(self) -> str:
+    if self.builder_config.allow_majority_crack:
+      return 'Kept: allow_majority_crack is set.'
+    return (
+      'Black cracks on white? Set --config.data.folder.mask_polarity=dark (or auto: crack = '
+      'the minority of each mask). If cracks really cover most of these images, set '
+      '--config.data.folder.allow_majority_crack=True.'
+    )
 
   def load_pair(self, pair: common.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The config's mask threshold and polarity instead of the class defaults."""

@@ -8,7 +8,11 @@ Layout read (that of the public repository ``cuilimeng/CrackForest-dataset``)::
 
 ``<root>`` is either the directory given as ``manual_dir`` itself or a sub-directory of it
 (e.g. the extracted ``CrackForest-dataset-master/`` folder of the GitHub archive); without a
-usable manual dir the GitHub archive of the default branch is downloaded.
+manual dir the GitHub archive of the default branch is downloaded. A manual dir that is given
+but missing, empty or not the dataset is an error (never a silent download), and so is a failed
+download: one `DatasetNotFoundError` naming the URL and ``--config.data.manual_dir``, raised
+at once offline (a short connection probe of the host runs first, since TFDS retries a failed
+connection with backoff for minutes).
 
 Labels: crack = ``Segmentation`` in {2, 4}. 1 is background, 3 marks background patches
 enclosed by cracks (as bright as the pavement around them), 4 marks separate faint cracks.
@@ -28,6 +32,11 @@ at read time), and array_record files are read back with ``builder.as_data_sourc
 
 from __future__ import annotations
 
+import re
+import socket
+import urllib.parse
+import urllib.request
+
 import numpy as np
 import PIL.Image
 import scipy.io
@@ -44,6 +53,8 @@ _HOMEPAGE = 'https://github.com/cuilimeng/CrackForest-dataset'
 _CRACK_LABELS = (2, 4)
 _VALID_LABELS = frozenset({1, 2, 3, 4})
 _IMAGE_EXTENSIONS = ('.jpg', '.JPG', '.jpeg', '.png')
+# Seconds the connection probe of the download host may take before the download is abandoned.
+PROBE_TIMEOUT_S = 5.0
 
 _CITATION = """\
 @article{shi2016automatic,
@@ -90,6 +101,63 @@ def find_dataset_root(directory: epath.PathLike) -> epath.Path:
     f'{directory} does not look like the CrackForest dataset: expected image/ and '
     'groundTruth/ in it or in one sub-folder (e.g. CrackForest-dataset-master/).'
   )
+
+
+def download_failed_message(error: BaseException) -> str:
+  """The one-line message for a download of ``_URL`` that failed with ``error``."""
+  return (
+    f'Could not download CrackForest from {_URL} ({type(error).__name__}: '
+    f'{_short_reason(error)}). Offline? Get the archive (or a copy of {_HOMEPAGE}) and pass '
+    '--config.data.manual_dir=DIR.'
+  )
+
+
+def _short_reason(error: BaseException) -> str:
+  """The innermost reason of ``error`` (e.g. urllib3's under requests'), on one short line."""
+  seen = {id(error)}
+  while True:  # requests' ConnectionError wraps urllib3's MaxRetryError, which has `.reason`.
+    inner = getattr(error, 'reason', None)
+    if not isinstance(inner, BaseException) and error.args:
+      inner = error.args[0]
+    if not isinstance(inner, BaseException) or id(inner) in seen:
+      break
+    seen.add(id(inner))
+    error = inner
+  text = ' '.join(str(error).split()) or type(error).__name__
+  # urllib3 prefixes the connection: "HTTPSConnection(host='github.com', port=443): ...".
+  text = re.sub(r'^(<[^>]*>|\w+\([^)]*\)|None): ', '', text)
+  return text if len(text) <= 200 else text[:197] + '...'
+
+
+def probe_connection(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+  """Opens (and closes) a TCP connection to ``url``'s host, or raises OSError within ``timeout``.
+
+  Skipped when a proxy is configured for the URL's scheme (the host may be reachable only
+  through it).
+  """
+  parts = urllib.parse.urlsplit(url)
+  if parts.scheme in urllib.request.getproxies():
+    return
+  port = parts.port or (443 if parts.scheme == 'https' else 80)
+  with socket.create_connection((parts.hostname, port), timeout=timeout):
+    pass
+
+
+def download_archive(dl_manager: tfds.download.DownloadManager) -> epath.Path:
+  """Downloads and extracts ``_URL``; a failure is one `DatasetNotFoundError`, fast offline.
+
+  Raises:
+    DatasetNotFoundError: the host cannot be reached (after at most ``PROBE_TIMEOUT_S``), or
+      the download or extraction failed; the message names the URL and the manual_dir flag.
+  """
+  try:
+    probe_connection(_URL)
+  except OSError as e:
+    raise DatasetNotFoundError(download_failed_message(e)) from None
+  try:
+    return epath.Path(dl_manager.download_and_extract(_URL))
+  except Exception as e:  # requests' ConnectionError, TFDS' download or checksum errors, ...
+    raise DatasetNotFoundError(download_failed_message(e)) from e
 
 
 def _find_image(root: epath.Path, stem: str) -> epath.Path:
@@ -140,20 +208,36 @@ class CrackForest(common.PairedImageBuilder):
   HOMEPAGE = _HOMEPAGE
   CITATION = _CITATION
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
-  Offline: pass download_config=tfds.download.DownloadConfig(manual_dir=D) where D is a copy of
-  https://github.com/cuilimeng/CrackForest-dataset (D/image/*.jpg, D/groundTruth/*.mat) or a
-  folder holding the extracted archive (D/CrackForest-dataset-master/...); from launch.py:
-  --config.data.manual_dir=D. Without it the archive is downloaded.
+  Without a manual dir the archive is downloaded from GitHub. Offline, pass
+  --config.data.manual_dir=DIR where DIR is a copy of
+  https://github.com/cuilimeng/CrackForest-dataset (DIR/image/*.jpg, DIR/groundTruth/*.mat) or
+  a folder holding the extracted archive (DIR/CrackForest-dataset-master/...). (Calling TFDS
+  directly: download_config=tfds.download.DownloadConfig(manual_dir=DIR).)
   """
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    try:
-      source = dl_manager.manual_dir  # Raises if no manual dir was given or it is empty.
-    except AssertionError:
-      source = dl_manager.download_and_extract(_URL)
-    pairs = list_records(find_dataset_root(source))
+    pairs = list_records(find_dataset_root(self._source(dl_manager)))
     train, test = splits.split_stems([p.name for p in pairs])
     return self.split_by_name(pairs, train=train, test=test)
+
+  def _source(self, dl_manager: tfds.download.DownloadManager) -> epath.Path:
+    """The manual dir if one was given (it must hold the dataset), else the downloaded archive.
+
+    Raises:
+      DatasetNotFoundError: a given manual dir is missing or empty, or the download failed.
+    """
+    try:
+      return dl_manager.manual_dir
+    except AssertionError:  # Not given (TFDS' default <download_dir>/manual), missing or empty.
+      # TFDS has no public "was a manual dir given?": compare with its default location.
+      given = getattr(dl_manager, '_manual_dir', None)
+      if given is not None and epath.Path(given) != dl_manager.download_dir / 'manual':
+        raise DatasetNotFoundError(
+          f'The CrackForest manual dir {given} does not exist or is empty; point '
+          '--config.data.manual_dir at the dataset (DIR/image/*.jpg, DIR/groundTruth/*.mat), '
+          'or leave it unset to download the dataset.'
+        ) from None
+    return download_archive(dl_manager)
 
   def load_pair(self, pair: common.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The JPEG as RGB, and the crack mask of the pair's ``.mat`` (``load_crack_mask``)."""

@@ -1,0 +1,104 @@
+"""Quiet logs: third-party chatter demoted to DEBUG, and a one-line header of a run's facts.
+
+``launch.py`` calls `quiet_third_party_logs` once at start-up and logs `run_header`. TFDS logs
+every dataset load ("Load dataset info from ...", "Variant folder ... has no dataset_info.json",
+"OpenCV is not installed ...") and orbax every phase of every save; these records become DEBUG
+records, shown only with ``--verbosity=1`` (absl) or a DEBUG level on the ``absl`` logger.
+TFDS and orbax warnings other than the known harmless ones are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+from absl import logging as absl_logging
+
+# Warnings of TFDS that every normal run triggers; demoted like its INFO lines.
+_HARMLESS_WARNINGS = (
+  'has no dataset_info.json',
+  'OpenCV is not installed',
+  # orbax, reading a step's array metadata to compare shapes before restoring it.
+  'Metadata file does not exist',
+)
+# Packages (folder names in a record's pathname) whose INFO lines are demoted.
+_CHATTY_PACKAGES = ('tensorflow_datasets', 'orbax', 'jax')
+
+
+def _from_package(record: logging.LogRecord) -> bool:
+  parts = Path(record.pathname).parts
+  return any(package in parts for package in _CHATTY_PACKAGES)
+
+
+def is_noise(record: logging.LogRecord) -> bool:
+  """Whether ``record`` is third-party chatter: a TFDS / orbax INFO line or a known warning."""
+  if record.levelno >= logging.ERROR or not _from_package(record):
+    return False
+  if record.levelno < logging.WARNING:
+    return True
+  message = record.getMessage()
+  return any(text in message for text in _HARMLESS_WARNINGS)
+
+
+class DemoteNoise(logging.Filter):
+  """A logger filter that turns `is_noise` records into DEBUG records.
+
+  A demoted record is passed on only if its logger is enabled for DEBUG.
+  """
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno <= logging.DEBUG or not is_noise(record):
+      return True
+    record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def quiet_third_party_logs() -> None:
+  """Demotes TFDS' and orbax's routine INFO lines and known harmless warnings to DEBUG.
+
+  Both log through absl, i.e. the python logger ``absl``; the filter sits on that logger, so
+  every handler (absl's stderr handler, pytest's capture, a log file) sees the same. Calling
+  it again adds nothing.
+  """
+  # jax announces at INFO, on its own logger, each accelerator backend it did not find.
+  for logger in (absl_logging.get_absl_logger(), logging.getLogger('jax._src.xla_bridge')):
+    if not any(isinstance(f, DemoteNoise) for f in logger.filters):
+      logger.addFilter(DemoteNoise())
+
+
+def _fields(group: ml_collections.ConfigDict) -> str:
+  """``k=v, ...`` of a config group, without its ``name``."""
+  return ', '.join(f'{k}={v}' for k, v in group.items() if k != 'name')
+
+
+def run_header(config: ml_collections.ConfigDict, workdir: Any) -> str:
+  """One line with a run's key facts: data, model, loss, schedule, devices and workdir.
+
+  Example: ``Run: dataset crackforest | model unet(widths=(4, 8, 16, 32, 64), conv_impl=auto,
+  dtype=float32) | loss holistic(weighting=xie, beta=1.0, ...) | batch 2, 6 steps (3/epoch x 2
+  epochs), lr 0.0003 | 1 cpu device(s), 1 process(es) | workdir /tmp/run``.
+  """
+  data = config.data
+  dataset = f'dataset {data.name}'
+  if data.get('input_size'):
+    dataset += f' (train crops HxW {data.input_size[0]}x{data.input_size[1]})'
+  steps_per_epoch, num_epochs = config.get('steps_per_epoch'), config.get('num_epochs')
+  schedule = f'batch {config.get("batch_size")}'
+  if steps_per_epoch is not None and num_epochs is not None:
+    schedule += (
+      f', {steps_per_epoch * num_epochs} steps ({steps_per_epoch}/epoch x {num_epochs} epochs)'
+    )
+  if config.get('learning_rate') is not None:
+    schedule += f', lr {config.learning_rate}'
+  parts = [
+    dataset,
+    f'model {config.model.name}({_fields(config.model)})',
+    f'loss {config.loss.name}({_fields(config.loss)})',
+    schedule,
+    f'{jax.device_count()} {jax.default_backend()} device(s), {jax.process_count()} process(es)',
+    f'workdir {workdir}',
+  ]
+  return 'Run: ' + ' | '.join(parts)

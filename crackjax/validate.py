@@ -1,0 +1,187 @@
+"""One validation pass over a whole config, before any data is prepared or anything compiled.
+
+`check_config(config)` checks every enum, range and size multiple it can without data and
+raises one `ConfigError` listing every problem, each naming the field, its value and what is
+valid. `check_data(config)` runs once the dataset is prepared: the image sizes against
+``config.data.input_size``. launch.py calls both and prints the message on one line per
+problem, without a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import ml_collections
+import numpy as np
+
+from crackjax import datasets, losses
+from crackjax.evaluation import PROTOCOLS
+from crackjax.models import input_multiple, model_from_config
+
+
+class ConfigError(ValueError):
+  """The config cannot be run; the message lists every problem, one per line."""
+
+
+def _problems_of(fn: Callable[[], object]) -> list[str]:
+  try:
+    fn()
+  except ValueError as e:
+    return [str(e)]
+  return []
+
+
+def _positive(
+  config: ml_collections.ConfigDict, field: str, *, minimum: float = 1, integer: bool = True
+) -> list[str]:
+  value = config
+  for part in field.split('.'):
+    value = value.get(part) if isinstance(value, ml_collections.ConfigDict) else None
+  kind = int if integer else (int, float)
+  if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
+    what = 'an integer' if integer else 'a number'
+    return [f'config.{field}={value!r} must be {what} >= {minimum}.']
+  return []
+
+
+def _multiple_suggestion(size: int, multiple: int) -> str:
+  low = size // multiple * multiple
+  return f'{low} or {low + multiple}' if low else f'{multiple}'
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError listing every problem of `config` found without reading data."""
+  problems: list[str] = []
+  data = config.data
+  if data.name not in datasets.DATASETS:
+    problems.append(
+      f'config.data.name={data.name!r} is not a dataset; known: {sorted(datasets.DATASETS)}.'
+    )
+  folder = data.get('folder')
+  if folder is not None:
+    if folder.get('mask_polarity') not in ('bright', 'dark', 'auto'):
+      problems.append(
+        f'config.data.folder.mask_polarity={folder.get("mask_polarity")!r} is not one of '
+        "['auto', 'bright', 'dark']."
+      )
+    threshold = folder.get('mask_threshold')
+    if not isinstance(threshold, float | int) or not 0 < threshold < 1:
+      problems.append(f'config.data.folder.mask_threshold={threshold!r} must be in (0, 1).')
+  problems += _positive(config, 'data.noise_std', minimum=0, integer=False)
+  for name in (
+    'rotation_range',
+    'width_shift_range',
+    'height_shift_range',
+    'shear_range',
+    'zoom_range',
+  ):
+    problems += _positive(config, f'augment.{name}', minimum=0, integer=False)
+
+  model = None
+  model_problems = _problems_of(lambda: model_from_config(config.model))
+  problems += model_problems
+  if not model_problems:
+    model = model_from_config(config.model)
+  problems += _problems_of(lambda: losses.loss_from_config(config.loss))
+
+  size = data.get('input_size')
+  if size is not None:
+    if (
+      not isinstance(size, tuple | list)
+      or len(size) != 2
+      or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+    ):
+      problems.append(
+        f'config.data.input_size={size!r} must be None or (H, W), two positive integers.'
+      )
+    elif model is not None:
+      multiple = input_multiple(model)
+      bad = [v for v in size if v % multiple]
+      if bad:
+        hint = ', '.join(f'{v} -> {_multiple_suggestion(v, multiple)}' for v in bad)
+        problems.append(
+          f'config.data.input_size={tuple(size)} must be multiples of {multiple} (the '
+          f'{config.model.name} model halves the image {int(math.log2(multiple))} times); '
+          f'nearest valid: {hint}.'
+        )
+
+  problems += _positive(config, 'learning_rate', minimum=1e-12, integer=False)
+  for field in (
+    'batch_size',
+    'steps_per_epoch',
+    'num_epochs',
+    'log_every_steps',
+    'max_checkpoints_to_keep',
+    'eval.num_thresholds',
+  ):
+    problems += _positive(config, field)
+  problems += _positive(config, 'eval.num_qualitative', minimum=0)
+  if isinstance(config.batch_size, int) and config.batch_size > 0:
+    n = jax.device_count()
+    if config.batch_size % n:
+      problems.append(
+        f'config.batch_size={config.batch_size} must be divisible by the number of devices '
+        f'({n}): the batch is split evenly over them.'
+      )
+  protocols = tuple(config.eval.protocols or ())
+  unknown = [p for p in protocols if p not in PROTOCOLS]
+  if not protocols or unknown:
+    problems.append(
+      f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
+    )
+  if problems:
+    raise ConfigError('\n'.join(problems))
+
+
+def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int], int]:
+  """(H, W) -> number of train images of that size (decodes every train image)."""
+  source = datasets.get_data_source(config.data, config.data.train_split)
+  sizes: dict[tuple[int, int], int] = {}
+  for i in range(len(source)):
+    h, w = np.asarray(source[i]['image']).shape[:2]
+    sizes[(int(h), int(w))] = sizes.get((int(h), int(w)), 0) + 1
+  return sizes
+
+
+def check_data(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError if the prepared train images do not fit ``config.data.input_size``.
+
+  Without input_size every train image must have one size, a multiple of the model's input
+  multiple; with it, every train image must be at least that large (crops cannot grow).
+  """
+  sizes = train_image_sizes(config)
+  if not sizes:
+    raise ConfigError(
+      f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
+    )
+  multiple = input_multiple(model_from_config(config.model))
+  min_h = min(h for h, _ in sizes)
+  min_w = min(w for _, w in sizes)
+  fits = (min_h // multiple * multiple, min_w // multiple * multiple)
+  hint = (
+    f"--config.data.input_size='{fits}' (random crops; the largest multiple of {multiple} "
+    'that fits every train image)'
+  )
+  listed = ', '.join(f'{h}x{w} ({n})' for (h, w), n in sorted(sizes.items())[:5])
+  size = config.data.get('input_size')
+  if size is None:
+    if len(sizes) > 1:
+      raise ConfigError(
+        f'The train images of {config.data.name!r} differ in size (HxW: {listed}'
+        f'{", ..." if len(sizes) > 5 else ""}) and config.data.input_size is None; set '
+        f'{hint}.'
+      )
+    (h, w), _ = next(iter(sizes.items()))
+    if h % multiple or w % multiple:
+      raise ConfigError(
+        f'The train images of {config.data.name!r} are {h}x{w} (HxW), not multiples of '
+        f'{multiple}, and config.data.input_size is None; set {hint}.'
+      )
+    return
+  if size[0] > min_h or size[1] > min_w:
+    raise ConfigError(
+      f'config.data.input_size={tuple(size)} is larger than the smallest train image '
+      f'({min_h}x{min_w} HxW; sizes: {listed}); crops cannot grow an image; set {hint}.'
+    )
