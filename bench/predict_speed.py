@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from absl import flags
 
-from crackjax import cli
+from crackjax import cli, validate
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = 'bench/predict_speed.py'
@@ -74,6 +75,10 @@ def main(argv=None) -> dict:
 
   from crackjax import predict, state
 
+  try:
+    validate.check_config(fv.config)
+  except validate.ConfigError as e:
+    sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
   if fv.workdir:
     run = predict.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'

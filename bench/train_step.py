@@ -41,7 +41,7 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax import cli
+from crackjax import cli, validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -370,6 +370,10 @@ def main(argv=None) -> dict:
     print(json.dumps(r))
     return {'jax': None, 'torch': r}
 
+  try:
+    validate.check_config(config)
+  except validate.ConfigError as e:
+    sys.exit(f'{prog}: bad config: {" / ".join(str(e).splitlines())}')
   jr = bench_jax(config, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
