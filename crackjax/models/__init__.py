@@ -26,11 +26,18 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from crackjax.models.fcn8s import FCN8s
+from crackjax.models.hed import HED
+from crackjax.models.rcf import RCF
 from crackjax.models.unet import UNet
 
 # Explicit table: name -> constructor taking keyword arguments.
 MODELS: dict[str, Callable[..., nn.Module]] = {
   'unet': UNet,
+  # Comparison models of Tables V-VIII (crackjax/models/<name>.py).
+  'fcn8s': FCN8s,
+  'hed': HED,
+  'rcf': RCF,
 }
 
 # config.model.dtype -> the dtype of activations and convolutions.

@@ -7,19 +7,18 @@ Jaccard distance of eq. 9-10 and so the holistic loss of eq. 8) are computed ove
 array passed in, which in the train step is the *global* batch, and return scalars.
 
 The train step itself receives a `LossFn` built from the config's `loss` group by
-`loss_from_config` (explicit table `LOSSES`), so a model or loss never edits the loop.
+`crackjax.losses.loss_from_config` (explicit table `LOSSES`), so a model or loss never
+edits the loop.
 
 Notation: y is the binary label (1 = crack, the minority class), z the logit,
 p = sigmoid(z), alpha the fraction of background pixels in the batch.
 """
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from crackjax.models import fused_logits
 
@@ -237,34 +236,3 @@ def holistic(
     return loss, {'alpha': alpha, 'q': q}
 
   return loss_fn
-
-
-# Explicit table: config.loss.name -> factory of a train-step loss (keyword arguments: the
-# other fields of config.loss).
-LOSSES: dict[str, Callable[..., LossFn]] = {
-  'holistic': holistic,
-}
-
-
-def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
-  """The train-step loss named ``loss.name``, built with the other fields of ``loss``.
-
-  Args:
-    loss: the config's ``loss`` group.
-
-  Raises:
-    ValueError: for an unknown name, a field the loss does not take, or a bad value.
-  """
-  name = loss.get('name')
-  if name not in LOSSES:
-    raise ValueError(f'config.loss.name={name!r} is not one of {sorted(LOSSES)}.')
-  kwargs = {k: v for k, v in loss.items() if k != 'name'}
-  factory = LOSSES[name]
-  accepted = inspect.signature(factory).parameters
-  unknown = sorted(set(kwargs) - set(accepted))
-  if unknown:
-    raise ValueError(
-      f'config.loss has field(s) {unknown} that loss {name!r} does not take; '
-      f'it takes {sorted(accepted)}.'
-    )
-  return factory(**kwargs)
