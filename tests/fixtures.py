@@ -116,6 +116,23 @@ def fake_data_config(tmp_path: Path, **fake_kwargs) -> ml_collections.ConfigDict
   return config
 
 
+def smoke_data_dirs(root: Path) -> tuple[Path, Path]:
+  """A fake CrackForest (10 labelled 32x48 images) under ``root/raw``; returns (raw, tfds)."""
+  root = Path(root)
+  return make_fake_crackforest(root / 'raw', n_labelled=10, size=(32, 48)), root / 'tfds'
+
+
+def smoke_config(data_dirs: tuple[Path, Path]) -> ml_collections.ConfigDict:
+  """configs/smoke.py reading the fake CrackForest of `smoke_data_dirs`."""
+  from configs import smoke
+
+  raw, tfds_dir = data_dirs
+  config = smoke.get_config()
+  config.data.manual_dir = str(raw)
+  config.data.data_dir = str(tfds_dir)
+  return config
+
+
 # ----------------------------------------------------------------------------- image folders
 # Shared by the crack_folder, aiglern, crack360 and bjn260 fixtures: every mask has the crack
 # pattern `folder_crack_mask` (row CRACK_ROW and column FOLDER_CRACK_COL), images are bright

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from configs import smoke
 from crackjax import evaluate, loader, predict, train
 from crackjax import state as state_lib
 from tests import fixtures
@@ -19,17 +18,11 @@ pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptio
 
 @pytest.fixture(scope='module')
 def data_dirs(tmp_path_factory):
-  root = tmp_path_factory.mktemp('data')
-  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=10, size=(32, 48))
-  return raw, root / 'tfds'
+  """A fake CrackForest archive and its prepared TFDS copy, shared by this module."""
+  return fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
 
 
-def smoke_config(data_dirs):
-  raw, tfds_dir = data_dirs
-  config = smoke.get_config()
-  config.data.manual_dir = str(raw)
-  config.data.data_dir = str(tfds_dir)
-  return config
+smoke_config = fixtures.smoke_config
 
 
 @pytest.fixture(scope='module')

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import launch
-from configs import smoke
 from crackjax import loader, train
 from crackjax import state as state_lib
 from tests import fixtures
@@ -24,17 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope='module')
 def data_dirs(tmp_path_factory):
   """A fake CrackForest archive and its prepared TFDS copy, shared by this module."""
-  root = tmp_path_factory.mktemp('data')
-  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=10, size=(32, 48))
-  return raw, root / 'tfds'
+  return fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
 
 
-def smoke_config(data_dirs):
-  raw, tfds_dir = data_dirs
-  config = smoke.get_config()
-  config.data.manual_dir = str(raw)
-  config.data.data_dir = str(tfds_dir)
-  return config
+smoke_config = fixtures.smoke_config
 
 
 def _restore_params(config, workdir):
