@@ -89,3 +89,29 @@ def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):
   assert 'launch.py: bad config: config.data.input_size=(321, 480)' in proc.stderr
   assert 'Traceback' not in proc.stderr
   assert not (tmp_path / 'run').exists() and not (tmp_path / 'tfds').exists()
+
+
+def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
+  raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))
+  workdir = tmp_path / 'never_trained'
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(REPO / 'launch.py'),
+      '--config=configs/smoke.py',
+      '--mode=eval',
+      f'--workdir={workdir}',
+      f'--config.data.manual_dir={raw}',
+      f'--config.data.data_dir={tmp_path / "tfds"}',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+  )
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+    f'launch.py: No checkpoint in {workdir / "checkpoints"} to evaluate; train first '
+    '(--mode=train or train_and_eval).'
+  )
+  assert 'Traceback' not in proc.stderr and not workdir.exists()
