@@ -1,0 +1,14 @@
+"""Table 3 of the paper, Crack360 (§IV-C): one config per row, the row key as config argument.
+
+  python launch.py --config=configs/table3.py:<key> --workdir=workdirs/table3/<key>
+  --config=configs/table3.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
+
+Rows, their keys, the paper's figures and the table's dataset settings live in
+configs/paper_tables.py (TABLE3, SETTINGS[3]); an unknown key lists the valid ones.
+"""
+
+from configs import paper_tables
+
+
+def get_config(arg: str | None = None):
+  return paper_tables.get_config(3, arg)
