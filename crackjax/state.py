@@ -209,6 +209,24 @@ def _discard_failed_reads() -> None:
     sys.unraisablehook = hook
 
 
+def _try_restore(
+  mngr: ocp.CheckpointManager, step: int, abstract: TrainState
+) -> tuple[TrainState | None, str]:
+  """(restored state, '') or, for a step that cannot be read, (None, the one-line reason).
+
+  Raises:
+    CheckpointError: the step was written by a different model configuration.
+  """
+  try:
+    return _restore_step(mngr, step, abstract), ''
+  except CheckpointError:
+    raise
+  except Exception as e:  # noqa: BLE001 - orbax, TensorStore, msgpack ... all mean damage.
+    reason = _one_line(e)
+  _discard_failed_reads()  # after the except block, which keeps the failed reads alive
+  return None, reason
+
+
 def restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> TrainState:
   """Restores exactly step `step` onto `abstract`, moving nothing.
 
@@ -216,13 +234,9 @@ def restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -
     CheckpointError: the step cannot be read, or was written by a different model
       configuration (one-line message naming the step and the directory).
   """
-  try:
-    return _restore_step(mngr, step, abstract)
-  except CheckpointError:
-    raise
-  except Exception as e:  # noqa: BLE001 - orbax, TensorStore, msgpack ... all mean damage.
-    reason = _one_line(e)
-  _discard_failed_reads()  # after the except block, which keeps the failed reads alive
+  restored, reason = _try_restore(mngr, step, abstract)
+  if restored is not None:
+    return restored
   raise CheckpointError(
     f'Checkpoint step {step} in {mngr.directory} cannot be read ({reason}); choose '
     f'another step of {sorted(mngr.all_steps())} or the default, the newest readable one.'
@@ -281,13 +295,9 @@ def restore_latest_readable(
   damaged: list[tuple[int, Path]] = []
   for i, step in enumerate(steps):
     logging.info('Restoring checkpoint of step %d from %s', step, directory)
-    try:
-      return _restore_step(mngr, step, abstract)
-    except CheckpointError:
-      raise
-    except Exception as e:  # noqa: BLE001 - orbax, TensorStore, msgpack ... all mean damage.
-      reason = _one_line(e)
-    _discard_failed_reads()  # after the except block, which keeps the failed reads alive
+    restored, reason = _try_restore(mngr, step, abstract)
+    if restored is not None:
+      return restored
     aside = _set_aside(directory, step)
     damaged.append((step, aside))
     mngr.reload()
