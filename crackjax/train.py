@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import jax
@@ -153,8 +153,15 @@ class _MetricLog:
     self._bar.set_postfix({k: f'{means[k]:.4g}' for k in ('loss', 'q') if k in means})
 
 
+EpochCallback = Callable[[TrainState, int], None]
+
+
 def train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str | Path, *, evaluate_after: bool = True
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  *,
+  evaluate_after: bool = True,
+  on_epoch_end: EpochCallback | None = None,
 ) -> TrainState:
   """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
 
@@ -169,6 +176,9 @@ def train_and_evaluate(
     config: experiment configuration (see configs/base.py).
     workdir: directory for checkpoints, logs and evaluation results.
     evaluate_after: run `evaluate_checkpoint` on the test split after training.
+    on_epoch_end: called as `on_epoch_end(state, epoch)` after each epoch's checkpoint is
+      saved (a periodic action, as clu's): the reproduction runner evaluates every epoch
+      with it. It must be done with `state` when it returns (the next step donates it).
 
   Returns:
     The final TrainState.
@@ -224,6 +234,8 @@ def train_and_evaluate(
         log.flush()  # never checkpoint a state that followed a non-finite step
         mngr.save(step, args=ocp.args.StandardSave(state))
         saved_step = step
+        if on_epoch_end is not None:
+          on_epoch_end(state, -(-step // config.steps_per_epoch))
   except NonFiniteError:
     raise
   except BaseException:
