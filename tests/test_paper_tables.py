@@ -1,4 +1,4 @@
-"""configs/paper_tables.py and configs/table1.py ... table4.py against the paper's Tables I-IV.
+"""crackjax/paper.py and configs/table1.py ... table4.py against the paper's Tables I-IV.
 
 The expected hyper-parameters below are read off the paper's LaTeX by hand, not copied from
 the data module.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import paper_tables
+from crackjax import paper as paper_tables
 from crackjax import validate
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
