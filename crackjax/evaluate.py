@@ -97,19 +97,8 @@ def evaluate_checkpoint(
   if state is None:
     state = restore_latest(config, workdir)
   step = int(jax.device_get(state.step))
-  params = state_lib.local_params(state)
   examples = list(loader.eval_examples(config, split))
-  model = state_lib.create_model(config)
-  images = (ex['image'] for ex in examples)
-  probs = list(
-    tqdm.tqdm(
-      predict_probabilities(params, model, images),
-      total=len(examples),
-      desc=f'predict {split}',
-      unit='img',
-      disable=jax.process_index() != 0,
-    )
-  )
+  probs = predict_examples(config, state, examples, desc=f'predict {split}')
   gts = [ex['mask'][..., 0] for ex in examples]
   names = [ex['name'] for ex in examples]
   results = score(probs, gts, config)
@@ -145,6 +134,29 @@ def evaluate_checkpoint(
       config, workdir, summary, results, [ex['image'] for ex in examples], probs, gts, names
     )
   return summary
+
+
+def predict_examples(
+  config: ml_collections.ConfigDict,
+  state: state_lib.TrainState,
+  examples: Sequence[dict[str, Any]],
+  *,
+  desc: str = 'predict',
+) -> list[np.ndarray]:
+  """The crack probability map of every example's image (`loader.eval_examples` records),
+  predicted with `state`'s parameters, with a progress bar on process 0."""
+  params = state_lib.local_params(state)
+  model = state_lib.create_model(config)
+  images = (ex['image'] for ex in examples)
+  return list(
+    tqdm.tqdm(
+      predict_probabilities(params, model, images),
+      total=len(examples),
+      desc=desc,
+      unit='img',
+      disable=jax.process_index() != 0,
+    )
+  )
 
 
 def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary) -> float:
