@@ -1,0 +1,568 @@
+"""Re-runs rows of the paper's Tables I-IV, seed by seed, evaluating after every epoch.
+
+  python -m crackjax.reproduce --list
+  python -m crackjax.reproduce --table=1 --seeds=5 --workdir=repro/gpu
+  python -m crackjax.reproduce --table=1 --rows=wce_xie_e20,wce_exp_0.75_e5 --variant=cpu_scale \\
+      --set=data.manual_dir=../shared/datasets/crackforest --workdir=repro/cpu
+  python -m crackjax.report repro/cpu          # the tables beside the paper's (crackjax.report)
+
+Rows that differ only in epochs form a training group (`crackjax.paper.training_groups`):
+each (group, seed) is one job that trains once, to the longest epoch count among the chosen
+rows of the group, and evaluates the test split after every epoch, so the shorter rows and the
+curves of Figs. 5-6 come from the same run. A job lives in
+``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.train` (checkpoints,
+config.json, metrics) plus ``run.json`` (the rows, seed, config, hardware, versions) and one
+``epoch_<NNN>.json`` per evaluated epoch (wall seconds of training and evaluation, and per
+protocol ODS / OIS / AP and the per-threshold curve).
+
+Resuming: run the same command again. Finished jobs are skipped, an interrupted one continues
+from its last checkpoint (`train.train_and_evaluate` saves one at every epoch and on
+SIGTERM / Ctrl-C), and an epoch whose checkpoint was saved but not evaluated is evaluated
+first. ``--max_minutes`` ends the command after that much wall time (running jobs get SIGTERM
+and save), so a campaign can be run in chunks that fit a time limit.
+
+Side by side: ``--parallel=N`` runs N jobs at once, each in its own process. Processes are
+spread over the GPUs (``--gpus``, default all that ``nvidia-smi -L`` lists; one process per GPU
+when N <= GPUs) and share a GPU with ``XLA_PYTHON_CLIENT_MEM_FRACTION`` = 0.9 / (processes on
+it). Timings of side-by-side jobs are recorded as such (``run.json``: ``side_by_side``).
+
+The configs come from the config files (``configs/table<T>.py:<row>[,<variant>]`` plus
+``--set`` overrides), found next to the crackjax package (``--configs_dir``), so a run here is
+exactly `python launch.py --config=configs/table1.py:<row>` with the seed set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from absl import flags, logging
+
+from crackjax import cli, paper
+
+PROG = 'python -m crackjax.reproduce'
+DEFAULT_PROTOCOLS = ('strict', 'tolerance_thin_gt')
+# The result keys of `evaluation.evaluate` an epoch file keeps (not the per-image rows).
+_RESULT_KEYS = (
+  'protocol',
+  'protocol_description',
+  'num_thresholds',
+  'ods',
+  'ods_grid',
+  'ois',
+  'ois_mean_f1',
+  'ap',
+  'fixed',
+  'curve',
+)
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+  """The runner's flags."""
+  flags.DEFINE_bool(
+    'list', False, 'Print the rows (all tables, or --table) and exit.', flag_values=fv
+  )
+  flags.DEFINE_integer('table', None, 'Table of the paper (1-4).', flag_values=fv)
+  flags.DEFINE_list(
+    'rows', [], 'Row keys (default: every trainable row of the table).', flag_values=fv
+  )
+  flags.DEFINE_integer('seeds', 5, 'Seeds per row.', flag_values=fv)
+  flags.DEFINE_integer(
+    'first_seed', 0, 'Seeds are first_seed ... first_seed+seeds-1.', flag_values=fv
+  )
+  flags.DEFINE_string('workdir', None, 'Directory of the campaign.', flag_values=fv)
+  flags.DEFINE_string(
+    'variant',
+    '',
+    'Config variant appended to every row (configs/base.py VARIANTS).',
+    flag_values=fv,
+  )
+  flags.DEFINE_multi_string(
+    'set', [], 'Config override field=value, as --config.field=value (repeatable).', flag_values=fv
+  )
+  flags.DEFINE_list(
+    'protocols', list(DEFAULT_PROTOCOLS), 'Evaluation protocols of every epoch.', flag_values=fv
+  )
+  flags.DEFINE_integer('parallel', 1, 'Jobs run side by side, one process each.', flag_values=fv)
+  flags.DEFINE_list(
+    'gpus', None, 'GPU indices to use (default: all nvidia-smi lists).', flag_values=fv
+  )
+  flags.DEFINE_float(
+    'max_minutes',
+    0.0,
+    'Stop after this wall time (0: no limit); run again to go on.',
+    flag_values=fv,
+  )
+  flags.DEFINE_string(
+    'configs_dir',
+    None,
+    'Directory of the table<T>.py config files (default: beside crackjax).',
+    flag_values=fv,
+  )
+  flags.DEFINE_string('job', None, 'Internal: run one job, table:group:seed.', flag_values=fv)
+
+
+# ------------------------------------------------------------------------------------- the jobs
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One training run: a training group of a table (its chosen rows, longest first), one seed."""
+
+  table: int
+  rows: tuple[paper.Row, ...]
+  seed: int
+
+  @property
+  def group(self) -> str:
+    """The group's name without the table: the longest row's key without its epochs."""
+    return self.rows[0].training_group.split(':', 1)[1]
+
+  @property
+  def epochs(self) -> int:
+    return self.rows[0].epochs
+
+  @property
+  def id(self) -> str:
+    return f'{self.table}:{self.group}:{self.seed}'
+
+  def directory(self, workdir: str | Path) -> Path:
+    return Path(workdir) / f'table{self.table}' / self.group / f'seed{self.seed}'
+
+
+def select_jobs(table: int, row_keys: Sequence[str], seeds: Sequence[int]) -> list[Job]:
+  """The jobs that cover `row_keys` of `table` (all trainable rows if empty) for every seed,
+  group by group in the paper's order, seeds innermost.
+
+  Raises:
+    ValueError: unknown table, unknown key or a reference row (the message lists the keys).
+  """
+  if table not in paper.TABLES:
+    raise ValueError(f'--table must be one of {sorted(paper.TABLES)}, got {table}.')
+  rows = paper.rows_by_key(table)
+  trainable = [k for k, r in rows.items() if not r.reference]
+  unknown = [k for k in row_keys if k not in trainable]
+  if unknown:
+    raise ValueError(f'Not a trainable row of Table {table}: {unknown}; rows: {trainable}.')
+  chosen = set(row_keys or trainable)
+  jobs = []
+  for group_rows in paper.training_groups(table).values():
+    picked = tuple(r for r in group_rows if r.key in chosen)  # longest first
+    jobs += [Job(table, picked, s) for s in seeds] if picked else []
+  return jobs
+
+
+def list_rows(table: int | None = None) -> str:
+  """One line per row: table, key, epochs, training group and the paper's ODS F1 (%)."""
+  lines = []
+  for t, rows in paper.TABLES.items():
+    if table not in (None, t):
+      continue
+    for r in rows:
+      what = 'reference row, not trainable' if r.reference else f'group {r.training_group}'
+      epochs = '' if r.epochs is None else f'{r.epochs} epochs'
+      lines.append(
+        f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods.f1.mean:6.2f}  '
+        f'({paper.SETTINGS[t].dataset}; {what})'
+      )
+  return '\n'.join(lines)
+
+
+# ------------------------------------------------------------------------------- configuration
+
+
+def configs_dir(flag_value: str | None = None) -> Path:
+  """The directory of configs/table<T>.py: the flag, else the `configs` folder beside the
+  crackjax package (the repository, or site-packages for an installed wheel)."""
+  return Path(flag_value) if flag_value else Path(__file__).resolve().parents[1] / 'configs'
+
+
+def load_config(job: Job, *, variant: str, overrides: Sequence[str], directory: Path, protocols):
+  """The job's config: configs/table<T>.py:<longest row>[,variant], the overrides, the seed,
+  the epochs of the longest chosen row and the evaluation protocols.
+
+  Raises:
+    SystemExit: (one line) a mistyped override field or an unparsable value.
+  """
+  arg = job.rows[0].key + (f',{variant}' if variant else '')
+  argv = [
+    PROG,
+    f'--config={directory / f"table{job.table}.py"}:{arg}',
+    *(f'--config.{o}' for o in overrides),
+  ]
+  fv = cli.new_flag_values(argv)
+  cli.parse_flags(fv, argv, prog=PROG)
+  config = fv.config
+  config.seed = job.seed
+  # The variant may shorten training (e.g. 'cpu' sets 2 epochs): the rows' epochs win here,
+  # since they are what the paper compares; a variant shrinks an epoch's steps instead.
+  config.num_epochs = job.epochs
+  config.eval.protocols = tuple(protocols)
+  # Every epoch is evaluated as it ends; keep checkpoints only for resuming.
+  config.max_checkpoints_to_keep = 2
+  return config
+
+
+# -------------------------------------------------------------------------------- one job here
+
+
+def _write_json(path: Path, obj: Any) -> None:
+  tmp = path.with_suffix(path.suffix + '.tmp')
+  tmp.write_text(json.dumps(obj, indent=1))
+  tmp.replace(path)  # atomic: a killed run never leaves half a file
+
+
+def epoch_path(directory: Path, epoch: int) -> Path:
+  return directory / f'epoch_{epoch:03d}.json'
+
+
+def evaluated_epochs(directory: Path) -> list[int]:
+  """Epochs of `directory` that have an evaluation file."""
+  return sorted(int(p.stem.split('_')[1]) for p in directory.glob('epoch_[0-9][0-9][0-9].json'))
+
+
+def hardware() -> dict[str, Any]:
+  """The machine a job ran on: backend, devices, CPU model and core count, host."""
+  import jax
+
+  cpu = platform.processor()
+  try:
+    for line in Path('/proc/cpuinfo').read_text().splitlines():
+      if line.startswith('model name'):
+        cpu = line.split(':', 1)[1].strip()
+        break
+  except OSError:
+    pass
+  devices = jax.local_devices()
+  return {
+    'backend': jax.default_backend(),
+    'device_kind': devices[0].device_kind,
+    'num_devices': len(devices),
+    'cpu': cpu,
+    'cpu_count': os.cpu_count(),
+    'host': platform.node(),
+  }
+
+
+def _versions() -> dict[str, str]:
+  import flax
+  import jax
+
+  commit = None
+  try:
+    commit = subprocess.run(
+      ['git', 'rev-parse', '--short', 'HEAD'],
+      cwd=Path(__file__).resolve().parent,
+      capture_output=True,
+      text=True,
+      timeout=10,
+    ).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    pass
+  return {
+    'jax': jax.__version__,
+    'flax': flax.__version__,
+    'python': platform.python_version(),
+    'commit': commit or None,
+  }
+
+
+def _epoch_record(config, state, epoch: int, examples, train_seconds: float, first: bool) -> dict:
+  import jax
+
+  from crackjax import evaluate
+
+  t0 = time.perf_counter()
+  probs = evaluate.predict_examples(config, state, examples, desc=f'predict, epoch {epoch}')
+  gts = [ex['mask'][..., 0] for ex in examples]
+  results = evaluate.score(probs, gts, config)
+  return {
+    'epoch': epoch,
+    'step': int(jax.device_get(state.step)),
+    'train_seconds': train_seconds,
+    'eval_seconds': time.perf_counter() - t0,
+    # The first epoch a process finishes includes its start-up and compilation (and, after a
+    # resume, only part of the epoch's steps).
+    'first_in_process': first,
+    'results': {p: {k: r[k] for k in _RESULT_KEYS if k in r} for p, r in results.items()},
+  }
+
+
+def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1) -> str:
+  """Trains `job` to its epochs (resuming), evaluating after every epoch. Returns 'done' or
+  'skipped' (everything was there)."""
+  from crackjax import evaluate, loader, train
+  from crackjax import state as state_lib
+
+  directory = job.directory(workdir)
+  if set(range(1, job.epochs + 1)) <= set(evaluated_epochs(directory)):
+    return 'skipped'
+  directory.mkdir(parents=True, exist_ok=True)
+  _write_json(
+    directory / 'run.json',
+    {
+      'table': job.table,
+      'group': job.rows[0].training_group,
+      'rows': [{'key': r.key, 'epochs': r.epochs} for r in job.rows],
+      'seed': job.seed,
+      'epochs': job.epochs,
+      'config': json.loads(config.to_json_best_effort()),
+      'hardware': hardware(),
+      'side_by_side': side_by_side,
+      'versions': _versions(),
+      'updated': time.strftime('%Y-%m-%d %H:%M:%S %Z'),
+    },
+  )
+  examples = list(loader.eval_examples(config, config.data.test_split))
+  spe = config.steps_per_epoch
+
+  # An epoch saved but not evaluated (the process died while evaluating it): evaluate it now.
+  ckpt = directory / 'checkpoints'
+  if ckpt.is_dir():
+    mngr = state_lib.checkpoint_manager(directory, config)
+    latest = mngr.latest_step()
+    mngr.close()
+    if latest and latest % spe == 0 and not epoch_path(directory, latest // spe).exists():
+      state = evaluate.restore_latest(config, directory)
+      epoch = int(state.step) // spe
+      logging.info('%s: evaluating epoch %d, saved before an interruption.', job.id, epoch)
+      record = _epoch_record(config, state, epoch, examples, math.nan, True)
+      _write_json(epoch_path(directory, epoch), record)
+      del state
+
+  clock = {'t': time.perf_counter(), 'first': True}
+
+  def on_epoch_end(state, epoch: int) -> None:
+    train_seconds = time.perf_counter() - clock['t']
+    record = _epoch_record(config, state, epoch, examples, train_seconds, clock['first'])
+    _write_json(epoch_path(directory, epoch), record)
+    strict = record['results'].get('strict', next(iter(record['results'].values())))
+    logging.info(
+      '%s epoch %d: %.1f s training, %.1f s evaluation, ODS F1 %.4f (%s)',
+      job.id,
+      epoch,
+      train_seconds,
+      record['eval_seconds'],
+      strict['ods']['f1'],
+      strict['protocol'],
+    )
+    clock.update(t=time.perf_counter(), first=False)
+
+  train.train_and_evaluate(config, directory, evaluate_after=False, on_epoch_end=on_epoch_end)
+  missing = sorted(set(range(1, job.epochs + 1)) - set(evaluated_epochs(directory)))
+  if missing:
+    # Only if checkpoints were lost between runs; said, not hidden.
+    logging.warning(
+      '%s: epochs %s have no evaluation (their checkpoints are gone).', job.id, missing
+    )
+  return 'done'
+
+
+# ------------------------------------------------------------------------------ many processes
+
+
+def available_gpus() -> list[str]:
+  """GPU indices from CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`; none on a CPU machine."""
+  visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+  if visible is not None:
+    return [g for g in visible.split(',') if g.strip()]
+  if not shutil.which('nvidia-smi'):
+    return []
+  try:
+    out = subprocess.run(['nvidia-smi', '-L'], capture_output=True, text=True, timeout=30).stdout
+  except (OSError, subprocess.SubprocessError):
+    return []
+  return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith('GPU ')]
+
+
+def worker_env(
+  slot: int, parallel: int, gpus: Sequence[str], base: dict[str, str] | None = None
+) -> dict[str, str]:
+  """Environment of the worker in `slot` (`base`, default this process's, plus its GPU and
+  its share of that GPU's memory)."""
+  env = dict(os.environ if base is None else base)
+  if gpus:
+    env['CUDA_VISIBLE_DEVICES'] = gpus[slot % len(gpus)]
+    per_gpu = -(-parallel // len(gpus))  # processes sharing one GPU
+    if per_gpu > 1:
+      env['XLA_PYTHON_CLIENT_MEM_FRACTION'] = f'{0.9 / per_gpu:.3f}'
+  return env
+
+
+def run_workers(
+  jobs: Sequence[Job],
+  argv: Sequence[str],
+  workdir: Path,
+  *,
+  parallel: int,
+  gpus: Sequence[str],
+  deadline: float | None,
+  env: dict[str, str] | None = None,
+) -> dict[str, str]:
+  """Runs every job in a `--job` subprocess of this command, `parallel` at a time; at the
+  deadline the running ones get SIGTERM (they save a checkpoint) and nothing new starts.
+
+  Returns:
+    job id -> 'done', 'failed (exit N), see <log>' or 'not started' / 'stopped at the time limit'.
+  """
+  pending = list(jobs)
+  running: dict[int, tuple[Job, subprocess.Popen, Any]] = {}
+  status: dict[str, str] = {}
+  stopping = False
+  while pending or running:
+    now = time.monotonic()
+    if deadline is not None and now >= deadline and not stopping:
+      stopping = True
+      for _, proc, _ in running.values():
+        proc.send_signal(signal.SIGTERM)
+    free = [s for s in range(parallel) if s not in running]
+    while pending and free and not stopping:
+      slot, job = free.pop(0), pending.pop(0)
+      directory = job.directory(workdir)
+      directory.mkdir(parents=True, exist_ok=True)
+      log = open(directory / 'worker.log', 'a')  # noqa: SIM115 (closed when the job ends)
+      log.write(f'\n==== {time.strftime("%Y-%m-%d %H:%M:%S")} slot {slot}\n')
+      log.flush()
+      cmd = [sys.executable, '-m', 'crackjax.reproduce', *argv, f'--job={job.id}']
+      proc = subprocess.Popen(
+        cmd,
+        env=worker_env(slot, parallel, gpus, env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+      )
+      running[slot] = (job, proc, log)
+      print(f'started {job.id} (slot {slot}, log {directory / "worker.log"})', flush=True)
+    for slot, (job, proc, log) in list(running.items()):
+      code = proc.poll()
+      if code is None and stopping and time.monotonic() > deadline + 120:
+        proc.kill()  # did not save within two minutes of SIGTERM
+        code = proc.wait()
+      if code is not None:
+        log.close()
+        del running[slot]
+        if stopping and code != 0:
+          status[job.id] = 'stopped at the time limit (resumes next time)'
+        elif code:
+          status[job.id] = f'failed (exit {code}), see {job.directory(workdir) / "worker.log"}'
+        else:
+          status[job.id] = 'done'
+        print(f'{job.id}: {status[job.id]}', flush=True)
+    if pending and stopping:
+      status.update({j.id: 'not started (time limit)' for j in pending})
+      pending.clear()
+    time.sleep(0.5)
+  return status
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def _worker_argv(full_argv: Sequence[str]) -> list[str]:
+  """The command's own flags, without the scheduling ones, for the `--job` workers."""
+  drop = ('--parallel', '--gpus', '--max_minutes', '--job', '--list')
+  return [a for a in full_argv[1:] if not a.startswith(drop)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  full = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  fv = flags.FlagValues()
+  define_flags(fv)
+  rest = cli.parse_flags(fv, full, prog=PROG)
+  if len(rest) > 1:
+    sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
+  if fv.list:
+    print(list_rows(fv.table))
+    return 0
+  if fv.table is None or not fv.workdir:
+    sys.exit(f'{PROG}: --table and --workdir are required (or --list).')
+  if fv.seeds < 1 or fv.parallel < 1:
+    sys.exit(f'{PROG}: --seeds and --parallel must be >= 1.')
+  seeds = range(fv.first_seed, fv.first_seed + fv.seeds)
+  try:
+    jobs = select_jobs(fv.table, fv.rows, seeds)
+  except ValueError as e:
+    sys.exit(f'{PROG}: {e}')
+  directory = configs_dir(fv.configs_dir)
+  if not (directory / f'table{fv.table}.py').is_file():
+    sys.exit(f'{PROG}: no table{fv.table}.py in {directory}; pass --configs_dir.')
+
+  def config_of(job):
+    return load_config(
+      job, variant=fv.variant, overrides=fv.set, directory=directory, protocols=fv.protocols
+    )
+
+  parent_env = dict(os.environ)
+  if fv.parallel > 1 or fv.max_minutes > 0:
+    # This process only schedules: keep it off the GPUs the workers need (jax would grab most
+    # of a GPU's memory if anything here initialised a GPU backend).
+    os.environ['JAX_PLATFORMS'] = 'cpu'
+  from crackjax import datasets, logs, validate
+
+  logs.quiet_third_party_logs()
+  if fv.job:  # a worker: one job in this process
+    job = next((j for j in jobs if j.id == fv.job), None)
+    if job is None:
+      sys.exit(f'{PROG}: unknown job {fv.job!r}.')
+    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    print(run_job(job, fv.workdir, config_of(job), side_by_side=fv.parallel), flush=True)
+    return 0
+
+  # Check every config and prepare the data once, before any job starts.
+  try:
+    configs = {j.id: config_of(j) for j in jobs}
+    for c in configs.values():
+      validate.check_config(c)
+    prepared = set()
+    for c in configs.values():
+      key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
+      if key not in prepared:
+        datasets.prepare_dataset(c.data)
+        validate.check_data(c)
+        prepared.add(key)
+  except (datasets.DatasetError, ValueError) as e:
+    sys.exit(f'{PROG}: {e}')
+  print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
+  deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
+  if fv.parallel == 1 and deadline is None:
+    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    status = {}
+    for job in jobs:
+      status[job.id] = run_job(job, fv.workdir, configs[job.id])
+      print(f'{job.id}: {status[job.id]}', flush=True)
+  else:
+    gpus = fv.gpus if fv.gpus is not None else available_gpus()
+    worker_argv = [*_worker_argv(full), f'--parallel={fv.parallel}']
+    status = run_workers(
+      jobs,
+      worker_argv,
+      Path(fv.workdir),
+      parallel=fv.parallel,
+      gpus=gpus,
+      deadline=deadline,
+      env=parent_env,
+    )
+  unfinished = {k: v for k, v in status.items() if v not in ('done', 'skipped')}
+  print(f'{len(status) - len(unfinished)} of {len(status)} jobs complete.')
+  for k, v in unfinished.items():
+    print(f'  {k}: {v}')
+  return 1 if any(v.startswith('failed') for v in unfinished.values()) else 0
+
+
+def _sigterm_to_exit(signum, frame):
+  # SystemExit unwinds through train_and_evaluate, which saves a checkpoint on the way out.
+  raise SystemExit(f'Received signal {signum}')
+
+
+if __name__ == '__main__':
+  sys.exit(main())
