@@ -1,0 +1,465 @@
+"""Tables I-IV as re-run by `crackjax.reproduce`, beside the paper's figures.
+
+  python -m crackjax.report repro/cpu                      # -> repro/cpu/report/
+  python -m crackjax.report repro/cpu --export=results/cpu_scale.json   # small, committable
+  python -m crackjax.report results/cpu_scale.json --out=docs/reproduction/cpu_scale
+
+Inputs are campaign directories of `crackjax.reproduce` (``table<T>/<group>/seed<S>/`` with
+``run.json`` and ``epoch_<NNN>.json``) or JSON files written by ``--export`` (the same results
+without checkpoints, per-threshold curves or logs: a few kB per run), so a committed report can
+be regenerated anywhere.
+
+Written to ``--out``:
+  report.md     per table and protocol, the paper's layout: each row's ODS and OIS precision,
+                recall and F1 and its F1 at the fixed threshold 0.5, mean (std) over seeds in
+                percent, the training time, and beside them the paper's value and the
+                difference; then the paper's claim tested: each row against the longest
+                wce_xie row (the paper's second baseline) with Welch's t-test.
+  report.csv    the same numbers, one line per (table, row, protocol).
+  curves_table<T>_<protocol>.png   ODS and OIS F1 against the epoch per training group, mean
+                and min-max over seeds (Figs. 5-6 of the paper).
+
+Every number names its protocol (docs/evaluation.md) and the hardware it ran on; the paper's
+figures are its own protocol's (unnamed there, see docs/reproduction.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from absl import flags
+
+from crackjax import cli, paper
+
+PROG = 'python -m crackjax.report'
+EXPORT_FORMAT = 'crackjax.reproduce/1'
+# What an exported epoch keeps of each protocol's result (no curves, no per-image rows).
+_EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
+
+
+# ------------------------------------------------------------------------------------- loading
+
+
+def _compact(results: dict[str, Any]) -> dict[str, Any]:
+  return {p: {k: r[k] for k in _EXPORT_KEYS if k in r} for p, r in results.items()}
+
+
+def load_run(directory: Path) -> dict[str, Any]:
+  """One job's run.json and its epochs, compacted (the export format of one run)."""
+  run = json.loads((directory / 'run.json').read_text())
+  epochs = []
+  for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
+    e = json.loads(path.read_text())
+    epochs.append(
+      {**{k: v for k, v in e.items() if k != 'results'}, 'results': _compact(e['results'])}
+    )
+  c = run.get('config', {})
+  return {
+    'table': run['table'],
+    'group': run['group'],
+    'seed': run['seed'],
+    'rows': run['rows'],
+    'hardware': run.get('hardware', {}),
+    'versions': run.get('versions', {}),
+    'side_by_side': run.get('side_by_side', 1),
+    'setting': {
+      'widths': c.get('model', {}).get('widths'),
+      'input_size': c.get('data', {}).get('input_size'),
+      'steps_per_epoch': c.get('steps_per_epoch'),
+      'batch_size': c.get('batch_size'),
+      'dtype': c.get('model', {}).get('dtype'),
+    },
+    'epochs': epochs,
+  }
+
+
+def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
+  """Every run under the campaign directories and in the export files of `inputs`.
+
+  Raises:
+    FileNotFoundError / ValueError: an input that is neither (named in the message).
+  """
+  runs = []
+  for item in inputs:
+    item = Path(item)
+    if item.is_dir():
+      found = sorted(p.parent for p in item.glob('table*/*/seed*/run.json'))
+      if not found:
+        raise FileNotFoundError(
+          f'No crackjax.reproduce run (table*/*/seed*/run.json) under {item}.'
+        )
+      runs += [load_run(d) for d in found]
+    elif item.is_file():
+      data = json.loads(item.read_text())
+      if not isinstance(data, dict) or data.get('format') != EXPORT_FORMAT:
+        raise ValueError(f'{item} is not a crackjax.report --export file ({EXPORT_FORMAT}).')
+      runs += data['runs']
+    else:
+      raise FileNotFoundError(f'No such file or directory: {item}.')
+  return runs
+
+
+def export(runs: Sequence[dict[str, Any]], path: str | Path) -> None:
+  """Writes `runs` as one small JSON file that `load` reads back."""
+  Path(path).parent.mkdir(parents=True, exist_ok=True)
+  Path(path).write_text(json.dumps({'format': EXPORT_FORMAT, 'runs': list(runs)}, indent=1))
+
+
+# ------------------------------------------------------------------------------------- numbers
+
+
+@dataclasses.dataclass
+class RowResult:
+  """One paper row under one protocol: per-seed values at the row's epoch (fractions)."""
+
+  row: paper.Row
+  protocol: str
+  seeds: list[int]
+  values: dict[str, list[float]]  # ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1, f1_fixed, time_s
+
+  def mean_std(self, name: str) -> tuple[float, float]:
+    v = np.asarray([x for x in self.values.get(name, []) if np.isfinite(x)], float)
+    if v.size == 0:
+      return math.nan, math.nan
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan
+
+
+def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, float] | None:
+  by_epoch = {e['epoch']: e for e in run['epochs']}
+  e = by_epoch.get(epoch)
+  if e is None or protocol not in e['results']:
+    return None
+  r = e['results'][protocol]
+  times = [by_epoch[k]['train_seconds'] if k in by_epoch else math.nan for k in range(1, epoch + 1)]
+  fixed = r.get('fixed', {}).get('f1', math.nan)
+  return {
+    'ods_p': r['ods']['precision'],
+    'ods_r': r['ods']['recall'],
+    'ods_f1': r['ods']['f1'],
+    'ois_p': r['ois']['precision'],
+    'ois_r': r['ois']['recall'],
+    'ois_f1': r['ois']['f1'],
+    'f1_fixed': fixed,
+    'time_s': float(np.sum(times)),  # NaN if an epoch's time is unknown
+  }
+
+
+def row_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
+  """Every paper row that some run covers, in the paper's order, under `protocol`."""
+  out = []
+  for table, rows in paper.TABLES.items():
+    for row in rows:
+      if row.reference:
+        continue
+      seeds, values = [], {}
+      for run in runs:
+        if run['table'] != table or run['group'] != row.training_group:
+          continue
+        v = _values_at(run, row.epochs, protocol)
+        if v is None:
+          continue
+        seeds.append(run['seed'])
+        for k, x in v.items():
+          values.setdefault(k, []).append(x)
+      if seeds:
+        out.append(RowResult(row, protocol, seeds, values))
+  return out
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+  """Mean difference a - b, its 95% confidence interval and the two-sided p of Welch's
+  t-test (NaN where a side has fewer than two values or no spread)."""
+  from scipy import stats
+
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  diff = float(a.mean() - b.mean()) if a.size and b.size else math.nan
+  nan = {'diff': diff, 'low': math.nan, 'high': math.nan, 'p': math.nan}
+  if a.size < 2 or b.size < 2:
+    return nan
+  va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+  se = math.sqrt(va + vb)
+  if se == 0:
+    return nan
+  df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+  half = float(stats.t.ppf(0.975, df)) * se
+  p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+  return {'diff': diff, 'low': diff - half, 'high': diff + half, 'p': p}
+
+
+# ------------------------------------------------------------------------------------- writing
+
+
+def _pct(mean: float, std: float) -> str:
+  if not np.isfinite(mean):
+    return '–'
+  return f'{100 * mean:.2f}' + (f' ({100 * std:.2f})' if np.isfinite(std) else '')
+
+
+def _time(seconds: float) -> str:
+  if not np.isfinite(seconds):
+    return '–'
+  m, s = divmod(round(seconds), 60)
+  return f'{m}min {s:02d}s' if m else f'{s}s'
+
+
+def _describe_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
+  lines = []
+  kinds = sorted(
+    {
+      f'{r["hardware"].get("device_kind", "?")} ({r["hardware"].get("backend", "?")}; CPU '
+      f'{r["hardware"].get("cpu", "?")}, {r["hardware"].get("cpu_count", "?")} cores)'
+      for r in runs
+    }
+  )
+  lines.append(f'- Hardware: {"; ".join(kinds)}.')
+  side = sorted({r.get('side_by_side', 1) for r in runs})
+  if side != [1]:
+    lines.append(
+      f'- Jobs ran side by side ({"/".join(map(str, side))} processes): times are shared.'
+    )
+  settings = sorted({json.dumps(r['setting'], sort_keys=True) for r in runs})
+  for s in settings:
+    s = json.loads(s)
+    lines.append(
+      f'- Setting: widths {s["widths"]}, training input {s["input_size"] or "full images"}, '
+      f'{s["steps_per_epoch"]} steps/epoch, batch {s["batch_size"]}, {s["dtype"]}.'
+    )
+  commits = sorted({str(r['versions'].get('commit')) for r in runs})
+  jax_versions = sorted({str(r['versions'].get('jax')) for r in runs})
+  lines.append(f'- Code: commit {", ".join(commits)}; jax {", ".join(jax_versions)}.')
+  return lines
+
+
+def _baseline(results: Sequence[RowResult], table: int) -> RowResult | None:
+  """The longest wce_xie row of `table` that has results (the paper's second baseline)."""
+  xie = [r for r in results if r.row.table == table and r.row.weighting == 'xie' and r.row.b == 0]
+  return max(xie, key=lambda r: r.row.epochs, default=None)
+
+
+def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
+  """The report as Markdown (see the module docstring)."""
+  out = ['# Reproduction of Tables I-IV (crackjax.reproduce)', '']
+  out += _describe_runs(runs)
+  out += [
+    '- Figures: mean (std over seeds) in percent; F1@0.5 = F1 at the fixed threshold 0.5; '
+    'time = wall seconds of training up to that epoch (the first epoch includes start-up and '
+    'compilation); Δ = ours − paper.',
+    '',
+  ]
+  for table in paper.TABLES:
+    for protocol in protocols:
+      results = [r for r in row_results(runs, protocol) if r.row.table == table]
+      if not results:
+        continue
+      dataset = paper.SETTINGS[table].dataset
+      out += [f'## Table {table} ({dataset}), `{protocol}` protocol', '']
+      out += [
+        '| method | epochs | seeds | ODS P | ODS R | ODS F1 | OIS P | OIS R | OIS F1 | F1@0.5 '
+        '| time | paper ODS F1 | Δ ODS F1 | paper OIS F1 | Δ OIS F1 | paper time |',
+        '|' + '---|' * 16,
+      ]
+      for r in results:
+        ods, ois = r.mean_std('ods_f1'), r.mean_std('ois_f1')
+        out.append(
+          '| '
+          + ' | '.join(
+            [
+              r.row.name,
+              str(r.row.epochs),
+              str(len(r.seeds)),
+              _pct(*r.mean_std('ods_p')),
+              _pct(*r.mean_std('ods_r')),
+              _pct(*ods),
+              _pct(*r.mean_std('ois_p')),
+              _pct(*r.mean_std('ois_r')),
+              _pct(*ois),
+              _pct(*r.mean_std('f1_fixed')),
+              _time(r.mean_std('time_s')[0]),
+              f'{r.row.ods.f1.mean:.2f}',
+              f'{100 * ods[0] - r.row.ods.f1.mean:+.2f}' if np.isfinite(ods[0]) else '–',
+              f'{r.row.ois.f1.mean:.2f}',
+              f'{100 * ois[0] - r.row.ois.f1.mean:+.2f}' if np.isfinite(ois[0]) else '–',
+              r.row.time or '–',
+            ]
+          )
+          + ' |'
+        )
+      out.append('')
+      base = _baseline(results, table)
+      if base is None:
+        continue
+      out += [
+        f'Against the second baseline, {base.row.name} at {base.row.epochs} epochs (ODS F1, '
+        'points; Welch 95% CI and two-sided p; the paper gives means only):',
+        '',
+        '| method | epochs | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
+        '|---|---|---|---|---|---|',
+      ]
+      for r in results:
+        if r is base:
+          continue
+        w = welch(r.values['ods_f1'], base.values['ods_f1'])
+        ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
+        p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+        out.append(
+          f'| {r.row.name} | {r.row.epochs} | {100 * w["diff"]:+.2f} | {ci} | {p} | '
+          f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
+        )
+      out.append('')
+  return '\n'.join(out)
+
+
+def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
+  names = ('ods_p', 'ods_r', 'ods_f1', 'ois_p', 'ois_r', 'ois_f1', 'f1_fixed', 'time_s')
+  with path.open('w', newline='') as f:
+    w = csv.writer(f)
+    w.writerow(
+      [
+        'table',
+        'key',
+        'method',
+        'epochs',
+        'protocol',
+        'seeds',
+        *(f'{n}_{s}' for n in names for s in ('mean', 'std')),
+        'paper_ods_p',
+        'paper_ods_r',
+        'paper_ods_f1',
+        'paper_ois_p',
+        'paper_ois_r',
+        'paper_ois_f1',
+        'paper_time_s',
+      ]
+    )
+    for protocol in protocols:
+      for r in row_results(runs, protocol):
+        stats = [x for n in names for x in r.mean_std(n)]
+        scale = [100.0] * 14 + [1.0, 1.0]  # percent like the paper, seconds for time
+        w.writerow(
+          [
+            r.row.table,
+            r.row.key,
+            r.row.name,
+            r.row.epochs,
+            protocol,
+            ' '.join(map(str, r.seeds)),
+            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in zip(stats, scale, strict=True)),
+            r.row.ods.p.mean,
+            r.row.ods.r.mean,
+            r.row.ods.f1.mean,
+            r.row.ois.p.mean,
+            r.row.ois.r.mean,
+            r.row.ois.f1.mean,
+            r.row.time_s,
+          ]
+        )
+
+
+def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol: str) -> bool:
+  """ODS and OIS F1 per epoch for every training group of `table` (Figs. 5-6). False if no
+  run of `table` has `protocol`."""
+  from matplotlib.figure import Figure
+
+  groups: dict[str, dict[int, dict[str, list[float]]]] = {}
+  for run in runs:
+    if run['table'] != table:
+      continue
+    for e in run['epochs']:
+      r = e['results'].get(protocol)
+      if r is None:
+        continue
+      per = groups.setdefault(run['group'].split(':', 1)[1], {}).setdefault(e['epoch'], {})
+      per.setdefault('ods', []).append(r['ods']['f1'])
+      per.setdefault('ois', []).append(r['ois']['f1'])
+  if not groups:
+    return False
+  fig = Figure(figsize=(12, 4.5), layout='constrained')
+  axes = fig.subplots(1, 2, sharey=True)
+  for ax, what, label in zip(axes, ('ods', 'ois'), ('ODS F1', 'OIS F1'), strict=True):
+    for name, by_epoch in groups.items():
+      ep = sorted(by_epoch)
+      vals = [np.asarray(by_epoch[k][what]) for k in ep]
+      mean = [100 * v.mean() for v in vals]
+      line = ax.plot(ep, mean, marker='.', label=f'{name} (n={max(len(v) for v in vals)})')[0]
+      ax.fill_between(
+        ep,
+        [100 * v.min() for v in vals],
+        [100 * v.max() for v in vals],
+        alpha=0.15,
+        color=line.get_color(),
+      )
+    ax.set_xlabel('epoch')
+    ax.set_ylabel(f'{label} (%)')
+    ax.set_title(f'{label}, {protocol} protocol')
+    ax.grid(alpha=0.3)
+  axes[1].legend(fontsize=7, loc='lower right')
+  fig.suptitle(
+    f'Table {table} ({paper.SETTINGS[table].dataset}): mean over seeds, band = min-max '
+    '(cf. Figs. 5-6 of the paper)'
+  )
+  fig.savefig(path, dpi=110)
+  return True
+
+
+def write_report(runs: Sequence[dict[str, Any]], out: str | Path, protocols: Sequence[str]) -> Path:
+  """report.md, report.csv and the curve PNGs in `out`; returns the Markdown's path."""
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  text = markdown(runs, protocols)
+  figures = []
+  for table in sorted({r['table'] for r in runs}):
+    for protocol in protocols:
+      name = f'curves_table{table}_{protocol}.png'
+      if plot_curves(out / name, runs, table, protocol):
+        figures.append(f'![Table {table}, {protocol}]({name})')
+  (out / 'report.md').write_text(text + '\n' + '\n\n'.join(figures) + '\n')
+  write_csv(out / 'report.csv', runs, protocols)
+  return out / 'report.md'
+
+
+def _protocols_of(runs: Sequence[dict[str, Any]]) -> list[str]:
+  seen: dict[str, None] = {}
+  for run in runs:
+    for e in run['epochs']:
+      seen.update(dict.fromkeys(e['results']))
+  return list(seen)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  full = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  fv = flags.FlagValues()
+  flags.DEFINE_string(
+    'out', None, 'Report directory (default: <first input>/report).', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'export', None, 'Also write the results as one small JSON file.', flag_values=fv
+  )
+  flags.DEFINE_list('protocols', None, 'Protocols to report (default: all found).', flag_values=fv)
+  inputs = cli.parse_flags(fv, full, prog=PROG)[1:]
+  if not inputs:
+    sys.exit(f'usage: {PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE]')
+  try:
+    runs = load(inputs)
+  except (OSError, ValueError) as e:
+    sys.exit(f'{PROG}: {e}')
+  if fv.export:
+    export(runs, fv.export)
+    print(f'exported {len(runs)} runs to {fv.export}')
+  protocols = fv.protocols or _protocols_of(runs)
+  out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
+  if out is None:
+    sys.exit(f'{PROG}: --out is required when the input is an export file.')
+  print(f'wrote {write_report(runs, out, protocols)}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
