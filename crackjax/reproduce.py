@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from absl import flags, logging
+from absl import flags
 
 from crackjax import cli, paper
 
@@ -336,7 +336,7 @@ def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1) -> 
     if latest and latest % spe == 0 and not epoch_path(directory, latest // spe).exists():
       state = evaluate.restore_latest(config, directory)
       epoch = int(state.step) // spe
-      logging.info('%s: evaluating epoch %d, saved before an interruption.', job.id, epoch)
+      print(f'{job.id}: evaluating epoch {epoch}, saved before an interruption.', flush=True)
       record = _epoch_record(config, state, epoch, examples, math.nan, True)
       _write_json(epoch_path(directory, epoch), record)
       del state
@@ -348,14 +348,10 @@ def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1) -> 
     record = _epoch_record(config, state, epoch, examples, train_seconds, clock['first'])
     _write_json(epoch_path(directory, epoch), record)
     strict = record['results'].get('strict', next(iter(record['results'].values())))
-    logging.info(
-      '%s epoch %d: %.1f s training, %.1f s evaluation, ODS F1 %.4f (%s)',
-      job.id,
-      epoch,
-      train_seconds,
-      record['eval_seconds'],
-      strict['ods']['f1'],
-      strict['protocol'],
+    print(
+      f'{job.id} epoch {epoch}: {train_seconds:.1f} s training, {record["eval_seconds"]:.1f} s '
+      f'evaluation, ODS F1 {strict["ods"]["f1"]:.4f} ({strict["protocol"]} protocol)',
+      flush=True,
     )
     clock.update(t=time.perf_counter(), first=False)
 
@@ -363,8 +359,8 @@ def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1) -> 
   missing = sorted(set(range(1, job.epochs + 1)) - set(evaluated_epochs(directory)))
   if missing:
     # Only if checkpoints were lost between runs; said, not hidden.
-    logging.warning(
-      '%s: epochs %s have no evaluation (their checkpoints are gone).', job.id, missing
+    print(
+      f'{job.id}: epochs {missing} have no evaluation (their checkpoints are gone).', flush=True
     )
   return 'done'
 

@@ -1,0 +1,177 @@
+"""crackjax.reproduce and crackjax.report end to end on a smoke setting: 2 rows x 2 seeds of
+Table I on a fake CrackForest (the smoke variant's tiny U-Net, 3 steps per epoch), with an
+interruption and a resume in side-by-side worker processes, then the report and its export."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crackjax import paper, report, reproduce
+from tests import fixtures
+
+ROWS = 'wce_xie_e5,wce_exp_0.75_e5'
+
+
+def _argv(workdir: Path, data: tuple[Path, Path], *extra: str) -> list[str]:
+  raw, tfds_dir = data
+  return [
+    '--table=1',
+    f'--rows={ROWS}',
+    '--seeds=2',
+    '--variant=smoke',
+    f'--set=data.manual_dir={raw}',
+    f'--set=data.data_dir={tfds_dir}',
+    f'--workdir={workdir}',
+    *extra,
+  ]
+
+
+def test_list_prints_every_row(capsys):
+  assert reproduce.main(['--list']) == 0
+  lines = capsys.readouterr().out.splitlines()
+  trainable = [line for line in lines if 'reference row' not in line]
+  assert len(trainable) == 52  # 16 + 13 + 12 + 11, the issue's count
+  assert sum('reference row, not trainable' in line for line in lines) == 4  # RSF per table
+  assert any(
+    line.split()[:2] == ['table1', 'wce_exp_0.75_e5'] and '85.19' in line for line in lines
+  )
+
+
+def test_jobs_share_one_training_per_group():
+  jobs = reproduce.select_jobs(1, ['wce_xie_e5', 'wce_xie_e20', 'wce_exp_0.75_e5'], [0, 1])
+  assert [j.id for j in jobs] == [
+    '1:wce_xie:0',
+    '1:wce_xie:1',
+    '1:wce_exp_0.75:0',
+    '1:wce_exp_0.75:1',
+  ]
+  assert jobs[0].epochs == 20 and [r.key for r in jobs[0].rows] == ['wce_xie_e20', 'wce_xie_e5']
+  all_jobs = reproduce.select_jobs(1, [], [0])
+  assert len(all_jobs) == len(paper.training_groups(1)) == 8
+  with pytest.raises(ValueError, match="'rsf'"):
+    reproduce.select_jobs(1, ['rsf'], [0])
+
+
+def test_bad_flags_end_in_one_line():
+  with pytest.raises(SystemExit, match='Not a trainable row of Table 1'):
+    reproduce.main(['--table=1', '--rows=nope', '--workdir=/tmp/unused'])
+  with pytest.raises(SystemExit, match='--table and --workdir are required'):
+    reproduce.main(['--table=1'])
+
+
+def test_worker_env_shares_gpus():
+  env = reproduce.worker_env(3, 4, ['0', '1'], base={})
+  assert env == {'CUDA_VISIBLE_DEVICES': '1', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.450'}
+  assert reproduce.worker_env(1, 2, ['0', '1'], base={}) == {'CUDA_VISIBLE_DEVICES': '1'}
+  assert reproduce.worker_env(0, 2, [], base={'A': 'b'}) == {'A': 'b'}
+
+
+def test_welch_against_hand_computed_values():
+  w = report.welch([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+  assert w['diff'] == 0 and w['p'] == pytest.approx(1.0)
+  # a: mean 2, var 1; b: mean 5, var 1; se = sqrt(1/3 + 1/3); t = -3 / se = -3.674, df = 4.
+  w = report.welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+  assert w['diff'] == pytest.approx(-3.0)
+  half = 2.776445 * np.sqrt(2 / 3)  # t_{0.975, 4}
+  assert (w['low'], w['high']) == pytest.approx((-3 - half, -3 + half), rel=1e-5)
+  assert w['p'] == pytest.approx(0.02131, rel=1e-3)
+  assert np.isnan(report.welch([1.0], [2.0, 3.0])['p'])
+
+
+def _epoch_files(workdir: Path) -> dict[str, str]:
+  return {str(p.relative_to(workdir)): p.read_text() for p in sorted(workdir.rglob('epoch_*.json'))}
+
+
+def test_runner_resumes_and_report(tmp_path, monkeypatch):
+  data = fixtures.smoke_data_dirs(tmp_path / 'data')
+  workdir = tmp_path / 'campaign'
+
+  # Interrupt the first job while it evaluates epoch 3 (its checkpoint is saved by then).
+  real = reproduce._epoch_record
+
+  def interrupted(config, state, epoch, *args):
+    if epoch == 3 and config.seed == 0 and config.loss.weighting == 'xie':
+      raise KeyboardInterrupt
+    return real(config, state, epoch, *args)
+
+  monkeypatch.setattr(reproduce, '_epoch_record', interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    reproduce.main(_argv(workdir, data))
+  first = workdir / 'table1' / 'wce_xie' / 'seed0'
+  assert reproduce.evaluated_epochs(first) == [1, 2]
+  before = _epoch_files(workdir)
+
+  # Go on side by side: two worker processes (`--job`), as on a GPU machine.
+  out = subprocess.run(
+    [sys.executable, '-m', 'crackjax.reproduce', *_argv(workdir, data, '--parallel=2')],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    cwd=Path(__file__).resolve().parents[1],
+  )
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert '4 of 4 jobs complete.' in out.stdout
+  after = _epoch_files(workdir)
+  assert len(after) == 2 * 2 * 5  # 2 groups x 2 seeds x 5 epochs
+  assert all(after[k] == v for k, v in before.items())  # finished work is not redone
+  # Epoch 3 was evaluated from its checkpoint, then training went on from step 9.
+  e3 = json.loads((first / 'epoch_003.json').read_text())
+  assert e3['step'] == 9 and np.isnan(e3['train_seconds'])
+  assert (
+    max(json.loads(x)['step'] for x in (first / 'metrics.jsonl').read_text().splitlines()) == 15
+  )
+  assert 'evaluating epoch 3, saved before an interruption' in (first / 'worker.log').read_text()
+  for e in range(1, 6):
+    rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
+    assert rec['epoch'] == e and rec['step'] == 3 * e
+    assert set(rec['results']) == {'strict', 'tolerance_thin_gt'}
+    assert 0 <= rec['results']['strict']['ods']['f1'] <= 1
+  run = json.loads((first / 'run.json').read_text())
+  assert run['side_by_side'] == 2
+  assert run['seed'] == 0 and run['config']['seed'] == 0 and run['hardware']['backend'] == 'cpu'
+  assert run['config']['num_epochs'] == 5  # the row's epochs, not the smoke variant's 2
+  # Seeds differ: different initialisation, so different maps.
+  s1 = json.loads((workdir / 'table1' / 'wce_xie' / 'seed1' / 'epoch_005.json').read_text())
+  assert (
+    s1['results']['strict']['curve']
+    != json.loads((first / 'epoch_005.json').read_text())['results']['strict']['curve']
+  )
+
+  # A third run finds everything done.
+  monkeypatch.setattr(reproduce, '_epoch_record', real)
+  assert reproduce.main(_argv(workdir, data)) == 0
+  assert _epoch_files(workdir) == after
+
+  # The report, from the campaign and from its export.
+  assert report.main([str(workdir), f'--export={tmp_path / "export.json"}']) == 0
+  md = (workdir / 'report' / 'report.md').read_text()
+  assert '## Table 1 (crackforest), `strict` protocol' in md
+  assert '## Table 1 (crackforest), `tolerance_thin_gt` protocol' in md
+  assert '| wce_exp | 5 | 2 |' in md and '| 85.19 |' in md  # the paper's ODS F1 beside ours
+  assert 'Against the second baseline, wce_xie at 5 epochs' in md
+  assert (workdir / 'report' / 'curves_table1_strict.png').stat().st_size > 10_000
+  with (workdir / 'report' / 'report.csv').open() as f:
+    rows = list(csv.DictReader(f))
+  assert {(r['key'], r['protocol']) for r in rows} == {
+    (k, p) for k in ROWS.split(',') for p in ('strict', 'tolerance_thin_gt')
+  }
+  xie = next(r for r in rows if r['key'] == 'wce_xie_e5' and r['protocol'] == 'strict')
+  f1 = [
+    json.loads((workdir / 'table1' / 'wce_xie' / f'seed{s}' / 'epoch_005.json').read_text())[
+      'results'
+    ]['strict']['ods']['f1']
+    for s in (0, 1)
+  ]
+  assert float(xie['ods_f1_mean']) == pytest.approx(100 * np.mean(f1), abs=1e-4)
+  assert float(xie['paper_ods_f1']) == 72.49
+  exported = tmp_path / 'export.json'
+  assert exported.stat().st_size < 60_000
+  assert report.main([str(exported), f'--out={tmp_path / "again"}']) == 0
+  assert (tmp_path / 'again' / 'report.md').read_text() == (
+    workdir / 'report' / 'report.md'
+  ).read_text()
