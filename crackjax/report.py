@@ -104,7 +104,28 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
       runs += data['runs']
     else:
       raise FileNotFoundError(f'No such file or directory: {item}.')
-  return runs
+  return _dedupe(runs)
+
+
+def _dedupe(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """One run per (table, group, seed): the one with the most epochs (a campaign directory and
+  an earlier export of it may both hold a run)."""
+  best: dict[tuple, dict[str, Any]] = {}
+  for run in runs:
+    key = (run['table'], run['group'], run['seed'])
+    if key not in best or len(run['epochs']) > len(best[key]['epochs']):
+      best[key] = run
+  return list(best.values())
+
+
+def complete_jobs(runs: Sequence[dict[str, Any]]) -> set[tuple[int, str, int, int]]:
+  """(table, group, seed, epochs) of the runs evaluated at every epoch 1..epochs."""
+  return {
+    (r['table'], r['group'], r['seed'], e)
+    for r in runs
+    for e in [max((row['epochs'] for row in r['rows']), default=0)]
+    if {x['epoch'] for x in r['epochs']} >= set(range(1, e + 1))
+  }
 
 
 def export(runs: Sequence[dict[str, Any]], path: str | Path) -> None:

@@ -110,6 +110,16 @@ def define_flags(fv: flags.FlagValues) -> None:
     'Directory of the table<T>.py config files (default: beside crackjax).',
     flag_values=fv,
   )
+  flags.DEFINE_multi_string(
+    'done',
+    [],
+    'Results files of `crackjax.report --export`: jobs complete there are skipped (a campaign '
+    'run in chunks on machines that do not keep the workdir).',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'shortest_first', False, 'Run the jobs with the fewest epochs first.', flag_values=fv
+  )
   flags.DEFINE_string('job', None, 'Internal: run one job, table:group:seed.', flag_values=fv)
 
 
@@ -489,6 +499,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = select_jobs(fv.table, fv.rows, seeds)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
+  if fv.done:
+    from crackjax import report
+
+    try:
+      finished = report.complete_jobs(report.load(fv.done))
+    except (OSError, ValueError) as e:
+      sys.exit(f'{PROG}: {e}')
+    skipped = [j for j in jobs if (j.table, j.rows[0].training_group, j.seed, j.epochs) in finished]
+    if skipped:
+      print(f'{len(skipped)} jobs complete in {", ".join(fv.done)}: skipped.')
+    jobs = [j for j in jobs if j not in skipped]
+  if fv.shortest_first:
+    jobs.sort(key=lambda j: j.epochs)  # stable: paper order within equal epochs
   directory = configs_dir(fv.configs_dir)
   if not (directory / f'table{fv.table}.py').is_file():
     sys.exit(f'{PROG}: no table{fv.table}.py in {directory}; pass --configs_dir.')

@@ -175,3 +175,11 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert (tmp_path / 'again' / 'report.md').read_text() == (
     workdir / 'report' / 'report.md'
   ).read_text()
+
+  # A machine that kept only the export skips what it holds (a campaign run in chunks).
+  fresh = tmp_path / 'fresh'
+  assert reproduce.main([*_argv(fresh, data), f'--done={exported}']) == 0
+  assert not fresh.exists() or not list(fresh.rglob('epoch_*.json'))
+  assert report.complete_jobs(report.load([exported])) == {
+    (1, f'table1:{g}', s, 5) for g in ('wce_xie', 'wce_exp_0.75') for s in (0, 1)
+  }
