@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One chunk of the GPU reproduction campaign of Tables I-IV (docs/reproduction.md), for the
+# project's GPU machines (../shared/gpu/README.md: Python 3.12 + jax 0.11, no network).
+#
+# Prepare here (once per checkout), then run in ONE device call:
+#   bash ../shared/gpu/fetch-wheels.sh                  # -> .whl/ (the wheels the image lacks)
+#   mkdir -p .data && cp -r ../shared/datasets/crackforest .data/
+#   printf '/.whl/\n/.data/\n' >> .git/info/exclude
+#   device run: command="bash scripts/reproduce_gpu.sh", carry=[".whl", ".data"], timeout_s=600
+# then copy the returned results/<campaign>.json over the committed one, regenerate the report
+#   python -m crackjax.report results/gpu_table1.json --out=docs/reproduction/gpu_table1
+# and commit both, naming the GPU (the report does).
+#
+# Every chunk runs at most $MINUTES of training (jobs still running then get SIGTERM and are
+# redone next time: full-width checkpoints are too large to carry back), skips the jobs that
+# results/$CAMPAIGN.json already holds, and writes the merged results and its report into
+# $OUT as it goes. Environment knobs:
+#   TABLE=1  SEEDS=5  PARALLEL=4  MINUTES=7.5  ROWS=<comma keys, default all>
+#   VARIANT=  (paper setting; 'smoke' for a CPU try-out)   CAMPAIGN=gpu_table$TABLE
+#   DATA=.data/crackforest   OUT=<the device tool's output folder>
+set -uo pipefail
+TABLE=${TABLE:-1}
+SEEDS=${SEEDS:-5}
+PARALLEL=${PARALLEL:-4}
+MINUTES=${MINUTES:-7.5}
+ROWS=${ROWS:-}
+VARIANT=${VARIANT:-}
+CAMPAIGN=${CAMPAIGN:-gpu_table${TABLE}}
+DATA=${DATA:-.data/crackforest}
+OUT=${OUT:-/tmp/reproduce_gpu_out}
+WORK=${WORK:-/tmp/reproduce_gpu}
+mkdir -p "$OUT" "$WORK"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+
+if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+python3 -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__, jax.devices())'
+
+results=results/$CAMPAIGN.json
+done_flag=()
+[ -f "$results" ] && done_flag=(--done="$results")
+rows_flag=()
+[ -n "$ROWS" ] && rows_flag=(--rows="$ROWS")
+
+# Hard stop a little after the scheduler's own limit, so the report below always runs.
+limit=$(python3 -c "print(int(60 * $MINUTES + 90))")
+timeout --signal=TERM --kill-after=30 "$limit" python3 -m crackjax.reproduce \
+  --table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT" \
+  --parallel="$PARALLEL" --max_minutes="$MINUTES" --shortest_first "${done_flag[@]}" \
+  --set=data.manual_dir="$DATA" --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign"
+echo "reproduce exit code $?"
+
+inputs=()
+[ -d "$WORK/campaign" ] && inputs+=("$WORK/campaign")
+[ -f "$results" ] && inputs+=("$results")
+if [ ${#inputs[@]} -gt 0 ]; then
+  python3 -m crackjax.report "${inputs[@]}" --export="$OUT/$CAMPAIGN.json" --out="$WORK/report"
+  tar -czf "$OUT/report.tar.gz" -C "$WORK" report
+  # The workers' logs, for what failed or was cut (small).
+  tar -czf "$OUT/logs.tar.gz" -C "$WORK" $(cd "$WORK" && find campaign -name worker.log) 2>/dev/null
+fi
+ls -la "$OUT"
