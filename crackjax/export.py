@@ -91,9 +91,11 @@ def _inference_fn(run: Run, **overrides: str) -> tuple[Callable[[jax.Array], jax
   model_config = _export_model_config(run, **overrides)
   model = model_from_config(model_config)
   params = jax.tree.map(jnp.asarray, run.params)
+  # A BatchNorm model's running averages (None otherwise), baked in like the parameters.
+  batch_stats = jax.tree.map(jnp.asarray, run.batch_stats)
 
   def fn(images: jax.Array) -> jax.Array:
-    return predict_step(params, images, apply_fn=model.apply)
+    return predict_step(params, images, apply_fn=model.apply, batch_stats=batch_stats)
 
   return fn, model_config
 

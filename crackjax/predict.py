@@ -30,23 +30,31 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from crackjax import state as state_lib
-from crackjax.models import fused_logits, input_multiple
+from crackjax.models import apply_model, fused_logits, input_multiple
 
 
-def predict_step(params: Any, images: jax.Array, *, apply_fn: Callable[..., Any]) -> jax.Array:
-  """Crack probabilities [B, H, W, 1] for images [B, H, W, 3] (the fused map of side outputs)."""
-  return jax.nn.sigmoid(fused_logits(apply_fn({'params': params}, images)))
+def predict_step(
+  params: Any, images: jax.Array, *, apply_fn: Callable[..., Any], batch_stats: Any = None
+) -> jax.Array:
+  """Crack probabilities [B, H, W, 1] for images [B, H, W, 3] (the fused map of side outputs).
+
+  A model with BatchNorm is given its running averages `batch_stats` and applied with
+  ``train=False``; without them (None or empty) the model is applied to its parameters alone.
+  """
+  outputs, _ = apply_model(apply_fn, params, images, batch_stats=batch_stats, train=False)
+  return jax.nn.sigmoid(fused_logits(outputs))
 
 
 def predict_probabilities(
-  params: Any, model: nn.Module, images: Iterable[np.ndarray]
+  params: Any, model: nn.Module, images: Iterable[np.ndarray], *, batch_stats: Any = None
 ) -> Iterator[np.ndarray]:
   """Crack probability maps [H, W] for images [H, W, 3] (float, in [0, 1]) of any size.
 
   Each image is edge-padded to a multiple of the model's `input_multiple` and the
   prediction cropped back, so sizes need not be multiples of 16 for the U-Net. This is the
   evaluation protocol's path (unchanged since the results in docs/results.md); `Predictor`
-  is the one for users' photos.
+  is the one for users' photos. `batch_stats`: the running averages of a model with
+  BatchNorm (None for the others).
   """
   multiple = input_multiple(model)
   apply = jax.jit(functools.partial(predict_step, apply_fn=model.apply))
@@ -54,7 +62,7 @@ def predict_probabilities(
     h, w = image.shape[:2]
     ph, pw = -h % multiple, -w % multiple
     padded = np.pad(image, ((0, ph), (0, pw), (0, 0)), mode='edge')
-    prob = apply(params, padded[None])[0, :h, :w, 0]
+    prob = apply(params, padded[None], batch_stats=batch_stats)[0, :h, :w, 0]
     yield np.asarray(prob)
 
 
@@ -71,6 +79,7 @@ class Run:
   step: int
   threshold: float  # crack where probability > threshold
   threshold_source: str
+  batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
 
 
 def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
@@ -127,6 +136,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   else:
     restored = state_lib.restore_step(mngr, step, abstract)
   params = state_lib.local_params(restored)
+  batch_stats = state_lib.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
   threshold, source = 0.5, 'default 0.5 (the run has no threshold.json)'
   threshold_file = workdir / 'threshold.json'
@@ -134,7 +144,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     saved = json.loads(threshold_file.read_text())
     threshold = float(saved['threshold'])
     source = f'{threshold_file} ({saved.get("chosen_by", "saved by evaluation")})'
-  return Run(config, model, params, step, threshold, source)
+  return Run(config, model, params, step, threshold, source, batch_stats)
 
 
 # ----------------------------------------------------------------------------- tiling
@@ -219,6 +229,7 @@ class Predictor:
   Attributes:
     model: the linen Module.
     params: its parameters.
+    batch_stats: its BatchNorm running averages (None for a model without BatchNorm).
     threshold: default threshold of `mask` (crack where probability > threshold).
   """
 
@@ -227,6 +238,7 @@ class Predictor:
     model: nn.Module,
     params: Any,
     *,
+    batch_stats: Any = None,
     threshold: float = 0.5,
     tile_size: int = 1024,
     overlap: float = 0.125,
@@ -249,15 +261,16 @@ class Predictor:
     self._replicated = NamedSharding(self._mesh, P())
     self._batch_sharding = NamedSharding(self._mesh, P('data'))
     self.params = jax.device_put(params, self._replicated)
+    self.batch_stats = jax.device_put(batch_stats, self._replicated) if batch_stats else None
     self.num_traces = 0  # compilations so far: one per padded shape (bucket) seen
 
-    def traced(params, images):
+    def traced(params, batch_stats, images):
       self.num_traces += 1  # Python side effect: runs when jit traces a new shape only.
-      return predict_step(params, images, apply_fn=model.apply)
+      return predict_step(params, images, apply_fn=model.apply, batch_stats=batch_stats)
 
     self._apply = jax.jit(
       traced,
-      in_shardings=(self._replicated, self._batch_sharding),
+      in_shardings=(self._replicated, self._replicated, self._batch_sharding),
       out_shardings=self._batch_sharding,
     )
 
@@ -266,6 +279,7 @@ class Predictor:
     """The model, parameters and saved threshold of a training run's workdir."""
     run = load_run(workdir, step=step)
     kwargs.setdefault('threshold', run.threshold)
+    kwargs.setdefault('batch_stats', run.batch_stats)
     return cls(run.model, run.params, **kwargs)
 
   def padded_shape(self, height: int, width: int) -> tuple[int, int]:
@@ -275,7 +289,7 @@ class Predictor:
   def _predict_batch(self, tiles: list[np.ndarray]) -> np.ndarray:
     n = len(tiles)
     batch = np.stack(tiles + [np.zeros_like(tiles[0])] * (self.batch_size - n))
-    return np.asarray(self._apply(self.params, batch))[:n, ..., 0]
+    return np.asarray(self._apply(self.params, self.batch_stats, batch))[:n, ..., 0]
 
   def __call__(self, image: np.ndarray) -> np.ndarray:
     """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image."""

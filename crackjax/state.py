@@ -5,6 +5,13 @@ process (axis 'data'). Parameters and optimizer state are replicated, batches ar
 along their first axis. Checkpoints are orbax `CheckpointManager` steps under
 ``<workdir>/checkpoints``, saved with `StandardSave` and restored onto an abstract state
 (shapes, dtypes and shardings, no values) with `StandardRestore`.
+
+Models with BatchNorm (a 'batch_stats' collection: SegNet, DeepCrack, DeepLab v3+) train
+with a `BatchNormTrainState`, a TrainState with one more field, ``batch_stats`` (the running
+averages, replicated like the parameters and checkpointed with them). Every other model keeps
+the plain flax `TrainState`, so its checkpoints have exactly the layout they always had and
+those written before BatchNorm models existed restore unchanged (orbax refuses to restore a
+checkpoint onto a state with a field the checkpoint lacks, even an empty one).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import logging
+from flax import struct
 from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -33,6 +41,22 @@ from jax.sharding import PartitionSpec as P
 from crackjax.models import model_from_config
 
 TrainState = flax_train_state.TrainState
+
+
+class BatchNormTrainState(TrainState):
+  """The TrainState of a model with BatchNorm: also its running averages.
+
+  Attributes:
+    batch_stats: the model's 'batch_stats' collection, updated by every train step (outside
+      the optimiser) and used by evaluation and prediction.
+  """
+
+  batch_stats: Any = struct.field(default_factory=dict)
+
+
+def batch_stats_of(state: TrainState) -> Any:
+  """The state's batch statistics: its ``batch_stats``, or None for a model without them."""
+  return getattr(state, 'batch_stats', None) or None
 
 
 def make_mesh() -> Mesh:
@@ -75,11 +99,16 @@ def create_train_state(
     image_shape: (H, W, C) of one training image.
 
   Returns:
-    A TrainState at step 0.
+    A TrainState at step 0; a `BatchNormTrainState` for a model with batch statistics.
   """
   model = create_model(config)
-  params = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))['params']
-  return TrainState.create(apply_fn=model.apply, params=params, tx=create_optimizer(config))
+  variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))
+  params, tx = variables['params'], create_optimizer(config)
+  if variables.get('batch_stats'):
+    return BatchNormTrainState.create(
+      apply_fn=model.apply, params=params, tx=tx, batch_stats=variables['batch_stats']
+    )
+  return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
 
 def init_key(seed: int) -> jax.Array:
@@ -349,3 +378,12 @@ def local_params(state: TrainState) -> Any:
   # Replicated arrays may span other processes' devices; every process holds a full copy
   # on each of its devices, so take the first local one.
   return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state.params)
+
+
+def local_batch_stats(state: TrainState) -> Any:
+  """The batch statistics as host numpy arrays (as `local_params`), or None for a model
+  without them."""
+  batch_stats = batch_stats_of(state)
+  if batch_stats is None:
+    return None
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), batch_stats)

@@ -33,6 +33,7 @@ from crackjax import augment, loader, losses, validate
 from crackjax import state as state_lib
 from crackjax.evaluate import evaluate_checkpoint
 from crackjax.metrics_log import MetricWriter
+from crackjax.models import apply_model
 from crackjax.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.state import TrainState
 
@@ -56,8 +57,13 @@ def train_step(
   state keeps its last good parameters) and `metrics['finite']` is 0; the host loop turns
   that into a NonFiniteError.
 
+  A model with BatchNorm (a `state.BatchNormTrainState`) runs in training mode: its
+  BatchNorms normalise with the statistics of the global batch (a reduction over the sharded
+  batch axis, the same on 1 or N devices) and the updated running averages are part of the
+  new state. Other models are applied as they always were (`models.apply_model`).
+
   Args:
-    state: replicated TrainState.
+    state: replicated TrainState (or BatchNormTrainState).
     batch: {'image': [B, H, W, 3], 'mask': [B, H, W, 1]} sharded along B.
     loss_fn: `(model outputs, masks) -> (scalar loss, metrics)` (crackjax.losses).
     augment_fn: `(rng, image, mask) -> (image, mask)` (crackjax.augment).
@@ -70,13 +76,23 @@ def train_step(
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
   image, mask = augment_fn(rng, batch['image'], batch['mask'])
 
-  def compute_loss(params):
-    return loss_fn(state.apply_fn({'params': params}, image), mask)
+  batch_stats = state_lib.batch_stats_of(state)
 
-  (loss, loss_metrics), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
+  def compute_loss(params):
+    outputs, new_batch_stats = apply_model(
+      state.apply_fn, params, image, batch_stats=batch_stats, train=True
+    )
+    loss, metrics = loss_fn(outputs, mask)
+    return loss, (metrics, new_batch_stats)
+
+  (loss, (loss_metrics, new_batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
+    state.params
+  )
   grad_norm = optax.tree_utils.tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   new_state = state.apply_gradients(grads=grads)
+  if batch_stats is not None:
+    new_state = new_state.replace(batch_stats=new_batch_stats)
   # Keep the old state on a non-finite step: the run stops at the next check, and the
   # parameters it could still save are the last good ones.
   new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)

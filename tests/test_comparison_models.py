@@ -1,24 +1,31 @@
 """Each comparison model trains end to end at reduced width: with its own loss through
-launch.py, and with the paper's exponential WCE (dagger variant) in-process."""
+launch.py, and with the paper's exponential WCE (dagger variant) in-process. The BatchNorm
+models (SegNet, DeepCrack, DeepLab v3+) also checkpoint and evaluate with their running
+averages."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from configs import compare
-from crackjax import train
+from crackjax import predict, train
+from crackjax import state as state_lib
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
+SIDE_OUTPUTS = {'hed', 'rcf', 'deepcrack'}  # deep supervision: a loss per side output
+BATCH_NORM = {'segnet', 'deepcrack', 'deeplabv3plus'}
 
 
 @pytest.fixture(scope='module')
 def data_dirs(tmp_path_factory):
   root = tmp_path_factory.mktemp('compare')
-  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=6, size=(32, 48))
+  # 32 x 64: multiples of every model's input multiple (SegNet and DeepCrack's 32).
+  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=6, size=(32, 64))
   return raw, root / 'tfds'
 
 
@@ -50,9 +57,17 @@ def test_own_loss_through_launch(model, data_dirs, tmp_path):
   rows = _train_rows(workdir)
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
   assert all(r['loss'] > 0 for r in rows)
-  if model != 'fcn8s':  # deep supervision logs each side output's loss
+  if model in SIDE_OUTPUTS:  # deep supervision logs each side output's loss
     assert {'side1_loss', 'fuse_loss'} <= set(rows[-1])
+  if model == 'segnet':  # the median-frequency weights, per batch
+    assert all(r['w_crack'] > 1 > r['w_background'] for r in rows)
   assert json.loads((workdir / 'eval.json').read_text())['step'] == 6
+  run = predict.load_run(workdir)
+  if model in BATCH_NORM:  # the running averages were trained and checkpointed
+    mean = run.batch_stats['conv1_1' if model != 'deeplabv3plus' else 'conv1']['bn']['mean']
+    assert np.all(np.isfinite(mean)) and np.any(mean != 0)
+  else:
+    assert run.batch_stats is None
 
 
 @pytest.mark.parametrize('model', sorted(compare.MODELS))
@@ -63,12 +78,13 @@ def test_dagger_variant_trains(model, data_dirs, tmp_path):
   config.num_epochs = 1
   state = train.train_and_evaluate(config, tmp_path / model, evaluate_after=False)
   assert int(state.step) == 3
+  assert isinstance(state, state_lib.BatchNormTrainState) == (model in BATCH_NORM)
   rows = _train_rows(tmp_path / model)
   assert all(r['loss'] > 0 and r['q'] > 1 for r in rows)  # q of the exponential WCE is logged
 
 
 def test_unknown_arguments_are_named():
   with pytest.raises(ValueError, match='one of'):
-    compare.get_config('segnet')
+    compare.get_config('nosuchmodel')
   with pytest.raises(ValueError, match="'tiny'"):
     compare.get_config('hed,tiny')

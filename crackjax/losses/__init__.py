@@ -5,6 +5,7 @@
   `weighted_bce`, `jaccard_distance`, `holistic_loss`, and the train-step loss `holistic`.
 * `crackjax.losses.side`: deep supervision for models with side outputs (HED, RCF,
   DeepCrack) and their original losses.
+* `crackjax.losses.frequency`: SegNet's median-frequency balanced cross-entropy.
 
 The train step receives a `LossFn`, `loss_fn(outputs, labels) -> (scalar loss, metrics)`,
 built from the config's `loss` group by `loss_from_config`: ``name`` selects the factory in
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 import ml_collections
 
-from crackjax.losses import side
+from crackjax.losses import frequency, side
 from crackjax.losses.core import (
   WEIGHTINGS,
   LossFn,
@@ -39,6 +40,7 @@ __all__ = [
   'WEIGHTINGS',
   'LossFn',
   'background_ratio',
+  'frequency',
   'fused_logits',
   'holistic',
   'holistic_loss',
@@ -64,6 +66,9 @@ LOSSES: dict[str, Callable[..., LossFn]] = {
   'rcf_robust': side.rcf_robust,
   'deepcrack_plain': side.deepcrack_plain,
   'side_exp_wce': side.side_exp_wce,
+  # SegNet's original loss (Tables VII-VIII); FCN8s and DeepLab v3+ train with 'holistic',
+  # weighting 'ce' (the plain cross-entropy).
+  'median_frequency': frequency.median_frequency,
 }
 
 

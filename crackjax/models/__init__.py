@@ -12,7 +12,13 @@ The model contract (what the train step, the losses, evaluation and prediction r
   `input_multiple(model)` reads it, 1 if absent;
 * constructed from the config's ``model`` group: ``name`` picks the entry of MODELS, every
   other field is a constructor keyword argument (``dtype`` given as a string, e.g.
-  'bfloat16', is turned into the jnp dtype).
+  'bfloat16', is turned into the jnp dtype);
+* state besides the parameters: a model with BatchNorm (SegNet, DeepCrack, DeepLab v3+) has
+  a ``'batch_stats'`` collection and takes ``train: bool = False`` as flax's convention is:
+  batch statistics (updated with ``mutable=['batch_stats']``) when training, the running
+  averages otherwise. Models without state take no ``train`` argument. `apply_model` applies
+  either kind from its parameters and batch statistics (None or empty: none), which is how
+  the train step, evaluation, prediction and export call every model.
 
 Adding a model: write the Module, add it to MODELS, and give configs a ``model`` group with
 its name and fields. Nothing else changes.
@@ -26,9 +32,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from crackjax.models.deepcrack import DeepCrack
+from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.fcn8s import FCN8s
 from crackjax.models.hed import HED
 from crackjax.models.rcf import RCF
+from crackjax.models.segnet import SegNet
 from crackjax.models.unet import UNet
 
 # Explicit table: name -> constructor taking keyword arguments.
@@ -38,6 +47,10 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
   'fcn8s': FCN8s,
   'hed': HED,
   'rcf': RCF,
+  # With BatchNorm (a 'batch_stats' collection and a `train` argument).
+  'segnet': SegNet,
+  'deepcrack': DeepCrack,
+  'deeplabv3plus': DeepLabV3Plus,
 }
 
 # config.model.dtype -> the dtype of activations and convolutions.
@@ -87,3 +100,46 @@ def fused_logits(outputs: Any) -> jax.Array:
 def input_multiple(model: nn.Module) -> int:
   """The number H and W must be multiples of for `model` (1 if it declares none)."""
   return int(getattr(model, 'input_multiple', 1))
+
+
+def model_variables(params: Any, batch_stats: Any = None) -> dict[str, Any]:
+  """The variables to apply a model with: ``{'params': ...}``, plus ``'batch_stats'`` when
+  `batch_stats` is given and not empty."""
+  if batch_stats:
+    return {'params': params, 'batch_stats': batch_stats}
+  return {'params': params}
+
+
+def apply_model(
+  apply_fn: Callable[..., Any],
+  params: Any,
+  images: jax.Array,
+  *,
+  batch_stats: Any = None,
+  train: bool = False,
+) -> tuple[Any, Any]:
+  """Applies a model (its `apply`) to images, with or without BatchNorm state.
+
+  A model without batch statistics (`batch_stats` None or empty) is called as
+  ``apply_fn({'params': params}, images)``, exactly as before BatchNorm models existed. A
+  model with them is called with ``train=train``: in training mode BatchNorm normalises with
+  the statistics of `images` (the global batch in the train step) and the updated running
+  averages are returned; otherwise it uses `batch_stats` and they come back unchanged.
+
+  Args:
+    apply_fn: the Module's `apply`.
+    params: its parameters.
+    images: [B, H, W, 3].
+    batch_stats: the model's 'batch_stats' collection, or None / {} if it has none.
+    train: training mode (batch statistics, updated running averages).
+
+  Returns:
+    (the model's outputs, the new batch statistics: `batch_stats` itself unless training).
+  """
+  if not batch_stats:
+    return apply_fn({'params': params}, images), batch_stats
+  variables = model_variables(params, batch_stats)
+  if not train:
+    return apply_fn(variables, images, train=False), batch_stats
+  outputs, updates = apply_fn(variables, images, train=True, mutable=['batch_stats'])
+  return outputs, updates['batch_stats']

@@ -1,0 +1,202 @@
+"""DeepLab v3+ with a ResNet-50 backbone (Chen, Zhu, Papandreou, Schroff and Adam, ECCV 2018),
+a comparison model of Li et al. (2021), Tables VII and VIII (40.35M parameters).
+
+Backbone: ResNet-50 (He et al. 2016) as in torchvision, bottlenecks with the stride on the
+3x3 convolution, every convolution without bias and followed by BatchNorm; no fully
+connected layer. Output stride 16: layer4 keeps stride 1 and dilates its 3x3 convolutions,
+with DeepLab v3's multi-grid (1, 2, 4) times 2, i.e. rates 2, 4, 8 (output stride 8: layer3
+dilated by 2 and layer4 by 4 x (1, 2, 4)).
+
+ASPP on layer4's 2048 channels: a 1x1 convolution, three 3x3 convolutions with rates 6, 12,
+18 (12, 24, 36 at output stride 8) and image pooling (global average, 1x1 convolution,
+broadcast back), each to 256 channels with BN + ReLU, concatenated (1280) and projected by a
+1x1 convolution + BN + ReLU to 256. Decoder: layer1's output (stride 4, 256 channels)
+projected by a 1x1 convolution + BN + ReLU to 48 channels; the ASPP output up-sampled
+bilinearly to stride 4 and concatenated with it (304); two 3x3 convolutions to 256 with BN +
+ReLU; a 1x1 convolution (with bias) to the class scores, up-sampled bilinearly to the input.
+This is the layout of the widely used PyTorch port (jfzhang95/pytorch-deeplab-xception with
+its ResNet backbone), whose count is the paper's; its dropout (0.5 after the ASPP, 0.5 and
+0.1 in the decoder) is left out here, since the train step draws no dropout keys.
+Bilinear up-sampling uses half-pixel centres (`jax.image.resize`), not align_corners.
+
+Parameter count (no bias before a BatchNorm, BN scale and offset counted, running statistics
+not): ResNet-50 without its fully connected layer 23,508,032 (torchvision's 25,557,032 less
+fc's 2,049,000); ASPP 15,532,032 convolution weights + 3,072 BN (six BatchNorms of 256,
+the image pooling's included); decoder 1,302,528 + 1,120 BN; so 40,346,784, plus the
+classifier's 257 n. n = 1 gives 40,347,041 and n = 2 40,347,298, both the paper's 40.35M.
+(With one 3x3 decoder convolution, as torchvision's and VainF's ports have, the count is
+39.76M; with a bias in every convolution 40.38M.) As in SegNet, the
+default n_classes=2 returns logit_crack - logit_background, n_classes=1 its single map.
+
+Input: images in [0, 1], not normalised (conv1 is followed by BatchNorm and there are no
+ImageNet weights here). H and W must be multiples of 16 so the stride-4 and stride-16 maps
+are exactly 1/4 and 1/16 of the input.
+"""
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from crackjax.models.batchnorm import ConvBN
+from crackjax.models.hed import check_input, scaled_width
+from crackjax.models.segnet import check_n_classes, crack_logit
+
+# ResNet-50's four layers: (bottleneck width, number of blocks); output channels 4 x width.
+RESNET50_LAYERS: tuple[tuple[int, int], ...] = ((64, 3), (128, 4), (256, 6), (512, 3))
+EXPANSION = 4
+STEM_WIDTH = 64
+ASPP_WIDTH = 256
+LOW_LEVEL_WIDTH = 48
+DECODER_WIDTH = 256
+MULTI_GRID = (1, 2, 4)
+# output stride -> (strides of layer1..4, dilations of layer1..4, ASPP rates)
+OUTPUT_STRIDES = {
+  16: ((1, 2, 2, 1), (1, 1, 1, 2), (6, 12, 18)),
+  8: ((1, 2, 1, 1), (1, 1, 2, 4), (12, 24, 36)),
+}
+
+
+def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
+  """Bilinear resize of [B, h, w, C] to [B, height, width, C] (half-pixel centres)."""
+  if x.shape[1:3] == (height, width):
+    return x
+  return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
+
+
+class Bottleneck(nn.Module):
+  """ResNet's bottleneck: 1x1 -> 3x3 (stride, dilation) -> 1x1 (x4), BN after each, a
+  projection shortcut (1x1 + BN) where the shape changes, ReLU after the sum.
+
+  Attributes:
+    width: channels of the first two convolutions; the block outputs 4 x width.
+    strides: stride of the 3x3 convolution and the shortcut.
+    dilation: dilation of the 3x3 convolution.
+    projection: whether the shortcut is a 1x1 convolution + BN.
+    dtype: computation dtype.
+  """
+
+  width: int
+  strides: int = 1
+  dilation: int = 1
+  projection: bool = False
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    conv = dict(use_bias=False, dtype=self.dtype)
+    y = ConvBN(self.width, 1, name='conv1', **conv)(x, train)
+    y = ConvBN(self.width, 3, self.strides, self.dilation, name='conv2', **conv)(y, train)
+    y = ConvBN(EXPANSION * self.width, 1, relu=False, name='conv3', **conv)(y, train)
+    if self.projection:
+      x = ConvBN(EXPANSION * self.width, 1, self.strides, relu=False, name='downsample', **conv)(
+        x, train
+      )
+    return nn.relu(y + x)
+
+
+class DeepLabV3Plus(nn.Module):
+  """DeepLab v3+ (ResNet-50 backbone) returning one crack logit per pixel (module docstring).
+
+  Attributes:
+    n_classes: class scores of the classifier: 2 (default; 40,347,298 parameters) returns
+      logit_crack - logit_background, 1 (40,347,041) its single map.
+    output_stride: 16 (the paper's; ASPP rates 6, 12, 18) or 8 (rates 12, 24, 36).
+    width_scale: multiplies every width (ResNet's 64 ... 512 and the stem, ASPP's 256, the
+      decoder's 48 and 256; rounded, at least 1); small values give CPU-sized tests.
+    blocks: bottleneck blocks of ResNet's four layers; (3, 4, 6, 3) is ResNet-50. Fewer
+      (the smoke config's (1, 1, 1, 1)) only to make CPU tests compile faster. The last
+      layer's blocks take the multi-grid rates in turn.
+    dtype: computation dtype (parameters stay float32; logits are float32).
+  """
+
+  n_classes: int = 2
+  output_stride: int = 16
+  width_scale: float = 1.0
+  blocks: Sequence[int] = tuple(n for _, n in RESNET50_LAYERS)
+  dtype: jnp.dtype = jnp.float32
+
+  def __post_init__(self):
+    check_n_classes('DeepLabV3Plus', self.n_classes)
+    if self.output_stride not in OUTPUT_STRIDES:
+      raise ValueError(
+        f'DeepLabV3Plus output_stride must be one of {sorted(OUTPUT_STRIDES)}; '
+        f'got {self.output_stride}.'
+      )
+    if not self.width_scale > 0:
+      raise ValueError(f'DeepLabV3Plus width_scale must be positive; got {self.width_scale}.')
+    if len(self.blocks) != len(RESNET50_LAYERS) or not all(
+      isinstance(n, int) and n >= 1 for n in self.blocks
+    ):
+      raise ValueError(
+        f'DeepLabV3Plus blocks must be four positive integers (ResNet-50: (3, 4, 6, 3)); '
+        f'got {self.blocks}.'
+      )
+    super().__post_init__()
+
+  @property
+  def input_multiple(self) -> int:
+    """16: the stride-4 and stride-16 (or 8) maps are then exact fractions of the input."""
+    return 16
+
+  def _width(self, channels: int) -> int:
+    return scaled_width(channels, self.width_scale)
+
+  @property
+  def widths(self) -> Sequence[int]:
+    """The bottleneck widths of ResNet's four layers after `width_scale`."""
+    return tuple(self._width(w) for w, _ in RESNET50_LAYERS)
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
+
+    Args:
+      x: images in [0, 1].
+      train: BatchNorm uses (and updates) batch statistics; else its running averages.
+    """
+    check_input('DeepLabV3Plus', x, self.input_multiple)
+    height, width = x.shape[1:3]
+    conv = dict(use_bias=False, dtype=self.dtype)
+    strides, dilations, rates = OUTPUT_STRIDES[self.output_stride]
+    x = x.astype(self.dtype)
+    # Stem: 7x7 stride 2 (padding 3) + BN + ReLU, 3x3 stride-2 max-pool (padding 1).
+    x = ConvBN(self._width(STEM_WIDTH), 7, 2, name='conv1', **conv)(x, train)
+    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    low_level = x
+    for layer, (blocks, w, stride, dilation) in enumerate(
+      zip(self.blocks, self.widths, strides, dilations, strict=True), start=1
+    ):
+      for block in range(blocks):
+        # Multi-grid in the last layer: its blocks' rates are dilation x (1, 2, 4).
+        rate = dilation * (MULTI_GRID[block % len(MULTI_GRID)] if layer == 4 else 1)
+        x = Bottleneck(
+          w,
+          strides=stride if block == 0 else 1,
+          dilation=rate,
+          projection=block == 0,
+          dtype=self.dtype,
+          name=f'layer{layer}_{block}',
+        )(x, train)
+      if layer == 1:
+        low_level = x
+
+    # ASPP.
+    aspp = self._width(ASPP_WIDTH)
+    branches = [ConvBN(aspp, 1, name='aspp0', **conv)(x, train)]
+    for i, rate in enumerate(rates, start=1):
+      branches.append(ConvBN(aspp, 3, dilation=rate, name=f'aspp{i}', **conv)(x, train))
+    pooled = jnp.mean(x, axis=(1, 2), keepdims=True)
+    pooled = ConvBN(aspp, 1, name='aspp_pool', **conv)(pooled, train)
+    branches.append(jnp.broadcast_to(pooled, (*x.shape[:3], aspp)))
+    x = ConvBN(aspp, 1, name='aspp_project', **conv)(jnp.concatenate(branches, axis=-1), train)
+
+    # Decoder.
+    low_level = ConvBN(self._width(LOW_LEVEL_WIDTH), 1, name='low_level', **conv)(low_level, train)
+    x = resize_to(x, *low_level.shape[1:3])
+    x = jnp.concatenate([x, low_level], axis=-1)
+    x = ConvBN(self._width(DECODER_WIDTH), 3, name='decoder_conv1', **conv)(x, train)
+    x = ConvBN(self._width(DECODER_WIDTH), 3, name='decoder_conv2', **conv)(x, train)
+    x = nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(x)
+    return crack_logit(resize_to(x, height, width))
