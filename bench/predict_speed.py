@@ -82,14 +82,17 @@ def main(argv=None) -> dict:
   if fv.workdir:
     run = predict.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
+    batch_stats = run.batch_stats
   else:
     model = state.create_model(fv.config)
-    params = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
-    params, source = params['params'], 'random parameters'
+    variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
+    params, source = variables['params'], 'random parameters'
+    batch_stats = variables.get('batch_stats')  # BatchNorm's running averages, if any
   names = ('batch_size', 'tile_size', 'overlap')
   kwargs = {k: fv[k].value for k in names if fv[k].value is not None}
-  whole = predict.Predictor(model, params, tile_size=512)  # 320 x 480: one whole image
-  tiled = predict.Predictor(model, params, **kwargs)
+  # 320 x 480: one whole image
+  whole = predict.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
+  tiled = predict.Predictor(model, params, batch_stats=batch_stats, **kwargs)
   lh, lw = (int(v) for v in fv.large_hw)
   small = [_photo(320, 480, i) for i in range(fv.num_small)]
   large = [_photo(lh, lw, 100 + i) for i in range(fv.num_large)]

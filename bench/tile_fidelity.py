@@ -43,11 +43,19 @@ def main(argv=None) -> list[dict]:
     size = (round(photo.shape[1] * fv.scale), round(photo.shape[0] * fv.scale))
     photo = np.asarray(PIL.Image.fromarray(photo).resize(size, PIL.Image.Resampling.LANCZOS))
   h, w = photo.shape[:2]
-  whole = predict.Predictor(run.model, run.params, tile_size=max(h, w) + 32)(photo)
+  whole = predict.Predictor(
+    run.model, run.params, batch_stats=run.batch_stats, tile_size=max(h, w) + 32
+  )(photo)
   print(f'{fv.image} x{fv.scale:g}: {h}x{w}, run step {run.step}, threshold {run.threshold:g}')
   rows = []
   for overlap in (float(v) for v in fv.overlaps):
-    predictor = predict.Predictor(run.model, run.params, tile_size=fv.tile_size, overlap=overlap)
+    predictor = predict.Predictor(
+      run.model,
+      run.params,
+      batch_stats=run.batch_stats,
+      tile_size=fv.tile_size,
+      overlap=overlap,
+    )
     tiled = predictor(photo)
     ph, pw = predictor.padded_shape(h, w)
     px = round(overlap * predictor.tile_size)

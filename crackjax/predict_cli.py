@@ -179,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   predictor = Predictor(
     run.model,
     run.params,
+    batch_stats=run.batch_stats,
     threshold=run.threshold,
     tile_size=fv.tile_size,
     overlap=fv.overlap,

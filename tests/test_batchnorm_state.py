@@ -256,3 +256,20 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   np.testing.assert_allclose(
     np.asarray(exported.call(image[None]))[0, ..., 0], expected, rtol=1e-5, atol=1e-6
   )
+
+
+def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
+  import PIL.Image
+
+  from crackjax import predict_cli
+  from tests import fixtures
+
+  workdir, _, _ = segnet_run
+  photo = np.random.default_rng(2).integers(0, 255, (40, 56, 3), dtype=np.uint8)
+  path = fixtures.write_image(tmp_path / 'in' / 'photo.png', photo)
+  assert (
+    predict_cli.main(['--workdir', str(workdir), str(path), '--out', str(tmp_path / 'out')]) == 0
+  )
+  written = np.asarray(PIL.Image.open(tmp_path / 'out' / 'probs' / 'photo.png'))
+  expected = predict.Predictor.from_workdir(workdir)(photo)
+  np.testing.assert_allclose(written / 255.0, expected, atol=1 / 255 + 1e-6)
