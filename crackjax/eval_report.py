@@ -19,16 +19,29 @@ from matplotlib.figure import Figure
 
 # Colours of the overlay: true positives, false positives, false negatives.
 _TP, _FP, _FN = (0, 200, 0), (230, 0, 0), (0, 90, 255)
+# Per-image values of each protocol in the CSV (keys of `evaluate`'s per_image rows).
+_CSV_KEYS = (
+  'threshold',
+  'precision',
+  'recall',
+  'f1',
+  'fixed_precision',
+  'fixed_recall',
+  'fixed_f1',
+)
 
 
 def write_per_image_csv(
   path: Path, names: Sequence[str], results: Mapping[str, Mapping[str, Any]]
 ) -> None:
-  """One row per image: its OIS threshold, precision, recall and F1 under each protocol."""
+  """One row per image: under each protocol, its OIS threshold, P, R and F1, and P, R, F1 at 0.5.
+
+  Columns ``<protocol>_threshold``, ``_precision``, ``_recall``, ``_f1`` (at the image's OIS
+  threshold), then ``<protocol>_fixed_precision``, ``_fixed_recall``, ``_fixed_f1`` (at the
+  fixed threshold 0.5, the deployed model's), for each protocol in turn.
+  """
   protocols = list(results)
-  fields = ['name'] + [
-    f'{p}_{k}' for p in protocols for k in ('threshold', 'precision', 'recall', 'f1')
-  ]
+  fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _CSV_KEYS]
   with open(path, 'w', newline='', encoding='utf-8') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
@@ -36,14 +49,12 @@ def write_per_image_csv(
       row = {'name': name}
       for p in protocols:
         img = results[p]['per_image'][i]
-        row.update(
-          {f'{p}_{k}': f'{img[k]:.6g}' for k in ('threshold', 'precision', 'recall', 'f1')}
-        )
+        row.update({f'{p}_{k}': f'{img[k]:.6g}' for k in _CSV_KEYS})
       writer.writerow(row)
 
 
 def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
-  """Precision-recall curve of every protocol with its ODS and OIS points marked."""
+  """Precision-recall curve of every protocol with its ODS, OIS and threshold-0.5 points marked."""
   fig = Figure(figsize=(5.5, 5))
   ax = fig.subplots()
   # Iso-F1 contours make the ODS points readable at a glance.
@@ -60,12 +71,14 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
       curve['precision'],
       color=color,
       label=f'{protocol}: ODS F1 {res["ods"]["f1"]:.3f}, OIS F1 {res["ois"]["f1"]:.3f}, '
-      f'AP {res["ap"]:.3f}',
+      f'AP {res["ap"]:.3f}, F1@0.5 {res["fixed"]["f1"]:.3f}',
     )
     ax.plot(res['ods']['recall'], res['ods']['precision'], 'o', color=color, ms=7)
     ax.plot(res['ois']['recall'], res['ois']['precision'], 's', color=color, ms=6, mfc='none')
+    ax.plot(res['fixed']['recall'], res['fixed']['precision'], 'x', color=color, ms=7)
   ax.plot([], [], 'ko', label='ODS')
   ax.plot([], [], 'ks', mfc='none', label='OIS (pooled)')
+  ax.plot([], [], 'kx', label='threshold 0.5')
   ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel='recall', ylabel='precision', title=title)
   ax.grid(alpha=0.3)
   ax.legend(loc='lower left', fontsize=7)
@@ -101,7 +114,7 @@ def plot_qualitative(
     panels = [
       (image, f'{name}: image'),
       (gt, 'ground truth'),
-      (pred, f'prediction (p > {threshold:.2f})'),
+      (pred, f'prediction (p > {threshold:.6g})'),
       (overlay(image, gt, pred), 'green TP, red FP, blue FN'),
     ]
     for ax, (panel, label) in zip(axes[row], panels, strict=True):

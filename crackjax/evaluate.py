@@ -52,8 +52,10 @@ def score(
 ) -> dict[str, dict[str, Any]]:
   """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid.
 
-  Shows a progress bar per protocol over the images (process 0 only, on stderr): the
-  tolerance protocols can take most of a second per image.
+  Each grid has the protocol's uniform thresholds (``config.eval.num_thresholds`` where the
+  protocol follows it), 0.5 and, if ``config.eval.tail_thresholds`` (default True), the tail
+  thresholds near 0 and 1. Shows a progress bar per protocol over the images (process 0
+  only, on stderr): the tolerance protocols can take most of a second per image.
   """
   results = {}
   for protocol in config.eval.protocols:
@@ -69,9 +71,40 @@ def score(
         gts,
         protocol=protocol,
         num_thresholds=spec.num_thresholds(config.eval.num_thresholds),
+        tail_thresholds=bool(config.eval.get('tail_thresholds', True)),
         progress=bar.update,
       )
   return results
+
+
+#: The keys of an `evaluation.evaluate` result that `protocol_summary` keeps, in order.
+_SUMMARY_KEYS = (
+  'protocol',
+  'protocol_description',
+  'num_thresholds',
+  'tail_thresholds',
+  'grid_size',
+  'ods',
+  'ods_grid',
+  'ois',
+  'ois_mean_f1',
+  'ap',
+  'fixed',
+  'curve',
+)
+
+
+def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
+  """The compact per-protocol dict of eval.json, from one `evaluation.evaluate` result.
+
+  Everything but the per-image rows (and ``num_images``, which eval.json keeps once):
+  protocol, protocol_description, num_thresholds (the uniform part), tail_thresholds,
+  grid_size, ods, ods_grid, ois, ois_mean_f1, ap, fixed (P/R/F1 at threshold 0.5) and
+  curve (thresholds, precision, recall and F1 of the dataset at every grid point, enough
+  to redraw the P-R curve). JSON-serialisable; the values are the result's own (not
+  copied).
+  """
+  return {k: result[k] for k in _SUMMARY_KEYS}
 
 
 def evaluate_checkpoint(
@@ -84,7 +117,8 @@ def evaluate_checkpoint(
   """Evaluates the latest checkpoint (or `state`) on the test split.
 
   Under every protocol of `config.eval.protocols` it writes, in `workdir`: `eval.json`
-  (ODS/OIS/AP per protocol, each named, and per-image results), `eval_per_image.csv`,
+  (per protocol, named: `protocol_summary` -- ODS, OIS, AP, F1 at threshold 0.5 and the
+  per-threshold curve -- plus the per-image results), `eval_per_image.csv`,
   `pr_curve.png`, `qualitative.png` (the first `config.eval.num_qualitative` test images),
   `threshold.json` (the ODS threshold of the protocol that records one, 'strict', for later
   prediction) and, if `config.eval.save_probability_maps`, `probs/<name>.png`.
@@ -110,18 +144,7 @@ def evaluate_checkpoint(
     'protocols': list(results),
     'results': {
       protocol: {
-        **{
-          k: r[k]
-          for k in (
-            'protocol',
-            'protocol_description',
-            'num_thresholds',
-            'ods',
-            'ois',
-            'ois_mean_f1',
-            'ap',
-          )
-        },
+        **protocol_summary(r),
         'per_image': [
           dict(name=name, **row) for name, row in zip(names, r['per_image'], strict=True)
         ],
@@ -146,11 +169,12 @@ def predict_examples(
   """The crack probability map of every example's image (`loader.eval_examples` records),
   predicted with `state`'s parameters, with a progress bar on process 0."""
   params = state_lib.local_params(state)
+  batch_stats = state_lib.local_batch_stats(state)  # BatchNorm's running averages, or None
   model = state_lib.create_model(config)
   images = (ex['image'] for ex in examples)
   return list(
     tqdm.tqdm(
-      predict_probabilities(params, model, images),
+      predict_probabilities(params, model, images, batch_stats=batch_stats),
       total=len(examples),
       desc=desc,
       unit='img',
@@ -222,11 +246,15 @@ def write_eval_outputs(
         'ods_recall': r['ods']['recall'],
         'ois_f1': r['ois']['f1'],
         'ap': r['ap'],
+        'fixed_f1': r['fixed']['f1'],
+        'fixed_precision': r['fixed']['precision'],
+        'fixed_recall': r['fixed']['recall'],
       },
       kind=f'eval_{split}_{protocol}',
     )
     logging.info(
-      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.2f, P %.4f, R %.4f), OIS F1 %.4f, AP %.4f',
+      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.6g, P %.4f, R %.4f), OIS F1 %.4f, '
+      'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
       protocol,
       step,
       r['ods']['f1'],
@@ -235,5 +263,9 @@ def write_eval_outputs(
       r['ods']['recall'],
       r['ois']['f1'],
       r['ap'],
+      r['fixed']['f1'],
+      r['fixed']['threshold'],
+      r['fixed']['precision'],
+      r['fixed']['recall'],
     )
   writer.close()

@@ -23,15 +23,26 @@ from crackjax.evaluation import (
 )
 
 N = 100
+# The default grids: the uniform part (strict i/100, i = 0..99; tolerance i/100, i = 1..99),
+# 0.5 and the tail thresholds near 0 and 1.
+STRICT_GRID = get_protocol('strict').thresholds(N)
+TOP = 0.99999  # the highest threshold of every default grid
+BOTTOM = 0.003  # the lowest nonzero one
 
 
-def naive_counts(prob, gt, n=N):
-  """Reference: the obvious per-threshold loop (``prob > i / n`` in prob's dtype)."""
+def at(grid, t):
+  """Index of the nominal threshold ``t`` in ``grid``."""
+  (i,) = np.flatnonzero(np.abs(np.asarray(grid) - t) < 1e-12)
+  return int(i)
+
+
+def naive_counts(prob, gt, thresholds=STRICT_GRID):
+  """Reference: the obvious per-threshold loop (``prob > t`` with t in prob's dtype)."""
   prob = np.asarray(prob)
   gt = np.asarray(gt).astype(bool).reshape(prob.shape)
   tp, fp, fn = [], [], []
-  for i in range(n):
-    pred = prob > i / n
+  for t in thresholds:
+    pred = prob > prob.dtype.type(t)
     tp.append(np.count_nonzero(pred & gt))
     fp.append(np.count_nonzero(pred & ~gt))
     fn.append(np.count_nonzero(~pred & gt))
@@ -51,8 +62,8 @@ def hand_example():
     t in [0.50, 0.60): TP 2 FP 1 FN 2 -> P 2/3, R 1/2, F1 4/7   (0.5 > 0.5 is False)
     t in [0.60, 0.70): TP 2 FP 0 FN 2 -> P 1,   R 1/2, F1 4/6
     t in [0.70, 0.90): TP 1 FP 0 FN 3 -> P 1,   R 1/4, F1 2/5
-    t in [0.90, 0.99]: TP 0 FP 0 FN 4 -> P 0 (nothing predicted), R 0, F1 0
-  Max F1 0.8 at t = 0.00 .. 0.19, all with FP+FN = 2 -> highest: t = 0.19.
+    t in [0.90, 1.00): TP 0 FP 0 FN 4 -> P 0 (nothing predicted), R 0, F1 0
+  Max F1 0.8 at t = 0.00 .. 0.19 (tails included), all with FP+FN = 2 -> highest: t = 0.19.
   AP: recalls 1, 3/4, 1/2, 1/4 with interpolated precision 2/3, 3/4, 1, 1:
     0.25 * (1 + 1 + 3/4 + 2/3) = 41/48.
   """
@@ -77,16 +88,29 @@ def test_hand_example_counts():
   prob, gt = hand_example()
   tp, fp, fn = counts_per_threshold(prob, gt)
   assert tp.dtype == fp.dtype == fn.dtype == np.int64
-  assert tp.shape == (N,)
+  assert tp.shape == STRICT_GRID.shape
   # Spot checks from the table in hand_example.
-  assert (tp[0], fp[0], fn[0]) == (4, 2, 0)
+  for t, want in [
+    (0.0, (4, 2, 0)),
+    (BOTTOM, (4, 2, 0)),
+    (0.007, (4, 2, 0)),
+    (0.19, (4, 2, 0)),
+    (0.20, (3, 2, 1)),
+    (0.49, (3, 1, 1)),
+    (0.50, (2, 1, 2)),
+    (0.60, (2, 0, 2)),
+    (0.70, (1, 0, 3)),
+    (0.90, (0, 0, 4)),
+    (TOP, (0, 0, 4)),
+  ]:
+    i = at(STRICT_GRID, t)
+    assert (tp[i], fp[i], fn[i]) == want, t
+  # The uniform grid alone, given explicitly (the grid of earlier versions).
+  tp, fp, fn = counts_per_threshold(prob, gt, thresholds=np.arange(N) / N)
+  assert tp.shape == (N,)
   assert (tp[19], fp[19], fn[19]) == (4, 2, 0)
   assert (tp[20], fp[20], fn[20]) == (3, 2, 1)
-  assert (tp[49], fp[49], fn[49]) == (3, 1, 1)
   assert (tp[50], fp[50], fn[50]) == (2, 1, 2)
-  assert (tp[60], fp[60], fn[60]) == (2, 0, 2)
-  assert (tp[70], fp[70], fn[70]) == (1, 0, 3)
-  assert (tp[90], fp[90], fn[90]) == (0, 0, 4)
 
 
 @pytest.mark.parametrize('dtype', [np.float32, np.float64])
@@ -96,9 +120,9 @@ def test_counts_match_naive_loop(dtype, seed):
   h, w = rng.integers(1, 40, size=2)
   gt = rng.random((h, w)) < 0.3
   prob = rng.random((h, w)).astype(dtype)
-  # A third of the pixels exactly on thresholds (i/100 in the dtype), plus 0 and 1.
+  # A third of the pixels exactly on thresholds (the grid's and 1, in the dtype), plus 0 and 1.
   on = rng.random((h, w)) < 0.33
-  prob[on] = (rng.integers(0, 101, size=on.sum()) / 100).astype(dtype)
+  prob[on] = rng.choice(np.append(STRICT_GRID, 1.0), size=on.sum()).astype(dtype)
   prob.flat[0] = 0.0
   prob.flat[-1] = 1.0
   got = counts_per_threshold(prob, gt)
@@ -109,15 +133,22 @@ def test_counts_match_naive_loop(dtype, seed):
 
 @pytest.mark.parametrize('dtype', [np.float16, np.float32, np.float64])
 def test_every_threshold_value_and_neighbours(dtype):
-  # All i/n, plus their nextafter neighbours, for several n: the float edge cases.
+  # Every grid point and 1, plus their nextafter neighbours, for several n: the float edge
+  # cases (in float16 some tail thresholds coincide, e.g. 0.9998 and 0.9999).
   for n in (1, 3, 7, 10, 100, 255):
-    t = (np.arange(n + 1) / n).astype(dtype)
+    grid = get_protocol('strict').thresholds(n)
+    t = np.append(grid, 1.0).astype(dtype)
     vals = np.concatenate([t, np.nextafter(t, dtype(0)), np.nextafter(t, dtype(1))]).astype(dtype)
     prob = vals.reshape(1, -1)
     gt = (np.arange(prob.size) % 2).reshape(prob.shape)
     got = counts_per_threshold(prob, gt, num_thresholds=n)
-    want = naive_counts(prob, gt, n)
+    want = naive_counts(prob, gt, grid)
     for g, e in zip(got, want, strict=True):
+      np.testing.assert_array_equal(g, e)
+    # And the plain uniform grid i/n, given explicitly.
+    uniform = np.arange(n) / n
+    got = counts_per_threshold(prob, gt, thresholds=uniform)
+    for g, e in zip(got, naive_counts(prob, gt, uniform), strict=True):
       np.testing.assert_array_equal(g, e)
 
 
@@ -126,7 +157,8 @@ def test_strictness_at_threshold():
   for dtype in (np.float32, np.float64):
     prob = np.array([[0.5]], dtype)
     tp, fp, fn = counts_per_threshold(prob, np.ones((1, 1), bool))
-    assert tp[49] == 1 and tp[50] == 0 and fn[50] == 1
+    i50 = at(STRICT_GRID, 0.5)
+    assert tp[i50 - 1] == 1 and tp[i50] == 0 and fn[i50] == 1
 
 
 # ---------------------------------------------------------------------------
@@ -148,13 +180,28 @@ def test_hand_example_evaluate():
   assert r['ois_mean_f1'] == pytest.approx(0.8)
   assert r['ap'] == pytest.approx(41 / 48)
   curve = r['curve']
-  assert len(curve['thresholds']) == N
-  assert curve['f1'][50] == pytest.approx(4 / 7)
-  assert curve['f1'][30] == pytest.approx(6 / 8)
-  assert curve['precision'][95] == 0.0 and curve['recall'][95] == 0.0
+  assert curve['thresholds'] == STRICT_GRID.tolist()
+  assert r['num_thresholds'] == N and r['grid_size'] == len(STRICT_GRID) > N
+  assert curve['f1'][at(STRICT_GRID, 0.5)] == pytest.approx(4 / 7)
+  assert curve['f1'][at(STRICT_GRID, 0.3)] == pytest.approx(6 / 8)
+  assert curve['precision'][at(STRICT_GRID, 0.95)] == 0.0
+  assert curve['recall'][at(STRICT_GRID, 0.95)] == 0.0
+  # At the fixed threshold 0.5 (0.5 > 0.5 is False): TP 2 FP 1 FN 2.
+  assert r['fixed'] == pytest.approx(
+    {'threshold': 0.5, 'precision': 2 / 3, 'recall': 0.5, 'f1': 4 / 7}
+  )
   (im,) = r['per_image']
   assert im == pytest.approx(
-    {'index': 0, 'threshold': 0.19, 'precision': 2 / 3, 'recall': 1.0, 'f1': 0.8}
+    {
+      'index': 0,
+      'threshold': 0.19,
+      'precision': 2 / 3,
+      'recall': 1.0,
+      'f1': 0.8,
+      'fixed_precision': 2 / 3,
+      'fixed_recall': 0.5,
+      'fixed_f1': 4 / 7,
+    }
   )
   assert_finite_json(r)
 
@@ -167,7 +214,8 @@ def test_perfect_prediction():
   assert r['ods']['f1'] == 1.0 and r['ois']['f1'] == 1.0 and r['ois_mean_f1'] == 1.0
   assert r['ap'] == pytest.approx(1.0)
   # Every threshold ties with no errors -> the highest one.
-  assert r['ods']['threshold'] == pytest.approx(0.99)
+  assert r['ods']['threshold'] == TOP
+  assert r['fixed']['f1'] == 1.0
 
 
 def test_ois_mean_f1_vs_pooled():
@@ -202,9 +250,10 @@ def test_all_background_gt():
   assert r['ods']['f1'] == 0.0 and r['ods']['recall'] == 0.0
   assert r['ap'] == 0.0
   # Ties -> fewest errors (= fewest FP) -> the highest threshold, not 0.
-  assert r['ods']['threshold'] == pytest.approx(0.99)
+  assert r['ods']['threshold'] == TOP
   (im,) = r['per_image']
-  assert im['threshold'] == pytest.approx(0.99) and im['f1'] == 0.0
+  assert im['threshold'] == TOP and im['f1'] == 0.0
+  assert r['fixed']['f1'] == 0.0 and r['fixed']['recall'] == 0.0
 
 
 def test_empty_prediction():
@@ -212,9 +261,10 @@ def test_empty_prediction():
   r = evaluate([np.zeros((5, 5))], [gt])
   assert_finite_json(r)
   # Nothing predicted anywhere (0 > 0 is False): P = 0 by convention, R = 0, F1 = 0.
-  assert r['curve']['precision'] == [0.0] * N
-  assert r['curve']['recall'] == [0.0] * N
-  assert r['ods'] == pytest.approx({'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'threshold': 0.99})
+  assert r['curve']['precision'] == [0.0] * len(STRICT_GRID)
+  assert r['curve']['recall'] == [0.0] * len(STRICT_GRID)
+  assert r['ods'] == pytest.approx({'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'threshold': TOP})
+  assert r['fixed'] == {'threshold': 0.5, 'precision': 0.0, 'recall': 0.0, 'f1': 0.0}
   assert r['ois']['f1'] == 0.0 and r['ois_mean_f1'] == 0.0 and r['ap'] == 0.0
 
 
@@ -223,8 +273,8 @@ def test_all_crack_prediction():
   r = evaluate([np.ones((4, 4), np.float32)], [gt])
   assert_finite_json(r)
   # 1 > t for every t: everything predicted. P = 1/4, R = 1, F1 = 2/5 everywhere.
-  assert r['curve']['precision'] == pytest.approx([0.25] * N)
-  assert r['curve']['recall'] == pytest.approx([1.0] * N)
+  assert r['curve']['precision'] == pytest.approx([0.25] * len(STRICT_GRID))
+  assert r['curve']['recall'] == pytest.approx([1.0] * len(STRICT_GRID))
   assert r['ods']['f1'] == pytest.approx(0.4)
   assert r['ap'] == pytest.approx(0.25)
 
@@ -252,9 +302,18 @@ def test_background_only_image_adds_minimal_false_positives():
   prob1 = np.linspace(0, 0.5, 16).reshape(4, 4)
   r = evaluate([prob0, prob1], [gt0, np.zeros((4, 4))])
   im1 = r['per_image'][1]
-  assert im1['threshold'] == pytest.approx(0.99)
+  assert im1['threshold'] == TOP
   assert im1 == pytest.approx(
-    {'index': 1, 'threshold': 0.99, 'precision': 0.0, 'recall': 0.0, 'f1': 0.0}
+    {
+      'index': 1,
+      'threshold': TOP,
+      'precision': 0.0,
+      'recall': 0.0,
+      'f1': 0.0,
+      'fixed_precision': 0.0,
+      'fixed_recall': 0.0,
+      'fixed_f1': 0.0,
+    }
   )
   # Pooled OIS equals image 0 alone (image 1 contributes no FP at its threshold).
   assert r['ois']['f1'] == pytest.approx(0.8)
@@ -263,7 +322,11 @@ def test_background_only_image_adds_minimal_false_positives():
 def test_results_are_python_types():
   prob, gt = hand_example()
   r = evaluate([prob, prob[:3]], [gt, gt[:3]], num_thresholds=10)
-  assert len(r['curve']['f1']) == 10
+  assert r['num_thresholds'] == 10 and r['tail_thresholds'] is True
+  assert type(r['grid_size']) is int
+  assert len(r['curve']['f1']) == r['grid_size'] == len(get_protocol('strict').thresholds(10))
+  for key in ('precision', 'recall', 'f1', 'threshold'):
+    assert type(r['fixed'][key]) is float
   for key in ('precision', 'recall', 'f1', 'threshold'):
     assert type(r['ods'][key]) is float
   assert type(r['ap']) is float and type(r['ois_mean_f1']) is float
@@ -365,6 +428,7 @@ def test_get_protocol():
     assert r['protocol_description'] == spec.description
     assert r['num_thresholds'] == spec.default_num_thresholds
     assert r['curve']['thresholds'] == spec.thresholds(spec.default_num_thresholds).tolist()
+    assert r['grid_size'] == len(r['curve']['thresholds'])
 
 
 def test_protocol_num_thresholds():
@@ -376,7 +440,12 @@ def test_protocol_num_thresholds():
     assert spec.num_thresholds(50) == spec.num_thresholds(None) == 99
   p, g = _good()
   r = evaluate([p], [g], protocol='strict', num_thresholds=strict.num_thresholds(20))
-  assert r['num_thresholds'] == len(r['curve']['thresholds']) == 20
+  assert r['num_thresholds'] == 20
+  # The uniform part i/20 plus 0.5 (already there) and the tails.
+  assert r['grid_size'] == len(r['curve']['thresholds']) == 20 + 14
+  r = evaluate([p], [g], protocol='strict', num_thresholds=20, tail_thresholds=False)
+  assert r['curve']['thresholds'] == (np.arange(20) / 20).tolist()
+  assert r['grid_size'] == 20 and r['tail_thresholds'] is False
 
 
 def test_get_protocol_unknown_name():
@@ -406,14 +475,15 @@ def test_bad_num_thresholds():
 # 240 x 320 has a diagonal of exactly 400 px, so maxDist = 0.0075 * 400 = 3.0 px.
 TH, TW = 240, 320
 T99 = 99
-I50 = 49  # index of threshold 0.50 in 0.01 .. 0.99
+TOL_GRID = get_protocol('tolerance').thresholds(T99)  # 0.01 .. 0.99, 0.5 and the tails
+I50 = at(TOL_GRID, 0.5)
 
 
 def _canvas():
   return np.zeros((TH, TW), np.float32), np.zeros((TH, TW), bool)
 
 
-def naive_tolerance_counts(prob, gt, n=T99, max_dist=0.0075, thin_fn=thin):
+def naive_tolerance_counts(prob, gt, thresholds=TOL_GRID, max_dist=0.0075, thin_fn=thin):
   """Reference: per threshold, thin, pairs within distance by a KD-tree, matching."""
   from scipy import sparse
   from scipy.sparse.csgraph import maximum_bipartite_matching
@@ -424,8 +494,8 @@ def naive_tolerance_counts(prob, gt, n=T99, max_dist=0.0075, thin_fn=thin):
   g = np.argwhere(gt)
   tree = cKDTree(g) if len(g) else None
   matched, num_pred = [], []
-  for i in range(1, n + 1):
-    pred = np.argwhere(thin_fn(prob >= prob.dtype.type(i / (n + 1))))
+  for t in thresholds:
+    pred = np.argwhere(thin_fn(prob >= prob.dtype.type(t)))
     num_pred.append(len(pred))
     if tree is None or len(pred) == 0:
       matched.append(0)
@@ -456,10 +526,12 @@ def test_tolerance_single_pixel_distance(dy, dx, matched):
   gt[120, 160] = True
   prob[120 + dy, 160 + dx] = 0.9
   c = tolerance_counts(prob, gt)
-  # Predicted at t = 0.01 .. 0.90 (prob >= t), nothing above.
-  assert c.num_pred.tolist() == [1] * 90 + [0] * 9
-  assert c.num_gt.tolist() == [1] * T99
-  assert c.matched_pred.tolist() == [int(matched)] * 90 + [0] * 9
+  # Predicted at t = 0.003 .. 0.90 (prob >= t), nothing above.
+  below = int(np.sum(TOL_GRID <= 0.9))
+  above = len(TOL_GRID) - below
+  assert c.num_pred.tolist() == [1] * below + [0] * above
+  assert c.num_gt.tolist() == [1] * len(TOL_GRID)
+  assert c.matched_pred.tolist() == [int(matched)] * below + [0] * above
   assert c.matched_gt.tolist() == c.matched_pred.tolist()
 
 
@@ -472,9 +544,11 @@ def test_tolerance_shifted_line(shift):
   r = evaluate([prob], [gt], protocol='tolerance')
   assert r['num_thresholds'] == T99
   if shift <= 3:  # within maxDist = 3 px: every pixel matched, one-to-one
+    # (F = 1 from the lowest threshold up to 0.8; BSDS reports the first maximum.)
     assert r['ods'] == pytest.approx(
-      {'precision': 1.0, 'recall': 1.0, 'f1': 1.0, 'threshold': 0.01}
+      {'precision': 1.0, 'recall': 1.0, 'f1': 1.0, 'threshold': BOTTOM}
     )
+    assert r['fixed'] == {'threshold': 0.5, 'precision': 1.0, 'recall': 1.0, 'f1': 1.0}
   else:
     assert r['ods']['f1'] == 0.0 and r['ods']['recall'] == 0.0
     assert r['ods']['precision'] == 0.0
@@ -615,15 +689,20 @@ def test_tolerance_counts_equal_naive(seed):
   noise = ndi.gaussian_filter(rng.random((h, w)), 2)
   prob = np.clip(blur * 2 + noise - 0.35, 0, 1).astype(np.float32)
   n = 25
+  grid = get_protocol('tolerance').thresholds(n)  # i/26 for i = 1..25, 0.5 and the tails
   c = tolerance_counts(prob, gt, num_thresholds=n)
-  matched, num_pred, num_gt = naive_tolerance_counts(prob, gt, n=n)
+  matched, num_pred, num_gt = naive_tolerance_counts(prob, gt, grid)
   assert c.matched_pred.tolist() == matched.tolist()
   assert c.num_pred.tolist() == num_pred.tolist()
-  assert c.num_gt.tolist() == [num_gt] * n
+  assert c.num_gt.tolist() == [num_gt] * len(grid)
   c2 = tolerance_counts(prob, gt, num_thresholds=n, thin_gt=True)
-  matched2, num_pred2, num_gt2 = naive_tolerance_counts(prob, thin(gt), n=n)
+  matched2, num_pred2, num_gt2 = naive_tolerance_counts(prob, thin(gt), grid)
   assert c2.matched_pred.tolist() == matched2.tolist()
-  assert c2.num_gt.tolist() == [num_gt2] * n
+  assert c2.num_gt.tolist() == [num_gt2] * len(grid)
+  # An explicit grid (here the uniform part alone, as in earlier versions).
+  uniform = np.arange(1, n + 1) / (n + 1)
+  c3 = tolerance_counts(prob, gt, thresholds=uniform)
+  assert c3.matched_pred.tolist() == naive_tolerance_counts(prob, gt, uniform)[0].tolist()
 
 
 def test_tolerance_threshold_is_inclusive():
@@ -632,7 +711,8 @@ def test_tolerance_threshold_is_inclusive():
   prob[120, 160] = 0.5
   c = tolerance_counts(prob, gt)
   assert c.matched_pred[I50] == 1  # 0.5 >= 0.50
-  assert c.matched_pred[I50 + 1] == 0  # 0.5 < 0.51
+  assert c.matched_pred[at(TOL_GRID, 0.51)] == 0  # 0.5 < 0.51
+  assert I50 + 1 == at(TOL_GRID, 0.51)
 
 
 def test_tolerance_perfect_prediction():
@@ -645,7 +725,7 @@ def test_tolerance_perfect_prediction():
   for key in ('ods', 'ods_grid', 'ois'):
     assert r[key]['f1'] == 1.0, key
   assert r['ois_mean_f1'] == 1.0
-  assert r['ods']['threshold'] == pytest.approx(0.01)  # BSDS: the first maximum
+  assert r['ods']['threshold'] == BOTTOM  # BSDS: the first maximum
   # A single distinct recall on the curve: BSDS's Area_PR is 0 (documented).
   assert r['ap'] == 0.0
 
@@ -677,10 +757,11 @@ def test_tolerance_degenerate_images():
   r = evaluate([no_gt[0]], [no_gt[1]], protocol='tolerance')
   assert_finite_json(r)
   assert r['ods']['f1'] == 0.0 and r['ap'] == 0.0 and r['ois']['f1'] == 0.0
-  assert r['per_image'][0]['threshold'] == pytest.approx(0.99)  # rule 1: fewest predictions
+  assert r['per_image'][0]['threshold'] == TOP  # rule 1: fewest predictions
   r = evaluate([empty[0]], [empty[1]], protocol='tolerance')
   assert_finite_json(r)
-  assert r['curve']['precision'] == [0.0] * T99 and r['curve']['recall'] == [0.0] * T99
+  zeros = [0.0] * len(TOL_GRID)
+  assert r['curve']['precision'] == zeros and r['curve']['recall'] == zeros
   assert r['ods']['f1'] == 0.0 and r['ap'] == 0.0
   # All-crack: the same (thinned) map at every threshold, so a flat curve.
   r = evaluate([full[0]], [full[1]], protocol='tolerance')
@@ -699,7 +780,7 @@ def test_tolerance_degenerate_images():
   far[200, 200:260] = 0.95
   r = evaluate([prob_line, far], [gt_line, gt_far], protocol='tolerance')
   assert r['per_image'][1]['f1'] == 0.0
-  assert r['per_image'][1]['threshold'] == r['ods_grid']['threshold'] != 0.01
+  assert r['per_image'][1]['threshold'] == r['ods_grid']['threshold'] != BOTTOM
   assert_finite_json(r)
 
 
@@ -739,7 +820,9 @@ def test_tolerance_result_keys_match_strict():
   b = evaluate([prob], [gt], protocol='tolerance')
   assert set(a) == set(b)
   assert set(a['ods']) == set(b['ods']) and set(a['ois']) == set(b['ois'])
-  assert len(b['curve']['thresholds']) == T99
-  assert b['curve']['thresholds'][0] == pytest.approx(0.01)
-  assert b['curve']['thresholds'][-1] == pytest.approx(0.99)
+  assert set(a['fixed']) == set(b['fixed']) == {'threshold', 'precision', 'recall', 'f1'}
+  assert b['curve']['thresholds'] == TOL_GRID.tolist()
+  assert b['num_thresholds'] == T99 and b['grid_size'] == T99 + 14  # 0.5 is i/100
+  assert b['curve']['thresholds'][0] == BOTTOM
+  assert b['curve']['thresholds'][-1] == TOP
   assert b['protocol'] == 'tolerance' and 'prob >= t' in b['protocol_description']

@@ -6,10 +6,11 @@ sequences of arrays rather than one stacked batch.
 
 Modules
 -------
-* :mod:`~crackjax.evaluation.protocols`: input checking, the per-threshold counts of
-  each protocol (:func:`counts_per_threshold`, :func:`tolerance_counts`,
-  :class:`ThresholdCounts`, :data:`TOLERANCE_MAX_DIST`) and the protocol table
-  (:class:`Protocol`, :data:`PROTOCOLS`, :func:`get_protocol`).
+* :mod:`~crackjax.evaluation.protocols`: input checking, the threshold grids
+  (:data:`LOW_TAIL_THRESHOLDS`, :data:`HIGH_TAIL_THRESHOLDS`, :data:`FIXED_THRESHOLD`),
+  the per-threshold counts of each protocol (:func:`counts_per_threshold`,
+  :func:`tolerance_counts`, :class:`ThresholdCounts`, :data:`TOLERANCE_MAX_DIST`) and the
+  protocol table (:class:`Protocol`, :data:`PROTOCOLS`, :func:`get_protocol`).
 * :mod:`~crackjax.evaluation.thinning`: :func:`thin`, one-pixel-wide thinning.
 * :mod:`~crackjax.evaluation.matching`: the maximum bipartite matching of the
   tolerance protocols.
@@ -18,23 +19,46 @@ Modules
 Everything public is re-exported here: ``from crackjax import evaluation;
 evaluation.evaluate(...)``.
 
+Threshold grids
+---------------
+Every protocol evaluates on a sorted grid of nominal thresholds (float64), made of
+
+* its uniform part, ``num_thresholds`` evenly spaced points (below; this part follows
+  ``config.eval.num_thresholds`` for 'strict', and is the BSDS benchmark's 0.01 .. 0.99
+  for the tolerance protocols);
+* :data:`FIXED_THRESHOLD` = 0.5, always (the threshold of a deployed model; reported as
+  ``fixed``);
+* by default (``tail_thresholds=True``) the tails :data:`LOW_TAIL_THRESHOLDS` =
+  0.003, 0.005, 0.007 and :data:`HIGH_TAIL_THRESHOLDS` = 0.993, 0.995, 0.997, 0.998,
+  0.999, 0.9993, 0.9995, 0.9997, 0.9998, 0.9999, 0.99999.
+
+The grid is a superset of the uniform one, so uniform points keep their values and a
+grid-maximum (ODS) can only rise. The tails exist because a model trained with a
+crack-weighted loss (Xie's weighting, q ~ 60 on CrackForest) has its best threshold at
+0.99 or above, where the uniform grid stops: without them the grid, not the model,
+would cap its ODS. ``Protocol.thresholds(n, tails)`` builds a grid;
+:func:`counts_per_threshold` and :func:`tolerance_counts` also take an explicit one.
+Each threshold is compared in the probability array's own floating dtype, so a float32
+map holding ``np.float32(0.29)`` compares equal to threshold 0.29, exactly as the plain
+numpy loop ``prob > t`` does (in a narrow dtype such as float16 neighbouring tail
+thresholds may coincide and give the same counts).
+
 Protocols
 ---------
 ``'strict'``: pixel-to-pixel matching. At threshold ``t`` a pixel is predicted to be
 crack iff ``prob > t`` (strictly greater: a probability of exactly 0.5 is *not* crack
-at ``t = 0.5``). The thresholds are ``t_i = i / num_thresholds`` for
-``i = 0 .. num_thresholds - 1`` (0.00, 0.01, ..., 0.99 by default), each represented
-in the probability array's own floating dtype, so a float32 map holding
-``np.float32(0.29)`` compares equal to threshold 0.29, exactly as the plain numpy
-loop ``prob > i / n`` does. A predicted pixel is a true positive iff its ground-truth
-pixel is crack.
+at ``t = 0.5``, as for a deployed model, ``crackjax.Predictor.mask``). The uniform
+thresholds are ``t_i = i / num_thresholds`` for ``i = 0 .. num_thresholds - 1`` (0.00,
+0.01, ..., 0.99 by default). A predicted pixel is a true positive iff its ground-truth
+pixel is crack. All thresholds are counted at once from one histogram of
+``searchsorted(thresholds, prob)``.
 
 ``'tolerance'``: the BSDS boundary benchmark (``evaluation_bdry_image`` /
 ``correspondPixels`` / ``collect_eval_bdry``) that the CrackForest, HED and RCF
-evaluations use. Thresholds ``t_i = i / (n + 1)``, ``i = 1..n`` (0.01, ..., 0.99 for the
-default ``n = 99``), compared in the probability's dtype, and a pixel is predicted iff
-``prob >= t`` (inclusive, unlike 'strict'). The binary prediction is thinned to
-one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thin`` and MATLAB's
+evaluations use. Uniform thresholds ``t_i = i / (n + 1)``, ``i = 1..n`` (0.01, ..., 0.99
+for the default ``n = 99``), compared in the probability's dtype, and a pixel is
+predicted iff ``prob >= t`` (inclusive, unlike 'strict'). The binary prediction is
+thinned to one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thin`` and MATLAB's
 ``bwmorph(bw, 'thin', Inf)``); the ground truth is used as given (BSDS does not thin
 it). Predicted and ground-truth pixels are matched one-to-one when their Euclidean
 distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
@@ -59,12 +83,13 @@ Protocols are looked up in the explicit dict ``PROTOCOLS`` (or with
 four count arrays (see :class:`ThresholdCounts`) and everything downstream (ODS, OIS,
 AP) is shared; the tolerance protocols switch on the BSDS variants of ODS, AP and the
 OIS tie-break (``Protocol.bsds``), marked [BSDS] below. A protocol also owns its
-threshold grid: 'strict' follows the configured number of thresholds
+threshold grid: 'strict' follows the configured number of uniform thresholds
 (``Protocol.follows_config_grid``; use ``spec.num_thresholds(configured)``), the
-tolerance protocols keep the BSDS benchmark's 99. ``Protocol.threshold_rule`` says in
-words how a probability map becomes that protocol's mask at a threshold, and only
-'strict' has ``Protocol.writes_threshold_file``: its ODS threshold is a mask threshold
-for later prediction, while the tolerance thresholds apply to thinned maps.
+tolerance protocols keep the BSDS benchmark's 99; both add 0.5 and the tails.
+``Protocol.threshold_rule`` says in words how a probability map becomes that protocol's
+mask at a threshold, and only 'strict' has ``Protocol.writes_threshold_file``: its ODS
+threshold is a mask threshold for later prediction, while the tolerance thresholds apply
+to thinned maps.
 
 Conventions (no NaN is ever produced)
 -------------------------------------
@@ -96,7 +121,8 @@ Conventions (no NaN is ever produced)
   2. otherwise, if the image's F1 is 0 at every threshold -> the ODS threshold
      (taking threshold 0 would flood the pooled counts with false positives).
   3. otherwise, among the thresholds reaching the image's maximal F1, the one
-     nearest the ODS threshold; equal distance -> the higher threshold.
+     nearest the ODS threshold in grid order (fewest grid points between them);
+     equal distance -> the higher threshold.
      [BSDS] the highest of them (collect_eval_bdry's ``ff(end)``).
 
   Rule 1 is what BSDS does too (F is 0 at every threshold, ``ff(end)`` is the
@@ -106,6 +132,10 @@ Conventions (no NaN is ever produced)
   summed over images and P/R/F1 are computed from the pooled counts.
   ``ois_mean_f1``: the mean over images of each image's F1 at its OIS threshold
   (the other convention in the literature).
+* ``fixed``: the dataset P, R and F1 at the grid point 0.5 under the protocol's own rule
+  (strict: ``prob > 0.5``, what a deployed model predicts; tolerance: ``prob >= 0.5``,
+  thinned), never interpolated; ``per_image`` rows carry each image's
+  ``fixed_precision``, ``fixed_recall`` and ``fixed_f1``.
 * ``ap``: area under the dataset precision-recall curve over the thresholds, using
   the monotone interpolated precision ``p_interp(r) = max_{r' >= r} p(r')``:
   ``AP = sum_k (r_k - r_{k-1}) * p_interp(r_k)`` over the distinct recalls sorted
@@ -118,12 +148,18 @@ Conventions (no NaN is ever produced)
   points), 0 outside the recall range reached, and ``AP = 0.01 * sum`` of the 101
   values (a rectangle rule, not a trapezoid; no monotone envelope). A curve with a
   single distinct recall (e.g. a binary prediction, even a perfect one) has AP 0.
+* Both APs are areas over the recall range that the grid reaches, so unlike ODS they
+  depend on the grid: the tails reach lower (high tail) and higher (low tail) recalls
+  and usually raise AP, most for saturated maps whose recall at 0.99 is still high.
 """
 
 from __future__ import annotations
 
 from crackjax.evaluation.aggregate import evaluate
 from crackjax.evaluation.protocols import (
+  FIXED_THRESHOLD,
+  HIGH_TAIL_THRESHOLDS,
+  LOW_TAIL_THRESHOLDS,
   PROTOCOLS,
   SUPPORTED_PROTOCOLS,
   TOLERANCE_MAX_DIST,
@@ -136,6 +172,9 @@ from crackjax.evaluation.protocols import (
 from crackjax.evaluation.thinning import thin
 
 __all__ = [
+  'FIXED_THRESHOLD',
+  'HIGH_TAIL_THRESHOLDS',
+  'LOW_TAIL_THRESHOLDS',
   'PROTOCOLS',
   'SUPPORTED_PROTOCOLS',
   'TOLERANCE_MAX_DIST',

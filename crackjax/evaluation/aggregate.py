@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from crackjax.evaluation.protocols import (
+  FIXED_THRESHOLD,
   Protocol,
   ThresholdCounts,
   _check_images,
@@ -56,7 +57,9 @@ def bsds_max_f(
 
   For consecutive thresholds i-1, i and d in ``linspace(0, 1, 100)``, t, R and P are
   ``x(i) * d + x(i-1) * (1 - d)``; the first maximum in that scan order (threshold 1
-  first) wins, as the benchmark's strict ``f > bestF`` update does.
+  first) wins, as the benchmark's strict ``f > bestF`` update does. Any increasing grid
+  works: each segment is sampled at the same 100 fractions of its own length, so short
+  tail segments are sampled as densely (in P and R) as long ones.
 
   Returns:
       (threshold, precision, recall, f1), interpolated.
@@ -106,7 +109,7 @@ def _pick_ois(
   cand = np.flatnonzero(f1 == best)
   if highest_on_ties:  # BSDS: ff = find(F == max(F)); ff(end)
     return int(cand[-1])
-  dist = np.abs(cand - ods)
+  dist = np.abs(cand - ods)  # in grid steps (index distance), exact on any grid
   cand = cand[dist == dist.min()]
   return int(cand[-1])  # equal distance on both sides -> the higher threshold
 
@@ -179,8 +182,17 @@ def _ois(counts: ThresholdCounts, chosen: np.ndarray) -> dict[str, Any]:
   }
 
 
-def _per_image(images: _Curve, thresholds: np.ndarray, chosen: np.ndarray) -> list[dict[str, Any]]:
-  """Each image's threshold, P, R and F1 at its OIS threshold."""
+def _fixed(curve: _Curve, thresholds: np.ndarray) -> tuple[int, dict[str, float]]:
+  """The grid index of :data:`FIXED_THRESHOLD` (0.5) and the dataset's P, R, F1 there."""
+  (i,) = np.flatnonzero(thresholds == FIXED_THRESHOLD)  # every grid contains 0.5 exactly
+  point = _point(curve, thresholds, int(i))
+  return int(i), {'threshold': point.pop('threshold'), **point}
+
+
+def _per_image(
+  images: _Curve, thresholds: np.ndarray, chosen: np.ndarray, fixed: int
+) -> list[dict[str, Any]]:
+  """Each image's threshold, P, R and F1 at its OIS threshold, and P, R, F1 at 0.5."""
   return [
     {
       'index': int(j),
@@ -188,6 +200,9 @@ def _per_image(images: _Curve, thresholds: np.ndarray, chosen: np.ndarray) -> li
       'precision': float(images.precision[j, t]),
       'recall': float(images.recall[j, t]),
       'f1': float(images.f1[j, t]),
+      'fixed_precision': float(images.precision[j, fixed]),
+      'fixed_recall': float(images.recall[j, fixed]),
+      'fixed_f1': float(images.f1[j, fixed]),
     }
     for j, t in enumerate(chosen)
   ]
@@ -197,15 +212,15 @@ def _counts(
   spec: Protocol,
   probs: list[np.ndarray],
   gts: list[np.ndarray],
-  num_thresholds: int,
+  thresholds: np.ndarray,
   progress: Callable[[int], None] | None,
 ) -> ThresholdCounts:
   """``spec.counts`` of all images; with ``progress``, image by image, reporting each."""
   if progress is None:
-    return spec.counts(probs, gts, num_thresholds)
+    return spec.counts(probs, gts, thresholds)
   rows = []
   for prob, gt in zip(probs, gts, strict=True):
-    rows.append(spec.counts([prob], [gt], num_thresholds))
+    rows.append(spec.counts([prob], [gt], thresholds))
     progress(1)
   return ThresholdCounts(*(np.concatenate(arrays) for arrays in zip(*rows, strict=True)))
 
@@ -216,6 +231,7 @@ def evaluate(
   *,
   protocol: str = 'strict',
   num_thresholds: int | None = None,
+  tail_thresholds: bool = True,
   progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
   """Evaluates crack probability maps against binary ground truth.
@@ -227,11 +243,15 @@ def evaluate(
           between images.
       gts: per-image binary arrays (bool or 0/1), same size as their prob.
       protocol: matching protocol; one of ``SUPPORTED_PROTOCOLS``.
-      num_thresholds: number of thresholds; ``None`` -> the protocol's default
+      num_thresholds: number of uniform thresholds; ``None`` -> the protocol's default
           (strict: 100, thresholds ``i / n`` for ``i = 0..n-1``; tolerance: 99,
-          thresholds ``i / (n + 1)`` for ``i = 1..n``). To follow a configured grid
-          where the protocol allows it, pass
+          thresholds ``i / (n + 1)`` for ``i = 1..n``). The grid also holds the tail
+          thresholds and 0.5 (``get_protocol(protocol).thresholds(n)``). To follow a
+          configured grid where the protocol allows it, pass
           ``get_protocol(protocol).num_thresholds(configured)``.
+      tail_thresholds: add the tail thresholds (``LOW_TAIL_THRESHOLDS``,
+          ``HIGH_TAIL_THRESHOLDS``) to the grid; without them a model whose best
+          threshold lies beyond the uniform part gets a capped ODS. 0.5 is always there.
       progress: called with the number of images just counted (e.g. a tqdm bar's
           ``update``); the protocol's count function then runs one image at a time, which
           gives the same counts (each image's row depends on that image only).
@@ -239,13 +259,21 @@ def evaluate(
   Returns:
       A JSON-serialisable dict (python floats/ints/lists only)::
 
-          {'protocol', 'protocol_description', 'num_images', 'num_thresholds',
+          {'protocol', 'protocol_description', 'num_images',
+           'num_thresholds',  # the uniform part (the argument, resolved)
+           'tail_thresholds',  # bool, the argument
+           'grid_size',  # all thresholds evaluated: uniform + 0.5 + tails
            'ods': {'precision', 'recall', 'f1', 'threshold'},
            'ods_grid': {'precision', 'recall', 'f1', 'threshold'},
            'ois': {'precision', 'recall', 'f1', 'pooling'},
            'ois_mean_f1', 'ap',
-           'curve': {'thresholds', 'precision', 'recall', 'f1'},   # dataset curve
-           'per_image': [{'index', 'threshold', 'precision', 'recall', 'f1'}, ...]}
+           'fixed': {'threshold', 'precision', 'recall', 'f1'},  # the dataset at t = 0.5
+           'curve': {'thresholds', 'precision', 'recall', 'f1'},  # dataset curve
+           'per_image': [{'index', 'threshold', 'precision', 'recall', 'f1',
+                          'fixed_precision', 'fixed_recall', 'fixed_f1'}, ...]}
+
+      ``fixed`` is the grid point 0.5 under the protocol's own rule (strict: prob > 0.5,
+      the rule of a deployed model; tolerance: prob >= 0.5, thinned), never interpolated.
 
   Raises:
       ValueError: unknown protocol (the message lists the supported ones), bad
@@ -255,29 +283,33 @@ def evaluate(
   spec = get_protocol(protocol)
   num_thresholds = _resolve_num_thresholds(spec, num_thresholds)
   probs, gts = _check_images(probs, gts)
-  counts = _counts(spec, probs, gts, num_thresholds, progress)
-  thresholds = spec.thresholds(num_thresholds)
+  thresholds = spec.thresholds(num_thresholds, bool(tail_thresholds))
+  counts = _counts(spec, probs, gts, thresholds, progress)
 
   ods, curve = _ods(counts)  # one threshold for the whole dataset
   ods_grid = _point(curve, thresholds, ods)
   ods_result, ap = _ods_and_ap(spec.bsds, thresholds, curve, ods_grid)
   images = _Curve(*_prf(*counts))
   chosen = _ois_indices(counts, images.f1, ods, spec.bsds)  # one threshold per image
+  fixed_index, fixed = _fixed(curve, thresholds)
   return {
     'protocol': protocol,
     'protocol_description': spec.description,
     'num_images': len(probs),
     'num_thresholds': num_thresholds,
+    'tail_thresholds': bool(tail_thresholds),
+    'grid_size': int(thresholds.size),
     'ods': ods_result,
     'ods_grid': ods_grid,
     'ois': _ois(counts, chosen),
     'ois_mean_f1': float(images.f1[np.arange(len(chosen)), chosen].mean()),
     'ap': ap,
+    'fixed': fixed,
     'curve': {
       'thresholds': thresholds.tolist(),
       'precision': curve.precision.tolist(),
       'recall': curve.recall.tolist(),
       'f1': curve.f1.tolist(),
     },
-    'per_image': _per_image(images, thresholds, chosen),
+    'per_image': _per_image(images, thresholds, chosen, fixed_index),
   }

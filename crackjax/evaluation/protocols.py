@@ -19,6 +19,9 @@ from crackjax.evaluation.matching import max_matching_size
 from crackjax.evaluation.thinning import thin_coords
 
 __all__ = [
+  'FIXED_THRESHOLD',
+  'HIGH_TAIL_THRESHOLDS',
+  'LOW_TAIL_THRESHOLDS',
   'PROTOCOLS',
   'SUPPORTED_PROTOCOLS',
   'TOLERANCE_MAX_DIST',
@@ -121,50 +124,90 @@ def _check_images(
 
 
 # ---------------------------------------------------------------------------
+# Threshold grids
+# ---------------------------------------------------------------------------
+
+#: Extra thresholds below the uniform grid: ``0.003, 0.005, 0.007``. Down to 0.003 the
+#: logit step between neighbours stays <= 0.52, finer than the coarsest step of the
+#: uniform grid itself (0.01 -> 0.02: 0.70). Short because a low threshold is the costly
+#: one for the tolerance protocols: its map is a large blob to thin (up to ~20x the time
+#: of an average threshold); see docs/evaluation.md for the choice and the timings.
+LOW_TAIL_THRESHOLDS: tuple[float, ...] = (0.003, 0.005, 0.007)
+#: Extra thresholds above the uniform grid: ``{7, 5, 3, 2, 1} x 1e-3`` and ``x 1e-4``
+#: below 1 (neighbours <= 0.70 apart in logit) and 0.99999. Longer than the low tail:
+#: weighting the crack class (q > 1, e.g. Xie's) pushes crack probabilities towards 1,
+#: and high-threshold maps are small and cheap. Ends at 0.99999 (logit 11.5): float32 has
+#: only ~170 values in (0.99999, 1), its spacing below 1 being 6e-8.
+HIGH_TAIL_THRESHOLDS: tuple[float, ...] = (
+  *(0.993, 0.995, 0.997, 0.998, 0.999),
+  *(0.9993, 0.9995, 0.9997, 0.9998, 0.9999),
+  0.99999,
+)
+#: The threshold of a deployed model; every grid contains it exactly (``'fixed'`` results).
+FIXED_THRESHOLD = 0.5
+
+
+def _with_tails(uniform: np.ndarray, tails: bool = True) -> np.ndarray:
+  """``uniform`` plus 0.5 and (``tails``) the tail thresholds: sorted, no repeats (float64)."""
+  extra = [FIXED_THRESHOLD]
+  if tails:
+    extra += [*LOW_TAIL_THRESHOLDS, *HIGH_TAIL_THRESHOLDS]
+  return np.unique(np.concatenate([np.asarray(uniform, np.float64), extra]))
+
+
+def _check_thresholds(thresholds: Any) -> np.ndarray:
+  """An explicit threshold grid as float64: 1-D, non-empty, strictly increasing, in [0, 1].
+
+  Raises:
+      ValueError: naming the problem.
+  """
+  t = np.asarray(thresholds, dtype=np.float64)
+  if t.ndim != 1 or t.size == 0:
+    raise ValueError(f'thresholds must be a non-empty 1-D sequence, got shape {t.shape}')
+  if not (np.isfinite(t).all() and t.min() >= 0 and t.max() <= 1):
+    raise ValueError('thresholds must be finite and lie in [0, 1]')
+  if t.size > 1 and not (np.diff(t) > 0).all():
+    raise ValueError('thresholds must be strictly increasing')
+  return t
+
+
+def _grid(
+  protocol: str, num_thresholds: int, thresholds: Sequence[float] | np.ndarray | None
+) -> np.ndarray:
+  """The explicit ``thresholds`` (checked), or else ``protocol``'s grid for ``num_thresholds``."""
+  if thresholds is not None:
+    return _check_thresholds(thresholds)
+  _check_num_thresholds(num_thresholds)
+  return PROTOCOLS[protocol].thresholds(int(num_thresholds))
+
+
+# ---------------------------------------------------------------------------
 # Strict protocol
 # ---------------------------------------------------------------------------
 
 
-def _strict_thresholds(num_thresholds: int) -> np.ndarray:
-  """Nominal strict thresholds ``i / n``, ``i = 0..n-1`` (float64)."""
+def _strict_uniform_thresholds(num_thresholds: int) -> np.ndarray:
+  """The uniform part of the strict grid: ``i / n``, ``i = 0..n-1`` (float64)."""
   return np.arange(num_thresholds, dtype=np.float64) / num_thresholds
 
 
-def _thresholds_as(dtype: np.dtype, num_thresholds: int) -> np.ndarray:
-  """Thresholds i/n in ``dtype``: what ``prob > i / n`` compares against in numpy."""
-  return (np.arange(num_thresholds, dtype=np.float64) / num_thresholds).astype(dtype)
+def _num_thresholds_below(prob: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+  """Returns, per pixel, ``k = #{i : t_i < prob}`` (an int in [0, T]).
 
-
-def _num_thresholds_below(prob: np.ndarray, num_thresholds: int) -> np.ndarray:
-  """Returns, per pixel, ``k = #{i : t_i < prob}`` (an int in [0, n]).
-
-  Then ``prob > t_i`` iff ``i < k``, which turns all thresholds into one histogram.
-  ``ceil(prob * n)`` is the answer in exact arithmetic; rounding of the product and
-  of the thresholds (e.g. float32(0.29) vs 0.29) can put it off by one near a
-  threshold, so it is corrected by comparing against the dtype-exact thresholds.
-  This is ~2x faster than ``np.searchsorted`` and gives the same result.
+  Then ``prob > t_i`` iff ``i < k``, which turns all thresholds into one histogram. The
+  thresholds are compared in ``prob``'s dtype (as the plain numpy ``prob > t`` does: a
+  float32 map holding ``np.float32(0.29)`` equals threshold 0.29). Rounding is monotone,
+  so they stay sorted there, though neighbours may coincide in a narrow dtype (float16);
+  ``searchsorted`` counts correctly either way, for any sorted grid.
   """
-  n = num_thresholds
   p = prob.ravel()
-  thr = _thresholds_as(p.dtype, n)
-  k = np.ceil(p.astype(np.float64) * n).astype(np.intp)
-  np.clip(k, 0, n, out=k)
-  # Loop rather than a single pass so the result stays exact even when thresholds
-  # collide in a narrow dtype (huge n with float16); normally one pass is a no-op.
-  while True:
-    up = (k < n) & (thr[np.minimum(k, n - 1)] < p)
-    down = (k > 0) & (thr[np.maximum(k - 1, 0)] >= p)
-    if not (up.any() or down.any()):
-      return k
-    # up and down never hold together (thresholds are sorted).
-    k += up
-    k -= down
+  return np.searchsorted(thresholds.astype(p.dtype), p, side='left')
 
 
-def _strict_counts(prob: np.ndarray, gt: np.ndarray, num_thresholds: int) -> np.ndarray:
+def _strict_counts(prob: np.ndarray, gt: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
   """Returns int64 (T, 2) array: predicted positives among [non-crack, crack] pixels."""
-  n = num_thresholds
-  k = _num_thresholds_below(prob, n)
+  n = thresholds.size
+  k = _num_thresholds_below(prob, thresholds)
   # One bincount for both classes: offset crack pixels by n + 1 bins.
   hist = np.bincount(k + gt.ravel().astype(np.intp) * (n + 1), minlength=2 * (n + 1))
   hist = hist.reshape(2, n + 1).astype(np.int64)
@@ -174,41 +217,48 @@ def _strict_counts(prob: np.ndarray, gt: np.ndarray, num_thresholds: int) -> np.
 
 
 def counts_per_threshold(
-  prob: np.ndarray, gt: np.ndarray, num_thresholds: int = 100
+  prob: np.ndarray,
+  gt: np.ndarray,
+  num_thresholds: int = 100,
+  *,
+  thresholds: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Strict (pixel-to-pixel) TP/FP/FN of one image at every threshold at once.
 
-  Identical to looping ``pred = prob > i / num_thresholds`` for each ``i``, with
-  the threshold in ``prob``'s dtype, but one pass over the pixels.
+  Identical to looping ``pred = prob > t`` over the thresholds ``t``, each in ``prob``'s
+  dtype, but one pass over the pixels.
 
   Args:
       prob: HxW or HxWx1 crack probabilities in [0, 1].
       gt: binary ground truth of the same size (bool or 0/1 numbers).
-      num_thresholds: number of thresholds ``T``; thresholds are ``i / T``.
+      num_thresholds: the uniform part ``i / n``, ``i = 0..n-1``, of the strict grid
+          (which also has the tail thresholds and 0.5; ``PROTOCOLS['strict'].thresholds``).
+      thresholds: an explicit grid instead (strictly increasing, in [0, 1]); then
+          ``num_thresholds`` is ignored.
 
   Returns:
-      ``(tp, fp, fn)``, each an int64 array of shape ``(T,)``.
+      ``(tp, fp, fn)``, each an int64 array of shape ``(T,)``, ``T`` the grid size.
 
   Raises:
-      ValueError: on invalid inputs (reported as image 0).
+      ValueError: on invalid inputs (reported as image 0) or a bad grid.
   """
-  _check_num_thresholds(num_thresholds)
+  grid = _grid('strict', num_thresholds, thresholds)
   prob, gt = _check_pair(0, prob, gt)
-  pos = _strict_counts(prob, gt, num_thresholds)
+  pos = _strict_counts(prob, gt, grid)
   fp, tp = pos[:, 0].copy(), pos[:, 1].copy()
   fn = np.int64(np.count_nonzero(gt)) - tp
   return tp, fp, fn
 
 
 def _strict_protocol(
-  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], num_thresholds: int
+  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], thresholds: np.ndarray
 ) -> ThresholdCounts:
   """Pixel-to-pixel counts for all images (inputs already validated)."""
-  tp = np.empty((len(probs), num_thresholds), np.int64)
+  tp = np.empty((len(probs), thresholds.size), np.int64)
   num_pred = np.empty_like(tp)
   num_gt = np.empty_like(tp)
   for j, (prob, gt) in enumerate(zip(probs, gts, strict=True)):
-    pos = _strict_counts(prob, gt, num_thresholds)
+    pos = _strict_counts(prob, gt, thresholds)
     tp[j] = pos[:, 1]
     num_pred[j] = pos.sum(axis=1)
     num_gt[j] = np.count_nonzero(gt)
@@ -220,13 +270,13 @@ def _strict_protocol(
 # ---------------------------------------------------------------------------
 
 
-def _tolerance_thresholds(num_thresholds: int) -> np.ndarray:
+def _tolerance_uniform_thresholds(num_thresholds: int) -> np.ndarray:
   """BSDS thresholds ``linspace(1/(n+1), 1-1/(n+1), n)``: 0.01..0.99 for n = 99."""
   return np.arange(1, num_thresholds + 1, dtype=np.float64) / (num_thresholds + 1)
 
 
 def _tolerance_image(
-  prob: np.ndarray, gt: np.ndarray, num_thresholds: int, max_dist: float, thin_gt: bool
+  prob: np.ndarray, gt: np.ndarray, thresholds: np.ndarray, max_dist: float, thin_gt: bool
 ) -> np.ndarray:
   """Returns int64 (T, 3): [matched, thinned predictions, GT pixels] per threshold.
 
@@ -234,7 +284,7 @@ def _tolerance_image(
   """
   h, w = prob.shape
   radius = max_dist * math.sqrt(h * h + w * w)  # correspondPixels: maxDist * diagonal
-  out = np.zeros((num_thresholds, 3), np.int64)
+  out = np.zeros((thresholds.size, 3), np.int64)
   gy, gx = np.nonzero(gt)
   if thin_gt:
     gy, gx = thin_coords(gy, gx)
@@ -260,9 +310,10 @@ def _tolerance_image(
   near = near.reshape(h + 2 * r, stride)[r : r + h, r : r + w]
 
   # Predictions are nested: sort candidate pixels by decreasing prob once; the
-  # prediction at threshold i is a prefix of that order.
+  # prediction at threshold i is a prefix of that order. Thresholds are compared in the
+  # map's dtype; neighbours that coincide there give the same map (reused below).
   flat = prob.ravel()
-  thr = _tolerance_thresholds(num_thresholds).astype(flat.dtype)
+  thr = thresholds.astype(flat.dtype)
   cand = np.flatnonzero(flat >= thr[0])
   vals = flat[cand]
   order = np.argsort(vals, kind='stable')
@@ -297,43 +348,48 @@ def tolerance_counts(
   num_thresholds: int = 99,
   max_dist: float = TOLERANCE_MAX_DIST,
   thin_gt: bool = False,
+  *,
+  thresholds: Sequence[float] | np.ndarray | None = None,
 ) -> ThresholdCounts:
   """BSDS-style tolerant counts of one image at every threshold.
 
-  At threshold ``t_i = i / (num_thresholds + 1)``, ``i = 1..num_thresholds``, the
-  prediction ``prob >= t_i`` is thinned (:func:`thin`) and its pixels are matched
-  one-to-one to ground-truth pixels at Euclidean distance ``<= max_dist * diagonal``
-  by a maximum bipartite matching. The ground truth is used as given (BSDS), or
-  thinned first with ``thin_gt=True``.
+  At each threshold ``t`` the prediction ``prob >= t`` (``t`` in ``prob``'s dtype) is
+  thinned (:func:`thin`) and its pixels are matched one-to-one to ground-truth pixels at
+  Euclidean distance ``<= max_dist * diagonal`` by a maximum bipartite matching. The
+  ground truth is used as given (BSDS), or thinned first with ``thin_gt=True``.
 
   Args:
       prob: HxW or HxWx1 crack probabilities in [0, 1].
       gt: binary ground truth of the same size.
-      num_thresholds: number of thresholds ``T``.
+      num_thresholds: the uniform part ``i / (n + 1)``, ``i = 1..n``, of the tolerance
+          grid (which also has the tail thresholds and 0.5;
+          ``PROTOCOLS['tolerance'].thresholds``).
       max_dist: tolerance as a fraction of the image diagonal (BSDS ``maxDist``).
       thin_gt: thin the ground truth too (``num_gt`` then counts thinned pixels).
+      thresholds: an explicit grid instead (strictly increasing, in [0, 1]); then
+          ``num_thresholds`` is ignored.
 
   Returns:
-      :class:`ThresholdCounts` of int64 arrays of shape ``(T,)``.
+      :class:`ThresholdCounts` of int64 arrays of shape ``(T,)``, ``T`` the grid size.
   """
-  _check_num_thresholds(num_thresholds)
+  grid = _grid('tolerance', num_thresholds, thresholds)
   if not max_dist >= 0:
     raise ValueError(f'max_dist must be >= 0, got {max_dist}')
   prob, gt = _check_pair(0, prob, gt)
-  c = _tolerance_image(prob, gt, int(num_thresholds), float(max_dist), bool(thin_gt))
+  c = _tolerance_image(prob, gt, grid, float(max_dist), bool(thin_gt))
   return ThresholdCounts(c[:, 0], c[:, 1], c[:, 0].copy(), c[:, 2])
 
 
 def _tolerance_protocol(
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
-  num_thresholds: int,
+  thresholds: np.ndarray,
   thin_gt: bool = False,
 ) -> ThresholdCounts:
   """Tolerant counts for all images (inputs already validated)."""
   c = np.stack(
     [
-      _tolerance_image(p, g, num_thresholds, TOLERANCE_MAX_DIST, thin_gt)
+      _tolerance_image(p, g, thresholds, TOLERANCE_MAX_DIST, thin_gt)
       for p, g in zip(probs, gts, strict=True)
     ]
   )
@@ -341,16 +397,16 @@ def _tolerance_protocol(
 
 
 def _tolerance_thin_gt_protocol(
-  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], num_thresholds: int
+  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], thresholds: np.ndarray
 ) -> ThresholdCounts:
-  return _tolerance_protocol(probs, gts, num_thresholds, thin_gt=True)
+  return _tolerance_protocol(probs, gts, thresholds, thin_gt=True)
 
 
 # ---------------------------------------------------------------------------
 # Protocol table
 # ---------------------------------------------------------------------------
 
-CountsFn = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], ThresholdCounts]
+CountsFn = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], ThresholdCounts]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,15 +415,17 @@ class Protocol:
 
   Attributes:
       name: the key of this protocol in :data:`PROTOCOLS`.
-      counts: ``counts(probs, gts, n)`` -> :class:`ThresholdCounts` of shape (N, n) for
-          validated images (HxW float probabilities, HxW bool ground truth).
-      thresholds: ``thresholds(n)`` -> the ``n`` nominal thresholds (float64).
-      default_num_thresholds: the grid size when none is given.
+      counts: ``counts(probs, gts, thresholds)`` -> :class:`ThresholdCounts` of shape
+          (N, T) for validated images (HxW float probabilities, HxW bool ground truth)
+          and a strictly increasing float64 grid of ``T`` nominal thresholds.
+      uniform_thresholds: ``uniform_thresholds(n)`` -> the ``n`` uniform thresholds
+          (float64); :meth:`thresholds` adds the tails and 0.5 to them.
+      default_num_thresholds: the size of the uniform part when none is given.
       description: one-line summary, reported as ``protocol_description``.
       bsds: BSDS aggregation (interpolated ODS, BSDS AP, OIS ties -> highest threshold).
-      follows_config_grid: whether the grid size follows the configured number of
-          thresholds (``config.eval.num_thresholds``); otherwise the protocol always
-          uses ``default_num_thresholds`` (the BSDS benchmark's 99).
+      follows_config_grid: whether the size of the uniform part follows the configured
+          number of thresholds (``config.eval.num_thresholds``); otherwise the protocol
+          always uses ``default_num_thresholds`` (the BSDS benchmark's 99).
       threshold_rule: how a probability map becomes this protocol's mask at a
           threshold, for humans (e.g. recorded next to a saved threshold).
       writes_threshold_file: whether this protocol's ODS threshold is a mask
@@ -377,7 +435,7 @@ class Protocol:
 
   name: str
   counts: CountsFn
-  thresholds: Callable[[int], np.ndarray]
+  uniform_thresholds: Callable[[int], np.ndarray]
   default_num_thresholds: int
   description: str
   bsds: bool
@@ -386,23 +444,36 @@ class Protocol:
   writes_threshold_file: bool
 
   def num_thresholds(self, configured: int | None) -> int:
-    """The grid size to evaluate with, given the configured one (``None``: not set)."""
+    """The uniform grid size to evaluate with, given the configured one (``None``: not set)."""
     if self.follows_config_grid and configured is not None:
       return configured
     return self.default_num_thresholds
 
+  def thresholds(self, num_thresholds: int, tails: bool = True) -> np.ndarray:
+    """The full grid of nominal thresholds (float64, strictly increasing).
+
+    The ``num_thresholds`` uniform thresholds, :data:`FIXED_THRESHOLD` (0.5) and, with
+    ``tails``, :data:`LOW_TAIL_THRESHOLDS` and :data:`HIGH_TAIL_THRESHOLDS`, without
+    repeats (a tail or 0.5 that is already a uniform threshold appears once).
+    """
+    return _with_tails(self.uniform_thresholds(num_thresholds), tails)
+
 
 _TOLERANCE_RULE = 'crack where probability >= threshold, then thinned to one pixel'
+_TAILS = (
+  ', plus 0.5 and (by default) the tail thresholds 0.003, 0.005, 0.007 and 0.993, 0.995, '
+  '0.997, 0.998, 0.999, 0.9993, 0.9995, 0.9997, 0.9998, 0.9999, 0.99999'
+)
 
 #: name -> protocol. New protocols go here.
 PROTOCOLS: dict[str, Protocol] = {
   'strict': Protocol(
     name='strict',
     counts=_strict_protocol,
-    thresholds=_strict_thresholds,
+    uniform_thresholds=_strict_uniform_thresholds,
     default_num_thresholds=100,
     description='pixel-to-pixel matching: a pixel is crack iff prob > t, '
-    'thresholds t = i/num_thresholds for i = 0..num_thresholds-1',
+    f'thresholds t = i/num_thresholds for i = 0..num_thresholds-1{_TAILS}',
     bsds=False,
     follows_config_grid=True,
     threshold_rule='crack where probability > threshold',
@@ -411,11 +482,11 @@ PROTOCOLS: dict[str, Protocol] = {
   'tolerance': Protocol(
     name='tolerance',
     counts=_tolerance_protocol,
-    thresholds=_tolerance_thresholds,
+    uniform_thresholds=_tolerance_uniform_thresholds,
     default_num_thresholds=99,
     description='BSDS boundary benchmark: prediction prob >= t thinned to one pixel, pixels '
     f'matched one-to-one to ground truth within {TOLERANCE_MAX_DIST} x image diagonal; '
-    'thresholds t = i/(num_thresholds+1) for i = 1..num_thresholds; '
+    f'thresholds t = i/(num_thresholds+1) for i = 1..num_thresholds{_TAILS}; '
     'ODS interpolated between neighbouring thresholds, AP as BSDS collect_eval_bdry; '
     'ground truth used as given',
     bsds=True,
@@ -426,7 +497,7 @@ PROTOCOLS: dict[str, Protocol] = {
   'tolerance_thin_gt': Protocol(
     name='tolerance_thin_gt',
     counts=_tolerance_thin_gt_protocol,
-    thresholds=_tolerance_thresholds,
+    uniform_thresholds=_tolerance_uniform_thresholds,
     default_num_thresholds=99,
     description="as 'tolerance' (BSDS boundary benchmark), but the ground truth is thinned "
     'to one pixel too before matching (for region-style ground truth several pixels wide)',
