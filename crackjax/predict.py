@@ -45,6 +45,13 @@ def predict_step(
   return jax.nn.sigmoid(fused_logits(outputs))
 
 
+@functools.lru_cache(maxsize=8)
+def _jitted_predict_step(model: nn.Module):
+  # One jitted function per (equal) model, so that evaluating every epoch of a run (the
+  # reproduction runner) compiles once per image shape, not once per call.
+  return jax.jit(functools.partial(predict_step, apply_fn=model.apply))
+
+
 def predict_probabilities(
   params: Any, model: nn.Module, images: Iterable[np.ndarray], *, batch_stats: Any = None
 ) -> Iterator[np.ndarray]:
@@ -57,7 +64,7 @@ def predict_probabilities(
   BatchNorm (None for the others).
   """
   multiple = input_multiple(model)
-  apply = jax.jit(functools.partial(predict_step, apply_fn=model.apply))
+  apply = _jitted_predict_step(model)
   for image in images:
     h, w = image.shape[:2]
     ph, pw = -h % multiple, -w % multiple
