@@ -166,7 +166,7 @@ def main() -> None:
     print(
       f'{protocol:17s}: best {min(times):7.3f} s, median {np.median(times):7.3f} s '
       f'(CPU best {min(cpu):7.3f} s) over {args.repeats} runs '
-      f'({r["num_thresholds"]} thresholds) | '
+      f'({r["grid_size"]} thresholds) | '
       f'ODS P/R/F {r["ods"]["precision"]:.3f}/{r["ods"]["recall"]:.3f}/'
       f'{r["ods"]["f1"]:.3f} at t={r["ods"]["threshold"]:.3f}, '
       f'OIS F {r["ois"]["f1"]:.3f}, AP {r["ap"]:.3f}'
