@@ -1,28 +1,49 @@
-"""Wall time of crackjax's jitted U-Net train step, with an optional PyTorch comparison.
+"""Wall time of crackjax's jitted train step, and of PyTorch's on the same device.
 
 Builds the model and Adam state the way training does (`crackjax.state.init_train_state`,
 `make_mesh`, `global_batch`, `crackjax.train.make_train_step`), feeds one random batch of
 the configured shape (images uniform in [0, 1], masks ~2% crack), compiles, runs
 `--warmup` steps and then times `--steps` steps, blocking on the result of each. The step
 is the full training step: on-device augmentation, forward, loss, backward and the Adam
-update.
+update. Any model of `crackjax.models.MODELS` can be benchmarked; the PyTorch comparison
+knows the U-Net only.
 
-Prints compile time, median / min / max step time, images per second, the process's
-peak RSS (VmHWM, as getrusage's ru_maxrss but not inherited across fork/exec: the peak of
-the whole process including imports and compilation, not of the step alone),
-versions, backend and device kind; on a GPU also the achieved TFLOP/s (XLA cost-analysis
-flops of the step / median step time) and its fraction of the device's peak from PEAK_FLOPS.
+Prints compile time, median / min / max step time, images per second at the median (each
+step waited for) and pipelined (the same number of steps dispatched back to back, one wait at
+the end, as the training loop runs), and:
 
-If `import torch` works (torch is never a dependency) the same U-Net, loss and optimizer
-run in PyTorch in a separate subprocess, after the JAX run, with
-torch.set_num_threads(os.cpu_count()), so the two peak RSS figures do not mix; the ratio
-jax/torch of the median step times comes from the same invocation. `--notorch` skips it.
+* **FLOP/s from the analytic count** (`crackjax.complexity`): a step is 3 x the forward
+  FLOPs, 2 per MAC of the model's convolutions and matrix products (112.89 G MACs per
+  480x320 image for the paper's U-Net, so 677 GFLOP per image per step), and its fraction
+  of the device's dense peak for the compute dtype (`complexity.PEAK_FLOPS`). Two
+  cross-checks, labelled as such: the same count over the jaxpr of the whole step (the
+  backward pass as autodiff writes it) and XLA's cost analysis of the compiled step, which
+  on GPUs misses the cuDNN convolutions and is then flagged, never used.
+* **Peak memory**: the device's, `memory_stats()['peak_bytes_in_use']`, where the backend
+  reports it (GPU, TPU; the process's peak on the device, compilation's scratch
+  included); on the CPU, which reports nothing, XLA's compiled memory analysis of the step
+  (arguments + outputs - donated + temporaries), labelled as that. The process's host peak
+  RSS (VmHWM) is printed too, labelled host.
+
+PyTorch (never a dependency; `import torch` is checked in a subprocess): the same U-Net,
+loss and Adam, in a separate process per mode after the JAX run, on `--torch_device`
+(auto: CUDA when torch sees a GPU, else the CPU), in the config's precision: float32
+(PyTorch's defaults: cuDNN may use TF32, as XLA does) or, with
+`--config.model.dtype=bfloat16`, bf16 autocast with channels_last. Eager always;
+`--torch_compile` adds `torch.compile` (of the model and loss; `--torch_compile_mode`).
+On CUDA: Adam(fused=True), `torch.cuda.synchronize()` around every timed step and
+`torch.cuda.max_memory_allocated()` as the peak memory; on the CPU the peak RSS (host).
+The speed ratios crackjax/torch come from the same invocation. `--notorch` skips PyTorch.
+
+On a GPU, JAX preallocates 75% of the device memory and keeps it while the PyTorch
+processes run; give PyTorch room with e.g. `XLA_PYTHON_CLIENT_MEM_FRACTION=0.5`.
 
 Usage (the config and its ``--config.*`` overrides as for launch.py)::
 
     python bench/train_step.py --config=configs/crackforest_exp.py \
         [--config.model.widths='(16, 32, 64, 128, 256)'] [--config.model.conv_impl=xla] \
-        [--config.model.dtype=bfloat16] [--hw=320,480] [--batch=2] [--steps=5] [--warmup=1]
+        [--config.model.dtype=bfloat16] [--hw=320,480] [--batch=2] [--steps=5] [--warmup=1] \
+        [--torch_device=auto|cpu|cuda] [--torch_compile] [--json=PATH]
 """
 
 from __future__ import annotations
@@ -41,19 +62,12 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax import cli, validate
+from crackjax import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Dense peak FLOP/s per device kind (substring of jax's device_kind), by precision.
-# H100 SXM: 989 TFLOP/s bf16 dense tensor core, 67 TFLOP/s fp32 (non-tensor-core).
-PEAK_FLOPS: dict[str, dict[str, float]] = {
-  'H100': {'bf16': 989e12, 'fp32': 67e12},
-  'H200': {'bf16': 989e12, 'fp32': 67e12},
-  'A100': {'bf16': 312e12, 'fp32': 19.5e12},
-}
-
 CRACK_FRACTION = 0.02
+TORCH_COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
 
 
 def _peak_rss_mb() -> float:
@@ -95,29 +109,17 @@ def random_batch(batch: int, h: int, w: int, seed: int = 0):
   return {'image': image, 'mask': mask}
 
 
-def _flops_of(compiled) -> float | None:
-  try:
-    cost = compiled.cost_analysis()
-  except Exception:  # noqa: BLE001 - not every backend implements it
-    return None
-  if isinstance(cost, list | tuple):
-    cost = cost[0] if cost else None
-  if not cost or 'flops' not in cost:
-    return None
-  return float(cost['flops'])
-
-
 def bench_jax(config, hw, batch, steps, warmup) -> dict:
+  """Compiles and times crackjax's train step; returns the figures (see the module doc)."""
   import flax
   import jax
 
-  from crackjax import prefetch, train
+  from crackjax import complexity, prefetch, train
   from crackjax import state as state_lib
   from crackjax.models.conv import resolve_impl
 
   config.data.input_size = tuple(hw)
   config.batch_size = batch
-  widths = tuple(config.model.widths)
   mesh = state_lib.make_mesh()
   state = state_lib.init_train_state(config, (*hw, 3), mesh)
   n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
@@ -125,10 +127,15 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
   data = state_lib.global_batch(random_batch(batch, *hw), mesh)
 
   t0 = time.perf_counter()
-  compiled = step.lower(state, data).compile()
+  traced = step.trace(state, data)
+  compiled = traced.lower().compile()
   compile_s = time.perf_counter() - t0
   prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
-  flops = _flops_of(compiled)
+
+  forward = complexity.forward_macs(config, *hw)  # per image
+  flops = complexity.train_step_flops(forward['total'], batch)
+  jaxpr_flops = 2.0 * complexity.jaxpr_macs(traced.jaxpr)['total']
+  xla = complexity.compiled_flops(compiled)
 
   for _ in range(warmup):
     state, metrics = compiled(state, data)
@@ -139,10 +146,18 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
     state, metrics = compiled(state, data)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
+  # The same steps dispatched back to back with one wait at the end, as the training loop
+  # runs them: host dispatch overlaps the device's work.
+  t0 = time.perf_counter()
+  for _ in range(steps):
+    state, metrics = compiled(state, data)
+  jax.block_until_ready((state, metrics))
+  pipelined_s = (time.perf_counter() - t0) / steps
   loss = float(metrics['loss'])
 
   device = jax.devices()[0]
   median = statistics.median(times)
+  model_fields = {k: v for k, v in config.model.items() if k != 'name'}
   result = {
     'framework': 'jax',
     'jax': jax.__version__,
@@ -150,26 +165,35 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
     'backend': jax.default_backend(),
     'device_kind': device.device_kind,
     'device_count': jax.device_count(),
-    'widths': list(widths),
+    'model': config.model.name,
+    'model_fields': {k: list(v) if isinstance(v, tuple) else v for k, v in model_fields.items()},
     'hw': list(hw),
     'batch': batch,
     'steps': steps,
     'warmup': warmup,
     'params': n_params,
     'loss': loss,
-    'conv_impl': f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})',
-    'compute_dtype': config.model.dtype,
+    'compute_dtype': config.model.get('dtype', 'float32'),
     'compile_s': compile_s,
     **_time_stats(times, batch),
+    'pipelined_step_s': pipelined_s,
+    'pipelined_images_per_s': batch / pipelined_s,
     'peak_rss_mb': _peak_rss_mb(),
+    'memory': complexity.memory_figures(compiled, device),
+    'forward_macs_per_image': forward['total'],
     'flops_per_step': flops,
+    'tflops': flops / median / 1e12,
+    'peak_fraction': complexity.peak_fractions(
+      flops / median, device.device_kind, config.model.get('dtype', 'float32')
+    ),
+    'jaxpr_flops_per_step': jaxpr_flops,
+    'xla_flops_per_step': xla,
+    'xla_cross_check': complexity.cross_check(flops, xla),
   }
-  if result['backend'] == 'gpu' and flops:
-    achieved = flops / median
-    result['tflops'] = achieved / 1e12
-    peaks = next((v for k, v in PEAK_FLOPS.items() if k in device.device_kind), None)
-    if peaks:
-      result['peak_fraction'] = {prec: achieved / peak for prec, peak in peaks.items()}
+  if 'conv_impl' in config.model:
+    result['conv_impl'] = f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})'
+  if 'widths' in config.model:
+    result['widths'] = list(config.model.widths)
   return result
 
 
@@ -181,6 +205,16 @@ def torch_available() -> bool:
   if importlib.util.find_spec('torch') is None:
     return False
   return subprocess.run([sys.executable, '-c', 'import torch'], capture_output=True).returncode == 0
+
+
+def torch_unsupported(config) -> str | None:
+  """Why the PyTorch comparison cannot run this config, or None if it can."""
+  if config.model.name != 'unet':
+    return f'the PyTorch comparison implements the U-Net only, not {config.model.name!r}'
+  lc = config.loss
+  if lc.get('name', 'holistic') != 'holistic' or lc.weighting != 'exp':
+    return 'the PyTorch comparison implements the holistic loss with exp weighting only'
+  return None
 
 
 def _torch_unet(widths):
@@ -229,30 +263,75 @@ def _torch_unet(widths):
   return UNet()
 
 
-def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
-  """The PyTorch equivalent; meant to run in its own process (see `_torch_subprocess`)."""
+def resolve_torch_device(name: str) -> str:
+  """'cpu' or 'cuda' for `--torch_device` ('auto': CUDA when torch sees a GPU).
+
+  Raises:
+    RuntimeError: 'cuda' was asked for and torch sees no GPU (a CPU-only build or none).
+  """
+  import torch
+
+  if name == 'auto':
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+  if name == 'cuda' and not torch.cuda.is_available():
+    raise RuntimeError(
+      f'--torch_device=cuda, but torch {torch.__version__} sees no CUDA GPU '
+      f'(CUDA build: {torch.version.cuda or "none"})'
+    )
+  return name
+
+
+def bench_torch(
+  config,
+  hw,
+  batch,
+  steps,
+  warmup,
+  *,
+  expect_params=None,
+  device='auto',
+  compile_mode: str | None = None,
+  compile_backend: str = 'inductor',
+) -> dict:
+  """The PyTorch equivalent; meant to run in its own process (see `_torch_subprocess`).
+
+  Args:
+    config: the bench's config (model widths and dtype, loss, learning rate).
+    hw: (H, W) of the input.
+    batch: batch size.
+    steps: timed steps.
+    warmup: untimed steps after the first call (which compiles under torch.compile).
+    expect_params: assert the model has this many parameters (Flax's count).
+    device: 'auto', 'cpu' or 'cuda'.
+    compile_mode: None for eager, else the `torch.compile` mode of the model + loss.
+    compile_backend: the `torch.compile` backend ('inductor'; tests use 'aot_eager', which
+      traces the same way without generating C++/Triton kernels).
+  """
   import numpy as np
   import torch
 
-  torch.set_num_threads(os.cpu_count())
+  device = resolve_torch_device(device)
+  cuda = device == 'cuda'
+  if not cuda:
+    torch.set_num_threads(os.cpu_count())
   torch.manual_seed(0)
-  model = _torch_unet(tuple(config.model.widths))
+  bf16 = config.model.get('dtype', 'float32') == 'bfloat16'
+  memory_format = torch.channels_last if bf16 else torch.contiguous_format
+  model = _torch_unet(tuple(config.model.widths)).to(device=device, memory_format=memory_format)
   n_params = sum(p.numel() for p in model.parameters())
   if expect_params is not None:
     assert n_params == expect_params, (n_params, expect_params)
-  opt = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+  opt = torch.optim.Adam(model.parameters(), lr=config.learning_rate, fused=cuda)
   data = random_batch(batch, *hw)
   image = torch.from_numpy(np.ascontiguousarray(data['image'].transpose(0, 3, 1, 2)))
-  mask = torch.from_numpy(np.ascontiguousarray(data['mask'].transpose(0, 3, 1, 2)))
+  image = image.to(device).contiguous(memory_format=memory_format)
+  mask = torch.from_numpy(np.ascontiguousarray(data['mask'].transpose(0, 3, 1, 2))).to(device)
   lc = config.loss
-  if lc.weighting != 'exp':
-    raise ValueError(
-      f'the torch comparison implements the exp weighting only, not {lc.weighting!r}'
-    )
 
-  def step():
-    opt.zero_grad(set_to_none=True)
-    logits = model(image)
+  def loss_of(image, mask):
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+      logits = model(image)
+    logits = logits.float()
     # As crackjax.losses: alpha Laplace-smoothed over the batch, q = beta base^(gamma(2a-1)).
     n = mask.numel()
     alpha = (n - mask.sum() + 1.0) / (n + 2.0)
@@ -263,37 +342,100 @@ def bench_torch(config, hw, batch, steps, warmup, expect_params=None) -> dict:
       inter = (mask * p).sum()
       union = mask.sum() + p.sum() - inter
       loss = loss + lc.b * (1.0 - (inter + lc.jaccard_smooth) / (union + lc.jaccard_smooth))
+    return loss
+
+  if compile_mode is None:
+    loss_fn, mode = loss_of, 'eager'
+  elif compile_backend == 'inductor':
+    loss_fn = torch.compile(loss_of, mode=compile_mode)
+    mode = f'torch.compile (mode {compile_mode})'
+  else:  # other backends take no mode
+    loss_fn = torch.compile(loss_of, backend=compile_backend)
+    mode = f'torch.compile (backend {compile_backend})'
+
+  def sync():
+    if cuda:
+      torch.cuda.synchronize()
+
+  def step():
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(image, mask)
     loss.backward()
     opt.step()
-    return float(loss.detach())
+    return loss.detach()
 
+  t0 = time.perf_counter()
+  step()
+  sync()
+  first_call_s = time.perf_counter() - t0
   for _ in range(warmup):
     step()
+  sync()
   times = []
   for _ in range(steps):
     t0 = time.perf_counter()
     loss = step()
+    sync()
     times.append(time.perf_counter() - t0)
-  return {
+  if bf16:
+    precision = 'bfloat16 autocast, channels_last'
+  elif cuda:  # PyTorch's defaults: TF32 in cuDNN convolutions, not in matmuls
+    precision = (
+      f'float32 (cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}, '
+      f'matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32})'
+    )
+  else:
+    precision = 'float32'
+  result = {
     'framework': 'torch',
     'torch': torch.__version__,
+    'device': torch.cuda.get_device_name() if cuda else 'cpu',
+    'mode': mode,
+    'precision': precision,
     'threads': torch.get_num_threads(),
     'params': n_params,
-    'loss': loss,
+    'loss': float(loss),
+    'first_call_s': first_call_s,
     **_time_stats(times, batch),
     'peak_rss_mb': _peak_rss_mb(),
   }
+  if cuda:
+    result['memory'] = {
+      'peak_bytes': int(torch.cuda.max_memory_allocated()),
+      'source': 'device',
+      'label': 'device peak, torch.cuda.max_memory_allocated',
+    }
+  else:
+    result['memory'] = {
+      'peak_bytes': None,
+      'source': None,
+      'label': 'no device memory on the CPU; see the host peak RSS',
+    }
+  return result
 
 
-def _torch_subprocess(argv, expect_params) -> dict:
-  """Runs `bench_torch` in a fresh process with the same command line (argv[1:])."""
+def _torch_subprocess(argv, expect_params, mode: str) -> dict:
+  """Runs `bench_torch` in a fresh process with the same command line (argv[1:]).
+
+  Returns its result, or {'error': ..., 'mode': mode} with the end of its stderr when it
+  failed (e.g. torch.compile without a working C compiler on the CPU).
+  """
   cmd = [
     sys.executable,
     str(Path(__file__).resolve()),
     *argv[1:],
     f'--torch_worker={expect_params}',
+    f'--torch_worker_mode={mode}',
   ]
-  out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH')) if p)
+  out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  if out.returncode != 0:
+    tail = [line for line in out.stderr.strip().splitlines() if line.strip()][-3:]
+    return {
+      'mode': 'eager' if mode == 'eager' else 'torch.compile',
+      'error': ' / '.join(tail) or f'exit status {out.returncode}',
+    }
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -302,40 +444,73 @@ def _torch_subprocess(argv, expect_params) -> dict:
 
 def _fmt_times(r) -> str:
   return (
-    f'median {r["median_s"]:.3f} s (min {r["min_s"]:.3f}, max {r["max_s"]:.3f}; '
+    f'median {r["median_s"]:.4f} s (min {r["min_s"]:.4f}, max {r["max_s"]:.4f}; '
     f'{len(r["step_times_s"])} steps)'
   )
 
 
-def report(jr: dict, tr: dict | None) -> str:
+def _mib(n: float | None) -> str:
+  return 'n/a' if n is None else f'{n / 2**20:.0f} MiB'
+
+
+def report(jr: dict, torch_results: list[dict] | dict | None = None) -> str:
+  """The text report of `bench_jax`'s result and the PyTorch results (eager, compile)."""
+  from crackjax import complexity
+
+  if isinstance(torch_results, dict):
+    torch_results = [torch_results]
+  fields = ', '.join(
+    f'{k} {tuple(v) if isinstance(v, list) else v}' for k, v in jr['model_fields'].items()
+  )
   lines = [
-    f'config widths {tuple(jr["widths"])}, input {jr["hw"][0]}x{jr["hw"][1]}, batch '
-    f'{jr["batch"]}, {jr["params"]:,} parameters',
+    f'{jr["model"]} ({fields}), input {jr["hw"][0]}x{jr["hw"][1]}, batch {jr["batch"]}, '
+    f'{jr["params"]:,} parameters',
     f'jax {jr["jax"]}, flax {jr["flax"]}, backend {jr["backend"]}, device '
     f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
     f'{os.cpu_count()} CPUs',
-    f'jax conv_impl {jr["conv_impl"]}, compute_dtype {jr["compute_dtype"]}',
+    f'jax conv_impl {jr.get("conv_impl", "n/a")}, compute_dtype {jr["compute_dtype"]}',
     f'jax compile:      {jr["compile_s"]:.2f} s',
     f'jax step:         {_fmt_times(jr)}',
-    f'jax images/s:     {jr["images_per_s"]:.2f}',
-    f'jax peak RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM)',
+    f'jax images/s:     {jr["images_per_s"]:.2f} (median step, synchronised each step); '
+    f'{jr["pipelined_images_per_s"]:.2f} pipelined ({jr["steps"]} steps, one sync)',
+    f'analytic FLOPs:   {jr["flops_per_step"] / 1e9:.4g} GFLOP/step (3 x forward: '
+    f'{jr["batch"]} x {jr["forward_macs_per_image"] / 1e9:.4g} G MACs x 2 FLOPs x 3)',
+    f'achieved:         {jr["tflops"]:.3f} TFLOP/s (analytic FLOPs / median step)',
   ]
-  if jr.get('flops_per_step'):
-    lines.append(
-      f'XLA flops/step:   {jr["flops_per_step"] / 1e9:.1f} GFLOP '
-      f'({jr["flops_per_step"] / jr["median_s"] / 1e9:.1f} GFLOP/s achieved)'
-    )
-  if 'tflops' in jr:
-    lines.append(f'achieved:         {jr["tflops"]:.1f} TFLOP/s')
-    for prec, frac in jr.get('peak_fraction', {}).items():
-      lines.append(f'  fraction of {jr["device_kind"]} dense {prec} peak: {frac:.1%}')
-  if tr is not None:
+  for prec, frac in jr['peak_fraction'].items():
+    lines.append(f'  fraction of {jr["device_kind"]} dense {prec} peak: {frac:.1%}')
+  lines += [
+    f'  check, jaxpr of the whole step:  {jr["jaxpr_flops_per_step"] / 1e9:.4g} GFLOP '
+    f'({jr["jaxpr_flops_per_step"] / jr["flops_per_step"]:.2f} x analytic)',
+    '  check, XLA cost analysis:        '
+    + (
+      'n/a'
+      if not jr['xla_flops_per_step']
+      else f'{jr["xla_flops_per_step"] / 1e9:.4g} GFLOP ({jr["xla_cross_check"]})'
+    ),
+    f'jax peak memory:  {complexity.format_memory(jr["memory"])}',
+    f'jax host RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM; host memory)',
+  ]
+  for tr in torch_results or []:
+    name = tr['mode'] if tr['mode'].startswith('torch.compile') else f'torch {tr["mode"]}'
+    if 'error' in tr:
+      lines.append(f'{name}: FAILED: {tr["error"]}')
+      continue
     lines += [
-      f'torch {tr["torch"]} ({tr["threads"]} threads) step: {_fmt_times(tr)}',
-      f'torch images/s:   {tr["images_per_s"]:.2f}',
-      f'torch peak RSS:   {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
-      f'ratio jax/torch:  {jr["median_s"] / tr["median_s"]:.2f} (step time; >1: jax slower)',
+      f'{name} ({tr["torch"]} on {tr["device"]}, {tr["precision"]}'
+      + (f', {tr["threads"]} threads' if tr['device'] == 'cpu' else '')
+      + ')',
+      f'  first call:     {tr["first_call_s"]:.2f} s',
+      f'  step:           {_fmt_times(tr)}',
+      f'  images/s:       {tr["images_per_s"]:.2f}',
+      f'  peak memory:    {_mib(tr["memory"]["peak_bytes"])} ({tr["memory"]["label"]})',
+      f'  host RSS:       {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
+      f'  speed crackjax/{name}: {tr["median_s"] / jr["median_s"]:.2f}x '
+      '(images/s ratio, same invocation; >1: crackjax faster)',
     ]
+    if jr['memory']['source'] == 'device' and tr['memory']['peak_bytes']:
+      ratio = jr['memory']['peak_bytes'] / tr['memory']['peak_bytes']
+      lines.append(f'  device memory crackjax/{name}: {ratio:.2f}x')
   return '\n'.join(lines)
 
 
@@ -347,15 +522,42 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool(
     'torch', True, 'compare with PyTorch if it is importable (--notorch: skip)', flag_values=fv
   )
+  flags.DEFINE_enum(
+    'torch_device',
+    'auto',
+    ['auto', 'cpu', 'cuda'],
+    'device of the PyTorch run (auto: CUDA if torch sees a GPU)',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'torch_compile', False, 'also time torch.compile of the model and loss', flag_values=fv
+  )
+  flags.DEFINE_enum(
+    'torch_compile_mode', 'default', list(TORCH_COMPILE_MODES), 'torch.compile mode', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'torch_compile_backend',
+    'inductor',
+    "torch.compile backend ('aot_eager': no kernel generation, for tests)",
+    flag_values=fv,
+  )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
   flags.DEFINE_integer('torch_worker', None, 'internal: run the PyTorch side only', flag_values=fv)
+  flags.DEFINE_enum(
+    'torch_worker_mode', 'eager', ['eager', 'compile'], 'internal: PyTorch mode', flag_values=fv
+  )
 
 
 def main(argv=None) -> dict:
-  """Runs the benchmark and prints the report; returns {'jax': ..., 'torch': ... or None}.
+  """Runs the benchmark and prints the report.
 
   Args:
     argv: the command line without the program name (default: sys.argv[1:]).
+
+  Returns:
+    {'jax': bench_jax's result, 'torch': the eager PyTorch result or None,
+    'torch_compile': the torch.compile result or None}; a failed PyTorch run is
+    {'mode': ..., 'error': ...}.
   """
   prog = 'bench/train_step.py'
   default = str(REPO / 'configs' / 'crackforest_exp.py')
@@ -366,9 +568,22 @@ def main(argv=None) -> dict:
     sys.exit(f'{prog}: --hw takes H,W, got {fv.hw}')
 
   if fv.torch_worker is not None:
-    r = bench_torch(config, hw, fv.batch, fv.steps, fv.warmup, expect_params=fv.torch_worker)
+    compile_mode = fv.torch_compile_mode if fv.torch_worker_mode == 'compile' else None
+    r = bench_torch(
+      config,
+      hw,
+      fv.batch,
+      fv.steps,
+      fv.warmup,
+      expect_params=fv.torch_worker,
+      device=fv.torch_device,
+      compile_mode=compile_mode,
+      compile_backend=fv.torch_compile_backend,
+    )
     print(json.dumps(r))
-    return {'jax': None, 'torch': r}
+    return {'jax': None, 'torch': r, 'torch_compile': None}
+
+  from crackjax import validate  # not in the PyTorch worker: it imports jax and TFDS
 
   try:
     validate.check_config(config)
@@ -377,15 +592,26 @@ def main(argv=None) -> dict:
   jr = bench_jax(config, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
-  tr = None
-  if fv.torch and torch_available():
-    tr = _torch_subprocess(argv, jr['params'])
-  elif fv.torch:
-    print('(torch not importable: no PyTorch comparison)')
-  print(report(jr, tr))
-  result = {'jax': jr, 'torch': tr}
-  if fv.json:
-    Path(fv.json).write_text(json.dumps(result, indent=1))
+  result = {'jax': jr, 'torch': None, 'torch_compile': None}
+
+  def save() -> None:  # after every part, so a run cut short keeps what it finished
+    if fv.json:
+      Path(fv.json).write_text(json.dumps(result, indent=1, default=str))
+
+  save()
+  if fv.torch:
+    why_not = torch_unsupported(config)
+    if why_not:
+      print(f'(no PyTorch comparison: {why_not})')
+    elif not torch_available():
+      print('(torch not importable: no PyTorch comparison)')
+    else:
+      result['torch'] = _torch_subprocess(argv, jr['params'], 'eager')
+      save()
+      if fv.torch_compile:
+        result['torch_compile'] = _torch_subprocess(argv, jr['params'], 'compile')
+        save()
+  print(report(jr, [r for r in (result['torch'], result['torch_compile']) if r is not None]))
   return result
 
 

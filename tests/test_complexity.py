@@ -1,9 +1,15 @@
-"""Complexity figures against the paper's Tables V-VIII and XLA's own count."""
+"""Complexity figures: the analytic count against the paper's Tables V-VIII, the layer-by-layer
+U-Net count and XLA's own; memory figures on every backend."""
 
+import jax
+import jax.numpy as jnp
+import ml_collections
 import pytest
+from jax import lax
 
-from configs import smoke
+from configs import compare, smoke
 from crackjax import complexity
+from crackjax.models import MODELS, input_multiple, model_from_config
 
 
 @pytest.mark.parametrize(
@@ -33,13 +39,30 @@ def test_layer_count_agrees_with_xla_cost_analysis():
   assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
 
 
-def test_report_and_fps():
+def test_report_fps_and_memory():
+  """FLOP/s from the analytic count; the device's peak memory where the backend reports one,
+  else XLA's compiled analysis, labelled so, positive and growing with the batch."""
   config = smoke.get_config()
-  r = complexity.report(config, (32, 48), fps=False)
+  r = complexity.report(config, (32, 48), fps_batch=8, repeats=2)
   assert r['params'] == 121_725 and r['input_hw'] == [32, 48]
-  assert r['macs'] == complexity.unet_macs(config.model.widths, 32, 48)
-  fps = complexity.measure_fps(config, 32, 48, batch=2, repeats=2)
-  assert fps['batch'] == 2 and fps['fps'] == pytest.approx(2 / fps['median_s'])
+  assert r['unet_macs'] == complexity.unet_macs(config.model.widths, 32, 48)
+  assert r['macs']['total'] == r['unet_macs']['true'] and r['flops'] == 2 * r['macs']['total']
+  assert 'agrees' in r['xla_cross_check']
+  one, eight = r['fps_batch1'], r['fps_batched']
+  assert eight['batch'] == 8 and eight['fps'] == pytest.approx(8 / eight['median_s'])
+  # Every FLOP/s figure is the analytic count times the measured rate.
+  assert eight['flops_per_s'] == pytest.approx(r['flops'] * eight['fps'])
+  small, large = one['memory'], eight['memory']
+  for mem in (small, large):
+    assert mem['peak_bytes'] > 0
+    assert mem['compiled']['temp'] > 0 and mem['compiled']['argument'] > 0
+  assert large['compiled']['temp'] > 2 * small['compiled']['temp']
+  if jax.default_backend() == 'cpu':
+    assert complexity.device_memory() is None and r['device_memory'] is None
+    assert small['source'] == 'xla_compiled' and large['peak_bytes'] > small['peak_bytes']
+    assert 'XLA compiled memory analysis' in complexity.format_memory(small)
+  else:
+    assert small['source'] == 'device' and r['device_memory']['peak_bytes_in_use'] > 0
 
 
 def test_command_line_takes_config_overrides(capsys):
@@ -54,8 +77,101 @@ def test_command_line_takes_config_overrides(capsys):
   out = capsys.readouterr().out
   assert out.startswith('unet (') and 'widths (4, 8, 16, 32, 64)) at 32x48' in out
   assert 'parameters:                    0.12 M (121,725)' in out
+  assert 'MACs (analytic, from jaxpr):' in out and 'XLA cost analysis (check):' in out
+  assert 'agrees' in out
+
+
+def test_command_line_prints_analytic_flops_and_memory(capsys, tmp_path):
+  r = complexity.main(
+    [
+      '--config=configs/compare.py:hed,smoke',
+      '--hw=32,48',
+      '--fps_batch=2',
+      '--repeats=1',
+      f'--json={tmp_path / "c.json"}',
+    ]
+  )
+  out = capsys.readouterr().out
+  assert out.startswith('hed (') and 'U-Net layer by layer' not in out
+  assert out.count('    analytic ') == 2 and 'TFLOP/s' in out
+  assert out.count('    memory: ') == 2 and 'device peak memory (process):' in out
+  if jax.default_backend() == 'cpu':
+    assert 'XLA compiled memory analysis' in out and 'n/a on cpu' in out
+  assert (tmp_path / 'c.json').exists() and r['macs']['total'] > 0
 
 
 def test_command_line_rejects_a_mistyped_field(capsys):
   with pytest.raises(SystemExit, match='unknown config field.*widht'):
     complexity.main(['--config=configs/smoke.py', '--config.model.widhts=(4, 8)'])
+
+
+# ----------------------------------------------------------------------------- analytic count
+
+
+@pytest.mark.parametrize('impl', ['xla', 'blocked'])
+def test_analytic_count_equals_the_layer_count(impl):
+  config = smoke.get_config()
+  config.model.widths = (64, 128, 256, 512, 1024)
+  config.model.conv_impl = impl
+  macs = complexity.forward_macs(config, 320, 480)
+  layer = complexity.unet_macs(config.model.widths, 320, 480)
+  assert macs['total'] == layer['true'] == 112_892_313_600
+  assert macs['conv'] == layer['conv'] and macs['dot'] == layer['up']
+
+
+def _config_of(name: str) -> ml_collections.ConfigDict:
+  """A small config for model `name` (its compare.py smoke config where there is one)."""
+  if name == 'unet':
+    return smoke.get_config()
+  if name in compare.MODELS:
+    return compare.get_config(f'{name},smoke')
+  config = smoke.get_config()
+  config.model = ml_collections.ConfigDict({'name': name})
+  return config
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_analytic_count_for_every_model(name):
+  """Every registered model gets a positive count, linear in the batch, that XLA's own cost
+  analysis of the compiled forward pass agrees with on the CPU (within 2x)."""
+  config = _config_of(name)
+  multiple = input_multiple(model_from_config(config.model))
+  h, w = 2 * max(16, multiple), 3 * max(16, multiple)
+  one = complexity.forward_macs(config, h, w)
+  assert one['total'] > 0 and one['total'] == one['conv'] + one['dot']
+  assert complexity.forward_macs(config, h, w, batch=2)['total'] == 2 * one['total']
+  xla = complexity.xla_flops(config, h, w)
+  assert 'agrees' in complexity.cross_check(2 * one['total'], xla), (2 * one['total'], xla)
+
+
+def test_jaxpr_count_of_scan_transposed_conv_and_cond():
+  def up(x, k):  # 2x2 stride-2 transposed convolution: each output pixel meets one input pixel
+    return lax.conv_transpose(x, k, (2, 2), 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
+  def scanned(a, b):
+    return lax.scan(lambda c, ai: (c + (ai @ b).sum(), None), 0.0, a)
+
+  def branches(p, a, b):
+    return lax.cond(p, lambda: (a[0] @ b).sum(), lambda: 0.0)
+
+  x, k = jnp.ones((1, 8, 8, 16)), jnp.ones((2, 2, 16, 4))
+  assert complexity.jaxpr_macs(jax.make_jaxpr(up)(x, k))['conv'] == 16 * 16 * 16 * 4
+  a, b = jnp.ones((5, 3, 7)), jnp.ones((7, 2))
+  macs = complexity.jaxpr_macs(jax.make_jaxpr(scanned)(a, b))
+  assert macs == {'conv': 0, 'dot': 5 * 3 * 7 * 2, 'total': 5 * 3 * 7 * 2}
+  assert complexity.jaxpr_macs(jax.make_jaxpr(branches)(True, a, b))['dot'] == 3 * 7 * 2
+
+
+def test_cross_check_flags_a_wild_disagreement():
+  # The H200 run: 0.03 G flops from XLA's cost analysis against 2 x 112.89 G.
+  assert 'DISAGREES' in complexity.cross_check(2 * 112.89e9, 0.03e9)
+  assert 'agrees' in complexity.cross_check(2 * 112.89e9, 0.97 * 2 * 112.89e9)
+  assert complexity.cross_check(1e9, None) == 'not available on this backend'
+
+
+def test_train_step_flops_and_peak_fractions():
+  assert complexity.train_step_flops(112.89e9, 2) == pytest.approx(6 * 112.89e9 * 2)
+  bf16 = complexity.peak_fractions(494.5e12, 'NVIDIA H100 80GB HBM3', 'bfloat16')
+  assert bf16 == {'bf16': pytest.approx(0.5)}
+  assert set(complexity.peak_fractions(1e12, 'NVIDIA H200', 'float32')) == {'tf32', 'fp32'}
+  assert complexity.peak_fractions(1e12, 'cpu', 'float32') == {}
