@@ -1,5 +1,5 @@
-"""Comparison models of Tables V-VIII (FCN8s, HED, RCF, SegNet, DeepCrack, DeepLab v3+ so far)
-on CrackForest.
+"""Comparison models of Tables V-VIII (FCN8s, HED, RCF, SegNet, DeepCrack, DeepLab v3+, CrackSeg,
+U-CliqueNet) on CrackForest.
 
   python launch.py --config=configs/compare.py:hed --workdir=workdirs/cfd_hed \\
       --config.data.manual_dir=../shared/datasets/crackforest
@@ -7,23 +7,33 @@ on CrackForest.
 
 The argument is the model, optionally followed by `,dagger` (the paper's † rows: the
 exponential WCE instead of the model's own loss) and by `,cpu` (width_scale 1/4, two epochs)
-or `,smoke` (width_scale 1/16, six steps, DeepLab v3+ with one bottleneck per ResNet layer;
-tests use it). Each model trains with its original loss: FCN8s a two-class softmax
-cross-entropy (the sigmoid CE of its single logit, i.e. the holistic loss with q = 1), HED its
-class-balanced CE on every side output and the fused map, RCF its annotator-robust balanced
-CE (crackjax/losses/side.py), SegNet its median-frequency balanced CE
+or `,smoke` (width_scale 1/16, six steps, DeepLab v3+ and CrackSeg with one bottleneck per
+ResNet layer, U-CliqueNet shallower; tests use it). Each model trains with its original loss:
+FCN8s a two-class softmax cross-entropy (the sigmoid CE of its single logit, i.e. the holistic
+loss with q = 1), HED its class-balanced CE on every side output and the fused map, RCF its
+annotator-robust balanced CE (crackjax/losses/side.py), SegNet its median-frequency balanced CE
 (crackjax/losses/frequency.py; frequencies per batch unless --config.loss.crack_frequency is
 set), DeepCrack its unweighted sigmoid CE on every side output and the fused map, DeepLab v3+
-the plain CE. SegNet, DeepCrack and DeepLab v3+ have BatchNorm: their running averages train,
-checkpoint and evaluate with them (crackjax/state.py). The dagger variant uses β = 0.75 (the
+the plain CE, CrackSeg the plain CE of its binary softmax classifier, U-CliqueNet the plain
+two-class CE (assumed: its paper's loss could not be read; crackjax/models/ucliquenet.py).
+SegNet, DeepCrack, DeepLab v3+, CrackSeg and U-CliqueNet have BatchNorm: their running averages
+train, checkpoint and evaluate with them (crackjax/state.py). The dagger variant uses β = 0.75 (the
 CrackForest wce_exp setting of Table I); the per-row β of Tables V-VIII, and the other four
-datasets, come with the row configs of the reproduction harness. Everything else
-(data, augmentation, Adam 3e-4, batch 2, 10 epochs of 300 steps) is configs/base.py's.
+datasets, come with the row configs of the reproduction harness (`table_row_config`, used by
+configs/table5.py ... table8.py). Everything else (data, augmentation, Adam 3e-4, batch 2,
+10 epochs of 300 steps) is configs/base.py's.
+
+Initial weights (`config.model_init`, docs/pretrained.md): every parameter starts from scratch
+unless --config.model_init.pretrained=<file.npz> names a local file of ImageNet weights
+(torchvision's VGG16 / VGG16-BN / ResNet-50 state_dict names, or crackjax's own parameter
+paths), which crackjax/pretrained.py loads into the VGG16 and ResNet-50 layers of FCN8s, HED,
+RCF, SegNet, DeepCrack, DeepLab v3+ and CrackSeg; the run logs which and writes init.json.
 """
 
 import ml_collections
 
-from configs import base
+from configs import base, paper_tables
+from crackjax import paper
 
 # The plain (two-class softmax = sigmoid) cross-entropy: the holistic loss with q = 1, b = 0.
 PLAIN_CE = {
@@ -88,14 +98,47 @@ MODELS = {
     PLAIN_CE,
     EXP_WCE,
   ),
+  'crackseg': (
+    {
+      'name': 'crackseg',
+      'n_classes': 2,
+      'output_stride': 16,
+      'rates': (1, 2, 4, 6, 12, 18),
+      'image_pooling': False,
+      'width_scale': 1.0,
+      'blocks': (3, 4, 6, 3),  # ResNet-50
+      'dtype': 'float32',
+    },
+    PLAIN_CE,
+    EXP_WCE,
+  ),
+  'ucliquenet': (
+    {
+      'name': 'ucliquenet',
+      'n_classes': 2,
+      'growth': 24,
+      'stem_features': 64,
+      'layers': 4,
+      'levels': 3,
+      'width_scale': 1.0,
+      'dtype': 'float32',
+    },
+    PLAIN_CE,
+    EXP_WCE,
+  ),
 }
 
 SIZES = {
   'cpu': {'width_scale': 0.25, 'overrides': {'num_epochs': 2}},
   'smoke': {
     'width_scale': 1 / 16,
-    # Compile time on a CPU grows with depth: one bottleneck per ResNet layer.
-    'model': {'deeplabv3plus': {'blocks': (1, 1, 1, 1)}},
+    # Compile time on a CPU grows with depth: one bottleneck per ResNet layer, two of
+    # CrackSeg's dilated branches, U-CliqueNet with one level of two-layer clique blocks.
+    'model': {
+      'deeplabv3plus': {'blocks': (1, 1, 1, 1)},
+      'crackseg': {'blocks': (1, 1, 1, 1), 'rates': (1, 6)},
+      'ucliquenet': {'levels': 1, 'layers': 2},
+    },
     'overrides': {
       'batch_size': 2,
       'steps_per_epoch': 3,
@@ -116,6 +159,20 @@ def _fields(group: dict) -> dict:
   }
 
 
+def model_init() -> ml_collections.ConfigDict:
+  """The ``model_init`` group: where the initial weights come from (crackjax/pretrained.py)."""
+  return ml_collections.ConfigDict(
+    {
+      # A local .npz of named arrays (docs/pretrained.md); None: everything from scratch.
+      'pretrained': ml_collections.FieldReference(None, field_type=str),
+      # The input the file's first convolution expects, folded into it: 'auto' (torchvision's
+      # mean/std for torchvision names, nothing for crackjax paths), 'torchvision', 'caffe'
+      # (BGR, 0-255, mean-subtracted) or 'none'.
+      'normalization': 'auto',
+    }
+  )
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or '').split(',') if p]
   if not parts or parts[0] not in MODELS:
@@ -130,8 +187,54 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = base.get_config()
   c.model = ml_collections.ConfigDict(dict(model))
   c.loss = ml_collections.ConfigDict(_fields(dagger_loss if 'dagger' in parts else loss))
+  c.model_init = model_init()
   for size in (p for p in parts[1:] if p in SIZES):
-    c.model.width_scale = SIZES[size]['width_scale']
-    c.model.update(SIZES[size].get('model', {}).get(parts[0], {}))
-    c.update(SIZES[size]['overrides'])
+    _apply_size(c, parts[0], size)
+  return c
+
+
+def _apply_size(c: ml_collections.ConfigDict, model: str, size: str) -> None:
+  """Shrinks `c` (a config of `model`) to SIZES[size], in place."""
+  c.model.width_scale = SIZES[size]['width_scale']
+  c.model.update(SIZES[size].get('model', {}).get(model, {}))
+  c.update(SIZES[size]['overrides'])
+
+
+# ------------------------------------------------------------------ rows of Tables V-VIII
+# configs/table5.py ... table8.py: `table_row_config(table, '<key>[,cpu|,smoke]')`.
+
+
+def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
+  """The training config of row `arg` ('<key>' or '<key>,cpu' / '<key>,smoke') of Table
+  `table` (5-8).
+
+  A U-Net row is its Table I-IV row (`crackjax.paper.UNET_ROWS`: U-Net's "original loss" in
+  Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
+  `get_config('<model>[,dagger]')` (its MODELS entry: the model group and its original loss,
+  or its exponential WCE for a dagger row) with the row's beta, the dataset's settings and
+  the row's epochs (`crackjax.paper.apply_compare_row`), then the size (SIZES).
+
+  Raises:
+    ValueError: for a missing or unknown key (the message lists the keys) or variant.
+  """
+  key, _, variant = (arg or '').partition(',')
+  key, variant = key.strip(), variant.strip()
+  rows = paper.rows_by_key(table)
+  if key not in rows:
+    raise ValueError(
+      f'Unknown row {key!r} of Table {table} ({paper.dataset_of(table)}); use '
+      f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {list(rows)}.'
+    )
+  row = rows[key]
+  if row.model == 'unet':
+    return paper_tables.get_config(row.base_table, f'{row.unet_row},{variant}')
+  if variant and variant not in SIZES:
+    raise ValueError(
+      f'Unknown config argument {variant!r} for the {row.model} row {key!r}; known: '
+      f'{sorted(SIZES)}.'
+    )
+  c = get_config(row.model + (',dagger' if row.dagger else ''))
+  paper.apply_compare_row(c, table, key)
+  if variant:
+    _apply_size(c, row.model, variant)
   return c

@@ -1,4 +1,4 @@
-"""Tables I-IV as re-run by `crackjax.reproduce`, beside the paper's figures.
+"""Tables I-VIII as re-run by `crackjax.reproduce`, beside the paper's figures.
 
   python -m crackjax.report repro/cpu                      # -> repro/cpu/report/
   python -m crackjax.report repro/cpu --export=results/cpu_scale.json   # small, committable
@@ -18,6 +18,11 @@ Written to ``--out``:
   report.csv    the same numbers, one line per (table, row, protocol).
   curves_table<T>_<protocol>.png   ODS and OIS F1 against the epoch per training group, mean
                 and min-max over seeds (Figs. 5-6 of the paper).
+  report_compare.csv   Tables V-VIII (the comparison models), when a run of theirs is there:
+                per (table, row, protocol) our ODS / OIS / fixed-threshold F1, time and
+                parameter count beside the paper's ODS, OIS, parameters, GFLOPS, TT and FPS.
+                report.md shows them too, with each model's dagger row against its original
+                one (Welch's t-test), as the paper compares them.
 
 Every number names its protocol (docs/evaluation.md) and the hardware it ran on; the paper's
 figures are its own protocol's (unnamed there, see docs/reproduction.md).
@@ -76,6 +81,8 @@ def load_run(directory: Path) -> dict[str, Any]:
       'steps_per_epoch': c.get('steps_per_epoch'),
       'batch_size': c.get('batch_size'),
       'dtype': c.get('model', {}).get('dtype'),
+      'model': c.get('model', {}).get('name'),
+      'width_scale': c.get('model', {}).get('width_scale'),
     },
     'epochs': epochs,
   }
@@ -141,10 +148,11 @@ def export(runs: Sequence[dict[str, Any]], path: str | Path) -> None:
 class RowResult:
   """One paper row under one protocol: per-seed values at the row's epoch (fractions)."""
 
-  row: paper.Row
+  row: paper.Row | paper.CompareRow
   protocol: str
   seeds: list[int]
-  values: dict[str, list[float]]  # ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1, f1_fixed, time_s
+  # ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1, f1_fixed, time_s, params (NaN: not recorded)
+  values: dict[str, list[float]]
 
   def mean_std(self, name: str) -> tuple[float, float]:
     v = np.asarray([x for x in self.values.get(name, []) if np.isfinite(x)], float)
@@ -170,29 +178,33 @@ def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, floa
     'ois_f1': r['ois']['f1'],
     'f1_fixed': fixed,
     'time_s': float(np.sum(times)),  # NaN if an epoch's time is unknown
+    'params': float(e.get('params', math.nan)),
   }
 
 
 def row_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
   """Every paper row that some run covers, in the paper's order, under `protocol`."""
   out = []
-  for table, rows in paper.TABLES.items():
-    for row in rows:
-      if row.reference:
-        continue
-      seeds, values = [], {}
-      for run in runs:
-        if run['table'] != table or run['group'] != row.training_group:
-          continue
-        v = _values_at(run, row.epochs, protocol)
-        if v is None:
-          continue
-        seeds.append(run['seed'])
-        for k, x in v.items():
-          values.setdefault(k, []).append(x)
-      if seeds:
-        out.append(RowResult(row, protocol, seeds, values))
+  for rows in paper.TABLES.values():
+    out += [r for r in (_row_result(runs, row, protocol) for row in rows) if r is not None]
   return out
+
+
+def _row_result(runs: Sequence[dict[str, Any]], row, protocol: str) -> RowResult | None:
+  """`row`'s results under `protocol` in `runs` (None: no run covers it, or a reference row)."""
+  if row.reference:
+    return None
+  seeds, values = [], {}
+  for run in runs:
+    if run['table'] != row.table or run['group'] != row.training_group:
+      continue
+    v = _values_at(run, row.epochs, protocol)
+    if v is None:
+      continue
+    seeds.append(run['seed'])
+    for k, x in v.items():
+      values.setdefault(k, []).append(x)
+  return RowResult(row, protocol, seeds, values) if seeds else None
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
@@ -249,8 +261,12 @@ def _describe_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
   settings = sorted({json.dumps(r['setting'], sort_keys=True) for r in runs})
   for s in settings:
     s = json.loads(s)
+    model = s.get('model') or 'unet'
+    net = (
+      f'widths {s["widths"]}' if model == 'unet' else f'{model} (width_scale {s["width_scale"]})'
+    )
     lines.append(
-      f'- Setting: widths {s["widths"]}, training input {s["input_size"] or "full images"}, '
+      f'- Setting: {net}, training input {s["input_size"] or "full images"}, '
       f'{s["steps_per_epoch"]} steps/epoch, batch {s["batch_size"]}, {s["dtype"]}.'
     )
   commits = sorted({str(r['versions'].get('commit')) for r in runs})
@@ -267,7 +283,8 @@ def _baseline(results: Sequence[RowResult], table: int) -> RowResult | None:
 
 def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
   """The report as Markdown (see the module docstring)."""
-  out = ['# Reproduction of Tables I-IV (crackjax.reproduce)', '']
+  tables = 'I-VIII' if any(r['table'] in paper.COMPARE_TABLES for r in runs) else 'I-IV'
+  out = [f'# Reproduction of Tables {tables} (crackjax.reproduce)', '']
   out += _describe_runs(runs)
   out += [
     '- Figures: mean (std over seeds) in percent; F1@0.5 = F1 at the fixed threshold 0.5; '
@@ -335,6 +352,7 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
           f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
         )
       out.append('')
+  out += compare_markdown(runs, protocols)
   return '\n'.join(out)
 
 
@@ -384,6 +402,153 @@ def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[st
         )
 
 
+# ---------------------------------------------------------------------------- Tables V-VIII
+
+
+def compare_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
+  """Every row of Tables V-VIII that some run covers, in the paper's order, under `protocol`."""
+  out = []
+  for rows in paper.COMPARE_TABLES.values():
+    out += [r for r in (_row_result(runs, row, protocol) for row in rows) if r is not None]
+  return out
+
+
+def _delta(ours: float, paper_value: float) -> str:
+  return f'{100 * ours - paper_value:+.2f}' if np.isfinite(ours) else '–'
+
+
+def _count(n: float) -> str:
+  if not np.isfinite(n):
+    return '–'
+  return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.2f}K'
+
+
+def compare_markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> list[str]:
+  """The Markdown lines of Tables V-VIII (none without their runs): per table and protocol
+  our ODS / OIS F1 beside the paper's, with the paper's parameters, GFLOPS, TT and FPS; then
+  each model's dagger row against its original loss."""
+  out = []
+  for table in paper.COMPARE_TABLES:
+    for protocol in protocols:
+      results = [r for r in compare_results(runs, protocol) if r.row.table == table]
+      if not results:
+        continue
+      out += [
+        f'## Table {table} ({paper.dataset_of(table)}, comparison models), `{protocol}` protocol',
+        '',
+        'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
+        '`crackjax.paper.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
+        f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
+        '',
+        '| method | β | epochs | seeds | ODS F1 | OIS F1 | F1@0.5 | time | params | paper ODS | '
+        'Δ ODS | paper OIS | Δ OIS | paper TT | paper params | paper GFLOPS | paper FPS |',
+        '|' + '---|' * 17,
+      ]
+      for r in results:
+        ods, ois = r.mean_std('ods_f1'), r.mean_std('ois_f1')
+        cells = [
+          r.row.name,
+          '-' if r.row.beta is None else f'{r.row.beta:g}',
+          str(r.row.epochs),
+          str(len(r.seeds)),
+          _pct(*ods),
+          _pct(*ois),
+          _pct(*r.mean_std('f1_fixed')),
+          _time(r.mean_std('time_s')[0]),
+          _count(r.mean_std('params')[0]),
+          f'{r.row.ods:.2f}',
+          _delta(ods[0], r.row.ods),
+          f'{r.row.ois:.2f}',
+          _delta(ois[0], r.row.ois),
+          r.row.time,
+          r.row.params,
+          f'{r.row.gflops:g}',
+          f'{r.row.fps:.2f}',
+        ]
+        out.append('| ' + ' | '.join(cells) + ' |')
+      out.append('')
+      by_key = {r.row.key: r for r in results}
+      pairs = [
+        (by_key[r.row.model], r)
+        for r in results
+        if r.row.dagger and r.row.model in by_key and not by_key[r.row.model].row.dagger
+      ]
+      if not pairs:
+        continue
+      out += [
+        'Dagger (exponential WCE) against the original loss, per model (ODS F1, points; Welch '
+        '95% CI and two-sided p; time = ours dagger / original):',
+        '',
+        '| model | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) | time ratio '
+        '| TT ratio (paper) |',
+        '|---|---|---|---|---|---|---|',
+      ]
+      for orig, dag in pairs:
+        w = welch(dag.values['ods_f1'], orig.values['ods_f1'])
+        ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
+        p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+        ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
+        out.append(
+          f'| {orig.row.name} | {100 * w["diff"]:+.2f} | {ci} | {p} | '
+          f'{dag.row.ods - orig.row.ods:+.2f} | '
+          f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
+          f'{dag.row.time_s / orig.row.time_s:.2f} |'
+        )
+      out.append('')
+  return out
+
+
+def write_compare_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
+  """report_compare.csv: one line per (Table V-VIII row, protocol), ours beside the paper's."""
+  names = ('ods_f1', 'ois_f1', 'f1_fixed', 'time_s', 'params')
+  scale = {'ods_f1': 100.0, 'ois_f1': 100.0, 'f1_fixed': 100.0, 'time_s': 1.0, 'params': 1.0}
+  with path.open('w', newline='') as f:
+    w = csv.writer(f)
+    w.writerow(
+      [
+        'table',
+        'key',
+        'method',
+        'model',
+        'dagger',
+        'beta',
+        'epochs',
+        'protocol',
+        'seeds',
+        *(f'{n}_{s}' for n in names for s in ('mean', 'std')),
+        'paper_ods_f1',
+        'paper_ois_f1',
+        'paper_params',
+        'paper_gflops',
+        'paper_time_s',
+        'paper_fps',
+      ]
+    )
+    for protocol in protocols:
+      for r in compare_results(runs, protocol):
+        stats = [(x, scale[n]) for n in names for x in r.mean_std(n)]
+        w.writerow(
+          [
+            r.row.table,
+            r.row.key,
+            r.row.name,
+            r.row.model,
+            r.row.dagger,
+            '' if r.row.beta is None else r.row.beta,
+            r.row.epochs,
+            protocol,
+            ' '.join(map(str, r.seeds)),
+            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in stats),
+            r.row.ods,
+            r.row.ois,
+            r.row.params_count,
+            r.row.gflops,
+            r.row.time_s,
+            r.row.fps,
+          ]
+        )
+
+
 def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol: str) -> bool:
   """ODS and OIS F1 per epoch for every training group of `table` (Figs. 5-6). False if no
   run of `table` has `protocol`."""
@@ -423,7 +588,7 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
     ax.grid(alpha=0.3)
   axes[1].legend(fontsize=7, loc='lower right')
   fig.suptitle(
-    f'Table {table} ({paper.SETTINGS[table].dataset}): mean over seeds, band = min-max '
+    f'Table {table} ({paper.dataset_of(table)}): mean over seeds, band = min-max '
     '(cf. Figs. 5-6 of the paper)'
   )
   fig.savefig(path, dpi=110)
@@ -443,6 +608,8 @@ def write_report(runs: Sequence[dict[str, Any]], out: str | Path, protocols: Seq
         figures.append(f'![Table {table}, {protocol}]({name})')
   (out / 'report.md').write_text(text + '\n' + '\n\n'.join(figures) + '\n')
   write_csv(out / 'report.csv', runs, protocols)
+  if any(compare_results(runs, p) for p in protocols):
+    write_compare_csv(out / 'report_compare.csv', runs, protocols)
   return out / 'report.md'
 
 

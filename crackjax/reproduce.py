@@ -1,4 +1,4 @@
-"""Re-runs rows of the paper's Tables I-IV, seed by seed, evaluating after every epoch.
+"""Re-runs rows of the paper's Tables I-VIII, seed by seed, evaluating after every epoch.
 
   python -m crackjax.reproduce --list
   python -m crackjax.reproduce --table=1 --seeds=5 --workdir=repro/gpu
@@ -29,6 +29,12 @@ it). Timings of side-by-side jobs are recorded as such (``run.json``: ``side_by_
 The configs come from the config files (``configs/table<T>.py:<row>[,<variant>]`` plus
 ``--set`` overrides), found next to the crackjax package (``--configs_dir``), so a run here is
 exactly `python launch.py --config=configs/table1.py:<row>` with the seed set.
+
+Tables V-VIII (the comparison models, `crackjax.paper.COMPARE_TABLES`) run the same way,
+``--table=7 --rows=hed,hed_dagger``: every row is its own training group (a model with its
+original loss or the paper's dagger loss) and loads ``configs/table<T>.py:<key>[,<variant>]``
+(variants: configs/compare.py SIZES, ``cpu`` and ``smoke``; the U-Net rows also take
+configs/base.py's). Their epochs are partly assumed (`crackjax.paper`, ``epochs_basis``).
 """
 
 from __future__ import annotations
@@ -53,19 +59,6 @@ from crackjax import cli, paper
 
 PROG = 'python -m crackjax.reproduce'
 DEFAULT_PROTOCOLS = ('strict', 'tolerance_thin_gt')
-# The result keys of `evaluation.evaluate` an epoch file keeps (not the per-image rows).
-_RESULT_KEYS = (
-  'protocol',
-  'protocol_description',
-  'num_thresholds',
-  'ods',
-  'ods_grid',
-  'ois',
-  'ois_mean_f1',
-  'ap',
-  'fixed',
-  'curve',
-)
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -73,7 +66,7 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool(
     'list', False, 'Print the rows (all tables, or --table) and exit.', flag_values=fv
   )
-  flags.DEFINE_integer('table', None, 'Table of the paper (1-4).', flag_values=fv)
+  flags.DEFINE_integer('table', None, 'Table of the paper (1-8).', flag_values=fv)
   flags.DEFINE_list(
     'rows', [], 'Row keys (default: every trainable row of the table).', flag_values=fv
   )
@@ -85,7 +78,8 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'variant',
     '',
-    'Config variant appended to every row (configs/base.py VARIANTS).',
+    'Config variant appended to every row (configs/base.py VARIANTS; Tables V-VIII: '
+    'configs/compare.py SIZES).',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(
@@ -169,8 +163,9 @@ def select_jobs(table: int, row_keys: Sequence[str], seeds: Sequence[int]) -> li
   Raises:
     ValueError: unknown table, unknown key or a reference row (the message lists the keys).
   """
-  if table not in paper.TABLES:
-    raise ValueError(f'--table must be one of {sorted(paper.TABLES)}, got {table}.')
+  if table not in paper.TABLES and table not in paper.COMPARE_TABLES:
+    tables = sorted(paper.TABLES) + sorted(paper.COMPARE_TABLES)
+    raise ValueError(f'--table must be one of {tables}, got {table}.')
   rows = paper.rows_by_key(table)
   trainable = [k for k, r in rows.items() if not r.reference]
   unknown = [k for k in row_keys if k not in trainable]
@@ -197,7 +192,26 @@ def list_rows(table: int | None = None) -> str:
         f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods.f1.mean:6.2f}  '
         f'({paper.SETTINGS[t].dataset}; {what})'
       )
+  lines += _list_compare_rows(table)
   return '\n'.join(lines)
+
+
+def _list_compare_rows(table: int | None) -> list[str]:
+  """The lines of `list_rows` for Tables V-VIII: one per row, like Tables I-IV's, plus the
+  model, its loss and where its epochs come from."""
+  lines = []
+  for t, rows in paper.COMPARE_TABLES.items():
+    if table not in (None, t):
+      continue
+    for r in rows:
+      epochs = f'{r.epochs} epochs'
+      known = f'as Table {r.base_table} {r.unet_row}' if r.unet_row else 'epochs assumed'
+      pending = '' if r.model_implemented else '; model not in crackjax.models yet'
+      lines.append(
+        f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods:6.2f}  '
+        f'({r.dataset}; {r.name}: {r.loss}; {known}{pending})'
+      )
+  return lines
 
 
 # ------------------------------------------------------------------------------- configuration
@@ -316,12 +330,14 @@ def epoch_record(
   return {
     'epoch': epoch,
     'step': int(jax.device_get(state.step)),
+    # Trainable parameters (Tables V-VIII print them; BatchNorm statistics are not counted).
+    'params': sum(int(x.size) for x in jax.tree.leaves(state.params)),
     'train_seconds': train_seconds,
     'eval_seconds': time.perf_counter() - t0,
     # The first epoch a process finishes includes its start-up and compilation (and, after a
     # resume, only part of the epoch's steps).
     'first_in_process': first,
-    'results': {p: {k: r[k] for k in _RESULT_KEYS if k in r} for p, r in results.items()},
+    'results': {p: evaluate.protocol_summary(r) for p, r in results.items()},
   }
 
 

@@ -38,6 +38,7 @@ from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from crackjax import pretrained
 from crackjax.models import model_from_config
 
 TrainState = flax_train_state.TrainState
@@ -363,7 +364,10 @@ def restore_or_init(
     mngr, functools.partial(abstract_train_state, config, image_shape, mesh)
   )
   if state is None:
-    return init_train_state(config, image_shape, mesh)
+    state = init_train_state(config, image_shape, mesh)
+    # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
+    # either way logged and written to <workdir>/init.json (crackjax/pretrained.py).
+    return pretrained.initialise(state, config, workdir=Path(mngr.directory).parent)
   return state
 
 

@@ -32,12 +32,14 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deepcrack import DeepCrack
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.fcn8s import FCN8s
 from crackjax.models.hed import HED
 from crackjax.models.rcf import RCF
 from crackjax.models.segnet import SegNet
+from crackjax.models.ucliquenet import UCliqueNet
 from crackjax.models.unet import UNet
 
 # Explicit table: name -> constructor taking keyword arguments.
@@ -51,6 +53,8 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
   'segnet': SegNet,
   'deepcrack': DeepCrack,
   'deeplabv3plus': DeepLabV3Plus,
+  'crackseg': CrackSeg,
+  'ucliquenet': UCliqueNet,
 }
 
 # config.model.dtype -> the dtype of activations and convolutions.

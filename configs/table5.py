@@ -1,0 +1,18 @@
+"""Table V of the paper, comparison models on CrackForest (§IV-E): one config per row, the row
+key as config argument.
+
+  python launch.py --config=configs/table5.py:<key> --workdir=workdirs/table5/<key>
+  --config=configs/table5.py:<key>,cpu   (or ,smoke) shrinks it (configs/compare.py SIZES;
+  base.py's VARIANTS for the U-Net rows)
+
+Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
+assumed epochs live in crackjax/paper.py (TABLE5); the dataset settings are Table 1's
+(SETTINGS[1]); the models' groups and original losses are configs/compare.py's. An unknown
+key lists the valid ones.
+"""
+
+from configs import compare
+
+
+def get_config(arg: str | None = None):
+  return compare.table_row_config(5, arg)

@@ -1,0 +1,18 @@
+"""Table VI of the paper, comparison models on AigleRN (§IV-E): one config per row, the row
+key as config argument.
+
+  python launch.py --config=configs/table6.py:<key> --workdir=workdirs/table6/<key>
+  --config=configs/table6.py:<key>,cpu   (or ,smoke) shrinks it (configs/compare.py SIZES;
+  base.py's VARIANTS for the U-Net rows)
+
+Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
+assumed epochs live in crackjax/paper.py (TABLE6); the dataset settings are Table 2's
+(SETTINGS[2]); the models' groups and original losses are configs/compare.py's. An unknown
+key lists the valid ones.
+"""
+
+from configs import compare
+
+
+def get_config(arg: str | None = None):
+  return compare.table_row_config(6, arg)

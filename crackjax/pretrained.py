@@ -1,0 +1,540 @@
+"""Initial weights from a local file: ImageNet VGG16 / ResNet-50 for the comparison models.
+
+FCN8s, HED, RCF, SegNet and DeepCrack start from ImageNet VGG16 in their papers, DeepLab v3+ and
+CrackSeg from ImageNet ResNet-50. Those weights cannot be downloaded here; a user who has them
+names a local ``.npz`` file in ``config.model_init.pretrained`` and the fresh state of a new run
+takes them (`initialise`, called by `crackjax.state.restore_or_init`; a resumed run keeps its
+checkpoint). Without a file every parameter starts from scratch, and the run says so: a log line
+and ``<workdir>/init.json`` (``"pretrained": null``), besides ``model_init`` in config.json.
+docs/pretrained.md has the conversion recipes.
+
+The file: a ``.npz`` of named arrays (``np.savez(path, **arrays)``), in one of the layouts
+(`LAYOUTS`), recognised from its names:
+
+* ``vgg16``: torchvision's ``vgg16().state_dict()`` names, ``features.{0,2,5,...,28}.weight``
+  [O, I, 3, 3] and ``.bias``; ``classifier.0`` / ``classifier.3`` (fc6, fc7) load into FCN8s's
+  convolutional fc6 (7x7) and fc7 (1x1); ``classifier.6`` (the 1000 classes) is ignored.
+* ``vgg16_bn``: torchvision's ``vgg16_bn()`` names, each convolution ``features.i`` followed by
+  its BatchNorm ``features.{i+1}`` (weight, bias, running_mean, running_var): SegNet and
+  DeepCrack take the BatchNorms too (scale, offset and running averages).
+* ``resnet50``: torchvision's ``resnet50()`` names, ``conv1.weight``, ``bn1.*``,
+  ``layer{1-4}.{b}.conv{1-3}.weight``, ``...bn{1-3}.*``, ``layer{l}.0.downsample.{0,1}.*``;
+  ``fc.*`` is ignored.
+* ``crackjax``: crackjax's own paths, ``params/conv1_1/kernel`` (or ``conv1_1/kernel``) and
+  ``batch_stats/...``, arrays exactly as crackjax holds them (HWIO kernels): weights moved from
+  any run of the same model and width (`export_arrays` writes such a file).
+
+A leading ``module.`` (PyTorch's DataParallel) is dropped from every name. Convolution weights
+are transposed from PyTorch's OIHW to flax's HWIO; fc6 [4096, 25088] is reshaped to 7x7x512
+first. Every array's shape is checked against the model (the model must be at full width,
+width_scale 1.0, for ImageNet weights); any mismatch is one error naming the file's key, its
+shape, the crackjax parameter and that parameter's shape. A layer the model lacks (e.g. the
+blocks a smoke config leaves out) leaves the file's arrays unused, and a parameter the file
+lacks (every head, side output and decoder) starts from scratch; the report lists both.
+
+Input normalisation. crackjax models take RGB images in [0, 1] (FCN8s subtracts the Caffe mean
+first: `crackjax.models.fcn8s.IMAGENET_MEAN_RGB`), while torchvision's weights expect
+``(x - mean) / std`` with ImageNet's mean and std, and Caffe's 0-255 BGR with its mean
+subtracted. Rather than change the models, the normalisation is folded into the first
+convolution (conv1_1, or ResNet's conv1): its kernel is divided by std per input channel (and
+reversed to RGB for Caffe), and the constant it then lacks is added to its bias, or, for
+ResNet's bias-free conv1, taken off bn1's running mean. Exact away from the image border (the
+zero padding pads the unnormalised image); ``normalization`` picks the convention ('auto':
+torchvision's for torchvision names, none for crackjax paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
+
+LAYOUTS = ('vgg16', 'vgg16_bn', 'resnet50', 'crackjax')
+NORMALIZATIONS = ('auto', 'torchvision', 'caffe', 'none')
+
+# torchvision's ImageNet input normalisation, RGB, on [0, 1].
+TORCHVISION_MEAN = (0.485, 0.456, 0.406)
+TORCHVISION_STD = (0.229, 0.224, 0.225)
+
+# VGG16's thirteen convolutions and their index in torchvision's `features`.
+VGG16_CONVS = tuple(
+  f'conv{stage}_{i}' for stage, n in enumerate((2, 2, 3, 3, 3), start=1) for i in range(1, n + 1)
+)
+VGG16_FEATURES = (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28)
+VGG16_BN_FEATURES = (0, 3, 7, 10, 14, 17, 20, 24, 27, 30, 34, 37, 40)  # BatchNorm at i + 1
+RESNET50_BLOCKS = (3, 4, 6, 3)
+
+# Model -> the torchvision layouts it takes (any model takes the crackjax layout).
+BACKBONES: dict[str, tuple[str, ...]] = {
+  'fcn8s': ('vgg16',),
+  'hed': ('vgg16',),
+  'rcf': ('vgg16',),
+  'segnet': ('vgg16', 'vgg16_bn'),
+  'deepcrack': ('vgg16', 'vgg16_bn'),
+  'deeplabv3plus': ('resnet50',),
+  'crackseg': ('resnet50',),
+}
+# What a model subtracts from the [0, 1] image before its first convolution.
+INPUT_OFFSETS: dict[str, tuple[float, float, float]] = {'fcn8s': CAFFE_MEAN_RGB}
+# Models whose VGG16 convolutions are ConvBN modules ('<name>/conv', '<name>/bn').
+_CONV_BN_MODELS = ('segnet', 'deepcrack')
+
+
+class PretrainedError(ValueError):
+  """A pretrained-weights file that cannot be loaded into the model; the message says why."""
+
+
+@dataclasses.dataclass
+class Mapped:
+  """One array of a file and where it goes.
+
+  Attributes:
+    key: the file's name for it.
+    path: the crackjax variable, e.g. 'params/conv1_1/kernel'.
+    kind: 'conv' (OIHW -> HWIO), 'fc' (fc6/fc7: [O, kh*kw*I] -> HWIO) or 'copy'.
+  """
+
+  key: str
+  path: str
+  kind: str
+
+
+@dataclasses.dataclass
+class InitReport:
+  """What a run's initial weights are (written to init.json).
+
+  Attributes:
+    pretrained: the file, or None (everything from scratch).
+    layout: the file's layout (LAYOUTS).
+    normalization: the input normalisation folded into the first convolution ('none' if
+      none was).
+    loaded: crackjax variables taken from the file ('params/...', 'batch_stats/...').
+    from_scratch: crackjax variables the file had nothing for (their fresh initialisation).
+    ignored: names in the file that went nowhere.
+    loaded_values: number of parameter values (params only) loaded.
+    total_values: number of parameter values of the model.
+  """
+
+  pretrained: str | None
+  layout: str | None = None
+  normalization: str = 'none'
+  loaded: list[str] = dataclasses.field(default_factory=list)
+  from_scratch: list[str] = dataclasses.field(default_factory=list)
+  ignored: list[str] = dataclasses.field(default_factory=list)
+  loaded_values: int = 0
+  total_values: int = 0
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def summary(self, limit: int = 8) -> str:
+    """One line for the log."""
+    if self.pretrained is None:
+      return (
+        'Initial weights: from scratch, config.model_init.pretrained is not set (all '
+        f'{self.total_values:,} parameters start from their random initialisation).'
+      )
+    params = [p for p in self.loaded if p.startswith('params/')]
+    text = (
+      f'Initial weights: {len(params)} parameter arrays ({self.loaded_values:,} of '
+      f'{self.total_values:,} values) from {self.pretrained} ({self.layout} layout'
+    )
+    if self.normalization != 'none':
+      text += f', {self.normalization} input normalisation folded into the first convolution'
+    text += f'); {len(self.loaded) - len(params)} batch-statistics arrays'
+    text += f'; from scratch: {_some(self.from_scratch, limit)}'
+    text += f'; unused in the file: {_some(self.ignored, limit)}.'
+    return text
+
+
+def _some(names: Sequence[str], limit: int) -> str:
+  if not names:
+    return 'none'
+  shown = ', '.join(names[:limit])
+  return f'{shown} and {len(names) - limit} more' if len(names) > limit else shown
+
+
+def _ordered(paths: Any) -> list[str]:
+  """Sorted, parameters before batch statistics."""
+  return sorted(paths, key=lambda p: (not p.startswith('params/'), p))
+
+
+def _key_name(entry: Any) -> str:
+  for attr in ('key', 'name', 'idx'):
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
+def flat_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
+  """{'params/conv1_1/kernel': leaf, ...} of a model's variables (arrays or shape structs)."""
+  return {
+    '/'.join(_key_name(k) for k in path): leaf
+    for path, leaf in jax.tree_util.tree_leaves_with_path(dict(variables))
+  }
+
+
+# ---------------------------------------------------------------------------- the layouts
+
+
+def _vgg16_mapping(model: str, layout: str) -> list[Mapped]:
+  bn_model = model in _CONV_BN_MODELS
+  indices = VGG16_FEATURES if layout == 'vgg16' else VGG16_BN_FEATURES
+  out = []
+  for name, i in zip(VGG16_CONVS, indices, strict=True):
+    conv = f'{name}/conv' if bn_model else name
+    out += [
+      Mapped(f'features.{i}.weight', f'params/{conv}/kernel', 'conv'),
+      Mapped(f'features.{i}.bias', f'params/{conv}/bias', 'copy'),
+    ]
+    if layout == 'vgg16_bn':
+      out += _bn_mapping(f'features.{i + 1}', f'{name}/bn')
+  if model == 'fcn8s':
+    for key, name in (('classifier.0', 'fc6'), ('classifier.3', 'fc7')):
+      out += [
+        Mapped(f'{key}.weight', f'params/{name}/kernel', 'fc'),
+        Mapped(f'{key}.bias', f'params/{name}/bias', 'copy'),
+      ]
+  return out
+
+
+def _bn_mapping(key: str, path: str) -> list[Mapped]:
+  return [
+    Mapped(f'{key}.weight', f'params/{path}/scale', 'copy'),
+    Mapped(f'{key}.bias', f'params/{path}/bias', 'copy'),
+    Mapped(f'{key}.running_mean', f'batch_stats/{path}/mean', 'copy'),
+    Mapped(f'{key}.running_var', f'batch_stats/{path}/var', 'copy'),
+  ]
+
+
+def _resnet50_mapping() -> list[Mapped]:
+  out = [
+    Mapped('conv1.weight', 'params/conv1/conv/kernel', 'conv'),
+    *_bn_mapping('bn1', 'conv1/bn'),
+  ]
+  for layer, blocks in enumerate(RESNET50_BLOCKS, start=1):
+    for block in range(blocks):
+      torch, flax = f'layer{layer}.{block}', f'layer{layer}_{block}'
+      for j in (1, 2, 3):
+        out.append(Mapped(f'{torch}.conv{j}.weight', f'params/{flax}/conv{j}/conv/kernel', 'conv'))
+        out += _bn_mapping(f'{torch}.bn{j}', f'{flax}/conv{j}/bn')
+      if block == 0:
+        out.append(
+          Mapped(f'{torch}.downsample.0.weight', f'params/{flax}/downsample/conv/kernel', 'conv')
+        )
+        out += _bn_mapping(f'{torch}.downsample.1', f'{flax}/downsample/bn')
+  return out
+
+
+def mapping(model: str, layout: str, targets: Mapping[str, Any] | None = None) -> list[Mapped]:
+  """Where each array of a `layout` file goes in `model`.
+
+  Args:
+    model: config.model.name.
+    layout: one of LAYOUTS.
+    targets: the model's flat variables (`flat_variables`); entries whose crackjax variable
+      the model lacks are left out (for the crackjax layout: one entry per variable).
+
+  Raises:
+    PretrainedError: the model does not take that layout.
+  """
+  if layout == 'crackjax':
+    return [Mapped(path, path, 'copy') for path in targets or {}]
+  if layout not in BACKBONES.get(model, ()):
+    takes = BACKBONES.get(model)
+    what = (
+      f'takes {" or ".join(takes)} (or crackjax) files'
+      if takes
+      else 'has no ImageNet backbone; it takes crackjax-layout files only'
+    )
+    raise PretrainedError(f'Model {model!r} cannot load a {layout} file: it {what}.')
+  entries = _resnet50_mapping() if layout == 'resnet50' else _vgg16_mapping(model, layout)
+  if targets is not None:
+    entries = [e for e in entries if e.path in targets]
+  return entries
+
+
+def detect_layout(keys: Sequence[str]) -> str:
+  """The layout of a file with these names (`LAYOUTS`).
+
+  Raises:
+    PretrainedError: no layout fits (the message shows some of the names).
+  """
+  keys = set(keys)
+  if any('/' in k for k in keys):
+    return 'crackjax'
+  if 'layer1.0.conv1.weight' in keys and 'conv1.weight' in keys:
+    return 'resnet50'
+  if 'features.0.weight' in keys:
+    return 'vgg16_bn' if 'features.1.running_mean' in keys else 'vgg16'
+  raise PretrainedError(
+    f'Unrecognised names {sorted(keys)[:6]}: expected torchvision VGG16 / VGG16-BN '
+    "('features.0.weight', ...), ResNet-50 ('conv1.weight', 'layer1.0.conv1.weight', ...) or "
+    "crackjax paths ('params/conv1_1/kernel', ...); see docs/pretrained.md."
+  )
+
+
+def source_shape(entry: Mapped, target_shape: Sequence[int]) -> tuple[int, ...]:
+  """The shape the file's array must have to fill a crackjax variable of `target_shape`."""
+  if entry.kind == 'conv':
+    kh, kw, cin, cout = target_shape
+    return (cout, cin, kh, kw)
+  if entry.kind == 'fc':
+    kh, kw, cin, cout = target_shape
+    return (cout, kh * kw * cin)
+  return tuple(target_shape)
+
+
+def source_shapes(model: str, layout: str, variables: Mapping[str, Any]) -> dict[str, tuple]:
+  """{file name: shape} of everything a `layout` file can hold for this model (its variables,
+  or their shapes from `jax.eval_shape(model.init, ...)`)."""
+  targets = flat_variables(variables)
+  return {e.key: source_shape(e, targets[e.path].shape) for e in mapping(model, layout, targets)}
+
+
+def _convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> np.ndarray:
+  if entry.kind == 'conv':
+    return np.transpose(array, (2, 3, 1, 0))
+  if entry.kind == 'fc':
+    kh, kw, cin, cout = target_shape
+    return np.transpose(array.reshape(cout, cin, kh, kw), (2, 3, 1, 0))
+  return array
+
+
+# ------------------------------------------------------------------------------- loading
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+  """The named arrays of a .npz file ('module.' prefixes dropped).
+
+  Raises:
+    PretrainedError: no such file, or not a .npz of arrays.
+  """
+  path = Path(path).expanduser()
+  if not path.is_file():
+    raise PretrainedError(
+      f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays; '
+      'see docs/pretrained.md).'
+    )
+  try:
+    data = np.load(path, allow_pickle=False)
+  except Exception as e:  # noqa: BLE001 - zip, pickle and format errors all mean "not an npz".
+    raise PretrainedError(f'{path} cannot be read as a .npz of arrays: {e}') from e
+  if not isinstance(data, np.lib.npyio.NpzFile):
+    raise PretrainedError(f'{path} is a single array; expected a .npz of named arrays.')
+  with data:
+    arrays = {k.removeprefix('module.'): np.asarray(data[k]) for k in data.files}
+  if not arrays:
+    raise PretrainedError(f'{path} holds no arrays.')
+  return arrays
+
+
+def _fold(
+  weight: np.ndarray, normalization: str, offset: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+  """(kernel for the model's input, constant it lacks per output channel) of a first
+  convolution [O, I, kh, kw] expecting `normalization`'s input (module docstring)."""
+  weight = weight.astype(np.float64)
+  if normalization == 'caffe':
+    weight = weight[:, ::-1]  # BGR -> RGB input channels
+    mean, std = np.asarray(CAFFE_MEAN_RGB), np.full(3, 1 / 255)
+  else:
+    mean, std = np.asarray(TORCHVISION_MEAN), np.asarray(TORCHVISION_STD)
+  if weight.shape[1] != 3:
+    raise PretrainedError(f'The first convolution has {weight.shape[1]} input channels, not 3.')
+  folded = weight / std[None, :, None, None]
+  shift = np.einsum('oihw,i->o', weight, (np.asarray(offset) - mean) / std)
+  return folded, shift
+
+
+def load_arrays(
+  arrays: Mapping[str, np.ndarray],
+  model: str,
+  variables: Mapping[str, Any],
+  *,
+  normalization: str = 'auto',
+  source: str = '<arrays>',
+) -> tuple[dict[str, np.ndarray], InitReport]:
+  """Maps a file's arrays onto a model's variables, checking every shape.
+
+  Args:
+    arrays: the file's named arrays (`load_npz`).
+    model: config.model.name.
+    variables: the model's variables {'params': ..., 'batch_stats': ...} (arrays or shape
+      structs: only shapes and dtypes are read).
+    normalization: one of NORMALIZATIONS.
+    source: the file's name, for messages.
+
+  Returns:
+    ({crackjax variable path: new value (numpy, the variable's dtype)}, the report).
+
+  Raises:
+    PretrainedError: unknown layout or normalisation, a layout the model does not take, any
+      shape mismatch (all listed), or nothing at all to load.
+  """
+  if normalization not in NORMALIZATIONS:
+    raise PretrainedError(
+      f'config.model_init.normalization={normalization!r} is not one of {list(NORMALIZATIONS)}.'
+    )
+  targets = flat_variables(variables)
+  layout = detect_layout(list(arrays))
+  if normalization == 'auto':
+    normalization = 'none' if layout == 'crackjax' else 'torchvision'
+  elif layout == 'crackjax' and normalization != 'none':
+    raise PretrainedError(
+      f'{source} holds crackjax paths, already in crackjax conventions; '
+      f'config.model_init.normalization={normalization!r} applies to torchvision files only.'
+    )
+  entries = mapping(model, layout, targets)
+  if layout == 'crackjax':  # 'conv1_1/kernel' means 'params/conv1_1/kernel'
+    arrays = {
+      k if k.split('/', 1)[0] in ('params', 'batch_stats') else f'params/{k}': v
+      for k, v in arrays.items()
+    }
+  updates: dict[str, np.ndarray] = {}
+  problems: list[str] = []
+  for entry in entries:
+    if entry.key not in arrays:
+      continue
+    array, target = np.asarray(arrays[entry.key]), targets[entry.path]
+    want = source_shape(entry, target.shape)
+    if array.shape != want:
+      problems.append(
+        f'{entry.key} has shape {array.shape} but {entry.path} (shape {tuple(target.shape)}) '
+        f'needs {want}'
+      )
+      continue
+    updates[entry.path] = _convert(entry, array, target.shape)
+  if problems:
+    width = ''
+    if layout != 'crackjax':
+      width = ' ImageNet weights need the model at full width (config.model.width_scale=1.0).'
+    shown = '; '.join(problems[:5]) + (
+      f'; and {len(problems) - 5} more' if len(problems) > 5 else ''
+    )
+    raise PretrainedError(
+      f'{source} does not fit model {model!r}: {len(problems)} array(s) of the wrong shape: '
+      f'{shown}.{width}'
+    )
+  if not any(p.startswith('params/') for p in updates):
+    raise PretrainedError(
+      f'{source} ({layout} layout) has no array for any parameter of model {model!r}.'
+    )
+  if layout != 'crackjax' and normalization != 'none':
+    _fold_into_first_conv(updates, model, layout, normalization)
+  for path, value in updates.items():
+    updates[path] = np.asarray(value, dtype=targets[path].dtype)
+  used = {e.key for e in entries if e.path in updates}
+  params = {p: x for p, x in targets.items() if p.startswith('params/')}
+  report = InitReport(
+    pretrained=source,
+    layout=layout,
+    normalization=normalization,
+    loaded=_ordered(updates),
+    from_scratch=_ordered(p for p in targets if p not in updates),
+    ignored=sorted(k for k in arrays if k not in used),
+    loaded_values=sum(int(np.prod(params[p].shape)) for p in updates if p in params),
+    total_values=sum(int(np.prod(x.shape)) for x in params.values()),
+  )
+  return updates, report
+
+
+def first_conv(model: str, layout: str) -> tuple[str, str]:
+  """(kernel, running mean of the BatchNorm after it) of a backbone's first convolution."""
+  if layout == 'resnet50':
+    return 'params/conv1/conv/kernel', 'batch_stats/conv1/bn/mean'
+  name = 'conv1_1/conv' if model in _CONV_BN_MODELS else 'conv1_1'
+  return f'params/{name}/kernel', 'batch_stats/conv1_1/bn/mean'
+
+
+def _fold_into_first_conv(
+  updates: dict[str, np.ndarray], model: str, layout: str, normalization: str
+) -> None:
+  """Folds the input normalisation into the first convolution's kernel (in HWIO already) and
+  its bias, or the running mean of the BatchNorm after it (module docstring)."""
+  kernel, mean = first_conv(model, layout)
+  if kernel not in updates:
+    return
+  offset = INPUT_OFFSETS.get(model, (0.0, 0.0, 0.0))
+  folded, shift = _fold(np.transpose(updates[kernel], (3, 2, 0, 1)), normalization, offset)
+  updates[kernel] = np.transpose(folded, (2, 3, 1, 0))
+  bias = kernel.rsplit('/', 1)[0] + '/bias'
+  if bias in updates:
+    updates[bias] = updates[bias] + shift
+  elif mean in updates:
+    updates[mean] = updates[mean] - shift
+  else:
+    logging.warning(
+      'The input normalisation was folded into %s, but its constant term (%s) has no bias or '
+      'running mean to go to.',
+      kernel,
+      np.array2string(shift, precision=3, threshold=4),
+    )
+
+
+def export_arrays(variables: Mapping[str, Any], path: str | Path) -> None:
+  """Writes a model's variables as a crackjax-layout .npz (for model_init.pretrained)."""
+  np.savez(path, **{k: np.asarray(v) for k, v in flat_variables(variables).items()})
+
+
+# ------------------------------------------------------------------------- the state hook
+
+
+def _put(value: np.ndarray, like: jax.Array) -> jax.Array:
+  """`value` as a global array with `like`'s sharding (every process passes the same value)."""
+  return jax.make_array_from_callback(value.shape, like.sharding, lambda index: value[index])
+
+
+def _replace(tree: Any, prefix: str, updates: Mapping[str, np.ndarray]) -> Any:
+  def replace(path, leaf):
+    name = '/'.join([prefix, *(_key_name(k) for k in path)])
+    return _put(updates[name], leaf) if name in updates else leaf
+
+  return jax.tree_util.tree_map_with_path(replace, tree)
+
+
+def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Path | None = None):
+  """The fresh TrainState `state` with the weights of ``config.model_init.pretrained`` if set.
+
+  Logs what was loaded and what starts from scratch, or that everything does, and writes the
+  report to ``<workdir>/init.json`` (process 0). The optimiser state needs no change: Adam's
+  moments start at zero whatever the parameters.
+
+  Raises:
+    PretrainedError: the file cannot be read or does not fit the model.
+  """
+  group = config.get('model_init') or ml_collections.ConfigDict()
+  path = group.get('pretrained')
+  batch_stats = getattr(state, 'batch_stats', None) or {}
+  variables = {'params': state.params, 'batch_stats': batch_stats}
+  if not path:
+    report = InitReport(
+      pretrained=None,
+      from_scratch=_ordered(flat_variables(variables)),
+      total_values=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
+    )
+  else:
+    updates, report = load_arrays(
+      load_npz(path),
+      config.model.name,
+      variables,
+      normalization=group.get('normalization', 'auto'),
+      source=str(path),
+    )
+    state = state.replace(params=_replace(state.params, 'params', updates))
+    if batch_stats:
+      state = state.replace(batch_stats=_replace(batch_stats, 'batch_stats', updates))
+  logging.info('%s', report.summary())
+  if workdir is not None and jax.process_index() == 0:
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    (Path(workdir) / 'init.json').write_text(json.dumps(report.to_dict(), indent=2) + '\n')
+  return state
