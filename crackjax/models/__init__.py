@@ -13,7 +13,7 @@ The model contract (what the train step, the losses, evaluation and prediction r
 * constructed from the config's ``model`` group: ``name`` picks the entry of MODELS, every
   other field is a constructor keyword argument (``dtype`` given as a string, e.g.
   'bfloat16', is turned into the jnp dtype);
-* state besides the parameters: a model with BatchNorm (SegNet, DeepCrack, DeepLab v3+) has
+* state besides the parameters: a model with BatchNorm (SegNet, DeepCrack, DeepLab v3+, CrackSeg, U-CliqueNet) has
   a ``'batch_stats'`` collection and takes ``train: bool = False`` as flax's convention is:
   batch statistics (updated with ``mutable=['batch_stats']``) when training, the running
   averages otherwise. Models without state take no ``train`` argument. `apply_model` applies
