@@ -13,12 +13,12 @@ The model contract (what the train step, the losses, evaluation and prediction r
 * constructed from the config's ``model`` group: ``name`` picks the entry of MODELS, every
   other field is a constructor keyword argument (``dtype`` given as a string, e.g.
   'bfloat16', is turned into the jnp dtype);
-* state besides the parameters: a model with BatchNorm (SegNet, DeepCrack, DeepLab v3+, CrackSeg, U-CliqueNet) has
-  a ``'batch_stats'`` collection and takes ``train: bool = False`` as flax's convention is:
-  batch statistics (updated with ``mutable=['batch_stats']``) when training, the running
-  averages otherwise. Models without state take no ``train`` argument. `apply_model` applies
-  either kind from its parameters and batch statistics (None or empty: none), which is how
-  the train step, evaluation, prediction and export call every model.
+* state besides the parameters: a model with BatchNorm (SegNet, DeepCrack, DeepLab v3+, CrackSeg,
+  U-CliqueNet) has a ``'batch_stats'`` collection and takes ``train: bool = False`` as flax's
+  convention is: batch statistics (updated with ``mutable=['batch_stats']``) when training, the
+  running averages otherwise. Models without state take no ``train`` argument. `apply_model` applies
+  either kind from its parameters and batch statistics (None or empty: none), which is how the train
+  step, evaluation, prediction and export call every model.
 
 Adding a model: write the Module, add it to MODELS, and give configs a ``model`` group with
 its name and fields. Nothing else changes.
