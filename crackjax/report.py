@@ -281,6 +281,35 @@ def _baseline(results: Sequence[RowResult], table: int) -> RowResult | None:
   return max(xie, key=lambda r: r.row.epochs, default=None)
 
 
+def _is_xie(r: RowResult) -> bool:
+  return r.row.weighting == 'xie' and r.row.b == 0
+
+
+def _same_epochs(results: Sequence[RowResult]) -> list[str]:
+  """Each other row against the wce_xie row of the same epochs (the paper's Table I has
+  wce_xie at 5, 10, 20 and 70 epochs), where both have results."""
+  xie = {r.row.epochs: r for r in results if _is_xie(r)}
+  pairs = [(r, xie[r.row.epochs]) for r in results if not _is_xie(r) and r.row.epochs in xie]
+  if not pairs:
+    return []
+  out = [
+    'Against wce_xie trained for the same number of epochs (ODS F1, points; Welch 95% CI '
+    'and two-sided p):',
+    '',
+    '| method | epochs | seeds | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for r, base in pairs:
+    w = welch(r.values['ods_f1'], base.values['ods_f1'])
+    ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
+    p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+    out.append(
+      f'| {r.row.name} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | '
+      f'{100 * w["diff"]:+.2f} | {ci} | {p} | {r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
+    )
+  return [*out, '']
+
+
 def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
   """The report as Markdown (see the module docstring)."""
   tables = 'I-VIII' if any(r['table'] in paper.COMPARE_TABLES for r in runs) else 'I-IV'
@@ -352,6 +381,7 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
           f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
         )
       out.append('')
+      out += _same_epochs(results)
   out += compare_markdown(runs, protocols)
   return '\n'.join(out)
 
