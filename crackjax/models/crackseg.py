@@ -63,10 +63,11 @@ from crackjax.models.deeplabv3plus import (
   RESNET50_LAYERS,
   STEM_WIDTH,
   Bottleneck,
+  check_resnet_fields,
   resize_to,
 )
 from crackjax.models.hed import check_input, scaled_width
-from crackjax.models.segnet import check_n_classes, crack_logit
+from crackjax.models.segnet import crack_logit
 
 # Channels of each branch of the multiscale dilated convolution module and of its projection.
 MODULE_WIDTH = 256
@@ -104,22 +105,9 @@ class CrackSeg(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   def __post_init__(self):
-    check_n_classes('CrackSeg', self.n_classes)
-    if self.output_stride not in OUTPUT_STRIDES:
-      raise ValueError(
-        f'CrackSeg output_stride must be one of {sorted(OUTPUT_STRIDES)}; got {self.output_stride}.'
-      )
+    check_resnet_fields('CrackSeg', self)
     if not self.rates or not all(isinstance(r, int) and r >= 1 for r in self.rates):
       raise ValueError(f'CrackSeg rates must be positive integers; got {self.rates}.')
-    if not self.width_scale > 0:
-      raise ValueError(f'CrackSeg width_scale must be positive; got {self.width_scale}.')
-    if len(self.blocks) != len(RESNET50_LAYERS) or not all(
-      isinstance(n, int) and n >= 1 for n in self.blocks
-    ):
-      raise ValueError(
-        f'CrackSeg blocks must be four positive integers (ResNet-50: (3, 4, 6, 3)); '
-        f'got {self.blocks}.'
-      )
     super().__post_init__()
 
   @property

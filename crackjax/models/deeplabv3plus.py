@@ -58,6 +58,24 @@ OUTPUT_STRIDES = {
 }
 
 
+def check_resnet_fields(name: str, model) -> None:
+  """Checks the fields a ResNet-50 segmenter shares (n_classes, output_stride, width_scale,
+  blocks), with messages that name the model."""
+  check_n_classes(name, model.n_classes)
+  if model.output_stride not in OUTPUT_STRIDES:
+    raise ValueError(
+      f'{name} output_stride must be one of {sorted(OUTPUT_STRIDES)}; got {model.output_stride}.'
+    )
+  if not model.width_scale > 0:
+    raise ValueError(f'{name} width_scale must be positive; got {model.width_scale}.')
+  if len(model.blocks) != len(RESNET50_LAYERS) or not all(
+    isinstance(n, int) and n >= 1 for n in model.blocks
+  ):
+    raise ValueError(
+      f'{name} blocks must be four positive integers (ResNet-50: (3, 4, 6, 3)); got {model.blocks}.'
+    )
+
+
 def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
   """Bilinear resize of [B, h, w, C] to [B, height, width, C] (half-pixel centres)."""
   if x.shape[1:3] == (height, width):
@@ -118,21 +136,7 @@ class DeepLabV3Plus(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   def __post_init__(self):
-    check_n_classes('DeepLabV3Plus', self.n_classes)
-    if self.output_stride not in OUTPUT_STRIDES:
-      raise ValueError(
-        f'DeepLabV3Plus output_stride must be one of {sorted(OUTPUT_STRIDES)}; '
-        f'got {self.output_stride}.'
-      )
-    if not self.width_scale > 0:
-      raise ValueError(f'DeepLabV3Plus width_scale must be positive; got {self.width_scale}.')
-    if len(self.blocks) != len(RESNET50_LAYERS) or not all(
-      isinstance(n, int) and n >= 1 for n in self.blocks
-    ):
-      raise ValueError(
-        f'DeepLabV3Plus blocks must be four positive integers (ResNet-50: (3, 4, 6, 3)); '
-        f'got {self.blocks}.'
-      )
+    check_resnet_fields('DeepLabV3Plus', self)
     super().__post_init__()
 
   @property
