@@ -62,7 +62,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax import cli
+from crackjax import cli, paper
 from crackjax.models import fused_logits, model_from_config
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
@@ -424,6 +424,38 @@ def report(
       f['peak_fraction'] = peak_fractions(f['flops_per_s'], out['device'], dtype)
       out[key] = f
     out['device_memory'] = device_memory(device)
+  out['paper'] = paper_rows(config)
+  return out
+
+
+def paper_size(table: int) -> tuple[int, int]:
+  """(H, W) at which the paper counts a model of Tables V-VIII: Crack360 512x512, AigleRN its
+  training crop, CrackForest and BJN260 480x320 (crackjax.paper.SETTINGS)."""
+  size = paper.SETTINGS[paper.COMPARE_BASE[table]].input_size
+  return tuple(size) if size else (320, 480)
+
+
+def paper_rows(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+  """Our parameters and analytic MACs beside the paper's parameters, GFLOPS and FPS, for
+  every original-loss row of Tables V-VIII with this config's model (the dagger rows share
+  them), each at the size the paper used for its table."""
+  out = []
+  for table, rows in paper.COMPARE_TABLES.items():
+    for row in rows:
+      if row.model != config.model.name or row.dagger:
+        continue
+      h, w = paper_size(table)
+      out.append(
+        {
+          'table': table,
+          'dataset': row.dataset,
+          'input_hw': [h, w],
+          'macs': forward_macs(config, h, w)['total'],
+          'paper_params': row.params_count,
+          'paper_gflops': row.gflops,
+          'paper_fps': row.fps,
+        }
+      )
   return out
 
 
@@ -517,6 +549,18 @@ def format_report(r: dict, config: ml_collections.ConfigDict) -> str:
       f'  device peak memory (process):  n/a on {r["backend"]} (memory_stats() is None); '
       'see the compiled memory analysis above'
     )
+  if r.get('paper'):
+    lines.append(
+      "  beside the paper's Tables V-VIII (ours at this config's widths; the paper's GFLOPS are "
+      'MACs, its FPS a GTX 1080 Ti):'
+    )
+    for q in r['paper']:
+      ph, pw = q['input_hw']
+      lines.append(
+        f'    Table {q["table"]} ({q["dataset"]}, {ph}x{pw}): parameters {r["params"] / 1e6:.2f} M '
+        f'vs {q["paper_params"] / 1e6:.2f} M; MACs {q["macs"] / 1e9:.2f} G vs GFLOPS '
+        f'{q["paper_gflops"]:.2f}; paper FPS {q["paper_fps"]:.2f}'
+      )
   return '\n'.join(lines)
 
 

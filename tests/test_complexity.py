@@ -175,3 +175,14 @@ def test_train_step_flops_and_peak_fractions():
   assert bf16 == {'bf16': pytest.approx(0.5)}
   assert set(complexity.peak_fractions(1e12, 'NVIDIA H200', 'float32')) == {'tf32', 'fp32'}
   assert complexity.peak_fractions(1e12, 'cpu', 'float32') == {}
+
+
+def test_paper_rows_beside_tables_v_to_viii():
+  config = compare.get_config('hed')
+  rows = {q['table']: q for q in complexity.paper_rows(config)}
+  assert set(rows) == {7, 8}  # HED is compared on Crack360 and BJN260 only
+  assert rows[7]['input_hw'] == [512, 512] and rows[8]['input_hw'] == [320, 480]
+  # The paper's GFLOPS are MACs: HED's analytic count is within 0.6 % of both printed figures.
+  assert rows[7]['macs'] / 1e9 == pytest.approx(rows[7]['paper_gflops'], rel=6e-3)
+  assert rows[8]['macs'] / 1e9 == pytest.approx(rows[8]['paper_gflops'], rel=6e-3)
+  assert rows[7]['paper_params'] == 14_720_000
