@@ -3,18 +3,21 @@
 The model is the config's (random parameters: speed does not depend on their values), or a
 trained run's with `--workdir`. In one invocation it times
 
-* `whole`: `--num_small` images of 320x480 (H x W), each predicted whole (batch 1), the way
-  the evaluation predicts CrackForest;
+* `whole` (the baseline): `--num_small` images of 320x480 (H x W), each predicted whole
+  (batch 1), the way the evaluation predicts CrackForest;
 * `tiled`: `--num_large` photos of `--large_hw` (default 3000x4000, a 12 MP phone or survey
-  frame) through the Predictor with `--tile_size` / `--overlap`, including padding, tiling,
-  Gaussian blending and the host-side copies;
+  frame) through the Predictor at each combination of `--tile_size` and `--overlap` (lists),
+  including padding, tiling, blending and the host-side copies;
 
-after one untimed call of each (compilation), and prints images/s, megapixels/s and the
-ratio of seconds per megapixel, tiled / whole (< 1: tiling is not slower per pixel).
+after one untimed call of each (compilation). The baseline is timed again after every
+setting and each setting is compared with the mean of the baselines around it. It prints,
+per setting, the tile layout, the pixels the model computes relative to the photo's, photos/s,
+megapixels/s and the ratio of seconds per megapixel, tiled / whole (<= 1: tiling is not
+slower per pixel).
 
   python bench/predict_speed.py --config=configs/crackforest_exp.py:cpu
-  python bench/predict_speed.py --workdir=workdirs/cfd_exp_cpu --tile_size=512 \\
-      --overlap=0.125 --num_large=2
+  python bench/predict_speed.py --workdir=workdirs/cfd_exp_cpu --tile_size=512,1024 \\
+      --overlap=0,0.0625,0.125 --num_large=2
 """
 
 from __future__ import annotations
@@ -42,21 +45,51 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_list('large_hw', ['3000', '4000'], 'H,W of the large photos', flag_values=fv)
-  flags.DEFINE_integer('num_large', 2, 'large photos to time', flag_values=fv)
-  flags.DEFINE_integer('num_small', 10, '320x480 images to time', flag_values=fv)
-  flags.DEFINE_integer(
-    'tile_size', None, 'Predictor tile size (default: its default)', flag_values=fv
+  flags.DEFINE_integer('num_large', 2, 'large photos to time per setting', flag_values=fv)
+  flags.DEFINE_integer('num_small', 10, '320x480 images to time per baseline', flag_values=fv)
+  flags.DEFINE_list(
+    'tile_size', [], 'Predictor tile sizes to time (default: its default)', flag_values=fv
   )
-  flags.DEFINE_float(
-    'overlap', None, 'Predictor tile overlap (default: its default)', flag_values=fv
+  flags.DEFINE_list(
+    'overlap', [], 'Predictor tile overlaps to time (default: its default)', flag_values=fv
   )
+  flags.DEFINE_string('blend', None, 'Predictor blend (default: its default)', flag_values=fv)
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per call (default: Predictor default)', flag_values=fv
+  )
+  flags.DEFINE_list(
+    'shapes',
+    [],
+    'also time the model alone (one compiled call, batch 1, no padding or blending) on '
+    'inputs of these HxW shapes, e.g. 320x480,1024x1024: what one tile costs per pixel',
+    flag_values=fv,
   )
 
 
 def _photo(h: int, w: int, seed: int) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+
+
+def _tiles(predictor, h: int, w: int) -> tuple[int, int, int, int]:
+  th, ys, tw, xs = predictor.layout(h, w)
+  return len(ys), len(xs), th, tw
+
+
+def _time_shape(predictor, h: int, w: int) -> dict:
+  """MP/s of the compiled model alone on one [1, h, w, 3] input (about 1.2 s of calls)."""
+  import jax
+
+  x = np.random.default_rng(0).random((1, h, w, 3), dtype=np.float32)
+  run = lambda: jax.block_until_ready(predictor._apply(predictor.params, predictor.batch_stats, x))  # noqa: E731
+  run()  # compile
+  calls = max(1, round(1.2e6 / (h * w)))
+  t0 = time.perf_counter()
+  for _ in range(calls):
+    run()
+  seconds = (time.perf_counter() - t0) / calls
+  row = {'shape': [h, w], 'seconds': seconds, 'mp_per_s': h * w / seconds / 1e6}
+  print(f'model alone on {h}x{w}: {seconds * 1000:.0f} ms per call, {row["mp_per_s"]:.3f} MP/s')
+  return row
 
 
 def _time(predictor, images) -> float:
@@ -88,47 +121,83 @@ def main(argv=None) -> dict:
     variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
     params, source = variables['params'], 'random parameters'
     batch_stats = variables.get('batch_stats')  # BatchNorm's running averages, if any
-  names = ('batch_size', 'tile_size', 'overlap')
-  kwargs = {k: fv[k].value for k in names if fv[k].value is not None}
-  # 320 x 480: one whole image
+  common = {'batch_stats': batch_stats}
+  if fv.batch_size is not None:
+    common['batch_size'] = fv.batch_size
+  if fv.blend is not None:
+    common['blend'] = fv.blend
+  settings = [
+    {
+      **({'tile_size': int(t)} if t else {}),
+      **({'overlap': float(o)} if o else {}),
+    }
+    for t in (fv.tile_size or [None])
+    for o in (fv.overlap or [None])
+  ]
+  # 320 x 480: one whole image (tile_size 512: never tiled)
   whole = predict.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
-  tiled = predict.Predictor(model, params, batch_stats=batch_stats, **kwargs)
   lh, lw = (int(v) for v in fv.large_hw)
   small = [_photo(320, 480, i) for i in range(fv.num_small)]
   large = [_photo(lh, lw, 100 + i) for i in range(fv.num_large)]
-  t_small = _time(whole, small)
-  t_large = _time(tiled, large)
   mp_small = fv.num_small * 320 * 480 / 1e6
   mp_large = fv.num_large * lh * lw / 1e6
+  device = f'{jax.default_backend()} ({jax.devices()[0].device_kind}) x{jax.device_count()}'
+  print(f'{source}, {dict(fv.config.model.items())}')
+  cpus = os.cpu_count()
+  print(f'jax {jax.__version__}, {device}, python {platform.python_version()}, {cpus} CPUs')
+  print(
+    f'{fv.num_large} photos of {lh}x{lw} per setting; the baseline ({fv.num_small} whole 320x480 '
+    'images, batch 1) is timed before the first setting and after each, and a setting is '
+    'compared with the mean of the two baselines around it.'
+  )
+  shape_rows = [_time_shape(whole, *(int(v) for v in hw.split('x'))) for hw in fv.shapes]
+  # Baselines interleaved with the settings, so that a drift of the machine's speed during
+  # the run shows up in both sides of each ratio.
+  baselines = [_time(whole, small)]
+  rows = []
+  for kwargs in settings:
+    tiled = predict.Predictor(model, params, **common, **kwargs)
+    t_large = _time(tiled, large)
+    baselines.append(_time(whole, small))
+    t_small = (baselines[-2] + baselines[-1]) / 2
+    row = {
+      'tile_size': tiled.tile_size,
+      'overlap': tiled.overlap,
+      'overlap_px': round(tiled.overlap * tiled.tile_size),
+      'blend': tiled.blend,
+      'batch_size': tiled.batch_size,
+      'tiles': '{}x{} of {}x{}'.format(*_tiles(tiled, lh, lw)),
+      'pixels_predicted': tiled.pixels_predicted(lh, lw),
+      'tiled_images_per_s': fv.num_large / t_large,
+      'tiled_mp_per_s': mp_large / t_large,
+      'whole_images_per_s': fv.num_small / t_small,
+      'whole_mp_per_s': mp_small / t_small,
+      'ratio_s_per_mp': (t_large / mp_large) / (t_small / mp_small),
+    }
+    rows.append(row)
+    print(
+      f'tile {row["tile_size"]}, overlap {row["overlap"]:g} ({row["overlap_px"]} px), '
+      f'{row["blend"]}, batch {row["batch_size"]}: {row["tiles"]} tiles, pixels predicted '
+      f'{row["pixels_predicted"]:.3f}x; {row["tiled_images_per_s"]:.3f} photos/s, '
+      f'{row["tiled_mp_per_s"]:.3f} MP/s; whole 320x480 {row["whole_mp_per_s"]:.3f} MP/s; '
+      f'seconds per MP, tiled / whole: {row["ratio_s_per_mp"]:.3f}',
+      flush=True,
+    )
+  print(
+    'whole 320x480 baselines (MP/s, in order): '
+    + ', '.join(f'{mp_small / t:.3f}' for t in baselines)
+  )
+  print('ratio <= 1: tiling is not slower per pixel than whole 320x480 images.')
   r = {
     'model': source,
     'model_fields': {k: v for k, v in fv.config.model.items() if k != 'name'},
     'jax': jax.__version__,
-    'device': f'{jax.default_backend()} ({jax.devices()[0].device_kind}) x{jax.device_count()}',
-    'whole_images_per_s': fv.num_small / t_small,
-    'whole_mp_per_s': mp_small / t_small,
-    'tiled_images_per_s': fv.num_large / t_large,
-    'tiled_mp_per_s': mp_large / t_large,
-    'tile_size': tiled.tile_size,
-    'overlap': tiled.overlap,
-    'batch_size': tiled.batch_size,
+    'device': device,
+    'large_hw': [lh, lw],
+    'baseline_mp_per_s': [mp_small / t for t in baselines],
+    'settings': rows,
+    'shapes': shape_rows,
   }
-  r['ratio_s_per_mp'] = (t_large / mp_large) / (t_small / mp_small)
-  print(f'{r["model"]}, {r["model_fields"]}')
-  print(f'jax {r["jax"]}, {r["device"]}, python {platform.python_version()}, {os.cpu_count()} CPUs')
-  print(
-    f'whole 320x480, batch 1:   {r["whole_images_per_s"]:.2f} images/s, '
-    f'{r["whole_mp_per_s"]:.3f} MP/s ({fv.num_small} images)'
-  )
-  print(
-    f'tiled {lh}x{lw}, tile {r["tile_size"]}, overlap {r["overlap"]}, batch '
-    f'{r["batch_size"]}: {r["tiled_images_per_s"]:.3f} images/s, {r["tiled_mp_per_s"]:.3f} '
-    f'MP/s ({fv.num_large} photos)'
-  )
-  print(
-    f'seconds per MP, tiled / whole: {r["ratio_s_per_mp"]:.2f} (<= 1: tiling is not slower '
-    'per pixel)'
-  )
   return r
 
 

@@ -1,10 +1,10 @@
-"""How much tiling changes a prediction: tiled against whole, per overlap.
+"""How much tiling changes a prediction: tiled against whole, per overlap and blend.
 
 Loads a photo (optionally enlarged with `--scale`, Lanczos), predicts it whole (one tile as
-large as the photo) and tiled with `--tile_size` at each `--overlaps` value, and prints per
-setting the tile layout, the pixels predicted (relative to the photo), the mean and 99.9th
-percentile of |p_tiled - p_whole| and the share of mask pixels (at the run's threshold) that
-differ.
+large as the photo) and tiled with `--tile_size` at each `--overlaps` value and each of
+`--blends`, and prints per setting the tile layout, the pixels predicted (relative to the
+photo), the mean and 99.9th percentile of |p_tiled - p_whole| and the share of mask pixels (at
+the run's threshold) that differ.
 
   python bench/tile_fidelity.py --workdir=workdirs/cfd_exp_cpu \\
       --image=../shared/datasets/crackforest/image/041.jpg --scale=4
@@ -34,6 +34,9 @@ def main(argv=None) -> list[dict]:
   flags.DEFINE_list(
     'overlaps', ['0.0625', '0.125', '0.1875', '0.25'], 'overlaps to compare', flag_values=fv
   )
+  flags.DEFINE_list(
+    'blends', list(predict.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
+  )
   cli.parse_flags(fv, argv, prog=PROG)
   if not fv.workdir or not fv.image:
     sys.exit(f'{PROG}: --workdir and --image are required')
@@ -49,34 +52,37 @@ def main(argv=None) -> list[dict]:
   print(f'{fv.image} x{fv.scale:g}: {h}x{w}, run step {run.step}, threshold {run.threshold:g}')
   rows = []
   for overlap in (float(v) for v in fv.overlaps):
-    predictor = predict.Predictor(
-      run.model,
-      run.params,
-      batch_stats=run.batch_stats,
-      tile_size=fv.tile_size,
-      overlap=overlap,
-    )
-    tiled = predictor(photo)
-    ph, pw = predictor.padded_shape(h, w)
-    px = round(overlap * predictor.tile_size)
-    th, ys = predict.tile_layout(ph, predictor.tile_size, px, predictor.multiple)
-    tw, xs = predict.tile_layout(pw, predictor.tile_size, px, predictor.multiple)
-    diff = np.abs(tiled - whole)
-    differ = (tiled > run.threshold) != (whole > run.threshold)
-    row = {
-      'overlap': overlap,
-      'tiles': f'{len(ys)}x{len(xs)} of {th}x{tw}',
-      'pixels_predicted': len(ys) * th * len(xs) * tw / (h * w),
-      'mean_abs_diff': float(diff.mean()),
-      'p999_abs_diff': float(np.quantile(diff, 0.999)),
-      'mask_differs': float(differ.mean()),
-    }
-    rows.append(row)
-    print(
-      f'tile {fv.tile_size}, overlap {overlap:g}: {row["tiles"]}, pixels predicted '
-      f'{row["pixels_predicted"]:.2f}x, mean |dp| {row["mean_abs_diff"]:.4f}, 99.9th pct '
-      f'{row["p999_abs_diff"]:.2f}, mask pixels that differ {row["mask_differs"] * 100:.2f}%'
-    )
+    for blend in fv.blends:
+      predictor = predict.Predictor(
+        run.model,
+        run.params,
+        batch_stats=run.batch_stats,
+        tile_size=fv.tile_size,
+        overlap=overlap,
+        blend=blend,
+      )
+      tiled = predictor(photo)
+      th, ys, tw, xs = predictor.layout(h, w)
+      diff = np.abs(tiled - whole)
+      differ = (tiled > run.threshold) != (whole > run.threshold)
+      row = {
+        'overlap': overlap,
+        'overlap_px': round(overlap * predictor.tile_size),
+        'blend': blend,
+        'tiles': f'{len(ys)}x{len(xs)} of {th}x{tw}',
+        'pixels_predicted': predictor.pixels_predicted(h, w),
+        'mean_abs_diff': float(diff.mean()),
+        'p999_abs_diff': float(np.quantile(diff, 0.999)),
+        'mask_differs': float(differ.mean()),
+      }
+      rows.append(row)
+      print(
+        f'tile {fv.tile_size}, overlap {overlap:g} ({row["overlap_px"]} px), {blend}: '
+        f'{row["tiles"]}, pixels predicted {row["pixels_predicted"]:.2f}x, mean |dp| '
+        f'{row["mean_abs_diff"]:.4f}, 99.9th pct {row["p999_abs_diff"]:.2f}, mask pixels that '
+        f'differ {row["mask_differs"] * 100:.2f}%',
+        flush=True,
+      )
   return rows
 
 

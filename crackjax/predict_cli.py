@@ -30,7 +30,7 @@ import tqdm
 from absl import flags
 
 from crackjax import cli, measure
-from crackjax.predict import Predictor, load_run, read_config
+from crackjax.predict import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
@@ -134,6 +134,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_float(
     'overlap', 0.125, 'overlap of neighbouring tiles, fraction of tile_size', flag_values=fv
   )
+  flags.DEFINE_enum(
+    'blend',
+    'cosine',
+    list(BLENDS),
+    'how tiles are blended: cosine (cross-fade over the overlap) or gaussian (nnU-Net)',
+    flag_values=fv,
+  )
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per device call (default: one per local device)', flag_values=fv
   )
@@ -183,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     threshold=run.threshold,
     tile_size=fv.tile_size,
     overlap=fv.overlap,
+    blend=fv.blend,
     batch_size=fv.batch_size,
   )
   threshold = run.threshold if fv.threshold is None else fv.threshold

@@ -86,16 +86,19 @@ def test_one_compile_per_bucket(run):
   assert predictor.num_traces == 2
 
 
-def test_tiles_blend_to_the_untiled_prediction_away_from_borders(run):
+@pytest.mark.parametrize('blend', predict.BLENDS)
+def test_tiles_blend_to_the_untiled_prediction_away_from_borders(run, blend):
   image = photo(160, 224, seed=3)
   whole = predict.Predictor(run.model, run.params, tile_size=1024)(image)
-  tiled = predict.Predictor(run.model, run.params, tile_size=96, overlap=0.5, batch_size=3)(image)
+  tiled = predict.Predictor(
+    run.model, run.params, tile_size=96, overlap=0.5, batch_size=3, blend=blend
+  )(image)
   assert tiled.shape == whole.shape == (160, 224)
   assert whole.std() > 0.01  # the comparison is not between two constant maps
   interior = np.s_[24:-24, 24:-24]
   diff = np.abs(tiled - whole)[interior]
   # Each tile sees less context than the whole image, so values differ a little; the
-  # Gaussian blend leaves no seam: the difference is small everywhere inside.
+  # blend leaves no seam: the difference is small everywhere inside.
   assert diff.mean() < 0.02 and diff.max() < 0.1, (diff.mean(), diff.max())
 
 
@@ -112,6 +115,31 @@ def test_tile_geometry():
   w = predict.gaussian_weights(64, 96)
   assert w.shape == (64, 96) and w.max() == pytest.approx(1.0) and w.min() >= 1e-3
   assert w[32, 48] > w[0, 0]
+
+
+def test_cosine_weights_cross_fade_over_the_overlap():
+  w = predict.cosine_weights(40, 60, 8, 12)
+  assert w.shape == (40, 60) and w.dtype == np.float32 and w.min() >= 1e-3
+  assert np.all(w[8:-8, 12:-12] == 1.0)  # outside the ramps every pixel counts whole
+  assert w[0, 30] < 0.05 and w[20, 0] < 0.05  # a tile's own edge, where it lacks context
+  # Two tiles of 60 columns overlapping by 12: their weights sum to 1 across the overlap,
+  # so the blend is a pure cross-fade (hand-computed: 0.5 - 0.5 cos(pi (d + 0.5) / 12)).
+  row = predict.cosine_weights(1, 60, 0, 12)[0]
+  left, right = row[48:], row[:12]
+  np.testing.assert_allclose(left + right, 1.0, atol=1e-6)
+  np.testing.assert_allclose(right[0], 0.5 - 0.5 * np.cos(np.pi * 0.5 / 12), rtol=1e-6)
+  # No neighbour along an axis (ramp 0): flat along it.
+  assert np.all(predict.cosine_weights(5, 7, 0, 0) == 1.0)
+
+
+def test_tiles_follow_the_layout_and_a_bad_blend_is_named(run):
+  predictor = predict.Predictor(run.model, run.params, tile_size=96, overlap=0.25)
+  th, ys, tw, xs = predictor.layout(160, 224)
+  assert (th, tw) == (96, 96) and ys[-1] + th == 160 and xs[-1] + tw == 224
+  assert predictor.pixels_predicted(160, 224) == len(ys) * len(xs) * 96 * 96 / (160 * 224)
+  assert predictor.layout(40, 50) == (64, [0], 64, [0])  # not tiled: one bucket-sized tile
+  with pytest.raises(ValueError, match="blend must be one of.*'feather'"):
+    predict.Predictor(run.model, run.params, blend='feather')
 
 
 def _write_inputs(folder: Path) -> None:
@@ -169,6 +197,8 @@ def test_command_line_errors(run_dir, tmp_path):
     predict_cli.main([f'--workdir={run_dir}', f'--out={tmp_path / "o"}', str(empty)])
   with pytest.raises(SystemExit, match='not a crackjax run directory'):
     predict_cli.main([f'--workdir={tmp_path}', f'--out={tmp_path / "o"}', str(empty)])
+  with pytest.raises(SystemExit, match='blend'):
+    predict_cli.main([f'--workdir={run_dir}', '--blend=feather', str(empty)])
 
 
 def test_console_script_is_installed():
@@ -176,6 +206,7 @@ def test_console_script_is_installed():
     [sys.executable, '-m', 'crackjax.predict_cli', '--help'], capture_output=True, text=True
   )
   assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
+  assert '--blend' in proc.stdout and 'cosine' in proc.stdout
   assert jax.__version__  # the command runs under the same jax
 
 
