@@ -230,6 +230,14 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------- writing
 
 
+def _welch_cells(a: Sequence[float], b: Sequence[float]) -> str:
+  """'Δ | 95% CI | p' table cells of `welch(a, b)`, in points ('–' where undefined)."""
+  w = welch(a, b)
+  ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
+  p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+  return f'{100 * w["diff"]:+.2f} | {ci} | {p}'
+
+
 def _pct(mean: float, std: float) -> str:
   if not np.isfinite(mean):
     return '–'
@@ -300,12 +308,10 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
     '|---|---|---|---|---|---|---|',
   ]
   for r, base in pairs:
-    w = welch(r.values['ods_f1'], base.values['ods_f1'])
-    ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
-    p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+    cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
     out.append(
-      f'| {r.row.name} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | '
-      f'{100 * w["diff"]:+.2f} | {ci} | {p} | {r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
+      f'| {r.row.name} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | {cells} | '
+      f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
     )
   return [*out, '']
 
@@ -373,11 +379,9 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
       for r in results:
         if r is base:
           continue
-        w = welch(r.values['ods_f1'], base.values['ods_f1'])
-        ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
-        p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+        cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
         out.append(
-          f'| {r.row.name} | {r.row.epochs} | {100 * w["diff"]:+.2f} | {ci} | {p} | '
+          f'| {r.row.name} | {r.row.epochs} | {cells} | '
           f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
         )
       out.append('')
@@ -514,12 +518,10 @@ def compare_markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -
         '|---|---|---|---|---|---|---|',
       ]
       for orig, dag in pairs:
-        w = welch(dag.values['ods_f1'], orig.values['ods_f1'])
-        ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
-        p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
+        cells = _welch_cells(dag.values['ods_f1'], orig.values['ods_f1'])
         ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
         out.append(
-          f'| {orig.row.name} | {100 * w["diff"]:+.2f} | {ci} | {p} | '
+          f'| {orig.row.name} | {cells} | '
           f'{dag.row.ods - orig.row.ods:+.2f} | '
           f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
           f'{dag.row.time_s / orig.row.time_s:.2f} |'
