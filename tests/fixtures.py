@@ -8,11 +8,19 @@ struct array exactly like the real files). Only the first ``n_labelled`` stems g
 Every Segmentation map has the same known pattern (see the ``*_PIXEL`` constants):
 label 2 on row ``CRACK_ROW`` (crack), a 3x3 block of label 3 (background patch, NOT crack),
 one pixel of label 4 (faint crack) and 1 everywhere else.
+
+The last section holds what the model tests share: a training run through launch.py and
+models built and applied abstractly (`jax.eval_shape`, no full-size weights).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 import numpy as np
@@ -23,6 +31,7 @@ CRACK_ROW = 5  # Segmentation == 2 on this whole row.
 PATCH_PIXEL = (10, 10)  # Inside the 3x3 block of label 3 (background).
 FAINT_CRACK_PIXEL = (20, 30)  # The single pixel of label 4 (crack).
 BACKGROUND_PIXEL = (0, 0)  # Label 1.
+REPO = Path(__file__).resolve().parents[1]
 
 
 def fake_segmentation(size: tuple[int, int]) -> np.ndarray:
@@ -310,3 +319,92 @@ def make_fake_bjn260(root: Path, n: int = 6, size: tuple[int, int] = BJN_SIZE) -
     write_image(base / 'img' / name, image)
     write_image(base / 'gt' / name, mask)
   return root
+
+
+# ------------------------------------------------------------------------- models, launch.py
+# jax and crackjax are imported inside these helpers, as configs in `smoke_config`, so the
+# data tests importing this module do not pay for them.
+
+
+def train_through_launch(
+  config: str, workdir: Path, data_dirs: tuple[Path, Path], *flags: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+  """Trains through launch.py (--mode=train) in a subprocess and checks that it succeeds.
+
+  Args:
+    config: the --config argument, e.g. 'configs/compare.py:segnet,smoke'.
+    workdir: the run's --workdir.
+    data_dirs: (raw, tfds): the fake CrackForest (--config.data.manual_dir) and its TFDS
+      directory (--config.data.data_dir).
+    *flags: further launch.py flags, e.g. '--config.num_epochs=1'.
+
+  Returns:
+    (the finished process, which exited 0; the rows of kind 'train' of its metrics.jsonl).
+  """
+  raw, tfds_dir = data_dirs
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(REPO / 'launch.py'),
+      f'--config={config}',
+      f'--workdir={workdir}',
+      f'--config.data.manual_dir={raw}',
+      f'--config.data.data_dir={tfds_dir}',
+      *flags,
+      '--mode=train',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    cwd=REPO,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [json.loads(line) for line in (Path(workdir) / 'metrics.jsonl').read_text().splitlines()]
+  return proc, [r for r in rows if r['kind'] == 'train']
+
+
+def abstract_variables(model: Any, shape: tuple[int, ...] = (1, 64, 64, 3)) -> Any:
+  """`model`'s variables for float32 images of `shape`, as shape structs (`jax.eval_shape`)."""
+  import jax
+  import jax.numpy as jnp
+
+  return jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct(shape, jnp.float32))
+
+
+def tree_size(tree: Any) -> int:
+  """The number of values in the leaves of `tree` (arrays or shape structs)."""
+  import jax
+
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+def abstract_outputs_in_both_modes(model: Any, hw: tuple[int, int], batch: int = 2) -> list[Any]:
+  """`model`'s outputs (shape structs) for [batch, *hw, 3] float32 images through
+  `crackjax.models.apply_model`, in eval mode and in train mode, its variables built abstractly.
+
+  Checks that each mode hands back batch statistics of the structure of the model's own.
+
+  Returns:
+    [the eval-mode outputs, the train-mode outputs].
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from crackjax.models import apply_model
+
+  x = jax.ShapeDtypeStruct((batch, *hw, 3), jnp.float32)
+  variables = abstract_variables(model, (1, *hw, 3))
+  params, batch_stats = variables['params'], variables['batch_stats']
+  outputs = []
+  for train in (False, True):
+    out, new_stats = jax.eval_shape(
+      lambda p, s, x, train=train: apply_model(model.apply, p, x, batch_stats=s, train=train),
+      params,
+      batch_stats,
+      x,
+    )
+    assert jax.tree.structure(new_stats) == jax.tree.structure(batch_stats), (
+      f'train={train}: {jax.tree.structure(new_stats)} != {jax.tree.structure(batch_stats)}'
+    )
+    outputs.append(out)
+  return outputs

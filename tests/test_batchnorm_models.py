@@ -17,14 +17,7 @@ from crackjax.models.batchnorm import max_pool_with_indices, max_unpool
 from crackjax.models.deepcrack import DeepCrack
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.segnet import SegNet
-
-
-def _abstract_variables(model, shape=(1, 64, 64, 3)):
-  return jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct(shape, jnp.float32))
-
-
-def _size(tree) -> int:
-  return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+from tests import fixtures
 
 
 @pytest.mark.parametrize(
@@ -43,14 +36,14 @@ def _size(tree) -> int:
   ids=['segnet', 'segnet-1class', 'deepcrack', 'deeplabv3plus', 'deeplab-1class', 'deeplab-os8'],
 )
 def test_parameter_counts_match_the_paper(model, exact, paper):
-  variables = _abstract_variables(model)
-  n = _size(variables['params'])
+  variables = fixtures.abstract_variables(model)
+  n = fixtures.tree_size(variables['params'])
   assert n == exact
   assert round(n / 1e6, 2) == paper  # the tables print millions to two decimals
   # The running mean and variance are state, not parameters: one of each per BN scale.
   leaves = jax.tree_util.tree_leaves_with_path(variables['params'])
   scales = [x for path, x in leaves if 'scale' in str(path)]
-  assert _size(variables['batch_stats']) == 2 * _size(scales) > 0
+  assert fixtures.tree_size(variables['batch_stats']) == 2 * fixtures.tree_size(scales) > 0
 
 
 def test_registered_by_name():
@@ -73,18 +66,8 @@ def test_registered_by_name():
 @pytest.mark.parametrize('hw', [(320, 480), (512, 512)])
 @pytest.mark.parametrize('name', ['segnet', 'deepcrack', 'deeplabv3plus'])
 def test_output_shapes_in_both_modes(name, hw):
-  model = MODELS[name]()
-  x = jax.ShapeDtypeStruct((2, *hw, 3), jnp.float32)
-  variables = _abstract_variables(model, (1, *hw, 3))
-  params, batch_stats = variables['params'], variables['batch_stats']
-  for train in (False, True):
-    out, new_stats = jax.eval_shape(
-      lambda p, s, x, train=train: apply_model(model.apply, p, x, batch_stats=s, train=train),
-      params,
-      batch_stats,
-      x,
-    )
-    assert jax.tree.structure(new_stats) == jax.tree.structure(batch_stats)
+  # Each mode also keeps the structure of the batch statistics (checked by the helper).
+  for out in fixtures.abstract_outputs_in_both_modes(MODELS[name](), hw):
     maps = [out] if name != 'deepcrack' else [out['logits'], *out['side_logits']]
     if name == 'deepcrack':
       assert set(out) == {'logits', 'side_logits'} and len(out['side_logits']) == 5
@@ -94,17 +77,17 @@ def test_output_shapes_in_both_modes(name, hw):
 
 
 def test_structure_follows_the_papers():
-  params = _abstract_variables(SegNet())['params']
+  params = fixtures.abstract_variables(SegNet())['params']
   assert params['conv1_1']['conv']['kernel'].shape == (3, 3, 3, 64)
   assert params['conv4_1_D']['conv']['kernel'].shape == (3, 3, 512, 256)
   assert params['conv1_2_D']['conv']['kernel'].shape == (3, 3, 64, 64)
   assert params['conv1_1_D']['kernel'].shape == (3, 3, 64, 2)  # the classifier, no BN
-  params = _abstract_variables(DeepCrack())['params']
+  params = fixtures.abstract_variables(DeepCrack())['params']
   assert params['conv1_1_D']['conv']['kernel'].shape == (3, 3, 64, 64)  # ends 64 -> 64
   sides = [params[f'side{k}']['kernel'].shape[2] for k in range(1, 6)]
   assert sides == [64 + 64, 128 + 64, 256 + 128, 512 + 256, 512 + 512]
   assert params['fuse']['kernel'].shape == (1, 1, 5, 1)
-  params = _abstract_variables(DeepLabV3Plus())['params']
+  params = fixtures.abstract_variables(DeepLabV3Plus())['params']
   assert 'bias' not in params['aspp1']['conv']  # no bias before a BatchNorm
   assert params['aspp1']['conv']['kernel'].shape == (3, 3, 2048, 256)
   assert params['aspp_project']['conv']['kernel'].shape == (1, 1, 1280, 256)
@@ -120,12 +103,12 @@ def test_input_multiple(name):
   model = MODELS[name]()
   assert model.input_multiple == (16 if name == 'deeplabv3plus' else 32)
   with pytest.raises(ValueError, match=f'multiples of {model.input_multiple}'):
-    _abstract_variables(model, (1, 40, 72, 3))
+    fixtures.abstract_variables(model, (1, 40, 72, 3))
 
 
 def test_bfloat16_compute_keeps_float32_outputs_and_parameters():
   model = DeepCrack(dtype=jnp.bfloat16, width_scale=1 / 16)
-  variables = _abstract_variables(model, (1, 32, 32, 3))
+  variables = fixtures.abstract_variables(model, (1, 32, 32, 3))
   assert {x.dtype for x in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
   out = jax.eval_shape(model.apply, variables, jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32))
   assert {x.dtype for x in jax.tree.leaves(out)} == {jnp.dtype(jnp.float32)}

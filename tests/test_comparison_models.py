@@ -3,11 +3,6 @@ own loss and with its dagger config (the paper's exponential WCE); evaluation, p
 export of the BatchNorm models with their running averages are tested in
 tests/test_batchnorm_state.py."""
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -15,7 +10,6 @@ from configs import compare
 from crackjax import predict
 from tests import fixtures
 
-REPO = Path(__file__).resolve().parents[1]
 SIDE_OUTPUTS = {'hed', 'rcf', 'deepcrack'}  # deep supervision: a loss per side output
 BATCH_NORM = {'segnet', 'deepcrack', 'deeplabv3plus'}
 # CrackSeg and U-CliqueNet train end to end in tests/test_comparison_models_extra.py.
@@ -30,34 +24,14 @@ def data_dirs(tmp_path_factory):
   return raw, root / 'tfds'
 
 
-def _train_rows(workdir: Path) -> list[dict]:
-  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
-  return [r for r in rows if r['kind'] == 'train']
-
-
 @pytest.mark.parametrize('dagger', [False, True], ids=['own_loss', 'dagger'])
 @pytest.mark.parametrize('model', FAMILIES)
 def test_trains_through_launch(model, dagger, data_dirs, tmp_path):
-  raw, tfds_dir = data_dirs
   workdir = tmp_path / model
   variant = ',dagger' if dagger else ''
-  proc = subprocess.run(
-    [
-      sys.executable,
-      str(REPO / 'launch.py'),
-      f'--config=configs/compare.py:{model}{variant},smoke',
-      f'--workdir={workdir}',
-      f'--config.data.manual_dir={raw}',
-      f'--config.data.data_dir={tfds_dir}',
-      '--mode=train',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=600,
-    cwd=REPO,
+  _, rows = fixtures.train_through_launch(
+    f'configs/compare.py:{model}{variant},smoke', workdir, data_dirs
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = _train_rows(workdir)
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
   assert all(r['loss'] > 0 for r in rows)
   if dagger:  # the exponential WCE logs its weight q

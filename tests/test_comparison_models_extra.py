@@ -4,10 +4,6 @@ clique block's wiring against a direct implementation, and a short training run 
 original loss through launch.py and one jitted step of its dagger (exponential WCE) config."""
 
 import json
-import math
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +14,13 @@ from jax import lax
 
 from configs import compare
 from crackjax import predict
-from crackjax.models import MODELS, apply_model, model_from_config
+from crackjax.models import MODELS, model_from_config
 from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.ucliquenet import CliqueBlock, UCliqueNet
 from tests import fixtures
 
-REPO = Path(__file__).resolve().parents[1]
 NEW_MODELS = ('crackseg', 'ucliquenet')
-
-
-def _abstract_variables(model, shape=(1, 64, 64, 3)):
-  return jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct(shape, jnp.float32))
-
-
-def _size(tree) -> int:
-  return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
 
 
 @pytest.mark.parametrize(
@@ -51,18 +38,18 @@ def _size(tree) -> int:
   ids=['crackseg', 'crackseg-1class', 'crackseg-pooling', 'ucliquenet', 'ucliquenet-1class'],
 )
 def test_parameter_counts_beside_the_paper(model, exact, paper, tolerance):
-  variables = _abstract_variables(model)
-  n = _size(variables['params'])
+  variables = fixtures.abstract_variables(model)
+  n = fixtures.tree_size(variables['params'])
   assert n == exact  # the documented count (module docstrings)
   assert abs(n / paper - 1) < tolerance  # the paper's 53.87M / 487.77K, not matched exactly
   # Running statistics are state, not parameters: a mean and a variance per BN scale.
   leaves = jax.tree_util.tree_leaves_with_path(variables['params'])
   scales = [x for path, x in leaves if 'scale' in str(path)]
-  assert _size(variables['batch_stats']) == 2 * _size(scales) > 0
+  assert fixtures.tree_size(variables['batch_stats']) == 2 * fixtures.tree_size(scales) > 0
 
 
 def test_crackseg_structure():
-  params = _abstract_variables(CrackSeg())['params']
+  params = fixtures.abstract_variables(CrackSeg())['params']
   branches = [k for k in params if k.startswith('msd') and k[3:].isdigit()]
   assert len(branches) == 6
   assert all(params[b]['conv']['kernel'].shape == (3, 3, 2048, 256) for b in branches)
@@ -74,14 +61,14 @@ def test_crackseg_structure():
     assert params[f'decoder_conv{i}']['conv']['kernel'].shape == (3, 3, 256, 256)
   assert params['classifier']['kernel'].shape == (1, 1, 256, 2)
   # The backbone is DeepLab v3+'s ResNet-50 with the same names (one ImageNet file for both).
-  deeplab = _abstract_variables(DeepLabV3Plus())['params']
+  deeplab = fixtures.abstract_variables(DeepLabV3Plus())['params']
   backbone = {k for k in deeplab if k == 'conv1' or k.startswith('layer')}
   assert backbone <= set(params)
   assert all(jax.tree.map(lambda a, b: a.shape == b.shape, params[k], deeplab[k]) for k in backbone)
 
 
 def test_ucliquenet_structure():
-  params = _abstract_variables(UCliqueNet())['params']
+  params = fixtures.abstract_variables(UCliqueNet())['params']
   assert set(params) == {
     'stem',
     *(f'down{i}' for i in range(3)),
@@ -133,21 +120,11 @@ def test_registered_and_built_from_config():
 @pytest.mark.parametrize('hw', [(320, 480), (512, 512)])
 @pytest.mark.parametrize('name', NEW_MODELS)
 def test_output_shapes_in_both_modes(name, hw):
-  model = MODELS[name]()
-  x = jax.ShapeDtypeStruct((2, *hw, 3), jnp.float32)
-  variables = _abstract_variables(model, (1, *hw, 3))
-  params, batch_stats = variables['params'], variables['batch_stats']
-  for train_mode in (False, True):
-    out, new_stats = jax.eval_shape(
-      lambda p, s, x, t=train_mode: apply_model(model.apply, p, x, batch_stats=s, train=t),
-      params,
-      batch_stats,
-      x,
-    )
+  # Each mode also keeps the structure of the batch statistics (checked by the helper).
+  for out in fixtures.abstract_outputs_in_both_modes(MODELS[name](), hw):
     # One crack logit per pixel, no side outputs.
     assert isinstance(out, jax.ShapeDtypeStruct)
     assert out.shape == (2, *hw, 1) and out.dtype == jnp.float32
-    assert jax.tree.structure(new_stats) == jax.tree.structure(batch_stats)
 
 
 @pytest.mark.parametrize(('name', 'multiple'), [('crackseg', 16), ('ucliquenet', 8)])
@@ -155,7 +132,7 @@ def test_input_multiple(name, multiple):
   model = MODELS[name]()
   assert model.input_multiple == multiple
   with pytest.raises(ValueError, match=f'multiples of {multiple}'):
-    _abstract_variables(model, (1, 36, 64, 3))
+    fixtures.abstract_variables(model, (1, 36, 64, 3))
   assert UCliqueNet(levels=4).input_multiple == 16
 
 
@@ -221,28 +198,11 @@ def data_dirs(tmp_path_factory):
 @pytest.mark.parametrize('dagger', [False, True], ids=['own_loss', 'dagger'])
 @pytest.mark.parametrize('model', NEW_MODELS)
 def test_trains_through_launch(model, dagger, data_dirs, tmp_path):
-  raw, tfds_dir = data_dirs
   workdir = tmp_path / model
   variant = ',dagger' if dagger else ''
-  proc = subprocess.run(
-    [
-      sys.executable,
-      str(REPO / 'launch.py'),
-      f'--config=configs/compare.py:{model}{variant},smoke',
-      f'--workdir={workdir}',
-      f'--config.data.manual_dir={raw}',
-      f'--config.data.data_dir={tfds_dir}',
-      '--config.num_epochs=1',
-      '--mode=train',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=600,
-    cwd=REPO,
+  proc, rows = fixtures.train_through_launch(
+    f'configs/compare.py:{model}{variant},smoke', workdir, data_dirs, '--config.num_epochs=1'
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
-  rows = [r for r in rows if r['kind'] == 'train']
   assert [r['step'] for r in rows] == [1, 2, 3]
   assert all(np.isfinite(r['loss']) and r['loss'] > 0 for r in rows)
   if dagger:  # the exponential WCE (beta 0.75) logs its weight q

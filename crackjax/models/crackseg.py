@@ -11,8 +11,9 @@ scales; in the up-sampling module these are fused with the high-resolution featu
 shallow network, and "three 3x3 convolution operations" follow, whose output feeds a binary
 (crack / background) pixel classifier.
 
-The design here, as DeepLab v3+ (crackjax/models/deeplabv3plus.py, whose ResNet-50 layout and
-parameter names it shares, so the same ImageNet weights load into both; crackjax/pretrained.py):
+The design here, as DeepLab v3+ (crackjax/models/deeplabv3plus.py, whose ResNet-50 backbone,
+crackjax/models/resnet.py, and parameter names it shares, so the same ImageNet weights load into
+both; crackjax/pretrained.py):
 
 * ResNet-50 backbone (torchvision layout, no fully connected layer) at output stride 16 (layer4
   dilated with multi-grid rates 2, 4, 8), or 8.
@@ -55,18 +56,9 @@ import jax
 import jax.numpy as jnp
 
 from crackjax.models.batchnorm import ConvBN
-from crackjax.models.deeplabv3plus import (
-  DECODER_WIDTH,
-  LOW_LEVEL_WIDTH,
-  MULTI_GRID,
-  OUTPUT_STRIDES,
-  RESNET50_LAYERS,
-  STEM_WIDTH,
-  Bottleneck,
-  check_resnet_fields,
-  resize_to,
-)
+from crackjax.models.deeplabv3plus import DECODER_WIDTH, LOW_LEVEL_WIDTH, resize_to
 from crackjax.models.hed import check_input, scaled_width
+from crackjax.models.resnet import RESNET50_LAYERS, check_resnet_fields, resnet50_features
 from crackjax.models.segnet import crack_logit
 
 # Channels of each branch of the multiscale dilated convolution module and of its projection.
@@ -129,27 +121,8 @@ class CrackSeg(nn.Module):
     check_input('CrackSeg', x, self.input_multiple)
     height, width = x.shape[1:3]
     conv = dict(use_bias=False, dtype=self.dtype)
-    strides, dilations, _ = OUTPUT_STRIDES[self.output_stride]
-    x = x.astype(self.dtype)
-    # ResNet-50, as deeplabv3plus.py (same parameter names).
-    x = ConvBN(self._width(STEM_WIDTH), 7, 2, name='conv1', **conv)(x, train)
-    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
-    low_level = x
-    for layer, (blocks, (w, _), stride, dilation) in enumerate(
-      zip(self.blocks, RESNET50_LAYERS, strides, dilations, strict=True), start=1
-    ):
-      for block in range(blocks):
-        rate = dilation * (MULTI_GRID[block % len(MULTI_GRID)] if layer == 4 else 1)
-        x = Bottleneck(
-          self._width(w),
-          strides=stride if block == 0 else 1,
-          dilation=rate,
-          projection=block == 0,
-          dtype=self.dtype,
-          name=f'layer{layer}_{block}',
-        )(x, train)
-      if layer == 1:
-        low_level = x
+    # ResNet-50, as deeplabv3plus.py (crackjax/models/resnet.py: the same parameter names).
+    x, low_level = resnet50_features(self, x, train)
 
     # The multiscale dilated convolution module.
     module = self._width(MODULE_WIDTH)

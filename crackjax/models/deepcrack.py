@@ -26,24 +26,15 @@ fusion 6: 29,482,571 = the paper's 29.48M. Side 1x1 kernels start from N(0, 0.01
 fusion from 1/5, as in hed.py.
 """
 
-from collections.abc import Sequence
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.hed import (
-  VGG16_STAGES,
-  check_input,
-  fuse_conv,
-  scaled_width,
-  side_conv,
-  upsample_to,
-)
-from crackjax.models.segnet import segnet_decoder, vgg16_bn_encoder
+from crackjax.models.hed import check_input, fuse_conv, side_conv, upsample_to
+from crackjax.models.segnet import SegNetBody, segnet_decoder, vgg16_bn_encoder
 
 
-class DeepCrack(nn.Module):
+class DeepCrack(SegNetBody):
   """DeepCrack: SegNet's body with five deeply supervised side outputs and a learnt fusion.
 
   Attributes:
@@ -54,21 +45,6 @@ class DeepCrack(nn.Module):
 
   width_scale: float = 1.0
   dtype: jnp.dtype = jnp.float32
-
-  def __post_init__(self):
-    if not self.width_scale > 0:
-      raise ValueError(f'DeepCrack width_scale must be positive; got {self.width_scale}.')
-    super().__post_init__()
-
-  @property
-  def input_multiple(self) -> int:
-    """32: five 2x2 poolings, each undone exactly by its unpooling."""
-    return 32
-
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
 
   @nn.compact
   def __call__(

@@ -5,7 +5,8 @@ Backbone: ResNet-50 (He et al. 2016) as in torchvision, bottlenecks with the str
 3x3 convolution, every convolution without bias and followed by BatchNorm; no fully
 connected layer. Output stride 16: layer4 keeps stride 1 and dilates its 3x3 convolutions,
 with DeepLab v3's multi-grid (1, 2, 4) times 2, i.e. rates 2, 4, 8 (output stride 8: layer3
-dilated by 2 and layer4 by 4 x (1, 2, 4)).
+dilated by 2 and layer4 by 4 x (1, 2, 4)). It is crackjax/models/resnet.py's, shared with
+CrackSeg (crackseg.py).
 
 ASPP on layer4's 2048 channels: a 1x1 convolution, three 3x3 convolutions with rates 6, 12,
 18 (12, 24, 36 at output stride 8) and image pooling (global average, 1x1 convolution,
@@ -41,39 +42,19 @@ import jax.numpy as jnp
 
 from crackjax.models.batchnorm import ConvBN
 from crackjax.models.hed import check_input, scaled_width
-from crackjax.models.segnet import check_n_classes, crack_logit
+from crackjax.models.resnet import (
+  RESNET50_LAYERS,
+  check_resnet_fields,
+  resnet50_features,
+  resnet50_widths,
+)
+from crackjax.models.segnet import crack_logit
 
-# ResNet-50's four layers: (bottleneck width, number of blocks); output channels 4 x width.
-RESNET50_LAYERS: tuple[tuple[int, int], ...] = ((64, 3), (128, 4), (256, 6), (512, 3))
-EXPANSION = 4
-STEM_WIDTH = 64
 ASPP_WIDTH = 256
 LOW_LEVEL_WIDTH = 48
 DECODER_WIDTH = 256
-MULTI_GRID = (1, 2, 4)
-# output stride -> (strides of layer1..4, dilations of layer1..4, ASPP rates)
-OUTPUT_STRIDES = {
-  16: ((1, 2, 2, 1), (1, 1, 1, 2), (6, 12, 18)),
-  8: ((1, 2, 1, 1), (1, 1, 2, 4), (12, 24, 36)),
-}
-
-
-def check_resnet_fields(name: str, model) -> None:
-  """Checks the fields a ResNet-50 segmenter shares (n_classes, output_stride, width_scale,
-  blocks), with messages that name the model."""
-  check_n_classes(name, model.n_classes)
-  if model.output_stride not in OUTPUT_STRIDES:
-    raise ValueError(
-      f'{name} output_stride must be one of {sorted(OUTPUT_STRIDES)}; got {model.output_stride}.'
-    )
-  if not model.width_scale > 0:
-    raise ValueError(f'{name} width_scale must be positive; got {model.width_scale}.')
-  if len(model.blocks) != len(RESNET50_LAYERS) or not all(
-    isinstance(n, int) and n >= 1 for n in model.blocks
-  ):
-    raise ValueError(
-      f'{name} blocks must be four positive integers (ResNet-50: (3, 4, 6, 3)); got {model.blocks}.'
-    )
+# output stride (one of resnet.OUTPUT_STRIDES) -> ASPP rates
+ASPP_RATES = {16: (6, 12, 18), 8: (12, 24, 36)}
 
 
 def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
@@ -81,37 +62,6 @@ def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
   if x.shape[1:3] == (height, width):
     return x
   return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
-
-
-class Bottleneck(nn.Module):
-  """ResNet's bottleneck: 1x1 -> 3x3 (stride, dilation) -> 1x1 (x4), BN after each, a
-  projection shortcut (1x1 + BN) where the shape changes, ReLU after the sum.
-
-  Attributes:
-    width: channels of the first two convolutions; the block outputs 4 x width.
-    strides: stride of the 3x3 convolution and the shortcut.
-    dilation: dilation of the 3x3 convolution.
-    projection: whether the shortcut is a 1x1 convolution + BN.
-    dtype: computation dtype.
-  """
-
-  width: int
-  strides: int = 1
-  dilation: int = 1
-  projection: bool = False
-  dtype: jnp.dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    conv = dict(use_bias=False, dtype=self.dtype)
-    y = ConvBN(self.width, 1, name='conv1', **conv)(x, train)
-    y = ConvBN(self.width, 3, self.strides, self.dilation, name='conv2', **conv)(y, train)
-    y = ConvBN(EXPANSION * self.width, 1, relu=False, name='conv3', **conv)(y, train)
-    if self.projection:
-      x = ConvBN(EXPANSION * self.width, 1, self.strides, relu=False, name='downsample', **conv)(
-        x, train
-      )
-    return nn.relu(y + x)
 
 
 class DeepLabV3Plus(nn.Module):
@@ -150,7 +100,7 @@ class DeepLabV3Plus(nn.Module):
   @property
   def widths(self) -> Sequence[int]:
     """The bottleneck widths of ResNet's four layers after `width_scale`."""
-    return tuple(self._width(w) for w, _ in RESNET50_LAYERS)
+    return resnet50_widths(self.width_scale)
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -163,33 +113,12 @@ class DeepLabV3Plus(nn.Module):
     check_input('DeepLabV3Plus', x, self.input_multiple)
     height, width = x.shape[1:3]
     conv = dict(use_bias=False, dtype=self.dtype)
-    strides, dilations, rates = OUTPUT_STRIDES[self.output_stride]
-    x = x.astype(self.dtype)
-    # Stem: 7x7 stride 2 (padding 3) + BN + ReLU, 3x3 stride-2 max-pool (padding 1).
-    x = ConvBN(self._width(STEM_WIDTH), 7, 2, name='conv1', **conv)(x, train)
-    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
-    low_level = x
-    for layer, (blocks, w, stride, dilation) in enumerate(
-      zip(self.blocks, self.widths, strides, dilations, strict=True), start=1
-    ):
-      for block in range(blocks):
-        # Multi-grid in the last layer: its blocks' rates are dilation x (1, 2, 4).
-        rate = dilation * (MULTI_GRID[block % len(MULTI_GRID)] if layer == 4 else 1)
-        x = Bottleneck(
-          w,
-          strides=stride if block == 0 else 1,
-          dilation=rate,
-          projection=block == 0,
-          dtype=self.dtype,
-          name=f'layer{layer}_{block}',
-        )(x, train)
-      if layer == 1:
-        low_level = x
+    x, low_level = resnet50_features(self, x, train)
 
     # ASPP.
     aspp = self._width(ASPP_WIDTH)
     branches = [ConvBN(aspp, 1, name='aspp0', **conv)(x, train)]
-    for i, rate in enumerate(rates, start=1):
+    for i, rate in enumerate(ASPP_RATES[self.output_stride], start=1):
       branches.append(ConvBN(aspp, 3, dilation=rate, name=f'aspp{i}', **conv)(x, train))
     pooled = jnp.mean(x, axis=(1, 2), keepdims=True)
     pooled = ConvBN(aspp, 1, name='aspp_pool', **conv)(pooled, train)

@@ -100,7 +100,34 @@ def crack_logit(scores: jax.Array) -> jax.Array:
   return scores[..., 1:] - scores[..., :1] if scores.shape[-1] == 2 else scores
 
 
-class SegNet(nn.Module):
+class SegNetBody(nn.Module):
+  """What a model built on SegNet's encoder-decoder (`vgg16_bn_encoder`, `segnet_decoder`)
+  derives from its `width_scale` field: SegNet's and DeepCrack's (crackjax/models/deepcrack.py)
+  base class.
+
+  It declares no fields, so a subclass's fields keep their order; the subclass declares
+  `width_scale` (a positive multiplier of VGG16's widths), checked when it is built.
+  """
+
+  def __post_init__(self):
+    if not self.width_scale > 0:
+      raise ValueError(
+        f'{type(self).__name__} width_scale must be positive; got {self.width_scale}.'
+      )
+    super().__post_init__()
+
+  @property
+  def input_multiple(self) -> int:
+    """32: five 2x2 poolings, each undone exactly by its unpooling."""
+    return 32
+
+  @property
+  def widths(self) -> Sequence[int]:
+    """The five stages' channels after `width_scale`."""
+    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
+
+
+class SegNet(SegNetBody):
   """SegNet returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -117,19 +144,7 @@ class SegNet(nn.Module):
 
   def __post_init__(self):
     check_n_classes('SegNet', self.n_classes)
-    if not self.width_scale > 0:
-      raise ValueError(f'SegNet width_scale must be positive; got {self.width_scale}.')
     super().__post_init__()
-
-  @property
-  def input_multiple(self) -> int:
-    """32: five 2x2 poolings, each undone exactly by its unpooling."""
-    return 32
-
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
