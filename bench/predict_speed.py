@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax import cli, validate
+from crackjax import cli, hostmem, validate
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = 'bench/predict_speed.py'
@@ -57,6 +57,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per call (default: Predictor default)', flag_values=fv
   )
+  flags.DEFINE_bool(
+    'tune_malloc',
+    True,
+    'crackjax.hostmem.tune_malloc() first, as crackjax-predict does (--notune_malloc: glibc '
+    'defaults)',
+    flag_values=fv,
+  )
   flags.DEFINE_list(
     'shapes',
     [],
@@ -68,6 +75,17 @@ def _define_flags(fv: flags.FlagValues) -> None:
 
 def _photo(h: int, w: int, seed: int) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+
+
+def _peak_rss_mb() -> float:
+  """The process's peak resident memory (VmHWM) in MB; NaN where /proc is absent."""
+  try:
+    for line in Path('/proc/self/status').read_text().splitlines():
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  return float('nan')
 
 
 def _tiles(predictor, h: int, w: int) -> tuple[int, int, int, int]:
@@ -104,6 +122,7 @@ def main(argv=None) -> dict:
   """Runs the benchmark, prints the report and returns its figures."""
   default = f'{REPO / "configs" / "crackforest_exp.py"}:cpu'
   fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
+  tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
   from crackjax import predict, state
@@ -145,6 +164,7 @@ def main(argv=None) -> dict:
   print(f'{source}, {dict(fv.config.model.items())}')
   cpus = os.cpu_count()
   print(f'jax {jax.__version__}, {device}, python {platform.python_version()}, {cpus} CPUs')
+  print(f'host malloc: {"tuned (crackjax.hostmem)" if tuned else "glibc defaults"}')
   print(
     f'{fv.num_large} photos of {lh}x{lw} per setting; the baseline ({fv.num_small} whole 320x480 '
     'images, batch 1) is timed before the first setting and after each, and a setting is '
@@ -197,7 +217,10 @@ def main(argv=None) -> dict:
     'baseline_mp_per_s': [mp_small / t for t in baselines],
     'settings': rows,
     'shapes': shape_rows,
+    'tuned_malloc': tuned,
+    'host_peak_rss_mb': _peak_rss_mb(),
   }
+  print(f'host peak RSS: {r["host_peak_rss_mb"]:.0f} MB')
   return r
 
 

@@ -29,7 +29,7 @@ import PIL.ImageOps
 import tqdm
 from absl import flags
 
-from crackjax import cli, measure
+from crackjax import cli, hostmem, measure
 from crackjax.predict import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
@@ -145,6 +145,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'batch_size', None, 'tiles per device call (default: one per local device)', flag_values=fv
   )
   flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
+  flags.DEFINE_bool(
+    'tune_malloc',
+    True,
+    "keep and reuse freed host memory (glibc): XLA's per-call CPU buffers are not page-faulted "
+    'in again on every tile (~15% faster on large photos on the CPU; crackjax.hostmem)',
+    flag_values=fv,
+  )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
 
 
@@ -159,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   inputs = cli.parse_flags(fv, argv, prog=PROG)[1:]
+  if fv.tune_malloc:
+    hostmem.tune_malloc()  # before the first computation: JAX's CPU threads start then
   if not fv.workdir or not fv.out:
     sys.exit(
       f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {PROG} '
