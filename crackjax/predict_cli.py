@@ -20,6 +20,7 @@ import csv
 import glob
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
 
   rows, skipped = [], []
+  start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
   for path, name in tqdm.tqdm(
     list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
   ):
@@ -228,7 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnreadableImageError as e:
       skipped.append(str(e))
       continue
+    t0 = time.perf_counter()
     prob = predictor(photo)
+    predict_seconds += time.perf_counter() - t0
+    megapixels += photo.shape[0] * photo.shape[1] / 1e6
     mask = predictor.mask(prob, threshold)
     _write(targets[0], np.round(np.clip(prob, 0.0, 1.0) * 255.0).astype(np.uint8))
     _write(targets[1], mask.astype(np.uint8) * 255)
@@ -246,9 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
       writer.writeheader()
       writer.writerows({k: ('' if v is None else v) for k, v in row.items()} for row in rows)
     print(measure.format_summary(measure.summarize(rows)))
+    seconds = time.perf_counter() - start
     print(
       f'{PROG}: wrote {len(rows)} image(s) to {out} (probs/, masks/, overlays/, '
-      f'measurements.csv); skipped {len(skipped)}.',
+      f'measurements.csv); skipped {len(skipped)}. {megapixels:.1f} MP in {seconds:.1f} s: '
+      f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
+      f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
+      'the rest.',
       file=sys.stderr,
     )
   return 0 if rows else 1

@@ -167,6 +167,8 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   captured = capsys.readouterr()
   assert 'skipped' in captured.err and 'broken.png: cannot read image' in captured.err
   assert 'images: crack length' in captured.out
+  # Throughput over the 5 images read: 45x70 + 40x40 + 50x30 + 30x20 + 60x20 pixels.
+  assert ' 0.0 MP in ' in captured.err and 'images/s' in captured.err and 'MP/s' in captured.err
   sizes = {
     'plain': (45, 70),
     'alpha': (40, 40),
