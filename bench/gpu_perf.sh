@@ -22,6 +22,9 @@
 #                  with a profile of 20 loop steps (device idle time)
 #   bench_b2_bf16  batch 2 bf16 + PyTorch eager and torch.compile
 #   fps_f32        crackjax.complexity, f32, FPS batch 1 and 8
+#   predict_speed  bench/predict_speed.py (issue 11): the paper's U-Net (random parameters,
+#                  f32) on 3000x4000 photos in tiles of 1024 / 2048 at overlap 0 and 0.125,
+#                  against whole 320x480 images
 #
 # Results: $OUT/gpu_perf.tar.gz (OUT defaults to /tmp/gpu_perf_out) holding gpu_perf/:
 # summary.txt (stage, exit status, seconds), <stage>.log (stdout+stderr), <stage>.json,
@@ -39,7 +42,7 @@ RAW=${CRACKFOREST_DIR:-$REPO/.data/crackforest}
 if [ ! -d "$RAW" ] && [ -d "$REPO/../shared/datasets/crackforest" ]; then
   RAW=$REPO/../shared/datasets/crackforest
 fi
-ALL_STAGES="setup prepare_data bench_b8_bf16 fps_bf16 table_row bench_b2_f32 loop_vs_step bench_b2_bf16 fps_f32"
+ALL_STAGES="setup prepare_data bench_b8_bf16 fps_bf16 table_row bench_b2_f32 loop_vs_step bench_b2_bf16 fps_f32 predict_speed"
 STAGES=${STAGES:-$ALL_STAGES}
 case " $STAGES " in *" prepare_data "*) ;; *) STAGES="prepare_data $STAGES" ;; esac
 
@@ -60,6 +63,7 @@ if [ "$TINY" = 1 ]; then
   LOOP=(--config=configs/crackforest_exp.py:smoke "--config.data.input_size=(64, 96)"
     --config.steps_per_epoch=6 --config.num_epochs=2 --config.log_every_steps=2
     --bench_steps=2 --bench_after --host_batches=3 --profile_steps=4,8)
+  PREDICT=(--large_hw=600,800 --num_large=1 --num_small=2 --tile_size=256 --overlap=0,0.125)
   SCALE=20  # expected stage times are divided by this
   BUDGET_S=${BUDGET_S:-1800}
 else
@@ -72,6 +76,7 @@ else
   ROW_EXTRA=()
   LOOP=(--config=configs/crackforest_exp.py --config.steps_per_epoch=300 --config.num_epochs=1
     --bench_steps=20 --bench_after --host_batches=50 --profile_steps=100,120)
+  PREDICT=(--num_large=3 --num_small=60 --tile_size=1024,2048 --overlap=0,0.125)
   SCALE=1
   BUDGET_S=${BUDGET_S:-560}
 fi
@@ -185,6 +190,12 @@ loop_vs_step() {
   pack
 }
 
+predict_speed() {
+  stage predict_speed 120 240 "$PY" bench/predict_speed.py --config=configs/crackforest_exp.py \
+    ${MODEL[@]+"${MODEL[@]}"} "${PREDICT[@]}" --json="$RES/predict_speed.json"
+  pack
+}
+
 for s in $STAGES; do
   case $s in
     setup | prepare_data) ;;
@@ -195,6 +206,7 @@ for s in $STAGES; do
     fps_f32) fps fps_f32 float32 ;;
     table_row) table_row ;;
     loop_vs_step) loop_vs_step ;;
+    predict_speed) predict_speed ;;
     *) echo "unknown stage $s" | tee -a "$RES/summary.txt" ;;
   esac
 done

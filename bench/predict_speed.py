@@ -22,6 +22,7 @@ slower per pixel).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -57,6 +58,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per call (default: Predictor default)', flag_values=fv
   )
+  flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
   flags.DEFINE_bool(
     'tune_malloc',
     True,
@@ -221,6 +223,8 @@ def main(argv=None) -> dict:
     'host_peak_rss_mb': _peak_rss_mb(),
   }
   print(f'host peak RSS: {r["host_peak_rss_mb"]:.0f} MB')
+  if fv.json:
+    Path(fv.json).write_text(json.dumps(r, indent=1, default=str))
   return r
 
 
