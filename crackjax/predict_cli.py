@@ -167,8 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   inputs = cli.parse_flags(fv, argv, prog=PROG)[1:]
-  if fv.tune_malloc:
-    hostmem.tune_malloc()  # before the first computation: JAX's CPU threads start then
   if not fv.workdir or not fv.out:
     sys.exit(
       f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {PROG} '
@@ -189,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   table = out / 'measurements.csv'
   if table.exists() and not fv.overwrite:
     sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
+  if fv.tune_malloc:
+    # Before the first computation (restoring the run), when JAX's CPU threads start.
+    hostmem.tune_malloc()
   try:
     run = load_run(fv.workdir, step=fv.step)
   except (FileNotFoundError, CheckpointError) as e:

@@ -268,7 +268,10 @@ def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
   photo = np.random.default_rng(2).integers(0, 255, (40, 56, 3), dtype=np.uint8)
   path = fixtures.write_image(tmp_path / 'in' / 'photo.png', photo)
   assert (
-    predict_cli.main(['--workdir', str(workdir), str(path), '--out', str(tmp_path / 'out')]) == 0
+    predict_cli.main(
+      ['--workdir', str(workdir), str(path), '--out', str(tmp_path / 'out'), '--notune_malloc']
+    )
+    == 0
   )
   written = np.asarray(PIL.Image.open(tmp_path / 'out' / 'probs' / 'photo.png'))
   expected = predict.Predictor.from_workdir(workdir)(photo)

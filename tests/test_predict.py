@@ -162,7 +162,14 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   folder = tmp_path / 'photos'
   _write_inputs(folder)
   out = tmp_path / 'out'
-  args = [f'--workdir={run_dir}', f'--out={out}', '--mm_per_pixel=0.5', str(folder)]
+  # --notune_malloc: the setting is process-wide, and this is pytest's process.
+  args = [
+    f'--workdir={run_dir}',
+    f'--out={out}',
+    '--mm_per_pixel=0.5',
+    '--notune_malloc',
+    str(folder),
+  ]
   assert predict_cli.main(args) == 0
   captured = capsys.readouterr()
   assert 'skipped' in captured.err and 'broken.png: cannot read image' in captured.err
@@ -203,13 +210,31 @@ def test_command_line_errors(run_dir, tmp_path):
     predict_cli.main([f'--workdir={run_dir}', '--blend=feather', str(empty)])
 
 
-def test_console_script_is_installed():
+def test_console_script_is_installed(run_dir, tmp_path):
   proc = subprocess.run(
     [sys.executable, '-m', 'crackjax.predict_cli', '--help'], capture_output=True, text=True
   )
   assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
   assert '--blend' in proc.stdout and 'cosine' in proc.stdout
   assert jax.__version__  # the command runs under the same jax
+  # A real run in its own process, with the defaults (tune_malloc on: process-wide).
+  PIL.Image.fromarray(photo(40, 60)).save(tmp_path / 'one.png')
+  proc = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'crackjax.predict_cli',
+      f'--workdir={run_dir}',
+      f'--out={tmp_path / "out"}',
+      str(tmp_path / 'one.png'),
+    ],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert 'wrote 1 image(s)' in proc.stderr and (tmp_path / 'out' / 'masks' / 'one.png').is_file()
 
 
 _TWO_DEVICES = """
