@@ -230,6 +230,18 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------- writing
 
 
+def _method(row: paper.Row) -> str:
+  """The row's method as the paper prints it, with q's parameters where the paper gives them
+  in other columns (Table I has two 'wce_power' rows: beta 0.5, gamma 1/2 and 0.85, 1/3)."""
+  if row.weighting in (None, 'xie') or row.b or row.beta is None:
+    return row.name
+  gamma = ''
+  if row.weighting == 'power' and row.gamma:
+    den = round(1 / row.gamma)
+    gamma = f', γ=1/{den}' if abs(row.gamma * den - 1) < 1e-9 else f', γ={row.gamma:g}'
+  return f'{row.name} (β={row.beta:g}{gamma})'
+
+
 def _welch_cells(a: Sequence[float], b: Sequence[float]) -> str:
   """'Δ | 95% CI | p' table cells of `welch(a, b)`, in points ('–' where undefined)."""
   w = welch(a, b)
@@ -310,7 +322,7 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
   for r, base in pairs:
     cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
     out.append(
-      f'| {r.row.name} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | {cells} | '
+      f'| {_method(r.row)} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | {cells} | '
       f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
     )
   return [*out, '']
@@ -345,7 +357,7 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
           '| '
           + ' | '.join(
             [
-              r.row.name,
+              _method(r.row),
               str(r.row.epochs),
               str(len(r.seeds)),
               _pct(*r.mean_std('ods_p')),
@@ -381,7 +393,7 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
           continue
         cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
         out.append(
-          f'| {r.row.name} | {r.row.epochs} | {cells} | '
+          f'| {_method(r.row)} | {r.row.epochs} | {cells} | '
           f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
         )
       out.append('')

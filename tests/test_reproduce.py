@@ -160,7 +160,8 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   md = (workdir / 'report' / 'report.md').read_text()
   assert '## Table 1 (crackforest), `strict` protocol' in md
   assert '## Table 1 (crackforest), `tolerance_thin_gt` protocol' in md
-  assert '| wce_exp | 5 | 2 |' in md and '| 85.19 |' in md  # the paper's ODS F1 beside ours
+  # beta beside the paper's method name; the paper's ODS F1 beside ours.
+  assert '| wce_exp (β=0.75) | 5 | 2 |' in md and '| 85.19 |' in md
   assert 'Against the second baseline, wce_xie at 5 epochs' in md
   assert (workdir / 'report' / 'curves_table1_strict.png').stat().st_size > 10_000
   with (workdir / 'report' / 'report.csv').open() as f:
