@@ -54,7 +54,15 @@ _EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
 
 
 def _compact(results: dict[str, Any]) -> dict[str, Any]:
-  return {p: {k: r[k] for k in _EXPORT_KEYS if k in r} for p, r in results.items()}
+  # OIS's 'pooling' is one fixed sentence (docs/evaluation.md), not repeated in every epoch.
+  return {
+    p: {
+      k: {n: v for n, v in r[k].items() if n != 'pooling'} if k == 'ois' else r[k]
+      for k in _EXPORT_KEYS
+      if k in r
+    }
+    for p, r in results.items()
+  }
 
 
 def load_run(directory: Path) -> dict[str, Any]:
@@ -135,10 +143,25 @@ def complete_jobs(runs: Sequence[dict[str, Any]]) -> set[tuple[int, str, int, in
   }
 
 
+def _rounded(x: Any) -> Any:
+  # Eight decimals: the report prints fractions as percent with two (and a std from them).
+  if isinstance(x, float):
+    return round(x, 8)
+  if isinstance(x, dict):
+    return {k: _rounded(v) for k, v in x.items()}
+  if isinstance(x, list | tuple):
+    return [_rounded(v) for v in x]
+  return x
+
+
 def export(runs: Sequence[dict[str, Any]], path: str | Path) -> None:
-  """Writes `runs` as one small JSON file that `load` reads back."""
+  """Writes `runs` as one small JSON file that `load` reads back: floats to eight decimals,
+  one run per line (a committed export diffs run by run)."""
   Path(path).parent.mkdir(parents=True, exist_ok=True)
-  Path(path).write_text(json.dumps({'format': EXPORT_FORMAT, 'runs': list(runs)}, indent=1))
+  lines = [json.dumps(_rounded(run), separators=(',', ':')) for run in runs]
+  Path(path).write_text(
+    f'{{"format": "{EXPORT_FORMAT}", "runs": [\n' + ',\n'.join(lines) + '\n]}\n'
+  )
 
 
 # ------------------------------------------------------------------------------------- numbers
