@@ -358,11 +358,10 @@ class Predictor:
     """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image."""
     image = as_float_image(image)
     h, w = image.shape[:2]
-    ph, pw = self.padded_shape(h, w)
-    if ph <= self.tile_size and pw <= self.tile_size:
-      return self._predict_batch([reflect_pad(image, ph, pw)])[0, :h, :w]
-    padded = reflect_pad(image, ph, pw)
+    padded = reflect_pad(image, *self.padded_shape(h, w))
     th, ys, tw, xs = self.layout(h, w)
+    if len(ys) == len(xs) == 1:  # not tiled: the whole padded image in one call
+      return self._predict_batch([padded])[0, :h, :w]
     if self.blend == 'gaussian':
       weights = gaussian_weights(th, tw)
     else:
