@@ -123,7 +123,11 @@ def define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_bool(
-    'shortest_first', False, 'Run the jobs with the fewest epochs first.', flag_values=fv
+    'shortest_first',
+    False,
+    'Run the jobs with the fewest epochs first, and among equal epochs the lowest seeds of '
+    'every row first (a chunk cut short leaves the rows with equal numbers of seeds).',
+    flag_values=fv,
   )
   flags.DEFINE_string('job', None, 'Internal: run one job, table:group:seed.', flag_values=fv)
 
@@ -177,6 +181,13 @@ def select_jobs(table: int, row_keys: Sequence[str], seeds: Sequence[int]) -> li
     picked = tuple(r for r in group_rows if r.key in chosen)  # longest first
     jobs += [Job(table, picked, s) for s in seeds] if picked else []
   return jobs
+
+
+def shortest_first(jobs: Sequence[Job]) -> list[Job]:
+  """`jobs` with the fewest epochs first and, among equal epochs, seed by seed: every row's
+  seed 0, then every row's seed 1, ... (the paper's order within a seed), so that a chunk cut
+  at its time limit leaves the rows with equal numbers of seeds."""
+  return sorted(jobs, key=lambda j: (j.epochs, j.seed))
 
 
 def list_rows(table: int | None = None) -> str:
@@ -559,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f'{len(skipped)} jobs complete in {", ".join(fv.done)}: skipped.')
     jobs = [j for j in jobs if j not in skipped]
   if fv.shortest_first:
-    jobs.sort(key=lambda j: j.epochs)  # stable: paper order within equal epochs
+    jobs = shortest_first(jobs)
   directory = configs_dir(fv.configs_dir)
   if not (directory / f'table{fv.table}.py').is_file():
     sys.exit(f'{PROG}: no table{fv.table}.py in {directory}; pass --configs_dir.')

@@ -16,6 +16,7 @@
 # results/$CAMPAIGN.json already holds, and writes the merged results and its report into
 # $OUT as it goes. Environment knobs:
 #   TABLE=1  SEEDS=5  PARALLEL=4  MINUTES=7.5  ROWS=<comma keys, default all>
+#   CURVE_PROTOCOLS=strict  (the epochs that are no row's; the rows' epochs get every protocol)
 #   VARIANT=  (paper setting; 'smoke' for a CPU try-out)   CAMPAIGN=gpu_table$TABLE
 #   DATA=.data/crackforest   OUT=<the device tool's output folder>
 set -uo pipefail
@@ -24,6 +25,7 @@ SEEDS=${SEEDS:-5}
 PARALLEL=${PARALLEL:-4}
 MINUTES=${MINUTES:-7.5}
 ROWS=${ROWS:-}
+CURVE_PROTOCOLS=${CURVE_PROTOCOLS:-strict}
 VARIANT=${VARIANT:-}
 CAMPAIGN=${CAMPAIGN:-gpu_table${TABLE}}
 DATA=${DATA:-.data/crackforest}
@@ -39,6 +41,12 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 python3 -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__, jax.devices())'
+# GPU utilisation and memory every 5 s: does the GPU wait for the loop?
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 \
+    >"$OUT/gpu_util.csv" 2>/dev/null &
+  trap 'kill %1 2>/dev/null' EXIT
+fi
 
 results=results/$CAMPAIGN.json
 done_flag=()
@@ -46,14 +54,21 @@ done_flag=()
 rows_flag=()
 [ -n "$ROWS" ] && rows_flag=(--rows="$ROWS")
 
-# Hard stop a little after the scheduler's own limit, so the report below always runs.
-limit=$(python3 -c "print(int(60 * $MINUTES + 90))")
-timeout --signal=TERM --kill-after=30 "$limit" python3 -m crackjax.reproduce \
+# Hard stop a little after the scheduler's own limit, so the report below always runs (jobs
+# cut at the limit are redone next time anyway: their checkpoints do not come back).
+limit=$(python3 -c "print(int(60 * $MINUTES + 45))")
+timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.reproduce \
   --table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT" \
+  --curve_protocols="$CURVE_PROTOCOLS" \
   --parallel="$PARALLEL" --max_minutes="$MINUTES" --shortest_first "${done_flag[@]}" \
   --set=data.manual_dir="$DATA" --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign"
 echo "reproduce exit code $?"
 
+# The jobs' own records (small), in case the report below fails.
+if [ -d "$WORK/campaign" ]; then
+  (cd "$WORK" && find campaign -name '*.json' -not -path '*/checkpoints/*' -print0 |
+    tar -czf "$OUT/campaign_records.tar.gz" --null -T -)
+fi
 inputs=()
 [ -d "$WORK/campaign" ] && inputs+=("$WORK/campaign")
 [ -f "$results" ] && inputs+=("$results")

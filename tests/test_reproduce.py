@@ -63,6 +63,19 @@ def test_jobs_share_one_training_per_group():
     reproduce.select_jobs(1, ['rsf'], [0])
 
 
+def test_shortest_first_goes_seed_by_seed():
+  rows = ['wce_xie_e10', 'wce_exp_0.75_e10', 'exp_0.75_a20_wj_e5']
+  jobs = reproduce.shortest_first(reproduce.select_jobs(1, rows, [0, 1]))
+  assert [j.id for j in jobs] == [
+    '1:exp_0.75_a20_wj:0',
+    '1:exp_0.75_a20_wj:1',
+    '1:wce_xie:0',
+    '1:wce_exp_0.75:0',
+    '1:wce_xie:1',
+    '1:wce_exp_0.75:1',
+  ]
+
+
 def test_bad_flags_end_in_one_line():
   with pytest.raises(SystemExit, match='Not a trainable row of Table 1'):
     reproduce.main(['--table=1', '--rows=nope', '--workdir=/tmp/unused'])
