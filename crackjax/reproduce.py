@@ -533,6 +533,15 @@ def run_workers(
 # ---------------------------------------------------------------------------------------- main
 
 
+def schedules_only(job: str | None, parallel: int, max_minutes: float) -> bool:
+  """Whether this process only hands jobs to workers (and so must stay off the GPUs).
+
+  A worker (`--job`) is started with the scheduler's `--parallel`, so the flag alone does not
+  tell: the workers of 26 Nov's first H100 chunk took it for themselves and trained on the CPU.
+  """
+  return not job and (parallel > 1 or max_minutes > 0)
+
+
 def _worker_argv(full_argv: Sequence[str]) -> list[str]:
   """The command's own flags, without the scheduling ones, for the `--job` workers."""
   drop = ('--parallel', '--gpus', '--max_minutes', '--job', '--list')
@@ -581,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
   parent_env = dict(os.environ)
-  if fv.parallel > 1 or fv.max_minutes > 0:
+  if schedules_only(fv.job, fv.parallel, fv.max_minutes):
     # This process only schedules: keep it off the GPUs the workers need (jax would grab most
     # of a GPU's memory if anything here initialised a GPU backend).
     os.environ['JAX_PLATFORMS'] = 'cpu'

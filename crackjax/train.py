@@ -172,6 +172,11 @@ class _MetricLog:
 EpochCallback = Callable[[TrainState, int], None]
 
 
+def buffers_deleted(tree) -> bool:
+  """Whether any array of `tree` was deleted (donated to a jitted call that did not return)."""
+  return any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(tree))
+
+
 def train_and_evaluate(
   config: ml_collections.ConfigDict,
   workdir: str | Path,
@@ -262,8 +267,17 @@ def train_and_evaluate(
       # Nothing finished in this run (e.g. the first batch failed): saving now would leave
       # a checkpoint of the initial state that the next run silently resumes from.
       if step != start_step and saved_step != step:
-        logging.warning('Saving checkpoint of step %d before exiting.', step)
-        mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+        if buffers_deleted(state):
+          # Interrupted inside the step, after `state` was donated to it: nothing valid to
+          # save; the last checkpoint stands.
+          logging.warning(
+            'Interrupted at step %d inside the train step: resuming from step %s.',
+            step,
+            saved_step,
+          )
+        else:
+          logging.warning('Saving checkpoint of step %d before exiting.', step)
+          mngr.save(step, args=ocp.args.StandardSave(state), force=True)
     except NonFiniteError:
       pass
     raise

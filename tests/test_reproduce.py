@@ -76,6 +76,18 @@ def test_shortest_first_goes_seed_by_seed():
   ]
 
 
+def test_only_the_scheduler_keeps_off_the_gpus():
+  # The workers get the scheduler's --parallel: they must still train on the accelerator.
+  assert reproduce.schedules_only(None, parallel=4, max_minutes=0)
+  assert reproduce.schedules_only(None, parallel=1, max_minutes=7.5)
+  assert not reproduce.schedules_only(None, parallel=1, max_minutes=0)
+  assert not reproduce.schedules_only('1:wce_xie:0', parallel=4, max_minutes=0)
+  worker_argv = reproduce._worker_argv(
+    [reproduce.PROG, '--table=1', '--parallel=4', '--max_minutes=7.5', '--workdir=w']
+  )
+  assert not any(a.startswith('--max_minutes') for a in worker_argv)
+
+
 def test_bad_flags_end_in_one_line():
   with pytest.raises(SystemExit, match='Not a trainable row of Table 1'):
     reproduce.main(['--table=1', '--rows=nope', '--workdir=/tmp/unused'])
