@@ -74,7 +74,6 @@ def load_run(directory: Path) -> dict[str, Any]:
     epochs.append(
       {**{k: v for k, v in e.items() if k != 'results'}, 'results': _compact(e['results'])}
     )
-  c = run.get('config', {})
   return {
     'table': run['table'],
     'group': run['group'],
@@ -83,16 +82,22 @@ def load_run(directory: Path) -> dict[str, Any]:
     'hardware': run.get('hardware', {}),
     'versions': run.get('versions', {}),
     'side_by_side': run.get('side_by_side', 1),
-    'setting': {
-      'widths': c.get('model', {}).get('widths'),
-      'input_size': c.get('data', {}).get('input_size'),
-      'steps_per_epoch': c.get('steps_per_epoch'),
-      'batch_size': c.get('batch_size'),
-      'dtype': c.get('model', {}).get('dtype'),
-      'model': c.get('model', {}).get('name'),
-      'width_scale': c.get('model', {}).get('width_scale'),
-    },
+    'setting': setting_of(run.get('config', {})),
     'epochs': epochs,
+  }
+
+
+def setting_of(c: dict[str, Any]) -> dict[str, Any]:
+  """The fields of a run's config (as JSON) that set its scale: what a report names and what
+  timings are compared by."""
+  return {
+    'widths': c.get('model', {}).get('widths'),
+    'input_size': c.get('data', {}).get('input_size'),
+    'steps_per_epoch': c.get('steps_per_epoch'),
+    'batch_size': c.get('batch_size'),
+    'dtype': c.get('model', {}).get('dtype'),
+    'model': c.get('model', {}).get('name'),
+    'width_scale': c.get('model', {}).get('width_scale'),
   }
 
 
@@ -141,6 +146,12 @@ def complete_jobs(runs: Sequence[dict[str, Any]]) -> set[tuple[int, str, int, in
     for e in [max((row['epochs'] for row in r['rows']), default=0)]
     if {x['epoch'] for x in r['epochs']} >= set(range(1, e + 1))
   }
+
+
+def complete_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The runs of `runs` that `complete_jobs` counts (evaluated at every epoch)."""
+  done = {job[:3] for job in complete_jobs(runs)}
+  return [r for r in runs if (r['table'], r['group'], r['seed']) in done]
 
 
 def _rounded(x: Any) -> Any:
@@ -698,6 +709,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     'export', None, 'Also write the results as one small JSON file.', flag_values=fv
   )
   flags.DEFINE_list('protocols', None, 'Protocols to report (default: all found).', flag_values=fv)
+  flags.DEFINE_bool(
+    'complete_only',
+    False,
+    'Keep only the jobs evaluated at every epoch up to their longest row (drop runs cut at a '
+    "chunk's time limit, which the next chunk redoes from scratch).",
+    flag_values=fv,
+  )
   inputs = cli.parse_flags(fv, full, prog=PROG)[1:]
   if not inputs:
     sys.exit(f'usage: {PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE]')
@@ -705,6 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = load(inputs)
   except (OSError, ValueError) as e:
     sys.exit(f'{PROG}: {e}')
+  if fv.complete_only:
+    runs = complete_runs(runs)
   if fv.export:
     export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')

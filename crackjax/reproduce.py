@@ -129,6 +129,27 @@ def define_flags(fv: flags.FlagValues) -> None:
     'every row first (a chunk cut short leaves the rows with equal numbers of seeds).',
     flag_values=fv,
   )
+  flags.DEFINE_bool(
+    'plan',
+    False,
+    'Print which jobs fit --max_minutes, from the rates of the --done runs on this GPU kind, '
+    'and exit (a dry run; nothing is prepared or trained).',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'fit',
+    False,
+    'Start only the jobs that --plan says fit --max_minutes (no job is cut at the limit); '
+    'without measured rates for this GPU kind every job is started, as without --fit.',
+    flag_values=fv,
+  )
+  flags.DEFINE_string(
+    'device_kind',
+    None,
+    "GPU kind the plan assumes (default: nvidia-smi's name of GPU 0), e.g. "
+    "'NVIDIA H100 80GB HBM3' to plan a chunk on a machine without it.",
+    flag_values=fv,
+  )
   flags.DEFINE_string('job', None, 'Internal: run one job, table:group:seed.', flag_values=fv)
 
 
@@ -308,7 +329,8 @@ def _versions() -> dict[str, str]:
   commit = None
   try:
     commit = subprocess.run(
-      ['git', 'rev-parse', '--short', 'HEAD'],
+      # '-dirty' when the tree differs from the commit (a device copy of a working tree).
+      ['git', 'describe', '--always', '--dirty', '--abbrev=7'],
       cwd=Path(__file__).resolve().parent,
       capture_output=True,
       text=True,
@@ -542,9 +564,62 @@ def schedules_only(job: str | None, parallel: int, max_minutes: float) -> bool:
   return not job and (parallel > 1 or max_minutes > 0)
 
 
+def gpu_name() -> str | None:
+  """nvidia-smi's name of GPU 0 (what jax calls its device_kind), without starting jax."""
+  if not shutil.which('nvidia-smi'):
+    return None
+  try:
+    out = subprocess.run(
+      ['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'],
+      capture_output=True,
+      text=True,
+      timeout=30,
+    ).stdout
+  except (OSError, subprocess.SubprocessError):
+    return None
+  names = [line.strip() for line in out.splitlines() if line.strip()]
+  return names[0] if names else None
+
+
+def plan_chunk(
+  jobs: Sequence[Job],
+  config_of,
+  earlier: Sequence[dict[str, Any]],
+  device_kind: str | None,
+  parallel: int,
+  budget_seconds: float,
+) -> tuple[list[Job], str]:
+  """The jobs expected to end within `budget_seconds` (crackjax.campaign_plan) and the plan
+  as text; all `jobs` when the `earlier` runs hold no rates for this kind and setting."""
+  from crackjax import campaign_plan, report
+
+  if not jobs:
+    return [], 'No jobs to plan.'
+  rates = None
+  if device_kind and earlier:
+    setting = report.setting_of(json.loads(config_of(jobs[0]).to_json_best_effort()))
+    rates = campaign_plan.measured_rates(earlier, device_kind, parallel, setting)
+  if rates is None:
+    return list(jobs), (
+      f'No measured rates for {device_kind or "this machine (no GPU found)"} with {parallel} '
+      'jobs side by side at this setting in the --done runs: every job is started, and those '
+      'still running at --max_minutes are cut.'
+    )
+  planned = campaign_plan.plan(
+    [(j.id, j.epochs, len({r.epochs for r in j.rows})) for j in jobs],
+    rates,
+    slots=parallel,
+    budget_seconds=budget_seconds,
+  )
+  fitting = {p.job_id for p in planned if p.fits}
+  return [j for j in jobs if j.id in fitting], campaign_plan.describe(
+    planned, rates, budget_seconds
+  )
+
+
 def _worker_argv(full_argv: Sequence[str]) -> list[str]:
   """The command's own flags, without the scheduling ones, for the `--job` workers."""
-  drop = ('--parallel', '--gpus', '--max_minutes', '--job', '--list')
+  drop = ('--parallel', '--gpus', '--max_minutes', '--job', '--list', '--plan', '--fit')
   return [a for a in full_argv[1:] if not a.startswith(drop)]
 
 
@@ -567,13 +642,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = select_jobs(fv.table, fv.rows, seeds)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
+  earlier: list[dict[str, Any]] = []
   if fv.done:
     from crackjax import report
 
     try:
-      finished = report.complete_jobs(report.load(fv.done))
+      earlier = report.load(fv.done)
     except (OSError, ValueError) as e:
       sys.exit(f'{PROG}: {e}')
+    finished = report.complete_jobs(earlier)
     skipped = [j for j in jobs if (j.table, j.rows[0].training_group, j.seed, j.epochs) in finished]
     if skipped:
       print(f'{len(skipped)} jobs complete in {", ".join(fv.done)}: skipped.')
@@ -588,6 +665,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return load_config(
       job, variant=fv.variant, overrides=fv.set, directory=directory, protocols=fv.protocols
     )
+
+  if (fv.plan or fv.fit) and not fv.job:
+    if fv.max_minutes <= 0:
+      sys.exit(f'{PROG}: --plan and --fit need --max_minutes (the time to plan for).')
+    jobs, message = plan_chunk(
+      jobs, config_of, earlier, fv.device_kind or gpu_name(), fv.parallel, 60 * fv.max_minutes
+    )
+    print(message, flush=True)
+    if fv.plan:
+      return 0
 
   parent_env = dict(os.environ)
   if schedules_only(fv.job, fv.parallel, fv.max_minutes):

@@ -7,12 +7,17 @@
 #   mkdir -p .data && cp -r ../shared/datasets/crackforest .data/
 #   printf '/.whl/\n/.data/\n' >> .git/info/exclude
 #   device run: command="bash scripts/reproduce_gpu.sh", carry=[".whl", ".data"], timeout_s=600
+# Dry run here first (which jobs the chunk would start, from the measured rates):
+#   python -m crackjax.reproduce --table=1 --rows=... --seeds=3 --parallel=4 --max_minutes=8 \
+#     --shortest_first --done=results/gpu_table1.json --plan --device_kind='NVIDIA H100 80GB HBM3'
 # then copy the returned results/<campaign>.json over the committed one, regenerate the report
 #   python -m crackjax.report results/gpu_table1.json --out=docs/reproduction/gpu_table1
 # and commit both, naming the GPU (the report does).
 #
-# Every chunk runs at most $MINUTES of training (jobs still running then get SIGTERM and are
-# redone next time: full-width checkpoints are too large to carry back), skips the jobs that
+# Every chunk starts only the jobs expected to end within $MINUTES (`--fit`: the rates measured
+# by earlier chunks on this GPU kind, kept in results/$CAMPAIGN.json; without them every job
+# starts, and those still running at the limit get SIGTERM and are redone next time:
+# full-width checkpoints are too large to carry back), skips the jobs that
 # results/$CAMPAIGN.json already holds, and writes the merged results and its report into
 # $OUT as it goes. Environment knobs:
 #   TABLE=1  SEEDS=5  PARALLEL=4  MINUTES=7.5  ROWS=<comma keys, default all>
@@ -54,13 +59,15 @@ done_flag=()
 rows_flag=()
 [ -n "$ROWS" ] && rows_flag=(--rows="$ROWS")
 
+# One compilation cache for the workers: a row's later seeds compile nothing.
+export JAX_COMPILATION_CACHE_DIR=$WORK/jax_cache
 # Hard stop a little after the scheduler's own limit, so the report below always runs (jobs
 # cut at the limit are redone next time anyway: their checkpoints do not come back).
 limit=$(python3 -c "print(int(60 * $MINUTES + 45))")
 timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.reproduce \
   --table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT" \
   --curve_protocols="$CURVE_PROTOCOLS" \
-  --parallel="$PARALLEL" --max_minutes="$MINUTES" --shortest_first "${done_flag[@]}" \
+  --parallel="$PARALLEL" --max_minutes="$MINUTES" --shortest_first --fit "${done_flag[@]}" \
   --set=data.manual_dir="$DATA" --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign"
 echo "reproduce exit code $?"
 
@@ -73,7 +80,8 @@ inputs=()
 [ -d "$WORK/campaign" ] && inputs+=("$WORK/campaign")
 [ -f "$results" ] && inputs+=("$results")
 if [ ${#inputs[@]} -gt 0 ]; then
-  python3 -m crackjax.report "${inputs[@]}" --export="$OUT/$CAMPAIGN.json" --out="$WORK/report"
+  python3 -m crackjax.report "${inputs[@]}" --complete_only --export="$OUT/$CAMPAIGN.json" \
+    --out="$WORK/report"
   tar -czf "$OUT/report.tar.gz" -C "$WORK" report
   # The workers' logs, for what failed or was cut (small).
   tar -czf "$OUT/logs.tar.gz" -C "$WORK" $(cd "$WORK" && find campaign -name worker.log) 2>/dev/null
