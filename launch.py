@@ -20,6 +20,7 @@ import ml_collections
 from absl import app, flags, logging
 
 from crackjax import cli, datasets, evaluate, logs, state, train, validate
+from crackjax import run as run_lib
 
 FLAGS = flags.FLAGS
 cli.define_config_flag(FLAGS)
@@ -70,16 +71,23 @@ def main(argv):
     # config stop the run here with a message that says what to fix, before a model is
     # compiled or the workdir is written.
     validate.check_config(config)
+    if FLAGS.mode != 'eval':
+      run_lib.check_identity(FLAGS.workdir, config, record=False)
     datasets.prepare_dataset(config.data)
     if FLAGS.mode != 'eval':
       validate.check_data(config)
-  except datasets.DatasetError as e:
+  except (datasets.DatasetError, run_lib.RunMismatchError) as e:
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
     sys.exit(_bad_config(e))
   try:
     run(config, FLAGS.workdir, FLAGS.mode)
-  except (FileNotFoundError, state.CheckpointError) as e:
+  except (
+    FileNotFoundError,
+    state.CheckpointError,
+    run_lib.RunMismatchError,
+    run_lib.RunLockedError,
+  ) as e:
     sys.exit(f'launch.py: {e}')
 
 

@@ -7,6 +7,7 @@ state), scores the maps under every protocol of ``config.eval.protocols``
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,6 +129,15 @@ def evaluate_checkpoint(
   """
   workdir = Path(workdir)
   split = split or config.data.test_split
+  out = results_dir(config, workdir, split)
+  if out != workdir:
+    logging.info(
+      "Scoring %s/%s, not the data the run was trained for: results in %s (the run's own "
+      'eval.json and threshold.json stay as they are).',
+      config.data.name,
+      split,
+      out,
+    )
   if state is None:
     state = restore_latest(config, workdir)
   step = int(jax.device_get(state.step))
@@ -154,9 +164,36 @@ def evaluate_checkpoint(
   }
   if jax.process_index() == 0:
     write_eval_outputs(
-      config, workdir, summary, results, [ex['image'] for ex in examples], probs, gts, names
+      config, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
     )
   return summary
+
+
+def _data_key(data: Any, split: str) -> dict[str, Any]:
+  # What makes two evaluations score the same images: the dataset, its folders (for
+  # crack_folder) and the split; not where the prepared copy lives.
+  data = json.loads(json.dumps(dict(data), default=str))
+  return {'name': data.get('name'), 'folder': data.get('folder'), 'split': split}
+
+
+def results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: str) -> Path:
+  """Where an evaluation of `config`'s data `split` is written: the workdir itself for the
+  test split of the data the run was trained on (its config.json), else
+  ``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder),
+  so that scoring a run elsewhere never replaces its own results or its threshold.json."""
+  workdir = Path(workdir)
+  recorded = workdir / 'config.json'
+  if not recorded.is_file():
+    return workdir
+  own = json.loads(recorded.read_text()).get('data', {})
+  key = _data_key(config.data.to_dict(), split)
+  if _data_key(own, own.get('test_split', 'test')) == key:
+    return workdir
+  name = f'{config.data.name}_{split}'
+  if config.data.name == 'crack_folder':
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    name = f'{name}_{digest}'
+  return workdir / 'eval' / name
 
 
 def predict_examples(
@@ -195,6 +232,7 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
             'threshold': threshold,
             'rule': spec.threshold_rule,
             'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
+            'dataset': summary['dataset'],
             'split': summary['split'],
             'step': summary['step'],
           },

@@ -145,13 +145,30 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   params = state_lib.local_params(restored)
   batch_stats = state_lib.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
-  threshold, source = 0.5, 'default 0.5 (the run has no threshold.json)'
-  threshold_file = workdir / 'threshold.json'
-  if threshold_file.is_file():
-    saved = json.loads(threshold_file.read_text())
-    threshold = float(saved['threshold'])
-    source = f'{threshold_file} ({saved.get("chosen_by", "saved by evaluation")})'
+  threshold, source = run_threshold(workdir, step)
   return Run(config, model, params, step, threshold, source, batch_stats)
+
+
+def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
+  """The run's threshold.json threshold for the parameters of `step`, and where it comes from.
+
+  A threshold chosen at another step is not applied (it was chosen for other parameters): the
+  default 0.5 is used, and the returned source says so.
+  """
+  path = Path(workdir) / 'threshold.json'
+  if not path.is_file():
+    return 0.5, 'default 0.5 (the run has no threshold.json)'
+  saved = json.loads(path.read_text())
+  chosen_at = saved.get('step')
+  if chosen_at is not None and int(chosen_at) != step:
+    return 0.5, (
+      f'default 0.5: {path} was chosen for step {chosen_at}, not step {step}; evaluate this '
+      'step or pass --threshold'
+    )
+  where = ', '.join(str(saved[k]) for k in ('dataset', 'split') if saved.get(k))
+  at = f', step {chosen_at}' if chosen_at is not None else ''
+  chosen_by = saved.get('chosen_by', 'saved by evaluation')
+  return float(saved['threshold']), f'{path} ({chosen_by}{at}{", " + where if where else ""})'
 
 
 # ----------------------------------------------------------------------------- tiling

@@ -39,6 +39,7 @@ configs/base.py's). Their epochs are partly assumed (`crackjax.paper`, ``epochs_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -56,6 +57,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli, paper
+from crackjax import run as run_lib
 
 PROG = 'python -m crackjax.reproduce'
 DEFAULT_PROTOCOLS = ('strict', 'tolerance_thin_gt')
@@ -284,19 +286,19 @@ def load_config(job: Job, *, variant: str, overrides: Sequence[str], directory: 
 # -------------------------------------------------------------------------------- one job here
 
 
-def _write_json(path: Path, obj: Any) -> None:
-  tmp = path.with_suffix(path.suffix + '.tmp')
-  tmp.write_text(json.dumps(obj, indent=1))
-  tmp.replace(path)  # atomic: a killed run never leaves half a file
-
-
 def epoch_path(directory: Path, epoch: int) -> Path:
   return directory / f'epoch_{epoch:03d}.json'
 
 
 def evaluated_epochs(directory: Path) -> list[int]:
-  """Epochs of `directory` that have an evaluation file."""
-  return sorted(int(p.stem.split('_')[1]) for p in directory.glob('epoch_[0-9][0-9][0-9].json'))
+  """Epochs of `directory` whose evaluation record is readable and whole (a damaged one is set
+  aside by `run.read_record`, so its epoch counts as not evaluated)."""
+  epochs = []
+  for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
+    record = run_lib.read_record(path, required=('epoch', 'results'))
+    if record is not None:
+      epochs.append(int(path.stem.split('_')[1]))
+  return epochs
 
 
 def hardware() -> dict[str, Any]:
@@ -384,15 +386,27 @@ def run_job(
 ) -> str:
   """Trains `job` to its epochs (resuming), evaluating after every epoch: under
   `config.eval.protocols` at the rows' epochs, under `curve_protocols` (default the same) at
-  the others. Returns 'done' or 'skipped' (everything was there)."""
+  the others. Returns 'done' or 'skipped' (everything was there).
+
+  Raises:
+    run.RunMismatchError: the job's directory holds a run of another config fingerprint.
+    run.RunLockedError: another process holds the job's directory.
+  """
+  directory = job.directory(workdir)
+  with run_lib.lock(directory):
+    # Never count or extend a run started under another config as this one.
+    run_lib.check_identity(directory, config, record=False)
+    if set(range(1, job.epochs + 1)) <= set(evaluated_epochs(directory)):
+      return 'skipped'
+    return _run_job(job, directory, config, side_by_side, curve_protocols)
+
+
+def _run_job(job: Job, directory: Path, config, side_by_side: int, curve_protocols) -> str:
   from crackjax import evaluate, loader, train
   from crackjax import state as state_lib
 
-  directory = job.directory(workdir)
-  if set(range(1, job.epochs + 1)) <= set(evaluated_epochs(directory)):
-    return 'skipped'
   directory.mkdir(parents=True, exist_ok=True)
-  _write_json(
+  run_lib.write_json(
     directory / 'run.json',
     {
       'table': job.table,
@@ -427,7 +441,7 @@ def run_job(
       epoch = int(state.step) // spe
       print(f'{job.id}: evaluating epoch {epoch}, saved before an interruption.', flush=True)
       record = epoch_record(config, state, epoch, examples, math.nan, True, protocols_at(epoch))
-      _write_json(epoch_path(directory, epoch), record)
+      run_lib.write_json(epoch_path(directory, epoch), record)
       del state
 
   clock = {'t': time.perf_counter(), 'first': True}
@@ -437,7 +451,7 @@ def run_job(
     record = epoch_record(
       config, state, epoch, examples, train_seconds, clock['first'], protocols_at(epoch)
     )
-    _write_json(epoch_path(directory, epoch), record)
+    run_lib.write_json(epoch_path(directory, epoch), record)
     strict = record['results'].get('strict', next(iter(record['results'].values())))
     print(
       f'{job.id} epoch {epoch}: {train_seconds:.1f} s training, {record["eval_seconds"]:.1f} s '
@@ -689,37 +703,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     if job is None:
       sys.exit(f'{PROG}: unknown job {fv.job!r}.')
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
-    status = run_job(
-      job,
-      fv.workdir,
-      config_of(job),
-      side_by_side=fv.parallel,
-      curve_protocols=fv.curve_protocols,
-    )
+    try:
+      status = run_job(
+        job,
+        fv.workdir,
+        config_of(job),
+        side_by_side=fv.parallel,
+        curve_protocols=fv.curve_protocols,
+      )
+    except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
+      sys.exit(f'{PROG}: {e}')
     print(status, flush=True)
     return 0
 
-  # Check every config and prepare the data once, before any job starts.
   try:
     configs = {j.id: config_of(j) for j in jobs}
-    for c in configs.values():
-      validate.check_config(c)
-    prepared = set()
-    for c in configs.values():
-      key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
-      if key not in prepared:
-        datasets.prepare_dataset(c.data)
-        validate.check_data(c)
-        prepared.add(key)
-  except (datasets.DatasetError, ValueError) as e:
+  except ValueError as e:
     sys.exit(f'{PROG}: {e}')
+  with contextlib.ExitStack() as held:
+    # One runner per campaign; no job resumed or counted under another config; every config
+    # checked and the data prepared once; all before any job starts.
+    try:
+      held.enter_context(run_lib.lock(fv.workdir))
+      for job in jobs:
+        run_lib.check_identity(job.directory(fv.workdir), configs[job.id], record=False)
+      for c in configs.values():
+        validate.check_config(c)
+      prepared = set()
+      for c in configs.values():
+        key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
+        if key not in prepared:
+          datasets.prepare_dataset(c.data)
+          validate.check_data(c)
+          prepared.add(key)
+    except (datasets.DatasetError, ValueError, run_lib.RunLockedError) as e:
+      sys.exit(f'{PROG}: {e}')
+    return _schedule(jobs, configs, fv, full, parent_env)
+
+
+def _schedule(jobs: Sequence[Job], configs, fv, full: Sequence[str], parent_env) -> int:
+  """Runs `jobs` here one by one, or in worker processes; prints and returns the outcome."""
   print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
   deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
   if fv.parallel == 1 and deadline is None:
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     status = {}
     for job in jobs:
-      status[job.id] = run_job(job, fv.workdir, configs[job.id], curve_protocols=fv.curve_protocols)
+      try:
+        status[job.id] = run_job(
+          job, fv.workdir, configs[job.id], curve_protocols=fv.curve_protocols
+        )
+      except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
+        status[job.id] = f'failed: {e}'
       print(f'{job.id}: {status[job.id]}', flush=True)
   else:
     gpus = fv.gpus if fv.gpus is not None else available_gpus()

@@ -13,6 +13,7 @@ several processes after `jax.distributed.initialize()` run the same computation.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import time
@@ -30,6 +31,7 @@ from absl import logging
 from jax.sharding import Mesh
 
 from crackjax import augment, loader, losses, validate
+from crackjax import run as run_lib
 from crackjax import state as state_lib
 from crackjax.evaluate import evaluate_checkpoint
 from crackjax.metrics_log import MetricWriter
@@ -186,6 +188,9 @@ def train_and_evaluate(
 ) -> TrainState:
   """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
 
+  The workdir is held (`run.lock`) while training, and a run started there under another
+  config fingerprint is never resumed (`run.check_identity`).
+
   Saves a checkpoint at the end of every epoch and when the loop exits early (an
   exception other than a non-finite loss, e.g. KeyboardInterrupt or SIGTERM turned into
   SystemExit) after at least one step of this run has finished. A non-finite loss or
@@ -207,9 +212,19 @@ def train_and_evaluate(
   Raises:
     state.CheckpointError: the workdir has checkpoints but none can be read, or they were
       written by a different model configuration (one-line message).
+    run.RunMismatchError: the workdir's run has another config fingerprint.
+    run.RunLockedError: another process holds the workdir.
   """
   workdir = Path(workdir)
   validate.check_config(config)
+  # Process 0 speaks for the run (the hosts of a multi-host run share one workdir).
+  leader = jax.process_index() == 0
+  with run_lib.lock(workdir) if leader else contextlib.nullcontext():
+    run_lib.check_identity(workdir, config, record=leader)
+    return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end)
+
+
+def _train_and_evaluate(config, workdir: Path, evaluate_after: bool, on_epoch_end) -> TrainState:
   mesh = state_lib.make_mesh()
   mngr = state_lib.checkpoint_manager(workdir, config)
   state = state_lib.restore_or_init(config, mngr, loader.train_image_shape(config), mesh)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from crackjax import evaluate, loader, predict, train
+from crackjax import run as run_lib
 from crackjax import state as state_lib
 from tests import fixtures
 
@@ -136,7 +137,8 @@ def test_different_model_configuration_is_not_damage(data_dirs, run_copy):
   assert 'configuration: params/' in message and 'in the checkpoint but' in message
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))  # nothing moved
   assert state_lib.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
-  with pytest.raises(state_lib.CheckpointError, match='different model configuration'):
+  # Training stops earlier, at the run's config fingerprint, naming the fields.
+  with pytest.raises(run_lib.RunMismatchError, match=r'model.widths: \[4, 8'):
     train.train_and_evaluate(config, run_copy, evaluate_after=False)
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))
 

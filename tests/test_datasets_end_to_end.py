@@ -53,8 +53,12 @@ def test_train_and_eval_on_own_folder(tmp_path):
     '--config.data.test_split=train',
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  result = json.loads((workdir / 'eval.json').read_text())
+  # Beside the run's own results, not in their place.
+  (other,) = (workdir / 'eval').glob('crack_folder_train_*')
+  result = json.loads((other / 'eval.json').read_text())
   assert result['split'] == 'train' and result['num_images'] == 6
+  assert json.loads((workdir / 'eval.json').read_text())['split'] == 'test'
+  assert json.loads((workdir / 'threshold.json').read_text())['split'] == 'test'
 
 
 def test_bad_folder_names_the_file(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 import crackjax
 from configs import smoke
-from crackjax import predict, predict_cli, train
+from crackjax import evaluate, predict, predict_cli, train
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +63,25 @@ def test_load_run_and_threshold(run, run_dir):
     predict.load_run(run_dir.parent)
   with pytest.raises(FileNotFoundError, match=r'No checkpoint of step 5.*\[3, 6\]'):
     predict.load_run(run_dir, step=5)
+  assert 'step 6, crackforest, test' in run.threshold_source
+  # The threshold was chosen for step 6's parameters: step 3 does not get it silently.
+  older = predict.load_run(run_dir, step=3)
+  assert older.threshold == 0.5
+  assert 'was chosen for step 6, not step 3' in older.threshold_source
+
+
+def test_scoring_other_data_keeps_the_runs_own_results(run_dir):
+  own = ('eval.json', 'threshold.json', 'eval_per_image.csv', 'pr_curve.png')
+  before = {f: (run_dir / f).read_bytes() for f in own}
+  config = predict.read_config(run_dir)
+  config.data.test_split = 'train'  # other images than the run's own test split
+  evaluate.evaluate_checkpoint(config, run_dir)
+  out = run_dir / 'eval' / 'crackforest_train'
+  assert json.loads((out / 'eval.json').read_text())['split'] == 'train'
+  assert json.loads((out / 'threshold.json').read_text())['split'] == 'train'
+  assert {f: (run_dir / f).read_bytes() for f in own} == before
+  saved = json.loads(before['threshold.json'])
+  assert predict.load_run(run_dir).threshold == saved['threshold'] and saved['split'] == 'test'
 
 
 def test_any_size_is_reflection_padded_and_cropped_back(run):

@@ -176,6 +176,19 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert reproduce.main(_argv(workdir, data)) == 0
   assert _epoch_files(workdir) == after
 
+  # Under another config it stops before anything, naming the field (it used to say
+  # "4 of 4 jobs complete" and leave the results of the old config in place).
+  with pytest.raises(SystemExit, match=r'learning_rate: 0.0003 -> 0.01'):
+    reproduce.main(_argv(workdir, data, '--set=learning_rate=0.01'))
+  assert _epoch_files(workdir) == after
+
+  # A truncated record is set aside and redone from its checkpoint, never counted complete.
+  last = workdir / 'table1' / 'wce_exp_0.75' / 'seed1' / 'epoch_005.json'
+  last.write_text(last.read_text()[:200])
+  assert reproduce.main(_argv(workdir, data)) == 0
+  assert json.loads(last.read_text())['epoch'] == 5
+  assert last.with_name('epoch_005.json.damaged').exists()
+
   # The report, from the campaign and from its export.
   assert report.main([str(workdir), f'--export={tmp_path / "export.json"}']) == 0
   md = (workdir / 'report' / 'report.md').read_text()

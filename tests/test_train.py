@@ -14,6 +14,7 @@ import pytest
 
 import launch
 from crackjax import loader, train
+from crackjax import run as run_lib
 from crackjax import state as state_lib
 from tests import fixtures
 
@@ -124,6 +125,14 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
     train.train_and_evaluate(config, workdir, evaluate_after=False)
   assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3, 4]
   monkeypatch.setattr(loader, 'create_train_iterator', real)
+  # Resuming under another learning rate would mix two runs: it stops, writing nothing.
+  written = (workdir / 'config.json').read_text()
+  other = smoke_config(data_dirs)
+  other.learning_rate = 0.01
+  with pytest.raises(run_lib.RunMismatchError, match='learning_rate: 0.0003 -> 0.01'):
+    train.train_and_evaluate(other, workdir, evaluate_after=False)
+  assert (workdir / 'config.json').read_text() == written
+  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3, 4]
   state = train.train_and_evaluate(config, workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]

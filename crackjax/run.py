@@ -1,0 +1,213 @@
+"""A run's identity: its config fingerprint, the lock on its workdir and its JSON records.
+
+A workdir holds one computation. `fingerprint` keeps the config fields that define it (data,
+augmentation, model, loss, seed, optimisation) and drops those that do not (paths, the number
+of epochs, logging, evaluation), so a run may be moved, extended to more epochs or evaluated
+differently, but never resumed under another computation: `check_identity` stops with the
+fields that differ, old -> new. `lock` keeps a second process out of a workdir while one
+trains or evaluates there; the kernel drops the lock when its holder dies, even by kill -9.
+Records are written atomically (`write_json`) and checked when read (`read_record`): a damaged
+one is named and set aside, never counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FINGERPRINT_FILE = 'fingerprint.json'
+LOCK_FILE = '.lock'
+
+# Config fields (dotted; a prefix covers a group) that do not change what is computed.
+NOT_IDENTITY = (
+  'data.data_dir',
+  'data.manual_dir',
+  'data.folder.images',
+  'data.folder.masks',
+  'data.folder.train_list',
+  'data.folder.test_list',
+  'data.test_split',
+  'model.conv_impl',  # the same convolutions, another kernel layout
+  'model_init.pretrained',  # a path; only a new run reads it
+  'num_epochs',  # a run may be extended
+  'max_checkpoints_to_keep',
+  'log_every_steps',
+  'eval',
+)
+
+
+class RunMismatchError(ValueError):
+  """The workdir holds a run of another configuration."""
+
+
+class RunLockedError(RuntimeError):
+  """Another process is using the workdir."""
+
+
+def _as_dict(config: Any) -> dict[str, Any]:
+  if isinstance(config, Mapping):
+    return json.loads(json.dumps(config, default=str))
+  return json.loads(config.to_json_best_effort())  # tuples become lists, as in config.json
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+  flat: dict[str, Any] = {}
+  for key, value in tree.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, Mapping):
+      flat.update(_flatten(value, f'{name}.'))
+    else:
+      flat[name] = value
+  return flat
+
+
+def _excluded(name: str) -> bool:
+  return any(name == x or name.startswith(f'{x}.') for x in NOT_IDENTITY)
+
+
+def fingerprint(config: Any) -> dict[str, Any]:
+  """The fields of `config` (a ConfigDict or its JSON dict) that define the computation, as
+  {'dotted.name': value}."""
+  return {k: v for k, v in sorted(_flatten(_as_dict(config)).items()) if not _excluded(k)}
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+  """'field: old -> new' for every field that differs (absent fields say so)."""
+  out = []
+  for name in sorted(set(old) | set(new)):
+    a, b = old.get(name, '(absent)'), new.get(name, '(absent)')
+    if a != b:
+      out.append(f'{name}: {json.dumps(a)} -> {json.dumps(b)}')
+  return out
+
+
+def recorded_fingerprint(workdir: str | Path) -> dict[str, Any] | None:
+  """The fingerprint the run in `workdir` was started with: fingerprint.json, or for runs from
+  before fingerprints the one of its config.json; None if neither exists."""
+  workdir = Path(workdir)
+  path = workdir / FINGERPRINT_FILE
+  if path.exists():
+    return read_record(path, required=())
+  legacy = workdir / 'config.json'
+  if legacy.exists():
+    config = read_record(legacy, required=())
+    return fingerprint(config) if config is not None else None
+  return None
+
+
+def has_started(workdir: str | Path) -> bool:
+  """Whether `workdir` holds training progress: a checkpoint or an evaluation record of an
+  epoch (the runner's)."""
+  workdir = Path(workdir)
+  ckpt = workdir / 'checkpoints'
+  if ckpt.is_dir() and any(p.name.isdigit() for p in ckpt.iterdir()):
+    return True
+  return any(workdir.glob('epoch_[0-9][0-9][0-9].json'))
+
+
+def check_identity(workdir: str | Path, config: Any, *, record: bool = True) -> None:
+  """Stops if `workdir` holds a run started under another fingerprint; otherwise (with
+  `record`) writes this config's fingerprint there.
+
+  A workdir without progress (no checkpoint, no epoch record) takes the new fingerprint: a run
+  that failed before its first checkpoint computed nothing.
+
+  Raises:
+    RunMismatchError: one message naming the workdir and each differing field, old -> new.
+  """
+  workdir = Path(workdir)
+  new = fingerprint(config)
+  if has_started(workdir):
+    old = recorded_fingerprint(workdir)
+    if old is not None and old != new:
+      diff = '; '.join(differences(old, new))
+      raise RunMismatchError(
+        f'{workdir} holds a run of another configuration ({diff}). Resume it with the config '
+        f'it was started with (its config.json), or give this config another workdir.'
+      )
+  if record:
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_json(workdir / FINGERPRINT_FILE, new)
+
+
+# ------------------------------------------------------------------------------------- records
+
+
+def write_json(path: str | Path, obj: Any, **dump_kwargs) -> None:
+  """Writes `obj` as JSON atomically: a killed process never leaves half a file."""
+  path = Path(path)
+  tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+  tmp.write_text(json.dumps(obj, indent=1, **dump_kwargs))
+  tmp.replace(path)
+
+
+def read_record(path: str | Path, required: Sequence[str] = ()) -> Any:
+  """The JSON in `path`, or None (the file set aside as `<name>.damaged`, with a message on
+  stderr) when it is not valid JSON or lacks a `required` key."""
+  path = Path(path)
+  try:
+    data = json.loads(path.read_text())
+    missing = [k for k in required if not isinstance(data, dict) or k not in data]
+    if missing:
+      raise ValueError(f'missing {missing}')
+    return data
+  except (ValueError, UnicodeDecodeError) as e:
+    damaged = path.with_name(path.name + '.damaged')
+    path.replace(damaged)
+    print(f'{path}: damaged record ({e}); set aside as {damaged.name}, redone.', file=sys.stderr)
+    return None
+
+
+# ---------------------------------------------------------------------------------------- lock
+
+_HELD: dict[Path, Any] = {}
+
+
+@contextlib.contextmanager
+def lock(workdir: str | Path) -> Iterator[None]:
+  """Holds `workdir` for this process (re-entrant within it).
+
+  Raises:
+    RunLockedError: another process holds it (the message names that process).
+  """
+  workdir = Path(workdir).resolve()
+  if workdir in _HELD:
+    yield
+    return
+  workdir.mkdir(parents=True, exist_ok=True)
+  path = workdir / LOCK_FILE
+  handle = open(path, 'a+')  # noqa: SIM115 (held until the context ends)
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.close()
+    holder = path.read_text().strip() or 'another process'
+    raise RunLockedError(
+      f'{workdir} is in use by {holder}. Wait for it to end or stop it; a second process '
+      'there would mix two runs.'
+    ) from None
+  handle.seek(0)
+  handle.truncate()
+  command = ' '.join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:200]
+  handle.write(
+    f'pid {os.getpid()} on {platform.node()} since {time.strftime("%Y-%m-%d %H:%M:%S")} '
+    f'({command})\n'
+  )
+  handle.flush()
+  _HELD[workdir] = handle
+  try:
+    yield
+  finally:
+    del _HELD[workdir]
+    handle.seek(0)
+    handle.truncate()
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()

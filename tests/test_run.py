@@ -1,0 +1,118 @@
+"""A run's identity: config fingerprint, workdir lock, atomic and checked records."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from configs import smoke
+from crackjax import reproduce
+from crackjax import run as run_lib
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _started(workdir: Path) -> None:
+  (workdir / 'checkpoints' / '3').mkdir(parents=True)
+
+
+def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
+  config = smoke.get_config()
+  fp = run_lib.fingerprint(config)
+  assert fp['learning_rate'] == config.learning_rate
+  assert fp['model.widths'] == list(config.model.widths)
+  assert 'loss.name' in fp and 'seed' in fp and 'augment.rotation_range' in fp
+  assert not any(k.startswith('eval.') for k in fp)
+  for name in ('data.data_dir', 'data.manual_dir', 'num_epochs', 'log_every_steps'):
+    assert name not in fp
+  moved = smoke.get_config()
+  moved.data.data_dir, moved.num_epochs, moved.eval.protocols = '/elsewhere', 99, ('strict',)
+  assert run_lib.fingerprint(moved) == fp
+  # The JSON of a config (config.json) gives the same fingerprint as the config.
+  assert run_lib.fingerprint(json.loads(config.to_json_best_effort())) == fp
+
+
+def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
+  config = smoke.get_config()
+  run_lib.check_identity(tmp_path, config)
+  assert json.loads((tmp_path / run_lib.FINGERPRINT_FILE).read_text()) == run_lib.fingerprint(
+    config
+  )
+  _started(tmp_path)
+  other = smoke.get_config()
+  other.learning_rate = 0.01
+  other.model.widths = (8, 16, 32, 64, 128)
+  with pytest.raises(run_lib.RunMismatchError) as e:
+    run_lib.check_identity(tmp_path, other)
+  message = str(e.value)
+  assert str(tmp_path) in message
+  assert 'learning_rate: 0.0003 -> 0.01' in message
+  assert 'model.widths: [4, 8, 16, 32, 64] -> [8, 16, 32, 64, 128]' in message
+  # Extending it, moving its data or evaluating it otherwise is the same run.
+  longer = smoke.get_config()
+  longer.num_epochs, longer.data.manual_dir = 50, '/moved'
+  run_lib.check_identity(tmp_path, longer)
+
+
+def test_a_run_without_progress_takes_the_new_config(tmp_path):
+  run_lib.check_identity(tmp_path, smoke.get_config())
+  other = smoke.get_config()
+  other.learning_rate = 0.01
+  run_lib.check_identity(tmp_path, other)  # nothing was computed under the first
+  assert run_lib.recorded_fingerprint(tmp_path)['learning_rate'] == 0.01
+
+
+def test_runs_from_before_fingerprints_compare_their_config_json(tmp_path):
+  config = smoke.get_config()
+  (tmp_path / 'config.json').write_text(config.to_json_best_effort(indent=2))
+  _started(tmp_path)
+  run_lib.check_identity(tmp_path, config)
+  other = smoke.get_config()
+  other.seed = 7
+  with pytest.raises(run_lib.RunMismatchError, match='seed: 0 -> 7'):
+    run_lib.check_identity(tmp_path, other)
+
+
+def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
+  run_lib.write_json(tmp_path / 'epoch_001.json', {'epoch': 1, 'results': {}})
+  (tmp_path / 'epoch_002.json').write_text('{"epoch": 2, "resu')  # truncated
+  run_lib.write_json(tmp_path / 'epoch_003.json', {'epoch': 3})  # no results
+  assert reproduce.evaluated_epochs(tmp_path) == [1]
+  assert (tmp_path / 'epoch_002.json.damaged').exists()
+  assert (tmp_path / 'epoch_003.json.damaged').exists()
+  err = capsys.readouterr().err
+  assert 'epoch_002.json: damaged record' in err and 'epoch_003.json' in err
+  assert not list(tmp_path.glob('.*.tmp'))  # atomic writes leave no temporary file
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from crackjax import run
+    with run.lock(sys.argv[1]):
+      print('held', flush=True)
+      time.sleep(120)
+""")
+
+
+def test_a_second_process_is_kept_out_until_the_holder_dies(tmp_path):
+  holder = subprocess.Popen(
+    [sys.executable, '-c', _HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO
+  )
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    with pytest.raises(run_lib.RunLockedError, match=f'in use by pid {holder.pid} '):
+      with run_lib.lock(tmp_path):
+        pass
+    os.kill(holder.pid, signal.SIGKILL)  # the kernel drops its lock
+    holder.wait(timeout=30)
+    with run_lib.lock(tmp_path):
+      with run_lib.lock(tmp_path):  # re-entrant in one process
+        assert f'pid {os.getpid()} ' in (tmp_path / run_lib.LOCK_FILE).read_text()
+  finally:
+    holder.kill()
+    holder.wait()
