@@ -26,26 +26,15 @@ from crackjax.predict import predict_probabilities
 
 
 def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
-  """The TrainState of the newest readable checkpoint in ``<workdir>/checkpoints``.
-
-  A damaged newer step is set aside and an older one used (`state.restore_latest_readable`).
+  """The TrainState of the newest readable checkpoint of the run in `workdir`
+  (`state.restore`, over all devices).
 
   Raises:
     FileNotFoundError: no checkpoint there (nothing is created in the workdir).
     state.CheckpointError: no step can be read, or they were written by a different model
       configuration (one-line message naming the directory).
   """
-  directory = Path(workdir) / 'checkpoints'
-  mngr = state_lib.checkpoint_manager(workdir, config) if directory.is_dir() else None
-  if mngr is None or mngr.latest_step() is None:
-    raise FileNotFoundError(
-      f'No checkpoint in {directory} to evaluate; train first (--mode=train or train_and_eval).'
-    )
-  mesh = state_lib.make_mesh()
-  abstract = state_lib.abstract_train_state(config, loader.train_image_shape(config), mesh)
-  state = state_lib.restore_latest_readable(mngr, abstract)
-  assert state is not None  # there was a step, and every failure raises
-  return state
+  return state_lib.restore(workdir, config)
 
 
 def score(

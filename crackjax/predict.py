@@ -104,21 +104,12 @@ def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
-def _init_image_shape(config: ml_collections.ConfigDict, model: nn.Module) -> tuple[int, ...]:
-  # Parameters of a fully convolutional model do not depend on the image size; any valid
-  # shape gives the abstract state to restore onto (it is never computed).
-  size = config.get('data', {}).get('input_size')
-  if size:
-    return (int(size[0]), int(size[1]), 3)
-  side = input_multiple(model) * math.ceil(256 / input_multiple(model))
-  return (side, side, 3)
-
-
 def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   """Restores the parameters of step `step` (default: the newest readable) of a training run.
 
-  Without `step`, a damaged newer checkpoint is set aside and an older one used
-  (`state.restore_latest_readable`); a requested `step` that cannot be read is an error.
+  Restored by `state.restore` (the one restore path): without `step`, a damaged newer
+  checkpoint is set aside and an older one used; a requested `step` that cannot be read is an
+  error.
 
   Raises:
     FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
@@ -129,19 +120,9 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   workdir = Path(workdir)
   config = read_config(workdir)
   model = state_lib.create_model(config)
-  directory = workdir / 'checkpoints'
-  mngr = state_lib.checkpoint_manager(workdir, config, create=False) if directory.is_dir() else None
-  steps = mngr.all_steps() if mngr else []
-  if not steps:
-    raise FileNotFoundError(f'No checkpoint in {directory}: has the run trained yet?')
-  if step is not None and step not in steps:
-    raise FileNotFoundError(f'No checkpoint of step {step} in {directory}; steps: {steps}.')
+  # One device: prediction runs the parameters as host arrays (Predictor spreads them).
   mesh = Mesh(np.asarray(jax.local_devices()[:1]), ('data',))
-  abstract = state_lib.abstract_train_state(config, _init_image_shape(config, model), mesh)
-  if step is None:
-    restored = state_lib.restore_latest_readable(mngr, abstract)
-  else:
-    restored = state_lib.restore_step(mngr, step, abstract)
+  restored = state_lib.restore(workdir, config, step=step, mesh=mesh)
   params = state_lib.local_params(restored)
   batch_stats = state_lib.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))

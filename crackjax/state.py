@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from crackjax import pretrained
-from crackjax.models import model_from_config
+from crackjax.models import input_multiple, model_from_config
 
 TrainState = flax_train_state.TrainState
 
@@ -347,28 +347,94 @@ def restore_latest_readable(
   )
 
 
+class NoCheckpointError(FileNotFoundError):
+  """The run has no checkpoint (or none of the requested step); the message names the
+  directory and the steps it has."""
+
+
+def restore_image_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+  """An image shape to build the abstract state on, read from the config alone (never from the
+  data): ``data.input_size`` if set, else a square of about 256 pixels that the model takes.
+  The models are fully convolutional, so their parameters do not depend on it."""
+  size = config.get('data', {}).get('input_size')
+  if size:
+    return (int(size[0]), int(size[1]), 3)
+  multiple = input_multiple(create_model(config))
+  side = multiple * -(-256 // multiple)
+  return (side, side, 3)
+
+
+def restore(
+  workdir: str | Path,
+  config: ml_collections.ConfigDict,
+  *,
+  step: int | None = None,
+  mesh: Mesh | None = None,
+  mngr: ocp.CheckpointManager | None = None,
+) -> TrainState:
+  """The one way a run's checkpoint is restored: by training (resume), evaluation, the
+  runner, prediction and export.
+
+  Without `step`, the newest readable step; a damaged newer one is set aside and an older one
+  used (`restore_latest_readable`). A requested `step` that cannot be read is an error. Reads
+  no dataset (`restore_image_shape`).
+
+  Args:
+    workdir: the run's directory (``checkpoints/`` inside).
+    config: the run's config (its model and optimiser give the state's structure).
+    step: the step to restore, or None for the newest readable one.
+    mesh: devices to place the (replicated) state on; default all (`make_mesh`).
+    mngr: the run's checkpoint manager, if the caller holds one (training).
+
+  Raises:
+    NoCheckpointError: no checkpoint, or none of `step` (the message lists the steps).
+    CheckpointError: no readable step, `step` cannot be read, or the checkpoint was written
+      by a different model configuration (one-line message naming the directory).
+  """
+  directory = Path(workdir).absolute() / 'checkpoints'
+  if mngr is None:
+    if not directory.is_dir():
+      raise NoCheckpointError(
+        f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
+      )
+    mngr = checkpoint_manager(workdir, config, create=False)
+  mesh = mesh if mesh is not None else make_mesh()
+  abstract = functools.partial(abstract_train_state, config, restore_image_shape(config), mesh)
+  if step is None:
+    state = restore_latest_readable(mngr, abstract)
+    if state is None:
+      raise NoCheckpointError(
+        f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
+      )
+    return state
+  steps = sorted(mngr.all_steps())
+  if step not in steps:
+    raise NoCheckpointError(f'No checkpoint of step {step} in {directory}; steps: {steps}.')
+  return restore_step(mngr, step, abstract())
+
+
 def restore_or_init(
   config: ml_collections.ConfigDict,
   mngr: ocp.CheckpointManager,
   image_shape: tuple[int, int, int],
   mesh: Mesh,
 ) -> TrainState:
-  """The newest readable checkpoint of `mngr` if there is one, else a freshly initialised
-  state (see `restore_latest_readable` for damaged steps).
+  """The newest readable checkpoint of `mngr` (`restore`) if there is one, else a freshly
+  initialised state on `image_shape`.
 
   Raises:
     CheckpointError: there are checkpoints but none can be read, or they were written by a
       different model configuration.
   """
-  state = restore_latest_readable(
-    mngr, functools.partial(abstract_train_state, config, image_shape, mesh)
-  )
-  if state is None:
-    state = init_train_state(config, image_shape, mesh)
-    # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
-    # either way logged and written to <workdir>/init.json (crackjax/pretrained.py).
-    return pretrained.initialise(state, config, workdir=Path(mngr.directory).parent)
-  return state
+  workdir = Path(mngr.directory).parent
+  try:
+    return restore(workdir, config, mesh=mesh, mngr=mngr)
+  except NoCheckpointError:
+    pass
+  state = init_train_state(config, image_shape, mesh)
+  # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
+  # either way logged and written to <workdir>/init.json (crackjax/pretrained.py).
+  return pretrained.initialise(state, config, workdir=workdir)
 
 
 def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

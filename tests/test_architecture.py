@@ -110,3 +110,13 @@ def test_crackjax_does_not_import_configs_and_nothing_edits_sys_path():
       if path.name != 'test_architecture.py':
         offenders['edits sys.path'].append(str(path.relative_to(REPO)))
   assert not offenders, dict(offenders)
+
+
+def test_one_restore_path():
+  # Training, evaluation, the runner, prediction and export restore through state.restore.
+  users = sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / 'crackjax').rglob('*.py')
+    if 'StandardRestore' in p.read_text() or 'restore_latest_readable(' in p.read_text()
+  )
+  assert users == ['crackjax/state.py']

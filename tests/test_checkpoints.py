@@ -173,3 +173,20 @@ def test_predict_load_run_falls_back(run_copy, caplog):
   assert_one_line(message)
   assert 'falling back to step 3' in message
   assert len(set_aside(run_copy, 6)) == 1
+
+
+def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
+  # One restore path for evaluation, prediction and training; none of them reads a split to
+  # learn the shape of the state (parameters of these models do not depend on it).
+  def no_data(*args, **kwargs):
+    raise AssertionError('the restore read the dataset')
+
+  monkeypatch.setattr(loader, 'train_image_shape', no_data)
+  monkeypatch.setattr(loader, 'eval_examples', no_data)
+  config = smoke_config(data_dirs)
+  config.data.input_size = None
+  assert int(evaluate.restore_latest(config, trained).step) == 6
+  assert int(state_lib.restore(trained, config, step=3).step) == 3
+  assert predict.load_run(trained, step=3).step == 3
+  with pytest.raises(state_lib.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
+    state_lib.restore(trained, config, step=4)

@@ -111,7 +111,7 @@ def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
   )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == (
-    f'launch.py: No checkpoint in {workdir / "checkpoints"} to evaluate; train first '
+    f'launch.py: No checkpoint in {workdir / "checkpoints"}; train first '
     '(--mode=train or train_and_eval).'
   )
   assert 'Traceback' not in proc.stderr and not workdir.exists()
