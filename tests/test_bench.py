@@ -29,6 +29,7 @@ def _torch_importable() -> bool:
   return _load_bench().torch_available()
 
 
+@pytest.mark.slow
 def test_train_step_bench_tiny(capsys, tmp_path):
   """One invocation: the JAX figures, and PyTorch eager in its subprocess with the speed
   ratio when torch is importable."""

@@ -24,6 +24,7 @@ def data_dirs(tmp_path_factory):
   return raw, root / 'tfds'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dagger', [False, True], ids=['own_loss', 'dagger'])
 @pytest.mark.parametrize('model', FAMILIES)
 def test_trains_through_launch(model, dagger, data_dirs, tmp_path):

@@ -39,6 +39,7 @@ def test_layer_count_agrees_with_xla_cost_analysis():
   assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
 
 
+@pytest.mark.slow
 def test_report_fps_and_memory():
   """FLOP/s from the analytic count; the device's peak memory where the backend reports one,
   else XLA's compiled analysis, labelled so, positive and growing with the batch."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +25,7 @@ def launch(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
   return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_train_and_eval_on_own_folder(tmp_path):
   # 8 pairs: JPEG images with PNG masks, two larger images and a BMP one; 6 train / 2 test.
   images, masks = fixtures.make_fake_folder(

@@ -102,6 +102,7 @@ def test_cli_crack_folder_and_missing_data(tmp_path, capsys):
 REAL = Path('/work/shared/datasets/crackforest')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (REAL / 'groundTruth').is_dir(), reason='real CrackForest not here')
 def test_real_crackforest_figures_in_docs(tmp_path):
   # The figures docs/datasets.md quotes.

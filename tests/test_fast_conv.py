@@ -143,6 +143,7 @@ def _train(config, steps):
   return np.array(losses), initial, jax.device_get(state.params)
 
 
+@pytest.mark.slow
 def test_short_training_run_blocked_tracks_xla():
   config = smoke.get_config()
   runs = {}
@@ -161,6 +162,7 @@ def test_short_training_run_blocked_tracks_xla():
   assert max(errs) < 1e-4
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_trains_like_float32():
   config = smoke.get_config()
   config.learning_rate = 3e-3

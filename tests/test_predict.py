@@ -274,6 +274,7 @@ print('ok', both.batch_size)
 """
 
 
+@pytest.mark.slow
 def test_tiles_are_split_over_all_local_devices():
   proc = subprocess.run(
     [sys.executable, '-c', _TWO_DEVICES],

@@ -114,6 +114,7 @@ def _epoch_files(workdir: Path) -> dict[str, str]:
   return {str(p.relative_to(workdir)): p.read_text() for p in sorted(workdir.rglob('epoch_*.json'))}
 
 
+@pytest.mark.slow
 def test_runner_resumes_and_report(tmp_path, monkeypatch):
   data = fixtures.smoke_data_dirs(tmp_path / 'data')
   workdir = tmp_path / 'campaign'

@@ -138,6 +138,7 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
 
 
+@pytest.mark.slow
 def test_interrupted_inside_the_step_keeps_the_last_checkpoint(data_dirs, tmp_path, monkeypatch):
   # A SIGTERM that lands while the jitted step holds the donated state (seen on an H100 on
   # 26 Nov): the old state's buffers are gone, so the epoch checkpoint is the one to keep.
@@ -203,6 +204,7 @@ _KILLED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   raw, tfds_dir = data_dirs
   config = smoke_config(data_dirs)
