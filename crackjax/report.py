@@ -65,12 +65,30 @@ def _compact(results: dict[str, Any]) -> dict[str, Any]:
   }
 
 
+def _read_json(path: Path) -> Any:
+  """The JSON in `path`; a damaged file is a ValueError that names it (the report reads and
+  never moves files: the runner sets damaged records aside and redoes them)."""
+  try:
+    return json.loads(path.read_text())
+  except ValueError as e:
+    raise ValueError(
+      f'{path} is not valid JSON ({e}); a runner record: rerun the runner, which sets it '
+      'aside and redoes it; an export: export it again.'
+    ) from None
+
+
 def load_run(directory: Path) -> dict[str, Any]:
-  """One job's run.json and its epochs, compacted (the export format of one run)."""
-  run = json.loads((directory / 'run.json').read_text())
+  """One job's run.json and its epochs, compacted (the export format of one run).
+
+  Raises:
+    ValueError: a damaged run.json or epoch record (named in the message).
+  """
+  run = _read_json(directory / 'run.json')
   epochs = []
   for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
-    e = json.loads(path.read_text())
+    e = _read_json(path)
+    if not isinstance(e, dict) or 'results' not in e:
+      raise ValueError(f'{path} is not a whole epoch record (no results); rerun the runner.')
     epochs.append(
       {**{k: v for k, v in e.items() if k != 'results'}, 'results': _compact(e['results'])}
     )
@@ -118,7 +136,7 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
         )
       runs += [load_run(d) for d in found]
     elif item.is_file():
-      data = json.loads(item.read_text())
+      data = _read_json(item)
       if not isinstance(data, dict) or data.get('format') != EXPORT_FORMAT:
         raise ValueError(f'{item} is not a crackjax.report --export file ({EXPORT_FORMAT}).')
       runs += data['runs']

@@ -91,6 +91,20 @@ def test_bad_flags_end_in_one_line():
     reproduce.main(['--table=1'])
 
 
+def test_report_names_a_damaged_file(tmp_path):
+  job = tmp_path / 'campaign' / 'table1' / 'wce_xie' / 'seed0'
+  job.mkdir(parents=True)
+  run = {'table': 1, 'group': 'table1:wce_xie', 'seed': 0, 'rows': [], 'config': {}}
+  (job / 'run.json').write_text(json.dumps(run))
+  (job / 'epoch_001.json').write_text('{"epoch": 1, "resu')
+  with pytest.raises(SystemExit, match=r'epoch_001.json is not valid JSON'):
+    report.main([str(tmp_path / 'campaign'), f'--out={tmp_path / "r"}'])
+  export = tmp_path / 'export.json'
+  export.write_text('{"format": "crackjax.reproduce/1", "runs": [')
+  with pytest.raises(SystemExit, match=r'export.json is not valid JSON'):
+    report.main([str(export), f'--out={tmp_path / "r"}'])
+
+
 def test_worker_env_shares_gpus():
   env = reproduce.worker_env(3, 4, ['0', '1'], base={})
   assert env == {'CUDA_VISIBLE_DEVICES': '1', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.450'}
