@@ -40,6 +40,7 @@ configs/base.py's). Their epochs are partly assumed (`crackjax.paper`, ``epochs_
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import math
@@ -501,6 +502,17 @@ def worker_env(
   return env
 
 
+def _end_with_parent() -> None:
+  """In a worker, before it runs: SIGTERM when the runner dies, kill -9 or a `timeout` included
+  (Linux's PR_SET_PDEATHSIG), so no orphan keeps training and holding a GPU; it saves its
+  checkpoint on the way out, as at the time limit."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass  # not Linux: the worker outlives a killed runner
+
+
 def run_workers(
   jobs: Sequence[Job],
   argv: Sequence[str],
@@ -541,6 +553,7 @@ def run_workers(
         env=worker_env(slot, parallel, gpus, env),
         stdout=log,
         stderr=subprocess.STDOUT,
+        preexec_fn=_end_with_parent,
       )
       running[slot] = (job, proc, log)
       print(f'started {job.id} (slot {slot}, log {directory / "worker.log"})', flush=True)

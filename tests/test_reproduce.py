@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -241,3 +242,51 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert report.complete_jobs(report.load([exported])) == {
     (1, f'table1:{g}', s, 5) for g in ('wce_xie', 'wce_exp_0.75') for s in (0, 1)
   }
+
+
+def _children(pid: int) -> list[int]:
+  kids = []
+  for stat in Path('/proc').glob('[0-9]*/stat'):
+    try:
+      fields = stat.read_text().rsplit(')', 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[1]) == pid:
+      kids.append(int(stat.parent.name))
+  return kids
+
+
+def _alive(pid: int) -> bool:
+  try:
+    state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+  except OSError:
+    return False
+  return state != 'Z'
+
+
+@pytest.mark.slow
+def test_workers_end_with_a_killed_runner(tmp_path):
+  # kill -9 of the runner used to leave its workers training (parent 1); a rerun raced them.
+  data = fixtures.smoke_data_dirs(tmp_path / 'data')
+  # 70 epochs: the workers cannot finish on their own within the wait below.
+  argv = [a for a in _argv(tmp_path / 'c', data, '--parallel=2') if not a.startswith('--rows')]
+  runner = subprocess.Popen(
+    [sys.executable, '-m', 'crackjax.reproduce', *argv, '--rows=wce_xie_e70'],
+    cwd=Path(__file__).resolve().parents[1],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  try:
+    deadline = time.monotonic() + 180
+    workers = []
+    while len(workers) < 2 and time.monotonic() < deadline and runner.poll() is None:
+      workers = _children(runner.pid)
+      time.sleep(0.2)
+    assert len(workers) == 2
+  finally:
+    runner.kill()
+    runner.wait()
+  deadline = time.monotonic() + 45
+  while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  assert not any(_alive(p) for p in workers)
