@@ -7,9 +7,8 @@
 #   mkdir -p .data && cp -r ../shared/datasets/crackforest .data/
 #   printf '/.whl/\n/.data/\n' >> .git/info/exclude
 #   device run: command="bash scripts/reproduce_gpu.sh", carry=[".whl", ".data"], timeout_s=600
-# Dry run here first (which jobs the chunk would start, from the measured rates):
-#   python -m crackjax.reproduce --table=1 --rows=... --seeds=3 --parallel=4 --max_minutes=8 \
-#     --shortest_first --done=results/gpu_table1.json --plan --device_kind='NVIDIA H100 80GB HBM3'
+# Dry run here first (which jobs the chunk would start, from the measured rates; no GPU, no
+# wheels, nothing trained): the same knobs plus PLAN=1 [DEVICE_KIND='NVIDIA H100 80GB HBM3'].
 # then copy the returned results/<campaign>.json over the committed one, regenerate the report
 #   python -m crackjax.report results/gpu_table1.json --out=docs/reproduction/gpu_table1
 # and commit both, naming the GPU (the report does).
@@ -36,6 +35,22 @@ CAMPAIGN=${CAMPAIGN:-gpu_table${TABLE}}
 DATA=${DATA:-.data/crackforest}
 OUT=${OUT:-/tmp/reproduce_gpu_out}
 WORK=${WORK:-/tmp/reproduce_gpu}
+
+results=results/$CAMPAIGN.json
+done_flag=()
+[ -f "$results" ] && done_flag=(--done="$results")
+rows_flag=()
+[ -n "$ROWS" ] && rows_flag=(--rows="$ROWS")
+common=(--table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT"
+  --curve_protocols="$CURVE_PROTOCOLS" --parallel="$PARALLEL" --max_minutes="$MINUTES"
+  --shortest_first "${done_flag[@]}" --set=data.manual_dir="$DATA"
+  --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign")
+
+if [ "${PLAN:-0}" = 1 ]; then
+  exec python3 -m crackjax.reproduce "${common[@]}" --plan \
+    --device_kind="${DEVICE_KIND:-NVIDIA H100 80GB HBM3}"
+fi
+
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 
@@ -53,22 +68,12 @@ if command -v nvidia-smi >/dev/null; then
   trap 'kill %1 2>/dev/null' EXIT
 fi
 
-results=results/$CAMPAIGN.json
-done_flag=()
-[ -f "$results" ] && done_flag=(--done="$results")
-rows_flag=()
-[ -n "$ROWS" ] && rows_flag=(--rows="$ROWS")
-
 # One compilation cache for the workers: a row's later seeds compile nothing.
 export JAX_COMPILATION_CACHE_DIR=$WORK/jax_cache
 # Hard stop a little after the scheduler's own limit, so the report below always runs (jobs
 # cut at the limit are redone next time anyway: their checkpoints do not come back).
 limit=$(python3 -c "print(int(60 * $MINUTES + 45))")
-timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.reproduce \
-  --table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT" \
-  --curve_protocols="$CURVE_PROTOCOLS" \
-  --parallel="$PARALLEL" --max_minutes="$MINUTES" --shortest_first --fit "${done_flag[@]}" \
-  --set=data.manual_dir="$DATA" --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign"
+timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.reproduce "${common[@]}" --fit
 echo "reproduce exit code $?"
 
 # The jobs' own records (small), in case the report below fails.
