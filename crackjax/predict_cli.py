@@ -118,6 +118,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'threshold',
     None,
     "crack where probability > threshold (default: the run's threshold.json, else 0.5)",
+    lower_bound=0.0,
+    upper_bound=1.0,
     flag_values=fv,
   )
   flags.DEFINE_float(
@@ -154,6 +156,26 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
+  # Every value is checked before any work, so a bad one never stops a run half-way.
+  flags.register_validator(
+    'mm_per_pixel',
+    lambda v: v is None or v > 0,
+    message='--mm_per_pixel must be > 0 (millimetres per pixel)',
+    flag_values=fv,
+  )
+  flags.register_validator(
+    'overlap',
+    lambda v: 0 <= v < 1,
+    message='--overlap must be in [0, 1) (a fraction of the tile size)',
+    flag_values=fv,
+  )
+  for name in ('tile_size', 'batch_size', 'step'):
+    flags.register_validator(
+      name,
+      lambda v: v is None or v >= 1,
+      message=f'--{name} must be >= 1',
+      flag_values=fv,
+    )
 
 
 def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:

@@ -227,6 +227,20 @@ def test_command_line_errors(run_dir, tmp_path):
     predict_cli.main([f'--workdir={tmp_path}', f'--out={tmp_path / "o"}', str(empty)])
   with pytest.raises(SystemExit, match='blend'):
     predict_cli.main([f'--workdir={run_dir}', '--blend=feather', str(empty)])
+  # Every flag is checked before any image is read or written.
+  PIL.Image.fromarray(photo(20, 30)).save(tmp_path / 'p.png')
+  for flag, named in [
+    ('--threshold=1.5', 'threshold'),
+    ('--mm_per_pixel=-1', 'mm_per_pixel must be > 0'),
+    ('--mm_per_pixel=0', 'mm_per_pixel must be > 0'),
+    ('--overlap=1', 'overlap must be in'),
+    ('--tile_size=0', 'tile_size must be >= 1'),
+    ('--step=0', 'step must be >= 1'),
+  ]:
+    out = tmp_path / 'never'
+    with pytest.raises(SystemExit, match=named):
+      predict_cli.main([f'--workdir={run_dir}', f'--out={out}', flag, str(tmp_path / 'p.png')])
+    assert not out.exists()
 
 
 def test_console_script_is_installed(run_dir, tmp_path):
