@@ -62,6 +62,19 @@ def _unquote(detail: str) -> str:
   return detail
 
 
+def _without_traceback(message: str) -> str:
+  """ml_collections puts the config file's whole traceback into its flag error; keep its first
+  line and the exception at the end ('Unknown config argument ...')."""
+  if 'Traceback (most recent call last)' not in message:
+    return message
+  lines = [line for line in message.splitlines() if line.strip()]
+  error = lines[-1]
+  if ': ' in error and error.split(': ', 1)[0].isidentifier():
+    kind, detail = error.split(': ', 1)
+    error = detail if kind in ('ValueError', 'KeyError') else error
+  return f'{lines[0].rstrip(":")}: {error}'
+
+
 def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str) -> list[str]:
   """Parses ``argv`` (argv[0] is the program) into `flag_values`; exits with a one-line
   message, not a traceback, on an unknown or mistyped flag, a mistyped config field, an
@@ -91,7 +104,7 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str
       'configs/base.py lists every field.'
     )
   except flags.Error as e:
-    sys.exit(f'{prog}: {e}\nPass --help for the list of flags.')
+    sys.exit(f'{prog}: {_without_traceback(str(e))}\nPass --help for the list of flags.')
   if 'config' in flag_values and flag_values['config'].value is None:
     sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
   return remaining

@@ -92,6 +92,14 @@ def test_bad_flags_end_in_one_line():
     reproduce.main(['--table=1'])
 
 
+def test_unknown_variant_is_one_line_without_traceback(tmp_path):
+  with pytest.raises(SystemExit) as e:
+    reproduce.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])
+  message = str(e.value)
+  assert "Unknown config argument 'smok'; known: ['cpu', 'cpu_scale', 'smoke']" in message
+  assert 'Traceback' not in message and len(message.splitlines()) == 2
+
+
 def test_report_names_a_damaged_file(tmp_path):
   job = tmp_path / 'campaign' / 'table1' / 'wce_xie' / 'seed0'
   job.mkdir(parents=True)
