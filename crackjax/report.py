@@ -151,6 +151,14 @@ def _dedupe(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   best: dict[tuple, dict[str, Any]] = {}
   for run in runs:
     key = (run['table'], run['group'], run['seed'])
+    if key in best and best[key]['epochs'] != run['epochs']:
+      kept, other = sorted((best[key], run), key=lambda r: len(r['epochs']), reverse=True)
+      print(
+        f'{PROG}: {run["group"]} seed {run["seed"]} is in two inputs with different records; '
+        f'using the one with {len(kept["epochs"])} epochs (the other has '
+        f'{len(other["epochs"])}).',
+        file=sys.stderr,
+      )
     if key not in best or len(run['epochs']) > len(best[key]['epochs']):
       best[key] = run
   return list(best.values())
@@ -746,7 +754,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   if fv.export:
     export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')
-  protocols = fv.protocols or _protocols_of(runs)
+  found = _protocols_of(runs)
+  unknown = [p for p in fv.protocols or () if p not in found]
+  if unknown:
+    sys.exit(f'{PROG}: --protocols {unknown} not in these results; they hold {list(found)}.')
+  protocols = fv.protocols or found
   out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
   if out is None:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')

@@ -114,6 +114,23 @@ def test_report_names_a_damaged_file(tmp_path):
     report.main([str(export), f'--out={tmp_path / "r"}'])
 
 
+def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
+  results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
+  with pytest.raises(SystemExit, match=r"--protocols \['bogus'\] not in these results"):
+    report.main([str(results), '--protocols=bogus', f'--out={tmp_path / "r"}'])
+  # The same job in two inputs, one cut short: the longer is used, and the report says so.
+  runs = report.load([results])
+  cut = dict(runs[0], epochs=runs[0]['epochs'][:2])
+  report.export([cut], tmp_path / 'cut.json')
+  assert report.main([str(results), str(tmp_path / 'cut.json'), f'--out={tmp_path / "r"}']) == 0
+  err = capsys.readouterr().err
+  assert f'{runs[0]["group"]} seed {runs[0]["seed"]} is in two inputs' in err
+  assert 'using the one with 5 epochs (the other has 2)' in err
+  # Identical copies (a campaign and its export) are merged without a word.
+  report.load([results, results])
+  assert 'two inputs' not in capsys.readouterr().err
+
+
 def test_worker_env_shares_gpus():
   env = reproduce.worker_env(3, 4, ['0', '1'], base={})
   assert env == {'CUDA_VISIBLE_DEVICES': '1', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.450'}
