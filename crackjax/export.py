@@ -54,7 +54,7 @@ import ml_collections
 from absl import flags
 from jax import export as jax_export
 
-from crackjax import cli
+from crackjax import cli, logs
 from crackjax.models import input_multiple, model_from_config
 from crackjax.predict import Run, load_run, predict_step
 from crackjax.state import CheckpointError
@@ -333,6 +333,7 @@ def _parse_hw(text: str | None) -> tuple[int, int] | None:
 def main(argv: Sequence[str] | None = None) -> None:
   """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]``."""
   argv = list(sys.argv if argv is None else argv)
+  logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   flag_values = flags.FlagValues()
   _define_flags(flag_values)
   if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):

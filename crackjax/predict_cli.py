@@ -30,7 +30,7 @@ import PIL.ImageOps
 import tqdm
 from absl import flags
 
-from crackjax import cli, hostmem, measure
+from crackjax import cli, hostmem, logs, measure
 from crackjax.predict import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
@@ -186,6 +186,7 @@ def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the command (argv without the program name); returns the exit status."""
   argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   fv = flags.FlagValues()
   _define_flags(fv)
   inputs = cli.parse_flags(fv, argv, prog=PROG)[1:]

@@ -268,6 +268,7 @@ def test_console_script_is_installed(run_dir, tmp_path):
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'wrote 1 image(s)' in proc.stderr and (tmp_path / 'out' / 'masks' / 'one.png').is_file()
+  assert 'WARNING' not in proc.stderr, proc.stderr  # quiet unless something is wrong
 
 
 _TWO_DEVICES = """
