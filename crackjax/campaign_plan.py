@@ -60,32 +60,17 @@ def measured_rates(
     if not _matches(run, device_kind, setting) or run.get('side_by_side') != side_by_side:
       continue
     row_epochs = {r['epochs'] for r in run['rows']}
-    records = run['epochs']
-    plain = [
-      e['train_seconds'] + e['eval_seconds']
-      for e in records
-      if not e['first_in_process'] and e['epoch'] not in row_epochs
-    ]
-    curve_eval = [
-      e['eval_seconds']
-      for e in records
-      if not e['first_in_process'] and e['epoch'] not in row_epochs
-    ]
-    firsts = [
-      e['train_seconds'] + e['eval_seconds']
-      for e in records
-      if e['first_in_process'] and e['epoch'] == 1
-    ]
+    later = [e for e in run['epochs'] if not e['first_in_process']]
+    plain = [e for e in later if e['epoch'] not in row_epochs]
+    firsts = [e for e in run['epochs'] if e['first_in_process'] and e['epoch'] == 1]
     if not plain or not firsts:
       continue
     used += 1
-    first += firsts
-    epoch += plain
-    typical_eval = statistics.median(curve_eval)
+    first += [e['train_seconds'] + e['eval_seconds'] for e in firsts]
+    epoch += [e['train_seconds'] + e['eval_seconds'] for e in plain]
+    typical_eval = statistics.median(e['eval_seconds'] for e in plain)
     row_extra += [
-      max(e['eval_seconds'] - typical_eval, 0.0)
-      for e in records
-      if not e['first_in_process'] and e['epoch'] in row_epochs
+      max(e['eval_seconds'] - typical_eval, 0.0) for e in later if e['epoch'] in row_epochs
     ]
   if not used:
     return None

@@ -289,6 +289,8 @@ class Predictor:
   ):
     if not 0.0 <= overlap < 1.0:
       raise ValueError(f'overlap must be in [0, 1), got {overlap}')
+    if tile_size < 1 or (batch_size is not None and batch_size < 1):
+      raise ValueError(f'tile_size and batch_size must be >= 1, got {tile_size}, {batch_size}')
     if blend not in BLENDS:
       raise ValueError(f'blend must be one of {sorted(BLENDS)}, got {blend!r}')
     self.blend = blend

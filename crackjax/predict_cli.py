@@ -156,7 +156,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
-  # Every value is checked before any work, so a bad one never stops a run half-way.
+  # Every value is checked before any image (these here; the tiling ones by Predictor), so a
+  # bad one never stops a run half-way.
   flags.register_validator(
     'mm_per_pixel',
     lambda v: v is None or v > 0,
@@ -164,18 +165,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.register_validator(
-    'overlap',
-    lambda v: 0 <= v < 1,
-    message='--overlap must be in [0, 1) (a fraction of the tile size)',
-    flag_values=fv,
+    'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=fv
   )
-  for name in ('tile_size', 'batch_size', 'step'):
-    flags.register_validator(
-      name,
-      lambda v: v is None or v >= 1,
-      message=f'--{name} must be >= 1',
-      flag_values=fv,
-    )
 
 
 def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
@@ -217,16 +208,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = load_run(fv.workdir, step=fv.step)
   except (FileNotFoundError, CheckpointError) as e:
     sys.exit(f'{PROG}: {e}')
-  predictor = Predictor(
-    run.model,
-    run.params,
-    batch_stats=run.batch_stats,
-    threshold=run.threshold,
-    tile_size=fv.tile_size,
-    overlap=fv.overlap,
-    blend=fv.blend,
-    batch_size=fv.batch_size,
-  )
+  try:
+    predictor = Predictor(
+      run.model,
+      run.params,
+      batch_stats=run.batch_stats,
+      threshold=run.threshold,
+      tile_size=fv.tile_size,
+      overlap=fv.overlap,
+      blend=fv.blend,
+      batch_size=fv.batch_size,
+    )
+  except ValueError as e:  # the tiling flags, checked where Python users get the same check
+    sys.exit(f'{PROG}: {e}')
   threshold = run.threshold if fv.threshold is None else fv.threshold
   source = run.threshold_source if fv.threshold is None else '--threshold'
   print(

@@ -89,18 +89,23 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
   return out
 
 
+def _read_json(path: Path) -> Any:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
 def recorded_fingerprint(workdir: str | Path) -> dict[str, Any] | None:
   """The fingerprint the run in `workdir` was started with: fingerprint.json, or for runs from
-  before fingerprints the one of its config.json; None if neither exists."""
+  before fingerprints the one of its config.json; None if neither can be read. (Neither file
+  is moved: they are the run's, not records to redo.)"""
   workdir = Path(workdir)
-  path = workdir / FINGERPRINT_FILE
-  if path.exists():
-    return read_record(path, required=())
-  legacy = workdir / 'config.json'
-  if legacy.exists():
-    config = read_record(legacy, required=())
-    return fingerprint(config) if config is not None else None
-  return None
+  recorded = _read_json(workdir / FINGERPRINT_FILE)
+  if isinstance(recorded, dict):
+    return recorded
+  config = _read_json(workdir / 'config.json')
+  return fingerprint(config) if isinstance(config, dict) else None
 
 
 def has_started(workdir: str | Path) -> bool:

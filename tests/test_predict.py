@@ -234,7 +234,8 @@ def test_command_line_errors(run_dir, tmp_path):
     ('--mm_per_pixel=-1', 'mm_per_pixel must be > 0'),
     ('--mm_per_pixel=0', 'mm_per_pixel must be > 0'),
     ('--overlap=1', 'overlap must be in'),
-    ('--tile_size=0', 'tile_size must be >= 1'),
+    ('--tile_size=0', 'tile_size and batch_size must be >= 1'),
+    ('--batch_size=0', 'tile_size and batch_size must be >= 1'),
     ('--step=0', 'step must be >= 1'),
   ]:
     out = tmp_path / 'never'
