@@ -36,14 +36,20 @@ flags.DEFINE_integer('process_id', None, 'Index of this process (multi-host).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | Path, mode: str) -> None:
-  """Trains and/or evaluates `config` in `workdir` according to `mode` (one of MODES)."""
+def run(
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  mode: str,
+  parts: validate.Parts | None = None,
+) -> None:
+  """Trains and/or evaluates `config` in `workdir` according to `mode` (one of MODES);
+  `parts`: what `validate.check_config(config)` returned (else it is validated again)."""
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
-    evaluate.evaluate_checkpoint(config, workdir)
+    evaluate.evaluate_checkpoint(config, workdir, model=parts.model if parts else None)
   else:
-    train.train_and_evaluate(config, workdir, evaluate_after=mode == 'train_and_eval')
+    train.train_and_evaluate(config, workdir, evaluate_after=mode == 'train_and_eval', parts=parts)
 
 
 def _sigterm_to_exit(signum, frame):
@@ -70,18 +76,18 @@ def main(argv):
     # Every config problem, then absent or invalid data, then images that do not fit the
     # config stop the run here with a message that says what to fix, before a model is
     # compiled or the workdir is written.
-    validate.check_config(config)
+    parts = validate.check_config(config)
     if FLAGS.mode != 'eval':
       run_lib.check_identity(FLAGS.workdir, config, record=False)
     datasets.prepare_dataset(config.data)
     if FLAGS.mode != 'eval':
-      validate.check_data(config)
+      validate.check_data(config, parts)
   except (datasets.DatasetError, run_lib.RunMismatchError) as e:
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
     sys.exit(_bad_config(e))
   try:
-    run(config, FLAGS.workdir, FLAGS.mode)
+    run(config, FLAGS.workdir, FLAGS.mode, parts)
   except (
     FileNotFoundError,
     state.CheckpointError,

@@ -67,6 +67,13 @@ Fields:
     False gives the uniform grid plus 0.5.
   eval.num_qualitative: test images shown in qualitative.png.
   eval.save_probability_maps: also write every probability map as probs/<name>.png.
+  eval.every_epochs: also score the test split after every N-th epoch (and the last) into
+    epoch_<NNN>.json, the same record as eval.json without the per-image rows (0: only at
+    the end). The reproduction runner sets 1 (the curves of Figs. 5-6).
+  eval.curve_protocols: the protocols of those periodic evaluations, a cheaper set for the
+    F1-against-epoch curves (empty: eval.protocols).
+  eval.full_epochs: epochs scored under every eval.protocols even when curve_protocols is set
+    (the last epoch always is); the runner names the epochs of the table rows.
 """
 
 import ml_collections
@@ -132,6 +139,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.tail_thresholds = True
   c.eval.num_qualitative = 4
   c.eval.save_probability_maps = False
+  c.eval.every_epochs = 0
+  c.eval.curve_protocols = ()
+  c.eval.full_epochs = ()
   return c
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,10 @@ import ml_collections
 import numpy as np
 import tqdm
 from absl import logging
+from flax import linen as nn
 
 from crackjax import eval_report, evaluation, loader
+from crackjax import run as run_lib
 from crackjax import state as state_lib
 from crackjax.metrics_log import MetricWriter
 from crackjax.predict import predict_probabilities
@@ -97,24 +101,119 @@ def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
   return {k: result[k] for k in _SUMMARY_KEYS}
 
 
+#: The fields of an evaluation record (`_record`), in order: eval.json and every
+#: epoch_<NNN>.json, whoever wrote them (launch, the periodic evaluation, the runner).
+RECORD_FIELDS = (
+  'epoch',
+  'step',
+  'dataset',
+  'split',
+  'num_images',
+  'protocols',
+  'params',
+  'train_seconds',
+  'eval_seconds',
+  'first_in_process',
+  'results',
+)
+
+
+def _record(
+  config: ml_collections.ConfigDict,
+  state: state_lib.TrainState,
+  split: str,
+  names: Sequence[str],
+  results: dict[str, dict[str, Any]],
+  *,
+  eval_seconds: float,
+  train_seconds: float = math.nan,
+  first_in_process: bool = False,
+  per_image: bool = False,
+) -> dict[str, Any]:
+  """The one evaluation record: eval.json (with the per-image rows) and epoch_<NNN>.json
+  (without) of launch, of `config.eval.every_epochs` and of the reproduction runner.
+
+  Keyed by dataset + split (the directory, `results_dir`, and the fields), step (and its
+  epoch) and protocol (``results``). ``train_seconds`` is the wall time since the previous
+  evaluation of this process (NaN when no training preceded it); ``first_in_process`` says
+  that it includes the process's start-up and compilation.
+  """
+  step = int(jax.device_get(state.step))
+  return {
+    'epoch': -(-step // config.steps_per_epoch),
+    'step': step,
+    'dataset': config.data.name,
+    'split': split,
+    'num_images': len(names),
+    'protocols': list(results),
+    # Trainable parameters (Tables V-VIII print them; BatchNorm statistics are not counted).
+    'params': sum(int(x.size) for x in jax.tree.leaves(state.params)),
+    'train_seconds': train_seconds,
+    'eval_seconds': eval_seconds,
+    'first_in_process': first_in_process,
+    'results': {
+      protocol: {
+        **protocol_summary(r),
+        **(
+          {'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)]}
+          if per_image
+          else {}
+        ),
+      }
+      for protocol, r in results.items()
+    },
+  }
+
+
+def write_epoch_record(
+  directory: str | Path, record: dict[str, Any], steps_per_epoch: int
+) -> Path | None:
+  """Writes `record` (without per-image rows) as its epoch's record, atomically; merged with
+  an existing record of the same step (its other protocols and its training time kept).
+  Only an epoch's last step has an epoch record (a checkpoint saved mid-epoch, e.g. on an
+  interrupt, is not an epoch): returns None and writes nothing for any other step."""
+  if record['step'] != record['epoch'] * steps_per_epoch:
+    return None
+  path = run_lib.epoch_path(directory, record['epoch'])
+  record = {
+    **record,
+    'results': {
+      p: {k: v for k, v in r.items() if k != 'per_image'} for p, r in record['results'].items()
+    },
+  }
+  old = run_lib.read_record(path, required=('epoch', 'results')) if path.exists() else None
+  if old is not None and old.get('step') == record['step']:
+    results = {**old['results'], **record['results']}
+    record['results'], record['protocols'] = results, list(results)
+    if math.isnan(record['train_seconds']):
+      record['train_seconds'] = old.get('train_seconds', math.nan)
+      record['first_in_process'] = old.get('first_in_process', False)
+  run_lib.write_json(path, record)
+  return path
+
+
 def evaluate_checkpoint(
   config: ml_collections.ConfigDict,
   workdir: str | Path,
   *,
   state: state_lib.TrainState | None = None,
   split: str | None = None,
+  model: nn.Module | None = None,
+  train_seconds: float = math.nan,
+  first_in_process: bool = False,
 ) -> dict[str, Any]:
   """Evaluates the latest checkpoint (or `state`) on the test split.
 
-  Under every protocol of `config.eval.protocols` it writes, in `workdir`: `eval.json`
-  (per protocol, named: `protocol_summary` -- ODS, OIS, AP, F1 at threshold 0.5 and the
-  per-threshold curve -- plus the per-image results), `eval_per_image.csv`,
-  `pr_curve.png`, `qualitative.png` (the first `config.eval.num_qualitative` test images),
-  `threshold.json` (the ODS threshold of the protocol that records one, 'strict', for later
-  prediction) and, if `config.eval.save_probability_maps`, `probs/<name>.png`.
+  Under every protocol of `config.eval.protocols` it writes, in `results_dir` (the workdir
+  for the run's own test split): `eval.json` (the evaluation record, `_record`, with the
+  per-image results), the same record as `epoch_<NNN>.json` when the step ends an epoch,
+  `eval_per_image.csv`, `pr_curve.png`, `qualitative.png` (the first
+  `config.eval.num_qualitative` test images), `threshold.json` (the ODS threshold of the
+  protocol that records one, 'strict', for later prediction) and, if
+  `config.eval.save_probability_maps`, `probs/<name>.png`.
 
   Returns:
-    The evaluation dictionary (also written to eval.json).
+    The evaluation record (also written to eval.json).
   """
   workdir = Path(workdir)
   split = split or config.data.test_split
@@ -129,33 +228,126 @@ def evaluate_checkpoint(
     )
   if state is None:
     state = restore_latest(config, workdir)
-  step = int(jax.device_get(state.step))
+  t0 = time.perf_counter()
   examples = list(loader.eval_examples(config, split))
-  probs = predict_examples(config, state, examples, desc=f'predict {split}')
+  probs = predict_examples(config, state, examples, desc=f'predict {split}', model=model)
   gts = [ex['mask'][..., 0] for ex in examples]
   names = [ex['name'] for ex in examples]
   results = score(probs, gts, config)
-  summary = {
-    'step': step,
-    'dataset': config.data.name,
-    'split': split,
-    'num_images': len(examples),
-    'protocols': list(results),
-    'results': {
-      protocol: {
-        **protocol_summary(r),
-        'per_image': [
-          dict(name=name, **row) for name, row in zip(names, r['per_image'], strict=True)
-        ],
-      }
-      for protocol, r in results.items()
-    },
-  }
+  summary = _record(
+    config,
+    state,
+    split,
+    names,
+    results,
+    eval_seconds=time.perf_counter() - t0,
+    train_seconds=train_seconds,
+    first_in_process=first_in_process,
+    per_image=True,
+  )
   if jax.process_index() == 0:
     write_eval_outputs(
       config, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
     )
+    write_epoch_record(out, summary, config.steps_per_epoch)
   return summary
+
+
+class EpochEvaluator:
+  """The periodic evaluation of `config.eval.every_epochs` (a periodic action, as clu's):
+  after every N-th epoch (and the last) it scores the test split and writes the epoch's
+  record (`_record`, `write_epoch_record`) in the run's results directory.
+
+  At the epochs of ``config.eval.full_epochs`` and the last one it scores every protocol of
+  ``config.eval.protocols``; at the others those of ``config.eval.curve_protocols`` (default
+  the same), a cheaper set for F1-against-epoch curves. The test images are read once.
+  """
+
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str | Path,
+    *,
+    model: nn.Module | None = None,
+  ):
+    self.config, self.model = config, model
+    self.split = config.data.test_split
+    self.directory = results_dir(config, workdir, self.split)
+    self._examples: list[dict[str, Any]] | None = None
+    self._clock, self._first = time.perf_counter(), True
+
+  def due(self, epoch: int) -> bool:
+    every = int(self.config.eval.get('every_epochs', 0) or 0)
+    return every > 0 and (epoch % every == 0 or epoch == self.config.num_epochs)
+
+  def protocols_at(self, epoch: int) -> tuple[str, ...]:
+    ev = self.config.eval
+    curve = tuple(ev.get('curve_protocols') or ())
+    if not curve or epoch == self.config.num_epochs or epoch in tuple(ev.get('full_epochs', ())):
+      return tuple(ev.protocols)
+    return curve
+
+  def missing(self, step: int) -> int | None:
+    """The epoch that `step` ends if it is due and has no whole record (a process that died
+    while evaluating it), else None."""
+    spe = self.config.steps_per_epoch
+    if not step or step % spe or not self.due(step // spe):
+      return None
+    epoch = step // spe
+    done = run_lib.evaluated_epochs(self.directory, required=self.protocols_at(epoch))
+    return None if epoch in done else epoch
+
+  def __call__(self, state: state_lib.TrainState, epoch: int, *, trained: bool = True) -> dict:
+    """Scores `state` (the end of `epoch`), writes and returns its record. `trained`: whether
+    the time since the last call was spent training (else its train_seconds is NaN)."""
+    train_seconds = time.perf_counter() - self._clock if trained else math.nan
+    t0 = time.perf_counter()
+    if self._examples is None:
+      self._examples = list(loader.eval_examples(self.config, self.split))
+    examples = self._examples
+    probs = predict_examples(
+      self.config, state, examples, desc=f'predict, epoch {epoch}', model=self.model
+    )
+    scoring = self.config.copy_and_resolve_references()
+    scoring.eval.protocols = self.protocols_at(epoch)
+    results = score(probs, [ex['mask'][..., 0] for ex in examples], scoring)
+    record = _record(
+      self.config,
+      state,
+      self.split,
+      [ex['name'] for ex in examples],
+      results,
+      eval_seconds=time.perf_counter() - t0,
+      train_seconds=train_seconds,
+      first_in_process=self._first,
+    )
+    if jax.process_index() == 0:
+      write_epoch_record(self.directory, record, self.config.steps_per_epoch)
+    first = next(iter(record['results'].values()))
+    logging.info(
+      'Epoch %d: %.1f s training, %.1f s evaluation, ODS F1 %.4f (%s protocol).',
+      epoch,
+      train_seconds,
+      record['eval_seconds'],
+      first['ods']['f1'],
+      first['protocol'],
+    )
+    self._clock = time.perf_counter()
+    self._first = self._first and not trained
+    return record
+
+  def restart_clock(self) -> None:
+    """Training time is counted from now (after an evaluation that did not follow training)."""
+    self._clock = time.perf_counter()
+
+  def seconds_since_last(self) -> float:
+    """Wall seconds since the last evaluation (or the start): the training time before it."""
+    return time.perf_counter() - self._clock
+
+  @property
+  def first(self) -> bool:
+    """Whether no evaluation of this process has counted training time yet."""
+    return self._first
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:
@@ -191,12 +383,14 @@ def predict_examples(
   examples: Sequence[dict[str, Any]],
   *,
   desc: str = 'predict',
+  model: nn.Module | None = None,
 ) -> list[np.ndarray]:
   """The crack probability map of every example's image (`loader.eval_examples` records),
-  predicted with `state`'s parameters, with a progress bar on process 0."""
+  predicted with `state`'s parameters (of `model`, default the config's), with a progress
+  bar on process 0."""
   params = state_lib.local_params(state)
   batch_stats = state_lib.local_batch_stats(state)  # BatchNorm's running averages, or None
-  model = state_lib.create_model(config)
+  model = model if model is not None else state_lib.create_model(config)
   images = (ex['image'] for ex in examples)
   return list(
     tqdm.tqdm(
@@ -244,7 +438,7 @@ def write_eval_outputs(
 ) -> None:
   """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars."""
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / 'eval.json').write_text(json.dumps(summary, indent=2))
+  run_lib.write_json(workdir / 'eval.json', summary)
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
   eval_report.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)

@@ -12,8 +12,9 @@ rows of the group, and evaluates the test split after every epoch, so the shorte
 curves of Figs. 5-6 come from the same run. A job lives in
 ``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.train` (checkpoints,
 config.json, metrics) plus ``run.json`` (the rows, seed, config, hardware, versions) and one
-``epoch_<NNN>.json`` per evaluated epoch (wall seconds of training and evaluation, and per
-protocol ODS / OIS / AP and the per-threshold curve).
+``epoch_<NNN>.json`` per epoch: the evaluation record that every evaluation writes
+(`crackjax.evaluate.RECORD_FIELDS`: wall seconds of training and evaluation, and per protocol
+ODS / OIS / AP and the per-threshold curve), here by ``config.eval.every_epochs`` = 1.
 
 Resuming: run the same command again. Finished jobs are skipped, an interrupted one continues
 from its last checkpoint (`train.train_and_evaluate` saves one at every epoch and on
@@ -43,7 +44,6 @@ import contextlib
 import ctypes
 import dataclasses
 import json
-import math
 import os
 import platform
 import shutil
@@ -258,9 +258,19 @@ def configs_dir(flag_value: str | None = None) -> Path:
   return Path(flag_value) if flag_value else Path(__file__).resolve().parents[1] / 'configs'
 
 
-def load_config(job: Job, *, variant: str, overrides: Sequence[str], directory: Path, protocols):
+def load_config(
+  job: Job,
+  *,
+  variant: str,
+  overrides: Sequence[str],
+  directory: Path,
+  protocols: Sequence[str],
+  curve_protocols: Sequence[str] | None = None,
+):
   """The job's config: configs/table<T>.py:<longest row>[,variant], the overrides, the seed,
-  the epochs of the longest chosen row and the evaluation protocols.
+  the epochs of the longest chosen row and the evaluation: every epoch (``eval.every_epochs``
+  = 1), under `protocols` at the rows' epochs and `curve_protocols` (default the same) at the
+  others.
 
   Raises:
     SystemExit: (one line) a mistyped override field or an unparsable value.
@@ -279,27 +289,15 @@ def load_config(job: Job, *, variant: str, overrides: Sequence[str], directory: 
   # since they are what the paper compares; a variant shrinks an epoch's steps instead.
   config.num_epochs = job.epochs
   config.eval.protocols = tuple(protocols)
+  config.eval.every_epochs = 1
+  config.eval.curve_protocols = tuple(curve_protocols or ())
+  config.eval.full_epochs = tuple(sorted({r.epochs for r in job.rows}))
   # Every epoch is evaluated as it ends; keep checkpoints only for resuming.
   config.max_checkpoints_to_keep = 2
   return config
 
 
 # -------------------------------------------------------------------------------- one job here
-
-
-def epoch_path(directory: Path, epoch: int) -> Path:
-  return directory / f'epoch_{epoch:03d}.json'
-
-
-def evaluated_epochs(directory: Path) -> list[int]:
-  """Epochs of `directory` whose evaluation record is readable and whole (a damaged one is set
-  aside by `run.read_record`, so its epoch counts as not evaluated)."""
-  epochs = []
-  for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
-    record = run_lib.read_record(path, required=('epoch', 'results'))
-    if record is not None:
-      epochs.append(int(path.stem.split('_')[1]))
-  return epochs
 
 
 def hardware() -> dict[str, Any]:
@@ -349,45 +347,11 @@ def _versions() -> dict[str, str]:
   }
 
 
-def epoch_record(
-  config, state, epoch: int, examples, train_seconds: float, first: bool, protocols
-) -> dict:
-  """Evaluates `state` on `examples` under `protocols`: the content of epoch_<NNN>.json."""
-  import jax
-
-  from crackjax import evaluate
-
-  t0 = time.perf_counter()
-  probs = evaluate.predict_examples(config, state, examples, desc=f'predict, epoch {epoch}')
-  gts = [ex['mask'][..., 0] for ex in examples]
-  scoring = config.copy_and_resolve_references()
-  scoring.eval.protocols = tuple(protocols)
-  results = evaluate.score(probs, gts, scoring)
-  return {
-    'epoch': epoch,
-    'step': int(jax.device_get(state.step)),
-    # Trainable parameters (Tables V-VIII print them; BatchNorm statistics are not counted).
-    'params': sum(int(x.size) for x in jax.tree.leaves(state.params)),
-    'train_seconds': train_seconds,
-    'eval_seconds': time.perf_counter() - t0,
-    # The first epoch a process finishes includes its start-up and compilation (and, after a
-    # resume, only part of the epoch's steps).
-    'first_in_process': first,
-    'results': {p: evaluate.protocol_summary(r) for p, r in results.items()},
-  }
-
-
-def run_job(
-  job: Job,
-  workdir: str | Path,
-  config,
-  *,
-  side_by_side: int = 1,
-  curve_protocols: Sequence[str] | None = None,
-) -> str:
-  """Trains `job` to its epochs (resuming), evaluating after every epoch: under
-  `config.eval.protocols` at the rows' epochs, under `curve_protocols` (default the same) at
-  the others. Returns 'done' or 'skipped' (everything was there).
+def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1, parts=None) -> str:
+  """Trains `job` to its epochs (resuming); `train.train_and_evaluate` evaluates every epoch
+  (the config's ``eval.every_epochs``) and writes its record, epoch_<NNN>.json, the format of
+  every evaluation (`evaluate.EpochEvaluator`). Returns 'done' or 'skipped' (everything was
+  there). `parts`: `validate.check_config(config)`'s, if the caller has them.
 
   Raises:
     run.RunMismatchError: the job's directory holds a run of another config fingerprint.
@@ -397,14 +361,13 @@ def run_job(
   with run_lib.lock(directory):
     # Never count or extend a run started under another config as this one.
     run_lib.check_identity(directory, config, record=False)
-    if set(range(1, job.epochs + 1)) <= set(evaluated_epochs(directory)):
+    if set(range(1, job.epochs + 1)) <= set(run_lib.evaluated_epochs(directory)):
       return 'skipped'
-    return _run_job(job, directory, config, side_by_side, curve_protocols)
+    return _run_job(job, directory, config, side_by_side, parts)
 
 
-def _run_job(job: Job, directory: Path, config, side_by_side: int, curve_protocols) -> str:
-  from crackjax import evaluate, loader, train
-  from crackjax import state as state_lib
+def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str:
+  from crackjax import train
 
   directory.mkdir(parents=True, exist_ok=True)
   run_lib.write_json(
@@ -422,47 +385,24 @@ def _run_job(job: Job, directory: Path, config, side_by_side: int, curve_protoco
       'updated': time.strftime('%Y-%m-%d %H:%M:%S %Z'),
     },
   )
-  examples = list(loader.eval_examples(config, config.data.test_split))
-  spe = config.steps_per_epoch
-  row_epochs = {r.epochs for r in job.rows}
-
-  def protocols_at(epoch: int) -> Sequence[str]:
-    if curve_protocols is None or epoch in row_epochs:
-      return config.eval.protocols
-    return curve_protocols
-
-  # An epoch saved but not evaluated (the process died while evaluating it): evaluate it now.
-  ckpt = directory / 'checkpoints'
-  if ckpt.is_dir():
-    mngr = state_lib.checkpoint_manager(directory, config)
-    latest = mngr.latest_step()
-    mngr.close()
-    if latest and latest % spe == 0 and not epoch_path(directory, latest // spe).exists():
-      state = evaluate.restore_latest(config, directory)
-      epoch = int(state.step) // spe
-      print(f'{job.id}: evaluating epoch {epoch}, saved before an interruption.', flush=True)
-      record = epoch_record(config, state, epoch, examples, math.nan, True, protocols_at(epoch))
-      run_lib.write_json(epoch_path(directory, epoch), record)
-      del state
-
-  clock = {'t': time.perf_counter(), 'first': True}
 
   def on_epoch_end(state, epoch: int) -> None:
-    train_seconds = time.perf_counter() - clock['t']
-    record = epoch_record(
-      config, state, epoch, examples, train_seconds, clock['first'], protocols_at(epoch)
-    )
-    run_lib.write_json(epoch_path(directory, epoch), record)
+    # The epoch's record is written by now: one line per epoch for the console / worker.log.
+    record = run_lib.read_record(run_lib.epoch_path(directory, epoch), required=('results',))
+    if record is None:
+      return
     strict = record['results'].get('strict', next(iter(record['results'].values())))
     print(
-      f'{job.id} epoch {epoch}: {train_seconds:.1f} s training, {record["eval_seconds"]:.1f} s '
-      f'evaluation, ODS F1 {strict["ods"]["f1"]:.4f} ({strict["protocol"]} protocol)',
+      f'{job.id} epoch {epoch}: {record["train_seconds"]:.1f} s training, '
+      f'{record["eval_seconds"]:.1f} s evaluation, ODS F1 {strict["ods"]["f1"]:.4f} '
+      f'({strict["protocol"]} protocol)',
       flush=True,
     )
-    clock.update(t=time.perf_counter(), first=False)
 
-  train.train_and_evaluate(config, directory, evaluate_after=False, on_epoch_end=on_epoch_end)
-  missing = sorted(set(range(1, job.epochs + 1)) - set(evaluated_epochs(directory)))
+  train.train_and_evaluate(
+    config, directory, evaluate_after=False, on_epoch_end=on_epoch_end, parts=parts
+  )
+  missing = sorted(set(range(1, job.epochs + 1)) - set(run_lib.evaluated_epochs(directory)))
   if missing:
     # Only if checkpoints were lost between runs; said, not hidden.
     print(
@@ -690,7 +630,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   def config_of(job):
     return load_config(
-      job, variant=fv.variant, overrides=fv.set, directory=directory, protocols=fv.protocols
+      job,
+      variant=fv.variant,
+      overrides=fv.set,
+      directory=directory,
+      protocols=fv.protocols,
+      curve_protocols=fv.curve_protocols,
     )
 
   if (fv.plan or fv.fit) and not fv.job:
@@ -717,13 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       sys.exit(f'{PROG}: unknown job {fv.job!r}.')
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     try:
-      status = run_job(
-        job,
-        fv.workdir,
-        config_of(job),
-        side_by_side=fv.parallel,
-        curve_protocols=fv.curve_protocols,
-      )
+      status = run_job(job, fv.workdir, config_of(job), side_by_side=fv.parallel)
     except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
       sys.exit(f'{PROG}: {e}')
     print(status, flush=True)
@@ -740,21 +679,20 @@ def main(argv: Sequence[str] | None = None) -> int:
       held.enter_context(run_lib.lock(fv.workdir))
       for job in jobs:
         run_lib.check_identity(job.directory(fv.workdir), configs[job.id], record=False)
-      for c in configs.values():
-        validate.check_config(c)
+      parts = {k: validate.check_config(c) for k, c in configs.items()}
       prepared = set()
-      for c in configs.values():
+      for k, c in configs.items():
         key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
         if key not in prepared:
           datasets.prepare_dataset(c.data)
-          validate.check_data(c)
+          validate.check_data(c, parts[k])
           prepared.add(key)
     except (datasets.DatasetError, ValueError, run_lib.RunLockedError) as e:
       sys.exit(f'{PROG}: {e}')
-    return _schedule(jobs, configs, fv, full, parent_env)
+    return _schedule(jobs, configs, parts, fv, full, parent_env)
 
 
-def _schedule(jobs: Sequence[Job], configs, fv, full: Sequence[str], parent_env) -> int:
+def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], parent_env) -> int:
   """Runs `jobs` here one by one, or in worker processes; prints and returns the outcome."""
   print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
   deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
@@ -763,9 +701,7 @@ def _schedule(jobs: Sequence[Job], configs, fv, full: Sequence[str], parent_env)
     status = {}
     for job in jobs:
       try:
-        status[job.id] = run_job(
-          job, fv.workdir, configs[job.id], curve_protocols=fv.curve_protocols
-        )
+        status[job.id] = run_job(job, fv.workdir, configs[job.id], parts=parts[job.id])
       except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
         status[job.id] = f'failed: {e}'
       print(f'{job.id}: {status[job.id]}', flush=True)

@@ -216,3 +216,21 @@ def lock(workdir: str | Path) -> Iterator[None]:
     handle.truncate()
     fcntl.flock(handle, fcntl.LOCK_UN)
     handle.close()
+
+
+def epoch_path(directory: str | Path, epoch: int) -> Path:
+  """Where the evaluation record of `epoch` lives in a results directory (the workdir for the
+  run's own test split; `evaluate.results_dir`)."""
+  return Path(directory) / f'epoch_{epoch:03d}.json'
+
+
+def evaluated_epochs(directory: str | Path, required: Sequence[str] = ()) -> list[int]:
+  """Epochs of `directory` whose evaluation record is readable and whole, and holds every
+  protocol of `required` (a damaged record is set aside by `read_record`, so its epoch
+  counts as not evaluated)."""
+  epochs = []
+  for path in sorted(Path(directory).glob('epoch_[0-9][0-9][0-9].json')):
+    record = read_record(path, required=('epoch', 'results'))
+    if record is not None and set(required) <= set(record['results']):
+      epochs.append(int(path.stem.split('_')[1]))
+  return epochs

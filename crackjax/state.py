@@ -90,7 +90,10 @@ def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransfo
 
 
 def create_train_state(
-  config: ml_collections.ConfigDict, rng: jax.Array, image_shape: tuple[int, int, int]
+  config: ml_collections.ConfigDict,
+  rng: jax.Array,
+  image_shape: tuple[int, int, int],
+  model: nn.Module | None = None,
 ) -> TrainState:
   """Initialises parameters and Adam state for images of shape (H, W, C).
 
@@ -98,11 +101,12 @@ def create_train_state(
     config: reads model, learning_rate.
     rng: PRNG key for the parameters.
     image_shape: (H, W, C) of one training image.
+    model: the config's model if already built (`validate.Parts`), else built here.
 
   Returns:
     A TrainState at step 0; a `BatchNormTrainState` for a model with batch statistics.
   """
-  model = create_model(config)
+  model = model if model is not None else create_model(config)
   variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))
   params, tx = variables['params'], create_optimizer(config)
   if variables.get('batch_stats'):
@@ -120,22 +124,29 @@ def init_key(seed: int) -> jax.Array:
 
 
 def abstract_train_state(
-  config: ml_collections.ConfigDict, image_shape: tuple[int, int, int], mesh: Mesh
+  config: ml_collections.ConfigDict,
+  image_shape: tuple[int, int, int],
+  mesh: Mesh,
+  model: nn.Module | None = None,
 ) -> TrainState:
   """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
   abstract = jax.eval_shape(
-    functools.partial(create_train_state, config, image_shape=image_shape), init_key(config.seed)
+    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
+    init_key(config.seed),
   )
   sharding = replicated(mesh)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
 
 def init_train_state(
-  config: ml_collections.ConfigDict, image_shape: tuple[int, int, int], mesh: Mesh
+  config: ml_collections.ConfigDict,
+  image_shape: tuple[int, int, int],
+  mesh: Mesh,
+  model: nn.Module | None = None,
 ) -> TrainState:
   """A freshly initialised TrainState (seed ``config.seed``), replicated over `mesh`."""
   init = jax.jit(
-    functools.partial(create_train_state, config, image_shape=image_shape),
+    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
     out_shardings=replicated(mesh),
   )
   return init(init_key(config.seed))
@@ -352,14 +363,16 @@ class NoCheckpointError(FileNotFoundError):
   directory and the steps it has."""
 
 
-def restore_image_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+def restore_image_shape(
+  config: ml_collections.ConfigDict, model: nn.Module | None = None
+) -> tuple[int, int, int]:
   """An image shape to build the abstract state on, read from the config alone (never from the
   data): ``data.input_size`` if set, else a square of about 256 pixels that the model takes.
   The models are fully convolutional, so their parameters do not depend on it."""
   size = config.get('data', {}).get('input_size')
   if size:
     return (int(size[0]), int(size[1]), 3)
-  multiple = input_multiple(create_model(config))
+  multiple = input_multiple(model if model is not None else create_model(config))
   side = multiple * -(-256 // multiple)
   return (side, side, 3)
 
@@ -371,6 +384,7 @@ def restore(
   step: int | None = None,
   mesh: Mesh | None = None,
   mngr: ocp.CheckpointManager | None = None,
+  model: nn.Module | None = None,
 ) -> TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
   runner, prediction and export.
@@ -385,6 +399,7 @@ def restore(
     step: the step to restore, or None for the newest readable one.
     mesh: devices to place the (replicated) state on; default all (`make_mesh`).
     mngr: the run's checkpoint manager, if the caller holds one (training).
+    model: the config's model if already built (`validate.Parts`).
 
   Raises:
     NoCheckpointError: no checkpoint, or none of `step` (the message lists the steps).
@@ -399,7 +414,9 @@ def restore(
       )
     mngr = checkpoint_manager(workdir, config, create=False)
   mesh = mesh if mesh is not None else make_mesh()
-  abstract = functools.partial(abstract_train_state, config, restore_image_shape(config), mesh)
+  abstract = functools.partial(
+    abstract_train_state, config, restore_image_shape(config, model), mesh, model
+  )
   if step is None:
     state = restore_latest_readable(mngr, abstract)
     if state is None:
@@ -418,9 +435,10 @@ def restore_or_init(
   mngr: ocp.CheckpointManager,
   image_shape: tuple[int, int, int],
   mesh: Mesh,
+  model: nn.Module | None = None,
 ) -> TrainState:
   """The newest readable checkpoint of `mngr` (`restore`) if there is one, else a freshly
-  initialised state on `image_shape`.
+  initialised state on `image_shape` (of `model`, default the config's).
 
   Raises:
     CheckpointError: there are checkpoints but none can be read, or they were written by a
@@ -428,10 +446,10 @@ def restore_or_init(
   """
   workdir = Path(mngr.directory).parent
   try:
-    return restore(workdir, config, mesh=mesh, mngr=mngr)
+    return restore(workdir, config, mesh=mesh, mngr=mngr, model=model)
   except NoCheckpointError:
     pass
-  state = init_train_state(config, image_shape, mesh)
+  state = init_train_state(config, image_shape, mesh, model)
   # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
   # either way logged and written to <workdir>/init.json (crackjax/pretrained.py).
   return pretrained.initialise(state, config, workdir=workdir)

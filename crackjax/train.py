@@ -33,7 +33,7 @@ from jax.sharding import Mesh
 from crackjax import augment, loader, losses, validate
 from crackjax import run as run_lib
 from crackjax import state as state_lib
-from crackjax.evaluate import evaluate_checkpoint
+from crackjax.evaluate import EpochEvaluator, evaluate_checkpoint
 from crackjax.metrics_log import MetricWriter
 from crackjax.models import apply_model
 from crackjax.prefetch import prefetch_to_device, release_freed_host_memory
@@ -185,6 +185,7 @@ def train_and_evaluate(
   *,
   evaluate_after: bool = True,
   on_epoch_end: EpochCallback | None = None,
+  parts: validate.Parts | None = None,
 ) -> TrainState:
   """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
 
@@ -203,8 +204,11 @@ def train_and_evaluate(
     workdir: directory for checkpoints, logs and evaluation results.
     evaluate_after: run `evaluate_checkpoint` on the test split after training.
     on_epoch_end: called as `on_epoch_end(state, epoch)` after each epoch's checkpoint is
-      saved (a periodic action, as clu's): the reproduction runner evaluates every epoch
-      with it. It must be done with `state` when it returns (the next step donates it).
+      saved and (``config.eval.every_epochs``) its evaluation record written: a periodic
+      action, as clu's. It must be done with `state` when it returns (the next step
+      donates it).
+    parts: the model, loss and augmentation that `validate.check_config(config)` returned,
+      if the caller validated the config already; else it is validated here.
 
   Returns:
     The final TrainState.
@@ -216,18 +220,23 @@ def train_and_evaluate(
     run.RunLockedError: another process holds the workdir.
   """
   workdir = Path(workdir)
-  validate.check_config(config)
+  parts = parts or validate.check_config(config)
   # Process 0 speaks for the run (the hosts of a multi-host run share one workdir).
   leader = jax.process_index() == 0
   with run_lib.lock(workdir) if leader else contextlib.nullcontext():
     run_lib.check_identity(workdir, config, record=leader)
-    return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end)
+    return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end, parts)
 
 
-def _train_and_evaluate(config, workdir: Path, evaluate_after: bool, on_epoch_end) -> TrainState:
+def _train_and_evaluate(
+  config, workdir: Path, evaluate_after: bool, on_epoch_end, parts: validate.Parts
+) -> TrainState:
+  evaluator = EpochEvaluator(config, workdir, model=parts.model)
   mesh = state_lib.make_mesh()
   mngr = state_lib.checkpoint_manager(workdir, config)
-  state = state_lib.restore_or_init(config, mngr, loader.train_image_shape(config), mesh)
+  state = state_lib.restore_or_init(
+    config, mngr, loader.train_image_shape(config), mesh, model=parts.model
+  )
   start_step = int(jax.device_get(state.step))
   total_steps = config.num_epochs * config.steps_per_epoch
   if jax.process_index() == 0:
@@ -235,8 +244,16 @@ def _train_and_evaluate(config, workdir: Path, evaluate_after: bool, on_epoch_en
     (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
+  total_epochs = -(-total_steps // config.steps_per_epoch)
+  last = evaluate_after and start_step == total_steps
+  missing = evaluator.missing(start_step)
+  if missing is not None and not last:
+    # The process that saved this epoch died while evaluating it (or before): do it now.
+    logging.warning('Evaluating epoch %d, saved before an interruption.', missing)
+    evaluator(state, missing, trained=False)
+    evaluator.restart_clock()
 
-  step_fn = make_train_step(config, mesh, state)
+  step_fn = make_train_step(config, mesh, state, loss_fn=parts.loss_fn, augment_fn=parts.augment_fn)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
     itertools.islice(
@@ -270,8 +287,12 @@ def _train_and_evaluate(config, workdir: Path, evaluate_after: bool, on_epoch_en
         log.flush()  # never checkpoint a state that followed a non-finite step
         mngr.save(step, args=ocp.args.StandardSave(state))
         saved_step = step
+        epoch = -(-step // config.steps_per_epoch)
+        # The last epoch's record comes from the full evaluation below, if there is one.
+        if evaluator.due(epoch) and not (evaluate_after and epoch == total_epochs):
+          evaluator(state, epoch)
         if on_epoch_end is not None:
-          on_epoch_end(state, -(-step // config.steps_per_epoch))
+          on_epoch_end(state, epoch)
   except NonFiniteError:
     raise
   except BaseException:
@@ -302,5 +323,13 @@ def _train_and_evaluate(config, workdir: Path, evaluate_after: bool, on_epoch_en
     mngr.wait_until_finished()
     writer.close()
   if evaluate_after:
-    evaluate_checkpoint(config, workdir, state=state)
+    trained = step != start_step
+    evaluate_checkpoint(
+      config,
+      workdir,
+      state=state,
+      model=parts.model,
+      train_seconds=evaluator.seconds_since_last() if trained else float('nan'),
+      first_in_process=evaluator.first,
+    )
   return state

@@ -2,21 +2,24 @@
 
 `check_config(config)` checks every enum, range and size multiple it can without data and
 raises one `ConfigError` listing every problem, each naming the field, its value and what is
-valid. `check_data(config)` runs once the dataset is prepared: the image sizes against
-``config.data.input_size``. launch.py calls both and prints the message on one line per
-problem, without a traceback.
+valid; on success it returns the `Parts` it built (model, loss, augmentation), which training
+then uses, so the config is validated and its parts built once. `check_data(config)` runs
+once the dataset is prepared: the image sizes against ``config.data.input_size``. launch.py
+calls both and prints the message on one line per problem, without a traceback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
 import jax
 import ml_collections
 import numpy as np
+from flax import linen as nn
 
-from crackjax import datasets, losses
+from crackjax import augment, datasets, losses
 from crackjax.evaluation import PROTOCOLS
 from crackjax.models import input_multiple, model_from_config
 
@@ -25,12 +28,23 @@ class ConfigError(ValueError):
   """The config cannot be run; the message lists every problem, one per line."""
 
 
-def _problems_of(fn: Callable[[], object]) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Parts:
+  """What a valid config builds, once: the model (`models.model_from_config`), the loss
+  (`losses.loss_from_config`) and the augmentation (`augment.augment_fn`)."""
+
+  model: nn.Module
+  loss_fn: losses.LossFn
+  augment_fn: augment.AugmentFn
+
+
+def _built(fn: Callable[[], object], problems: list[str]) -> object | None:
+  """`fn()`, or None with its ValueError's message appended to `problems`."""
   try:
-    fn()
+    return fn()
   except ValueError as e:
-    return [str(e)]
-  return []
+    problems.append(str(e))
+    return None
 
 
 def _positive(
@@ -51,8 +65,12 @@ def _multiple_suggestion(size: int, multiple: int) -> str:
   return f'{low} or {low + multiple}' if low else f'{multiple}'
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-  """Raises ConfigError listing every problem of `config` found without reading data."""
+def check_config(config: ml_collections.ConfigDict) -> Parts:
+  """The model, loss and augmentation of `config`, built once for training to use.
+
+  Raises:
+    ConfigError: listing every problem of `config` found without reading data.
+  """
   problems: list[str] = []
   data = config.data
   if data.name not in datasets.DATASETS:
@@ -79,12 +97,9 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   ):
     problems += _positive(config, f'augment.{name}', minimum=0, integer=False)
 
-  model = None
-  model_problems = _problems_of(lambda: model_from_config(config.model))
-  problems += model_problems
-  if not model_problems:
-    model = model_from_config(config.model)
-  problems += _problems_of(lambda: losses.loss_from_config(config.loss))
+  model = _built(lambda: model_from_config(config.model), problems)
+  loss_fn = _built(lambda: losses.loss_from_config(config.loss), problems)
+  augment_fn = _built(lambda: augment.augment_fn(config.augment), problems)
 
   size = data.get('input_size')
   if size is not None:
@@ -131,8 +146,31 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     problems.append(
       f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
     )
+  problems += _eval_problems(config.eval)
   if problems:
     raise ConfigError('\n'.join(problems))
+  return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
+
+
+def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
+  """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
+  full_epochs)."""
+  problems = []
+  every = ev.get('every_epochs', 0)
+  if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+    problems.append(f'config.eval.every_epochs={every!r} must be an integer >= 0 (0: off).')
+  curve = tuple(ev.get('curve_protocols') or ())
+  if any(p not in PROTOCOLS for p in curve):
+    problems.append(
+      f'config.eval.curve_protocols={curve!r} must be a tuple of {sorted(PROTOCOLS)} (empty: '
+      'eval.protocols).'
+    )
+  full = ev.get('full_epochs') or ()
+  if not isinstance(full, tuple | list) or not all(
+    isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in full
+  ):
+    problems.append(f'config.eval.full_epochs={full!r} must be a tuple of epochs >= 1.')
+  return problems
 
 
 def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int], int]:
@@ -145,7 +183,7 @@ def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int]
   return sizes
 
 
-def check_data(config: ml_collections.ConfigDict) -> None:
+def check_data(config: ml_collections.ConfigDict, parts: Parts | None = None) -> None:
   """Raises ConfigError if the prepared train images do not fit ``config.data.input_size``.
 
   Without input_size every train image must have one size, a multiple of the model's input
@@ -156,7 +194,8 @@ def check_data(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(
       f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
     )
-  multiple = input_multiple(model_from_config(config.model))
+  model = parts.model if parts is not None else model_from_config(config.model)
+  multiple = input_multiple(model)
   min_h = min(h for h, _ in sizes)
   min_w = min(w for _, w in sizes)
   fits = (min_h // multiple * multiple, min_w // multiple * multiple)

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax import paper, report, reproduce
+from crackjax import evaluate, paper, report, reproduce
+from crackjax import run as run_lib
 from tests import fixtures
 
 ROWS = 'wce_xie_e5,wce_exp_0.75_e5'
@@ -160,18 +161,18 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   workdir = tmp_path / 'campaign'
 
   # Interrupt the first job while it evaluates epoch 3 (its checkpoint is saved by then).
-  real = reproduce.epoch_record
+  real = evaluate.EpochEvaluator.__call__
 
-  def interrupted(config, state, epoch, *args):
-    if epoch == 3 and config.seed == 0 and config.loss.weighting == 'xie':
+  def interrupted(self, state, epoch, **kwargs):
+    if epoch == 3 and self.config.seed == 0 and self.config.loss.weighting == 'xie':
       raise KeyboardInterrupt
-    return real(config, state, epoch, *args)
+    return real(self, state, epoch, **kwargs)
 
-  monkeypatch.setattr(reproduce, 'epoch_record', interrupted)
+  monkeypatch.setattr(evaluate.EpochEvaluator, '__call__', interrupted)
   with pytest.raises(KeyboardInterrupt):
     reproduce.main(_argv(workdir, data))
   first = workdir / 'table1' / 'wce_xie' / 'seed0'
-  assert reproduce.evaluated_epochs(first) == [1, 2]
+  assert run_lib.evaluated_epochs(first) == [1, 2]
   before = _epoch_files(workdir)
 
   # Go on side by side: two worker processes (`--job`), as on a GPU machine.
@@ -193,10 +194,11 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert (
     max(json.loads(x)['step'] for x in (first / 'metrics.jsonl').read_text().splitlines()) == 15
   )
-  assert 'evaluating epoch 3, saved before an interruption' in (first / 'worker.log').read_text()
+  assert 'Evaluating epoch 3, saved before an interruption' in (first / 'worker.log').read_text()
   for e in range(1, 6):
     rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
     assert rec['epoch'] == e and rec['step'] == 3 * e
+    assert tuple(rec) == evaluate.RECORD_FIELDS  # launch's record format (tests/test_train.py)
     # Both protocols at the rows' epoch, the cheap one for the curve in between.
     expected = {'strict', 'tolerance_thin_gt'} if e == 5 else {'strict'}
     assert set(rec['results']) == expected
@@ -213,7 +215,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   )
 
   # A third run finds everything done.
-  monkeypatch.setattr(reproduce, 'epoch_record', real)
+  monkeypatch.setattr(evaluate.EpochEvaluator, '__call__', real)
   assert reproduce.main(_argv(workdir, data)) == 0
   assert _epoch_files(workdir) == after
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from configs import smoke
-from crackjax import reproduce
 from crackjax import run as run_lib
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +81,7 @@ def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
   run_lib.write_json(tmp_path / 'epoch_001.json', {'epoch': 1, 'results': {}})
   (tmp_path / 'epoch_002.json').write_text('{"epoch": 2, "resu')  # truncated
   run_lib.write_json(tmp_path / 'epoch_003.json', {'epoch': 3})  # no results
-  assert reproduce.evaluated_epochs(tmp_path) == [1]
+  assert run_lib.evaluated_epochs(tmp_path) == [1]
   assert (tmp_path / 'epoch_002.json.damaged').exists()
   assert (tmp_path / 'epoch_003.json.damaged').exists()
   err = capsys.readouterr().err

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import launch
-from crackjax import loader, train
+from crackjax import evaluate, loader, train
 from crackjax import run as run_lib
 from crackjax import state as state_lib
 from tests import fixtures
@@ -43,6 +43,8 @@ def _train_rows(workdir):
 
 def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
+  config.eval.every_epochs = 1
+  config.eval.curve_protocols = ('strict',)
   workdir = tmp_path / 'run'
   launch.run(config, workdir, 'train_and_eval')
 
@@ -71,6 +73,18 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   for png in ('pr_curve.png', 'qualitative.png'):
     assert (workdir / png).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert not (workdir / 'probs').exists()  # probability maps only on request
+
+  # One record format: every epoch's record (config.eval.every_epochs) is eval.json's, without
+  # the per-image rows; the curve epoch under curve_protocols, the last under all.
+  e1 = json.loads((workdir / 'epoch_001.json').read_text())
+  e2 = json.loads((workdir / 'epoch_002.json').read_text())
+  assert tuple(e1) == tuple(e2) == tuple(result) == evaluate.RECORD_FIELDS
+  assert (e1['epoch'], e1['step'], e1['protocols']) == (1, 3, ['strict'])
+  assert e2['protocols'] == result['protocols'] and e2['step'] == 6
+  assert e2['dataset'] == 'crackforest' and e2['split'] == 'test' and e2['num_images'] == 4
+  assert e1['train_seconds'] > 0 and e1['first_in_process'] and not e2['first_in_process']
+  for p, r in result['results'].items():
+    assert e2['results'][p] == {k: v for k, v in r.items() if k != 'per_image'}
 
   # --mode=eval restores the checkpoint and reproduces the numbers.
   (workdir / 'eval.json').unlink()
