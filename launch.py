@@ -19,8 +19,9 @@ import jax
 import ml_collections
 from absl import app, flags, logging
 
-from crackjax import cli, datasets, evaluate, logs, state, train, validate
+from crackjax import cli, evaluate, logs, state, train, validate
 from crackjax import run as run_lib
+from crackjax.data import datasets
 
 FLAGS = flags.FLAGS
 cli.define_config_flag(FLAGS)

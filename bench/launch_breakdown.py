@@ -65,7 +65,8 @@ def prepare(launch_args: list[str]) -> float:
   """Prepares the dataset of the config in `launch_args` in a subprocess; returns its wall time."""
   code = (
     'import sys\n'
-    'from crackjax import cli, datasets, logs\n'
+    'from crackjax import cli, logs\n'
+    'from crackjax.data import datasets\n'
     'logs.quiet_third_party_logs()\n'
     "fv, _ = cli.parse_command('prepare', sys.argv[1:])\n"
     'datasets.prepare_dataset(fv.config.data)\n'

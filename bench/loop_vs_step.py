@@ -2,7 +2,7 @@
 
 Runs, in one process and at the same model, batch, precision and image size:
 
-1. **the input pipeline alone** (`crackjax.loader.create_train_iterator`, host only): seconds
+1. **the input pipeline alone** (`crackjax.data.loader.create_train_iterator`, host only): seconds
    per batch over `--host_batches` batches after the first, i.e. the host time per batch;
 2. **the isolated step** (`bench/train_step.py`'s `bench_jax`: one random batch already on
    the device, `--bench_steps` timed steps): images per second at the median step (each
@@ -67,7 +67,7 @@ def load_train_step_bench():
 
 def host_pipeline(config, batches: int) -> dict:
   """Host seconds per batch of the training input pipeline alone (no device work)."""
-  from crackjax import loader
+  from crackjax.data import loader
 
   t0 = time.perf_counter()
   it = loader.create_train_iterator(config)
@@ -340,7 +340,8 @@ def main(argv=None) -> dict:
   if profile is not None and (len(profile) != 2 or not 0 <= profile[0] < profile[1]):
     sys.exit(f'{prog}: --profile_steps takes A,B with 0 <= A < B, got {fv.profile_steps}')
 
-  from crackjax import datasets, loader, validate
+  from crackjax import validate
+  from crackjax.data import datasets, loader
 
   try:
     validate.check_config(config)

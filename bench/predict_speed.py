@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax import cli, hostmem, validate
+from crackjax import cli, validate
+from crackjax.deploy import hostmem
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = 'bench/predict_speed.py'
@@ -62,7 +63,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool(
     'tune_malloc',
     True,
-    'crackjax.hostmem.tune_malloc() first, as crackjax-predict does (--notune_malloc: glibc '
+    'crackjax.deploy.hostmem.tune_malloc() first, as crackjax-predict does (--notune_malloc: glibc '
     'defaults)',
     flag_values=fv,
   )
@@ -127,7 +128,8 @@ def main(argv=None) -> dict:
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
-  from crackjax import predict, state
+  from crackjax import state
+  from crackjax.deploy import predictor as predict
 
   try:
     validate.check_config(fv.config)
@@ -166,7 +168,7 @@ def main(argv=None) -> dict:
   print(f'{source}, {dict(fv.config.model.items())}')
   cpus = os.cpu_count()
   print(f'jax {jax.__version__}, {device}, python {platform.python_version()}, {cpus} CPUs')
-  print(f'host malloc: {"tuned (crackjax.hostmem)" if tuned else "glibc defaults"}')
+  print(f'host malloc: {"tuned (crackjax.deploy.hostmem)" if tuned else "glibc defaults"}')
   print(
     f'{fv.num_large} photos of {lh}x{lw} per setting; the baseline ({fv.num_small} whole 320x480 '
     'images, batch 1) is timed before the first setting and after each, and a setting is '

@@ -18,7 +18,9 @@ import numpy as np
 import PIL.Image
 from absl import flags
 
-from crackjax import cli, predict, predict_cli
+from crackjax import cli
+from crackjax.deploy import cli as predict_cli
+from crackjax.deploy import predictor as predict
 
 PROG = 'bench/tile_fidelity.py'
 

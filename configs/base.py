@@ -8,7 +8,7 @@ mistyped field is rejected (`lock_config=True`).
 
 Fields:
   seed: PRNG seed for parameters, data order and augmentation.
-  data.name: dataset, a key of `crackjax.datasets.DATASETS` (e.g. 'crackforest').
+  data.name: dataset, a key of `crackjax.data.datasets.DATASETS` (e.g. 'crackforest').
   data.data_dir: TFDS data directory where prepared datasets live (None: TFDS default,
     ~/tensorflow_datasets, or $TFDS_DATA_DIR).
   data.manual_dir: directory holding the dataset as its publisher ships it (None: download,
@@ -39,6 +39,13 @@ Fields:
       and parameters; only speed and memory differ.
     model.dtype: 'float32' or 'bfloat16', the dtype of the model's activations and
       convolutions; parameters, optimizer state, logits and loss stay float32.
+  model_init.pretrained: a local .npz of named arrays (ImageNet weights in torchvision's VGG16 /
+    VGG16-BN / ResNet-50 names, or an earlier run's crackjax paths; docs/pretrained.md) that a
+    new run starts from; None: every parameter from scratch. Resuming ignores it; the run's
+    init.json records what it started from.
+  model_init.normalization: the input the file's first convolution expects, folded into it:
+    'auto' (torchvision's mean/std for torchvision names, nothing for crackjax paths),
+    'torchvision', 'caffe' (BGR, 0-255, mean-subtracted) or 'none'.
   loss.name: a key of `crackjax.losses.LOSSES`; every other field of `loss` is passed to
     that loss's factory. For 'holistic' (the paper's a * WCE + b * Jaccard distance):
     loss.weighting: minority weight q(alpha): 'ce' (q=1), 'xie', 'power', 'log' or 'exp'.
@@ -115,6 +122,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.widths = (64, 128, 256, 512, 1024)
   c.model.conv_impl = 'auto'
   c.model.dtype = 'float32'
+
+  c.model_init = ml_collections.ConfigDict()
+  c.model_init.pretrained = ml_collections.FieldReference(None, field_type=str)
+  c.model_init.normalization = 'auto'
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = 'holistic'

@@ -33,7 +33,7 @@ RCF, SegNet, DeepCrack, DeepLab v3+ and CrackSeg; the run logs which and writes 
 import ml_collections
 
 from configs import base, paper_tables
-from crackjax import paper
+from crackjax.paper import tables as paper
 
 # The plain (two-class softmax = sigmoid) cross-entropy: the holistic loss with q = 1, b = 0.
 PLAIN_CE = {
@@ -159,20 +159,6 @@ def _fields(group: dict) -> dict:
   }
 
 
-def model_init() -> ml_collections.ConfigDict:
-  """The ``model_init`` group: where the initial weights come from (crackjax/pretrained.py)."""
-  return ml_collections.ConfigDict(
-    {
-      # A local .npz of named arrays (docs/pretrained.md); None: everything from scratch.
-      'pretrained': ml_collections.FieldReference(None, field_type=str),
-      # The input the file's first convolution expects, folded into it: 'auto' (torchvision's
-      # mean/std for torchvision names, nothing for crackjax paths), 'torchvision', 'caffe'
-      # (BGR, 0-255, mean-subtracted) or 'none'.
-      'normalization': 'auto',
-    }
-  )
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or '').split(',') if p]
   if not parts or parts[0] not in MODELS:
@@ -187,7 +173,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = base.get_config()
   c.model = ml_collections.ConfigDict(dict(model))
   c.loss = ml_collections.ConfigDict(_fields(dagger_loss if 'dagger' in parts else loss))
-  c.model_init = model_init()
   for size in (p for p in parts[1:] if p in SIZES):
     _apply_size(c, parts[0], size)
   return c
@@ -208,11 +193,11 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
   """The training config of row `arg` ('<key>' or '<key>,cpu' / '<key>,smoke') of Table
   `table` (5-8).
 
-  A U-Net row is its Table I-IV row (`crackjax.paper.UNET_ROWS`: U-Net's "original loss" in
+  A U-Net row is its Table I-IV row (`crackjax.paper.tables.UNET_ROWS`: U-Net's "original loss" in
   Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
   `get_config('<model>[,dagger]')` (its MODELS entry: the model group and its original loss,
   or its exponential WCE for a dagger row) with the row's beta, the dataset's settings and
-  the row's epochs (`crackjax.paper.apply_compare_row`), then the size (SIZES).
+  the row's epochs (`configs.paper_tables.apply_compare_row`), then the size (SIZES).
 
   Raises:
     ValueError: for a missing or unknown key (the message lists the keys) or variant.
@@ -234,7 +219,7 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
       f'{sorted(SIZES)}.'
     )
   c = get_config(row.model + (',dagger' if row.dagger else ''))
-  paper.apply_compare_row(c, table, key)
+  paper_tables.apply_compare_row(c, table, key)
   if variant:
     _apply_size(c, row.model, variant)
   return c

@@ -4,7 +4,7 @@
   --config=configs/table1.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper.py (TABLE1, SETTINGS[1]); an unknown key lists the valid ones.
+crackjax/paper/tables.py (TABLE1, SETTINGS[1]); an unknown key lists the valid ones.
 """
 
 from configs import paper_tables

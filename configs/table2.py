@@ -4,7 +4,7 @@
   --config=configs/table2.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper.py (TABLE2, SETTINGS[2]); an unknown key lists the valid ones.
+crackjax/paper/tables.py (TABLE2, SETTINGS[2]); an unknown key lists the valid ones.
 """
 
 from configs import paper_tables

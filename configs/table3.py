@@ -4,7 +4,7 @@
   --config=configs/table3.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper.py (TABLE3, SETTINGS[3]); an unknown key lists the valid ones.
+crackjax/paper/tables.py (TABLE3, SETTINGS[3]); an unknown key lists the valid ones.
 """
 
 from configs import paper_tables

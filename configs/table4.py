@@ -4,7 +4,7 @@
   --config=configs/table4.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper.py (TABLE4, SETTINGS[4]); an unknown key lists the valid ones.
+crackjax/paper/tables.py (TABLE4, SETTINGS[4]); an unknown key lists the valid ones.
 """
 
 from configs import paper_tables

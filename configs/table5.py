@@ -6,7 +6,7 @@ key as config argument.
   base.py's VARIANTS for the U-Net rows)
 
 Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
-assumed epochs live in crackjax/paper.py (TABLE5); the dataset settings are Table 1's
+assumed epochs live in crackjax/paper/tables.py (TABLE5); the dataset settings are Table 1's
 (SETTINGS[1]); the models' groups and original losses are configs/compare.py's. An unknown
 key lists the valid ones.
 """

@@ -6,7 +6,7 @@ key as config argument.
   base.py's VARIANTS for the U-Net rows)
 
 Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
-assumed epochs live in crackjax/paper.py (TABLE8); the dataset settings are Table 4's
+assumed epochs live in crackjax/paper/tables.py (TABLE8); the dataset settings are Table 4's
 (SETTINGS[4]); the models' groups and original losses are configs/compare.py's. An unknown
 key lists the valid ones.
 """

@@ -1,8 +1,11 @@
 """crackjax: pixel-level road crack detection in JAX/Flax (Li et al., IEEE T-Cybernetics 2021).
 
 `crackjax.Predictor` is the entry point for running a trained model on photos
-(`crackjax.predict`); it is imported on first use so `import crackjax.augment` and the like
-stay light.
+(`crackjax.deploy.predictor`); it is imported on first use so `import crackjax.data.augment`
+and the like stay light.
+
+The packages are layers; a module imports only from its own layer or the ones below
+(docs/architecture.md draws them, tests/test_architecture.py checks them).
 """
 
 __all__ = ['Predictor']
@@ -10,7 +13,7 @@ __all__ = ['Predictor']
 
 def __getattr__(name: str):
   if name == 'Predictor':
-    from crackjax.predict import Predictor
+    from crackjax.deploy.predictor import Predictor
 
     return Predictor
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -2,7 +2,7 @@
 plus ``--config.field=value`` overrides (ml_collections' config_flags, `lock_config=True`,
 so a mistyped field is an error), with errors worded for the command line.
 
-launch.py, `python -m crackjax.complexity`, `python -m crackjax.data_stats` and the bench
+launch.py, `python -m crackjax.complexity`, `python -m crackjax.data.stats` and the bench
 scripts all use it::
 
     def define_flags(fv):  # the command's own flags

@@ -62,8 +62,9 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax import cli, paper
+from crackjax import cli
 from crackjax.models import fused_logits, model_from_config
+from crackjax.paper import tables as paper
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -430,7 +431,7 @@ def report(
 
 def paper_size(table: int) -> tuple[int, int]:
   """(H, W) at which the paper counts a model of Tables V-VIII: Crack360 512x512, AigleRN its
-  training crop, CrackForest and BJN260 480x320 (crackjax.paper.SETTINGS)."""
+  training crop, CrackForest and BJN260 480x320 (crackjax.paper.tables.SETTINGS)."""
   size = paper.SETTINGS[paper.COMPARE_BASE[table]].input_size
   return tuple(size) if size else (320, 480)
 

@@ -22,11 +22,12 @@ import tqdm
 from absl import logging
 from flax import linen as nn
 
-from crackjax import eval_report, evaluation, loader
+from crackjax import eval_report, evaluation
 from crackjax import run as run_lib
 from crackjax import state as state_lib
+from crackjax.data import loader
+from crackjax.inference import predict_probabilities
 from crackjax.metrics_log import MetricWriter
-from crackjax.predict import predict_probabilities
 
 
 def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:

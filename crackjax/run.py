@@ -36,7 +36,9 @@ NOT_IDENTITY = (
   'data.folder.test_list',
   'data.test_split',
   'model.conv_impl',  # the same convolutions, another kernel layout
-  'model_init.pretrained',  # a path; only a new run reads it
+  # The initial weights (file, normalization): only a new run reads them, and its init.json
+  # records what it started from.
+  'model_init',
   'num_epochs',  # a run may be extended
   'max_checkpoints_to_keep',
   'log_every_steps',
@@ -132,6 +134,9 @@ def check_identity(workdir: str | Path, config: Any, *, record: bool = True) -> 
   new = fingerprint(config)
   if has_started(workdir):
     old = recorded_fingerprint(workdir)
+    # Filtered by today's NOT_IDENTITY: a field dropped from the identity since the run
+    # started (e.g. model_init, now in every config) does not count against it.
+    old = fingerprint(old) if old is not None else None
     if old is not None and old != new:
       diff = '; '.join(differences(old, new))
       raise RunMismatchError(

@@ -65,7 +65,7 @@ def make_mesh() -> Mesh:
 
   `jax.devices()` lists the devices of process 0 first, then process 1, ...; keeping that
   order makes each process's devices a contiguous block of the batch axis, so the rows a
-  process loads (see `crackjax.loader.create_train_iterator`) land on its own devices.
+  process loads (see `crackjax.data.loader.create_train_iterator`) land on its own devices.
   """
   return Mesh(np.asarray(jax.devices()), ('data',))
 

@@ -30,9 +30,10 @@ import tqdm
 from absl import logging
 from jax.sharding import Mesh
 
-from crackjax import augment, loader, losses, validate
+from crackjax import losses, validate
 from crackjax import run as run_lib
 from crackjax import state as state_lib
+from crackjax.data import augment, loader
 from crackjax.evaluate import EpochEvaluator, evaluate_checkpoint
 from crackjax.metrics_log import MetricWriter
 from crackjax.models import apply_model
@@ -68,7 +69,7 @@ def train_step(
     state: replicated TrainState (or BatchNormTrainState).
     batch: {'image': [B, H, W, 3], 'mask': [B, H, W, 1]} sharded along B.
     loss_fn: `(model outputs, masks) -> (scalar loss, metrics)` (crackjax.losses).
-    augment_fn: `(rng, image, mask) -> (image, mask)` (crackjax.augment).
+    augment_fn: `(rng, image, mask) -> (image, mask)` (crackjax.data.augment).
     seed: seed of the augmentation keys.
 
   Returns:

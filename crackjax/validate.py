@@ -19,7 +19,8 @@ import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from crackjax import augment, datasets, losses
+from crackjax import losses
+from crackjax.data import augment, datasets
 from crackjax.evaluation import PROTOCOLS
 from crackjax.models import input_multiple, model_from_config
 

@@ -10,7 +10,7 @@
 # Dry run here first (which jobs the chunk would start, from the measured rates; no GPU, no
 # wheels, nothing trained): the same knobs plus PLAN=1 [DEVICE_KIND='NVIDIA H100 80GB HBM3'].
 # then copy the returned results/<campaign>.json over the committed one, regenerate the report
-#   python -m crackjax.report results/gpu_table1.json --out=docs/reproduction/gpu_table1
+#   python -m crackjax.paper.report results/gpu_table1.json --out=docs/reproduction/gpu_table1
 # and commit both, naming the GPU (the report does).
 #
 # Every chunk starts only the jobs expected to end within $MINUTES (`--fit`: the rates measured
@@ -47,7 +47,7 @@ common=(--table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT"
   --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign")
 
 if [ "${PLAN:-0}" = 1 ]; then
-  exec python3 -m crackjax.reproduce "${common[@]}" --plan \
+  exec python3 -m crackjax.paper.runner "${common[@]}" --plan \
     --device_kind="${DEVICE_KIND:-NVIDIA H100 80GB HBM3}"
 fi
 
@@ -73,7 +73,7 @@ export JAX_COMPILATION_CACHE_DIR=$WORK/jax_cache
 # Hard stop a little after the scheduler's own limit, so the report below always runs (jobs
 # cut at the limit are redone next time anyway: their checkpoints do not come back).
 limit=$(python3 -c "print(int(60 * $MINUTES + 45))")
-timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.reproduce "${common[@]}" --fit
+timeout --signal=TERM --kill-after=15 "$limit" python3 -m crackjax.paper.runner "${common[@]}" --fit
 echo "reproduce exit code $?"
 
 # The jobs' own records (small), in case the report below fails.
@@ -85,7 +85,7 @@ inputs=()
 [ -d "$WORK/campaign" ] && inputs+=("$WORK/campaign")
 [ -f "$results" ] && inputs+=("$results")
 if [ ${#inputs[@]} -gt 0 ]; then
-  python3 -m crackjax.report "${inputs[@]}" --complete_only --export="$OUT/$CAMPAIGN.json" \
+  python3 -m crackjax.paper.report "${inputs[@]}" --complete_only --export="$OUT/$CAMPAIGN.json" \
     --out="$WORK/report"
   tar -czf "$OUT/report.tar.gz" -C "$WORK" report
   # The workers' logs, for what failed or was cut (small).

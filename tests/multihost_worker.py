@@ -61,8 +61,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import smoke  # noqa: E402
-from crackjax import loader, train  # noqa: E402
 from crackjax import state as state_lib  # noqa: E402
+from crackjax import train  # noqa: E402
+from crackjax.data import loader  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 

@@ -120,3 +120,64 @@ def test_one_restore_path():
     if 'StandardRestore' in p.read_text() or 'restore_latest_readable(' in p.read_text()
   )
   assert users == ['crackjax/state.py']
+
+
+# The layers of docs/architecture.md, bottom first: a module imports only from its own layer or
+# a lower one. A module is named by its dotted path; a package covers its submodules.
+LAYERS = (
+  ('foundation', ('crackjax.run', 'crackjax.cli', 'crackjax.logs', 'crackjax.metrics_log')),
+  ('evaluation protocols', ('crackjax.evaluation',)),
+  ('models and losses', ('crackjax.models', 'crackjax.losses')),
+  ('data', ('crackjax.data',)),
+  (
+    'training and evaluation',
+    (
+      'crackjax.pretrained',
+      'crackjax.state',
+      'crackjax.prefetch',
+      'crackjax.inference',
+      'crackjax.validate',
+      'crackjax.eval_report',
+      'crackjax.evaluate',
+      'crackjax.train',
+    ),
+  ),
+  ('applications', ('crackjax.deploy', 'crackjax.paper', 'crackjax.complexity')),
+)
+# Packages of one layer that stay independent of each other.
+INDEPENDENT = (('crackjax.deploy', 'crackjax.paper'),)
+
+
+def _layer_of(module: str) -> tuple[int, str]:
+  for i, (_, members) in enumerate(LAYERS):
+    for m in members:
+      if module == m or module.startswith(m + '.'):
+        return i, m
+  raise AssertionError(f'{module} is in no layer of LAYERS (add it, and to docs/architecture.md)')
+
+
+def test_modules_import_only_their_layer_or_below():
+  modules = _crackjax_modules()
+  upward, across = [], []
+  for name, tree in modules.items():
+    if name == 'crackjax':  # the package's lazy `crackjax.Predictor`
+      continue
+    layer, member = _layer_of(name)
+    for target in _imported(tree):
+      if target == 'crackjax' or not target.startswith('crackjax.'):
+        continue
+      target_layer, target_member = _layer_of(target)
+      if target_layer > layer:
+        upward.append(f'{name} ({LAYERS[layer][0]}) -> {target} ({LAYERS[target_layer][0]})')
+      if {member, target_member} in [set(pair) for pair in INDEPENDENT]:
+        across.append(f'{name} -> {target}')
+  assert not upward, upward
+  assert not across, across
+
+
+def test_layer_check_sees_an_upward_import():
+  # The rule can fail: a foundation module importing the trainer is reported.
+  tree = ast.parse('from crackjax import train\n')
+  layer, _ = _layer_of('crackjax.run')
+  targets = [t for t in _imported(tree) if t.startswith('crackjax.')]
+  assert targets == ['crackjax.train'] and _layer_of(targets[0])[0] > layer

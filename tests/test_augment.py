@@ -1,4 +1,4 @@
-"""Tests of crackjax.augment: the Keras-style random affine as a pure JAX function."""
+"""Tests of crackjax.data.augment: the Keras-style random affine as a pure JAX function."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import base
-from crackjax import augment as augment_lib
+from crackjax.data import augment as augment_lib
 
 ZERO = dict(
   rotation_range=0.0,
@@ -126,7 +126,7 @@ def test_augment_imports_neither_tfds_nor_grain():
   import subprocess
 
   code = (
-    'import sys, crackjax.augment; '
+    'import sys, crackjax.data.augment; '
     'assert "tensorflow_datasets" not in sys.modules and "grain" not in sys.modules'
   )
   subprocess.run([sys.executable, '-c', code], check=True)

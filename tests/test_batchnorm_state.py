@@ -24,8 +24,10 @@ import pytest
 from flax.training import train_state as flax_train_state
 
 from configs import compare, smoke
-from crackjax import evaluate, export, losses, predict, train
+from crackjax import evaluate, losses, train
 from crackjax import state as state_lib
+from crackjax.deploy import export
+from crackjax.deploy import predictor as predict
 from crackjax.models import model_variables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -261,7 +263,7 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
 def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
   import PIL.Image
 
-  from crackjax import predict_cli
+  from crackjax.deploy import cli as predict_cli
   from tests import fixtures
 
   workdir, _, _ = segnet_run

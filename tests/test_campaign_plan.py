@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from crackjax import campaign_plan, reproduce
-from crackjax import report as report_lib
+from crackjax.paper import plan as campaign_plan
+from crackjax.paper import report as report_lib
+from crackjax.paper import runner as reproduce
 
 SETTING = {'widths': [64, 128, 256, 512, 1024], 'steps_per_epoch': 300}
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from crackjax import evaluate, loader, predict, train
+from crackjax import evaluate, train
 from crackjax import run as run_lib
 from crackjax import state as state_lib
+from crackjax.data import loader
+from crackjax.deploy import predictor as predict
 from tests import fixtures
 
 # A failed orbax restore abandons its other reads; state.py collects them quietly, but under

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import compare
-from crackjax import predict
+from crackjax.deploy import predictor as predict
 from tests import fixtures
 
 SIDE_OUTPUTS = {'hed', 'rcf', 'deepcrack'}  # deep supervision: a loss per side output

@@ -13,7 +13,7 @@ import pytest
 from jax import lax
 
 from configs import compare
-from crackjax import predict
+from crackjax.deploy import predictor as predict
 from crackjax.models import MODELS, model_from_config
 from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deeplabv3plus import DeepLabV3Plus

@@ -10,7 +10,8 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax import data_stats, datasets
+from crackjax.data import datasets
+from crackjax.data import stats as data_stats
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError
 
@@ -51,7 +52,7 @@ def test_inverted_polarity_is_refused_naming_the_field(tmp_path, capsys):
   assert 'img_00.png (95% crack)' in message
   assert '--config.data.folder.mask_polarity=dark' in message
   assert '--config.data.folder.allow_majority_crack=True' in message
-  assert excinfo.value.__cause__ is not None  # Re-raised by crackjax.datasets, message only.
+  assert excinfo.value.__cause__ is not None  # Re-raised by crackjax.data.datasets, message only.
   # The command line: one line on stderr, no traceback.
   rc = data_stats.main(
     [

@@ -1,5 +1,5 @@
 """Tests of the crack_folder builder (a user's own images): formats, sizes, masks, splits,
-validation errors naming the file, data_dir separation, and crackjax.datasets / loader reading
+validation errors naming the file, data_dir separation, and crackjax.data.datasets / loader reading
 config.data.folder."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax import datasets, loader
+from crackjax.data import datasets, loader
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder

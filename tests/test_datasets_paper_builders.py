@@ -13,7 +13,7 @@ import PIL.Image
 import pytest
 import tensorflow_datasets as tfds
 
-from crackjax import datasets
+from crackjax.data import datasets
 from tests import fixtures
 from tfds_builders.aiglern import AigleRN, aiglern_dataset_builder
 from tfds_builders.bjn260 import BJN260, bjn260_dataset_builder

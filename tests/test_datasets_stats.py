@@ -1,4 +1,4 @@
-"""Tests of crackjax.data_stats on fixtures with known crack proportions."""
+"""Tests of crackjax.data.stats on fixtures with known crack proportions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from crackjax import data_stats, datasets
+from crackjax.data import datasets
+from crackjax.data import stats as data_stats
 from tests import fixtures
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import export, predict, train
+from crackjax import inference, train
+from crackjax.deploy import export
+from crackjax.deploy import predictor as predict
 from tests import fixtures
 
 # Sizes the round trip is checked on: two batch sizes and two spatial sizes, one file.
@@ -40,7 +42,7 @@ def _images():
 
 def _expected(run, images):
   return {
-    k: np.asarray(predict.predict_step(run.params, x, apply_fn=run.model.apply))
+    k: np.asarray(inference.predict_step(run.params, x, apply_fn=run.model.apply))
     for k, x in images.items()
   }
 

@@ -1,4 +1,4 @@
-"""crackjax.hostmem: glibc keeps and reuses freed memory after tune_malloc."""
+"""crackjax.deploy.hostmem: glibc keeps and reuses freed memory after tune_malloc."""
 
 import subprocess
 import sys
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 # defaults hand such a block back to the system (munmap) and fault it in anew each time.
 _FAULTS = """
 import resource, sys
-from crackjax import hostmem
+from crackjax.deploy import hostmem
 if sys.argv[1] == 'tuned':
   assert hostmem.tune_malloc()
 import numpy as np

@@ -1,4 +1,5 @@
-"""Tests of crackjax.loader and crackjax.datasets: batches, determinism, resuming, processes."""
+"""Tests of crackjax.data.loader and crackjax.data.datasets: batches, determinism, resuming,
+processes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from crackjax import datasets, loader
+from crackjax.data import datasets, loader
 from tests import fixtures
 
 SIZE = (32, 48)

@@ -1,4 +1,4 @@
-"""Tests of crackjax.measure: crack length, width and segments of a binary mask.
+"""Tests of crackjax.deploy.measure: crack length, width and segments of a binary mask.
 
 Expectations are worked out by hand from the conventions in the module docstring.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from skimage.draw import circle_perimeter
 
-from crackjax import measure
+from crackjax.deploy import measure
 
 H, W = 64, 96
 

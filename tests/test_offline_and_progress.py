@@ -20,7 +20,8 @@ from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from configs import base
-from crackjax import datasets, evaluate, evaluation, logs
+from crackjax import evaluate, evaluation, logs
+from crackjax.data import datasets
 from tests import fixtures
 from tfds_builders.common import DatasetNotFoundError
 from tfds_builders.crackforest import CrackForest

@@ -1,4 +1,4 @@
-"""crackjax/paper.py and configs/table1.py ... table4.py against the paper's Tables I-IV.
+"""crackjax/paper/tables.py and configs/table1.py ... table4.py against the paper's Tables I-IV.
 
 The expected hyper-parameters below are read off the paper's LaTeX by hand, not copied from
 the data module.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crackjax import paper as paper_tables
 from crackjax import validate
+from crackjax.paper import tables as paper_tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
 TABLE_MODULES = {t: importlib.import_module(f'configs.table{t}') for t in (1, 2, 3, 4)}

@@ -1,9 +1,9 @@
-"""crackjax/paper.py Tables V-VIII, configs/table5.py ... table8.py, and their path through
-`crackjax.reproduce` (--list, jobs, configs) and `crackjax.report` (on synthetic runs: nothing
-trains here).
+"""crackjax/paper/tables.py Tables V-VIII, configs/table5.py ... table8.py, and their path
+through `crackjax.paper.runner` (--list, jobs, configs) and `crackjax.paper.report` (on
+synthetic runs: nothing trains here).
 
 The expected betas and epochs below are written by hand (betas read off the paper's LaTeX,
-epochs worked out by hand from the rule documented in crackjax/paper.py); every printed
+epochs worked out by hand from the rule documented in crackjax/paper/tables.py); every printed
 figure is also checked against the LaTeX, parsed independently of the data module.
 """
 
@@ -16,15 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from configs import compare
-from crackjax import losses, paper, report, reproduce, validate
+from configs import compare, paper_tables
+from crackjax import losses, validate
 from crackjax.models import MODELS
+from crackjax.paper import report
+from crackjax.paper import runner as reproduce
+from crackjax.paper import tables as paper
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
 TABLE_MODULES = {t: importlib.import_module(f'configs.table{t}') for t in (5, 6, 7, 8)}
 ROWS = [(t, r.key) for t, rows in paper.COMPARE_TABLES.items() for r in rows]
 
-# Epochs per row (see crackjax.paper: U-Net rows from Tables I-IV; originals the second
+# Epochs per row (see crackjax.paper.tables: U-Net rows from Tables I-IV; originals the second
 # baseline's epochs; daggers round(anchor x TT_dagger / TT_original)), worked out by hand.
 EPOCHS = {
   5: {'unet': 70, 'ucliquenet': 70, 'unet_dagger': 20, 'ucliquenet_dagger': 40},  # 70*85/149
@@ -296,8 +299,8 @@ def test_unknown_key_and_variant_are_rejected(table):
 def test_apply_compare_row_needs_the_exp_wce_for_a_dagger_row():
   c = compare.get_config('hed')  # HED's original loss, no beta
   with pytest.raises(ValueError, match='dagger row'):
-    paper.apply_compare_row(c, 7, 'hed_dagger')
-  c = paper.apply_compare_row(compare.get_config('hed'), 7, 'hed')
+    paper_tables.apply_compare_row(c, 7, 'hed_dagger')
+  c = paper_tables.apply_compare_row(compare.get_config('hed'), 7, 'hed')
   assert (c.data.name, c.data.input_size, c.num_epochs) == ('crack360', (512, 512), 70)
 
 

@@ -14,7 +14,9 @@ import pytest
 
 import crackjax
 from configs import smoke
-from crackjax import evaluate, predict, predict_cli, train
+from crackjax import evaluate, inference, train
+from crackjax.deploy import cli as predict_cli
+from crackjax.deploy import predictor as predict
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,9 +50,8 @@ def photo(h, w, seed=0):
 
 def direct(run, image_float):
   """The model applied to one already padded float image."""
-  return np.asarray(predict.predict_step(run.params, image_float[None], apply_fn=run.model.apply))[
-    0, ..., 0
-  ]
+  probs = inference.predict_step(run.params, image_float[None], apply_fn=run.model.apply)
+  return np.asarray(probs)[0, ..., 0]
 
 
 def test_load_run_and_threshold(run, run_dir):
@@ -246,7 +247,7 @@ def test_command_line_errors(run_dir, tmp_path):
 
 def test_console_script_is_installed(run_dir, tmp_path):
   proc = subprocess.run(
-    [sys.executable, '-m', 'crackjax.predict_cli', '--help'], capture_output=True, text=True
+    [sys.executable, '-m', 'crackjax.deploy.cli', '--help'], capture_output=True, text=True
   )
   assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
   assert '--blend' in proc.stdout and 'cosine' in proc.stdout
@@ -257,7 +258,7 @@ def test_console_script_is_installed(run_dir, tmp_path):
     [
       sys.executable,
       '-m',
-      'crackjax.predict_cli',
+      'crackjax.deploy.cli',
       f'--workdir={run_dir}',
       f'--out={tmp_path / "out"}',
       str(tmp_path / 'one.png'),
@@ -276,7 +277,7 @@ _TWO_DEVICES = """
 import os
 os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
 import jax, numpy as np
-from crackjax import predict
+from crackjax.deploy import predictor as predict
 from crackjax.models import get_model
 assert jax.local_device_count() == 2
 model = get_model('unet', widths=(4, 8, 16, 32, 64))

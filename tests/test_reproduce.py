@@ -1,5 +1,5 @@
-"""crackjax.reproduce and crackjax.report end to end on a smoke setting: 2 rows x 2 seeds of
-Table I on a fake CrackForest (the smoke variant's tiny U-Net, 3 steps per epoch), with an
+"""crackjax.paper.runner and crackjax.paper.report end to end on a smoke setting: 2 rows x 2
+seeds of Table I on a fake CrackForest (the smoke variant's tiny U-Net, 3 steps per epoch), with an
 interruption and a resume in side-by-side worker processes, then the report and its export."""
 
 import csv
@@ -12,8 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax import evaluate, paper, report, reproduce
+from crackjax import evaluate
 from crackjax import run as run_lib
+from crackjax.paper import report
+from crackjax.paper import runner as reproduce
+from crackjax.paper import tables as paper
 from tests import fixtures
 
 ROWS = 'wce_xie_e5,wce_exp_0.75_e5'
@@ -177,7 +180,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
 
   # Go on side by side: two worker processes (`--job`), as on a GPU machine.
   out = subprocess.run(
-    [sys.executable, '-m', 'crackjax.reproduce', *_argv(workdir, data, '--parallel=2')],
+    [sys.executable, '-m', 'crackjax.paper.runner', *_argv(workdir, data, '--parallel=2')],
     capture_output=True,
     text=True,
     timeout=600,
@@ -298,7 +301,7 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   # 70 epochs: the workers cannot finish on their own within the wait below.
   argv = [a for a in _argv(tmp_path / 'c', data, '--parallel=2') if not a.startswith('--rows')]
   runner = subprocess.Popen(
-    [sys.executable, '-m', 'crackjax.reproduce', *argv, '--rows=wce_xie_e70'],
+    [sys.executable, '-m', 'crackjax.paper.runner', *argv, '--rows=wce_xie_e70'],
     cwd=Path(__file__).resolve().parents[1],
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,

@@ -115,3 +115,19 @@ def test_a_second_process_is_kept_out_until_the_holder_dies(tmp_path):
   finally:
     holder.kill()
     holder.wait()
+
+
+def test_fields_dropped_from_the_identity_later_do_not_stop_an_older_run(tmp_path):
+  # A comparison run started when its fingerprint still held model_init.normalization resumes
+  # under today's rule (model_init is no part of the identity: only a new run reads it).
+  config = smoke.get_config()
+  old = {**run_lib.fingerprint(config), 'model_init.normalization': 'auto'}
+  run_lib.write_json(tmp_path / run_lib.FINGERPRINT_FILE, old)
+  _started(tmp_path)
+  config.model_init.normalization = 'caffe'
+  run_lib.check_identity(tmp_path, config)
+  assert not any(k.startswith('model_init') for k in run_lib.fingerprint(config))
+  # A field still in the identity does stop it.
+  config.seed = 3
+  with pytest.raises(run_lib.RunMismatchError, match='seed: 0 -> 3'):
+    run_lib.check_identity(tmp_path, config)

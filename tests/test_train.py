@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import launch
-from crackjax import evaluate, loader, train
+from crackjax import evaluate, train
 from crackjax import run as run_lib
 from crackjax import state as state_lib
+from crackjax.data import loader
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,7 +197,8 @@ _KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from configs import smoke
-    from crackjax import loader, train
+    from crackjax import train
+    from crackjax.data import loader
 
     config = smoke.get_config()
     config.data.manual_dir, config.data.data_dir = {raw!r}, {tfds!r}

@@ -12,7 +12,7 @@ shallow network, and "three 3x3 convolution operations" follow, whose output fee
 (crack / background) pixel classifier.
 
 The design here, as DeepLab v3+ (crackjax/models/deeplabv3plus.py, whose ResNet-50 backbone,
-crackjax/models/resnet.py, and parameter names it shares, so the same ImageNet weights load into
+crackjax/models/backbones.py, and parameter names it shares, so the same ImageNet weights load into
 both; crackjax/pretrained.py):
 
 * ResNet-50 backbone (torchvision layout, no fully connected layer) at output stride 16 (layer4
@@ -55,11 +55,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from crackjax.models.backbones import RESNET50_LAYERS, check_resnet_fields, resnet50_features
 from crackjax.models.batchnorm import ConvBN
-from crackjax.models.deeplabv3plus import DECODER_WIDTH, LOW_LEVEL_WIDTH, resize_to
-from crackjax.models.hed import check_input, scaled_width
-from crackjax.models.resnet import RESNET50_LAYERS, check_resnet_fields, resnet50_features
-from crackjax.models.segnet import crack_logit
+from crackjax.models.deeplabv3plus import DECODER_WIDTH, LOW_LEVEL_WIDTH
+from crackjax.models.layers import check_input, crack_logit, resize_to, scaled_width
 
 # Channels of each branch of the multiscale dilated convolution module and of its projection.
 MODULE_WIDTH = 256
@@ -121,7 +120,7 @@ class CrackSeg(nn.Module):
     check_input('CrackSeg', x, self.input_multiple)
     height, width = x.shape[1:3]
     conv = dict(use_bias=False, dtype=self.dtype)
-    # ResNet-50, as deeplabv3plus.py (crackjax/models/resnet.py: the same parameter names).
+    # ResNet-50, as deeplabv3plus.py (crackjax/models/backbones.py: the same parameter names).
     x, low_level = resnet50_features(self, x, train)
 
     # The multiscale dilated convolution module.

@@ -30,8 +30,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.hed import check_input, fuse_conv, side_conv, upsample_to
-from crackjax.models.segnet import SegNetBody, segnet_decoder, vgg16_bn_encoder
+from crackjax.models.backbones import vgg16_bn_encoder
+from crackjax.models.layers import check_input, fuse_conv, side_conv, upsample_to
+from crackjax.models.segnet import SegNetBody, segnet_decoder
 
 
 class DeepCrack(SegNetBody):

@@ -5,7 +5,7 @@ Backbone: ResNet-50 (He et al. 2016) as in torchvision, bottlenecks with the str
 3x3 convolution, every convolution without bias and followed by BatchNorm; no fully
 connected layer. Output stride 16: layer4 keeps stride 1 and dilates its 3x3 convolutions,
 with DeepLab v3's multi-grid (1, 2, 4) times 2, i.e. rates 2, 4, 8 (output stride 8: layer3
-dilated by 2 and layer4 by 4 x (1, 2, 4)). It is crackjax/models/resnet.py's, shared with
+dilated by 2 and layer4 by 4 x (1, 2, 4)). It is crackjax/models/backbones.py's, shared with
 CrackSeg (crackseg.py).
 
 ASPP on layer4's 2048 channels: a 1x1 convolution, three 3x3 convolutions with rates 6, 12,
@@ -40,28 +40,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.batchnorm import ConvBN
-from crackjax.models.hed import check_input, scaled_width
-from crackjax.models.resnet import (
+from crackjax.models.backbones import (
   RESNET50_LAYERS,
   check_resnet_fields,
   resnet50_features,
   resnet50_widths,
 )
-from crackjax.models.segnet import crack_logit
+from crackjax.models.batchnorm import ConvBN
+from crackjax.models.layers import check_input, crack_logit, resize_to, scaled_width
 
 ASPP_WIDTH = 256
 LOW_LEVEL_WIDTH = 48
 DECODER_WIDTH = 256
 # output stride (one of resnet.OUTPUT_STRIDES) -> ASPP rates
 ASPP_RATES = {16: (6, 12, 18), 8: (12, 24, 36)}
-
-
-def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
-  """Bilinear resize of [B, h, w, C] to [B, height, width, C] (half-pixel centres)."""
-  if x.shape[1:3] == (height, width):
-    return x
-  return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
 
 
 class DeepLabV3Plus(nn.Module):

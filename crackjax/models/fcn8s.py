@@ -47,11 +47,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crackjax.models.backbones import VGG16_STAGES
+
 # Caffe VGG16's ImageNet mean, RGB order, in [0, 1].
 IMAGENET_MEAN_RGB = (122.67891434 / 255, 116.66876762 / 255, 104.00698793 / 255)
 
-# (convolutions, width) of VGG16's five stages.
-VGG16_STAGES = ((2, 64), (2, 128), (3, 256), (3, 512), (3, 512))
 FC_WIDTH = 4096
 
 # Crop offsets (module docstring): score_pool4, score_pool3, the final score.
@@ -131,7 +131,7 @@ class FCN8s(nn.Module):
     image = x
     x = (x - jnp.asarray(IMAGENET_MEAN_RGB, x.dtype)).astype(self.dtype)
     pools = []
-    for stage, (convs, width) in enumerate(VGG16_STAGES, start=1):
+    for stage, (width, convs) in enumerate(VGG16_STAGES, start=1):
       for i in range(1, convs + 1):
         padding = 100 if (stage, i) == (1, 1) else 1
         x = nn.Conv(

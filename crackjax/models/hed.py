@@ -16,56 +16,22 @@ The input is not mean-subtracted (the contract's images are in [0, 1] and there 
 ImageNet weights here); side 1x1 kernels start from N(0, 0.01^2) as in RCF's release.
 """
 
-import functools
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from crackjax.models.backbones import VGG16_STAGES
 from crackjax.models.conv import Conv3x3ReLU, resolve_impl
-from crackjax.models.unet import max_pool_2x2
-
-# VGG16's convolution stages: (channels, number of 3x3 convolutions).
-VGG16_STAGES: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
-
-
-def scaled_width(width: int, width_scale: float) -> int:
-  """`width * width_scale`, rounded, at least 1."""
-  return max(1, round(width * width_scale))
-
-
-def check_input(name: str, x: jax.Array, multiple: int) -> None:
-  """Raises ValueError unless x is [B, H, W, C] with H and W multiples of `multiple`."""
-  if x.ndim != 4 or x.shape[1] % multiple or x.shape[2] % multiple:
-    raise ValueError(
-      f'{name} input must be [B, H, W, C] with H and W multiples of {multiple}; got {x.shape}.'
-    )
-
-
-def upsample_to(x: jax.Array, height: int, width: int) -> jax.Array:
-  """Bilinear resize of a [B, h, w, 1] side map to [B, height, width, 1], as float32."""
-  x = x.astype(jnp.float32)
-  if x.shape[1:3] == (height, width):
-    return x
-  return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
-
-
-def side_conv(features: int, dtype: jnp.dtype, name: str) -> nn.Conv:
-  """A 1x1 convolution with N(0, 0.01^2) kernel and zero bias (the side branches)."""
-  return nn.Conv(features, (1, 1), dtype=dtype, kernel_init=nn.initializers.normal(0.01), name=name)
-
-
-def fuse_conv(dtype: jnp.dtype, name: str = 'fuse') -> nn.Conv:
-  """The fusion 1x1 convolution, 5 side maps -> 1, kernel initialised to 1/5."""
-  return nn.Conv(1, (1, 1), dtype=dtype, kernel_init=nn.initializers.constant(0.2), name=name)
-
-
-def pool_fn(conv_impl: str):
-  """2x2 stride-2 max-pooling: the CPU-fast `max_pool_2x2` where convolutions are blocked."""
-  if resolve_impl(conv_impl) == 'blocked':
-    return max_pool_2x2
-  return functools.partial(nn.max_pool, window_shape=(2, 2), strides=(2, 2))
+from crackjax.models.layers import (
+  check_input,
+  fuse_conv,
+  pool_fn,
+  scaled_width,
+  side_conv,
+  upsample_to,
+)
 
 
 class HED(nn.Module):

@@ -21,9 +21,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from crackjax.models.backbones import VGG16_STAGES
 from crackjax.models.conv import Conv3x3ReLU, resolve_impl
-from crackjax.models.hed import (
-  VGG16_STAGES,
+from crackjax.models.layers import (
   check_input,
   fuse_conv,
   pool_fn,

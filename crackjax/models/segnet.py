@@ -31,27 +31,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.batchnorm import ConvBN, conv_init, max_pool_with_indices, max_unpool
-from crackjax.models.hed import VGG16_STAGES, check_input, scaled_width
-
-
-def vgg16_bn_encoder(
-  x: jax.Array, widths: Sequence[int], train: bool, dtype: jnp.dtype
-) -> tuple[jax.Array, list[jax.Array], list[jax.Array]]:
-  """VGG16-BN's five stages with index-keeping pools, inside the calling compact module.
-
-  Returns:
-    (the output of pool5, the last convolution's output of each stage (before its pool),
-    each pool's indices).
-  """
-  features, indices = [], []
-  for stage, ((_, depth), width) in enumerate(zip(VGG16_STAGES, widths, strict=True), start=1):
-    for i in range(1, depth + 1):
-      x = ConvBN(width, dtype=dtype, name=f'conv{stage}_{i}')(x, train)
-    features.append(x)
-    x, index = max_pool_with_indices(x)
-    indices.append(index)
-  return x, features, indices
+from crackjax.models.backbones import VGG16_STAGES, vgg16_bn_encoder
+from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
+from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
 
 
 def segnet_decoder(
@@ -85,19 +67,6 @@ def segnet_decoder(
         x = ConvBN(width, dtype=dtype, name=name)(x, train)
     outputs.append(x)
   return x, outputs[::-1]
-
-
-def check_n_classes(name: str, n_classes: int) -> None:
-  """Raises ValueError unless n_classes is 1 or 2 (one crack logit either way)."""
-  if n_classes not in (1, 2):
-    raise ValueError(f'{name} n_classes must be 1 or 2 (one crack logit); got {n_classes}.')
-
-
-def crack_logit(scores: jax.Array) -> jax.Array:
-  """One crack logit from [..., n] class scores: the map itself (n = 1) or, for n = 2,
-  logit_crack - logit_background, whose sigmoid is the softmax probability of crack."""
-  scores = scores.astype(jnp.float32)
-  return scores[..., 1:] - scores[..., :1] if scores.shape[-1] == 2 else scores
 
 
 class SegNetBody(nn.Module):

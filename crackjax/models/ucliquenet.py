@@ -54,8 +54,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from crackjax.models.batchnorm import batch_norm, conv_init
-from crackjax.models.hed import check_input, scaled_width
-from crackjax.models.segnet import check_n_classes, crack_logit
+from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
 
 _DIMENSION_NUMBERS = ('NHWC', 'HWIO', 'NHWC')
 

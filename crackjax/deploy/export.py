@@ -24,7 +24,7 @@ version, the platforms and how to call it.
 
 Input contract (both formats): float32 RGB in [0, 1], NHWC, H and W multiples of the input
 multiple. Pad other sizes by reflection and crop the prediction back
-(`crackjax.predict.reflect_pad`, as `crackjax.predict.Predictor` does).
+(`crackjax.deploy.predictor.reflect_pad`, as `crackjax.deploy.predictor.Predictor` does).
 
 Why two model variants: the U-Net is rebuilt from the run's ``config.model`` with the same
 parameters and a ``conv_impl`` chosen for export (the function computed is the same for
@@ -55,8 +55,8 @@ from absl import flags
 from jax import export as jax_export
 
 from crackjax import cli, logs
+from crackjax.deploy.predictor import Run, load_run, predict_step
 from crackjax.models import input_multiple, model_from_config
-from crackjax.predict import Run, load_run, predict_step
 from crackjax.state import CheckpointError
 
 FORMATS = ('jax', 'onnx')
@@ -280,7 +280,7 @@ def export_run(
     'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     'contract': (
       f'H and W must be multiples of {multiple}: pad other sizes by reflection '
-      '(crackjax.predict.reflect_pad) and crop the output back. Crack where '
+      '(crackjax.deploy.predictor.reflect_pad) and crop the output back. Crack where '
       'probability > threshold.'
     ),
     **details,

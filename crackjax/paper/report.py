@@ -1,10 +1,10 @@
-"""Tables I-VIII as re-run by `crackjax.reproduce`, beside the paper's figures.
+"""Tables I-VIII as re-run by `crackjax.paper.runner`, beside the paper's figures.
 
-  python -m crackjax.report repro/cpu                      # -> repro/cpu/report/
-  python -m crackjax.report repro/cpu --export=results/cpu_scale.json   # small, committable
-  python -m crackjax.report results/cpu_scale.json --out=docs/reproduction/cpu_scale
+  python -m crackjax.paper.report repro/cpu                      # -> repro/cpu/report/
+  python -m crackjax.paper.report repro/cpu --export=results/cpu_scale.json   # small, committable
+  python -m crackjax.paper.report results/cpu_scale.json --out=docs/reproduction/cpu_scale
 
-Inputs are campaign directories of `crackjax.reproduce` (``table<T>/<group>/seed<S>/`` with
+Inputs are campaign directories of `crackjax.paper.runner` (``table<T>/<group>/seed<S>/`` with
 ``run.json`` and ``epoch_<NNN>.json``) or JSON files written by ``--export`` (the same results
 without checkpoints, per-threshold curves or logs: a few kB per run), so a committed report can
 be regenerated anywhere.
@@ -42,9 +42,10 @@ from typing import Any
 import numpy as np
 from absl import flags
 
-from crackjax import cli, paper
+from crackjax import cli
+from crackjax.paper import tables as paper
 
-PROG = 'python -m crackjax.report'
+PROG = 'python -m crackjax.paper.report'
 EXPORT_FORMAT = 'crackjax.reproduce/1'
 # What an exported epoch keeps of each protocol's result (no curves, no per-image rows).
 _EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
@@ -132,13 +133,13 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
       found = sorted(p.parent for p in item.glob('table*/*/seed*/run.json'))
       if not found:
         raise FileNotFoundError(
-          f'No crackjax.reproduce run (table*/*/seed*/run.json) under {item}.'
+          f'No crackjax.paper.runner run (table*/*/seed*/run.json) under {item}.'
         )
       runs += [load_run(d) for d in found]
     elif item.is_file():
       data = _read_json(item)
       if not isinstance(data, dict) or data.get('format') != EXPORT_FORMAT:
-        raise ValueError(f'{item} is not a crackjax.report --export file ({EXPORT_FORMAT}).')
+        raise ValueError(f'{item} is not a crackjax.paper.report --export file ({EXPORT_FORMAT}).')
       runs += data['runs']
     else:
       raise FileNotFoundError(f'No such file or directory: {item}.')
@@ -391,7 +392,7 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
 def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
   """The report as Markdown (see the module docstring)."""
   tables = 'I-VIII' if any(r['table'] in paper.COMPARE_TABLES for r in runs) else 'I-IV'
-  out = [f'# Reproduction of Tables {tables} (crackjax.reproduce)', '']
+  out = [f'# Reproduction of Tables {tables} (crackjax.paper.runner)', '']
   out += _describe_runs(runs)
   out += [
     '- Figures: mean (std over seeds) in percent; F1@0.5 = F1 at the fixed threshold 0.5; '
@@ -543,7 +544,7 @@ def compare_markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -
         f'## Table {table} ({paper.dataset_of(table)}, comparison models), `{protocol}` protocol',
         '',
         'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
-        '`crackjax.paper.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
+        '`crackjax.paper.tables.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
         f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
         '',
         '| method | β | epochs | seeds | ODS F1 | OIS F1 | F1@0.5 | time | params | paper ODS | '

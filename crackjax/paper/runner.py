@@ -1,12 +1,12 @@
 """Re-runs rows of the paper's Tables I-VIII, seed by seed, evaluating after every epoch.
 
-  python -m crackjax.reproduce --list
-  python -m crackjax.reproduce --table=1 --seeds=5 --workdir=repro/gpu
-  python -m crackjax.reproduce --table=1 --rows=wce_xie_e20,wce_exp_0.75_e5 --variant=cpu_scale \\
-      --set=data.manual_dir=../shared/datasets/crackforest --workdir=repro/cpu
-  python -m crackjax.report repro/cpu          # the tables beside the paper's (crackjax.report)
+  python -m crackjax.paper.runner --list
+  python -m crackjax.paper.runner --table=1 --seeds=5 --workdir=repro/gpu
+  python -m crackjax.paper.runner --table=1 --rows=wce_xie_e20,wce_exp_0.75_e5 \\
+      --variant=cpu_scale --set=data.manual_dir=../shared/datasets/crackforest --workdir=repro/cpu
+  python -m crackjax.paper.report repro/cpu    # the tables beside the paper's
 
-Rows that differ only in epochs form a training group (`crackjax.paper.training_groups`):
+Rows that differ only in epochs form a training group (`crackjax.paper.tables.training_groups`):
 each (group, seed) is one job that trains once, to the longest epoch count among the chosen
 rows of the group, and evaluates the test split after every epoch, so the shorter rows and the
 curves of Figs. 5-6 come from the same run. A job lives in
@@ -31,11 +31,11 @@ The configs come from the config files (``configs/table<T>.py:<row>[,<variant>]`
 ``--set`` overrides), found next to the crackjax package (``--configs_dir``), so a run here is
 exactly `python launch.py --config=configs/table1.py:<row>` with the seed set.
 
-Tables V-VIII (the comparison models, `crackjax.paper.COMPARE_TABLES`) run the same way,
+Tables V-VIII (the comparison models, `crackjax.paper.tables.COMPARE_TABLES`) run the same way,
 ``--table=7 --rows=hed,hed_dagger``: every row is its own training group (a model with its
 original loss or the paper's dagger loss) and loads ``configs/table<T>.py:<key>[,<variant>]``
 (variants: configs/compare.py SIZES, ``cpu`` and ``smoke``; the U-Net rows also take
-configs/base.py's). Their epochs are partly assumed (`crackjax.paper`, ``epochs_basis``).
+configs/base.py's). Their epochs are partly assumed (`crackjax.paper.tables`, ``epochs_basis``).
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ from typing import Any
 
 from absl import flags
 
-from crackjax import cli, paper
+from crackjax import cli
 from crackjax import run as run_lib
+from crackjax.paper import tables as paper
 
-PROG = 'python -m crackjax.reproduce'
+PROG = 'python -m crackjax.paper.runner'
 DEFAULT_PROTOCOLS = ('strict', 'tolerance_thin_gt')
 
 
@@ -121,8 +122,8 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_multi_string(
     'done',
     [],
-    'Results files of `crackjax.report --export`: jobs complete there are skipped (a campaign '
-    'run in chunks on machines that do not keep the workdir).',
+    'Results files of `crackjax.paper.report --export`: jobs complete there are skipped (a '
+    'campaign run in chunks on machines that do not keep the workdir).',
     flag_values=fv,
   )
   flags.DEFINE_bool(
@@ -255,7 +256,7 @@ def _list_compare_rows(table: int | None) -> list[str]:
 def configs_dir(flag_value: str | None = None) -> Path:
   """The directory of configs/table<T>.py: the flag, else the `configs` folder beside the
   crackjax package (the repository, or site-packages for an installed wheel)."""
-  return Path(flag_value) if flag_value else Path(__file__).resolve().parents[1] / 'configs'
+  return Path(flag_value) if flag_value else Path(__file__).resolve().parents[2] / 'configs'
 
 
 def load_config(
@@ -487,7 +488,7 @@ def run_workers(
       log = open(directory / 'worker.log', 'a')  # noqa: SIM115 (closed when the job ends)
       log.write(f'\n==== {time.strftime("%Y-%m-%d %H:%M:%S")} slot {slot}\n')
       log.flush()
-      cmd = [sys.executable, '-m', 'crackjax.reproduce', *argv, f'--job={job.id}']
+      cmd = [sys.executable, '-m', 'crackjax.paper.runner', *argv, f'--job={job.id}']
       proc = subprocess.Popen(
         cmd,
         env=worker_env(slot, parallel, gpus, env),
@@ -556,9 +557,10 @@ def plan_chunk(
   parallel: int,
   budget_seconds: float,
 ) -> tuple[list[Job], str]:
-  """The jobs expected to end within `budget_seconds` (crackjax.campaign_plan) and the plan
+  """The jobs expected to end within `budget_seconds` (crackjax.paper.plan) and the plan
   as text; all `jobs` when the `earlier` runs hold no rates for this kind and setting."""
-  from crackjax import campaign_plan, report
+  from crackjax.paper import plan as campaign_plan
+  from crackjax.paper import report
 
   if not jobs:
     return [], 'No jobs to plan.'
@@ -611,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: {e}')
   earlier: list[dict[str, Any]] = []
   if fv.done:
-    from crackjax import report
+    from crackjax.paper import report
 
     try:
       earlier = report.load(fv.done)
@@ -653,7 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # This process only schedules: keep it off the GPUs the workers need (jax would grab most
     # of a GPU's memory if anything here initialised a GPU backend).
     os.environ['JAX_PLATFORMS'] = 'cpu'
-  from crackjax import datasets, logs, validate
+  from crackjax import logs, validate
+  from crackjax.data import datasets
 
   logs.quiet_third_party_logs()
   if fv.job:  # a worker: one job in this process

@@ -1,8 +1,8 @@
 """Dataset statistics: image count, sizes, crack-pixel proportion, densest image, per split.
 
-  python -m crackjax.data_stats --config=configs/crackforest_exp.py \\
+  python -m crackjax.data.stats --config=configs/crackforest_exp.py \\
       --config.data.manual_dir=../shared/datasets/crackforest
-  python -m crackjax.data_stats --config=configs/crack_folder.py \\
+  python -m crackjax.data.stats --config=configs/crack_folder.py \\
       --config.data.folder.images=roads/images --config.data.folder.masks=roads/masks
 
 The dataset is the config's (`config.data`, as for training); `--splits=train` picks splits.
@@ -29,7 +29,8 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax import cli, datasets
+from crackjax import cli
+from crackjax.data import datasets
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
     flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
-  fv, _ = cli.parse_command('python -m crackjax.data_stats', argv, define_flags)
+  fv, _ = cli.parse_command('python -m crackjax.data.stats', argv, define_flags)
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])

@@ -3,8 +3,9 @@
 Every row of the four result tables is a `Row`: its loss (weighting family of eq. 4-7, beta,
 gamma, base, Laplace smoothing), the holistic loss's a and b (eq. 8), the epoch count, and the
 paper's figures (ODS and OIS precision, recall and F1, mean (std) over 5 runs, in percent as
-printed; training time as printed). `apply_row` sets a row's fields on a config;
-`configs/table1.py` ... `table4.py` turn a row into a training config
+printed; training time as printed). Data only: `configs/paper_tables.py` (`apply_row`) sets
+a row's fields on a config and `configs/table1.py` ... `table4.py` turn a row into a training
+config
 (`--config=configs/table1.py:wce_exp_0.75_e10`, optionally `,cpu` / `,smoke`).
 
   Table I   CrackForest  (§IV-A)  17 rows: RSF + 16 trainable
@@ -50,7 +51,7 @@ paper's ODS and OIS F1, parameters, GFLOPS, training time TT and FPS as printed.
 with the settings of the Table I-IV of its dataset (`COMPARE_BASE`, `SETTINGS`: batch, steps
 per epoch, crops, noise, Adam step size; the paper states no other settings for the comparison
 models); `configs/table5.py` ... `table8.py` (via configs/compare.py) build the configs,
-`apply_compare_row` sets the table's fields.
+`configs/paper_tables.py` (`apply_compare_row`) sets the table's fields.
 
   Table V    CrackForest   4 rows   U-Net, U-CliqueNet, each original and dagger
   Table VI   AigleRN       4 rows   the same
@@ -80,8 +81,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import ml_collections
-
 # ------------------------------------------------------------------------------ dataset settings
 
 
@@ -91,7 +90,7 @@ class TableSettings:
 
   Attributes:
     table: table number (1-4).
-    dataset: key of `crackjax.datasets.DATASETS`.
+    dataset: key of `crackjax.data.datasets.DATASETS`.
     widths: U-Net channel widths of the five stages.
     steps_per_epoch: optimizer steps per epoch.
     batch_size: global batch size.
@@ -893,49 +892,6 @@ def training_groups(table: int) -> dict[str, tuple[Row, ...]]:
   return {g: tuple(sorted(rs, key=lambda r: -r.epochs)) for g, rs in groups.items()}
 
 
-def apply_row(config: ml_collections.ConfigDict, table: int, key: str) -> ml_collections.ConfigDict:
-  """Sets the fields of `config` (a configs/base.py config) that row `key` of `table` and the
-  table's settings fix, in place: dataset, crops, noise, augmentation, widths, batch, steps
-  per epoch, step size, the holistic loss's weighting family, beta, gamma, base, a, b, and
-  the epochs.
-
-  Raises:
-    ValueError: for an unknown key (the message lists the keys) or a reference row (RSF).
-  """
-  rows = rows_by_key(table)
-  trainable = [k for k, r in rows.items() if not r.reference]
-  if key not in rows:
-    raise ValueError(
-      f'Unknown row {key!r} of Table {table} ({SETTINGS[table].dataset}); use '
-      f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {trainable}.'
-    )
-  row = rows[key]
-  if row.reference:
-    raise ValueError(
-      f'Row {key!r} of Table {table} ({row.name}) is a reference row, not trainable; '
-      f'trainable keys: {trainable}.'
-    )
-  s = SETTINGS[table]
-  c = config
-  c.data.name = s.dataset
-  c.data.input_size = s.input_size
-  c.data.noise_std = s.noise_std
-  c.augment.enabled = s.augment
-  c.model.widths = s.widths
-  c.batch_size = s.batch_size
-  c.steps_per_epoch = s.steps_per_epoch
-  c.learning_rate = s.learning_rate
-  c.loss.name = 'holistic'
-  c.loss.weighting = row.weighting
-  c.loss.beta = 1.0 if row.beta is None else row.beta
-  c.loss.gamma = 1.0 if row.gamma is None else row.gamma
-  c.loss.base = row.base
-  c.loss.a = row.a
-  c.loss.b = row.b
-  c.num_epochs = row.epochs
-  return c
-
-
 # ================================================================================================
 # Tables V-VIII: the comparison models (§IV-E, "Comparison with other models")
 # ================================================================================================
@@ -1189,45 +1145,3 @@ TABLE8 = _compare_table(
 )
 
 COMPARE_TABLES: dict[int, tuple[CompareRow, ...]] = {5: TABLE5, 6: TABLE6, 7: TABLE7, 8: TABLE8}
-
-
-def apply_compare_row(
-  config: ml_collections.ConfigDict, table: int, key: str
-) -> ml_collections.ConfigDict:
-  """Sets the fields of `config` that row `key` of Table `table` (5-8) and the dataset's
-  settings fix, in place: dataset, crops, noise, augmentation, batch, steps per epoch, step
-  size, the epochs and, for a dagger row, `loss.beta`.
-
-  `config` must already hold the row's model group and loss (configs/compare.py: the model's
-  original loss, or its exponential WCE for a dagger row); the U-Net's widths are not set
-  (they belong to the U-Net rows, which are Table I-IV rows: `unet_row`).
-
-  Raises:
-    ValueError: for an unknown key (the message lists the keys), or a dagger row whose loss
-      has no beta or is not the exponential WCE.
-  """
-  rows = rows_by_key(table)
-  if key not in rows:
-    raise ValueError(
-      f'Unknown row {key!r} of Table {table} ({dataset_of(table)}); use '
-      f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {list(rows)}.'
-    )
-  row = rows[key]
-  s = SETTINGS[row.base_table]
-  c = config
-  c.data.name = s.dataset
-  c.data.input_size = s.input_size
-  c.data.noise_std = s.noise_std
-  c.augment.enabled = s.augment
-  c.batch_size = s.batch_size
-  c.steps_per_epoch = s.steps_per_epoch
-  c.learning_rate = s.learning_rate
-  c.num_epochs = row.epochs
-  if row.dagger:
-    if 'beta' not in c.loss or c.loss.get('weighting', 'exp') != 'exp':
-      raise ValueError(
-        f'Row {key!r} of Table {table} is a dagger row: config.loss must be the exponential '
-        f'WCE with a beta, got {c.loss.to_dict()}.'
-      )
-    c.loss.beta = row.beta
-  return c

@@ -1,4 +1,7 @@
-"""ResNet-50's backbone (He et al. 2016) as DeepLab v3+ (deeplabv3plus.py) and CrackSeg
+"""The backbones of the comparison models: VGG16's stages (`VGG16_STAGES`: FCN8s, HED, RCF;
+`vgg16_bn_encoder`: SegNet, DeepCrack) and ResNet-50 (below).
+
+ResNet-50's backbone (He et al. 2016) as DeepLab v3+ (deeplabv3plus.py) and CrackSeg
 (crackseg.py) use it: torchvision's layout without the fully connected layer, bottlenecks with
 the stride on the 3x3 convolution, every convolution without bias and followed by BatchNorm.
 
@@ -12,13 +15,37 @@ their parameters are the caller's own ``conv1`` and ``layer{l}_{b}`` (torchvisio
 onto; both models therefore load the same weights.
 """
 
+from collections.abc import Sequence
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.batchnorm import ConvBN
-from crackjax.models.hed import scaled_width
-from crackjax.models.segnet import check_n_classes
+from crackjax.models.batchnorm import ConvBN, max_pool_with_indices
+from crackjax.models.layers import check_n_classes, scaled_width
+
+# VGG16's convolution stages: (channels, number of 3x3 convolutions).
+VGG16_STAGES: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+
+
+def vgg16_bn_encoder(
+  x: jax.Array, widths: Sequence[int], train: bool, dtype: jnp.dtype
+) -> tuple[jax.Array, list[jax.Array], list[jax.Array]]:
+  """VGG16-BN's five stages with index-keeping pools, inside the calling compact module.
+
+  Returns:
+    (the output of pool5, the last convolution's output of each stage (before its pool),
+    each pool's indices).
+  """
+  features, indices = [], []
+  for stage, ((_, depth), width) in enumerate(zip(VGG16_STAGES, widths, strict=True), start=1):
+    for i in range(1, depth + 1):
+      x = ConvBN(width, dtype=dtype, name=f'conv{stage}_{i}')(x, train)
+    features.append(x)
+    x, index = max_pool_with_indices(x)
+    indices.append(index)
+  return x, features, indices
+
 
 # ResNet-50's four layers: (bottleneck width, number of blocks); output channels 4 x width.
 RESNET50_LAYERS: tuple[tuple[int, int], ...] = ((64, 3), (128, 4), (256, 6), (512, 3))

@@ -10,7 +10,7 @@ EXIF-rotated photos included) it writes, at the photo's own size:
                            the strict-protocol ODS threshold) or --threshold
   OUT/overlays/<name>.jpg  the photo with crack pixels in red
 and one row per image in OUT/measurements.csv (crack ratio, length, widths, segments; see
-crackjax/measure.py), then prints a summary line. An unreadable file is reported, by name,
+crackjax/deploy/measure.py), then prints a summary line. An unreadable file is reported, by name,
 and skipped; nothing is overwritten without --overwrite.
 """
 
@@ -30,8 +30,9 @@ import PIL.ImageOps
 import tqdm
 from absl import flags
 
-from crackjax import cli, hostmem, logs, measure
-from crackjax.predict import BLENDS, Predictor, load_run, read_config
+from crackjax import cli, logs
+from crackjax.deploy import hostmem, measure
+from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
@@ -152,7 +153,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'tune_malloc',
     True,
     "keep and reuse freed host memory (glibc): XLA's per-call CPU buffers are not page-faulted "
-    'in again on every tile (~15% faster on large photos on the CPU; crackjax.hostmem)',
+    'in again on every tile (~15% faster on large photos on the CPU; crackjax.deploy.hostmem)',
     flag_values=fv,
   )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
