@@ -39,7 +39,7 @@ def main(argv=None) -> list[dict]:
   flags.DEFINE_list(
     'blends', list(predict.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
   )
-  cli.parse_flags(fv, argv, prog=PROG)
+  cli.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
   if not fv.workdir or not fv.image:
     sys.exit(f'{PROG}: --workdir and --image are required')
   run = predict.load_run(fv.workdir)

@@ -75,23 +75,52 @@ def _without_traceback(message: str) -> str:
   return f'{lines[0].rstrip(":")}: {error}'
 
 
-def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str) -> list[str]:
+# Modules whose absl flags a command inherits by importing them (absl's logging, grain, orbax,
+# array_record, TFDS): not the command's own, so --help leaves them out.
+_LIBRARY_FLAG_MODULES = ('absl.', 'grain.', 'orbax.', 'array_record.', 'tensorflow_datasets.')
+
+
+def usage_line(flag_values: flags.FlagValues, prog: str) -> str:
+  """The default usage line: a config-taking command's, or ``prog [flags]``."""
+  if 'config' in flag_values:
+    return f'{prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] [flags]'
+  return f'{prog} [flags]'
+
+
+def help_text(flag_values: flags.FlagValues, prog: str, usage: str | None = None) -> str:
+  """What ``--help`` prints: the usage line, then every flag the command defined, with its
+  help and default (absl's own logging flags are left out; ``--helpfull`` lists them)."""
+  lines = [f'usage: {usage or usage_line(flag_values, prog)}', '']
+  own = {
+    flag.name: flag
+    for module, module_flags in flag_values.flags_by_module_dict().items()
+    if not module.startswith(_LIBRARY_FLAG_MODULES)
+    for flag in module_flags
+  }
+  for name in sorted(own, key=lambda n: (n != 'config', n)):
+    flag = own[name]
+    default = flag.default
+    if isinstance(default, list | tuple):
+      default = ','.join(map(str, default))
+    shown = '' if default in (None, '') else f' (default: {default})'
+    lines.append(f'  --{name}: {flag.help}{shown}')
+  return '\n'.join(lines)
+
+
+def parse_flags(
+  flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str, usage: str | None = None
+) -> list[str]:
   """Parses ``argv`` (argv[0] is the program) into `flag_values`; exits with a one-line
   message, not a traceback, on an unknown or mistyped flag, a mistyped config field, an
-  unparsable value or a missing ``--config``. ``--help`` prints the flags and exits.
+  unparsable value or a missing ``--config``. ``--help`` (``-h``) prints `usage` (default
+  `usage_line`) and the command's flags (`help_text`) and exits 0.
 
   Returns:
     The arguments that are not flags (argv[0] first).
   """
   argv = list(argv)
   if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
-    print(
-      f'usage: {prog} --config=configs/<name>.py[:arg] [--config.<field>=<value> ...] [flags]\n'
-    )
-    if 'config' in flag_values:
-      print(f'  --config: {flag_values["config"].help}')
-    # The command's own flags (absl's logging flags are left out; --helpfull lists all).
-    print(flag_values.main_module_help())
+    print(help_text(flag_values, prog, usage))
     sys.exit(0)
   try:
     remaining = flag_values(argv)

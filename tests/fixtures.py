@@ -15,8 +15,11 @@ models built and applied abstractly (`jax.eval_shape`, no full-size weights).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +143,31 @@ def smoke_config(data_dirs: tuple[Path, Path]) -> ml_collections.ConfigDict:
   config.data.manual_dir = str(raw)
   config.data.data_dir = str(tfds_dir)
   return config
+
+
+def shared_smoke_run(base_temp: Path) -> Path:
+  """The one finished smoke run of a test session, trained by whichever process asks first
+  and shared by every xdist worker (a file lock in the session's shared temp folder, the
+  parent of a worker's `base_temp`): configs/smoke.py on `smoke_data_dirs`, 2 epochs of 3
+  steps (checkpoints 3 and 6), scored under 'strict' at the end (eval.json, threshold.json).
+
+  Read it; never write it (copy it first: shutil.copytree), since other tests read it at
+  the same time.
+  """
+  from crackjax import train
+
+  base_temp = Path(base_temp)
+  shared = base_temp.parent if os.environ.get('PYTEST_XDIST_WORKER') else base_temp
+  root = shared / 'shared_smoke_run'
+  with open(shared / 'shared_smoke_run.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+    if not (root / 'complete').exists():
+      shutil.rmtree(root, ignore_errors=True)
+      config = smoke_config(smoke_data_dirs(root / 'data'))
+      config.eval.protocols = ('strict',)
+      train.train_and_evaluate(config, root / 'run')
+      (root / 'complete').touch()
+  return root / 'run'
 
 
 # ----------------------------------------------------------------------------- image folders

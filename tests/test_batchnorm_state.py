@@ -125,6 +125,8 @@ _DEVICES_SCRIPT = textwrap.dedent("""
 """)
 
 
+# A subprocess with two CPU devices: the slow tier (tests/test_sharding.py is its peer).
+@pytest.mark.slow
 def test_batch_statistics_are_over_the_global_batch_on_any_number_of_devices():
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=2')
   env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO), env.get('PYTHONPATH')]))
@@ -260,6 +262,9 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   )
 
 
+# The command in a subprocess; prediction with the running averages is checked in-process
+# by test_evaluation_prediction_and_export_use_the_running_averages.
+@pytest.mark.slow
 def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
   import PIL.Image
 

@@ -29,11 +29,9 @@ smoke_config = fixtures.smoke_config
 
 
 @pytest.fixture(scope='module')
-def trained(data_dirs, tmp_path_factory):
-  """A finished smoke run (checkpoints of steps 3 and 6), never modified by the tests."""
-  workdir = tmp_path_factory.mktemp('trained') / 'run'
-  train.train_and_evaluate(smoke_config(data_dirs), workdir, evaluate_after=False)
-  return workdir
+def trained(smoke_run):
+  """The session's finished smoke run (checkpoints of steps 3 and 6), copied before use."""
+  return smoke_run
 
 
 @pytest.fixture

@@ -8,26 +8,18 @@ import textwrap
 import numpy as np
 import pytest
 
-from configs import smoke
-from crackjax import inference, train
+from crackjax import inference
 from crackjax.deploy import export
 from crackjax.deploy import predictor as predict
-from tests import fixtures
 
 # Sizes the round trip is checked on: two batch sizes and two spatial sizes, one file.
 SHAPES = ((2, 32, 48, 3), (1, 64, 80, 3))
 
 
 @pytest.fixture(scope='module')
-def run_dir(tmp_path_factory):
-  """A trained smoke run (six steps on a fake CrackForest), shared by this module."""
-  root = tmp_path_factory.mktemp('export')
-  raw = fixtures.make_fake_crackforest(root / 'raw', n_labelled=6, size=(32, 48))
-  config = smoke.get_config()
-  config.data.manual_dir = str(raw)
-  config.data.data_dir = str(root / 'tfds')
-  train.train_and_evaluate(config, root / 'run', evaluate_after=False)
-  return root / 'run'
+def run_dir(smoke_run):
+  """The session's trained smoke run (six steps on a fake CrackForest)."""
+  return smoke_run
 
 
 @pytest.fixture(scope='module')

@@ -1,5 +1,6 @@
 """HED and RCF (Li et al. 2021, Table V) and their deeply supervised losses."""
 
+import functools
 import math
 
 import jax
@@ -84,22 +85,32 @@ _LOSSES = {
   'deepcrack_plain': lambda: side_losses.deepcrack_plain(),
   'side_exp_wce': lambda: side_losses.side_exp_wce(beta=0.75),
 }
+_OWN = {('HED', 'hed_balanced'), ('RCF', 'rcf_robust')}
 
 
-@pytest.fixture(scope='module', params=[HED, RCF], ids=['HED', 'RCF'])
-def tiny(request):
+@functools.cache
+def _tiny(name: str):
   """A tiny model (widths 4 ... 32), its initial parameters and a synthetic batch."""
   # conv_impl='xla' and rbg keys: the same function, compiled several times faster on the CPU.
-  model = request.param(width_scale=1 / 16, conv_impl='xla')
+  model = {'HED': HED, 'RCF': RCF}[name](width_scale=1 / 16, conv_impl='xla')
   images = jax.random.uniform(jax.random.key(1), (2, 32, 32, 3))
   labels = (jax.random.uniform(jax.random.key(2), (2, 32, 32, 1)) < 0.1).astype(jnp.float32)
   params = jax.jit(model.init)(jax.random.key(0, impl='rbg'), images)
   return model, params, images, labels
 
 
-@pytest.mark.parametrize('loss_name', sorted(_LOSSES))
-def test_tiny_model_trains_three_adam_steps(tiny, loss_name):
-  model, params, images, labels = tiny
+# Each model with its own loss in the default tier; the other pairs (a compilation each, ~6 s
+# on 2 cores) in the slow tier. Every loss has its hand-computed values below.
+_PAIRS = [
+  pytest.param(m, loss, marks=() if (m, loss) in _OWN else pytest.mark.slow, id=f'{m}-{loss}')
+  for m in ('HED', 'RCF')
+  for loss in sorted(_LOSSES)
+]
+
+
+@pytest.mark.parametrize(('model_name', 'loss_name'), _PAIRS)
+def test_tiny_model_trains_three_adam_steps(model_name, loss_name):
+  model, params, images, labels = _tiny(model_name)
   loss_fn = _LOSSES[loss_name]()
   optimizer = optax.adam(1e-3)
   opt_state = optimizer.init(params)

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,25 +14,17 @@ import PIL.Image
 import pytest
 
 import crackjax
-from configs import smoke
-from crackjax import evaluate, inference, train
+from crackjax import evaluate, inference
 from crackjax.deploy import cli as predict_cli
 from crackjax.deploy import predictor as predict
-from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope='module')
-def run_dir(tmp_path_factory):
-  """A smoke run (6 steps, strict evaluation so threshold.json exists)."""
-  root = tmp_path_factory.mktemp('predict')
-  config = smoke.get_config()
-  config.data.manual_dir = str(fixtures.make_fake_crackforest(root / 'raw', size=(32, 48)))
-  config.data.data_dir = str(root / 'tfds')
-  config.eval.protocols = ('strict',)
-  train.train_and_evaluate(config, root / 'run')
-  return root / 'run'
+def run_dir(smoke_run):
+  """The session's smoke run (6 steps, strict evaluation so threshold.json exists)."""
+  return smoke_run
 
 
 @pytest.fixture(scope='module')
@@ -71,7 +64,8 @@ def test_load_run_and_threshold(run, run_dir):
   assert 'was chosen for step 6, not step 3' in older.threshold_source
 
 
-def test_scoring_other_data_keeps_the_runs_own_results(run_dir):
+def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
+  run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))  # the shared run stays as it is
   own = ('eval.json', 'threshold.json', 'eval_per_image.csv', 'pr_curve.png')
   before = {f: (run_dir / f).read_bytes() for f in own}
   config = predict.read_config(run_dir)
@@ -217,6 +211,65 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   with pytest.raises(SystemExit, match='measurements.csv exists; pass --overwrite'):
     predict_cli.main(args)
   assert predict_cli.main([*args, '--overwrite']) == 0
+
+
+def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
+  folder = tmp_path / 'photos'
+  (folder / 'sub' / 'deeper').mkdir(parents=True)
+  PIL.Image.fromarray(photo(20, 30)).save(folder / 'road.jpg')
+  PIL.Image.fromarray(photo(20, 30)).save(folder / 'road.png')
+  PIL.Image.fromarray(photo(24, 20)).save(folder / 'sub' / 'road.png')
+  PIL.Image.fromarray(photo(22, 26)).save(folder / 'sub' / 'deeper' / 'x.png')
+  frames = [PIL.Image.fromarray(photo(16, 16)), PIL.Image.fromarray(photo(16, 16)[::-1])]
+  frames[0].save(folder / 'anim.gif', save_all=True, append_images=frames[1:])
+  (folder / 'notes.txt').write_text('not an image')
+  (folder / '.hidden').mkdir()
+  PIL.Image.fromarray(photo(16, 16)).save(folder / '.hidden' / 'skip.png')
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
+  assert predict_cli.main([*args, '--overwrite']) == 0
+  err = capsys.readouterr().err
+  names = {'road_jpg', 'road_png', 'sub/road', 'sub/deeper/x', 'anim'}
+  rows = list(csv.DictReader((out / 'measurements.csv').open()))
+  assert sorted(r['name'] for r in rows) == sorted(names)  # one row each, none hidden
+  for name in names:
+    assert (out / 'probs' / f'{name}.png').is_file() and (
+      out / 'overlays' / f'{name}.jpg'
+    ).is_file()
+  with PIL.Image.open(out / 'probs' / 'sub' / 'road.png') as im:
+    assert (im.height, im.width) == (24, 20)  # its own map, not road.png's
+  assert 'skipped 1 file(s) that are not images (notes.txt)' in err
+  assert 'anim.gif is animated (2 frames): predicted its first frame' in err
+
+  # The same inputs give the same names; a clash of the same name from two folders is told
+  # apart by the folder.
+  a, b = tmp_path / 'a', tmp_path / 'b'
+  inputs = [
+    predict_cli.Input(a / 'road.jpg', Path('road.jpg')),
+    predict_cli.Input(a / 'road.png', Path('road.png')),
+    predict_cli.Input(b / 'Road.png', Path('Road.png')),
+  ]
+  assert predict_cli.output_names(inputs) == ['road_jpg', 'a_road_png', 'b_Road_png']
+  assert predict_cli.output_names(inputs) == predict_cli.output_names(list(inputs))
+
+  # A photo over --max_megapixels is refused from its header, by name, with the way past it.
+  big = tmp_path / 'big'
+  big.mkdir()
+  PIL.Image.fromarray(photo(40, 60)).save(big / 'wide.png')
+  limited = [f'--workdir={run_dir}', f'--out={tmp_path / "out_big"}', '--notune_malloc']
+  assert predict_cli.main([*limited, '--max_megapixels=0.001', str(big)]) == 1
+  err = capsys.readouterr().err
+  assert 'wide.png: 60x40 (0 MP) is over the 0 MP limit' in err
+  assert '--max_megapixels=1 if the file is trusted' in err
+
+
+def test_large_photos_report_progress_per_tile(run):
+  predictor = predict.Predictor(run.model, run.params, tile_size=32, overlap=0.25)
+  image = photo(70, 90)
+  done = []
+  prob = predictor(image, progress=done.append)
+  assert sum(done) == predictor.num_tiles(70, 90) > 4
+  np.testing.assert_array_equal(prob, predictor(image))
 
 
 def test_command_line_errors(run_dir, tmp_path):

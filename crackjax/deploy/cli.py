@@ -3,20 +3,25 @@
   crackjax-predict --workdir=workdirs/cfd_exp photos/ more/*.jpg one.png --out=predictions
   crackjax-predict --workdir=RUN roads/ --out=OUT --threshold=0.4 --mm_per_pixel=0.5
 
-For every readable image (any size, png/jpg/bmp/tif/webp; grey, RGBA, 16-bit and
-EXIF-rotated photos included) it writes, at the photo's own size:
+For every readable image (any size, png/jpg/bmp/tif/webp/gif; grey, RGBA, 16-bit and
+EXIF-rotated photos included; folders are searched recursively) it writes, at the photo's own
+size:
   OUT/probs/<name>.png     crack probability, 8-bit (255 = 1)
   OUT/masks/<name>.png     crack mask (255 = crack) at the run's threshold (threshold.json,
                            the strict-protocol ODS threshold) or --threshold
   OUT/overlays/<name>.jpg  the photo with crack pixels in red
 and one row per image in OUT/measurements.csv (crack ratio, length, widths, segments; see
-crackjax/deploy/measure.py), then prints a summary line. An unreadable file is reported, by name,
-and skipped; nothing is overwritten without --overwrite.
+crackjax/deploy/measure.py), then prints a summary line. <name> is the photo's path under the
+folder it was found in, without its extension (`output_names`: unique and stable; two photos
+that differ only in extension keep it, road_jpg and road_png). An unreadable file is
+reported, by name, and skipped; so are other files in the folders, counted; an animated
+image is predicted from its first frame, said; nothing is overwritten without --overwrite.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 import os
 import sys
@@ -35,31 +40,59 @@ from crackjax.deploy import hostmem, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
+# PIL refuses images over twice its MAX_IMAGE_PIXELS (a guard against decompression bombs);
+# the same limit, in megapixels, is --max_megapixels's default.
+DEFAULT_MAX_MEGAPIXELS = 2 * PIL.Image.MAX_IMAGE_PIXELS / 1e6
 OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
+USAGE = f'{PROG} --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
 
 
 class UnreadableImageError(ValueError):
   """A file that is not an image PIL can decode (the message names it and says why)."""
 
 
-def load_photo(path: str | Path) -> np.ndarray:
+def load_photo(
+  path: str | Path,
+  *,
+  max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
+  notes: list[str] | None = None,
+) -> np.ndarray:
   """An image file as H x W x 3 uint8 RGB, upright (EXIF orientation applied).
 
   Grey, palette and RGBA images are converted to RGB (alpha dropped); 16-bit and other
   high-bit-depth grey images are scaled by their actual range (the smallest bit depth that
-  holds their maximum, at least 8), so a 12-bit image is not stored almost black.
+  holds their maximum, at least 8), so a 12-bit image is not stored almost black. An animated
+  image gives its first frame, with a line in `notes`.
 
   Raises:
-    UnreadableImageError: the file cannot be decoded (truncated, not an image, ...).
+    UnreadableImageError: the file cannot be decoded (truncated, not an image, ...) or has
+      more than `max_megapixels` million pixels (read from its header, before decoding).
   """
+  # Our own limit (from the header, below) replaces PIL's, so that the message can name the
+  # flag that lifts it.
+  pil_limit, PIL.Image.MAX_IMAGE_PIXELS = PIL.Image.MAX_IMAGE_PIXELS, None
   try:
     with PIL.Image.open(path) as image:
+      megapixels = image.width * image.height / 1e6
+      if megapixels > max_megapixels:
+        raise UnreadableImageError(
+          f'{path}: {image.width}x{image.height} ({megapixels:.0f} MP) is over the '
+          f'{max_megapixels:.0f} MP limit that guards against decompression bombs; pass '
+          f'--max_megapixels={int(megapixels) + 1} if the file is trusted'
+        )
+      frames = getattr(image, 'n_frames', 1)
       image.load()  # PIL decodes lazily: force it so broken files fail here, by name.
       image = PIL.ImageOps.exif_transpose(image)
+  except UnreadableImageError:
+    raise
   except Exception as e:  # PIL raises OSError, SyntaxError, ValueError ... for bad files.
     raise UnreadableImageError(f'{path}: cannot read image ({type(e).__name__}: {e})') from e
+  finally:
+    PIL.Image.MAX_IMAGE_PIXELS = pil_limit
+  if frames > 1 and notes is not None:
+    notes.append(f'{path} is animated ({frames} frames): predicted its first frame')
   if image.width == 0 or image.height == 0:
     raise UnreadableImageError(f'{path}: empty image ({image.width}x{image.height})')
   if image.mode in ('I', 'I;16', 'I;16B', 'I;16L', 'F'):
@@ -71,36 +104,83 @@ def load_photo(path: str | Path) -> np.ndarray:
   return np.asarray(image.convert('RGB'))
 
 
-def find_inputs(specs: Sequence[str]) -> tuple[list[Path], list[str]]:
+@dataclasses.dataclass(frozen=True)
+class Input:
+  """An image to predict: its path, and its path under the folder it was found in (its file
+  name for a file or a glob match), which names its outputs."""
+
+  path: Path
+  relative: Path
+
+
+def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
   """Image files named by `specs` (files, folders, globs), in order, without duplicates.
 
   Returns:
-    (files, problems): folders contribute their image files (sorted, not recursive); a
-    spec that matches nothing is a problem, reported by the caller.
+    (inputs, problems): folders contribute their image files, subfolders included (sorted;
+    hidden files and folders left out); a spec that matches nothing, and the other files a
+    folder holds (counted, a few named), are problems, reported by the caller.
   """
-  files: list[Path] = []
+  inputs: dict[Path, Input] = {}
   problems = []
   for spec in specs:
     path = Path(os.path.expanduser(spec))
     if path.is_dir():
-      found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+      visible = sorted(
+        p
+        for p in path.rglob('*')
+        if p.is_file() and not any(part.startswith('.') for part in p.relative_to(path).parts)
+      )
+      found = [Input(p, p.relative_to(path)) for p in visible if _is_image(p)]
+      others = [p for p in visible if not _is_image(p)]
       if not found:
         problems.append(f'{spec}: folder holds no image files ({", ".join(IMAGE_EXTENSIONS)})')
+      elif others:
+        named = ', '.join(str(p.relative_to(path)) for p in others[:3])
+        more = ', ...' if len(others) > 3 else ''
+        problems.append(
+          f'{spec}: skipped {len(others)} file(s) that are not images ({named}{more})'
+        )
     elif path.is_file():
-      found = [path]
+      found = [Input(path, Path(path.name))]
     else:
-      found = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
-      found = [p for p in found if p.is_file()]
+      matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
+      found = [Input(p, Path(p.name)) for p in matches if p.is_file()]
       if not found:
         problems.append(f'{spec}: no such file, folder or matching files')
-    files += found
-  return list(dict.fromkeys(files)), problems
+    for item in found:
+      inputs.setdefault(item.path.resolve(), item)
+  return list(inputs.values()), problems
 
 
-def output_names(files: Sequence[Path]) -> list[str]:
-  """Output name per file: its stem, or parent_stem where two inputs share a stem."""
-  stems = [f.stem for f in files]
-  return [f'{f.parent.name}_{f.stem}' if stems.count(f.stem) > 1 else f.stem for f in files]
+def _is_image(path: Path) -> bool:
+  return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def output_names(inputs: Sequence[Input]) -> list[str]:
+  """Unique output names, in order: each input's relative path without its extension
+  ('road', 'north/road'). Where several share one (case ignored, as some file systems do),
+  those that differ in extension keep it ('road_jpg', 'road_png'); any still alike get their
+  folder's name in front, then a counter. The same inputs always get the same names."""
+
+  def key(name: str) -> str:
+    return name.lower()
+
+  names = [item.relative.with_suffix('').as_posix() for item in inputs]
+  for rule in (
+    lambda i, n: f'{n}_{inputs[i].path.suffix.lstrip(".").lower()}',
+    lambda i, n: f'{inputs[i].path.parent.name}_{n}',
+  ):
+    counts: dict[str, int] = {}
+    for n in names:
+      counts[key(n)] = counts.get(key(n), 0) + 1
+    names = [rule(i, n) if counts[key(n)] > 1 else n for i, n in enumerate(names)]
+  seen: dict[str, int] = {}
+  unique = []
+  for n in names:
+    seen[key(n)] = seen.get(key(n), 0) + 1
+    unique.append(n if seen[key(n)] == 1 else f'{n}_{seen[key(n)]}')
+  return unique
 
 
 def overlay(photo: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -157,6 +237,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
+  flags.DEFINE_float(
+    'max_megapixels',
+    DEFAULT_MAX_MEGAPIXELS,
+    "larger images are refused before decoding (PIL's guard against decompression bombs); "
+    'raise it for trusted large photos',
+    flag_values=fv,
+  )
   # Every value is checked before any image (these here; the tiling ones by Predictor), so a
   # bad one never stops a run half-way.
   flags.register_validator(
@@ -168,6 +255,23 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.register_validator(
     'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=fv
   )
+  flags.register_validator(
+    'max_megapixels', lambda v: v > 0, message='--max_megapixels must be > 0', flag_values=fv
+  )
+
+
+# A photo cut into at least this many tiles gets its own progress bar (an 80 MP photo took
+# two minutes on a 2-core CPU with none).
+TILE_PROGRESS_FROM = 8
+
+
+def _predict(predictor: Predictor, photo: np.ndarray, name: str) -> np.ndarray:
+  """The probability map of `photo`, with a per-tile progress bar for a large one."""
+  tiles = predictor.num_tiles(*photo.shape[:2])
+  if tiles < TILE_PROGRESS_FROM:
+    return predictor(photo)
+  with tqdm.tqdm(total=tiles, unit='tile', desc=name, leave=False, file=sys.stderr) as bar:
+    return predictor(photo, progress=bar.update)
 
 
 def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
@@ -181,12 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   fv = flags.FlagValues()
   _define_flags(fv)
-  inputs = cli.parse_flags(fv, argv, prog=PROG)[1:]
+  inputs = cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
   if not fv.workdir or not fv.out:
-    sys.exit(
-      f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {PROG} '
-      '--workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB...'
-    )
+    sys.exit(f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {USAGE}')
   if not inputs:
     sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
   try:
@@ -230,11 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     file=sys.stderr,
   )
 
-  rows, skipped = [], []
+  rows, skipped, notes = [], [], []
   start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
-  for path, name in tqdm.tqdm(
+  for item, name in tqdm.tqdm(
     list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
   ):
+    path = item.path
     targets = [
       out / 'probs' / f'{name}.png',
       out / 'masks' / f'{name}.png',
@@ -245,12 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
       skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
       continue
     try:
-      photo = load_photo(path)
+      photo = load_photo(path, max_megapixels=fv.max_megapixels, notes=notes)
     except UnreadableImageError as e:
       skipped.append(str(e))
       continue
     t0 = time.perf_counter()
-    prob = predictor(photo)
+    prob = _predict(predictor, photo, name)
     predict_seconds += time.perf_counter() - t0
     megapixels += photo.shape[0] * photo.shape[1] / 1e6
     mask = predictor.mask(prob, threshold)
@@ -260,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
     rows.append(row | measure.measure_cracks(mask, mm_per_pixel=fv.mm_per_pixel))
 
+  for line in notes:
+    print(f'{PROG}: note: {line}', file=sys.stderr)
   for line in skipped:
     print(f'{PROG}: skipped {line}', file=sys.stderr)
   if rows:

@@ -292,6 +292,7 @@ def export_run(
 # ----------------------------------------------------------------------------- command line
 
 PROG = 'crackjax-export'
+USAGE = f'{PROG} --workdir=RUN --out=FILE [--format=jax|onnx] [flags]  (docs/export.md)'
 
 
 def _define_flags(flag_values: flags.FlagValues) -> None:
@@ -336,13 +337,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   flag_values = flags.FlagValues()
   _define_flags(flag_values)
-  if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
-    # cli.parse_flags's usage line is for commands that take --config; this one does not.
-    print(f'usage: {PROG} --workdir=RUN --out=FILE [--format=jax|onnx] [flags]\n')
-    print(flag_values.get_help().strip())
-    print('\nSee docs/export.md.')
-    sys.exit(0)
-  cli.parse_flags(flag_values, argv, prog=PROG)
+  cli.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
   fv = flag_values
   for name in ('workdir', 'out'):
     if not fv[name].value:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,11 @@ class Predictor:
     tw, xs = tile_layout(pw, self.tile_size, overlap, self.multiple)
     return th, ys, tw, xs
 
+  def num_tiles(self, height: int, width: int) -> int:
+    """How many model calls' worth of tiles a `height` x `width` image is cut into."""
+    _, ys, _, xs = self.layout(height, width)
+    return len(ys) * len(xs)
+
   def pixels_predicted(self, height: int, width: int) -> float:
     """Pixels the model computes for a `height` x `width` image, over its pixels (>= 1: the
     overlap and padding are computed too; what tiling costs beyond the image itself)."""
@@ -311,8 +317,11 @@ class Predictor:
     batch = np.stack(tiles + [np.zeros_like(tiles[0])] * (self.batch_size - n))
     return np.asarray(self._apply(self.params, self.batch_stats, batch))[:n, ..., 0]
 
-  def __call__(self, image: np.ndarray) -> np.ndarray:
-    """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image."""
+  def __call__(
+    self, image: np.ndarray, *, progress: Callable[[int], object] | None = None
+  ) -> np.ndarray:
+    """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image;
+    `progress(n)` is called as each batch of n tiles is done (a tqdm bar's ``update``)."""
     image = as_float_image(image)
     h, w = image.shape[:2]
     padded = reflect_pad(image, *self.padded_shape(h, w))
@@ -332,6 +341,8 @@ class Predictor:
       for (y, x), prob in zip(chunk, probs, strict=True):
         total[y : y + th, x : x + tw] += prob * weights
         norm[y : y + th, x : x + tw] += weights
+      if progress is not None:
+        progress(len(chunk))
     return (total / norm)[:h, :w]
 
   def mask(self, prob: np.ndarray, threshold: float | None = None) -> np.ndarray:

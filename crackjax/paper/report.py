@@ -46,6 +46,7 @@ from crackjax import cli
 from crackjax.paper import tables as paper
 
 PROG = 'python -m crackjax.paper.report'
+USAGE = f'{PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE] [flags]'
 EXPORT_FORMAT = 'crackjax.reproduce/1'
 # What an exported epoch keeps of each protocol's result (no curves, no per-image rows).
 _EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
@@ -743,9 +744,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     "chunk's time limit, which the next chunk redoes from scratch).",
     flag_values=fv,
   )
-  inputs = cli.parse_flags(fv, full, prog=PROG)[1:]
+  inputs = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
   if not inputs:
-    sys.exit(f'usage: {PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE]')
+    sys.exit(f'usage: {USAGE}')
   try:
     runs = load(inputs)
   except (OSError, ValueError) as e:

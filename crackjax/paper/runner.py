@@ -62,6 +62,7 @@ from crackjax import run as run_lib
 from crackjax.paper import tables as paper
 
 PROG = 'python -m crackjax.paper.runner'
+USAGE = f'{PROG} --table=T --workdir=DIR [--rows=KEY,...] [--seeds=N] [flags]  |  {PROG} --list'
 DEFAULT_PROTOCOLS = ('strict', 'tolerance_thin_gt')
 
 
@@ -596,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   full = [PROG, *(sys.argv[1:] if argv is None else argv)]
   fv = flags.FlagValues()
   define_flags(fv)
-  rest = cli.parse_flags(fv, full, prog=PROG)
+  rest = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)
   if len(rest) > 1:
     sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
   if fv.list:

@@ -1,0 +1,133 @@
+"""Every command's --help: its own usage line and its own flags, exit status 0 (issue: the
+commands without a config printed the config usage line and no flag at all)."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crackjax import complexity
+from crackjax.data import stats
+from crackjax.deploy import cli as predict_cli
+from crackjax.deploy import export
+from crackjax.paper import report, runner
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.main
+
+
+# (command, its main with --help, the start of its usage line, flags it must list)
+COMMANDS = [
+  (
+    'runner',
+    lambda: runner.main(['--help']),
+    'usage: python -m crackjax.paper.runner --table=T --workdir=DIR',
+    ['--table', '--rows', '--seeds', '--parallel', '--max_minutes', '--curve_protocols'],
+  ),
+  (
+    'report',
+    lambda: report.main(['--help']),
+    'usage: python -m crackjax.paper.report CAMPAIGN_DIR_OR_EXPORT.json',
+    ['--out', '--export', '--protocols', '--complete_only'],
+  ),
+  (
+    'predict',
+    lambda: predict_cli.main(['--help']),
+    'usage: crackjax-predict --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB',
+    ['--workdir', '--out', '--threshold', '--mm_per_pixel', '--tile_size', '--overwrite'],
+  ),
+  (
+    'export',
+    lambda: export.main(['crackjax-export', '--help']),
+    'usage: crackjax-export --workdir=RUN --out=FILE',
+    ['--workdir', '--out', '--format', '--hw'],
+  ),
+  (
+    'data stats',
+    lambda: stats.main(['--help']),
+    'usage: python -m crackjax.data.stats --config=configs/<name>.py',
+    ['--config', '--splits', '--json'],
+  ),
+  (
+    'complexity',
+    lambda: complexity.main(['--help']),
+    'usage: python -m crackjax.complexity --config=configs/<name>.py',
+    ['--config', '--hw', '--fps'],
+  ),
+  (
+    'bench train_step',
+    lambda: _bench('train_step')(['--help']),
+    'usage: bench/train_step.py --config=',
+    ['--config'],
+  ),
+  (
+    'bench loop_vs_step',
+    lambda: _bench('loop_vs_step')(['--help']),
+    'usage: bench/loop_vs_step.py --config=',
+    ['--config'],
+  ),
+  (
+    'bench predict_speed',
+    lambda: _bench('predict_speed')(['--help']),
+    'usage: bench/predict_speed.py --config=',
+    ['--config'],
+  ),
+  (
+    'bench tile_fidelity',
+    lambda: _bench('tile_fidelity')(['--help']),
+    'usage: bench/tile_fidelity.py --workdir=RUN --image=PHOTO',
+    ['--workdir', '--image', '--overlaps', '--blends'],
+  ),
+  (
+    'bench launch_breakdown',
+    lambda: _bench('launch_breakdown')(['--help']),
+    'usage: bench/launch_breakdown.py',
+    ['--workdir', '--prepare_first'],
+  ),
+]
+
+
+@pytest.mark.parametrize('name,call,usage,flags', COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_help_shows_the_command_s_usage_and_flags(name, call, usage, flags, capsys):
+  with pytest.raises(SystemExit) as e:
+    call()
+  assert e.value.code in (0, None)
+  out = capsys.readouterr().out
+  assert out.startswith(usage), out[:300]
+  for flag in flags:
+    assert f'{flag}' in out, (name, flag, out)
+  # Not the flags of the libraries a command imports (absl's logging, grain, array_record).
+  assert '--verbosity' not in out and '--array_record_reader_pool_size' not in out
+
+
+def test_bench_eval_speed_help(monkeypatch, capsys):
+  monkeypatch.setattr(sys, 'argv', ['bench/eval_speed.py', '--help'])
+  with pytest.raises(SystemExit) as e:
+    _bench('eval_speed')()
+  assert e.value.code == 0
+  out = capsys.readouterr().out
+  assert out.startswith('usage: eval_speed.py') and '--num_images' in out
+
+
+def test_launch_help():
+  # launch.py runs under absl.app: the global flag set holds its imports' flags too.
+  out = subprocess.run(
+    [sys.executable, 'launch.py', '--help'],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=REPO,
+  )
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.startswith('usage: launch.py --config=configs/<name>.py')
+  for flag in ('--config', '--workdir', '--mode', '--coordinator_address'):
+    assert flag in out.stdout
+  assert '--array_record_reader_pool_size' not in out.stdout and '--verbosity' not in out.stdout
