@@ -171,6 +171,8 @@ def _real_data_dir() -> Path | None:
   return None
 
 
+# Builds the real archive (~10 s): the slow tier.
+@pytest.mark.slow
 @pytest.mark.skipif(_real_data_dir() is None, reason='real CrackForest data not available')
 def test_real_crackforest(tmp_path):
   builder = build(_real_data_dir(), tmp_path / 'tfds')

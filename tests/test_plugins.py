@@ -81,6 +81,8 @@ def _launch(*args, cwd=REPO):
   )
 
 
+# A whole launch.py run in a subprocess: the slow tier (the two checks below stay).
+@pytest.mark.slow
 def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
   config = tmp_path / 'toy_config.py'
   config.write_text(TOY_CONFIG)

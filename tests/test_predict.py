@@ -298,6 +298,8 @@ def test_command_line_errors(run_dir, tmp_path):
     assert not out.exists()
 
 
+# The installed command in a subprocess: the slow tier (the in-process tests cover its work).
+@pytest.mark.slow
 def test_console_script_is_installed(run_dir, tmp_path):
   proc = subprocess.run(
     [sys.executable, '-m', 'crackjax.deploy.cli', '--help'], capture_output=True, text=True

@@ -55,7 +55,7 @@ from absl import flags
 from jax import export as jax_export
 
 from crackjax import cli, logs
-from crackjax.deploy.predictor import Run, load_run, predict_step
+from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
 from crackjax.models import input_multiple, model_from_config
 from crackjax.state import CheckpointError
 
@@ -271,6 +271,8 @@ def export_run(
     'input': 'images: float32 [B, H, W, 3], RGB in [0, 1] (NHWC)',
     'output': 'probabilities: float32 [B, H, W, 1], crack probability per pixel',
     'input_multiple': multiple,
+    # How crackjax-predict pads (crackjax.deploy.predictor.pad_multiple): pad so to get its map.
+    'pad_multiple': pad_multiple(multiple),
     'threshold': run.threshold,
     'threshold_source': run.threshold_source,
     'step': run.step,
@@ -279,9 +281,9 @@ def export_run(
     'crackjax_version': importlib.metadata.version('crackjax'),
     'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     'contract': (
-      f'H and W must be multiples of {multiple}: pad other sizes by reflection '
-      '(crackjax.deploy.predictor.reflect_pad) and crop the output back. Crack where '
-      'probability > threshold.'
+      f'H and W must be multiples of {multiple}: pad by reflection at the bottom and right '
+      f'to multiples of pad_multiple ({pad_multiple(multiple)}, as crackjax-predict does) and '
+      'crop the output back. Crack where probability > threshold.'
     ),
     **details,
   }

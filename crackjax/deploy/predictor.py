@@ -113,6 +113,19 @@ def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
 # ----------------------------------------------------------------------------- tiling
 
 
+#: The one padding rule of prediction: reflection at the bottom and right, up to the next
+#: multiple of `pad_multiple(input_multiple)` = lcm(PAD_BUCKET, input_multiple) in each
+#: dimension. Predictor pads so (each multiple is a compile bucket), and an export's sidecar
+#: records the number ('pad_multiple') for docs/export.md's loading recipe: the same padding
+#: gives the same map (the border pixels depend on how much is padded).
+PAD_BUCKET = 32
+
+
+def pad_multiple(input_multiple: int) -> int:
+  """What H and W are reflection-padded up to for a model of `input_multiple`."""
+  return math.lcm(PAD_BUCKET, input_multiple)
+
+
 def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
@@ -241,7 +254,7 @@ class Predictor:
     tile_size: int = 1024,
     overlap: float = 0.125,
     batch_size: int | None = None,
-    bucket: int = 32,
+    bucket: int = PAD_BUCKET,
     devices: list[jax.Device] | None = None,
     blend: str = 'cosine',
   ):
