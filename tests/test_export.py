@@ -61,6 +61,26 @@ _LOAD_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_export_metadata_and_the_documented_recipe(run_dir, run, tmp_path):
+  pytest.importorskip('flatbuffers')
+  out = export.export_run(run_dir, tmp_path / 'unet.jaxexport')
+  meta = json.loads(export.sidecar_path(out).read_text())
+  assert meta['format'] == 'jax' and meta['input_multiple'] == 16
+  assert meta['step'] == run.step == 6 and meta['threshold'] == run.threshold
+  assert meta['platforms'] == ['cpu', 'cuda']  # lowered for CUDA on a CPU-only machine
+  # docs/export.md's recipe, padding to the sidecar's pad_multiple, gives crackjax-predict's
+  # map for a size that is no multiple of anything (its border pixels included).
+  assert meta['pad_multiple'] == 32
+  f = jax.export.deserialize(out.read_bytes())
+  image = np.random.default_rng(3).random((37, 50, 3), dtype=np.float32)
+  m = meta['pad_multiple']
+  padded = np.pad(image, ((0, -37 % m), (0, -50 % m), (0, 0)), mode='reflect')
+  recipe = np.asarray(f.call(padded[None]))[0, :37, :50, 0]
+  np.testing.assert_allclose(recipe, predict.Predictor.from_workdir(run_dir)(image), atol=1e-5)
+
+
+# A fresh interpreter that imports only jax and numpy: the slow tier.
+@pytest.mark.slow
 def test_jax_export_round_trip_without_crackjax(run_dir, run, tmp_path):
   pytest.importorskip('flatbuffers')  # jax's serializer needs it (a crackjax dependency)
   out = export.export_run(run_dir, tmp_path / 'unet.jaxexport')
@@ -85,15 +105,6 @@ def test_jax_export_round_trip_without_crackjax(run_dir, run, tmp_path):
   meta = json.loads(export.sidecar_path(out).read_text())
   assert meta['format'] == 'jax'
   assert meta['input_multiple'] == 16
-  # docs/export.md's recipe, padding to the sidecar's pad_multiple, gives crackjax-predict's
-  # map for a size that is no multiple of anything (its border pixels included).
-  assert meta['pad_multiple'] == 32
-  f = jax.export.deserialize(out.read_bytes())
-  image = np.random.default_rng(3).random((37, 50, 3), dtype=np.float32)
-  m = meta['pad_multiple']
-  padded = np.pad(image, ((0, -37 % m), (0, -50 % m), (0, 0)), mode='reflect')
-  recipe = np.asarray(f.call(padded[None]))[0, :37, :50, 0]
-  np.testing.assert_allclose(recipe, predict.Predictor.from_workdir(run_dir)(image), atol=1e-5)
   assert meta['step'] == run.step == 6
   assert meta['threshold'] == run.threshold
   assert meta['platforms'] == ['cpu', 'cuda']  # lowered for CUDA on a CPU-only machine
