@@ -19,7 +19,7 @@ import jax
 import ml_collections
 from absl import app, flags, logging
 
-from crackjax import cli, evaluate, logs, state, train, validate
+from crackjax import cli, evaluate, logs, pretrained, state, train, validate
 from crackjax import run as run_lib
 from crackjax.data import datasets
 
@@ -87,11 +87,24 @@ def main(argv):
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
     sys.exit(_bad_config(e))
+  run_or_exit(config, FLAGS.workdir, FLAGS.mode, parts)
+
+
+def run_or_exit(
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  mode: str,
+  parts: validate.Parts | None = None,
+) -> None:
+  """`run`, with the errors a user can fix (no checkpoint, a damaged or foreign one, another
+  config's run, a held workdir, an unusable pretrained file, a workdir that cannot be
+  written) as one line and exit status 1 instead of a traceback."""
   try:
-    run(config, FLAGS.workdir, FLAGS.mode, parts)
+    run(config, workdir, mode, parts)
   except (
-    FileNotFoundError,
+    OSError,  # a missing file, a workdir that cannot be written (the message names the path)
     state.CheckpointError,
+    pretrained.PretrainedError,
     run_lib.RunMismatchError,
     run_lib.RunLockedError,
   ) as e:

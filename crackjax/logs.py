@@ -21,6 +21,9 @@ from absl import logging as absl_logging
 _HARMLESS_WARNINGS = (
   'has no dataset_info.json',
   'OpenCV is not installed',
+  # Every construction of a crack_folder builder: its configs are made from config.data.folder
+  # on purpose (six lines per data preparation).
+  'Using custom data configuration',
   # orbax, reading a step's array metadata to compare shapes before restoring it.
   'Metadata file does not exist',
 )

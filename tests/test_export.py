@@ -165,6 +165,13 @@ def test_cli_missing_workdir_names_it(tmp_path, capsys):
   assert not (tmp_path / 'm.jaxexport').exists()
 
 
+def test_cli_unwritable_out_is_one_line(run_dir, tmp_path, capsys):
+  (tmp_path / 'file.txt').write_text('')
+  out = tmp_path / 'file.txt' / 'm.jaxexport'
+  message = _main_error([f'--workdir={run_dir}', f'--out={out}'], capsys)
+  assert message.startswith('crackjax-export: [Errno') and str(tmp_path / 'file.txt') in message
+
+
 def test_cli_flag_errors_are_one_line(run_dir, tmp_path, capsys):
   out = f'--out={tmp_path / "m.jaxexport"}'
   assert '--workdir is required' in _main_error([out], capsys)

@@ -235,6 +235,8 @@ def test_third_party_noise_demoted_to_debug(quiet_logs):
     _emit(logger, logging.INFO, tfds_info, 'Load dataset info from /d/crackforest/1.0.0')
     _emit(logger, logging.WARNING, tfds_files, 'Variant folder /d has no dataset_info.json')
     _emit(logger, logging.WARNING, tfds_image, 'OpenCV is not installed. We recommend ...')
+    tfds_builder = '/venv/site-packages/tensorflow_datasets/core/dataset_builder.py'
+    _emit(logger, logging.WARNING, tfds_builder, 'Using custom data configuration: folder-1a2b')
     _emit(logger, logging.INFO, orbax, 'Finished saving checkpoint')
     _emit(logger, logging.WARNING, tfds_info, 'Some other TFDS warning')
     _emit(logger, logging.INFO, '/repo/crackjax/train.py', 'Step 10: loss 0.5')

@@ -272,6 +272,18 @@ def test_large_photos_report_progress_per_tile(run):
   np.testing.assert_array_equal(prob, predictor(image))
 
 
+def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
+  # A path under a file stands in for a read-only folder (root may write anywhere).
+  (tmp_path / 'file.txt').write_text('')
+  PIL.Image.fromarray(photo(20, 30)).save(tmp_path / 'p.png')
+  out = tmp_path / 'file.txt' / 'out'
+  with pytest.raises(SystemExit) as e:
+    predict_cli.main([f'--workdir={run_dir}', f'--out={out}', str(tmp_path / 'p.png')])
+  assert str(e.value).startswith(f'crackjax-predict: cannot write --out={out}: Not a directory')
+  assert predict_cli.unwritable(tmp_path / 'fine') is None and (tmp_path / 'fine').is_dir()
+  assert not list((tmp_path / 'fine').iterdir())  # the probe is gone
+
+
 def test_command_line_errors(run_dir, tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()

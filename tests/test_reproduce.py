@@ -104,6 +104,28 @@ def test_unknown_variant_is_one_line_without_traceback(tmp_path):
   assert 'Traceback' not in message and len(message.splitlines()) == 2
 
 
+def test_a_failing_job_in_process_is_one_line_and_the_next_goes_on(tmp_path, monkeypatch, capsys):
+  # --parallel=1: the jobs run in this process; a failure reads as a worker's does.
+  from crackjax import train
+
+  calls = []
+
+  def broken(config, workdir, **kwargs):
+    calls.append(workdir)
+    raise RuntimeError('the loader broke\nsecond line')
+
+  monkeypatch.setattr(train, 'train_and_evaluate', broken)
+  data = fixtures.smoke_data_dirs(tmp_path / 'data')
+  workdir = tmp_path / 'campaign'
+  assert reproduce.main(_argv(workdir, data, '--seeds=1')) == 1
+  out = capsys.readouterr().out
+  assert len(calls) == 2  # the second job ran after the first failed
+  log = workdir / 'table1' / 'wce_xie' / 'seed0' / 'worker.log'
+  assert f'failed (RuntimeError: the loader broke), see {log}' in out
+  assert '0 of 2 jobs complete.' in out and 'Traceback' not in out
+  assert 'Traceback' in log.read_text() and 'second line' in log.read_text()
+
+
 def test_report_names_a_damaged_file(tmp_path):
   job = tmp_path / 'campaign' / 'table1' / 'wce_xie' / 'seed0'
   job.mkdir(parents=True)

@@ -96,6 +96,21 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   assert len(list((workdir / 'probs').glob('*.png'))) == 4
 
 
+def test_an_unusable_pretrained_file_is_one_line(data_dirs, tmp_path):
+  config = smoke_config(data_dirs)
+  weights = tmp_path / 'weights.npz'
+  weights.write_text('not an npz')
+  config.model_init.pretrained = str(weights)
+  with pytest.raises(SystemExit) as e:
+    launch.run_or_exit(config, tmp_path / 'run', 'train_and_eval')
+  message = str(e.value)
+  assert message.startswith(f'launch.py: {weights} cannot be read as a .npz')
+  assert len(message.splitlines()) == 1 and 'Traceback' not in message
+  assert not (tmp_path / 'run' / 'checkpoints').exists() or not any(
+    (tmp_path / 'run' / 'checkpoints').iterdir()
+  )
+
+
 def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
   with pytest.raises(FileNotFoundError, match='No checkpoint'):
     launch.run(smoke_config(data_dirs), tmp_path / 'empty', 'eval')

@@ -153,6 +153,19 @@ def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
   return list(inputs.values()), problems
 
 
+def unwritable(folder: Path) -> str | None:
+  """Why files cannot be written in `folder` (created if missing), or None if they can: a
+  probe file is written and removed, so a read-only folder is found before any work."""
+  probe = folder / f'.crackjax-write-test-{os.getpid()}'
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+    probe.write_bytes(b'')
+    probe.unlink()
+  except OSError as e:
+    return f'{e.strerror or e} ({e.filename or folder})'
+  return None
+
+
 def _is_image(path: Path) -> bool:
   return path.suffix.lower() in IMAGE_EXTENSIONS
 
@@ -303,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   table = out / 'measurements.csv'
   if table.exists() and not fv.overwrite:
     sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
+  problem = unwritable(out)
+  if problem:
+    sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
   if fv.tune_malloc:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()

@@ -355,7 +355,8 @@ def main(argv: Sequence[str] | None = None) -> None:
       opset=fv.opset,
       overwrite=fv.overwrite,
     )
-  except (FileNotFoundError, FileExistsError, ImportError, ValueError, CheckpointError) as e:
+  except (OSError, ImportError, ValueError, CheckpointError) as e:
+    # OSError: a missing run, an existing output, an --out that cannot be written (named).
     sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   meta = json.loads(sidecar_path(out).read_text())
   size = out.stat().st_size / 2**20

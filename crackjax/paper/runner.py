@@ -51,6 +51,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -708,6 +709,15 @@ def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], pare
         status[job.id] = run_job(job, fv.workdir, configs[job.id], parts=parts[job.id])
       except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
         status[job.id] = f'failed: {e}'
+      except Exception as e:  # noqa: BLE001 (one job's failure ends that job, as a worker's)
+        # As with workers: one line here, the traceback in the job's log, the next job goes on.
+        log = job.directory(fv.workdir) / 'worker.log'
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, 'a') as f:
+          f.write(f'\n==== {time.strftime("%Y-%m-%d %H:%M:%S")} in the runner\n')
+          f.write(traceback.format_exc())
+        first = (str(e).splitlines() or [''])[0]
+        status[job.id] = f'failed ({type(e).__name__}: {first}), see {log}'
       print(f'{job.id}: {status[job.id]}', flush=True)
   else:
     gpus = fv.gpus if fv.gpus is not None else available_gpus()
