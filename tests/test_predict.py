@@ -279,9 +279,13 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   out = tmp_path / 'file.txt' / 'out'
   with pytest.raises(SystemExit) as e:
     predict_cli.main([f'--workdir={run_dir}', f'--out={out}', str(tmp_path / 'p.png')])
-  assert str(e.value).startswith(f'crackjax-predict: cannot write --out={out}: Not a directory')
-  assert predict_cli.unwritable(tmp_path / 'fine') is None and (tmp_path / 'fine').is_dir()
-  assert not list((tmp_path / 'fine').iterdir())  # the probe is gone
+  assert str(e.value) == (
+    f'crackjax-predict: cannot write --out={out}: {tmp_path / "file.txt"} is a file, not a folder.'
+  )
+  assert predict_cli.unwritable(tmp_path / 'new' / 'out') is None
+  assert not (tmp_path / 'new').exists()  # nothing is created to find out
+  assert predict_cli.unwritable(tmp_path) is None
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 
 def test_command_line_errors(run_dir, tmp_path):

@@ -154,15 +154,22 @@ def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
 
 
 def unwritable(folder: Path) -> str | None:
-  """Why files cannot be written in `folder` (created if missing), or None if they can: a
-  probe file is written and removed, so a read-only folder is found before any work."""
-  probe = folder / f'.crackjax-write-test-{os.getpid()}'
+  """Why files could not be written in `folder`, or None if they can; creates nothing. An
+  existing folder gets a probe file (written and removed); a missing one is judged by its
+  nearest existing parent, which must be a folder this process may write."""
+  existing = Path(os.path.abspath(folder))
+  while not existing.exists():
+    existing = existing.parent
+  if not existing.is_dir():
+    return f'{existing} is a file, not a folder'
+  if existing != Path(os.path.abspath(folder)):
+    return None if os.access(existing, os.W_OK | os.X_OK) else f'Permission denied ({existing})'
+  probe = existing / f'.crackjax-write-test-{os.getpid()}'
   try:
-    folder.mkdir(parents=True, exist_ok=True)
     probe.write_bytes(b'')
     probe.unlink()
   except OSError as e:
-    return f'{e.strerror or e} ({e.filename or folder})'
+    return f'{e.strerror or e} ({existing})'
   return None
 
 
