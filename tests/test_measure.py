@@ -308,3 +308,76 @@ def test_csv_round_trip_summarize():
   assert summary['length_mm'] == pytest.approx(24.5)
   assert summary['segments'] == 1
   assert summary['max_width_px'] == 1.0
+
+
+# ----------------------------------------------------------------------------- per crack
+
+
+def _crack(mask, **kwargs):
+  [row] = measure.measure_each_crack(mask, **kwargs)
+  return row
+
+
+def test_straight_cracks_are_typed_by_their_axis_to_the_road():
+  across = np.zeros((100, 100), bool)
+  across[50, 10:90] = True  # the road runs up the photo (direction='vertical')
+  row = _crack(across)
+  assert (row['type'], row['orientation_deg']) == ('transverse', 90.0)
+  assert (row['x0'], row['y0'], row['x1'], row['y1']) == (10, 50, 89, 50)
+  assert row['length_px'] == 79.0 and row['mean_width_px'] == row['max_width_px'] == 1.0
+  assert row['crack_id'] == 1 and row['severity'] is None and row['length_mm'] is None
+  along = across.T
+  assert _crack(along)['type'] == 'longitudinal' and _crack(along)['orientation_deg'] == 0.0
+  # The same line with the road running across the photo swaps the two.
+  assert _crack(across, direction='horizontal')['type'] == 'longitudinal'
+  assert _crack(along, direction='horizontal')['type'] == 'transverse'
+  diagonal = np.eye(100, dtype=bool)
+  row = _crack(diagonal)
+  assert row['type'] == 'diagonal' and row['orientation_deg'] == 45.0
+  assert row['length_px'] == pytest.approx(99 * np.sqrt(2))
+
+
+def test_a_grid_is_a_network_and_a_speck_is_no_crack():
+  grid = np.zeros((100, 100), bool)
+  grid[[20, 50, 80], 20:81] = True
+  grid[20:81, [20, 50, 80]] = True
+  speck = np.zeros((100, 100), bool)
+  speck[5, 5:7] = True  # 2 pixels: shorter than min_length
+  row = _crack(grid | speck)
+  assert row['type'] == 'network'
+  assert row['cells'] == 4 and row['branch_points'] == 5  # 4 T-junctions and the crossing
+  assert measure.measure_each_crack(speck) == []
+  assert len(measure.measure_each_crack(speck, min_length=0)) == 1
+
+
+def test_severity_by_mean_width_in_millimetres():
+  bar = np.zeros((100, 200), bool)
+  bar[38:63, 20:180] = True  # 25 px wide at 1 mm/px: over 19 mm
+  row = _crack(bar, mm_per_pixel=1.0)
+  assert row['mean_width_mm'] == pytest.approx(25, abs=0.1) and row['severity'] == 'high'
+  assert row['type'] == 'transverse'
+  assert _crack(bar, mm_per_pixel=0.5)['severity'] == 'moderate'  # 12.5 mm
+  assert _crack(bar, mm_per_pixel=0.2)['severity'] == 'low'  # 5 mm
+  assert [measure.severity(w) for w in (6.0, 6.01, 19.0, 19.01, None)] == [
+    'low',
+    'moderate',
+    'moderate',
+    'high',
+    None,
+  ]
+
+
+def test_each_crack_is_its_own_row_and_bad_arguments_are_named():
+  mask = np.zeros((60, 60), bool)
+  mask[10, 5:55] = True
+  mask[20:58, 30] = True
+  rows = measure.measure_each_crack(mask)
+  assert [r['crack_id'] for r in rows] == [1, 2]
+  assert sorted(r['type'] for r in rows) == ['longitudinal', 'transverse']
+  assert all(set(r) == set(measure.CRACK_FIELDS) for r in rows)
+  with pytest.raises(ValueError, match='direction must be one of'):
+    measure.measure_each_crack(mask, direction='up')
+  with pytest.raises(ValueError, match='min_length must be'):
+    measure.measure_each_crack(mask, min_length=-1)
+  with pytest.raises(ValueError, match='mm_per_pixel must be > 0'):
+    measure.measure_each_crack(mask, mm_per_pixel=0)

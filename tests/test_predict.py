@@ -16,6 +16,7 @@ import pytest
 import crackjax
 from crackjax import evaluate, inference
 from crackjax.deploy import cli as predict_cli
+from crackjax.deploy import measure
 from crackjax.deploy import predictor as predict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +228,8 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   PIL.Image.fromarray(photo(16, 16)).save(folder / '.hidden' / 'skip.png')
   out = tmp_path / 'out'
   args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
-  assert predict_cli.main([*args, '--overwrite']) == 0
+  # Threshold 0: every pixel is crack, so every photo is one crack (min_length 0) of cracks.csv.
+  assert predict_cli.main([*args, '--overwrite', '--threshold=0', '--min_length=0']) == 0
   err = capsys.readouterr().err
   names = {'road_jpg', 'road_png', 'sub/road', 'sub/deeper/x', 'anim'}
   rows = list(csv.DictReader((out / 'measurements.csv').open()))
@@ -239,6 +241,10 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   with PIL.Image.open(out / 'probs' / 'sub' / 'road.png') as im:
     assert (im.height, im.width) == (24, 20)  # its own map, not road.png's
   assert 'skipped 1 file(s) that are not images (notes.txt)' in err
+  cracks = list(csv.DictReader((out / 'cracks.csv').open()))
+  assert sorted(c['name'] for c in cracks) == sorted(names)
+  assert all(c['crack_id'] == '1' and c['type'] in measure.CRACK_TYPES for c in cracks)
+  assert all(r['cracks'] == '1' for r in rows)
   assert 'anim.gif is animated (2 frames): predicted its first frame' in err
 
   # The same inputs give the same names; a clash of the same name from two folders is told

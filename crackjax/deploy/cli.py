@@ -10,12 +10,15 @@ size:
   OUT/masks/<name>.png     crack mask (255 = crack) at the run's threshold (threshold.json,
                            the strict-protocol ODS threshold) or --threshold
   OUT/overlays/<name>.jpg  the photo with crack pixels in red
-and one row per image in OUT/measurements.csv (crack ratio, length, widths, segments; see
-crackjax/deploy/measure.py), then prints a summary line. <name> is the photo's path under the
-folder it was found in, without its extension (`output_names`: unique and stable; two photos
-that differ only in extension keep it, road_jpg and road_png). An unreadable file is
-reported, by name, and skipped; so are other files in the folders, counted; an animated
-image is predicted from its first frame, said; nothing is overwritten without --overwrite.
+one row per image in OUT/measurements.csv (crack ratio, length, widths, segments, cracks)
+and one row per crack in OUT/cracks.csv (a component at least --min_length px long: bounding
+box, length, widths, orientation to the road given by --direction, type, and with
+--mm_per_pixel the LTPP severity; see crackjax/deploy/measure.py), then prints a summary.
+<name> is the photo's path under the folder it was found in, without its extension
+(`output_names`: unique and stable; two photos that differ only in extension keep it,
+road_jpg and road_png). An unreadable file is reported, by name, and skipped; so are other
+files in the folders, counted; an animated image is predicted from its first frame, said;
+nothing is overwritten without --overwrite.
 """
 
 from __future__ import annotations
@@ -258,6 +261,22 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
   flags.DEFINE_bool('overwrite', False, 'replace existing outputs', flag_values=fv)
   flags.DEFINE_float(
+    'min_length',
+    measure.DEFAULT_MIN_LENGTH,
+    'a connected crack component shorter than this (skeleton, pixels) is speckle, not a crack '
+    'of cracks.csv (crackjax/deploy/measure.py: DEFAULT_MIN_LENGTH, how it was chosen)',
+    lower_bound=0.0,
+    flag_values=fv,
+  )
+  flags.DEFINE_enum(
+    'direction',
+    'vertical',
+    list(measure.DIRECTIONS),
+    'which image axis runs along the road (the driving direction), for crack types: '
+    'vertical (a camera looking along the lane) or horizontal',
+    flag_values=fv,
+  )
+  flags.DEFINE_float(
     'max_megapixels',
     DEFAULT_MAX_MEGAPIXELS,
     "larger images are refused before decoding (PIL's guard against decompression bombs); "
@@ -292,6 +311,25 @@ def _predict(predictor: Predictor, photo: np.ndarray, name: str) -> np.ndarray:
     return predictor(photo)
   with tqdm.tqdm(total=tiles, unit='tile', desc=name, leave=False, file=sys.stderr) as bar:
     return predictor(photo, progress=bar.update)
+
+
+def crack_summary(cracks: Sequence[dict], min_length: float) -> str:
+  """One line on cracks.csv: how many cracks of each type, and the worst severity."""
+  counts = {t: sum(c['type'] == t for c in cracks) for t in measure.CRACK_TYPES}
+  kinds = ', '.join(f'{n} {t}' for t, n in counts.items() if n)
+  line = f'{len(cracks)} crack(s) of at least {min_length:g} px' + (f': {kinds}' if kinds else '')
+  rated = [c['severity'] for c in cracks if c['severity']]
+  if rated:
+    worst = max(rated, key=['low', 'moderate', 'high'].index)
+    line += f'; worst severity {worst} (LTPP, by mean width)'
+  return line + ' (cracks.csv)'
+
+
+def _write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
+  with open(path, 'w', newline='', encoding='utf-8') as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows({k: ('' if v is None else v) for k, v in row.items()} for row in rows)
 
 
 def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
@@ -354,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     file=sys.stderr,
   )
 
-  rows, skipped, notes = [], [], []
+  rows, skipped, notes, cracks = [], [], [], []
   start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
   for item, name in tqdm.tqdm(
     list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
@@ -383,7 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write(targets[1], mask.astype(np.uint8) * 255)
     _write(targets[2], overlay(photo, mask), quality=90)
     row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
+    found = measure.measure_each_crack(
+      mask, mm_per_pixel=fv.mm_per_pixel, min_length=fv.min_length, direction=fv.direction
+    )
+    cracks += [{'name': name, **c} for c in found]
     rows.append(row | measure.measure_cracks(mask, mm_per_pixel=fv.mm_per_pixel))
+    rows[-1]['cracks'] = len(found)
 
   for line in notes:
     print(f'{PROG}: note: {line}', file=sys.stderr)
@@ -391,16 +434,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f'{PROG}: skipped {line}', file=sys.stderr)
   if rows:
     out.mkdir(parents=True, exist_ok=True)
-    fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS]
-    with open(table, 'w', newline='', encoding='utf-8') as f:
-      writer = csv.DictWriter(f, fieldnames=fields)
-      writer.writeheader()
-      writer.writerows({k: ('' if v is None else v) for k, v in row.items()} for row in rows)
+    fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
+    _write_csv(table, fields, rows)
+    _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
     print(measure.format_summary(measure.summarize(rows)))
+    print(crack_summary(cracks, fv.min_length))
     seconds = time.perf_counter() - start
     print(
       f'{PROG}: wrote {len(rows)} image(s) to {out} (probs/, masks/, overlays/, '
-      f'measurements.csv); skipped {len(skipped)}. {megapixels:.1f} MP in {seconds:.1f} s: '
+      f'measurements.csv, cracks.csv); skipped {len(skipped)}. {megapixels:.1f} MP in '
+      f'{seconds:.1f} s: '
       f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
       f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
       'the rest.',
