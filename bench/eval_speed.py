@@ -126,6 +126,12 @@ def main() -> None:
     default='strict,tolerance,tolerance_thin_gt',
     help='comma-separated protocols to time',
   )
+  ap.add_argument(
+    '--workers',
+    default='1',
+    help='comma-separated process counts to time (evaluate(workers=...), e.g. 1,2); each is '
+    'timed on the same maps and must give the same result',
+  )
   args = ap.parse_args()
 
   rng = np.random.default_rng(args.seed)
@@ -157,20 +163,29 @@ def main() -> None:
     f'{width:.2f}'
   )
   for protocol in args.protocols.split(','):
-    times, cpu = [], []
-    for _ in range(args.repeats):
-      t0, c0 = time.perf_counter(), time.process_time()
-      r = evaluate(probs, gts, protocol=protocol)
-      times.append(time.perf_counter() - t0)
-      cpu.append(time.process_time() - c0)
-    print(
-      f'{protocol:17s}: best {min(times):7.3f} s, median {np.median(times):7.3f} s '
-      f'(CPU best {min(cpu):7.3f} s) over {args.repeats} runs '
-      f'({r["grid_size"]} thresholds) | '
-      f'ODS P/R/F {r["ods"]["precision"]:.3f}/{r["ods"]["recall"]:.3f}/'
-      f'{r["ods"]["f1"]:.3f} at t={r["ods"]["threshold"]:.3f}, '
-      f'OIS F {r["ois"]["f1"]:.3f}, AP {r["ap"]:.3f}'
-    )
+    first = None
+    for workers in (int(w) for w in args.workers.split(',')):
+      times, cpu = [], []
+      for _ in range(args.repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = evaluate(probs, gts, protocol=protocol, workers=workers)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+      first = first or r
+      assert r == first, f'{protocol}: workers={workers} gave another result'
+      _report(protocol, workers, len(probs), times, cpu, args.repeats, r)
+
+
+def _report(protocol, workers, n, times, cpu, repeats, r) -> None:
+  print(
+    f'{protocol:17s} workers={workers}: best {min(times):7.3f} s '
+    f'({min(times) / n:.3f} s/image), median {np.median(times):7.3f} s '
+    f'(CPU of this process best {min(cpu):7.3f} s) over {repeats} runs '
+    f'({r["grid_size"]} thresholds) | '
+    f'ODS P/R/F {r["ods"]["precision"]:.3f}/{r["ods"]["recall"]:.3f}/'
+    f'{r["ods"]["f1"]:.3f} at t={r["ods"]["threshold"]:.3f}, '
+    f'OIS F {r["ois"]["f1"]:.3f}, AP {r["ap"]:.3f}'
+  )
 
 
 if __name__ == '__main__':

@@ -43,14 +43,19 @@ def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> st
 
 
 def score(
-  probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], config: ml_collections.ConfigDict
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  config: ml_collections.ConfigDict,
+  *,
+  workers: int = 1,
 ) -> dict[str, dict[str, Any]]:
   """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid.
 
   Each grid has the protocol's uniform thresholds (``config.eval.num_thresholds`` where the
   protocol follows it), 0.5 and, if ``config.eval.tail_thresholds`` (default True), the tail
   thresholds near 0 and 1. Shows a progress bar per protocol over the images (process 0
-  only, on stderr): the tolerance protocols can take most of a second per image.
+  only, on stderr): the tolerance protocols can take most of a second per image. `workers`
+  processes count the images in parallel (`evaluation.evaluate`).
   """
   results = {}
   for protocol in config.eval.protocols:
@@ -68,6 +73,7 @@ def score(
         num_thresholds=spec.num_thresholds(config.eval.num_thresholds),
         tail_thresholds=bool(config.eval.get('tail_thresholds', True)),
         progress=bar.update,
+        workers=workers,
       )
   return results
 
@@ -202,6 +208,9 @@ def evaluate_checkpoint(
   model: nn.Module | None = None,
   train_seconds: float = math.nan,
   first_in_process: bool = False,
+  operating_points: dict[str, float] | None = None,
+  workers: int = 1,
+  out: str | Path | None = None,
 ) -> dict[str, Any]:
   """Evaluates the latest checkpoint (or `state`) on the test split.
 
@@ -213,12 +222,17 @@ def evaluate_checkpoint(
   protocol that records one, 'strict', for later prediction) and, if
   `config.eval.save_probability_maps`, `probs/<name>.png`.
 
+  `operating_points` ({name: threshold}) adds, per protocol, P/R/F1 at those thresholds
+  (`evaluation.at_threshold`) as ``results[protocol]['operating_points'][name]``;
+  `workers`: processes that count the images (`score`). `out`: write there instead of
+  `results_dir` (crackjax-evaluate: always beside the run's own results, `other_results_dir`).
+
   Returns:
     The evaluation record (also written to eval.json).
   """
   workdir = Path(workdir)
   split = split or config.data.test_split
-  out = results_dir(config, workdir, split)
+  out = Path(out) if out is not None else results_dir(config, workdir, split)
   if out != workdir:
     logging.info(
       "Scoring %s/%s, not the data the run was trained for: results in %s (the run's own "
@@ -234,7 +248,7 @@ def evaluate_checkpoint(
   probs = predict_examples(config, state, examples, desc=f'predict {split}', model=model)
   gts = [ex['mask'][..., 0] for ex in examples]
   names = [ex['name'] for ex in examples]
-  results = score(probs, gts, config)
+  results = score(probs, gts, config, workers=workers)
   summary = _record(
     config,
     state,
@@ -246,6 +260,12 @@ def evaluate_checkpoint(
     first_in_process=first_in_process,
     per_image=True,
   )
+  for protocol, result in summary['results'].items():
+    if operating_points:
+      result['operating_points'] = {
+        name: evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
+        for name, t in operating_points.items()
+      }
   if jax.process_index() == 0:
     write_eval_outputs(
       config, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
@@ -371,11 +391,18 @@ def results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: s
   key = _data_key(config.data.to_dict(), split)
   if _data_key(own, own.get('test_split', 'test')) == key:
     return workdir
+  return other_results_dir(config, workdir, split)
+
+
+def other_results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: str) -> Path:
+  """``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder):
+  where an evaluation beside the run's own results goes."""
   name = f'{config.data.name}_{split}'
   if config.data.name == 'crack_folder':
+    key = _data_key(config.data.to_dict(), split)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
     name = f'{name}_{digest}'
-  return workdir / 'eval' / name
+  return Path(workdir) / 'eval' / name
 
 
 def predict_examples(

@@ -11,7 +11,7 @@ import pytest
 from crackjax import complexity
 from crackjax.data import stats
 from crackjax.deploy import cli as predict_cli
-from crackjax.deploy import export
+from crackjax.deploy import export, score
 from crackjax.paper import report, runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +43,12 @@ COMMANDS = [
     lambda: predict_cli.main(['--help']),
     'usage: crackjax-predict --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB',
     ['--workdir', '--out', '--threshold', '--mm_per_pixel', '--tile_size', '--overwrite'],
+  ),
+  (
+    'evaluate',
+    lambda: score.main(['--help']),
+    'usage: crackjax-evaluate --workdir=RUN',
+    ['--workdir', '--data', '--folder', '--protocols', '--step', '--workers'],
   ),
   (
     'export',

@@ -155,7 +155,7 @@ Conventions (no NaN is ever produced)
 
 from __future__ import annotations
 
-from crackjax.evaluation.aggregate import evaluate
+from crackjax.evaluation.aggregate import at_threshold, evaluate
 from crackjax.evaluation.protocols import (
   FIXED_THRESHOLD,
   HIGH_TAIL_THRESHOLDS,
@@ -172,6 +172,7 @@ from crackjax.evaluation.protocols import (
 from crackjax.evaluation.thinning import thin
 
 __all__ = [
+  'at_threshold',
   'FIXED_THRESHOLD',
   'HIGH_TAIL_THRESHOLDS',
   'LOW_TAIL_THRESHOLDS',

@@ -256,7 +256,10 @@ class CrackFolder(common.PairedImageBuilder):
     pairs = self._pairs()
     c = self.builder_config
     train, test = split_names([p.name for p in pairs], c.train_list, c.test_list)
-    return self.split_by_name(pairs, train=train, test=test)
+    # A test_list naming every image (crackjax-evaluate scoring a whole folder) leaves no
+    # train split: it is left out rather than written empty (TFDS refuses empty splits).
+    splits = {name: names for name, names in (('train', train), ('test', test)) if names}
+    return self.split_by_name(pairs, **splits)
 
   def refuse_majority_crack(self) -> bool:
     return not self.builder_config.allow_majority_crack

@@ -1,0 +1,247 @@
+"""`crackjax-evaluate`: scores a trained run on labelled data, beside its own results.
+
+  crackjax-evaluate --workdir=RUN                              # its own dataset's test split
+  crackjax-evaluate --workdir=RUN --data=crackforest:test --data=aiglern:test \\
+      --manual_dir=aiglern=~/data/AigleRN
+  crackjax-evaluate --workdir=RUN --folder=roads/images:roads/masks --protocols=strict
+
+Each data argument is scored under every protocol of --protocols (default: the run's own
+``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.datasets;
+``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
+of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
+`crackjax.evaluate`), never in place of the run's own eval.json or threshold.json. A short
+table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
+own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
+cross-dataset table is written as ``--out``/cross_dataset.md and .csv. The metrics are counted
+in `--workers` processes (default: every core): per-image work.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from absl import flags
+
+from crackjax import cli, logs
+
+PROG = 'crackjax-evaluate'
+USAGE = f'{PROG} --workdir=RUN [--data=DATASET:SPLIT ...] [--folder=IMAGES:MASKS ...] [flags]'
+# Columns of the cross-dataset table, after data and protocol.
+COLUMNS = (
+  ('images', 'images'),
+  ('ods_p', 'ODS P'),
+  ('ods_r', 'ODS R'),
+  ('ods_f1', 'ODS F1'),
+  ('ois_p', 'OIS P'),
+  ('ois_r', 'OIS R'),
+  ('ois_f1', 'OIS F1'),
+  ('ap', 'AP'),
+  ('f1_run', 'F1 @run t'),
+  ('f1_05', 'F1 @0.5'),
+)
+
+
+def _define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_string(
+    'workdir', None, 'the trained run (the --workdir of launch.py)', flag_values=fv
+  )
+  flags.DEFINE_multi_string(
+    'data',
+    [],
+    "a registered dataset and split, DATASET:SPLIT (e.g. crackforest:test); 'test' alone: the "
+    "run's own dataset (the default when no --data or --folder is given); repeatable",
+    flag_values=fv,
+  )
+  flags.DEFINE_multi_string(
+    'folder',
+    [],
+    'a labelled folder, IMAGES_DIR:MASKS_DIR (masks matched by file name, crack = white; '
+    'docs/datasets.md), every image scored; repeatable',
+    flag_values=fv,
+  )
+  flags.DEFINE_multi_string(
+    'manual_dir',
+    [],
+    "DATASET=DIR: where a registered dataset's downloaded files are (docs/datasets.md); the "
+    "run's own dataset keeps its config's",
+    flag_values=fv,
+  )
+  flags.DEFINE_list(
+    'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
+  )
+  flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
+  flags.DEFINE_string(
+    'out', None, 'where the cross-dataset table goes (default: RUN/eval)', flag_values=fv
+  )
+  flags.DEFINE_integer(
+    'workers', os.cpu_count() or 1, 'processes that count the metrics', flag_values=fv
+  )
+  flags.register_validator(
+    'workers', lambda v: v >= 1, message='--workers must be >= 1', flag_values=fv
+  )
+  flags.register_validator(
+    'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=fv
+  )
+
+
+def data_configs(config, data: Sequence[str], folders: Sequence[str], manual_dirs, workdir):
+  """(label, data config, split) per data argument; ValueError naming a malformed one."""
+  from crackjax.data import datasets
+
+  out = []
+  for spec in data or ([] if folders else ['test']):
+    name, _, split = spec.rpartition(':') if ':' in spec else ('', '', spec)
+    c = config.copy_and_resolve_references()
+    if name and name not in datasets.DATASETS:
+      raise ValueError(
+        f'--data={spec}: unknown dataset {name!r}; known: {sorted(datasets.DATASETS)}'
+      )
+    if name and name != config.data.name:
+      c.data.name = name
+      c.data.manual_dir = manual_dirs.get(name)
+    out.append((f'{c.data.name}:{split}', c, split))
+  for spec in folders:
+    images, sep, masks = spec.partition(':')
+    if not sep or not images or not masks:
+      raise ValueError(f'--folder={spec}: expected IMAGES_DIR:MASKS_DIR')
+    for path in (images, masks):
+      if not Path(path).expanduser().is_dir():
+        raise ValueError(f'--folder={spec}: {path} is not a folder')
+    c = config.copy_and_resolve_references()
+    c.data.name = 'crack_folder'
+    c.data.folder.images = str(Path(images).expanduser().resolve())
+    c.data.folder.masks = str(Path(masks).expanduser().resolve())
+    c.data.folder.train_list = None
+    c.data.folder.test_list = str(_all_images_list(Path(c.data.folder.images), workdir))
+    out.append((f'folder:{images}', c, 'test'))
+  return out
+
+
+def _all_images_list(images: Path, workdir: Path) -> Path:
+  """A test_list naming every image of `images`, so the whole folder is the test split."""
+  from tfds_builders.common import IMAGE_EXTENSIONS
+
+  names = sorted(p.stem for p in images.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+  text = '\n'.join(names) + '\n'
+  digest = hashlib.sha1(f'{images}\n{text}'.encode()).hexdigest()[:8]
+  path = Path(workdir) / 'eval' / 'lists' / f'{images.name}_{digest}.txt'
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if not path.exists():
+    path.write_text(text)
+  return path
+
+
+def table_rows(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+  """One row per protocol of an evaluation record, with the COLUMNS' keys."""
+  rows = []
+  for protocol, r in record['results'].items():
+    points = r.get('operating_points', {})
+    rows.append(
+      {
+        'data': label,
+        'protocol': protocol,
+        'images': record['num_images'],
+        'ods_p': r['ods']['precision'],
+        'ods_r': r['ods']['recall'],
+        'ods_f1': r['ods']['f1'],
+        'ois_p': r['ois']['precision'],
+        'ois_r': r['ois']['recall'],
+        'ois_f1': r['ois']['f1'],
+        'ap': r['ap'],
+        'f1_run': points.get('run', {}).get('f1'),
+        'f1_05': r['fixed']['f1'],
+      }
+    )
+  return rows
+
+
+def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
+  """The rows as a Markdown table (percentages, one decimal), under `caption`."""
+  head = ['data', 'protocol', *(title for _, title in COLUMNS)]
+  lines = [caption, '', '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  for row in rows:
+    cells = [row['data'], row['protocol'], str(row['images'])]
+    for key, _ in COLUMNS[1:]:
+      value = row[key]
+      cells.append('' if value is None else f'{100 * value:.1f}')
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the command (argv without the program name); returns the exit status."""
+  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
+  logs.quiet_third_party_logs()
+  fv = flags.FlagValues()
+  _define_flags(fv)
+  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  if not fv.workdir:
+    sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
+  from crackjax import evaluate, evaluation
+  from crackjax import state as state_lib
+  from crackjax.data import datasets
+  from crackjax.deploy import predictor
+
+  workdir = Path(fv.workdir)
+  try:
+    config = predictor.read_config(workdir)
+  except FileNotFoundError as e:
+    sys.exit(f'{PROG}: {e}')
+  protocols = tuple(fv.protocols or config.eval.protocols)
+  unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
+  if unknown:
+    sys.exit(f'{PROG}: unknown --protocols {unknown}; known: {sorted(evaluation.PROTOCOLS)}')
+  manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
+  try:
+    targets = data_configs(config, fv.data, fv.folder, manual, workdir)
+  except ValueError as e:
+    sys.exit(f'{PROG}: {e}')
+  try:
+    state = state_lib.restore(workdir, config, step=fv.step)
+  except (FileNotFoundError, state_lib.CheckpointError) as e:
+    sys.exit(f'{PROG}: {e}')
+  step = int(state.step)
+  threshold, source = predictor.run_threshold(workdir, step)
+  print(f'{PROG}: run {workdir} step {step}; run threshold {threshold:g} ({source})', flush=True)
+  rows = []
+  for label, c, split in targets:
+    c.eval.protocols = protocols
+    try:
+      datasets.prepare_dataset(c.data)
+    except (datasets.DatasetError, ValueError) as e:
+      sys.exit(f'{PROG}: {label}: {" ".join(str(e).split())}')
+    out = evaluate.other_results_dir(c, workdir, split)
+    record = evaluate.evaluate_checkpoint(
+      c,
+      workdir,
+      state=state,
+      split=split,
+      operating_points={'run': threshold},
+      workers=fv.workers,
+      out=out,
+    )
+    mine = table_rows(label, record)
+    rows += mine
+    print(markdown(mine, f'{label} ({record["num_images"]} images, step {step}) -> {out}'))
+    print(flush=True)
+  if len(targets) > 1:
+    folder = Path(fv.out) if fv.out else workdir / 'eval'
+    folder.mkdir(parents=True, exist_ok=True)
+    caption = f'Run {workdir}, step {step}; F1 @run t at {threshold:g} ({source}). Percent.'
+    (folder / 'cross_dataset.md').write_text(markdown(rows, caption) + '\n')
+    with open(folder / 'cross_dataset.csv', 'w', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=['data', 'protocol', *(k for k, _ in COLUMNS)])
+      writer.writeheader()
+      writer.writerows(rows)
+    print(f'{PROG}: wrote {folder / "cross_dataset.md"} and cross_dataset.csv')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,74 @@
+"""crackjax-evaluate: a run scored on its own test split and on a labelled folder, beside its
+own results, with the cross-dataset table; and the metrics it builds on (one threshold, the
+parallel count)."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crackjax import evaluation
+from crackjax.deploy import score
+from tests import fixtures
+
+
+def test_a_run_scored_on_its_test_split_and_a_folder(smoke_run, tmp_path, capsys):
+  run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))  # the shared run stays as it is
+  own = {f: (run / f).read_bytes() for f in ('eval.json', 'threshold.json')}
+  images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=5)
+  argv = [f'--workdir={run}', '--data=test', f'--folder={images}:{masks}', '--protocols=strict']
+  assert score.main([*argv, '--workers=1']) == 0
+  out = capsys.readouterr().out
+  assert 'run threshold' in out and '| crackforest:test | strict | 4 |' in out
+  # Every image of the folder is scored (no split), beside the run's own results.
+  assert f'| folder:{images} | strict | 5 |' in out
+  assert {f: (run / f).read_bytes() for f in own} == own
+  records = {p.parent.name: json.loads(p.read_text()) for p in (run / 'eval').glob('*/eval.json')}
+  assert set(records) == {'crackforest_test', f'crack_folder_test_{_hash(records)}'}
+  folder_record = next(r for name, r in records.items() if name.startswith('crack_folder'))
+  assert folder_record['num_images'] == 5 and folder_record['step'] == 6
+  rows = list(csv.DictReader((run / 'eval' / 'cross_dataset.csv').open()))
+  assert [(r['data'], r['protocol']) for r in rows] == [
+    ('crackforest:test', 'strict'),
+    (f'folder:{images}', 'strict'),
+  ]
+  threshold = json.loads(own['threshold.json'])['threshold']
+  strict = records['crackforest_test']['results']['strict']
+  # The run's own threshold was chosen on this split: its F1 there is the ODS F1.
+  assert strict['operating_points']['run']['threshold'] == threshold
+  assert float(rows[0]['f1_run']) == pytest.approx(strict['ods']['f1'])
+  assert float(rows[0]['f1_05']) == strict['fixed']['f1']
+  assert (run / 'eval' / 'cross_dataset.md').read_text().count('| strict |') == 2
+
+
+def _hash(records):
+  return next(n for n in records if n.startswith('crack_folder')).rsplit('_', 1)[1]
+
+
+def test_bad_arguments_are_one_line(smoke_run, tmp_path):
+  for argv, message in [
+    ([], '--workdir=RUN is required'),
+    ([f'--workdir={tmp_path}'], 'is not a crackjax run directory'),
+    ([f'--workdir={smoke_run}', '--data=nope:test'], "unknown dataset 'nope'"),
+    ([f'--workdir={smoke_run}', f'--folder={tmp_path}'], 'expected IMAGES_DIR:MASKS_DIR'),
+    ([f'--workdir={smoke_run}', '--protocols=bogus'], "unknown --protocols ['bogus']"),
+    ([f'--workdir={smoke_run}', '--step=5'], 'No checkpoint of step 5'),
+  ]:
+    with pytest.raises(SystemExit) as e:
+      score.main(argv)
+    assert message in str(e.value) and '\n' not in str(e.value), (argv, e.value)
+
+
+def test_one_threshold_and_the_parallel_count_agree_with_evaluate():
+  rng = np.random.default_rng(0)
+  probs = [rng.random((24, 32)) for _ in range(5)]
+  gts = [rng.random((24, 32)) < 0.1 for _ in range(5)]
+  for protocol in ('strict', 'tolerance'):
+    whole = evaluation.evaluate(probs, gts, protocol=protocol)
+    assert evaluation.at_threshold(probs, gts, protocol=protocol, threshold=0.5) == whole['fixed']
+  assert evaluation.evaluate(probs, gts, protocol='tolerance', workers=2) == whole
+  with pytest.raises(ValueError, match='threshold must be in'):
+    evaluation.at_threshold(probs, gts, protocol='strict', threshold=1.5)
