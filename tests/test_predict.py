@@ -246,6 +246,9 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   assert all(c['crack_id'] == '1' and c['type'] in measure.CRACK_TYPES for c in cracks)
   assert all(r['cracks'] == '1' for r in rows)
   assert 'anim.gif is animated (2 frames): predicted its first frame' in err
+  page = (out / 'index.html').read_text()
+  assert page.count('<div class="card"') == len(names)
+  assert all(f'href="overlays/{n}.jpg"' in page for n in names)
 
   # The same inputs give the same names; a clash of the same name from two folders is told
   # apart by the folder.

@@ -16,9 +16,10 @@ box, length, widths, orientation to the road given by --direction, type, and wit
 --mm_per_pixel the LTPP severity; see crackjax/deploy/measure.py), then prints a summary.
 <name> is the photo's path under the folder it was found in, without its extension
 (`output_names`: unique and stable; two photos that differ only in extension keep it,
-road_jpg and road_png). An unreadable file is reported, by name, and skipped; so are other
-files in the folders, counted; an animated image is predicted from its first frame, said;
-nothing is overwritten without --overwrite.
+road_jpg and road_png). OUT/index.html is one self-contained page over it all (summary, a
+card per photo, sortable; crackjax/deploy/html_report.py). An unreadable file is reported,
+by name, and skipped; so are other files in the folders, counted; an animated image is
+predicted from its first frame, said; nothing is overwritten without --overwrite.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import tqdm
 from absl import flags
 
 from crackjax import cli, logs
-from crackjax.deploy import hostmem, measure
+from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
 from crackjax.state import CheckpointError
 
@@ -392,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     file=sys.stderr,
   )
 
-  rows, skipped, notes, cracks = [], [], [], []
+  rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
   start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
   for item, name in tqdm.tqdm(
     list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
@@ -419,7 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mask = predictor.mask(prob, threshold)
     _write(targets[0], np.round(np.clip(prob, 0.0, 1.0) * 255.0).astype(np.uint8))
     _write(targets[1], mask.astype(np.uint8) * 255)
-    _write(targets[2], overlay(photo, mask), quality=90)
+    painted = overlay(photo, mask)
+    _write(targets[2], painted, quality=90)
+    thumbnails[name] = html_report.thumbnail_uri(painted)
     row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
     found = measure.measure_each_crack(
       mask, mm_per_pixel=fv.mm_per_pixel, min_length=fv.min_length, direction=fv.direction
@@ -437,12 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
+    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {fv.workdir}')
     print(measure.format_summary(measure.summarize(rows)))
     print(crack_summary(cracks, fv.min_length))
     seconds = time.perf_counter() - start
     print(
       f'{PROG}: wrote {len(rows)} image(s) to {out} (probs/, masks/, overlays/, '
-      f'measurements.csv, cracks.csv); skipped {len(skipped)}. {megapixels:.1f} MP in '
+      f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
       f'{seconds:.1f} s: '
       f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
       f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '

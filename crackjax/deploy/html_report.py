@@ -1,0 +1,155 @@
+"""`index.html`: one self-contained page over a crackjax-predict output folder.
+
+A summary (photos, total crack length, cracks by type, the worst severity), then one card per
+photo: its overlay as an embedded thumbnail (a click opens the full-size overlays/<name>.jpg),
+its numbers (crack ratio, length, widths, cracks) and its cracks by type and severity. The
+cards sort by crack ratio, length or maximum width. No server, network, external script, style
+sheet or font: the thumbnails are data URIs and the few lines of sorting script are inline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+
+from crackjax.deploy import measure
+
+THUMBNAIL_SIDE = 320
+SORT_KEYS = (('ratio', 'crack ratio'), ('length', 'length'), ('width', 'maximum width'))
+_SEVERITIES = ('low', 'moderate', 'high')
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;background:#f6f6f4;color:#222}
+h1{font-size:1.4em;margin:0 0 .3em}
+.summary{margin:.5em 0 1em;line-height:1.5}
+.controls button{margin-right:.4em;padding:.3em .8em;border:1px solid #999;border-radius:4px;
+background:#fff;cursor:pointer}
+.controls button.active{background:#333;color:#fff}
+.cards{display:flex;flex-wrap:wrap;gap:1em;margin-top:1em}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.6em;width:340px}
+.card img{max-width:100%;display:block;border-radius:3px}
+.card h2{font-size:1em;margin:.4em 0;word-break:break-all}
+.card table{font-size:.85em;border-collapse:collapse;width:100%}
+.card td{padding:1px 4px}
+.card td.n{text-align:right}
+.sev-high{color:#b00;font-weight:bold}.sev-moderate{color:#c60}.sev-low{color:#060}
+"""
+
+_SCRIPT = """
+function sortCards(key){
+  var box=document.getElementById('cards');
+  var cards=Array.prototype.slice.call(box.children);
+  cards.sort(function(a,b){return parseFloat(b.dataset[key])-parseFloat(a.dataset[key]);});
+  cards.forEach(function(c){box.appendChild(c);});
+  document.querySelectorAll('.controls button').forEach(function(b){
+    b.classList.toggle('active',b.dataset.key===key);});
+}
+document.querySelectorAll('.controls button').forEach(function(b){
+  b.addEventListener('click',function(){sortCards(b.dataset.key);});});
+sortCards('ratio');
+"""
+
+
+def thumbnail_uri(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> str:
+  """A JPEG data URI of `image` (H x W x 3 uint8) shrunk to at most `side` pixels a side."""
+  thumb = PIL.Image.fromarray(image)
+  thumb.thumbnail((side, side))
+  buffer = io.BytesIO()
+  thumb.save(buffer, format='JPEG', quality=80)
+  return 'data:image/jpeg;base64,' + base64.b64encode(buffer.getvalue()).decode('ascii')
+
+
+def _number(value: Any, digits: int = 1, unit: str = '') -> str:
+  if value in (None, ''):
+    return '–'
+  return f'{float(value):,.{digits}f}{unit}'
+
+
+def _worst(severities: Sequence[str | None]) -> str | None:
+  rated = [s for s in severities if s]
+  return max(rated, key=_SEVERITIES.index) if rated else None
+
+
+def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: str) -> str:
+  name = html.escape(str(row['name']))
+  mm = row.get('length_mm') not in (None, '')
+  by_type = {t: [c for c in cracks if c['type'] == t] for t in measure.CRACK_TYPES}
+  lines = []
+  for kind, found in by_type.items():
+    if not found:
+      continue
+    severities = {s: sum(c['severity'] == s for c in found) for s in _SEVERITIES}
+    rated = ', '.join(f'<span class="sev-{s}">{n} {s}</span>' for s, n in severities.items() if n)
+    lines.append(f'<tr><td>{kind}</td><td class="n">{len(found)}</td><td>{rated}</td></tr>')
+  numbers = [
+    ('crack ratio', _number(100 * float(row['crack_ratio']), 2, ' %')),
+    (
+      'length',
+      _number(row['length_px'], 0, ' px')
+      + (f' ({_number(row["length_mm"], 0, " mm")})' if mm else ''),
+    ),
+    (
+      'max width',
+      _number(row['max_width_px'], 1, ' px')
+      + (f' ({_number(row["max_width_mm"], 1, " mm")})' if mm else ''),
+    ),
+    ('cracks', str(len(cracks))),
+  ]
+  table = ''.join(f'<tr><td>{k}</td><td class="n">{v}</td></tr>' for k, v in numbers)
+  worst = _worst([c['severity'] for c in cracks])
+  return (
+    f'<div class="card" data-ratio="{float(row["crack_ratio"]):.8f}" '
+    f'data-length="{float(row["length_px"]):.3f}" data-width="{float(row["max_width_px"]):.3f}">'
+    f'<a href="overlays/{html.escape(str(row["name"]), quote=True)}.jpg">'
+    f'<img src="{thumb}" alt="overlay of {name}"></a>'
+    f'<h2>{name}</h2><table>{table}</table>'
+    + (f'<table>{"".join(lines)}</table>' if lines else '<p>no crack of the minimum length</p>')
+    + (f'<p>worst: <span class="sev-{worst}">{worst}</span></p>' if worst else '')
+    + '</div>'
+  )
+
+
+def write_index(
+  out: str | Path,
+  rows: Sequence[Mapping[str, Any]],
+  cracks: Sequence[Mapping[str, Any]],
+  thumbnails: Mapping[str, str],
+  *,
+  title: str = 'crackjax-predict',
+) -> Path:
+  """Writes ``out/index.html`` from measurements.csv's `rows`, cracks.csv's `cracks` and a
+  thumbnail data URI per photo name (`thumbnail_uri`); returns its path."""
+  summary = measure.summarize(rows)
+  counts = {t: sum(c['type'] == t for c in cracks) for t in measure.CRACK_TYPES}
+  kinds = ', '.join(f'{n} {t}' for t, n in counts.items() if n) or 'none'
+  worst = _worst([c['severity'] for c in cracks])
+  length = _number(summary['length_px'], 0, ' px')
+  if summary.get('length_mm') is not None:
+    length += f' ({_number(summary["length_mm"] / 1000, 2, " m")})'
+  buttons = ''.join(
+    f'<button type="button" data-key="{key}">{label}</button>' for key, label in SORT_KEYS
+  )
+  cards = ''.join(
+    _card(row, [c for c in cracks if c['name'] == row['name']], thumbnails[row['name']])
+    for row in rows
+  )
+  page = (
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+    f'<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>'
+    f'<h1>{html.escape(title)}</h1><div class="summary">'
+    f'{summary["images"]} photo(s); total crack length {length}; '
+    f'{len(cracks)} crack(s): {kinds}; worst severity: '
+    + (f'<span class="sev-{worst}">{worst}</span>' if worst else '– (no --mm_per_pixel)')
+    + f'</div><div class="controls">sort by: {buttons}</div>'
+    f'<div class="cards" id="cards">{cards}</div><script>{_SCRIPT}</script></body></html>\n'
+  )
+  path = Path(out) / 'index.html'
+  path.write_text(page, encoding='utf-8')
+  return path

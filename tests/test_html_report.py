@@ -1,0 +1,93 @@
+"""index.html of crackjax-predict: self-contained, one card per photo, sortable; rendered by a
+real browser (headless Chromium) where one is installed."""
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from crackjax.deploy import html_report
+
+
+def _rows_and_cracks():
+  rows, cracks, thumbs = [], [], {}
+  for i, (ratio, length, width) in enumerate([(0.01, 300.0, 3.0), (0.05, 100.0, 9.0), (0, 0, 0)]):
+    name = f'sub/photo_{i}'
+    rows.append(
+      {
+        'name': name,
+        'crack_ratio': ratio,
+        'length_px': length,
+        'length_mm': length * 2,
+        'max_width_px': width,
+        'max_width_mm': width * 2,
+        'segments': 1,
+      }
+    )
+    thumbs[name] = html_report.thumbnail_uri(np.full((600, 400, 3), 40 * i, np.uint8))
+  cracks.append({'name': 'sub/photo_0', 'type': 'longitudinal', 'severity': 'low'})
+  cracks.append({'name': 'sub/photo_1', 'type': 'network', 'severity': 'high'})
+  cracks.append({'name': 'sub/photo_1', 'type': 'transverse', 'severity': 'moderate'})
+  return rows, cracks, thumbs
+
+
+class _Tags(HTMLParser):
+  def __init__(self):
+    super().__init__()
+    self.tags = []
+
+  def handle_starttag(self, tag, attrs):
+    self.tags.append((tag, dict(attrs)))
+
+
+def test_index_is_self_contained_with_a_card_per_photo(tmp_path):
+  rows, cracks, thumbs = _rows_and_cracks()
+  page = html_report.write_index(tmp_path, rows, cracks, thumbs).read_text()
+  parser = _Tags()
+  parser.feed(page)
+  cards = [a for t, a in parser.tags if t == 'div' and a.get('class') == 'card']
+  assert len(cards) == 3
+  assert [float(c['data-ratio']) for c in cards] == [0.01, 0.05, 0.0]
+  # Nothing from elsewhere: no external script, style sheet, font or image.
+  for tag, attrs in parser.tags:
+    assert tag != 'link' and not (tag == 'script' and 'src' in attrs)
+    if tag == 'img':
+      assert attrs['src'].startswith('data:image/jpeg;base64,')
+  assert not re.search(r'https?://', page)
+  # Thumbnails are small; a click opens the full-size overlay beside the page.
+  assert 'href="overlays/sub/photo_1.jpg"' in page
+  assert '3 photo(s)' in page and '3 crack(s): 1 longitudinal, 1 transverse, 1 network' in page
+  assert 'worst severity: <span class="sev-high">high</span>' in page
+  assert 'no crack of the minimum length' in page  # photo 2
+  assert {key for key, _ in html_report.SORT_KEYS} == {'ratio', 'length', 'width'}
+
+
+def _chromium():
+  return next((shutil.which(n) for n in ('chromium', 'chromium-browser') if shutil.which(n)), None)
+
+
+@pytest.mark.skipif(_chromium() is None, reason='no Chromium installed (.ci/run installs it)')
+def test_index_renders_in_headless_chromium(tmp_path):
+  rows, cracks, thumbs = _rows_and_cracks()
+  index = html_report.write_index(tmp_path, rows, cracks, thumbs)
+  base = [_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--enable-logging=stderr']
+  dom = subprocess.run(
+    [*base, '--dump-dom', index.as_uri()], capture_output=True, text=True, timeout=120
+  )
+  assert dom.returncode == 0, dom.stderr[-2000:]
+  # The script ran: the cards are sorted by crack ratio, largest first, and the button is on.
+  names = re.findall(r'<h2>([^<]+)</h2>', dom.stdout)
+  assert names == ['sub/photo_1', 'sub/photo_0', 'sub/photo_2']
+  assert 'class="active"' in dom.stdout
+  assert 'Uncaught' not in dom.stderr and 'CONSOLE' not in dom.stderr
+  shot = tmp_path / 'shot.png'
+  subprocess.run(
+    [*base, f'--screenshot={shot}', '--window-size=1200,900', index.as_uri()],
+    capture_output=True,
+    timeout=120,
+    check=True,
+  )
+  assert shot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
