@@ -71,10 +71,9 @@ def test_input_multiple_and_structure():
 
 
 def test_fusion_starts_as_the_mean_of_the_side_maps():
-  model = HED(width_scale=1 / 16, conv_impl='xla')
-  x = jax.random.uniform(jax.random.key(1), (1, 32, 32, 3))
-  params = model.init(jax.random.key(0, impl='rbg'), x)
-  out = model.apply(params, x)
+  # The tiny HED of the training test below (one jitted init, one jitted apply).
+  model, params, x, _ = _tiny('HED')
+  out = jax.jit(model.apply)(params, x)
   mean = sum(out['side_logits']) / 5
   np.testing.assert_allclose(out['logits'], mean, rtol=1e-5, atol=1e-6)
 
