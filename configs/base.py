@@ -157,42 +157,75 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 # Config arguments (`--config=configs/<name>.py:<arg>`) that shrink a paper configuration for
-# smaller machines; everything not listed keeps the paper's value. Nested dicts update the
-# matching group only (ConfigDict.update is recursive).
+# smaller machines, for every model: the one variant system (configs/compare.py and the table
+# configs use it too). Everything not listed keeps the paper's value. `overrides` update the
+# config (ConfigDict.update is recursive: nested dicts update the matching group only);
+# `models` update the model group: 'unet' the paper's U-Net, 'others' every comparison model
+# (width_scale), and a model's own entry on top of 'others'. A variant without an entry for a
+# model's family does not apply to that model.
 VARIANTS: dict[str, dict] = {
-  # A 2-core CPU: widths 16...256 (1.94M parameters), two epochs.
-  'cpu': {'model': {'widths': (16, 32, 64, 128, 256)}, 'num_epochs': 2},
+  # A 2-core CPU: U-Net widths 16...256 (1.94M parameters), a quarter of the comparison
+  # models' widths; two epochs.
+  'cpu': {
+    'overrides': {'num_epochs': 2},
+    'models': {'unet': {'widths': (16, 32, 64, 128, 256)}, 'others': {'width_scale': 0.25}},
+  },
   # The reduced protocol of the CPU-scale reproduction (docs/reproduction.md): widths 8...128
   # (0.49M parameters), random 160x240 crops (a quarter of a CrackForest image), 100 steps per
   # epoch (a third of the paper's); epochs, losses, batch, step size and augmentation stay the
   # paper's. Chosen so that Table I's central comparison (3 seeds) fits a few hours of a
-  # 2-core CPU; 50 steps per epoch learnt too little in 5 epochs (strict ODS F1 0.09).
+  # 2-core CPU; 50 steps per epoch learnt too little in 5 epochs (strict ODS F1 0.09). U-Net
+  # only.
   'cpu_scale': {
-    'model': {'widths': (8, 16, 32, 64, 128)},
-    'data': {'input_size': (160, 240)},
-    'steps_per_epoch': 100,
+    'overrides': {'data': {'input_size': (160, 240)}, 'steps_per_epoch': 100},
+    'models': {'unet': {'widths': (8, 16, 32, 64, 128)}},
   },
-  # Seconds: a tiny U-Net, six steps. Tests use it end to end.
+  # Seconds: tiny models, six steps. Tests use it end to end. Compile time on a CPU grows with
+  # depth: one bottleneck per ResNet layer, two of CrackSeg's dilated branches, U-CliqueNet
+  # with one level of two-layer clique blocks.
   'smoke': {
-    'model': {'widths': (4, 8, 16, 32, 64)},
-    'batch_size': 2,
-    'steps_per_epoch': 3,
-    'num_epochs': 2,
-    'log_every_steps': 1,
-    'max_checkpoints_to_keep': 2,
+    'overrides': {
+      'batch_size': 2,
+      'steps_per_epoch': 3,
+      'num_epochs': 2,
+      'log_every_steps': 1,
+      'max_checkpoints_to_keep': 2,
+    },
+    'models': {
+      'unet': {'widths': (4, 8, 16, 32, 64)},
+      'others': {'width_scale': 1 / 16},
+      'deeplabv3plus': {'blocks': (1, 1, 1, 1)},
+      'crackseg': {'blocks': (1, 1, 1, 1), 'rates': (1, 6)},
+      'ucliquenet': {'levels': 1, 'layers': 2},
+    },
   },
 }
+
+
+def variants_for(model: str) -> list[str]:
+  """The VARIANTS that apply to `model` (a key of crackjax.models.MODELS)."""
+  family = 'unet' if model == 'unet' else 'others'
+  return sorted(k for k, v in VARIANTS.items() if family in v['models'])
 
 
 def apply_variant(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
   """Applies the config argument `arg` (None or '': the paper setting) to `c` in place.
 
   Raises:
-    ValueError: for an argument that is not a key of VARIANTS.
+    ValueError: for an argument that is not a key of VARIANTS, or one that does not apply to
+      the config's model.
   """
   if not arg:
     return c
-  if arg not in VARIANTS:
-    raise ValueError(f'Unknown config argument {arg!r}; known: {sorted(VARIANTS)}.')
-  c.update(VARIANTS[arg])
+  name = c.model.name
+  if arg not in variants_for(name):
+    raise ValueError(
+      f'Unknown config argument {arg!r} for the {name} model; known: {variants_for(name)}.'
+    )
+  models = VARIANTS[arg]['models']
+  if name == 'unet':
+    c.model.update(models['unet'])
+  else:
+    c.model.update({**models['others'], **models.get(name, {})})
+  c.update(VARIANTS[arg]['overrides'])
   return c

@@ -128,27 +128,6 @@ MODELS = {
   ),
 }
 
-SIZES = {
-  'cpu': {'width_scale': 0.25, 'overrides': {'num_epochs': 2}},
-  'smoke': {
-    'width_scale': 1 / 16,
-    # Compile time on a CPU grows with depth: one bottleneck per ResNet layer, two of
-    # CrackSeg's dilated branches, U-CliqueNet with one level of two-layer clique blocks.
-    'model': {
-      'deeplabv3plus': {'blocks': (1, 1, 1, 1)},
-      'crackseg': {'blocks': (1, 1, 1, 1), 'rates': (1, 6)},
-      'ucliquenet': {'levels': 1, 'layers': 2},
-    },
-    'overrides': {
-      'batch_size': 2,
-      'steps_per_epoch': 3,
-      'num_epochs': 2,
-      'log_every_steps': 1,
-      'max_checkpoints_to_keep': 2,
-    },
-  },
-}
-
 
 def _fields(group: dict) -> dict:
   """A copy of `group` whose None values are optional floats (a fresh FieldReference each
@@ -166,23 +145,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       f'configs/compare.py needs a model argument, one of {sorted(MODELS)}, '
       f'e.g. --config=configs/compare.py:hed; got {arg!r}.'
     )
-  unknown = [p for p in parts[1:] if p != 'dagger' and p not in SIZES]
+  sizes = base.variants_for(parts[0])
+  unknown = [p for p in parts[1:] if p != 'dagger' and p not in sizes]
   if unknown:
-    raise ValueError(f'Unknown config argument(s) {unknown}; known: dagger, {sorted(SIZES)}.')
+    raise ValueError(f'Unknown config argument(s) {unknown}; known: dagger, {sizes}.')
   model, loss, dagger_loss = MODELS[parts[0]]
   c = base.get_config()
   c.model = ml_collections.ConfigDict(dict(model))
   c.loss = ml_collections.ConfigDict(_fields(dagger_loss if 'dagger' in parts else loss))
-  for size in (p for p in parts[1:] if p in SIZES):
-    _apply_size(c, parts[0], size)
+  for size in (p for p in parts[1:] if p in sizes):
+    base.apply_variant(c, size)
   return c
-
-
-def _apply_size(c: ml_collections.ConfigDict, model: str, size: str) -> None:
-  """Shrinks `c` (a config of `model`) to SIZES[size], in place."""
-  c.model.width_scale = SIZES[size]['width_scale']
-  c.model.update(SIZES[size].get('model', {}).get(model, {}))
-  c.update(SIZES[size]['overrides'])
 
 
 # ------------------------------------------------------------------ rows of Tables V-VIII
@@ -197,7 +170,8 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
   Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
   `get_config('<model>[,dagger]')` (its MODELS entry: the model group and its original loss,
   or its exponential WCE for a dagger row) with the row's beta, the dataset's settings and
-  the row's epochs (`configs.paper_tables.apply_compare_row`), then the size (SIZES).
+  the row's epochs (`configs.paper_tables.apply_compare_row`), then the variant
+  (configs/base.py VARIANTS).
 
   Raises:
     ValueError: for a missing or unknown key (the message lists the keys) or variant.
@@ -213,13 +187,13 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
   row = rows[key]
   if row.model == 'unet':
     return paper_tables.get_config(row.base_table, f'{row.unet_row},{variant}')
-  if variant and variant not in SIZES:
+  if variant and variant not in base.variants_for(row.model):
     raise ValueError(
       f'Unknown config argument {variant!r} for the {row.model} row {key!r}; known: '
-      f'{sorted(SIZES)}.'
+      f'{base.variants_for(row.model)}.'
     )
   c = get_config(row.model + (',dagger' if row.dagger else ''))
   paper_tables.apply_compare_row(c, table, key)
   if variant:
-    _apply_size(c, row.model, variant)
+    base.apply_variant(c, variant)
   return c

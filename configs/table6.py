@@ -2,8 +2,7 @@
 key as config argument.
 
   python launch.py --config=configs/table6.py:<key> --workdir=workdirs/table6/<key>
-  --config=configs/table6.py:<key>,cpu   (or ,smoke) shrinks it (configs/compare.py SIZES;
-  base.py's VARIANTS for the U-Net rows)
+  --config=configs/table6.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
 assumed epochs live in crackjax/paper/tables.py (TABLE6); the dataset settings are Table 2's

@@ -2,8 +2,7 @@
 key as config argument.
 
   python launch.py --config=configs/table7.py:<key> --workdir=workdirs/table7/<key>
-  --config=configs/table7.py:<key>,cpu   (or ,smoke) shrinks it (configs/compare.py SIZES;
-  base.py's VARIANTS for the U-Net rows)
+  --config=configs/table7.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
 Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
 assumed epochs live in crackjax/paper/tables.py (TABLE7); the dataset settings are Table 3's

@@ -421,3 +421,19 @@ def test_report_shows_the_comparison_tables(tmp_path):
   assert (tmp_path / 'curves_table7_strict.png').stat().st_size > 10_000
   # Runs of Tables I-IV only: no comparison section, no report_compare.csv.
   assert report.compare_markdown([], ['strict']) == []
+
+
+def test_one_variant_system_for_every_model():
+  # configs/base.py VARIANTS shrinks the U-Net and the comparison models alike.
+  from configs import base
+
+  smoke = compare.get_config('crackseg,smoke')
+  assert smoke.model.width_scale == base.VARIANTS['smoke']['models']['others']['width_scale']
+  assert tuple(smoke.model.blocks) == (1, 1, 1, 1) and smoke.steps_per_epoch == 3
+  assert base.apply_variant(compare.get_config('crackseg'), 'smoke').to_dict() == smoke.to_dict()
+  assert base.variants_for('unet') == ['cpu', 'cpu_scale', 'smoke']
+  assert base.variants_for('hed') == ['cpu', 'smoke']
+  with pytest.raises(
+    ValueError, match="'cpu_scale' for the hed model; known: \\['cpu', 'smoke'\\]"
+  ):
+    base.apply_variant(compare.get_config('hed'), 'cpu_scale')

@@ -100,7 +100,10 @@ def test_unknown_variant_is_one_line_without_traceback(tmp_path):
   with pytest.raises(SystemExit) as e:
     reproduce.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])
   message = str(e.value)
-  assert "Unknown config argument 'smok'; known: ['cpu', 'cpu_scale', 'smoke']" in message
+  assert (
+    "Unknown config argument 'smok' for the unet model; known: ['cpu', 'cpu_scale', 'smoke']"
+    in message
+  )
   assert 'Traceback' not in message and len(message.splitlines()) == 2
 
 

@@ -34,8 +34,8 @@ exactly `python launch.py --config=configs/table1.py:<row>` with the seed set.
 Tables V-VIII (the comparison models, `crackjax.paper.tables.COMPARE_TABLES`) run the same way,
 ``--table=7 --rows=hed,hed_dagger``: every row is its own training group (a model with its
 original loss or the paper's dagger loss) and loads ``configs/table<T>.py:<key>[,<variant>]``
-(variants: configs/compare.py SIZES, ``cpu`` and ``smoke``; the U-Net rows also take
-configs/base.py's). Their epochs are partly assumed (`crackjax.paper.tables`, ``epochs_basis``).
+(variants: configs/base.py VARIANTS, ``cpu`` and ``smoke`` for every model, ``cpu_scale`` for
+the U-Net rows). Their epochs are partly assumed (`crackjax.paper.tables`, ``epochs_basis``).
 """
 
 from __future__ import annotations
@@ -84,8 +84,7 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'variant',
     '',
-    'Config variant appended to every row (configs/base.py VARIANTS; Tables V-VIII: '
-    'configs/compare.py SIZES).',
+    'Config variant appended to every row (configs/base.py VARIANTS: cpu, cpu_scale, smoke).',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(
