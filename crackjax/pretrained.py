@@ -56,6 +56,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from crackjax.models import MODELS
+from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
 
 LAYOUTS = ('vgg16', 'vgg16_bn', 'resnet50', 'crackjax')
@@ -73,20 +75,11 @@ VGG16_FEATURES = (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28)
 VGG16_BN_FEATURES = (0, 3, 7, 10, 14, 17, 20, 24, 27, 30, 34, 37, 40)  # BatchNorm at i + 1
 RESNET50_BLOCKS = (3, 4, 6, 3)
 
-# Model -> the torchvision layouts it takes (any model takes the crackjax layout).
-BACKBONES: dict[str, tuple[str, ...]] = {
-  'fcn8s': ('vgg16',),
-  'hed': ('vgg16',),
-  'rcf': ('vgg16',),
-  'segnet': ('vgg16', 'vgg16_bn'),
-  'deepcrack': ('vgg16', 'vgg16_bn'),
-  'deeplabv3plus': ('resnet50',),
-  'crackseg': ('resnet50',),
-}
-# What a model subtracts from the [0, 1] image before its first convolution.
-INPUT_OFFSETS: dict[str, tuple[float, float, float]] = {'fcn8s': CAFFE_MEAN_RGB}
-# Models whose VGG16 convolutions are ConvBN modules ('<name>/conv', '<name>/bn').
-_CONV_BN_MODELS = ('segnet', 'deepcrack')
+
+def layout_of(model: str) -> PretrainedLayout | None:
+  """What ImageNet files `model` (a key of MODELS) takes, as the model declares it (its
+  ``PRETRAINED``); None: crackjax-layout files only (any model takes those)."""
+  return getattr(MODELS.get(model), 'PRETRAINED', None)
 
 
 class PretrainedError(ValueError):
@@ -187,7 +180,8 @@ def flat_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _vgg16_mapping(model: str, layout: str) -> list[Mapped]:
-  bn_model = model in _CONV_BN_MODELS
+  declared = layout_of(model)
+  bn_model = declared.conv_bn
   indices = VGG16_FEATURES if layout == 'vgg16' else VGG16_BN_FEATURES
   out = []
   for name, i in zip(VGG16_CONVS, indices, strict=True):
@@ -198,7 +192,7 @@ def _vgg16_mapping(model: str, layout: str) -> list[Mapped]:
     ]
     if layout == 'vgg16_bn':
       out += _bn_mapping(f'features.{i + 1}', f'{name}/bn')
-  if model == 'fcn8s':
+  if declared.fully_connected:
     for key, name in (('classifier.0', 'fc6'), ('classifier.3', 'fc7')):
       out += [
         Mapped(f'{key}.weight', f'params/{name}/kernel', 'fc'),
@@ -249,8 +243,9 @@ def mapping(model: str, layout: str, targets: Mapping[str, Any] | None = None) -
   """
   if layout == 'crackjax':
     return [Mapped(path, path, 'copy') for path in targets or {}]
-  if layout not in BACKBONES.get(model, ()):
-    takes = BACKBONES.get(model)
+  declared = layout_of(model)
+  if declared is None or layout not in declared.layouts:
+    takes = declared.layouts if declared else None
     what = (
       f'takes {" or ".join(takes)} (or crackjax) files'
       if takes
@@ -452,7 +447,7 @@ def first_conv(model: str, layout: str) -> tuple[str, str]:
   """(kernel, running mean of the BatchNorm after it) of a backbone's first convolution."""
   if layout == 'resnet50':
     return 'params/conv1/conv/kernel', 'batch_stats/conv1/bn/mean'
-  name = 'conv1_1/conv' if model in _CONV_BN_MODELS else 'conv1_1'
+  name = 'conv1_1/conv' if layout_of(model).conv_bn else 'conv1_1'
   return f'params/{name}/kernel', 'batch_stats/conv1_1/bn/mean'
 
 
@@ -464,7 +459,7 @@ def _fold_into_first_conv(
   kernel, mean = first_conv(model, layout)
   if kernel not in updates:
     return
-  offset = INPUT_OFFSETS.get(model, (0.0, 0.0, 0.0))
+  offset = layout_of(model).input_offset
   folded, shift = _fold(np.transpose(updates[kernel], (3, 2, 0, 1)), normalization, offset)
   updates[kernel] = np.transpose(folded, (2, 3, 1, 0))
   bias = kernel.rsplit('/', 1)[0] + '/bias'

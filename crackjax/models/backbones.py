@@ -15,6 +15,7 @@ their parameters are the caller's own ``conv1`` and ``layer{l}_{b}`` (torchvisio
 onto; both models therefore load the same weights.
 """
 
+import dataclasses
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -45,6 +46,26 @@ def vgg16_bn_encoder(
     x, index = max_pool_with_indices(x)
     indices.append(index)
   return x, features, indices
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedLayout:
+  """What ImageNet weight files a model takes, declared by the model itself (its class
+  attribute ``PRETRAINED``; crackjax/pretrained.py maps the files' arrays by it). A model
+  without one takes crackjax-layout files (an earlier run's) only.
+
+  Attributes:
+    layouts: the torchvision layouts it takes: 'vgg16', 'vgg16_bn', 'resnet50'.
+    conv_bn: its VGG16 convolutions are ConvBN modules ('<name>/conv', '<name>/bn').
+    fully_connected: fc6 / fc7 load torchvision's classifier.0 / classifier.3 (FCN8s).
+    input_offset: what the model subtracts from the [0, 1] image before its first
+      convolution (folded into it with the file's normalisation).
+  """
+
+  layouts: tuple[str, ...]
+  conv_bn: bool = False
+  fully_connected: bool = False
+  input_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 # ResNet-50's four layers: (bottleneck width, number of blocks); output channels 4 x width.

@@ -50,12 +50,18 @@ multiples of 16.
 """
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import RESNET50_LAYERS, check_resnet_fields, resnet50_features
+from crackjax.models.backbones import (
+  RESNET50_LAYERS,
+  PretrainedLayout,
+  check_resnet_fields,
+  resnet50_features,
+)
 from crackjax.models.batchnorm import ConvBN
 from crackjax.models.deeplabv3plus import DECODER_WIDTH, LOW_LEVEL_WIDTH
 from crackjax.models.layers import check_input, crack_logit, resize_to, scaled_width
@@ -86,6 +92,9 @@ class CrackSeg(nn.Module):
       to make CPU tests compile faster.
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
+
+  # ImageNet weight files it takes (crackjax/pretrained.py).
+  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('resnet50',))
 
   n_classes: int = 2
   output_stride: int = 16

@@ -26,12 +26,13 @@ unpooled back to exactly its input's size).
 """
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, vgg16_bn_encoder
+from crackjax.models.backbones import VGG16_STAGES, PretrainedLayout, vgg16_bn_encoder
 from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
 from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
 
@@ -106,6 +107,9 @@ class SegNet(SegNetBody):
       1); small values give CPU-sized tests.
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
+
+  # ImageNet weight files it takes (crackjax/pretrained.py).
+  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True)
 
   n_classes: int = 2
   width_scale: float = 1.0
