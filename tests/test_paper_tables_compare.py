@@ -420,7 +420,12 @@ def test_report_shows_the_comparison_tables(tmp_path):
   assert (hed['paper_time_s'], hed['paper_fps']) == ('6120', '31.8')
   assert (tmp_path / 'curves_table7_strict.png').stat().st_size > 10_000
   # Runs of Tables I-IV only: no comparison section, no report_compare.csv.
-  assert report.compare_markdown([], ['strict']) == []
+  results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
+  table1 = report.markdown(report.load([results]), ['strict'])
+  assert '## Table 1 ' in table1 and 'comparison models' not in table1
+  # One renderer: both row kinds are tables of their columns.
+  assert [c.title for c in report.COMPARE_COLUMNS][:2] == ['method', 'β']
+  assert report.markdown_table([], report.TABLE_COLUMNS)[0].startswith('| method | epochs |')
 
 
 def test_one_variant_system_for_every_model():

@@ -35,7 +35,7 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -390,6 +390,97 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
   return [*out, '']
 
 
+# ------------------------------------------------------------------ one renderer, two row kinds
+# A table is its columns: (title, cell) for Markdown, (name, value) for CSV. Tables I-IV and
+# Tables V-VIII differ only in their columns and in their follow-up tables (Welch tests
+# against a baseline, and dagger against the original loss).
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """One Markdown column: its title and the cell of a RowResult."""
+
+  title: str
+  cell: Callable[[RowResult], str]
+
+
+def _ods_delta(r: RowResult) -> str:
+  ods = r.mean_std('ods_f1')[0]
+  return f'{100 * ods - r.row.ods.f1.mean:+.2f}' if np.isfinite(ods) else '–'
+
+
+def _ois_delta(r: RowResult) -> str:
+  ois = r.mean_std('ois_f1')[0]
+  return f'{100 * ois - r.row.ois.f1.mean:+.2f}' if np.isfinite(ois) else '–'
+
+
+def _stat(name: str) -> Callable[[RowResult], str]:
+  return lambda r: _pct(*r.mean_std(name))
+
+
+def _epochs(r: RowResult) -> str:
+  return str(r.row.epochs)
+
+
+def _seeds(r: RowResult) -> str:
+  return str(len(r.seeds))
+
+
+def _train_time(r: RowResult) -> str:
+  return _time(r.mean_std('time_s')[0])
+
+
+#: Tables I-IV: P/R/F1 at ODS and OIS beside the paper's F1 and time.
+TABLE_COLUMNS = (
+  Column('method', lambda r: _method(r.row)),
+  Column('epochs', _epochs),
+  Column('seeds', _seeds),
+  Column('ODS P', _stat('ods_p')),
+  Column('ODS R', _stat('ods_r')),
+  Column('ODS F1', _stat('ods_f1')),
+  Column('OIS P', _stat('ois_p')),
+  Column('OIS R', _stat('ois_r')),
+  Column('OIS F1', _stat('ois_f1')),
+  Column('F1@0.5', _stat('f1_fixed')),
+  Column('time', _train_time),
+  Column('paper ODS F1', lambda r: f'{r.row.ods.f1.mean:.2f}'),
+  Column('Δ ODS F1', _ods_delta),
+  Column('paper OIS F1', lambda r: f'{r.row.ois.f1.mean:.2f}'),
+  Column('Δ OIS F1', _ois_delta),
+  Column('paper time', lambda r: r.row.time or '–'),
+)
+
+#: Tables V-VIII: ODS / OIS F1 beside the paper's, with its parameters, GFLOPS, TT and FPS.
+COMPARE_COLUMNS = (
+  Column('method', lambda r: r.row.name),
+  Column('β', lambda r: '-' if r.row.beta is None else f'{r.row.beta:g}'),
+  Column('epochs', _epochs),
+  Column('seeds', _seeds),
+  Column('ODS F1', _stat('ods_f1')),
+  Column('OIS F1', _stat('ois_f1')),
+  Column('F1@0.5', _stat('f1_fixed')),
+  Column('time', _train_time),
+  Column('params', lambda r: _count(r.mean_std('params')[0])),
+  Column('paper ODS', lambda r: f'{r.row.ods:.2f}'),
+  Column('Δ ODS', lambda r: _delta(r.mean_std('ods_f1')[0], r.row.ods)),
+  Column('paper OIS', lambda r: f'{r.row.ois:.2f}'),
+  Column('Δ OIS', lambda r: _delta(r.mean_std('ois_f1')[0], r.row.ois)),
+  Column('paper TT', lambda r: r.row.time),
+  Column('paper params', lambda r: r.row.params),
+  Column('paper GFLOPS', lambda r: f'{r.row.gflops:g}'),
+  Column('paper FPS', lambda r: f'{r.row.fps:.2f}'),
+)
+
+
+def markdown_table(results: Sequence[RowResult], columns: Sequence[Column]) -> list[str]:
+  """The Markdown lines of one table: header, rule and a row per result."""
+  return [
+    '| ' + ' | '.join(c.title for c in columns) + ' |',
+    '|' + '---|' * len(columns),
+    *('| ' + ' | '.join(c.cell(r) for c in columns) + ' |' for r in results),
+  ]
+
+
 def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
   """The report as Markdown (see the module docstring)."""
   tables = 'I-VIII' if any(r['table'] in paper.COMPARE_TABLES for r in runs) else 'I-IV'
@@ -401,116 +492,168 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
     'compilation); Δ = ours − paper.',
     '',
   ]
-  for table in paper.TABLES:
+  for table in [*paper.TABLES, *paper.COMPARE_TABLES]:
     for protocol in protocols:
-      results = [r for r in row_results(runs, protocol) if r.row.table == table]
-      if not results:
-        continue
-      dataset = paper.SETTINGS[table].dataset
-      out += [f'## Table {table} ({dataset}), `{protocol}` protocol', '']
-      out += [
-        '| method | epochs | seeds | ODS P | ODS R | ODS F1 | OIS P | OIS R | OIS F1 | F1@0.5 '
-        '| time | paper ODS F1 | Δ ODS F1 | paper OIS F1 | Δ OIS F1 | paper time |',
-        '|' + '---|' * 16,
-      ]
-      for r in results:
-        ods, ois = r.mean_std('ods_f1'), r.mean_std('ois_f1')
-        out.append(
-          '| '
-          + ' | '.join(
-            [
-              _method(r.row),
-              str(r.row.epochs),
-              str(len(r.seeds)),
-              _pct(*r.mean_std('ods_p')),
-              _pct(*r.mean_std('ods_r')),
-              _pct(*ods),
-              _pct(*r.mean_std('ois_p')),
-              _pct(*r.mean_std('ois_r')),
-              _pct(*ois),
-              _pct(*r.mean_std('f1_fixed')),
-              _time(r.mean_std('time_s')[0]),
-              f'{r.row.ods.f1.mean:.2f}',
-              f'{100 * ods[0] - r.row.ods.f1.mean:+.2f}' if np.isfinite(ods[0]) else '–',
-              f'{r.row.ois.f1.mean:.2f}',
-              f'{100 * ois[0] - r.row.ois.f1.mean:+.2f}' if np.isfinite(ois[0]) else '–',
-              r.row.time or '–',
-            ]
-          )
-          + ' |'
-        )
-      out.append('')
-      base = _baseline(results, table)
-      if base is None:
-        continue
-      out += [
-        f'Against the second baseline, {base.row.name} at {base.row.epochs} epochs (ODS F1, '
-        'points; Welch 95% CI and two-sided p; the paper gives means only):',
-        '',
-        '| method | epochs | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
-        '|---|---|---|---|---|---|',
-      ]
-      for r in results:
-        if r is base:
-          continue
-        cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
-        out.append(
-          f'| {_method(r.row)} | {r.row.epochs} | {cells} | '
-          f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
-        )
-      out.append('')
-      out += _same_epochs(results)
-  out += compare_markdown(runs, protocols)
+      results = [r for r in _results_of(runs, table, protocol) if r.row.table == table]
+      if results:
+        out += _table_section(table, protocol, results)
   return '\n'.join(out)
 
 
-def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
-  names = ('ods_p', 'ods_r', 'ods_f1', 'ois_p', 'ois_r', 'ois_f1', 'f1_fixed', 'time_s')
+def _results_of(runs, table: int, protocol: str) -> list[RowResult]:
+  if table in paper.COMPARE_TABLES:
+    return compare_results(runs, protocol)
+  return row_results(runs, protocol)
+
+
+def _table_section(table: int, protocol: str, results: Sequence[RowResult]) -> list[str]:
+  """A table's heading, its rows under COMPARE_COLUMNS or TABLE_COLUMNS, and its follow-up."""
+  if table in paper.COMPARE_TABLES:
+    head = [
+      f'## Table {table} ({paper.dataset_of(table)}, comparison models), `{protocol}` protocol',
+      '',
+      'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
+      '`crackjax.paper.tables.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
+      f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
+      '',
+    ]
+    return [*head, *markdown_table(results, COMPARE_COLUMNS), '', *_dagger_lines(results)]
+  head = [f'## Table {table} ({paper.SETTINGS[table].dataset}), `{protocol}` protocol', '']
+  out = [*head, *markdown_table(results, TABLE_COLUMNS), '']
+  base = _baseline(results, table)
+  if base is None:
+    return out
+  out += [
+    f'Against the second baseline, {base.row.name} at {base.row.epochs} epochs (ODS F1, '
+    'points; Welch 95% CI and two-sided p; the paper gives means only):',
+    '',
+    '| method | epochs | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
+    '|---|---|---|---|---|---|',
+  ]
+  for r in results:
+    if r is base:
+      continue
+    cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
+    out.append(
+      f'| {_method(r.row)} | {r.row.epochs} | {cells} | '
+      f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
+    )
+  out.append('')
+  return out + _same_epochs(results)
+
+
+def _dagger_lines(results: Sequence[RowResult]) -> list[str]:
+  """Each model's dagger row against its original loss (Tables V-VIII)."""
+  by_key = {r.row.key: r for r in results}
+  pairs = [
+    (by_key[r.row.model], r)
+    for r in results
+    if r.row.dagger and r.row.model in by_key and not by_key[r.row.model].row.dagger
+  ]
+  if not pairs:
+    return []
+  out = [
+    'Dagger (exponential WCE) against the original loss, per model (ODS F1, points; Welch '
+    '95% CI and two-sided p; time = ours dagger / original):',
+    '',
+    '| model | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) | time ratio | TT ratio (paper) |',
+    '|---|---|---|---|---|---|---|',
+  ]
+  for orig, dag in pairs:
+    cells = _welch_cells(dag.values['ods_f1'], orig.values['ods_f1'])
+    ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
+    out.append(
+      f'| {orig.row.name} | {cells} | '
+      f'{dag.row.ods - orig.row.ods:+.2f} | '
+      f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
+      f'{dag.row.time_s / orig.row.time_s:.2f} |'
+    )
+  out.append('')
+  return out
+
+
+# CSV: per row kind, its leading columns, the statistics (name, scale) and the paper's columns.
+_TABLE_CSV = (
+  (
+    ('table', lambda r: r.row.table),
+    ('key', lambda r: r.row.key),
+    ('method', lambda r: r.row.name),
+    ('epochs', lambda r: r.row.epochs),
+  ),
+  (
+    ('ods_p', 100.0),
+    ('ods_r', 100.0),
+    ('ods_f1', 100.0),
+    ('ois_p', 100.0),
+    ('ois_r', 100.0),
+    ('ois_f1', 100.0),
+    ('f1_fixed', 100.0),
+    ('time_s', 1.0),
+  ),
+  (
+    ('paper_ods_p', lambda r: r.row.ods.p.mean),
+    ('paper_ods_r', lambda r: r.row.ods.r.mean),
+    ('paper_ods_f1', lambda r: r.row.ods.f1.mean),
+    ('paper_ois_p', lambda r: r.row.ois.p.mean),
+    ('paper_ois_r', lambda r: r.row.ois.r.mean),
+    ('paper_ois_f1', lambda r: r.row.ois.f1.mean),
+    ('paper_time_s', lambda r: r.row.time_s),
+  ),
+)
+_COMPARE_CSV = (
+  (
+    ('table', lambda r: r.row.table),
+    ('key', lambda r: r.row.key),
+    ('method', lambda r: r.row.name),
+    ('model', lambda r: r.row.model),
+    ('dagger', lambda r: r.row.dagger),
+    ('beta', lambda r: '' if r.row.beta is None else r.row.beta),
+    ('epochs', lambda r: r.row.epochs),
+  ),
+  (('ods_f1', 100.0), ('ois_f1', 100.0), ('f1_fixed', 100.0), ('time_s', 1.0), ('params', 1.0)),
+  (
+    ('paper_ods_f1', lambda r: r.row.ods),
+    ('paper_ois_f1', lambda r: r.row.ois),
+    ('paper_params', lambda r: r.row.params_count),
+    ('paper_gflops', lambda r: r.row.gflops),
+    ('paper_time_s', lambda r: r.row.time_s),
+    ('paper_fps', lambda r: r.row.fps),
+  ),
+)
+
+
+def _write_rows(path: Path, spec, results_of, protocols: Sequence[str]) -> None:
+  """One CSV line per (row, protocol): the leading columns, protocol, seeds, each statistic's
+  mean and std (scaled: percent like the paper, seconds, counts) and the paper's values."""
+  lead, stats, paper_columns = spec
   with path.open('w', newline='') as f:
     w = csv.writer(f)
     w.writerow(
       [
-        'table',
-        'key',
-        'method',
-        'epochs',
+        *(name for name, _ in lead),
         'protocol',
         'seeds',
-        *(f'{n}_{s}' for n in names for s in ('mean', 'std')),
-        'paper_ods_p',
-        'paper_ods_r',
-        'paper_ods_f1',
-        'paper_ois_p',
-        'paper_ois_r',
-        'paper_ois_f1',
-        'paper_time_s',
+        *(f'{n}_{s}' for n, _ in stats for s in ('mean', 'std')),
+        *(name for name, _ in paper_columns),
       ]
     )
     for protocol in protocols:
-      for r in row_results(runs, protocol):
-        stats = [x for n in names for x in r.mean_std(n)]
-        scale = [100.0] * 14 + [1.0, 1.0]  # percent like the paper, seconds for time
+      for r in results_of(protocol):
+        values = [(x, k) for n, k in stats for x in r.mean_std(n)]
         w.writerow(
           [
-            r.row.table,
-            r.row.key,
-            r.row.name,
-            r.row.epochs,
+            *(value(r) for _, value in lead),
             protocol,
             ' '.join(map(str, r.seeds)),
-            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in zip(stats, scale, strict=True)),
-            r.row.ods.p.mean,
-            r.row.ods.r.mean,
-            r.row.ods.f1.mean,
-            r.row.ois.p.mean,
-            r.row.ois.r.mean,
-            r.row.ois.f1.mean,
-            r.row.time_s,
+            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in values),
+            *(value(r) for _, value in paper_columns),
           ]
         )
 
 
-# ---------------------------------------------------------------------------- Tables V-VIII
+def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
+  """report.csv: one line per (Table I-IV row, protocol), ours beside the paper's."""
+  _write_rows(path, _TABLE_CSV, lambda protocol: row_results(runs, protocol), protocols)
 
 
 def compare_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
@@ -531,128 +674,9 @@ def _count(n: float) -> str:
   return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.2f}K'
 
 
-def compare_markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> list[str]:
-  """The Markdown lines of Tables V-VIII (none without their runs): per table and protocol
-  our ODS / OIS F1 beside the paper's, with the paper's parameters, GFLOPS, TT and FPS; then
-  each model's dagger row against its original loss."""
-  out = []
-  for table in paper.COMPARE_TABLES:
-    for protocol in protocols:
-      results = [r for r in compare_results(runs, protocol) if r.row.table == table]
-      if not results:
-        continue
-      out += [
-        f'## Table {table} ({paper.dataset_of(table)}, comparison models), `{protocol}` protocol',
-        '',
-        'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
-        '`crackjax.paper.tables.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
-        f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
-        '',
-        '| method | β | epochs | seeds | ODS F1 | OIS F1 | F1@0.5 | time | params | paper ODS | '
-        'Δ ODS | paper OIS | Δ OIS | paper TT | paper params | paper GFLOPS | paper FPS |',
-        '|' + '---|' * 17,
-      ]
-      for r in results:
-        ods, ois = r.mean_std('ods_f1'), r.mean_std('ois_f1')
-        cells = [
-          r.row.name,
-          '-' if r.row.beta is None else f'{r.row.beta:g}',
-          str(r.row.epochs),
-          str(len(r.seeds)),
-          _pct(*ods),
-          _pct(*ois),
-          _pct(*r.mean_std('f1_fixed')),
-          _time(r.mean_std('time_s')[0]),
-          _count(r.mean_std('params')[0]),
-          f'{r.row.ods:.2f}',
-          _delta(ods[0], r.row.ods),
-          f'{r.row.ois:.2f}',
-          _delta(ois[0], r.row.ois),
-          r.row.time,
-          r.row.params,
-          f'{r.row.gflops:g}',
-          f'{r.row.fps:.2f}',
-        ]
-        out.append('| ' + ' | '.join(cells) + ' |')
-      out.append('')
-      by_key = {r.row.key: r for r in results}
-      pairs = [
-        (by_key[r.row.model], r)
-        for r in results
-        if r.row.dagger and r.row.model in by_key and not by_key[r.row.model].row.dagger
-      ]
-      if not pairs:
-        continue
-      out += [
-        'Dagger (exponential WCE) against the original loss, per model (ODS F1, points; Welch '
-        '95% CI and two-sided p; time = ours dagger / original):',
-        '',
-        '| model | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) | time ratio '
-        '| TT ratio (paper) |',
-        '|---|---|---|---|---|---|---|',
-      ]
-      for orig, dag in pairs:
-        cells = _welch_cells(dag.values['ods_f1'], orig.values['ods_f1'])
-        ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
-        out.append(
-          f'| {orig.row.name} | {cells} | '
-          f'{dag.row.ods - orig.row.ods:+.2f} | '
-          f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
-          f'{dag.row.time_s / orig.row.time_s:.2f} |'
-        )
-      out.append('')
-  return out
-
-
 def write_compare_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
   """report_compare.csv: one line per (Table V-VIII row, protocol), ours beside the paper's."""
-  names = ('ods_f1', 'ois_f1', 'f1_fixed', 'time_s', 'params')
-  scale = {'ods_f1': 100.0, 'ois_f1': 100.0, 'f1_fixed': 100.0, 'time_s': 1.0, 'params': 1.0}
-  with path.open('w', newline='') as f:
-    w = csv.writer(f)
-    w.writerow(
-      [
-        'table',
-        'key',
-        'method',
-        'model',
-        'dagger',
-        'beta',
-        'epochs',
-        'protocol',
-        'seeds',
-        *(f'{n}_{s}' for n in names for s in ('mean', 'std')),
-        'paper_ods_f1',
-        'paper_ois_f1',
-        'paper_params',
-        'paper_gflops',
-        'paper_time_s',
-        'paper_fps',
-      ]
-    )
-    for protocol in protocols:
-      for r in compare_results(runs, protocol):
-        stats = [(x, scale[n]) for n in names for x in r.mean_std(n)]
-        w.writerow(
-          [
-            r.row.table,
-            r.row.key,
-            r.row.name,
-            r.row.model,
-            r.row.dagger,
-            '' if r.row.beta is None else r.row.beta,
-            r.row.epochs,
-            protocol,
-            ' '.join(map(str, r.seeds)),
-            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in stats),
-            r.row.ods,
-            r.row.ois,
-            r.row.params_count,
-            r.row.gflops,
-            r.row.time_s,
-            r.row.fps,
-          ]
-        )
+  _write_rows(path, _COMPARE_CSV, lambda protocol: compare_results(runs, protocol), protocols)
 
 
 def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol: str) -> bool:
