@@ -5,7 +5,7 @@ import json
 import pytest
 
 from crackjax.paper import plan as campaign_plan
-from crackjax.paper import report as report_lib
+from crackjax.paper import records
 from crackjax.paper import runner as reproduce
 
 SETTING = {'widths': [64, 128, 256, 512, 1024], 'steps_per_epoch': 300}
@@ -71,7 +71,7 @@ def test_plan_skips_what_does_not_fit_and_tries_shorter_jobs():
 
 def test_runner_plan_is_a_dry_run(tmp_path, capsys):
   # Rates measured at the paper's setting on an H100, as a chunk exports them.
-  setting = report_lib.setting_of(
+  setting = records.setting_of(
     json.loads(
       reproduce.load_config(
         reproduce.select_jobs(1, ['wce_xie_e10'], [0])[0],
@@ -87,7 +87,7 @@ def test_runner_plan_is_a_dry_run(tmp_path, capsys):
     _run(s, kind='H', side_by_side=2, setting=setting, group='table1:exp_0.75_a20_wj')
     for s in (0, 1)
   ]
-  report_lib.export(runs, done)
+  records.export(runs, done)
   argv = [
     '--table=1',
     '--rows=wce_xie_e10,exp_0.75_a20_wj_e5',
@@ -126,5 +126,5 @@ def test_plan_needs_a_time_limit(tmp_path):
 def test_report_keeps_complete_runs_only():
   cut = _run(seed=1)
   cut['epochs'] = cut['epochs'][:3]
-  kept = report_lib.complete_runs([_run(seed=0), cut])
+  kept = records.complete_runs([_run(seed=0), cut])
   assert [r['seed'] for r in kept] == [0]

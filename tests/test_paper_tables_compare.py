@@ -19,7 +19,7 @@ import pytest
 from configs import compare, paper_tables
 from crackjax import losses, validate
 from crackjax.models import MODELS
-from crackjax.paper import report
+from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 
@@ -421,7 +421,7 @@ def test_report_shows_the_comparison_tables(tmp_path):
   assert (tmp_path / 'curves_table7_strict.png').stat().st_size > 10_000
   # Runs of Tables I-IV only: no comparison section, no report_compare.csv.
   results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
-  table1 = report.markdown(report.load([results]), ['strict'])
+  table1 = report.markdown(records.load([results]), ['strict'])
   assert '## Table 1 ' in table1 and 'comparison models' not in table1
   # One renderer: both row kinds are tables of their columns.
   assert [c.title for c in report.COMPARE_COLUMNS][:2] == ['method', 'β']

@@ -14,7 +14,7 @@ import pytest
 
 from crackjax import evaluate
 from crackjax import run as run_lib
-from crackjax.paper import report
+from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 from tests import fixtures
@@ -148,15 +148,15 @@ def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
   with pytest.raises(SystemExit, match=r"--protocols \['bogus'\] not in these results"):
     report.main([str(results), '--protocols=bogus', f'--out={tmp_path / "r"}'])
   # The same job in two inputs, one cut short: the longer is used, and the report says so.
-  runs = report.load([results])
+  runs = records.load([results])
   cut = dict(runs[0], epochs=runs[0]['epochs'][:2])
-  report.export([cut], tmp_path / 'cut.json')
+  records.export([cut], tmp_path / 'cut.json')
   assert report.main([str(results), str(tmp_path / 'cut.json'), f'--out={tmp_path / "r"}']) == 0
   err = capsys.readouterr().err
   assert f'{runs[0]["group"]} seed {runs[0]["seed"]} is in two inputs' in err
   assert 'using the one with 5 epochs (the other has 2)' in err
   # Identical copies (a campaign and its export) are merged without a word.
-  report.load([results, results])
+  records.load([results, results])
   assert 'two inputs' not in capsys.readouterr().err
 
 
@@ -294,7 +294,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   fresh = tmp_path / 'fresh'
   assert reproduce.main([*_argv(fresh, data), f'--done={exported}']) == 0
   assert not fresh.exists() or not list(fresh.rglob('epoch_*.json'))
-  assert report.complete_jobs(report.load([exported])) == {
+  assert records.complete_jobs(records.load([exported])) == {
     (1, f'table1:{g}', s, 5) for g in ('wce_xie', 'wce_exp_0.75') for s in (0, 1)
   }
 

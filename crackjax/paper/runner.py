@@ -561,13 +561,13 @@ def plan_chunk(
   """The jobs expected to end within `budget_seconds` (crackjax.paper.plan) and the plan
   as text; all `jobs` when the `earlier` runs hold no rates for this kind and setting."""
   from crackjax.paper import plan as campaign_plan
-  from crackjax.paper import report
+  from crackjax.paper import records
 
   if not jobs:
     return [], 'No jobs to plan.'
   rates = None
   if device_kind and earlier:
-    setting = report.setting_of(json.loads(config_of(jobs[0]).to_json_best_effort()))
+    setting = records.setting_of(json.loads(config_of(jobs[0]).to_json_best_effort()))
     rates = campaign_plan.measured_rates(earlier, device_kind, parallel, setting)
   if rates is None:
     return list(jobs), (
@@ -614,13 +614,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: {e}')
   earlier: list[dict[str, Any]] = []
   if fv.done:
-    from crackjax.paper import report
+    from crackjax.paper import records
 
     try:
-      earlier = report.load(fv.done)
+      earlier = records.load(fv.done)
     except (OSError, ValueError) as e:
       sys.exit(f'{PROG}: {e}')
-    finished = report.complete_jobs(earlier)
+    finished = records.complete_jobs(earlier)
     skipped = [j for j in jobs if (j.table, j.rows[0].training_group, j.seed, j.epochs) in finished]
     if skipped:
       print(f'{len(skipped)} jobs complete in {", ".join(fv.done)}: skipped.')
