@@ -22,6 +22,18 @@ def get_config(table: int, arg: str | None):
   return base.apply_variant(c, variant.strip() or None)
 
 
+def _apply_settings(c: ml_collections.ConfigDict, s: paper.TableSettings) -> None:
+  """The fields a table's settings fix for every row: dataset, crops, noise, augmentation,
+  batch, steps per epoch and step size."""
+  c.data.name = s.dataset
+  c.data.input_size = s.input_size
+  c.data.noise_std = s.noise_std
+  c.augment.enabled = s.augment
+  c.batch_size = s.batch_size
+  c.steps_per_epoch = s.steps_per_epoch
+  c.learning_rate = s.learning_rate
+
+
 def apply_row(config: ml_collections.ConfigDict, table: int, key: str) -> ml_collections.ConfigDict:
   """Sets the fields of `config` (a configs/base.py config) that row `key` of `table` and the
   table's settings fix, in place: dataset, crops, noise, augmentation, widths, batch, steps
@@ -46,14 +58,8 @@ def apply_row(config: ml_collections.ConfigDict, table: int, key: str) -> ml_col
     )
   s = paper.SETTINGS[table]
   c = config
-  c.data.name = s.dataset
-  c.data.input_size = s.input_size
-  c.data.noise_std = s.noise_std
-  c.augment.enabled = s.augment
+  _apply_settings(c, s)
   c.model.widths = s.widths
-  c.batch_size = s.batch_size
-  c.steps_per_epoch = s.steps_per_epoch
-  c.learning_rate = s.learning_rate
   c.loss.name = 'holistic'
   c.loss.weighting = row.weighting
   c.loss.beta = 1.0 if row.beta is None else row.beta
@@ -89,13 +95,7 @@ def apply_compare_row(
   row = rows[key]
   s = paper.SETTINGS[row.base_table]
   c = config
-  c.data.name = s.dataset
-  c.data.input_size = s.input_size
-  c.data.noise_std = s.noise_std
-  c.augment.enabled = s.augment
-  c.batch_size = s.batch_size
-  c.steps_per_epoch = s.steps_per_epoch
-  c.learning_rate = s.learning_rate
+  _apply_settings(c, s)
   c.num_epochs = row.epochs
   if row.dagger:
     if 'beta' not in c.loss or c.loss.get('weighting', 'exp') != 'exp':

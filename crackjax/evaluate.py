@@ -73,9 +73,7 @@ def score(
         num_thresholds=spec.num_thresholds(config.eval.num_thresholds),
         tail_thresholds=bool(config.eval.get('tail_thresholds', True)),
         progress=bar.update,
-        # strict counts ~4 ms per CrackForest image in numpy: starting processes costs more
-        # (docs/evaluation.md, "Scoring a run on other data").
-        workers=1 if protocol == 'strict' else workers,
+        workers=workers,
       )
   return results
 
@@ -247,10 +245,9 @@ def evaluate_checkpoint(
     state = restore_latest(config, workdir)
   t0 = time.perf_counter()
   examples = list(loader.eval_examples(config, split))
-  probs = predict_examples(config, state, examples, desc=f'predict {split}', model=model)
-  gts = [ex['mask'][..., 0] for ex in examples]
-  names = [ex['name'] for ex in examples]
-  results = score(probs, gts, config, workers=workers)
+  probs, gts, names, results = _predict_and_score(
+    config, state, examples, desc=f'predict {split}', model=model, workers=workers
+  )
   summary = _record(
     config,
     state,
@@ -263,11 +260,9 @@ def evaluate_checkpoint(
     per_image=True,
   )
   for protocol, result in summary['results'].items():
-    if operating_points:
-      result['operating_points'] = {
-        name: evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
-        for name, t in operating_points.items()
-      }
+    for name, t in (operating_points or {}).items():
+      point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
+      result.setdefault('operating_points', {})[name] = point
   if jax.process_index() == 0:
     write_eval_outputs(
       config, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
@@ -322,23 +317,22 @@ class EpochEvaluator:
 
   def __call__(self, state: state_lib.TrainState, epoch: int, *, trained: bool = True) -> dict:
     """Scores `state` (the end of `epoch`), writes and returns its record. `trained`: whether
-    the time since the last call was spent training (else its train_seconds is NaN)."""
+    the time since the last call was spent training (else its train_seconds is NaN). The
+    training time of the next call is counted from the end of this one."""
     train_seconds = time.perf_counter() - self._clock if trained else math.nan
     t0 = time.perf_counter()
     if self._examples is None:
       self._examples = list(loader.eval_examples(self.config, self.split))
-    examples = self._examples
-    probs = predict_examples(
-      self.config, state, examples, desc=f'predict, epoch {epoch}', model=self.model
-    )
     scoring = self.config.copy_and_resolve_references()
     scoring.eval.protocols = self.protocols_at(epoch)
-    results = score(probs, [ex['mask'][..., 0] for ex in examples], scoring)
+    _, _, names, results = _predict_and_score(
+      scoring, state, self._examples, desc=f'predict, epoch {epoch}', model=self.model
+    )
     record = _record(
       self.config,
       state,
       self.split,
-      [ex['name'] for ex in examples],
+      names,
       results,
       eval_seconds=time.perf_counter() - t0,
       train_seconds=train_seconds,
@@ -359,10 +353,6 @@ class EpochEvaluator:
     self._first = self._first and not trained
     return record
 
-  def restart_clock(self) -> None:
-    """Training time is counted from now (after an evaluation that did not follow training)."""
-    self._clock = time.perf_counter()
-
   def seconds_since_last(self) -> float:
     """Wall seconds since the last evaluation (or the start): the training time before it."""
     return time.perf_counter() - self._clock
@@ -371,6 +361,21 @@ class EpochEvaluator:
   def first(self) -> bool:
     """Whether no evaluation of this process has counted training time yet."""
     return self._first
+
+
+def _predict_and_score(
+  config: ml_collections.ConfigDict,
+  state: state_lib.TrainState,
+  examples: Sequence[dict[str, Any]],
+  *,
+  desc: str,
+  model: nn.Module | None,
+  workers: int = 1,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[str], dict[str, dict[str, Any]]]:
+  """(probability maps, ground truths, names, `score` results under config.eval.protocols)."""
+  probs = predict_examples(config, state, examples, desc=desc, model=model)
+  gts = [ex['mask'][..., 0] for ex in examples]
+  return probs, gts, [ex['name'] for ex in examples], score(probs, gts, config, workers=workers)
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:

@@ -245,14 +245,12 @@ def _train_and_evaluate(
     (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
-  total_epochs = -(-total_steps // config.steps_per_epoch)
   last = evaluate_after and start_step == total_steps
   missing = evaluator.missing(start_step)
   if missing is not None and not last:
     # The process that saved this epoch died while evaluating it (or before): do it now.
     logging.warning('Evaluating epoch %d, saved before an interruption.', missing)
     evaluator(state, missing, trained=False)
-    evaluator.restart_clock()
 
   step_fn = make_train_step(config, mesh, state, loss_fn=parts.loss_fn, augment_fn=parts.augment_fn)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
@@ -290,7 +288,7 @@ def _train_and_evaluate(
         saved_step = step
         epoch = -(-step // config.steps_per_epoch)
         # The last epoch's record comes from the full evaluation below, if there is one.
-        if evaluator.due(epoch) and not (evaluate_after and epoch == total_epochs):
+        if evaluator.due(epoch) and not (evaluate_after and epoch == config.num_epochs):
           evaluator(state, epoch)
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)

@@ -381,3 +381,14 @@ def test_each_crack_is_its_own_row_and_bad_arguments_are_named():
     measure.measure_each_crack(mask, min_length=-1)
   with pytest.raises(ValueError, match='mm_per_pixel must be > 0'):
     measure.measure_each_crack(mask, mm_per_pixel=0)
+
+
+def test_measure_photo_is_both_measurements_from_one_analysis():
+  mask = np.zeros((60, 60), bool)
+  mask[10, 5:55] = True
+  mask[20:58, 28:31] = True
+  totals, cracks = measure.measure_photo(mask, mm_per_pixel=0.5, min_length=10)
+  assert totals == measure.measure_cracks(mask, mm_per_pixel=0.5)
+  assert cracks == measure.measure_each_crack(mask, mm_per_pixel=0.5, min_length=10)
+  with pytest.raises(ValueError, match='direction must be one of'):
+    measure.measure_photo(mask, direction='up')

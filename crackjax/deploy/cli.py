@@ -424,12 +424,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write(targets[2], painted, quality=90)
     thumbnails[name] = html_report.thumbnail_uri(painted)
     row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
-    found = measure.measure_each_crack(
+    totals, found = measure.measure_photo(
       mask, mm_per_pixel=fv.mm_per_pixel, min_length=fv.min_length, direction=fv.direction
     )
     cracks += [{'name': name, **c} for c in found]
-    rows.append(row | measure.measure_cracks(mask, mm_per_pixel=fv.mm_per_pixel))
-    rows[-1]['cracks'] = len(found)
+    rows.append(row | totals | {'cracks': len(found)})
 
   for line in notes:
     print(f'{PROG}: note: {line}', file=sys.stderr)

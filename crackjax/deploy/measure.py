@@ -25,14 +25,16 @@ Conventions (pixel units; the `_mm` values are the same times `mm_per_pixel`):
 Per crack (`measure_each_crack`, one row per crack in crackjax-predict's cracks.csv): a crack is
 an 8-connected component whose skeleton is at least `min_length` pixels long (shorter ones are
 speckle), with its bounding box, length, widths, orientation to the road, type and, given the
-pixel size, severity (`CRACK_FIELDS` documents each column).
+pixel size, severity (`CRACK_FIELDS` documents each column). `measure_photo` gives both from
+one skeleton and one distance transform (crackjax-predict: the costly part on a large photo,
+done once).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import ndimage
@@ -123,6 +125,48 @@ def measure_cracks(
   Raises:
     ValueError: `mask` has another shape, is empty or not binary, or `mm_per_pixel` is not > 0.
   """
+  _check_mm_per_pixel(mm_per_pixel)
+  return _totals(_analyse(mask), mm_per_pixel)
+
+
+def measure_photo(
+  mask: np.ndarray,
+  *,
+  mm_per_pixel: float | None = None,
+  min_length: float | None = None,
+  direction: str = 'vertical',
+) -> tuple[dict[str, float | int | None], list[dict[str, Any]]]:
+  """`measure_cracks` and `measure_each_crack` of one mask from one skeleton and one distance
+  transform (the costly part on a large photo): (the photo's row, its cracks' rows)."""
+  _check_mm_per_pixel(mm_per_pixel)
+  _check_per_crack(min_length, direction)
+  analysis = _analyse(mask)
+  return (
+    _totals(analysis, mm_per_pixel),
+    _per_crack(analysis, mm_per_pixel, _min_length(min_length), direction),
+  )
+
+
+class _Analysis(NamedTuple):
+  mask: np.ndarray  # bool
+  labels: np.ndarray  # 8-connected components, 1..segments
+  segments: int
+  skeleton: np.ndarray  # bool
+  dist: np.ndarray  # Euclidean distance to the nearest background pixel
+
+
+def _analyse(mask: Any) -> _Analysis:
+  m = _as_mask(mask)
+  labels, segments = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
+  skeleton = skeletonize(m)
+  if m.all():  # No background: let the image border bound the crack.
+    dist = ndimage.distance_transform_edt(np.pad(m, 1))[1:-1, 1:-1]
+  else:
+    dist = ndimage.distance_transform_edt(m)
+  return _Analysis(m, labels, int(segments), skeleton, dist)
+
+
+def _check_mm_per_pixel(mm_per_pixel: Any) -> None:
   if mm_per_pixel is not None and (
     isinstance(mm_per_pixel, bool)
     or not isinstance(mm_per_pixel, int | float | np.number)
@@ -131,29 +175,29 @@ def measure_cracks(
     raise ValueError(f'mm_per_pixel must be a finite number > 0, got {mm_per_pixel!r}')
   if mm_per_pixel is not None and mm_per_pixel <= 0:
     raise ValueError(f'mm_per_pixel must be > 0, got {mm_per_pixel!r}')
-  m = _as_mask(mask)
 
+
+def _in_mm(value: float, mm_per_pixel: float | None) -> float | None:
+  return None if mm_per_pixel is None else float(value * mm_per_pixel)
+
+
+def _totals(a: _Analysis, mm_per_pixel: float | None) -> dict[str, float | int | None]:
+  m, skeleton = a.mask, a.skeleton
   crack_pixels = int(np.count_nonzero(m))
-  _, segments = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
-  skeleton = skeletonize(m)
   length_px = skeleton_length(skeleton)
   if np.any(skeleton):
-    if crack_pixels == m.size:  # No background: let the image border bound the crack.
-      dist = ndimage.distance_transform_edt(np.pad(m, 1))[1:-1, 1:-1]
-    else:
-      dist = ndimage.distance_transform_edt(m)
-    widths = 2.0 * dist[skeleton] - 1.0
+    widths = 2.0 * a.dist[skeleton] - 1.0
     mean_width, max_width = float(widths.mean()), float(widths.max())
   else:
     mean_width = max_width = 0.0
 
   def mm(value: float) -> float | None:
-    return None if mm_per_pixel is None else float(value * mm_per_pixel)
+    return _in_mm(value, mm_per_pixel)
 
   return {
     'crack_pixels': crack_pixels,
     'crack_ratio': crack_pixels / m.size,
-    'segments': int(segments),
+    'segments': a.segments,
     'length_px': length_px,
     'length_mm': mm(length_px),
     'mean_width_px': mean_width,
@@ -327,21 +371,29 @@ def measure_each_crack(
   Raises:
     ValueError: a bad mask (as `measure_cracks`), direction, min_length or mm_per_pixel.
   """
+  _check_mm_per_pixel(mm_per_pixel)
+  _check_per_crack(min_length, direction)
+  return _per_crack(_analyse(mask), mm_per_pixel, min_length, direction)
+
+
+def _min_length(min_length: float | None) -> float:
+  return DEFAULT_MIN_LENGTH if min_length is None else min_length
+
+
+def _check_per_crack(min_length: Any, direction: str) -> None:
   if direction not in DIRECTIONS:
     raise ValueError(f'direction must be one of {DIRECTIONS}, got {direction!r}')
-  if not isinstance(min_length, int | float) or min_length < 0:
+  if min_length is not None and (not isinstance(min_length, int | float) or min_length < 0):
     raise ValueError(f'min_length must be a number >= 0, got {min_length!r}')
-  measure_cracks(np.zeros((1, 1), bool), mm_per_pixel=mm_per_pixel)  # the same pixel-size check
-  m = _as_mask(mask)
-  labels, _ = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
-  skeleton = skeletonize(m)
-  if m.all():  # No background: let the image border bound the crack (as measure_cracks).
-    dist = ndimage.distance_transform_edt(np.pad(m, 1))[1:-1, 1:-1]
-  else:
-    dist = ndimage.distance_transform_edt(m)
+
+
+def _per_crack(
+  a: _Analysis, mm_per_pixel: float | None, min_length: float, direction: str
+) -> list[dict[str, Any]]:
+  labels, skeleton, dist = a.labels, a.skeleton, a.dist
 
   def mm(value: float) -> float | None:
-    return None if mm_per_pixel is None else float(value * mm_per_pixel)
+    return _in_mm(value, mm_per_pixel)
 
   rows = []
   for index, box in enumerate(ndimage.find_objects(labels), start=1):

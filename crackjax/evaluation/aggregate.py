@@ -254,7 +254,7 @@ def _counts(
 ) -> ThresholdCounts:
   """``spec.counts`` of all images; with ``progress``, image by image (or chunk by chunk over
   `workers` processes), reporting each."""
-  if workers > 1 and len(probs) > 1:
+  if workers > 1 and spec.parallel and len(probs) > 1:
     return _parallel_counts(spec, probs, gts, thresholds, progress, workers)
   if progress is None:
     return spec.counts(probs, gts, thresholds)
@@ -297,8 +297,8 @@ def evaluate(
           ``update``); the protocol's count function then runs one image at a time, which
           gives the same counts (each image's row depends on that image only).
       workers: processes that count the images in parallel (> 1: spawned processes, a few
-          images each; the same result, faster for the tolerance protocols, whose matching
-          takes ~0.3-1 s per CrackForest image).
+          images each; the same result), for the protocols whose counting is worth it
+          (``Protocol.parallel``: the tolerance protocols); the others count in this one.
 
   Returns:
       A JSON-serialisable dict (python floats/ints/lists only)::
