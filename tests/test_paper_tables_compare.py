@@ -123,6 +123,17 @@ def test_row_hyper_parameters(table, key):
   assert r.training_group == f'table{table}:{key}'
   assert r.time_s > 0 and r.params_count > 0 and r.gflops > 0 and r.fps > 0
   assert r.epochs_basis
+  if r.dagger:  # eq. 7-8: the exponential WCE with the printed beta
+    assert (r.weighting, r.gamma, r.base, r.a, r.b) == ('exp', 1.0, 10.0, 1.0, 0.0)
+  elif r.model != 'unet':  # the model's own loss (configs/compare.py)
+    assert r.weighting is None and r.loss == 'original loss'
+
+
+def test_one_row_type_for_all_eight_tables():
+  rows = [r for t in range(1, 9) for r in paper.table_rows(t)]
+  assert {type(r) for r in rows} == {paper.Row} and len(rows) == 56 + 41
+  assert {r.model for t in paper.TABLES for r in paper.table_rows(t)} == {'unet', None}
+  assert all(r.epochs_basis == 'printed' for t in paper.TABLES for r in paper.table_rows(t))
 
 
 def test_epoch_rule_reproduces_the_unet_rows():
@@ -145,7 +156,10 @@ def test_unet_rows_are_table_1_to_4_rows(table):
   for key, unet_row in zip(('unet', 'unet_dagger'), UNET[table], strict=True):
     r, b = rows[key], base[unet_row]
     assert r.unet_row == unet_row
-    assert (r.ods, r.ois) == (b.ods.f1.mean, b.ois.f1.mean)
+    assert (r.ods.f1.mean, r.ois.f1.mean) == (b.ods.f1.mean, b.ois.f1.mean)
+    # The loss is the Table I-IV row's (Xie's WCE, or the exponential WCE for the dagger).
+    loss = ('weighting', 'beta', 'gamma', 'base', 'a', 'b', 'laplace')
+    assert [getattr(r, f) for f in loss] == [getattr(b, f) for f in loss]
     assert r.epochs == b.epochs
     assert abs(r.time_s - b.time_s) <= 60  # TT printed rounded to the minute
     if r.dagger:
@@ -161,7 +175,7 @@ def test_unet_rows_are_table_1_to_4_rows(table):
 
 def test_sample_rows_by_hand():
   r = paper.rows_by_key(7)['fcn8s_dagger']
-  assert (r.name, r.ods, r.ois, r.params, r.gflops, r.time, r.fps) == (
+  assert (r.name, r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     'FCN8s†',
     95.01,
     96.56,
@@ -172,7 +186,7 @@ def test_sample_rows_by_hand():
   )
   assert r.params_count == 134_270_000 and r.time_s == 87 * 60
   r = paper.rows_by_key(8)['crackseg']
-  assert (r.ods, r.ois, r.params, r.gflops, r.time, r.fps) == (
+  assert (r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     47.34,
     48.10,
     '53.87M',
@@ -182,7 +196,7 @@ def test_sample_rows_by_hand():
   )
   assert r.time_s == 3600 and r.beta is None
   r = paper.rows_by_key(6)['ucliquenet_dagger']
-  assert (r.ods, r.ois, r.params, r.gflops, r.time, r.fps) == (
+  assert (r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     83.34,
     90.82,
     '487.77K',
@@ -239,7 +253,9 @@ def test_all_rows_match_the_latex():
       assert r.model == model_of[name.removesuffix('†')]
       assert r.dagger == name.endswith('†')
       assert r.beta == (None if beta == '-' else float(beta))
-      assert (r.ods, r.ois, r.gflops, r.fps) == (float(ods), float(ois), float(gflops), float(fps))
+      assert (r.ods.f1.mean, r.ois.f1.mean) == (float(ods), float(ois))
+      assert (r.ods.p, r.ods.r, r.ods.f1.std) == (None, None, None)  # F1 only, no std
+      assert (r.gflops, r.fps) == (float(gflops), float(fps))
       assert r.params == params
       assert r.time == tt
 

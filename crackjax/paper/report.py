@@ -55,7 +55,7 @@ USAGE = f'{PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE] [fl
 class RowResult:
   """One paper row under one protocol: per-seed values at the row's epoch (fractions)."""
 
-  row: paper.Row | paper.CompareRow
+  row: paper.Row
   protocol: str
   seeds: list[int]
   # ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1, f1_fixed, time_s, params (NaN: not recorded)
@@ -235,7 +235,7 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
   return [*out, '']
 
 
-# ------------------------------------------------------------------ one renderer, two row kinds
+# ------------------------------------------------------ one renderer, two groups of tables
 # A table is its columns: (title, cell) for Markdown, (name, value) for CSV. Tables I-IV and
 # Tables V-VIII differ only in their columns and in their follow-up tables (Welch tests
 # against a baseline, and dagger against the original loss).
@@ -306,10 +306,10 @@ COMPARE_COLUMNS = (
   Column('F1@0.5', _stat('f1_fixed')),
   Column('time', _train_time),
   Column('params', lambda r: _count(r.mean_std('params')[0])),
-  Column('paper ODS', lambda r: f'{r.row.ods:.2f}'),
-  Column('Δ ODS', lambda r: _delta(r.mean_std('ods_f1')[0], r.row.ods)),
-  Column('paper OIS', lambda r: f'{r.row.ois:.2f}'),
-  Column('Δ OIS', lambda r: _delta(r.mean_std('ois_f1')[0], r.row.ois)),
+  Column('paper ODS', lambda r: f'{r.row.ods.f1.mean:.2f}'),
+  Column('Δ ODS', lambda r: _delta(r.mean_std('ods_f1')[0], r.row.ods.f1.mean)),
+  Column('paper OIS', lambda r: f'{r.row.ois.f1.mean:.2f}'),
+  Column('Δ OIS', lambda r: _delta(r.mean_std('ois_f1')[0], r.row.ois.f1.mean)),
   Column('paper TT', lambda r: r.row.time),
   Column('paper params', lambda r: r.row.params),
   Column('paper GFLOPS', lambda r: f'{r.row.gflops:g}'),
@@ -358,7 +358,7 @@ def _table_section(table: int, protocol: str, results: Sequence[RowResult]) -> l
       f'## Table {table} ({paper.dataset_of(table)}, comparison models), `{protocol}` protocol',
       '',
       'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
-      '`crackjax.paper.tables.CompareRow.epochs_basis`). Our GFLOPS and FPS: '
+      '`crackjax.paper.tables.Row.epochs_basis`). Our GFLOPS and FPS: '
       f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
       '',
     ]
@@ -409,7 +409,7 @@ def _dagger_lines(results: Sequence[RowResult]) -> list[str]:
     ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
     out.append(
       f'| {orig.row.name} | {cells} | '
-      f'{dag.row.ods - orig.row.ods:+.2f} | '
+      f'{dag.row.ods.f1.mean - orig.row.ods.f1.mean:+.2f} | '
       f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
       f'{dag.row.time_s / orig.row.time_s:.2f} |'
     )
@@ -417,7 +417,8 @@ def _dagger_lines(results: Sequence[RowResult]) -> list[str]:
   return out
 
 
-# CSV: per row kind, its leading columns, the statistics (name, scale) and the paper's columns.
+# CSV: per group of tables (I-IV, V-VIII), its leading columns, the statistics (name, scale)
+# and the paper's columns.
 _TABLE_CSV = (
   (
     ('table', lambda r: r.row.table),
@@ -457,8 +458,8 @@ _COMPARE_CSV = (
   ),
   (('ods_f1', 100.0), ('ois_f1', 100.0), ('f1_fixed', 100.0), ('time_s', 1.0), ('params', 1.0)),
   (
-    ('paper_ods_f1', lambda r: r.row.ods),
-    ('paper_ois_f1', lambda r: r.row.ois),
+    ('paper_ods_f1', lambda r: r.row.ods.f1.mean),
+    ('paper_ois_f1', lambda r: r.row.ois.f1.mean),
     ('paper_params', lambda r: r.row.params_count),
     ('paper_gflops', lambda r: r.row.gflops),
     ('paper_time_s', lambda r: r.row.time_s),

@@ -245,7 +245,7 @@ def _list_compare_rows(table: int | None) -> list[str]:
       known = f'as Table {r.base_table} {r.unet_row}' if r.unet_row else 'epochs assumed'
       pending = '' if r.model_implemented else '; model not in crackjax.models yet'
       lines.append(
-        f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods:6.2f}  '
+        f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods.f1.mean:6.2f}  '
         f'({r.dataset}; {r.name}: {r.loss}; {known}{pending})'
       )
   return lines

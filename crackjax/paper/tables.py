@@ -1,12 +1,12 @@
 """Tables I-VIII of Li, Wang, Tian and Qi (IEEE T-Cybernetics 2021) as plain Python data.
 
-Every row of the four result tables is a `Row`: its loss (weighting family of eq. 4-7, beta,
-gamma, base, Laplace smoothing), the holistic loss's a and b (eq. 8), the epoch count, and the
-paper's figures (ODS and OIS precision, recall and F1, mean (std) over 5 runs, in percent as
-printed; training time as printed). Data only: `configs/paper_tables.py` (`apply_row`) sets
-a row's fields on a config and `configs/table1.py` ... `table4.py` turn a row into a training
-config
-(`--config=configs/table1.py:wce_exp_0.75_e10`, optionally `,cpu` / `,smoke`).
+Every row of the eight result tables is a `Row`: its model, its loss (weighting family of eq.
+4-7, beta, gamma, base, Laplace smoothing), the holistic loss's a and b (eq. 8), the epoch
+count, and the paper's figures (ODS and OIS precision, recall and F1, mean (std) over 5 runs, in
+percent as printed; training time as printed). Data only: `configs/paper_tables.py`
+(`apply_row`) sets a row's fields on a config and `configs/table1.py` ... `table4.py` turn a row
+into a training config (`--config=configs/table1.py:wce_exp_0.75_e10`, optionally `,cpu` /
+`,smoke`).
 
   Table I   CrackForest  (§IV-A)  17 rows: RSF + 16 trainable
   Table II  AigleRN      (§IV-B)  14 rows: RSF + 13 trainable
@@ -43,15 +43,17 @@ Ambiguities in the paper and how they are resolved here (also in each row's `not
 * The issue counted 16/13/12/11 rows: those are the trainable rows; with RSF the tables have
   17/14/13/12.
 
-Tables V-VIII (§IV-E, comparison with other models) are `CompareRow`s in `COMPARE_TABLES`
-(not in `TABLES`, whose rows have another layout); `rows_by_key`, `training_groups` and
-`table_rows` take any table 1-8. Each row is a model of `crackjax.models.MODELS` with its
-original loss or the paper's dagger variant (the exponential WCE with the printed beta), the
-paper's ODS and OIS F1, parameters, GFLOPS, training time TT and FPS as printed. A row trains
-with the settings of the Table I-IV of its dataset (`COMPARE_BASE`, `SETTINGS`: batch, steps
-per epoch, crops, noise, Adam step size; the paper states no other settings for the comparison
-models); `configs/table5.py` ... `table8.py` (via configs/compare.py) build the configs,
-`configs/paper_tables.py` (`apply_compare_row`) sets the table's fields.
+Tables V-VIII (§IV-E, comparison with other models) are in `COMPARE_TABLES` (`TABLES` holds
+Tables I-IV: the paper prints the two groups with different columns); their rows are `Row`s too,
+with F1 only (`Prf.p`, `Prf.r` None) and the model's printed cost (`params`, `gflops`, `fps`).
+`rows_by_key`, `training_groups` and `table_rows` take any table 1-8. Each row is a model of
+`crackjax.models.MODELS` with its original loss or the paper's dagger variant (the exponential
+WCE with the printed beta), the paper's ODS and OIS F1, parameters, GFLOPS, training time TT and
+FPS as printed. A row trains with the settings of the Table I-IV of its dataset (`COMPARE_BASE`,
+`SETTINGS`: batch, steps per epoch, crops, noise, Adam step size; the paper states no other
+settings for the comparison models); `configs/table5.py` ... `table8.py` (via
+configs/compare.py) build the configs, `configs/paper_tables.py` (`apply_compare_row`) sets the
+table's fields.
 
   Table V    CrackForest   4 rows   U-Net, U-CliqueNet, each original and dagger
   Table VI   AigleRN       4 rows   the same
@@ -70,7 +72,9 @@ models); `configs/table5.py` ... `table8.py` (via configs/compare.py) build the 
   for a network (§III-B). The same rule gives the known U-Net dagger epochs (20, 15, 10, 15)
   from the printed times. `epochs_basis` says this per row.
 * beta is printed only for the dagger rows; the exponential family's gamma = 1, base 10,
-  a = 1, b = 0 (plain WCE) are not printed and taken from eq. 7-8.
+  a = 1, b = 0 (plain WCE) are not printed and taken from eq. 7-8. A row with its original
+  loss has `weighting` None (the loss is the model's own, configs/compare.py), except U-Net,
+  whose rows take the loss of their Table I-IV row.
 * A row's config needs only the model's name and configs/compare.py's entry for it, not the
   model itself (`model_implemented` says whether crackjax.models has it: CrackSeg and
   U-CliqueNet were written at the same time as these tables).
@@ -189,22 +193,31 @@ class Score:
 
 @dataclasses.dataclass(frozen=True)
 class Prf:
-  """Precision, recall and F1 at one operating point (ODS or OIS)."""
+  """Precision, recall and F1 at one operating point (ODS or OIS); Tables V-VIII print F1
+  only (p and r None there)."""
 
-  p: Score
-  r: Score
+  p: Score | None
+  r: Score | None
   f1: Score
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """One row of Tables I-IV.
+  """One row of any of Tables I-VIII: a model trained with a loss for some epochs, and the
+  paper's figures for it.
+
+  Tables I-IV vary the loss of the U-Net; Tables V-VIII train other models with their
+  original loss or the paper's dagger variant (the exponential WCE with a printed beta) and
+  print F1 only, with the model's parameters, GFLOPS and FPS.
 
   Attributes:
-    table: table number (1-4).
-    name: the row's method as the paper prints it ('wce_xie', 'wce_exp*', '0.75_exp_0.5_wj').
-    key: stable config key (lower case, no spaces, epochs included), the config argument.
-    weighting: q(alpha) family ('xie', 'power', 'log', 'exp'; 'ce' unused here), None for RSF.
+    table: table number (1-8).
+    name: the row's method as the paper prints it ('wce_xie', 'wce_exp*', '0.75_exp_0.5_wj',
+      'FCN8s', 'U-Net†').
+    key: stable config key (lower case, no spaces), the config argument: Tables I-IV carry
+      the epochs ('wce_exp_0.75_e10'), Tables V-VIII the model plus '_dagger' ('rcf_dagger').
+    weighting: q(alpha) family ('xie', 'power', 'log', 'exp'); None for the model's original
+      loss (Tables V-VIII) and for RSF.
     beta, gamma: parameters of q (None where the paper prints '-').
     base: base of the exponential family (10: eq. 7).
     a, b: holistic loss a * WCE + b * Jaccard distance (plain WCE rows: a=1, b=0).
@@ -212,6 +225,13 @@ class Row:
     epochs: training epochs (None for RSF).
     time: training time as printed ('54min 54s'), None for RSF.
     ods, ois: the paper's figures in percent.
+    model: key of `crackjax.models.MODELS` and of configs/compare.py's MODELS ('unet' for
+      Tables I-IV; None for RSF).
+    dagger: True for the paper's † rows of Tables V-VIII.
+    params, gflops, fps: Tables V-VIII: the printed parameter count ('134.27M', '487.77K';
+      `params_count` as a number), GFLOPS (MACs, see crackjax.complexity) and test FPS.
+    epochs_basis: where `epochs` comes from (printed, or assumed for Tables V-VIII).
+    unet_row: for the U-Net rows of Tables V-VIII, the key of the identical Table I-IV row.
     reference: True for RSF, a reference row that is not trained.
     note: anything about the row that needed a decision.
   """
@@ -230,16 +250,29 @@ class Row:
   time: str | None
   ods: Prf
   ois: Prf
+  model: str | None = 'unet'
+  dagger: bool = False
+  params: str | None = None
+  gflops: float | None = None
+  fps: float | None = None
+  epochs_basis: str = 'printed'
+  unet_row: str | None = None
   reference: bool = False
   note: str = ''
 
   @property
+  def base_table(self) -> int:
+    """The Table I-IV of the row's dataset, whose settings it trains with (1-4)."""
+    return COMPARE_BASE.get(self.table, self.table)
+
+  @property
   def dataset(self) -> str:
-    return SETTINGS[self.table].dataset
+    return SETTINGS[self.base_table].dataset
 
   @property
   def training_group(self) -> str | None:
-    """Key shared by the rows of this table that differ only in epochs (None for RSF)."""
+    """Key shared by the rows of this table that differ only in epochs (None for RSF; every
+    row of Tables V-VIII is a group of its own)."""
     if self.reference:
       return None
     return f'table{self.table}:' + re.sub(r'_e\d+$', '', self.key)
@@ -248,6 +281,34 @@ class Row:
   def time_s(self) -> int | None:
     """The printed training time in seconds."""
     return None if self.time is None else parse_time(self.time)
+
+  @property
+  def params_count(self) -> int | None:
+    """The printed parameter count as a number (rounded as printed; None if not printed)."""
+    if self.params is None:
+      return None
+    return round(float(self.params[:-1]) * {'K': 1e3, 'M': 1e6}[self.params[-1]])
+
+  @property
+  def loss(self) -> str:
+    """The row's loss in words."""
+    if self.weighting is None:
+      return 'none (reference row)' if self.reference else 'original loss'
+    if self.dagger:
+      return f'exp WCE beta={_num(self.beta)}'
+    if self.weighting == 'xie' and not self.b:
+      return "Xie's WCE (the second baseline)"
+    beta = '' if self.beta is None else f' beta={_num(self.beta)}'
+    gamma = f' gamma={_num(self.gamma)}' if self.weighting == 'power' else ''
+    jaccard = f' x {_num(self.a)} + Jaccard' if self.b else ''
+    return f'{self.weighting} WCE{beta}{gamma}{jaccard}'
+
+  @property
+  def model_implemented(self) -> bool:
+    """Whether `model` is in `crackjax.models.MODELS` (imports the models, i.e. jax)."""
+    from crackjax.models import MODELS
+
+    return self.model in MODELS
 
 
 def parse_time(text: str) -> int:
@@ -318,6 +379,7 @@ def _rsf(table: int, figures: str) -> Row:
     time=None,
     ods=ods,
     ois=ois,
+    model=None,
     reference=True,
     note='Random structured forest (Shi et al. 2016): reference figures, not trainable here.',
   )
@@ -876,7 +938,7 @@ TABLES: dict[int, tuple[Row, ...]] = {1: TABLE1, 2: TABLE2, 3: TABLE3, 4: TABLE4
 
 
 def rows_by_key(table: int) -> dict[str, Row]:
-  """The rows of `table` by key, in the paper's order (Tables V-VIII: `CompareRow`s)."""
+  """The rows of any table (1-8) by key, in the paper's order."""
   return {r.key: r for r in table_rows(table)}
 
 
@@ -900,7 +962,7 @@ def training_groups(table: int) -> dict[str, tuple[Row, ...]]:
 COMPARE_BASE: dict[int, int] = {5: 1, 6: 2, 7: 3, 8: 4}
 
 
-def table_rows(table: int) -> tuple[Row, ...] | tuple[CompareRow, ...]:
+def table_rows(table: int) -> tuple[Row, ...]:
   """The rows of any table, 1-8.
 
   Raises:
@@ -938,93 +1000,11 @@ _EPOCHS_ASSUMED = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class CompareRow:
-  """One row of Tables V-VIII: a model with its original loss, or its dagger variant.
-
-  Attributes:
-    table: table number (5-8).
-    name: the method as printed ('FCN8s', 'U-Net†', 'Deeplab v3+†').
-    key: config key: the model, plus '_dagger' for the dagger rows ('rcf', 'rcf_dagger').
-    model: key of `crackjax.models.MODELS` (`model_implemented`) and of configs/compare.py's
-      MODELS.
-    dagger: True for the paper's † rows: the exponential WCE (weighting 'exp', base 10,
-      gamma 1, a = 1, b = 0) with `beta` instead of the model's original loss.
-    beta: the printed beta of the dagger rows (None: the original loss, printed '-').
-    ods, ois: the paper's ODS and OIS F1 in percent (single figures, no std printed).
-    params: the printed parameter count ('134.27M', '487.77K'); `params_count` as a number.
-    gflops: the printed GFLOPS (the paper's convention: MACs, see crackjax.complexity).
-    time: the printed training time TT ('2h 54min').
-    fps: the printed test frames per second.
-    epochs: the training epochs (known for U-Net, assumed otherwise: `epochs_basis`).
-    epochs_basis: where `epochs` comes from.
-    unet_row: for U-Net rows, the key of the identical Table I-IV row; None otherwise.
-    reference: always False (every row is trainable; the runner's interface).
-    note: anything about the row that needed a decision.
-  """
-
-  table: int
-  name: str
-  key: str
-  model: str
-  dagger: bool
-  beta: float | None
-  ods: float
-  ois: float
-  params: str
-  gflops: float
-  time: str
-  fps: float
-  epochs: int
-  epochs_basis: str
-  unet_row: str | None = None
-  reference: bool = False
-  note: str = ''
-
-  @property
-  def base_table(self) -> int:
-    """The Table I-IV of the same dataset (1-4)."""
-    return COMPARE_BASE[self.table]
-
-  @property
-  def dataset(self) -> str:
-    return SETTINGS[self.base_table].dataset
-
-  @property
-  def training_group(self) -> str:
-    """Every row is its own training run."""
-    return f'table{self.table}:{self.key}'
-
-  @property
-  def time_s(self) -> int:
-    """The printed training time in seconds."""
-    return parse_time(self.time)
-
-  @property
-  def params_count(self) -> int:
-    """The printed parameter count as a number (rounded as printed)."""
-    return round(float(self.params[:-1]) * {'K': 1e3, 'M': 1e6}[self.params[-1]])
-
-  @property
-  def loss(self) -> str:
-    """The row's loss in words."""
-    if self.dagger:
-      return f'exp WCE beta={_num(self.beta)}'
-    return "Xie's WCE (the second baseline)" if self.model == 'unet' else 'original loss'
-
-  @property
-  def model_implemented(self) -> bool:
-    """Whether `model` is in `crackjax.models.MODELS` (imports the models, i.e. jax)."""
-    from crackjax.models import MODELS
-
-    return self.model in MODELS
-
-
 def _round_half_up(x: float) -> int:
   return int(x + 0.5)
 
 
-def _compare_table(table: int, printed: list[tuple]) -> tuple[CompareRow, ...]:
+def _compare_table(table: int, printed: list[tuple]) -> tuple[Row, ...]:
   """The rows of Table `table` from the printed cells
   (name, model, dagger, beta, ODS, OIS, params, GFLOPS, TT, FPS), in the paper's order."""
   base = COMPARE_BASE[table]
@@ -1052,21 +1032,31 @@ def _compare_table(table: int, printed: list[tuple]) -> tuple[CompareRow, ...]:
       basis = _EPOCHS_ASSUMED.format(base=base, anchor=anchor) + (
         f' Here {anchor} x {parse_time(time)} s / {originals[model]} s = {anchor * ratio:.2f}.'
       )
+    if model == 'unet':  # the loss of the identical Table I-IV row
+      b_row = base_rows[unet_row]
+      loss = dict(
+        weighting=b_row.weighting, beta=b_row.beta, gamma=b_row.gamma, base=b_row.base,
+        a=b_row.a, b=b_row.b, laplace=b_row.laplace,
+      )  # fmt: skip
+    elif dagger:  # eq. 7-8: exponential family, gamma 1, base 10, plain WCE
+      loss = dict(weighting='exp', beta=beta, gamma=1.0, base=10.0, a=1.0, b=0.0, laplace=False)
+    else:  # the model's original loss (configs/compare.py)
+      loss = dict(weighting=None, beta=None, gamma=None, base=10.0, a=1.0, b=0.0, laplace=False)
     rows.append(
-      CompareRow(
+      Row(
         table=table,
         name=name,
         key=key,
+        **loss,
+        epochs=epochs,
+        time=time,
+        ods=Prf(None, None, Score(ods, None)),
+        ois=Prf(None, None, Score(ois, None)),
         model=model,
         dagger=dagger,
-        beta=beta,
-        ods=ods,
-        ois=ois,
         params=params,
         gflops=gflops,
-        time=time,
         fps=fps,
-        epochs=epochs,
         epochs_basis=basis,
         unet_row=unet_row,
         note=note,
@@ -1144,4 +1134,4 @@ TABLE8 = _compare_table(
   ],
 )
 
-COMPARE_TABLES: dict[int, tuple[CompareRow, ...]] = {5: TABLE5, 6: TABLE6, 7: TABLE7, 8: TABLE8}
+COMPARE_TABLES: dict[int, tuple[Row, ...]] = {5: TABLE5, 6: TABLE6, 7: TABLE7, 8: TABLE8}
