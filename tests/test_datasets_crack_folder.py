@@ -5,6 +5,7 @@ config.data.folder."""
 from __future__ import annotations
 
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -73,6 +74,18 @@ def test_formats_sizes_masks_and_default_split(tmp_path):
     if exts.get(i) in ('.bmp', '.tif', '.png'):  # Lossless: stored pixels are the originals.
       np.testing.assert_array_equal(record['image'], fixtures.fake_pair(shape, i)[0])
   assert 'tensorflow' not in sys.modules
+
+
+def test_building_and_preparing_leaves_no_temporary_directory(tmp_path, monkeypatch):
+  # TFDS's DatasetInfo.initialize_from_bucket makes an empty mkdtemp() per builder built before
+  # its data is prepared (common._LocalDatasetInfo turns it off).
+  images, masks = fixtures.make_fake_folder(tmp_path / 'f', n=3, size=SIZE)
+  tmp = tmp_path / 'tmp'
+  tmp.mkdir()
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp))
+  builder = build(images, masks, tmp_path / 'tfds')
+  assert len(read(builder, 'train')) + len(read(builder, 'test')) == 3
+  assert list(tmp.iterdir()) == []
 
 
 def test_zero_one_masks_grey_images_and_mask_suffix(tmp_path):

@@ -237,6 +237,18 @@ def features() -> tfds.features.FeaturesDict:
   )
 
 
+class _LocalDatasetInfo(tfds.core.DatasetInfo):
+  """DatasetInfo of a dataset that is only ever prepared from local files.
+
+  Before a builder's data is prepared, TFDS asks `initialize_from_bucket` for metadata
+  pre-computed in gs://tfds-data, where none of the crack datasets is; it creates an empty
+  temporary directory first and never removes it: one more in /tmp for every builder built
+  (thousands after a test run, one per launch for a user)."""
+
+  def initialize_from_bucket(self) -> None:
+    """Nothing to fetch: the metadata comes from preparing the local files."""
+
+
 def dataset_info(
   builder: tfds.core.DatasetBuilder,
   description: str,
@@ -246,7 +258,7 @@ def dataset_info(
 ) -> tfds.core.DatasetInfo:
   """DatasetInfo shared by the crack builders: the contract's features, (image, mask) as
   supervised keys, and records kept in the order written (sorted names)."""
-  return tfds.core.DatasetInfo(
+  return _LocalDatasetInfo(
     builder=builder,
     description=description,
     features=features(),
