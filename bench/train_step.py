@@ -128,14 +128,15 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
 
   t0 = time.perf_counter()
   traced = step.trace(state, data)
-  compiled = traced.lower().compile()
+  lowered = traced.lower()
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
 
   forward = complexity.forward_macs(config, *hw)  # per image
   flops = complexity.train_step_flops(forward['total'], batch)
   jaxpr_flops = 2.0 * complexity.jaxpr_macs(traced.jaxpr)['total']
-  xla = complexity.compiled_flops(compiled)
+  xla = complexity.hlo_flops(lowered)  # before XLA swaps convolutions for cuDNN calls
 
   for _ in range(warmup):
     state, metrics = compiled(state, data)

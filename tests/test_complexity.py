@@ -134,7 +134,7 @@ def _config_of(name: str) -> ml_collections.ConfigDict:
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_analytic_count_for_every_model(name):
   """Every registered model gets a positive count, linear in the batch, that XLA's own cost
-  analysis of the compiled forward pass agrees with on the CPU (within 2x)."""
+  analysis of the lowered forward pass agrees with (within 2x)."""
   config = _config_of(name)
   multiple = input_multiple(model_from_config(config.model))
   h, w = 2 * max(16, multiple), 3 * max(16, multiple)
