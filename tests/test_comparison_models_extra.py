@@ -149,7 +149,7 @@ def test_clique_block_matches_a_direct_implementation(bottleneck):
   k, t = 3, 4
   block = CliqueBlock(k, t, bottleneck)
   x = jax.random.normal(jax.random.key(1), (1, 6, 6, 5))
-  variables = block.init(jax.random.key(2), x)
+  variables = jax.jit(block.init)(jax.random.key(2), x)
   p = variables['params']
   # Perturb every BatchNorm's scale and offset so a misplaced slice would show.
   p = jax.tree_util.tree_map_with_path(
@@ -158,7 +158,7 @@ def test_clique_block_matches_a_direct_implementation(bottleneck):
     ),
     p,
   )
-  feature, stage2 = block.apply({**variables, 'params': p}, x)
+  feature, stage2 = jax.jit(block.apply)({**variables, 'params': p}, x)
 
   def bn_relu(h, bn):  # running averages: mean 0, variance 1
     return jax.nn.relu(h / jnp.sqrt(1 + 1e-5) * bn['scale'] + bn['bias'])
@@ -175,12 +175,16 @@ def test_clique_block_matches_a_direct_implementation(bottleneck):
       out = _conv(bn_relu(out, p[f'stage{stage}_bn{i}_b']), p[f'node{i}'])
     return out
 
-  layer = {}
-  for i in range(1, t + 1):
-    layer[i] = update(i, [(0, x)] + [(j, layer[j]) for j in range(1, i)], 1)
-  for i in range(1, t + 1):
-    layer[i] = update(i, [(j, layer[j]) for j in range(1, t + 1) if j != i], 2)
-  want = jnp.concatenate([layer[i] for i in range(1, t + 1)], axis=-1)
+  @jax.jit  # one compilation instead of one per operation
+  def direct(x):
+    layer = {}
+    for i in range(1, t + 1):
+      layer[i] = update(i, [(0, x)] + [(j, layer[j]) for j in range(1, i)], 1)
+    for i in range(1, t + 1):
+      layer[i] = update(i, [(j, layer[j]) for j in range(1, t + 1) if j != i], 2)
+    return jnp.concatenate([layer[i] for i in range(1, t + 1)], axis=-1)
+
+  want = direct(x)
   np.testing.assert_allclose(stage2, want, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(feature, jnp.concatenate([x, want], axis=-1), rtol=1e-5, atol=1e-5)
 

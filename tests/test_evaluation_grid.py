@@ -152,7 +152,7 @@ def _saturated(h, w, seed=0):
 
 @pytest.mark.parametrize(
   ('protocol', 'shape'),
-  [('strict', (64, 96)), ('tolerance', (240, 320)), ('tolerance_thin_gt', (240, 320))],
+  [('strict', (64, 96)), ('tolerance', (120, 160)), ('tolerance_thin_gt', (120, 160))],
 )
 def test_saturated_map_best_threshold_is_interior(protocol, shape):
   prob, gt = _saturated(*shape)

@@ -1,6 +1,7 @@
 """Prediction on photos of any size: padding, buckets, tiling, the command line and bad files."""
 
 import csv
+import functools
 import json
 import os
 import shutil
@@ -43,8 +44,10 @@ def photo(h, w, seed=0):
 
 
 def direct(run, image_float):
-  """The model applied to one already padded float image."""
-  probs = inference.predict_step(run.params, image_float[None], apply_fn=run.model.apply)
+  """The model applied to one already padded float image (jitted: one compilation, not one
+  per operation)."""
+  step = jax.jit(functools.partial(inference.predict_step, apply_fn=run.model.apply))
+  probs = step(run.params, image_float[None])
   return np.asarray(probs)[0, ..., 0]
 
 

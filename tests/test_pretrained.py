@@ -136,7 +136,8 @@ def test_torchvision_resnet50_fits_the_full_width_models(model):
 
 def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
   config = compare.get_config('hed,smoke')  # width_scale 1/16
-  state = state_lib.create_train_state(config, state_lib.init_key(0), (32, 32, 3))
+  create = jax.jit(lambda key: state_lib.create_train_state(config, key, (32, 32, 3)))
+  state = create(state_lib.init_key(0))  # one compilation, not one per initialiser
   shapes = pretrained.source_shapes('hed', 'vgg16', {'params': state.params})
   extra = {'classifier.6.weight': np.zeros((10, 4), np.float32)}  # no place in HED
   path = tmp_path / 'vgg16.npz'
