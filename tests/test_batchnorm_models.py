@@ -2,6 +2,7 @@
 output shapes and side outputs (built abstractly, no full-size weights), their BatchNorm
 behaviour, SegNet's pooling indices, and SegNet's median-frequency balanced loss."""
 
+import functools
 import math
 
 import jax
@@ -155,22 +156,20 @@ def test_unpool_matches_nn_max_pool_values():
 
 def test_train_mode_uses_batch_statistics_and_eval_mode_the_running_averages():
   model = SegNet(width_scale=1 / 16)
-  x = jax.random.uniform(jax.random.key(1), (2, 32, 32, 3))
+  images = jax.random.uniform(jax.random.key(1), (3, 32, 32, 3))
+  # Image 0 beside image 1, and beside image 2: one batch size, so one compilation per mode.
+  x, other = images[:2], images[::2]
   variables = jax.jit(model.init)(jax.random.key(0, impl='rbg'), x[:1])
   params, stats = variables['params'], variables['batch_stats']
 
-  @jax.jit
-  def run(params, stats, x):  # one compilation for every call below
-    def apply(x, stats, train):
-      return apply_model(model.apply, params, x, batch_stats=stats, train=train)
+  @functools.partial(jax.jit, static_argnames='train')
+  def apply(stats, x, train):
+    return apply_model(model.apply, params, x, batch_stats=stats, train=train)
 
-    out, new_stats = apply(x, stats, True)
-    alone_train, _ = apply(x[:1], stats, True)
-    pair, same = apply(x, new_stats, False)
-    alone, _ = apply(x[:1], new_stats, False)
-    return out, new_stats, alone_train, pair, same, alone
-
-  out, new_stats, alone_train, pair, same, alone = run(params, stats, x)
+  out, new_stats = apply(stats, x, train=True)
+  beside_other, _ = apply(stats, other, train=True)
+  pair, same = apply(new_stats, x, train=False)
+  pair_other, _ = apply(new_stats, other, train=False)
   # Running averages move towards the batch's statistics (PyTorch's momentum 0.1).
   conv = jax.lax.conv_general_dilated(
     x,
@@ -184,9 +183,9 @@ def test_train_mode_uses_batch_statistics_and_eval_mode_the_running_averages():
     new_stats['conv1_1']['bn']['mean'], 0.1 * conv.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
   )
   # Training mode: an image's output depends on the rest of the batch ...
-  assert not np.allclose(alone_train[0], out[0], atol=1e-5)
+  assert not np.allclose(beside_other[0], out[0], atol=1e-5)
   # ... evaluation mode: it does not, and the statistics come back unchanged.
-  np.testing.assert_allclose(alone[0], pair[0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(pair_other[0], pair[0], rtol=1e-5, atol=1e-5)
   jax.tree.map(np.testing.assert_array_equal, same, new_stats)
 
 
