@@ -93,6 +93,12 @@ COMMANDS = [
     ['--workdir', '--image', '--overlaps', '--blends'],
   ),
   (
+    'bench min_length',
+    lambda: _bench('min_length')(['--help']),
+    'usage: bench/min_length.py --workdir=RUN',
+    ['--workdir', '--split', '--lengths'],
+  ),
+  (
     'bench launch_breakdown',
     lambda: _bench('launch_breakdown')(['--help']),
     'usage: bench/launch_breakdown.py',

@@ -87,7 +87,8 @@ def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: st
       continue
     severities = {s: sum(c['severity'] == s for c in found) for s in _SEVERITIES}
     rated = ', '.join(f'<span class="sev-{s}">{n} {s}</span>' for s, n in severities.items() if n)
-    lines.append(f'<tr><td>{kind}</td><td class="n">{len(found)}</td><td>{rated}</td></tr>')
+    rated = f'<td>{rated}</td>' if rated else ''  # no column without --mm_per_pixel
+    lines.append(f'<tr><td>{kind}</td><td class="n">{len(found)}</td>{rated}</tr>')
   numbers = [
     ('crack ratio', _number(100 * float(row['crack_ratio']), 2, ' %')),
     (
