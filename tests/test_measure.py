@@ -392,3 +392,31 @@ def test_measure_photo_is_both_measurements_from_one_analysis():
   assert cracks == measure.measure_each_crack(mask, mm_per_pixel=0.5, min_length=10)
   with pytest.raises(ValueError, match='direction must be one of'):
     measure.measure_photo(mask, direction='up')
+
+
+def _min_length_bench():
+  import importlib.util
+  from pathlib import Path
+
+  path = Path(__file__).resolve().parents[1] / 'bench' / 'min_length.py'
+  spec = importlib.util.spec_from_file_location('bench_min_length', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_min_length_bench_counts_components_and_their_length_by_hand():
+  bench = _min_length_bench()
+  mask = np.zeros((40, 60), bool)
+  mask[5, 2:32] = True  # a 30-px crack
+  mask[20, 10:14] = True  # a 4-px fragment
+  mask[30, 40] = True  # a speck
+  lengths = np.sort(bench.component_lengths(mask))
+  assert lengths[0] < 1 and 3 <= lengths[1] <= 4 and 29 <= lengths[2] <= 30
+  gt = [np.asarray([30.0]), np.asarray([50.0, 2.0])]
+  pred = [np.asarray([30.0, 3.0, 1.0, 1.0]), np.asarray([50.0, 25.0])]
+  rows = bench.table(gt, pred, [0, 5]).splitlines()
+  assert rows[2] == '| 0 | 0.0% | 0.00% | 1.50 | 0.0% | 0.00% | 3.00 | 2.50 |'  # 4/1, 2/2
+  # L = 5: GT drops the 2-px piece (1 of 3 components, 2 of 82 px); prediction drops three of
+  # six components (5 of 110 px); cracks per image 1 and 1 vs 1 and 2; ratios 1 and 2.
+  assert rows[3] == '| 5 | 33.3% | 2.44% | 1.00 | 50.0% | 4.55% | 1.50 | 1.50 |'
