@@ -81,6 +81,11 @@ Fields:
     F1-against-epoch curves (empty: eval.protocols).
   eval.full_epochs: epochs scored under every eval.protocols even when curve_protocols is set
     (the last epoch always is); the runner names the epochs of the table rows.
+  eval.background_workers: 0: those periodic evaluations score in the training loop (the
+    accelerator waits). N >= 1: the maps are predicted in the loop, then scored in a
+    background thread (the tolerance protocols counting on N processes) while the next epoch
+    trains; an epoch's record is written when its scoring ends, at the latest when the next
+    epoch's evaluation starts (at most one epoch in flight), and training waits for the last.
 """
 
 import ml_collections
@@ -153,6 +158,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.every_epochs = 0
   c.eval.curve_protocols = ()
   c.eval.full_epochs = ()
+  c.eval.background_workers = 0
   return c
 
 

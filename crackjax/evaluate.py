@@ -7,6 +7,8 @@ state), scores the maps under every protocol of ``config.eval.protocols``
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import hashlib
 import json
 import math
@@ -48,14 +50,15 @@ def score(
   config: ml_collections.ConfigDict,
   *,
   workers: int = 1,
+  progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
   """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid.
 
   Each grid has the protocol's uniform thresholds (``config.eval.num_thresholds`` where the
   protocol follows it), 0.5 and, if ``config.eval.tail_thresholds`` (default True), the tail
   thresholds near 0 and 1. Shows a progress bar per protocol over the images (process 0
-  only, on stderr): the tolerance protocols can take most of a second per image. `workers`
-  processes count the images in parallel (`evaluation.evaluate`).
+  only, on stderr, unless `progress` is False): the tolerance protocols can take most of a
+  second per image. `workers` processes count the images in parallel (`evaluation.evaluate`).
   """
   results = {}
   for protocol in config.eval.protocols:
@@ -64,7 +67,7 @@ def score(
       total=len(probs),
       desc=f'{protocol} protocol',
       unit='img',
-      disable=jax.process_index() != 0,
+      disable=not progress or jax.process_index() != 0,
     ) as bar:
       results[protocol] = evaluation.evaluate(
         probs,
@@ -125,9 +128,15 @@ RECORD_FIELDS = (
 )
 
 
+def _state_facts(state: state_lib.TrainState) -> tuple[int, int]:
+  """The step of `state` and its number of trainable parameters (Tables V-VIII print them;
+  BatchNorm statistics are not counted): what an evaluation record says of the state."""
+  return int(jax.device_get(state.step)), sum(int(x.size) for x in jax.tree.leaves(state.params))
+
+
 def _record(
   config: ml_collections.ConfigDict,
-  state: state_lib.TrainState,
+  facts: tuple[int, int],
   split: str,
   names: Sequence[str],
   results: dict[str, dict[str, Any]],
@@ -145,7 +154,7 @@ def _record(
   evaluation of this process (NaN when no training preceded it); ``first_in_process`` says
   that it includes the process's start-up and compilation.
   """
-  step = int(jax.device_get(state.step))
+  step, params = facts  # `_state_facts`
   return {
     'epoch': -(-step // config.steps_per_epoch),
     'step': step,
@@ -153,8 +162,7 @@ def _record(
     'split': split,
     'num_images': len(names),
     'protocols': list(results),
-    # Trainable parameters (Tables V-VIII print them; BatchNorm statistics are not counted).
-    'params': sum(int(x.size) for x in jax.tree.leaves(state.params)),
+    'params': params,
     'train_seconds': train_seconds,
     'eval_seconds': eval_seconds,
     'first_in_process': first_in_process,
@@ -182,6 +190,7 @@ def write_epoch_record(
   if record['step'] != record['epoch'] * steps_per_epoch:
     return None
   path = run_lib.epoch_path(directory, record['epoch'])
+  path.parent.mkdir(parents=True, exist_ok=True)
   record = {
     **record,
     'results': {
@@ -250,7 +259,7 @@ def evaluate_checkpoint(
   )
   summary = _record(
     config,
-    state,
+    _state_facts(state),
     split,
     names,
     results,
@@ -279,6 +288,14 @@ class EpochEvaluator:
   At the epochs of ``config.eval.full_epochs`` and the last one it scores every protocol of
   ``config.eval.protocols``; at the others those of ``config.eval.curve_protocols`` (default
   the same), a cheaper set for F1-against-epoch curves. The test images are read once.
+
+  With ``config.eval.background_workers`` = N >= 1 the maps are predicted in the training
+  loop (the accelerator's work) and scored in a background thread, the tolerance protocols
+  counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
+  on the host, which the accelerator need not wait for. At most one epoch is in flight (the
+  next evaluation first waits for it), so a process killed mid-training loses at most the
+  newest epoch's record, which the next run redoes from its checkpoint (`missing`); `finish`
+  waits for it at the end of training.
   """
 
   def __init__(
@@ -293,6 +310,9 @@ class EpochEvaluator:
     self.directory = results_dir(config, workdir, self.split)
     self._examples: list[dict[str, Any]] | None = None
     self._clock, self._first = time.perf_counter(), True
+    self._workers = int(config.eval.get('background_workers', 0) or 0)
+    self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+    self._pending: tuple[int, concurrent.futures.Future] | None = None
 
   def due(self, epoch: int) -> bool:
     every = int(self.config.eval.get('every_epochs', 0) or 0)
@@ -315,43 +335,85 @@ class EpochEvaluator:
     done = run_lib.evaluated_epochs(self.directory, required=self.protocols_at(epoch))
     return None if epoch in done else epoch
 
-  def __call__(self, state: state_lib.TrainState, epoch: int, *, trained: bool = True) -> dict:
-    """Scores `state` (the end of `epoch`), writes and returns its record. `trained`: whether
-    the time since the last call was spent training (else its train_seconds is NaN). The
-    training time of the next call is counted from the end of this one."""
+  def __call__(
+    self, state: state_lib.TrainState, epoch: int, *, trained: bool = True
+  ) -> dict[str, Any] | None:
+    """Scores `state` (the end of `epoch`), writes and returns its record (None while it is
+    scored in the background). `trained`: whether the time since the last call was spent
+    training (else its train_seconds is NaN). The training time of the next call is counted
+    from the end of this one."""
     train_seconds = time.perf_counter() - self._clock if trained else math.nan
+    self.finish()  # the previous epoch's record first: at most one epoch in flight
     t0 = time.perf_counter()
     if self._examples is None:
       self._examples = list(loader.eval_examples(self.config, self.split))
     scoring = self.config.copy_and_resolve_references()
     scoring.eval.protocols = self.protocols_at(epoch)
-    _, _, names, results = _predict_and_score(
+    probs = predict_examples(
       scoring, state, self._examples, desc=f'predict, epoch {epoch}', model=self.model
     )
-    record = _record(
-      self.config,
-      state,
-      self.split,
-      names,
-      results,
-      eval_seconds=time.perf_counter() - t0,
-      train_seconds=train_seconds,
-      first_in_process=self._first,
-    )
+    gts = [ex['mask'][..., 0] for ex in self._examples]
+    names = [ex['name'] for ex in self._examples]
+    first = self._first
+    self._first = self._first and not trained
+
+    def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+      record = _record(
+        self.config,
+        facts,
+        self.split,
+        names,
+        results,
+        eval_seconds=time.perf_counter() - t0,
+        train_seconds=train_seconds,
+        first_in_process=first,
+      )
+      self._write(record, epoch)
+      return record
+
+    facts = _state_facts(state)
+    if self._workers:
+      if self._executor is None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
+      job = functools.partial(score, probs, gts, scoring, workers=self._workers, progress=False)
+      self._pending = (epoch, self._executor.submit(lambda: record_of(job())))
+      self._clock = time.perf_counter()
+      return None
+    record = record_of(score(probs, gts, scoring))
+    self._clock = time.perf_counter()
+    return record
+
+  def _write(self, record: dict[str, Any], epoch: int) -> None:
     if jax.process_index() == 0:
       write_epoch_record(self.directory, record, self.config.steps_per_epoch)
     first = next(iter(record['results'].values()))
     logging.info(
-      'Epoch %d: %.1f s training, %.1f s evaluation, ODS F1 %.4f (%s protocol).',
+      'Epoch %d: %.1f s training, %.1f s evaluation%s, ODS F1 %.4f (%s protocol).',
       epoch,
-      train_seconds,
+      record['train_seconds'],
       record['eval_seconds'],
+      ' (scored beside training)' if self._workers else '',
       first['ods']['f1'],
       first['protocol'],
     )
-    self._clock = time.perf_counter()
-    self._first = self._first and not trained
-    return record
+
+  def finish(self) -> dict[str, Any] | None:
+    """Waits for the epoch scored in the background, if any, and returns its record (written
+    when its scoring ended); an error of that scoring is raised here."""
+    if self._pending is None:
+      return None
+    _, future = self._pending
+    self._pending = None
+    return future.result()
+
+  def close(self) -> None:
+    """`finish`, then stops the background thread."""
+    try:
+      self.finish()
+    finally:
+      if self._executor is not None:
+        self._executor.shutdown()
+        self._executor = None
 
   def seconds_since_last(self) -> float:
     """Wall seconds since the last evaluation (or the start): the training time before it."""

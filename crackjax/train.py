@@ -229,6 +229,14 @@ def train_and_evaluate(
     return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end, parts)
 
 
+def _close_quietly(evaluator: EpochEvaluator) -> None:
+  """`evaluator.close()` while another error is on its way out: that one is the news."""
+  try:
+    evaluator.close()
+  except Exception as e:  # noqa: BLE001 - logged, the interrupting error propagates
+    logging.warning('The evaluation scored in the background failed too: %s', e)
+
+
 def _train_and_evaluate(
   config, workdir: Path, evaluate_after: bool, on_epoch_end, parts: validate.Parts
 ) -> TrainState:
@@ -293,10 +301,12 @@ def _train_and_evaluate(
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)
   except NonFiniteError:
+    _close_quietly(evaluator)
     raise
   except BaseException:
     # Interrupted (Ctrl-C, SIGTERM, an input error): keep the progress made so far if the
     # buffered metrics show it is finite; resume will continue from here.
+    _close_quietly(evaluator)  # the record of an epoch scored in the background, if any
     try:
       log.flush()
       # Nothing finished in this run (e.g. the first batch failed): saving now would leave
@@ -321,6 +331,7 @@ def _train_and_evaluate(
     bar.close()
     mngr.wait_until_finished()
     writer.close()
+  evaluator.close()  # the last epoch scored in the background; its error, if any, here
   if evaluate_after:
     trained = step != start_step
     evaluate_checkpoint(

@@ -155,7 +155,7 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
 
 def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
-  full_epochs)."""
+  full_epochs, background_workers)."""
   problems = []
   every = ev.get('every_epochs', 0)
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
@@ -171,6 +171,12 @@ def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
     isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in full
   ):
     problems.append(f'config.eval.full_epochs={full!r} must be a tuple of epochs >= 1.')
+  workers = ev.get('background_workers', 0)
+  if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+    problems.append(
+      f'config.eval.background_workers={workers!r} must be an integer >= 0 (0: score in the '
+      'training loop).'
+    )
   return problems
 
 

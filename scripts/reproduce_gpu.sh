@@ -23,6 +23,8 @@
 #   CURVE_PROTOCOLS=strict  (the epochs that are no row's; the rows' epochs get every protocol)
 #   VARIANT=  (paper setting; 'smoke' for a CPU try-out)   CAMPAIGN=gpu_table$TABLE
 #   DATA=.data/crackforest   OUT=<the device tool's output folder>
+#   BACKGROUND_WORKERS=<cores / PARALLEL - 1, at least 1>  (each job scores its epochs in a
+#     background thread on that many processes while its next epoch trains: eval.background_workers)
 set -uo pipefail
 TABLE=${TABLE:-1}
 SEEDS=${SEEDS:-5}
@@ -35,6 +37,8 @@ CAMPAIGN=${CAMPAIGN:-gpu_table${TABLE}}
 DATA=${DATA:-.data/crackforest}
 OUT=${OUT:-/tmp/reproduce_gpu_out}
 WORK=${WORK:-/tmp/reproduce_gpu}
+cores=$(nproc 2>/dev/null || echo 2)
+BACKGROUND_WORKERS=${BACKGROUND_WORKERS:-$(( cores / PARALLEL > 1 ? cores / PARALLEL - 1 : 1 ))}
 
 results=results/$CAMPAIGN.json
 done_flag=()
@@ -44,7 +48,8 @@ rows_flag=()
 common=(--table="$TABLE" --seeds="$SEEDS" "${rows_flag[@]}" --variant="$VARIANT"
   --curve_protocols="$CURVE_PROTOCOLS" --parallel="$PARALLEL" --max_minutes="$MINUTES"
   --shortest_first "${done_flag[@]}" --set=data.manual_dir="$DATA"
-  --set=data.data_dir="$WORK/tfds" --workdir="$WORK/campaign")
+  --set=data.data_dir="$WORK/tfds" --set=eval.background_workers="$BACKGROUND_WORKERS"
+  --workdir="$WORK/campaign")
 
 if [ "${PLAN:-0}" = 1 ]; then
   exec python3 -m crackjax.paper.runner "${common[@]}" --plan \

@@ -46,6 +46,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
   config.eval.every_epochs = 1
   config.eval.curve_protocols = ('strict',)
+  config.eval.background_workers = 1  # epoch 1 scored beside epoch 2's training
   workdir = tmp_path / 'run'
   launch.run(config, workdir, 'train_and_eval')
 
@@ -94,6 +95,28 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   again = json.loads((workdir / 'eval.json').read_text())
   assert again['results'] == result['results']
   assert len(list((workdir / 'probs').glob('*.png'))) == 4
+
+
+def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
+  data_dirs, smoke_run, tmp_path
+):
+  config = smoke_config(data_dirs)
+  config.eval.every_epochs = 1
+  config.eval.protocols = ('strict', 'tolerance')
+  state = state_lib.restore(smoke_run, config)  # step 6: the end of epoch 2
+  records = {}
+  for workers in (0, 1):
+    config.eval.background_workers = workers
+    evaluator = evaluate.EpochEvaluator(config, tmp_path / str(workers))
+    returned = evaluator(state, 2, trained=False)
+    assert (returned is None) == bool(workers)  # in the background: written later
+    finished = evaluator.finish()
+    evaluator.close()
+    records[workers] = json.loads((tmp_path / str(workers) / 'epoch_002.json').read_text())
+    assert (finished if workers else returned)['results'] == records[workers]['results']
+  assert records[1]['results'] == records[0]['results']
+  assert records[1]['step'] == 6 and records[1]['protocols'] == ['strict', 'tolerance']
+  assert evaluator.finish() is None  # nothing left in flight
 
 
 def test_an_unusable_pretrained_file_is_one_line(data_dirs, tmp_path):
