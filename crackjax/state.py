@@ -196,17 +196,39 @@ def _one_line(error: BaseException, limit: int = 200) -> str:
   return f'{type(error).__name__}: {text}' if text else type(error).__name__
 
 
-def _config_mismatch(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> str | None:
-  """How step `step`'s saved arrays differ from `abstract` (None: they agree, or the
-  metadata cannot be read, which restoring then reports as damage)."""
+class UnreadableMetadataError(Exception):
+  """A step whose array metadata cannot be read: damaged, and not handed to orbax's restore.
+
+  Restoring such a step (e.g. its OCDBT manifest deleted) fails inside TensorStore's
+  asynchronous reads, whose callbacks then print dozens of 'Event loop is closed' tracebacks
+  on stderr; the metadata says the same thing first, quietly.
+  """
+
+
+def _saved_shapes(mngr: ocp.CheckpointManager, step: int) -> dict[str, tuple[int, ...]]:
+  """The shape of every array saved at `step`, from its metadata.
+
+  Raises:
+    UnreadableMetadataError: the metadata cannot be read, or lists no array.
+  """
   try:
     with ocp.StandardCheckpointer() as checkpointer:
       metadata = checkpointer.metadata(Path(mngr.directory) / str(step) / 'default')
     saved = _leaf_shapes(getattr(metadata, 'item_metadata', metadata))
-  except Exception:  # noqa: BLE001 - unreadable metadata is damage, found by restoring.
-    return None
+  except Exception as e:  # noqa: BLE001 - any failure to read it is damage
+    raise UnreadableMetadataError(f'its array metadata cannot be read ({_one_line(e)})') from e
   if not saved:
-    return None
+    raise UnreadableMetadataError('its array metadata lists no array')
+  return saved
+
+
+def _config_mismatch(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> str | None:
+  """How step `step`'s saved arrays differ from `abstract` (None: they agree).
+
+  Raises:
+    UnreadableMetadataError: the step's metadata cannot be read (damage).
+  """
+  saved = _saved_shapes(mngr, step)
   wanted = _leaf_shapes(abstract)
   for name, shape in wanted.items():
     if name not in saved:
@@ -225,6 +247,7 @@ def _restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) 
   Raises:
     CheckpointError: the checkpoint's arrays do not match `abstract` (a different model
       configuration; nothing is moved).
+    UnreadableMetadataError: the step's metadata cannot be read (damage; orbax not called).
     Exception: whatever orbax / TensorStore raise for a step that cannot be read.
   """
   mismatch = _config_mismatch(mngr, step, abstract)

@@ -14,6 +14,8 @@ from crackjax.data import loader
 from crackjax.deploy import predictor as predict
 from tests import fixtures
 
+REPO = Path(__file__).resolve().parents[1]
+
 # A failed orbax restore abandons its other reads; state.py collects them quietly, but under
 # load a few finish later and Python reports them as unraisable ('Event loop is closed').
 pytestmark = pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
@@ -190,3 +192,36 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   assert predict.load_run(trained, step=3).step == 3
   with pytest.raises(state_lib.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
     state_lib.restore(trained, config, step=4)
+
+
+# A command in a subprocess (the slow tier): TensorStore's abandoned reads printed their
+# 'Event loop is closed' tracebacks only in a fresh process, never inside pytest's.
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['default/manifest.ocdbt', 'default/_METADATA'])
+def test_predict_and_export_stay_quiet_on_a_damaged_newest_step(run_copy, tmp_path, name):
+  import subprocess
+  import sys
+
+  import numpy as np
+
+  photo = fixtures.write_image(
+    tmp_path / 'in' / 'photo.png',
+    np.random.default_rng(0).integers(0, 255, (40, 56, 3), dtype=np.uint8),
+  )
+  runs = [tmp_path / 'predict_run', tmp_path / 'export_run']
+  for run in runs:  # each command finds the damage (and sets it aside) itself
+    shutil.copytree(run_copy, run)
+    (run / 'checkpoints' / '6' / name).unlink()
+  commands = [
+    [sys.executable, '-m', 'crackjax.deploy.cli', f'--workdir={runs[0]}', str(photo),
+     f'--out={tmp_path / "out"}'],
+    [sys.executable, '-m', 'crackjax.deploy.export', f'--workdir={runs[1]}',
+     f'--out={tmp_path / "m.jaxexport"}'],
+  ]  # fmt: skip
+  for command in commands:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'Traceback' not in proc.stderr and 'Event loop is closed' not in proc.stderr, (
+      proc.stderr[:2000]
+    )
+    assert 'falling back to step 3' in proc.stderr
