@@ -87,6 +87,8 @@ def main(argv):
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
     sys.exit(_bad_config(e))
+  except OSError as e:  # e.g. a data_dir that cannot be written (the message names the path)
+    sys.exit(f'launch.py: {e}')
   run_or_exit(config, FLAGS.workdir, FLAGS.mode, parts)
 
 

@@ -143,6 +143,32 @@ def test_report_names_a_damaged_file(tmp_path):
     report.main([str(export), f'--out={tmp_path / "r"}'])
 
 
+def test_report_and_runner_name_a_record_that_lacks_keys(tmp_path):
+  results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
+  data = json.loads(results.read_text())
+  del data['runs'][1]['group']
+  broken = tmp_path / 'missing_group.json'
+  broken.write_text(json.dumps(data))
+  want = rf"{broken}, run 1 lacks \['group'\]"
+  with pytest.raises(SystemExit, match=want):
+    report.main([str(broken), f'--out={tmp_path / "r"}'])
+  with pytest.raises(SystemExit, match=want):
+    reproduce.main(
+      ['--table=1', '--rows=wce_xie_e5', f'--done={broken}', '--plan', f'--workdir={tmp_path}']
+    )
+  data = json.loads(results.read_text())
+  del data['runs'][0]['epochs'][2]['results']
+  broken.write_text(json.dumps(data))
+  with pytest.raises(SystemExit, match=r"run 0, epoch entry 2 lacks \['results'\]"):
+    report.main([str(broken), f'--out={tmp_path / "r"}'])
+  # A campaign's run.json without a seed.
+  job = tmp_path / 'campaign' / 'table1' / 'wce_xie' / 'seed0'
+  job.mkdir(parents=True)
+  (job / 'run.json').write_text(json.dumps({'table': 1, 'group': 'table1:wce_xie', 'rows': []}))
+  with pytest.raises(SystemExit, match=r"run.json lacks \['seed'\]"):
+    report.main([str(tmp_path / 'campaign'), f'--out={tmp_path / "r"}'])
+
+
 def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
   results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
   with pytest.raises(SystemExit, match=r"--protocols \['bogus'\] not in these results"):

@@ -115,3 +115,29 @@ def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
     '(--mode=train or train_and_eval).'
   )
   assert 'Traceback' not in proc.stderr and not workdir.exists()
+
+
+@pytest.mark.slow
+def test_launch_with_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
+  raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a folder')  # as root, a file in the path stands for read-only
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(REPO / 'launch.py'),
+      '--config=configs/smoke.py',
+      f'--workdir={tmp_path / "run"}',
+      f'--config.data.manual_dir={raw}',
+      f'--config.data.data_dir={blocker / "tfds"}',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+  )
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+    f"launch.py: [Errno 20] Not a directory: '{blocker / 'tfds'}'"
+  )
+  assert 'Traceback' not in proc.stderr

@@ -47,13 +47,42 @@ def _read_json(path: Path) -> Any:
     ) from None
 
 
+#: The fields every run must have (run.json: all but 'epochs'; an export's run: all), and
+#: every epoch of it.
+RUN_KEYS = ('table', 'group', 'seed', 'rows', 'epochs')
+EPOCH_KEYS = ('epoch', 'results')
+
+
+def _check_keys(record: Any, keys: Sequence[str], what: str) -> None:
+  """A ValueError naming `what` (a file, or a run in a file) unless `record` is a dict with
+  every key of `keys`."""
+  if not isinstance(record, dict):
+    raise ValueError(f'{what} is not a record (a JSON object); export it again.')
+  missing = [k for k in keys if k not in record]
+  if missing:
+    raise ValueError(
+      f'{what} lacks {missing} (a record of another program or version?); export it again '
+      'with python -m crackjax.paper.report --export, or rerun the runner.'
+    )
+
+
+def _check_export_run(run: Any, what: str) -> None:
+  """An export's run: RUN_KEYS, and EPOCH_KEYS in every epoch."""
+  _check_keys(run, RUN_KEYS, what)
+  if not isinstance(run['epochs'], list):
+    raise ValueError(f"{what}: 'epochs' is not a list; export it again.")
+  for i, e in enumerate(run['epochs']):
+    _check_keys(e, EPOCH_KEYS, f'{what}, epoch entry {i}')
+
+
 def load_run(directory: Path) -> dict[str, Any]:
   """One job's run.json and its epochs, compacted (the export format of one run).
 
   Raises:
-    ValueError: a damaged run.json or epoch record (named in the message).
+    ValueError: a damaged or incomplete run.json or epoch record (named in the message).
   """
   run = _read_json(directory / 'run.json')
+  _check_keys(run, RUN_KEYS[:-1], str(directory / 'run.json'))
   epochs = []
   for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
     e = _read_json(path)
@@ -109,6 +138,10 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
       data = _read_json(item)
       if not isinstance(data, dict) or data.get('format') != EXPORT_FORMAT:
         raise ValueError(f'{item} is not a crackjax.paper.report --export file ({EXPORT_FORMAT}).')
+      if not isinstance(data.get('runs'), list):
+        raise ValueError(f"{item} has no list of 'runs'; export it again.")
+      for i, run in enumerate(data['runs']):
+        _check_export_run(run, f'{item}, run {i}')
       runs += data['runs']
     else:
       raise FileNotFoundError(f'No such file or directory: {item}.')

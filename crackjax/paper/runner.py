@@ -691,7 +691,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           datasets.prepare_dataset(c.data)
           validate.check_data(c, parts[k])
           prepared.add(key)
-    except (datasets.DatasetError, ValueError, run_lib.RunLockedError) as e:
+    except (datasets.DatasetError, ValueError, run_lib.RunLockedError, OSError) as e:
+      # OSError: a workdir or data_dir that cannot be written (the message names the path).
       sys.exit(f'{PROG}: {e}')
     return _schedule(jobs, configs, parts, fv, full, parent_env)
 
