@@ -7,5 +7,11 @@ CrackForest archive, e.g. `--config.data.manual_dir=../shared/datasets/crackfore
 from configs import crackforest_exp
 
 
-def get_config():
+def get_config(arg: str | None = None):
+  """The smoke config; it takes no argument (configs/crackforest_exp.py:<variant> does)."""
+  if arg:
+    raise ValueError(
+      f'Unknown config argument {arg!r}: configs/smoke.py takes none; for another size use '
+      'configs/crackforest_exp.py:<variant> (cpu, cpu_scale, smoke).'
+    )
   return crackforest_exp.get_config('smoke')

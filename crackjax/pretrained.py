@@ -381,7 +381,10 @@ def load_arrays(
       f'config.model_init.normalization={normalization!r} is not one of {list(NORMALIZATIONS)}.'
     )
   targets = flat_variables(variables)
-  layout = detect_layout(list(arrays))
+  try:
+    layout = detect_layout(list(arrays))
+  except PretrainedError as e:
+    raise PretrainedError(f'{source}: {e}') from None
   if normalization == 'auto':
     normalization = 'none' if layout == 'crackjax' else 'torchvision'
   elif layout == 'crackjax' and normalization != 'none':

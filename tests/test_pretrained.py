@@ -280,8 +280,8 @@ def test_unusable_files_are_explained(tmp_path):
   (tmp_path / 'junk.npz').write_text('not a zip')
   with pytest.raises(pretrained.PretrainedError, match='cannot be read'):
     pretrained.load_npz(tmp_path / 'junk.npz')
-  with pytest.raises(pretrained.PretrainedError, match='Unrecognised names'):
-    pretrained.load_arrays({'weights': np.zeros(3)}, 'hed', variables)
+  with pytest.raises(pretrained.PretrainedError, match=r'^w.npz: Unrecognised names'):
+    pretrained.load_arrays({'weights': np.zeros(3)}, 'hed', variables, source='w.npz')
   bn_file = {k: np.zeros(s) for k, s in torchvision_vgg16(batch_norm=True).items()}
   with pytest.raises(pretrained.PretrainedError, match="'hed' cannot load a vgg16_bn file"):
     pretrained.load_arrays(bn_file, 'hed', variables)

@@ -371,3 +371,12 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   while any(_alive(p) for p in workers) and time.monotonic() < deadline:
     time.sleep(0.2)
   assert not any(_alive(p) for p in workers)
+
+
+def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):
+  log = tmp_path / 'worker.log'
+  log.write_text('I starting\nTraceback (most recent call last):\n  ...\nRuntimeError: broke\n\n')
+  assert reproduce._last_line(log) == 'RuntimeError: broke'
+  log.write_text('launch.py: ' + 'x' * 300)
+  assert len(reproduce._last_line(log)) == 200 and reproduce._last_line(log).endswith('...')
+  assert reproduce._last_line(tmp_path / 'none.log') == 'no log'

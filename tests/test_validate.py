@@ -141,3 +141,9 @@ def test_launch_with_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
     f"launch.py: [Errno 20] Not a directory: '{blocker / 'tfds'}'"
   )
   assert 'Traceback' not in proc.stderr
+
+
+def test_an_argument_to_the_smoke_config_is_named():
+  with pytest.raises(ValueError, match=r"Unknown config argument 'smok': configs/smoke.py takes"):
+    smoke.get_config('smok')
+  assert smoke.get_config('').to_dict() == smoke.get_config().to_dict()

@@ -469,7 +469,7 @@ def run_workers(
   deadline the running ones get SIGTERM (they save a checkpoint) and nothing new starts.
 
   Returns:
-    job id -> 'done', 'failed (exit N), see <log>' or 'not started' / 'stopped at the time limit'.
+    job id -> 'done', 'failed (exit N: <the log's last line>), see <log>' or 'not started' / 'stopped at the time limit'.
   """
   pending = list(jobs)
   running: dict[int, tuple[Job, subprocess.Popen, Any]] = {}
@@ -510,7 +510,8 @@ def run_workers(
         if stopping and code != 0:
           status[job.id] = 'stopped at the time limit (resumes next time)'
         elif code:
-          status[job.id] = f'failed (exit {code}), see {job.directory(workdir) / "worker.log"}'
+          path = job.directory(workdir) / 'worker.log'
+          status[job.id] = f'failed (exit {code}: {_last_line(path)}), see {path}'
         else:
           status[job.id] = 'done'
         print(f'{job.id}: {status[job.id]}', flush=True)
@@ -695,6 +696,17 @@ def main(argv: Sequence[str] | None = None) -> int:
       # OSError: a workdir or data_dir that cannot be written (the message names the path).
       sys.exit(f'{PROG}: {e}')
     return _schedule(jobs, configs, parts, fv, full, parent_env)
+
+
+def _last_line(path: Path, limit: int = 200) -> str:
+  """The last non-empty line of a worker's log (its error: the exception or the one-line
+  message it exited with), cut to `limit` characters."""
+  try:
+    lines = [ln.strip() for ln in path.read_text(errors='replace').splitlines() if ln.strip()]
+  except OSError:
+    return 'no log'
+  last = lines[-1] if lines else 'empty log'
+  return last if len(last) <= limit else last[: limit - 3] + '...'
 
 
 def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], parent_env) -> int:
