@@ -157,9 +157,9 @@ def test_report_and_runner_name_a_record_that_lacks_keys(tmp_path):
       ['--table=1', '--rows=wce_xie_e5', f'--done={broken}', '--plan', f'--workdir={tmp_path}']
     )
   data = json.loads(results.read_text())
-  del data['runs'][0]['epochs'][2]['results']
+  del data['runs'][0]['epochs'][2]['epoch']
   broken.write_text(json.dumps(data))
-  with pytest.raises(SystemExit, match=r"run 0, epoch entry 2 lacks \['results'\]"):
+  with pytest.raises(SystemExit, match=r"run 0, epoch entry 2 lacks \['epoch'\]"):
     report.main([str(broken), f'--out={tmp_path / "r"}'])
   # A campaign's run.json without a seed.
   job = tmp_path / 'campaign' / 'table1' / 'wce_xie' / 'seed0'
@@ -376,7 +376,7 @@ def test_workers_end_with_a_killed_runner(tmp_path):
 def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):
   log = tmp_path / 'worker.log'
   log.write_text('I starting\nTraceback (most recent call last):\n  ...\nRuntimeError: broke\n\n')
-  assert reproduce._last_line(log) == 'RuntimeError: broke'
+  assert reproduce.last_log_line(log) == 'RuntimeError: broke'
   log.write_text('launch.py: ' + 'x' * 300)
-  assert len(reproduce._last_line(log)) == 200 and reproduce._last_line(log).endswith('...')
-  assert reproduce._last_line(tmp_path / 'none.log') == 'no log'
+  assert len(reproduce.last_log_line(log)) == 200 and reproduce.last_log_line(log).endswith('...')
+  assert reproduce.last_log_line(tmp_path / 'none.log') == 'no log'

@@ -48,9 +48,9 @@ def _read_json(path: Path) -> Any:
 
 
 #: The fields every run must have (run.json: all but 'epochs'; an export's run: all), and
-#: every epoch of it.
+#: every epoch of it (an epoch without 'results' counts as not evaluated).
 RUN_KEYS = ('table', 'group', 'seed', 'rows', 'epochs')
-EPOCH_KEYS = ('epoch', 'results')
+EPOCH_KEYS = ('epoch',)
 
 
 def _check_keys(record: Any, keys: Sequence[str], what: str) -> None:

@@ -71,7 +71,7 @@ class RowResult:
 def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, float] | None:
   by_epoch = {e['epoch']: e for e in run['epochs']}
   e = by_epoch.get(epoch)
-  if e is None or protocol not in e['results']:
+  if e is None or protocol not in e.get('results', {}):
     return None
   r = e['results'][protocol]
   times = [by_epoch[k]['train_seconds'] if k in by_epoch else math.nan for k in range(1, epoch + 1)]

@@ -469,7 +469,8 @@ def run_workers(
   deadline the running ones get SIGTERM (they save a checkpoint) and nothing new starts.
 
   Returns:
-    job id -> 'done', 'failed (exit N: <the log's last line>), see <log>' or 'not started' / 'stopped at the time limit'.
+    job id -> 'done', 'failed (exit N: <the log's last line>), see <log>' or 'not started' /
+    'stopped at the time limit'.
   """
   pending = list(jobs)
   running: dict[int, tuple[Job, subprocess.Popen, Any]] = {}
@@ -511,7 +512,7 @@ def run_workers(
           status[job.id] = 'stopped at the time limit (resumes next time)'
         elif code:
           path = job.directory(workdir) / 'worker.log'
-          status[job.id] = f'failed (exit {code}: {_last_line(path)}), see {path}'
+          status[job.id] = f'failed (exit {code}: {last_log_line(path)}), see {path}'
         else:
           status[job.id] = 'done'
         print(f'{job.id}: {status[job.id]}', flush=True)
@@ -698,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _schedule(jobs, configs, parts, fv, full, parent_env)
 
 
-def _last_line(path: Path, limit: int = 200) -> str:
+def last_log_line(path: Path, limit: int = 200) -> str:
   """The last non-empty line of a worker's log (its error: the exception or the one-line
   message it exited with), cut to `limit` characters."""
   try:
