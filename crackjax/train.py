@@ -306,7 +306,6 @@ def _train_and_evaluate(
   except BaseException:
     # Interrupted (Ctrl-C, SIGTERM, an input error): keep the progress made so far if the
     # buffered metrics show it is finite; resume will continue from here.
-    _close_quietly(evaluator)  # the record of an epoch scored in the background, if any
     try:
       log.flush()
       # Nothing finished in this run (e.g. the first batch failed): saving now would leave
@@ -325,6 +324,9 @@ def _train_and_evaluate(
           mngr.save(step, args=ocp.args.StandardSave(state), force=True)
     except NonFiniteError:
       pass
+    # Then the record of an epoch scored in the background, if any (the checkpoint first: a
+    # time limit's SIGTERM leaves two minutes).
+    _close_quietly(evaluator)
     raise
   finally:
     batches.close()  # stops the prefetch thread
