@@ -11,7 +11,6 @@ SLURM/Kubernetes/Cloud TPU environment with --distributed).
 """
 
 import functools
-import signal
 import sys
 from pathlib import Path
 
@@ -53,11 +52,6 @@ def run(
     train.train_and_evaluate(config, workdir, evaluate_after=mode == 'train_and_eval', parts=parts)
 
 
-def _sigterm_to_exit(signum, frame):
-  # SystemExit unwinds through train_and_evaluate, which saves a checkpoint on the way out.
-  raise SystemExit(f'Received signal {signum}')
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -70,7 +64,7 @@ def main(argv):
       num_processes=FLAGS.num_processes,
       process_id=FLAGS.process_id,
     )
-  signal.signal(signal.SIGTERM, _sigterm_to_exit)
+  cli.exit_on_sigterm()  # a checkpoint is saved on the way out
   config = FLAGS.config
   logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
   try:

@@ -21,6 +21,7 @@ Config files are plain Python (`configs/`): their `get_config(arg)` builds a Con
 from __future__ import annotations
 
 import ast
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -176,3 +177,17 @@ def parse_command(
     define_flags(flag_values)
   parse_flags(flag_values, full, prog=prog)
   return flag_values, full
+
+
+def exit_on_sigterm() -> None:
+  """SIGTERM raises SystemExit once, which unwinds through `train.train_and_evaluate` (it saves
+  a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt
+  that save (a runner killed with kill -9 sent its workers a second one, which broke the save
+  inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
+  still ends a process that does not finish."""
+
+  def handler(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(f'Received signal {signum}')
+
+  signal.signal(signal.SIGTERM, handler)

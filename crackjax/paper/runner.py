@@ -666,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = next((j for j in jobs if j.id == fv.job), None)
     if job is None:
       sys.exit(f'{PROG}: unknown job {fv.job!r}.')
-    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    cli.exit_on_sigterm()
     try:
       status = run_job(job, fv.workdir, config_of(job), side_by_side=fv.parallel)
     except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
@@ -715,7 +715,7 @@ def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], pare
   print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
   deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
   if fv.parallel == 1 and deadline is None:
-    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    cli.exit_on_sigterm()
     status = {}
     for job in jobs:
       try:
@@ -749,11 +749,6 @@ def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], pare
   for k, v in unfinished.items():
     print(f'  {k}: {v}')
   return 1 if any(v.startswith('failed') for v in unfinished.values()) else 0
-
-
-def _sigterm_to_exit(signum, frame):
-  # SystemExit unwinds through train_and_evaluate, which saves a checkpoint on the way out.
-  raise SystemExit(f'Received signal {signum}')
 
 
 if __name__ == '__main__':

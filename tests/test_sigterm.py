@@ -1,0 +1,38 @@
+"""SIGTERM ends a run once: the first raises SystemExit (the checkpoint is saved on the way
+out), later ones are ignored so that they cannot break that save (issue: a runner killed with
+kill -9 sent its workers a second SIGTERM, which interrupted orbax's save)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+_SCRIPT = textwrap.dedent("""
+  import os, signal, time
+  from crackjax import cli
+
+  cli.exit_on_sigterm()
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+  except SystemExit as e:
+    print('exit:', e, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # the second one, during the save on the way out
+    time.sleep(0.2)
+    print('saved', flush=True)
+""")
+
+
+def test_a_second_sigterm_does_not_interrupt_the_way_out():
+  env = dict(
+    os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')]))
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', _SCRIPT], capture_output=True, text=True, timeout=60, env=env
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [f'exit: Received signal {int(signal.SIGTERM)}', 'saved']
