@@ -356,6 +356,7 @@ class EpochEvaluator:
     names = [ex['name'] for ex in self._examples]
     first = self._first
     self._first = self._first and not trained
+    facts = _state_facts(state)  # now: the next train step may donate the state's buffers
 
     def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
       record = _record(
@@ -371,7 +372,6 @@ class EpochEvaluator:
       self._write(record, epoch)
       return record
 
-    facts = _state_facts(state)
     if self._workers:
       if self._executor is None:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')

@@ -13,6 +13,12 @@ from tests import fixtures
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _launch_smoke(*args: str) -> subprocess.CompletedProcess:
+  """launch.py with configs/smoke.py and `args`, in a subprocess (stderr as text)."""
+  command = [sys.executable, str(REPO / 'launch.py'), '--config=configs/smoke.py', *args]
+  return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
 def test_the_shipped_configs_pass():
   validate.check_config(base.get_config())
   validate.check_config(smoke.get_config())
@@ -71,19 +77,10 @@ def test_mixed_sizes_need_input_size(mixed_folder):
 
 
 def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):
-  proc = subprocess.run(
-    [
-      sys.executable,
-      str(REPO / 'launch.py'),
-      '--config=configs/smoke.py',
-      f'--workdir={tmp_path / "run"}',
-      '--config.data.input_size=(321, 480)',
-      f'--config.data.data_dir={tmp_path / "tfds"}',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
+  proc = _launch_smoke(
+    f'--workdir={tmp_path / "run"}',
+    '--config.data.input_size=(321, 480)',
+    f'--config.data.data_dir={tmp_path / "tfds"}',
   )
   assert proc.returncode == 1
   assert 'launch.py: bad config: config.data.input_size=(321, 480)' in proc.stderr
@@ -94,20 +91,11 @@ def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):
 def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))
   workdir = tmp_path / 'never_trained'
-  proc = subprocess.run(
-    [
-      sys.executable,
-      str(REPO / 'launch.py'),
-      '--config=configs/smoke.py',
-      '--mode=eval',
-      f'--workdir={workdir}',
-      f'--config.data.manual_dir={raw}',
-      f'--config.data.data_dir={tmp_path / "tfds"}',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
+  proc = _launch_smoke(
+    '--mode=eval',
+    f'--workdir={workdir}',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={tmp_path / "tfds"}',
   )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == (
@@ -122,19 +110,10 @@ def test_launch_with_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a folder')  # as root, a file in the path stands for read-only
-  proc = subprocess.run(
-    [
-      sys.executable,
-      str(REPO / 'launch.py'),
-      '--config=configs/smoke.py',
-      f'--workdir={tmp_path / "run"}',
-      f'--config.data.manual_dir={raw}',
-      f'--config.data.data_dir={blocker / "tfds"}',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
+  proc = _launch_smoke(
+    f'--workdir={tmp_path / "run"}',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={blocker / "tfds"}',
   )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == (

@@ -40,11 +40,8 @@ import numpy as np
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
-# Keys of `measure_cracks`' result, in CSV order.
-MEASURE_FIELDS: tuple[str, ...] = (
-  'crack_pixels',
-  'crack_ratio',
-  'segments',
+# Length and widths, of a photo's cracks together or of one crack (cracks.csv).
+_SIZE_FIELDS: tuple[str, ...] = (
   'length_px',
   'length_mm',
   'mean_width_px',
@@ -52,6 +49,8 @@ MEASURE_FIELDS: tuple[str, ...] = (
   'mean_width_mm',
   'max_width_mm',
 )
+# Keys of `measure_cracks`' result, in CSV order.
+MEASURE_FIELDS: tuple[str, ...] = ('crack_pixels', 'crack_ratio', 'segments', *_SIZE_FIELDS)
 # Column order of a per-photo CSV: the photo's name, then the measurements.
 CSV_FIELDS: tuple[str, ...] = ('name', *MEASURE_FIELDS)
 
@@ -298,12 +297,7 @@ CRACK_FIELDS: tuple[str, ...] = (
   'y0',
   'x1',
   'y1',
-  'length_px',
-  'length_mm',
-  'mean_width_px',
-  'max_width_px',
-  'mean_width_mm',
-  'max_width_mm',
+  *_SIZE_FIELDS,
   'orientation_deg',
   'type',
   'severity',
