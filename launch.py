@@ -65,6 +65,9 @@ def main(argv):
       process_id=FLAGS.process_id,
     )
   cli.exit_on_sigterm()  # a checkpoint is saved on the way out
+  problem = cli.unwritable(FLAGS.workdir)
+  if problem:  # before the data is prepared or a model compiled
+    sys.exit(f'launch.py: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
   logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
   try:

@@ -21,9 +21,11 @@ Config files are plain Python (`configs/`): their `get_config(arg)` builds a Con
 from __future__ import annotations
 
 import ast
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from absl import flags
 from ml_collections import config_flags
@@ -191,3 +193,27 @@ def exit_on_sigterm() -> None:
     raise SystemExit(f'Received signal {signum}')
 
   signal.signal(signal.SIGTERM, handler)
+
+
+def unwritable(folder: str | Path) -> str | None:
+  """Why files could not be written in `folder`, or None if they can; creates nothing. An
+  existing folder gets a probe file (written and removed); a missing one is judged by its
+  nearest existing parent, which must be a folder this process may write.
+
+  Commands check the folders they will write (launch.py's workdir, crackjax-predict's and
+  crackjax-export's --out) with it before any work, so the message comes first and names the
+  path, rather than an OSError ('[Errno 17] File exists') after minutes of work."""
+  existing = Path(os.path.abspath(folder))
+  while not existing.exists():
+    existing = existing.parent
+  if not existing.is_dir():
+    return f'{existing} is a file, not a folder'
+  if existing != Path(os.path.abspath(folder)):
+    return None if os.access(existing, os.W_OK | os.X_OK) else f'Permission denied ({existing})'
+  probe = existing / f'.crackjax-write-test-{os.getpid()}'
+  try:
+    probe.write_bytes(b'')
+    probe.unlink()
+  except OSError as e:
+    return f'{e.strerror or e} ({existing})'
+  return None

@@ -15,7 +15,7 @@ import PIL.Image
 import pytest
 
 import crackjax
-from crackjax import evaluate, inference
+from crackjax import cli, evaluate, inference
 from crackjax.deploy import cli as predict_cli
 from crackjax.deploy import measure
 from crackjax.deploy import predictor as predict
@@ -271,7 +271,7 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   limited = [f'--workdir={run_dir}', f'--out={tmp_path / "out_big"}', '--notune_malloc']
   assert predict_cli.main([*limited, '--max_megapixels=0.001', str(big)]) == 1
   err = capsys.readouterr().err
-  assert 'wide.png: 60x40 (0 MP) is over the 0 MP limit' in err
+  assert 'wide.png: 60x40 (0.002 MP) is over the 0.001 MP limit' in err
   assert '--max_megapixels=1 if the file is trusted' in err
 
 
@@ -294,9 +294,9 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   assert str(e.value) == (
     f'crackjax-predict: cannot write --out={out}: {tmp_path / "file.txt"} is a file, not a folder.'
   )
-  assert predict_cli.unwritable(tmp_path / 'new' / 'out') is None
+  assert cli.unwritable(tmp_path / 'new' / 'out') is None
   assert not (tmp_path / 'new').exists()  # nothing is created to find out
-  assert predict_cli.unwritable(tmp_path) is None
+  assert cli.unwritable(tmp_path) is None
   assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 

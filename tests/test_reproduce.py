@@ -96,6 +96,18 @@ def test_bad_flags_end_in_one_line():
     reproduce.main(['--table=1'])
 
 
+def test_a_workdir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a folder')
+  with pytest.raises(SystemExit) as e:
+    reproduce.main(['--table=1', '--rows=wce_xie_e5', f'--workdir={blocker / "campaign"}'])
+  assert str(e.value) == (
+    f'python -m crackjax.paper.runner: cannot write --workdir={blocker / "campaign"}: '
+    f'{blocker} is a file, not a folder.'
+  )
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']
+
+
 def test_unknown_variant_is_one_line_without_traceback(tmp_path):
   with pytest.raises(SystemExit) as e:
     reproduce.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])

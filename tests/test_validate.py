@@ -105,6 +105,17 @@ def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
   assert 'Traceback' not in proc.stderr and not workdir.exists()
 
 
+def test_launch_with_a_workdir_that_cannot_be_written_is_one_line_before_any_data(tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a folder')  # as root, a file in the path stands for read-only
+  proc = _launch_smoke(f'--workdir={blocker}', f'--config.data.data_dir={tmp_path / "tfds"}')
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+    f'launch.py: cannot write --workdir={blocker}: {blocker} is a file, not a folder.'
+  )
+  assert 'Traceback' not in proc.stderr and not (tmp_path / 'tfds').exists()
+
+
 @pytest.mark.slow
 def test_launch_with_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))

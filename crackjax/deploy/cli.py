@@ -57,6 +57,19 @@ class UnreadableImageError(ValueError):
   """A file that is not an image PIL can decode (the message names it and says why)."""
 
 
+def _distinct_figures(value: float, limit: float) -> tuple[str, str]:
+  """`value` and `limit` with the fewest decimals (at most 6) that still tell them apart.
+
+  So a 4.0001 MP photo over a 4 MP limit does not read "4 MP is over the 4 MP limit".
+  """
+  for decimals in range(7):
+    shown = f'{value:.{decimals}f}', f'{limit:.{decimals}f}'
+    if shown[0] != shown[1]:
+      break
+  # 4.10 -> 4.1, 4.00 -> 4: trailing zeros say nothing.
+  return tuple(s.rstrip('0').rstrip('.') if '.' in s else s for s in shown)
+
+
 def load_photo(
   path: str | Path,
   *,
@@ -81,9 +94,10 @@ def load_photo(
     with PIL.Image.open(path) as image:
       megapixels = image.width * image.height / 1e6
       if megapixels > max_megapixels:
+        size, limit = _distinct_figures(megapixels, max_megapixels)
         raise UnreadableImageError(
-          f'{path}: {image.width}x{image.height} ({megapixels:.0f} MP) is over the '
-          f'{max_megapixels:.0f} MP limit that guards against decompression bombs; pass '
+          f'{path}: {image.width}x{image.height} ({size} MP) is over the {limit} MP limit '
+          f'that guards against decompression bombs; pass '
           f'--max_megapixels={int(megapixels) + 1} if the file is trusted'
         )
       frames = getattr(image, 'n_frames', 1)
@@ -155,26 +169,6 @@ def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
     for item in found:
       inputs.setdefault(item.path.resolve(), item)
   return list(inputs.values()), problems
-
-
-def unwritable(folder: Path) -> str | None:
-  """Why files could not be written in `folder`, or None if they can; creates nothing. An
-  existing folder gets a probe file (written and removed); a missing one is judged by its
-  nearest existing parent, which must be a folder this process may write."""
-  existing = Path(os.path.abspath(folder))
-  while not existing.exists():
-    existing = existing.parent
-  if not existing.is_dir():
-    return f'{existing} is a file, not a folder'
-  if existing != Path(os.path.abspath(folder)):
-    return None if os.access(existing, os.W_OK | os.X_OK) else f'Permission denied ({existing})'
-  probe = existing / f'.crackjax-write-test-{os.getpid()}'
-  try:
-    probe.write_bytes(b'')
-    probe.unlink()
-  except OSError as e:
-    return f'{e.strerror or e} ({existing})'
-  return None
 
 
 def _is_image(path: Path) -> bool:
@@ -362,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   table = out / 'measurements.csv'
   if table.exists() and not fv.overwrite:
     sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
-  problem = unwritable(out)
+  problem = cli.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
   if fv.tune_malloc:

@@ -344,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   for name in ('workdir', 'out'):
     if not fv[name].value:
       sys.exit(f'{PROG}: --{name} is required.')
+  problem = cli.unwritable(Path(fv.out).parent)
+  if problem:  # before the run is restored and traced
+    sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
   try:
     out = export_run(
       fv.workdir,

@@ -609,6 +609,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: --table and --workdir are required (or --list).')
   if fv.seeds < 1 or fv.parallel < 1:
     sys.exit(f'{PROG}: --seeds and --parallel must be >= 1.')
+  problem = cli.unwritable(fv.workdir)
+  if problem:
+    sys.exit(f'{PROG}: cannot write --workdir={fv.workdir}: {problem}.')
   seeds = range(fv.first_seed, fv.first_seed + fv.seeds)
   try:
     jobs = select_jobs(fv.table, fv.rows, seeds)
