@@ -143,3 +143,26 @@ def test_launch_help():
   for flag in ('--config', '--workdir', '--mode', '--coordinator_address'):
     assert flag in out.stdout
   assert '--array_record_reader_pool_size' not in out.stdout and '--verbosity' not in out.stdout
+
+
+@pytest.mark.parametrize(
+  'script,knobs',
+  [
+    ('bench/gpu_perf.sh', ['STAGES', 'TINY', 'BUDGET_S']),
+    ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
+  ],
+)
+def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):
+  env = {'PATH': '/usr/bin:/bin', 'OUT': str(tmp_path / 'out'), 'WORK': str(tmp_path / 'work')}
+  proc = subprocess.run(
+    ['bash', script, '--help'], capture_output=True, text=True, cwd=REPO, env=env, timeout=30
+  )
+  assert proc.returncode == 0 and proc.stdout.startswith('usage: '), proc.stdout + proc.stderr
+  for knob in knobs:
+    assert knob in proc.stdout
+  assert not list(tmp_path.iterdir())  # no output or work folder: the setup did not run
+  proc = subprocess.run(
+    ['bash', script, '--rows=x'], capture_output=True, text=True, cwd=REPO, env=env, timeout=30
+  )
+  assert proc.returncode == 2 and 'takes no arguments' in proc.stderr
+  assert not list(tmp_path.iterdir())
