@@ -24,7 +24,7 @@ _HARMLESS_WARNINGS = (
   # Every construction of a crack_folder builder: its configs are made from config.data.folder
   # on purpose (six lines per data preparation).
   'Using custom data configuration',
-  # orbax, reading a step's array metadata to compare shapes before restoring it.
+  # orbax, when a checkpointer is pointed at an item folder (state.py no longer does so).
   'Metadata file does not exist',
 )
 # Packages (folder names in a record's pathname) whose INFO lines are demoted.

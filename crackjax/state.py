@@ -205,18 +205,38 @@ class UnreadableMetadataError(Exception):
   """
 
 
+def _missing_index_files(item: Path) -> list[str]:
+  """The index files an orbax item directory lacks: `_METADATA` (the tree), and, where
+  the arrays are in OCDBT form (`ocdbt.process_*` folders), `manifest.ocdbt` (their index;
+  without it no array can be found)."""
+  missing = [] if (item / '_METADATA').is_file() else ['_METADATA']
+  if any(item.glob('ocdbt.process_*')) and not (item / 'manifest.ocdbt').is_file():
+    missing.append('manifest.ocdbt')
+  return missing
+
+
 def _saved_shapes(mngr: ocp.CheckpointManager, step: int) -> dict[str, tuple[int, ...]]:
   """The shape of every array saved at `step`, from its metadata.
 
   Raises:
     UnreadableMetadataError: the metadata cannot be read, or lists no array.
   """
+  item = Path(mngr.directory) / str(step) / 'default'
+  missing = _missing_index_files(item)
+  if missing:
+    # Asking orbax would log its own warning and, now and then, leave TensorStore callbacks
+    # that print 'Event loop is closed' tracebacks: the files say it first.
+    raise UnreadableMetadataError(f'{", ".join(missing)} missing in {item}')
+  handler = ocp.StandardCheckpointHandler()
   try:
-    with ocp.StandardCheckpointer() as checkpointer:
-      metadata = checkpointer.metadata(Path(mngr.directory) / str(step) / 'default')
+    # The item's handler, not a StandardCheckpointer: that would look for the step's own
+    # metadata file inside the item and warn 'Metadata file does not exist' on every restore.
+    metadata = handler.metadata(item)
     saved = _leaf_shapes(getattr(metadata, 'item_metadata', metadata))
   except Exception as e:  # noqa: BLE001 - any failure to read it is damage
     raise UnreadableMetadataError(f'its array metadata cannot be read ({_one_line(e)})') from e
+  finally:
+    handler.close()
   if not saved:
     raise UnreadableMetadataError('its array metadata lists no array')
   return saved

@@ -225,3 +225,6 @@ def test_predict_and_export_stay_quiet_on_a_damaged_newest_step(run_copy, tmp_pa
       proc.stderr[:2000]
     )
     assert 'falling back to step 3' in proc.stderr
+    # One warning, naming the missing file; orbax is not asked (its own warning came first).
+    assert f'UnreadableMetadataError: {name.split("/")[1]} missing in ' in proc.stderr
+    assert proc.stderr.count('WARNING') == 1, proc.stderr[:2000]

@@ -3,6 +3,7 @@
 import csv
 import functools
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -51,12 +52,16 @@ def direct(run, image_float):
   return np.asarray(probs)[0, ..., 0]
 
 
-def test_load_run_and_threshold(run, run_dir):
+def test_load_run_and_threshold(run, run_dir, caplog, monkeypatch):
   saved = json.loads((run_dir / 'threshold.json').read_text())
   assert run.step == 6 and run.threshold == saved['threshold']
   assert 'threshold.json' in run.threshold_source
   assert crackjax.Predictor is predict.Predictor
-  assert predict.Predictor.from_workdir(run_dir).threshold == saved['threshold']
+  # A healthy run restores without a word, from the API too (without the commands' filter).
+  monkeypatch.setattr(logging.getLogger('absl'), 'filters', [])
+  with caplog.at_level(logging.WARNING):
+    assert predict.Predictor.from_workdir(run_dir).threshold == saved['threshold']
+  assert not caplog.records, [r.getMessage() for r in caplog.records]
   with pytest.raises(FileNotFoundError, match='not a crackjax run directory'):
     predict.load_run(run_dir.parent)
   with pytest.raises(FileNotFoundError, match=r'No checkpoint of step 5.*\[3, 6\]'):
