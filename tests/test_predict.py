@@ -268,6 +268,25 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   ]
   assert predict_cli.output_names(inputs) == ['road_jpg', 'a_road_png', 'b_Road_png']
   assert predict_cli.output_names(inputs) == predict_cli.output_names(list(inputs))
+  # One extension in the group: the folder tells them apart, without the extension.
+  same = [
+    predict_cli.Input(a / 'road.jpg', Path('road.jpg')),
+    predict_cli.Input(b / 'road.jpg', Path('road.jpg')),
+  ]
+  assert predict_cli.output_names(same) == ['a_road', 'b_road']
+
+  # --overwrite replaces the earlier prediction whole: the maps of images it no longer holds
+  # go, and are named; probs/ and measurements.csv then list the same images.
+  fewer = [*args[:-1], '--overwrite', str(folder / 'road.jpg'), str(folder / 'sub')]
+  assert predict_cli.main(fewer) == 0
+  err = capsys.readouterr().err
+  now = sorted(r['name'] for r in csv.DictReader((out / 'measurements.csv').open()))
+  for kind, ext in (('probs', 'png'), ('masks', 'png'), ('overlays', 'jpg')):
+    written = sorted(
+      p.relative_to(out / kind).with_suffix('').as_posix() for p in (out / kind).rglob(f'*.{ext}')
+    )
+    assert written == now, (kind, written, now)
+  assert 'removed the maps of 3 image(s) of the earlier prediction' in err
 
   # A photo over --max_megapixels is refused from its header, by name, with the way past it.
   big = tmp_path / 'big'

@@ -184,21 +184,65 @@ def output_names(inputs: Sequence[Input]) -> list[str]:
   def key(name: str) -> str:
     return name.lower()
 
+  def suffix(i: int) -> str:
+    return inputs[i].path.suffix.lstrip('.').lower()
+
   names = [item.relative.with_suffix('').as_posix() for item in inputs]
-  for rule in (
-    lambda i, n: f'{n}_{inputs[i].path.suffix.lstrip(".").lower()}',
-    lambda i, n: f'{inputs[i].path.parent.name}_{n}',
-  ):
-    counts: dict[str, int] = {}
-    for n in names:
-      counts[key(n)] = counts.get(key(n), 0) + 1
-    names = [rule(i, n) if counts[key(n)] > 1 else n for i, n in enumerate(names)]
+  # Extensions first, but only in a group whose extensions differ: road.jpg in two folders
+  # gets its folder ('north_road'), not 'north_road_jpg'.
+  suffixes: dict[str, set[str]] = {}
+  for i, n in enumerate(names):
+    suffixes.setdefault(key(n), set()).add(suffix(i))
+  names = [f'{n}_{suffix(i)}' if len(suffixes[key(n)]) > 1 else n for i, n in enumerate(names)]
+  counts: dict[str, int] = {}
+  for n in names:
+    counts[key(n)] = counts.get(key(n), 0) + 1
+  names = [
+    f'{inputs[i].path.parent.name}_{n}' if counts[key(n)] > 1 else n for i, n in enumerate(names)
+  ]
   seen: dict[str, int] = {}
   unique = []
   for n in names:
     seen[key(n)] = seen.get(key(n), 0) + 1
     unique.append(n if seen[key(n)] == 1 else f'{n}_{seen[key(n)]}')
   return unique
+
+
+def map_files(out: Path, name: str) -> list[Path]:
+  """The files crackjax-predict writes for output `name`: probability map, mask, overlay."""
+  return [
+    out / 'probs' / f'{name}.png',
+    out / 'masks' / f'{name}.png',
+    out / 'overlays' / f'{name}.jpg',
+  ]
+
+
+def earlier_names(table: Path) -> list[str]:
+  """The output names an earlier prediction listed in its measurements.csv ([] if none)."""
+  try:
+    with table.open(newline='') as f:
+      return [row['name'] for row in csv.DictReader(f) if row.get('name')]
+  except (OSError, csv.Error, UnicodeDecodeError):
+    return []
+
+
+def remove_maps(out: Path, names: Sequence[str]) -> list[str]:
+  """Removes the map files of `names` in `out` (and folders that become empty); returns
+  the names that had any. Only the files `map_files` names are touched."""
+  removed = []
+  for name in names:
+    if Path(name).is_absolute() or '..' in Path(name).parts:
+      continue  # not a name this tool writes: an edited table must not reach outside `out`
+    files = [f for f in map_files(out, name) if f.is_file()]
+    for f in files:
+      f.unlink()
+      folder = f.parent
+      while folder != out and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+    if files:
+      removed.append(name)
+  return removed
 
 
 def overlay(photo: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -387,17 +431,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     file=sys.stderr,
   )
 
+  # An --overwrite replaces the earlier prediction whole: its maps that this one does not
+  # rewrite go too (below), so OUT never mixes two runs' outputs.
+  earlier = earlier_names(table) if fv.overwrite else []
   rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
   start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
   for item, name in tqdm.tqdm(
     list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
   ):
     path = item.path
-    targets = [
-      out / 'probs' / f'{name}.png',
-      out / 'masks' / f'{name}.png',
-      out / 'overlays' / f'{name}.jpg',
-    ]
+    targets = map_files(out, name)
     existing = [t for t in targets if t.exists()]
     if existing and not fv.overwrite:
       skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
@@ -434,6 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
     html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {fv.workdir}')
+    stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
+    if stale:
+      print(
+        f'{PROG}: removed the maps of {len(stale)} image(s) of the earlier prediction in {out} '
+        f'that this one does not hold ({", ".join(stale[:3])}{", ..." if len(stale) > 3 else ""}).',
+        file=sys.stderr,
+      )
     print(measure.format_summary(measure.summarize(rows)))
     print(crack_summary(cracks, fv.min_length))
     seconds = time.perf_counter() - start
