@@ -339,9 +339,9 @@ def test_command_line_errors(run_dir, tmp_path):
     ('--threshold=1.5', 'threshold'),
     ('--mm_per_pixel=-1', 'mm_per_pixel must be > 0'),
     ('--mm_per_pixel=0', 'mm_per_pixel must be > 0'),
-    ('--overlap=1', 'overlap must be in'),
-    ('--tile_size=0', 'tile_size and batch_size must be >= 1'),
-    ('--batch_size=0', 'tile_size and batch_size must be >= 1'),
+    ('--overlap=1', r'--overlap=1.0: --overlap must be in \[0, 1\)'),
+    ('--tile_size=0', '--tile_size=0: 0 is not a positive integer'),
+    ('--batch_size=0', '--batch_size=0: 0 is not a positive integer'),
     ('--step=0', 'step must be >= 1'),
   ]:
     out = tmp_path / 'never'

@@ -275,6 +275,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'tile_size',
     1024,
     'images larger than this are predicted in overlapping tiles of at most this size',
+    lower_bound=1,
     flag_values=fv,
   )
   flags.DEFINE_float(
@@ -288,7 +289,11 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_integer(
-    'batch_size', None, 'tiles per device call (default: one per local device)', flag_values=fv
+    'batch_size',
+    None,
+    'tiles per device call (default: one per local device)',
+    lower_bound=1,
+    flag_values=fv,
   )
   flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
   flags.DEFINE_bool(
@@ -322,8 +327,14 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'raise it for trusted large photos',
     flag_values=fv,
   )
-  # Every value is checked before any image (these here; the tiling ones by Predictor), so a
-  # bad one never stops a run half-way.
+  # Every value is checked before any image, so a bad one never stops a run half-way. (The
+  # tiling ones are checked again by Predictor, for Python users, in its own words.)
+  flags.register_validator(
+    'overlap',
+    lambda v: 0 <= v < 1,
+    message='--overlap must be in [0, 1) (a fraction of --tile_size)',
+    flag_values=fv,
+  )
   flags.register_validator(
     'mm_per_pixel',
     lambda v: v is None or v > 0,
