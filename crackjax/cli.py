@@ -196,9 +196,10 @@ def exit_on_sigterm() -> None:
 
 
 def unwritable(folder: str | Path) -> str | None:
-  """Why files could not be written in `folder`, or None if they can; creates nothing. An
-  existing folder gets a probe file (written and removed); a missing one is judged by its
-  nearest existing parent, which must be a folder this process may write.
+  """Why files could not be written in `folder`, or None if they can; creates nothing. The
+  folder, or for a missing one its nearest existing parent (which must be a folder), gets a
+  probe file, written and removed: the operating system's own reason ('Read-only file
+  system', 'Permission denied') is the answer, whatever the mount or the user.
 
   Commands check the folders they will write (launch.py's workdir, crackjax-predict's and
   crackjax-export's --out) with it before any work, so the message comes first and names the
@@ -208,8 +209,6 @@ def unwritable(folder: str | Path) -> str | None:
     existing = existing.parent
   if not existing.is_dir():
     return f'{existing} is a file, not a folder'
-  if existing != Path(os.path.abspath(folder)):
-    return None if os.access(existing, os.W_OK | os.X_OK) else f'Permission denied ({existing})'
   probe = existing / f'.crackjax-write-test-{os.getpid()}'
   try:
     probe.write_bytes(b'')
