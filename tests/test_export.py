@@ -174,6 +174,15 @@ def test_cli_unwritable_out_is_one_line(run_dir, tmp_path, capsys):
   )
 
 
+def test_cli_out_that_is_a_folder_is_one_line_even_with_overwrite(run_dir, tmp_path, capsys):
+  for extra in ([], ['--overwrite']):
+    message = _main_error([f'--workdir={run_dir}', f'--out={tmp_path}', *extra], capsys)
+    assert message == (
+      f'crackjax-export: {tmp_path} is a folder; --out (out=) names the file to write, e.g. '
+      f'{tmp_path / "unet.jaxexport"}.'
+    )
+
+
 def test_cli_flag_errors_are_one_line(run_dir, tmp_path, capsys):
   out = f'--out={tmp_path / "m.jaxexport"}'
   assert '--workdir is required' in _main_error([out], capsys)

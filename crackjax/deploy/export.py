@@ -250,6 +250,11 @@ def export_run(
   if unknown or not platforms:
     raise ValueError(f'platforms={list(platforms)}: each must be one of {list(PLATFORMS)}.')
   out, workdir, sidecar = Path(out), Path(workdir), sidecar_path(out)
+  if out.is_dir():  # before the overwrite advice, which could not help
+    raise IsADirectoryError(
+      f'{out} is a folder; --out (out=) names the file to write, e.g. '
+      f'{out / ("unet.onnx" if format == "onnx" else "unet.jaxexport")}.'
+    )
   if not overwrite:
     for path in (out, sidecar):
       if path.exists():
