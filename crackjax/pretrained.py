@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -315,19 +316,30 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     PretrainedError: no such file, or not a .npz of arrays.
   """
   path = Path(path).expanduser()
+  if path.is_dir():
+    raise PretrainedError(
+      f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
+    )
   if not path.is_file():
     raise PretrainedError(
       f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays; '
       'see docs/pretrained.md).'
     )
+  with path.open('rb') as f:
+    magic = f.read(6)
+  if not zipfile.is_zipfile(path) and magic != b'\x93NUMPY':
+    # np.load takes any other file for a pickle and says so, which misleads.
+    raise PretrainedError(f'{path} is not a .npz file (a zip archive of named .npy arrays).')
   try:
     data = np.load(path, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+      raise PretrainedError(f'{path} is a single array; expected a .npz of named arrays.')
+    with data:  # entries are read lazily: a damaged one fails here, inside the try
+      arrays = {k.removeprefix('module.'): np.asarray(data[k]) for k in data.files}
+  except PretrainedError:
+    raise
   except Exception as e:  # noqa: BLE001 - zip, pickle and format errors all mean "not an npz".
     raise PretrainedError(f'{path} cannot be read as a .npz of arrays: {e}') from e
-  if not isinstance(data, np.lib.npyio.NpzFile):
-    raise PretrainedError(f'{path} is a single array; expected a .npz of named arrays.')
-  with data:
-    arrays = {k.removeprefix('module.'): np.asarray(data[k]) for k in data.files}
   if not arrays:
     raise PretrainedError(f'{path} holds no arrays.')
   return arrays
@@ -406,10 +418,12 @@ def load_arrays(
     array, target = np.asarray(arrays[entry.key]), targets[entry.path]
     want = source_shape(entry, target.shape)
     if array.shape != want:
-      problems.append(
-        f'{entry.key} has shape {array.shape} but {entry.path} (shape {tuple(target.shape)}) '
-        f'needs {want}'
-      )
+      # The file's name and shape, then what the model needs (in the file's layout), and
+      # the model's own path and shape only where they differ from those.
+      model_side = '' if entry.path == entry.key else f" for the model's {entry.path}"
+      if tuple(target.shape) != tuple(want):
+        model_side += f' (stored as {tuple(target.shape)})'
+      problems.append(f'{entry.key} has shape {array.shape}; needed {want}{model_side}')
       continue
     updates[entry.path] = _convert(entry, array, target.shape)
   if problems:

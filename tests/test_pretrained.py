@@ -264,8 +264,8 @@ def test_wrong_shapes_name_the_key_and_both_shapes(tmp_path):
   message = str(e.value)
   assert 'vgg16.npz does not fit model' in message
   assert (
-    'features.0.weight has shape (64, 3, 3, 3) but params/conv1_1/kernel (shape (3, 3, 3, 4)) '
-    'needs (4, 3, 3, 3)'
+    "features.0.weight has shape (64, 3, 3, 3); needed (4, 3, 3, 3) for the model's "
+    'params/conv1_1/kernel (stored as (3, 3, 3, 4))'
   ) in message
   assert 'width_scale=1.0' in message and '26 array(s)' in message and 'and 21 more' in message
 
@@ -277,9 +277,14 @@ def test_unusable_files_are_explained(tmp_path):
   np.save(tmp_path / 'one.npy', np.zeros(3))
   with pytest.raises(pretrained.PretrainedError, match='single array'):
     pretrained.load_npz(tmp_path / 'one.npy')
-  (tmp_path / 'junk.npz').write_text('not a zip')
-  with pytest.raises(pretrained.PretrainedError, match='cannot be read'):
+  (tmp_path / 'junk.npz').write_text('not a zip')  # np.load would call it pickled data
+  with pytest.raises(pretrained.PretrainedError, match=r'junk.npz is not a .npz file \(a zip'):
     pretrained.load_npz(tmp_path / 'junk.npz')
+  (tmp_path / 'cut.npz').write_bytes((tmp_path / 'one.npy').read_bytes()[:20])
+  with pytest.raises(pretrained.PretrainedError, match='cut.npz cannot be read as a .npz'):
+    pretrained.load_npz(tmp_path / 'cut.npz')
+  with pytest.raises(pretrained.PretrainedError, match='is a folder; name the .npz file in it'):
+    pretrained.load_npz(tmp_path)
   with pytest.raises(pretrained.PretrainedError, match=r'^w.npz: Unrecognised names'):
     pretrained.load_arrays({'weights': np.zeros(3)}, 'hed', variables, source='w.npz')
   bn_file = {k: np.zeros(s) for k, s in torchvision_vgg16(batch_norm=True).items()}
