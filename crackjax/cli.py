@@ -131,8 +131,14 @@ def parse_flags(
     # A mistyped --config.field surfaces from ml_collections as a bare AttributeError or
     # KeyError; say what went wrong instead.
     detail = _unquote(str(e.args[0] if e.args else e))
+    # The error names only the last part ('widht'); the command line has the whole path.
+    typed = [
+      a.split('=', 1)[0].removeprefix('--config.')
+      for a in argv[1:]
+      if a.startswith('--config.') and detail in a.split('=', 1)[0].split('.')
+    ]
     sys.exit(
-      f'{prog}: unknown config field {detail} on the command line; '
+      f'{prog}: unknown config field {typed[0] if typed else detail} on the command line; '
       'configs/base.py lists every field.'
     )
   except flags.Error as e:
