@@ -130,16 +130,20 @@ def parse_flags(
   except (AttributeError, KeyError) as e:
     # A mistyped --config.field surfaces from ml_collections as a bare AttributeError or
     # KeyError; say what went wrong instead.
-    detail = _unquote(str(e.args[0] if e.args else e))
+    # ml_collections gives "'widhts'" and, for a near miss, a second line 'Did you mean
+    # "widths" instead of "widhts"?'.
+    first, *hint = _unquote(str(e.args[0] if e.args else e)).splitlines()
+    detail = _unquote(first)
     # The error names only the last part ('widht'); the command line has the whole path.
     typed = [
       a.split('=', 1)[0].removeprefix('--config.')
       for a in argv[1:]
       if a.startswith('--config.') and detail in a.split('=', 1)[0].split('.')
     ]
+    hint_text = f' ({" ".join(h.strip() for h in hint if h.strip())})' if any(hint) else ''
     sys.exit(
-      f'{prog}: unknown config field {typed[0] if typed else detail} on the command line; '
-      'configs/base.py lists every field.'
+      f'{prog}: unknown config field {typed[0] if typed else detail} on the command line'
+      f'{hint_text}; configs/base.py lists every field.'
     )
   except flags.Error as e:
     sys.exit(f'{prog}: {_without_traceback(str(e))}\nPass --help for the list of flags.')

@@ -103,8 +103,12 @@ def test_command_line_prints_analytic_flops_and_memory(capsys, tmp_path):
 
 def test_command_line_rejects_a_mistyped_field(capsys):
   # The field as typed, with its group (ml_collections' error names only 'widhts').
-  with pytest.raises(SystemExit, match='unknown config field model.widhts on the command line'):
+  with pytest.raises(SystemExit) as e:
     complexity.main(['--config=configs/smoke.py', '--config.model.widhts=(4, 8)'])
+  assert str(e.value) == (
+    'python -m crackjax.complexity: unknown config field model.widhts on the command line (Did '
+    'you mean "widths" instead of "widhts"?); configs/base.py lists every field.'
+  )
 
 
 # ----------------------------------------------------------------------------- analytic count
