@@ -571,7 +571,7 @@ def write_eval_outputs(
       kind=f'eval_{split}_{protocol}',
     )
     logging.info(
-      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.6g, P %.4f, R %.4f), OIS F1 %.4f, '
+      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
       'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
       protocol,
       step,
