@@ -306,6 +306,7 @@ def _train_and_evaluate(
   except BaseException:
     # Interrupted (Ctrl-C, SIGTERM, an input error): keep the progress made so far if the
     # buffered metrics show it is finite; resume will continue from here.
+    bar.close()  # ends the bar's line, so the warnings below start on their own
     try:
       log.flush()
       # Nothing finished in this run (e.g. the first batch failed): saving now would leave
