@@ -11,12 +11,17 @@ from crackjax.paper import runner as reproduce
 SETTING = {'widths': [64, 128, 256, 512, 1024], 'steps_per_epoch': 300}
 
 
+SCORES = {'precision': 0.5, 'recall': 0.5, 'f1': 0.5}
+
+
 def _epoch(epoch, train, evaluation, first=False):
   return {
     'epoch': epoch,
     'train_seconds': train,
     'eval_seconds': evaluation,
     'first_in_process': first,
+    # Evaluated (an epoch without results is not: records.complete_jobs).
+    'results': {'strict': {'ods': SCORES, 'ois': SCORES}},
   }
 
 
@@ -31,6 +36,7 @@ def _run(seed=0, kind='GPU X', side_by_side=4, setting=SETTING, group='table1:g'
     'seed': seed,
     'rows': [{'key': f'g_e{epochs}', 'epochs': epochs}],
     'hardware': {'device_kind': kind},
+    'versions': {},
     'side_by_side': side_by_side,
     'setting': dict(setting),
     'epochs': records,
@@ -126,5 +132,17 @@ def test_plan_needs_a_time_limit(tmp_path):
 def test_report_keeps_complete_runs_only():
   cut = _run(seed=1)
   cut['epochs'] = cut['epochs'][:3]
-  kept = records.complete_runs([_run(seed=0), cut])
+  unevaluated = _run(seed=2)
+  del unevaluated['epochs'][1]['results']  # trained, its evaluation lost: not complete
+  kept = records.complete_runs([_run(seed=0), cut, unevaluated])
   assert [r['seed'] for r in kept] == [0]
+
+
+def test_untimed_epochs_measure_no_rate():
+  # An epoch evaluated from a checkpoint has NaN training time; an export of another version
+  # may lack a timing field (was: a KeyError traceback from the runner's --plan).
+  run = _run(seed=0)
+  run['epochs'][2]['train_seconds'] = float('nan')
+  del run['epochs'][3]['first_in_process']
+  rates = campaign_plan.measured_rates([run, _run(seed=1)], 'GPU X', 4, SETTING)
+  assert (rates.first, rates.epoch, rates.row_eval, rates.runs) == (60.0, 10.0, 20.0, 2)

@@ -4,9 +4,11 @@ interruption and a resume in side-by-side worker processes, then the report and 
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -111,12 +113,29 @@ def test_a_workdir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
 def test_unknown_variant_is_one_line_without_traceback(tmp_path):
   with pytest.raises(SystemExit) as e:
     reproduce.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])
-  message = str(e.value)
-  assert (
-    "Unknown config argument 'smok' for the unet model; known: ['cpu', 'cpu_scale', 'smoke']"
-    in message
+  # Named as typed (was: 'flag --config=/path/configs/table1.py:wce_xie_e5,smok: ...').
+  assert str(e.value) == (
+    "python -m crackjax.paper.runner: --variant=smok: Unknown config argument 'smok' for the "
+    "unet model; known: ['cpu', 'cpu_scale', 'smoke']."
   )
-  assert 'Traceback' not in message and len(message.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+  ('override', 'says'),
+  [
+    ('learning_rate=abc', "could not convert string to float: 'abc'"),
+    ('nosuchfield', 'expected FIELD=VALUE, e.g. --set=learning_rate=0.001.'),
+    ('learning_rate', 'expected FIELD=VALUE, e.g. --set=learning_rate=0.001.'),
+    ('data.nosuch=3', "no config field 'data.nosuch'; configs/base.py lists every field."),
+  ],
+)
+def test_a_bad_set_override_is_named_as_typed(tmp_path, override, says):
+  # Was: 'flag --config.learning_rate=abc: ...', and 'unknown config field nosuchfield ...'
+  # for an override without '='.
+  argv = ['--table=1', '--rows=wce_xie_e5', '--seeds=1', f'--workdir={tmp_path}']
+  with pytest.raises(SystemExit) as e:
+    reproduce.main([*argv, f'--set={override}'])
+  assert str(e.value) == f'python -m crackjax.paper.runner: --set={override}: {says}'
 
 
 def test_a_failing_job_in_process_is_one_line_and_the_next_goes_on(tmp_path, monkeypatch, capsys):
@@ -192,10 +211,122 @@ def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
   assert report.main([str(results), str(tmp_path / 'cut.json'), f'--out={tmp_path / "r"}']) == 0
   err = capsys.readouterr().err
   assert f'{runs[0]["group"]} seed {runs[0]["seed"]} is in two inputs' in err
-  assert 'using the one with 5 epochs (the other has 2)' in err
+  assert f'({results} has 5 epochs, {tmp_path / "cut.json"} 2); using the one in {results}.' in err
   # Identical copies (a campaign and its export) are merged without a word.
   records.load([results, results])
   assert 'two inputs' not in capsys.readouterr().err
+
+
+def _edited_export(tmp_path: Path, edit) -> Path:
+  """results/gpu_table1.json after `edit(data)`, in a file of its own."""
+  data = json.loads(
+    (Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json').read_text()
+  )
+  edit(data)
+  path = tmp_path / 'edited.json'
+  path.write_text(json.dumps(data))
+  return path
+
+
+@pytest.mark.parametrize(
+  ('edit', 'says'),
+  [
+    (lambda d: d['runs'][1].pop('setting'), r"run 1 lacks \['setting'\]"),
+    (lambda d: d['runs'][0].pop('hardware'), r"run 0 lacks \['hardware'\]"),
+    (lambda d: d['runs'][0].pop('versions'), r"run 0 lacks \['versions'\]"),
+    (lambda d: d['runs'][0].update(seed='zero'), r"""run 0: 'seed' is "zero", not an integer"""),
+    (lambda d: d['runs'][0].update(seed=True), r"run 0: 'seed' is true, not an integer"),
+    (lambda d: d['runs'][1].update(hardware=None), r"run 1: 'hardware' is null, not an object"),
+    (lambda d: d['runs'][0]['rows'][0].pop('epochs'), r"run 0, row entry 0 lacks \['epochs'\]"),
+    (
+      lambda d: d['runs'][0]['epochs'][1]['results']['strict'].pop('ods'),
+      r"run 0, epoch entry 1, results\['strict'\] lacks \['ods'\]",
+    ),
+    (
+      lambda d: d['runs'][0]['epochs'][1].update(train_seconds='1 min'),
+      r"""run 0, epoch entry 1: 'train_seconds' is "1 min", not a number""",
+    ),
+    (lambda d: d.update(runs=[]), r"edited.json holds no runs \('runs' is empty\)"),
+  ],
+)
+def test_report_and_runner_name_a_missing_or_mistyped_field(tmp_path, edit, says):
+  # Each was a KeyError traceback, or (a string seed, no runs) exit 0 and a report.
+  broken = _edited_export(tmp_path, edit)
+  for main, argv in [
+    (report.main, [str(broken), f'--out={tmp_path / "r"}']),
+    (reproduce.main, ['--table=1', f'--done={broken}', '--plan', f'--workdir={tmp_path}']),
+  ]:
+    with pytest.raises(SystemExit, match=f'^[^\n]*{says}[^\n]*$'):
+      main(argv)
+  assert not (tmp_path / 'r').exists()
+
+
+def test_an_epoch_without_results_or_time_is_not_evaluated_or_timed(tmp_path):
+  def edit(data):
+    data['runs'][0]['epochs'][2].pop('results')  # epoch 3 of seed 1's 5
+    for run in data['runs']:
+      run['epochs'][1].pop('train_seconds')  # epoch 2 of both seeds
+
+  runs = records.load([_edited_export(tmp_path, edit)])
+  # Not evaluated: seed 1's job is not complete (a chunk redoes it).
+  assert records.complete_jobs(runs) == {(1, 'table1:exp_0.75_a20_wj', 2, 5)}
+  assert report.main([str(tmp_path / 'edited.json'), f'--out={tmp_path / "r"}']) == 0
+  with (tmp_path / 'r' / 'report.csv').open() as f:
+    row = next(r for r in csv.DictReader(f) if r['key'] == 'exp_0.75_a20_wj_e5')
+  # Both seeds at the row's epoch 5; its training time (epochs 1-5) unknown, not a partial sum.
+  assert row['seeds'] == '1 2' and float(row['ods_f1_mean']) > 0
+  assert row['time_s_mean'] == ''
+
+
+def _campaign_of(run: dict, workdir: Path) -> Path:
+  """`workdir` as a runner's campaign of one job, `run` (an export's): its floats with more
+  digits than an export keeps and one epoch's training time unknown (NaN), as the runner
+  writes them."""
+
+  def digits(x):
+    if isinstance(x, float):
+      return x + 3.1e-11
+    if isinstance(x, dict):
+      return {k: digits(v) for k, v in x.items()}
+    return x
+
+  job = workdir / f'table{run["table"]}' / run['group'].split(':')[1] / f'seed{run["seed"]}'
+  job.mkdir(parents=True)
+  info = {k: run[k] for k in ('table', 'group', 'seed', 'rows', 'hardware', 'versions')}
+  config = {'model': {'name': 'unet', 'widths': [64, 128, 256, 512, 1024], 'dtype': 'float32'}}
+  (job / 'run.json').write_text(
+    json.dumps({**info, 'side_by_side': run['side_by_side'], 'config': config})
+  )
+  for e in run['epochs']:
+    e = digits(e)
+    if e['epoch'] == 3:
+      e['train_seconds'] = float('nan')
+    (job / f'epoch_{e["epoch"]:03d}.json').write_text(json.dumps(e))
+  return workdir
+
+
+def test_a_campaign_and_its_own_export_merge_without_a_note(tmp_path, capsys):
+  results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
+  campaign = _campaign_of(records.load([results])[0], tmp_path / 'campaign')
+  export = tmp_path / 'export.json'
+  assert report.main([str(campaign), f'--export={export}']) == 0
+  capsys.readouterr()
+  # Was: 'is in two inputs with different records; using the one with 5 epochs (the other
+  # has 5)': the export's eight decimals and NaN != NaN.
+  assert len(records.load([campaign, export])) == 1
+  assert capsys.readouterr().err == ''
+  # A real difference is named: where, and the two values.
+  data = json.loads(export.read_text())
+  data['runs'][0]['epochs'][1]['results']['strict']['ods']['f1'] = 0.5
+  export.write_text(json.dumps(data))
+  records.load([campaign, export])
+  err = capsys.readouterr().err
+  run = data['runs'][0]
+  assert err.startswith(
+    f'note: {run["group"]} seed {run["seed"]} is in two inputs with different records '
+    '(epoch 2: results.strict.ods.f1 is '
+  )
+  assert err.endswith(f' in {campaign}, 0.5 in {export}); using the one in {campaign}.\n')
 
 
 def test_worker_env_shares_gpus():
@@ -251,6 +382,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   )
   assert out.returncode == 0, out.stdout + out.stderr
   assert '4 of 4 jobs complete.' in out.stdout
+  assert 'os.fork() was called' not in out.stderr  # JAX's warning at every worker's start
   after = _epoch_files(workdir)
   assert len(after) == 2 * 2 * 5  # 2 groups x 2 seeds x 5 epochs
   assert all(after[k] == v for k, v in before.items())  # finished work is not redone
@@ -383,6 +515,42 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   while any(_alive(p) for p in workers) and time.monotonic() < deadline:
     time.sleep(0.2)
   assert not any(_alive(p) for p in workers)
+
+
+def test_workers_start_without_forking_the_runner(tmp_path):
+  # Popen's preexec_fn forked the runner, multithreaded by then (JAX), and ran Python in the
+  # fork: 'RuntimeWarning: os.fork() was called ... will likely lead to a deadlock' at every
+  # start. A worker that fails at once (an unknown flag) is enough to start one.
+  import jax
+
+  jax.devices()  # JAX's warning at fork comes with its backends
+  job = reproduce.select_jobs(1, ['wce_xie_e5'], [0])[0]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    status = reproduce.run_workers(
+      [job], ['--no_such_flag'], tmp_path, parallel=1, gpus=[], deadline=None
+    )
+  assert status[job.id].startswith('failed (exit 1: ')
+  assert [str(w.message) for w in caught if 'fork' in str(w.message)] == []
+
+
+def test_a_worker_whose_runner_has_ended_stops(tmp_path):
+  # The worker sets its end with the runner itself; a runner gone before that sends nothing.
+  env = {**os.environ, reproduce.RUNNER_PID_ENV: '1'}  # not this worker's parent
+  argv = ['--table=1', f'--workdir={tmp_path}', '--job=1:wce_xie:0']
+  out = subprocess.run(
+    [sys.executable, '-m', 'crackjax.paper.runner', *argv],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=120,
+    cwd=Path(__file__).resolve().parents[1],
+  )
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1] == (
+    'python -m crackjax.paper.runner: the runner (pid 1) has ended; this worker stops too.'
+  )
+  assert not list(tmp_path.iterdir())
 
 
 def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):

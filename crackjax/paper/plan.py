@@ -18,6 +18,7 @@ evaluation), `epoch` the median later epoch that is no row's (training + curve e
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,6 +47,15 @@ def _matches(run: Mapping[str, Any], device_kind: str, setting: Mapping[str, Any
   return setting is None or run.get('setting') == dict(setting)
 
 
+def _timed(epoch: Mapping[str, Any]) -> bool:
+  """Whether an epoch entry measures a rate: an epoch evaluated from a checkpoint has no
+  training time (NaN), and a record of another version may lack a timing field."""
+  times = [epoch.get(k) for k in ('train_seconds', 'eval_seconds')]
+  return isinstance(epoch.get('first_in_process'), bool) and all(
+    isinstance(t, int | float) and math.isfinite(t) for t in times
+  )
+
+
 def measured_rates(
   runs: Sequence[Mapping[str, Any]],
   device_kind: str,
@@ -60,9 +70,10 @@ def measured_rates(
     if not _matches(run, device_kind, setting) or run.get('side_by_side') != side_by_side:
       continue
     row_epochs = {r['epochs'] for r in run['rows']}
-    later = [e for e in run['epochs'] if not e['first_in_process']]
+    timed = [e for e in run['epochs'] if _timed(e)]
+    later = [e for e in timed if not e['first_in_process']]
     plain = [e for e in later if e['epoch'] not in row_epochs]
-    firsts = [e for e in run['epochs'] if e['first_in_process'] and e['epoch'] == 1]
+    firsts = [e for e in timed if e['first_in_process'] and e['epoch'] == 1]
     if not plain or not firsts:
       continue
     used += 1

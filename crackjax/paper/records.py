@@ -47,32 +47,95 @@ def _read_json(path: Path) -> Any:
     ) from None
 
 
-#: The fields every run must have (run.json: all but 'epochs'; an export's run: all), and
-#: every epoch of it (an epoch without 'results' counts as not evaluated).
+#: The fields every run must have (run.json: all but 'epochs'), and every epoch of it (an
+#: epoch without 'results' counts as not evaluated, as `crackjax.run.evaluated_epochs` counts).
 RUN_KEYS = ('table', 'group', 'seed', 'rows', 'epochs')
 EPOCH_KEYS = ('epoch',)
+#: What an export's run holds beyond RUN_KEYS: `load_run` writes them (empty where a run.json
+#: lacks them) and the report names them beside every number, so an export without them is
+#: damaged, not old.
+EXPORT_KEYS = (*RUN_KEYS, 'hardware', 'versions', 'setting')
+#: Every row of a run, and every protocol's result of an epoch (what the report reads of it).
+ROW_KEYS = ('key', 'epochs')
+RESULT_KEYS = ('ods', 'ois')
+SCORE_KEYS = ('precision', 'recall', 'f1')
+
+_INTEGER = ((int,), 'an integer')
+_NUMBER = ((int, float), 'a number')
+_OBJECT = ((dict,), 'an object')
+# The type of each field that the report, the records or the plan read, in a run and in an
+# epoch entry (a field absent is checked by the *_KEYS above, or read with a fallback).
+_RUN_TYPES = {
+  'table': _INTEGER,
+  'group': ((str,), 'a string'),
+  'seed': _INTEGER,
+  'rows': ((list,), 'a list'),
+  'hardware': _OBJECT,
+  'versions': _OBJECT,
+  'setting': _OBJECT,
+  'config': _OBJECT,
+  'side_by_side': _INTEGER,
+}
+_EPOCH_TYPES = {
+  'epoch': _INTEGER,
+  'results': _OBJECT,
+  'params': _NUMBER,
+  'train_seconds': _NUMBER,
+  'eval_seconds': _NUMBER,
+  'first_in_process': ((bool,), 'true or false'),
+}
+_ROW_TYPES = {'key': ((str,), 'a string'), 'epochs': _INTEGER}
+_SCORE_TYPES = dict.fromkeys(SCORE_KEYS, _NUMBER)
+_AGAIN = 'export it again with python -m crackjax.paper.report --export, or rerun the runner.'
 
 
-def _check_keys(record: Any, keys: Sequence[str], what: str) -> None:
+def _check_keys(
+  record: Any,
+  keys: Sequence[str],
+  what: str,
+  types: dict[str, tuple[tuple[type, ...], str]] | None = None,
+) -> None:
   """A ValueError naming `what` (a file, or a run in a file) unless `record` is a dict with
-  every key of `keys`."""
+  every key of `keys` and, of the keys of `types` that it has, values of those types."""
   if not isinstance(record, dict):
     raise ValueError(f'{what} is not a record (a JSON object); export it again.')
   missing = [k for k in keys if k not in record]
   if missing:
-    raise ValueError(
-      f'{what} lacks {missing} (a record of another program or version?); export it again '
-      'with python -m crackjax.paper.report --export, or rerun the runner.'
-    )
+    raise ValueError(f'{what} lacks {missing} (a record of another program or version?); {_AGAIN}')
+  for k, (kinds, name) in (types or {}).items():
+    v = record.get(k)
+    # bool is an int to Python, never a seed or a time to us.
+    wrong = not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds)
+    if k in record and wrong:
+      raise ValueError(f'{what}: {k!r} is {json.dumps(v)}, not {name}; {_AGAIN}')
+
+
+def _check_epoch(e: Any, what: str) -> None:
+  """An epoch entry: EPOCH_KEYS, the types of its fields and, per protocol of its 'results',
+  RESULT_KEYS each with SCORE_KEYS as numbers."""
+  _check_keys(e, EPOCH_KEYS, what, _EPOCH_TYPES)
+  for protocol, r in e.get('results', {}).items():
+    where = f'{what}, results[{protocol!r}]'
+    _check_keys(r, RESULT_KEYS, where)
+    for k in RESULT_KEYS:
+      _check_keys(r[k], SCORE_KEYS, f'{where}[{k!r}]', _SCORE_TYPES)
+
+
+def _check_run(run: Any, keys: Sequence[str], what: str) -> None:
+  """A run (an export's, or a run.json): `keys`, the types of its fields, and ROW_KEYS in
+  every row."""
+  _check_keys(run, keys, what, _RUN_TYPES)
+  for j, row in enumerate(run['rows']):
+    _check_keys(row, ROW_KEYS, f'{what}, row entry {j}', _ROW_TYPES)
 
 
 def _check_export_run(run: Any, what: str) -> None:
-  """An export's run: RUN_KEYS, and EPOCH_KEYS in every epoch."""
-  _check_keys(run, RUN_KEYS, what)
+  """An export's run: EXPORT_KEYS, 'epochs' a list and every epoch (`_check_epoch`)."""
+  _check_run(run, EXPORT_KEYS, what)
   if not isinstance(run['epochs'], list):
-    raise ValueError(f"{what}: 'epochs' is not a list; export it again.")
+    raise ValueError(f"{what}: 'epochs' is {json.dumps(run['epochs'])}, not a list; {_AGAIN}")
   for i, e in enumerate(run['epochs']):
-    _check_keys(e, EPOCH_KEYS, f'{what}, epoch entry {i}')
+    _check_epoch(e, f'{what}, epoch entry {i}')
 
 
 def load_run(directory: Path) -> dict[str, Any]:
@@ -82,12 +145,13 @@ def load_run(directory: Path) -> dict[str, Any]:
     ValueError: a damaged or incomplete run.json or epoch record (named in the message).
   """
   run = _read_json(directory / 'run.json')
-  _check_keys(run, RUN_KEYS[:-1], str(directory / 'run.json'))
+  _check_run(run, RUN_KEYS[:-1], str(directory / 'run.json'))
   epochs = []
   for path in sorted(directory.glob('epoch_[0-9][0-9][0-9].json')):
     e = _read_json(path)
     if not isinstance(e, dict) or 'results' not in e:
       raise ValueError(f'{path} is not a whole epoch record (no results); rerun the runner.')
+    _check_epoch(e, str(path))
     epochs.append(
       {**{k: v for k, v in e.items() if k != 'results'}, 'results': _compact(e['results'])}
     )
@@ -122,9 +186,10 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
   """Every run under the campaign directories and in the export files of `inputs`.
 
   Raises:
-    FileNotFoundError / ValueError: an input that is neither (named in the message).
+    FileNotFoundError / ValueError: an input that is neither, or a damaged or incomplete one
+      (named in the message).
   """
-  runs = []
+  runs: list[tuple[dict[str, Any], str]] = []  # (run, the input it came from)
   for item in inputs:
     item = Path(item)
     if item.is_dir():
@@ -133,47 +198,89 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
         raise FileNotFoundError(
           f'No crackjax.paper.runner run (table*/*/seed*/run.json) under {item}.'
         )
-      runs += [load_run(d) for d in found]
+      runs += [(load_run(d), str(item)) for d in found]
     elif item.is_file():
       data = _read_json(item)
       if not isinstance(data, dict) or data.get('format') != EXPORT_FORMAT:
         raise ValueError(f'{item} is not a crackjax.paper.report --export file ({EXPORT_FORMAT}).')
       if not isinstance(data.get('runs'), list):
         raise ValueError(f"{item} has no list of 'runs'; export it again.")
+      if not data['runs']:
+        # --export never writes one (report.main refuses to report nothing).
+        raise ValueError(f"{item} holds no runs ('runs' is empty); export a campaign with results.")
       for i, run in enumerate(data['runs']):
         _check_export_run(run, f'{item}, run {i}')
-      runs += data['runs']
+      runs += [(run, str(item)) for run in data['runs']]
     else:
       raise FileNotFoundError(f'No such file or directory: {item}.')
   return _dedupe(runs)
 
 
-def _dedupe(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """One run per (table, group, seed): the one with the most epochs (a campaign directory and
-  an earlier export of it may both hold a run)."""
-  best: dict[tuple, dict[str, Any]] = {}
-  for run in runs:
+def _same_key(x: Any) -> str:
+  # An export keeps floats to eight decimals: a campaign and its export compare equal after
+  # the same rounding; JSON text, since NaN (an epoch's unknown training time) != NaN.
+  return json.dumps(_rounded(x), sort_keys=True)
+
+
+def _difference(a: dict[str, Any], source_a: str, b: dict[str, Any], source_b: str) -> str:
+  """How two copies of a run differ, in words: their epoch counts, else the first field (of an
+  epoch, then of the run) whose values differ after the export's rounding."""
+  if len(a['epochs']) != len(b['epochs']):
+    return f'{source_a} has {len(a["epochs"])} epochs, {source_b} {len(b["epochs"])}'
+
+  def first(x: Any, y: Any, path: str) -> str | None:
+    if isinstance(x, dict) and isinstance(y, dict):
+      for k in sorted(set(x) | set(y), key=str):
+        if k not in x or k not in y:
+          return f'{path}{k} is only in {source_a if k in x else source_b}'
+        found = first(x[k], y[k], f'{path}{k}.')
+        if found:
+          return found
+      return None
+    if _same_key(x) != _same_key(y):
+      return f'{path[:-1]} is {_same_key(x)} in {source_a}, {_same_key(y)} in {source_b}'
+    return None
+
+  for ea, eb in zip(a['epochs'], b['epochs'], strict=True):
+    found = first(ea, eb, '')
+    if found:
+      return f'epoch {ea.get("epoch")}: {found}'
+  found = first(*({k: v for k, v in r.items() if k != 'epochs'} for r in (a, b)), '')
+  return found or 'they differ'
+
+
+def _dedupe(runs: Sequence[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
+  """One run per (table, group, seed), of (run, input) pairs: the one with the most epochs, or
+  the first of equal ones (a campaign directory and an export of it may both hold a run).
+  Copies equal up to the export's rounding are one; others get a note on stderr."""
+  best: dict[tuple, tuple[dict[str, Any], str]] = {}
+  for run, source in runs:
     key = (run['table'], run['group'], run['seed'])
-    if key in best and best[key]['epochs'] != run['epochs']:
-      kept, other = sorted((best[key], run), key=lambda r: len(r['epochs']), reverse=True)
-      print(
-        f'note: {run["group"]} seed {run["seed"]} is in two inputs with different records; '
-        f'using the one with {len(kept["epochs"])} epochs (the other has '
-        f'{len(other["epochs"])}).',
-        file=sys.stderr,
-      )
-    if key not in best or len(run['epochs']) > len(best[key]['epochs']):
-      best[key] = run
-  return list(best.values())
+    if key not in best:
+      best[key] = (run, source)
+      continue
+    old, old_source = best[key]
+    if _same_key(old) == _same_key(run):
+      continue
+    # Stable: of equal epoch counts, the first input's.
+    kept = max((old, old_source), (run, source), key=lambda c: len(c[0]['epochs']))
+    print(
+      f'note: {run["group"]} seed {run["seed"]} is in two inputs with different records '
+      f'({_difference(old, old_source, run, source)}); using the one in {kept[1]}.',
+      file=sys.stderr,
+    )
+    best[key] = kept
+  return [run for run, _ in best.values()]
 
 
 def complete_jobs(runs: Sequence[dict[str, Any]]) -> set[tuple[int, str, int, int]]:
-  """(table, group, seed, epochs) of the runs evaluated at every epoch 1..epochs."""
+  """(table, group, seed, epochs) of the runs evaluated at every epoch 1..epochs (an epoch
+  entry without 'results' was not evaluated)."""
   return {
     (r['table'], r['group'], r['seed'], e)
     for r in runs
     for e in [max((row['epochs'] for row in r['rows']), default=0)]
-    if {x['epoch'] for x in r['epochs']} >= set(range(1, e + 1))
+    if {x['epoch'] for x in r['epochs'] if 'results' in x} >= set(range(1, e + 1))
   }
 
 

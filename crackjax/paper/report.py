@@ -74,7 +74,8 @@ def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, floa
   if e is None or protocol not in e.get('results', {}):
     return None
   r = e['results'][protocol]
-  times = [by_epoch[k]['train_seconds'] if k in by_epoch else math.nan for k in range(1, epoch + 1)]
+  # An epoch absent, or its time unknown (evaluated from a checkpoint): NaN, the sum is too.
+  times = [by_epoch.get(k, {}).get('train_seconds', math.nan) for k in range(1, epoch + 1)]
   fixed = r.get('fixed', {}).get('f1', math.nan)
   return {
     'ods_p': r['ods']['precision'],
@@ -186,8 +187,10 @@ def _describe_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
       f'- Jobs ran side by side ({"/".join(map(str, side))} processes): times are shared.'
     )
   settings = sorted({json.dumps(r['setting'], sort_keys=True) for r in runs})
-  for s in settings:
-    s = json.loads(s)
+  for text in settings:
+    # A field absent (an export of an older setting_of) is unknown: '?' (None means unset).
+    s = dict.fromkeys(('widths', 'width_scale', 'input_size', 'steps_per_epoch'), '?')
+    s |= {'batch_size': '?', 'dtype': '?', **json.loads(text)}
     model = s.get('model') or 'unet'
     net = (
       f'widths {s["widths"]}' if model == 'unet' else f'{model} (width_scale {s["width_scale"]})'
@@ -535,7 +538,7 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
     if run['table'] != table:
       continue
     for e in run['epochs']:
-      r = e['results'].get(protocol)
+      r = e.get('results', {}).get(protocol)  # no 'results': not evaluated
       if r is None:
         continue
       per = groups.setdefault(run['group'].split(':', 1)[1], {}).setdefault(e['epoch'], {})
@@ -593,7 +596,7 @@ def _protocols_of(runs: Sequence[dict[str, Any]]) -> list[str]:
   seen: dict[str, None] = {}
   for run in runs:
     for e in run['epochs']:
-      seen.update(dict.fromkeys(e['results']))
+      seen.update(dict.fromkeys(e.get('results', {})))  # no 'results': not evaluated
   return list(seen)
 
 
@@ -623,13 +626,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: {e}')
   if fv.complete_only:
     runs = records.complete_runs(runs)
-  if fv.export:
-    records.export(runs, fv.export)
-    print(f'exported {len(runs)} runs to {fv.export}')
+    if not runs:
+      sys.exit(
+        f'{PROG}: --complete_only: no run in {", ".join(inputs)} is evaluated at every epoch '
+        'of its rows; nothing to report or export.'
+      )
   found = _protocols_of(runs)
+  if not found:
+    sys.exit(f'{PROG}: no epoch in {", ".join(inputs)} was evaluated; nothing to report.')
   unknown = [p for p in fv.protocols or () if p not in found]
   if unknown:
     sys.exit(f'{PROG}: --protocols {unknown} not in these results; they hold {list(found)}.')
+  if fv.export:
+    records.export(runs, fv.export)
+    print(f'exported {len(runs)} runs to {fv.export}')
   protocols = fv.protocols or found
   out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
   if out is None:

@@ -260,6 +260,59 @@ def configs_dir(flag_value: str | None = None) -> Path:
   return Path(flag_value) if flag_value else Path(__file__).resolve().parents[2] / 'configs'
 
 
+def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagValues | Exception:
+  """`path`:`arg` with `overrides` applied (ml_collections' parser, as ``--config=path:arg
+  --config.<override>``), or why not: the parser's error. A field that the (locked) config
+  lacks is an AttributeError or KeyError that names the last part of its path only; anything
+  else a flags.Error that names the flag (``--config=...`` or ``--config.<override>``)."""
+  argv = [PROG, f'--config={path}:{arg}', *(f'--config.{o}' for o in overrides)]
+  fv = cli.new_flag_values(argv)
+  try:
+    fv(argv)
+  except (AttributeError, KeyError, flags.Error) as e:
+    return e
+  return fv
+
+
+def _last_line(message: str) -> str:
+  """The error of a message that holds a traceback (ml_collections puts the config file's
+  into its flag error): the exception's line, without its type where that is a ValueError or
+  KeyError (their text says it all); a message without one, on one line."""
+  lines = [line.strip() for line in message.splitlines() if line.strip()]
+  if not any(line.startswith('Traceback (most recent call last)') for line in lines):
+    return ' '.join(lines)
+  kind, _, detail = lines[-1].partition(': ')
+  return detail if kind in ('ValueError', 'KeyError') and detail else lines[-1]
+
+
+def _config_error(
+  error: Exception, job: Job, variant: str, overrides: Sequence[str], directory: Path
+) -> str:
+  """`_parse_config`'s `error` in one line naming what the user typed: the --set override or
+  the --variant at fault, or else the config file (the row keys were checked before)."""
+  path = directory / f'table{job.table}.py'
+  row_alone = _parse_config(path, job.rows[0].key, ())
+  if not isinstance(error, flags.Error):
+    # Which override names a field the config lacks: walk each one's path in the config.
+    config = None if isinstance(row_alone, Exception) else row_alone.config
+    for o in overrides:
+      node, field = config, o.split('=', 1)[0]
+      for part in field.split('.'):
+        if not hasattr(node, 'keys') or part not in node:
+          return f'--set={o}: no config field {field!r}; configs/base.py lists every field.'
+        node = node[part]
+    return f'a --set field is not in the config ({error}); configs/base.py lists every field.'
+  message = str(error)
+  for o in overrides:
+    if message.startswith(f'flag --config.{o}: '):
+      return f'--set={o}: {_last_line(message[len(f"flag --config.{o}: ") :])}'
+  detail = _last_line(message.split(': ', 1)[1] if message.startswith('flag --') else message)
+  detail = detail.removeprefix('Error whilst parsing config file: ')
+  if variant and not isinstance(row_alone, Exception):
+    return f'--variant={variant}: {detail}'  # the row alone loads: the variant is at fault
+  return f'{path}:{job.rows[0].key}: {detail}'
+
+
 def load_config(
   job: Job,
   *,
@@ -275,16 +328,16 @@ def load_config(
   others.
 
   Raises:
-    SystemExit: (one line) a mistyped override field or an unparsable value.
+    SystemExit: (one line, naming the --set or --variant flag) a mistyped override field, an
+      override without '=', an unparsable value or an unknown variant.
   """
+  for o in overrides:
+    if not o.split('=', 1)[0] or '=' not in o:
+      sys.exit(f'{PROG}: --set={o}: expected FIELD=VALUE, e.g. --set=learning_rate=0.001.')
   arg = job.rows[0].key + (f',{variant}' if variant else '')
-  argv = [
-    PROG,
-    f'--config={directory / f"table{job.table}.py"}:{arg}',
-    *(f'--config.{o}' for o in overrides),
-  ]
-  fv = cli.new_flag_values(argv)
-  cli.parse_flags(fv, argv, prog=PROG)
+  fv = _parse_config(directory / f'table{job.table}.py', arg, overrides)
+  if isinstance(fv, Exception):
+    sys.exit(f'{PROG}: {_config_error(fv, job, variant, overrides, directory)}')
   config = fv.config
   config.seed = job.seed
   # The variant may shorten training (e.g. 'cpu' sets 2 epochs): the rows' epochs win here,
@@ -444,15 +497,29 @@ def worker_env(
   return env
 
 
-def _end_with_parent() -> None:
-  """In a worker, before it runs: SIGTERM when the runner dies, kill -9 or a `timeout` included
+#: A worker's environment: the runner's pid (`end_with_runner`).
+RUNNER_PID_ENV = 'CRACKJAX_PAPER_RUNNER_PID'
+
+
+def end_with_runner() -> None:
+  """In a worker, first thing: SIGTERM when the runner dies, kill -9 or a `timeout` included
   (Linux's PR_SET_PDEATHSIG), so no orphan keeps training and holding a GPU; it saves its
-  checkpoint on the way out, as at the time limit."""
+  checkpoint on the way out, as at the time limit. Set here, not between fork and exec
+  (Popen's preexec_fn): that runs Python in a fork of the runner, multithreaded by then (JAX),
+  which can deadlock, and JAX warned of it at every start. A runner that died before this
+  line sends no signal: the worker then ends here. A --job started by hand (no runner's pid in
+  its environment) is left alone: its parent is a shell, which may end first on purpose.
+  """
+  runner = os.environ.get(RUNNER_PID_ENV, '')
+  if not runner.isdigit():
+    return
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
   except (OSError, AttributeError):
-    pass  # not Linux: the worker outlives a killed runner
+    return  # not Linux: the worker outlives a killed runner
+  if os.getppid() != int(runner):
+    sys.exit(f'{PROG}: the runner (pid {runner}) has ended; this worker stops too.')
 
 
 def run_workers(
@@ -491,12 +558,12 @@ def run_workers(
       log.write(f'\n==== {time.strftime("%Y-%m-%d %H:%M:%S")} slot {slot}\n')
       log.flush()
       cmd = [sys.executable, '-m', 'crackjax.paper.runner', *argv, f'--job={job.id}']
+      # No preexec_fn: the worker sets its own end with the runner (`end_with_runner`).
       proc = subprocess.Popen(
         cmd,
-        env=worker_env(slot, parallel, gpus, env),
+        env={**worker_env(slot, parallel, gpus, env), RUNNER_PID_ENV: str(os.getpid())},
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=_end_with_parent,
       )
       running[slot] = (job, proc, log)
       print(f'started {job.id} (slot {slot}, log {directory / "worker.log"})', flush=True)
@@ -602,6 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   rest = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)
   if len(rest) > 1:
     sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
+  if fv.job:
+    end_with_runner()
   if fv.list:
     print(list_rows(fv.table))
     return 0
