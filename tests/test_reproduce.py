@@ -372,9 +372,16 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert run_lib.evaluated_epochs(first) == [1, 2]
   before = _epoch_files(workdir)
 
-  # Go on side by side: two worker processes (`--job`), as on a GPU machine.
+  # Go on side by side: two worker processes (`--job`), as on a GPU machine, each scoring its
+  # epochs in the background as scripts/reproduce_gpu.sh has them do (not in the fingerprint).
+  background = '--set=eval.background_workers=1'
   out = subprocess.run(
-    [sys.executable, '-m', 'crackjax.paper.runner', *_argv(workdir, data, '--parallel=2')],
+    [
+      sys.executable,
+      '-m',
+      'crackjax.paper.runner',
+      *_argv(workdir, data, '--parallel=2', background),
+    ],
     capture_output=True,
     text=True,
     timeout=600,
@@ -393,6 +400,9 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
     max(json.loads(x)['step'] for x in (first / 'metrics.jsonl').read_text().splitlines()) == 15
   )
   assert 'Evaluating epoch 3, saved before an interruption' in (first / 'worker.log').read_text()
+  # Every epoch's line, though scored after its epoch ended (once each).
+  log = (workdir / 'table1' / 'wce_xie' / 'seed1' / 'worker.log').read_text()
+  assert [log.count(f'1:wce_xie:1 epoch {e}: ') for e in range(1, 6)] == [1] * 5, log[-3000:]
   for e in range(1, 6):
     rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
     assert rec['epoch'] == e and rec['step'] == 3 * e

@@ -441,22 +441,33 @@ def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str
     },
   )
 
-  def on_epoch_end(state, epoch: int) -> None:
-    # The epoch's record is written by now: one line per epoch for the console / worker.log.
-    record = run_lib.read_record(run_lib.epoch_path(directory, epoch), required=('results',))
-    if record is None:
-      return
-    strict = record['results'].get('strict', next(iter(record['results'].values())))
-    print(
-      f'{job.id} epoch {epoch}: {record["train_seconds"]:.1f} s training, '
-      f'{record["eval_seconds"]:.1f} s evaluation, ODS F1 {strict["ods"]["f1"]:.4f} '
-      f'({strict["protocol"]} protocol)',
-      flush=True,
-    )
+  # Epochs evaluated by an earlier run of this job are not announced again.
+  announced = {e for e in range(1, job.epochs + 1) if run_lib.epoch_path(directory, e).exists()}
+
+  def announce(*_) -> None:
+    # One line per evaluated epoch for the console / worker.log, as its record appears: an
+    # epoch scored in the background (eval.background_workers) has none yet when it ends,
+    # so its line comes at a later epoch's end, or after training.
+    for epoch in range(1, job.epochs + 1):
+      path = run_lib.epoch_path(directory, epoch)
+      if epoch in announced or not path.exists():
+        continue
+      record = run_lib.read_record(path, required=('results',))
+      if record is None:
+        continue
+      announced.add(epoch)
+      strict = record['results'].get('strict', next(iter(record['results'].values())))
+      print(
+        f'{job.id} epoch {epoch}: {record["train_seconds"]:.1f} s training, '
+        f'{record["eval_seconds"]:.1f} s evaluation, ODS F1 {strict["ods"]["f1"]:.4f} '
+        f'({strict["protocol"]} protocol)',
+        flush=True,
+      )
 
   train.train_and_evaluate(
-    config, directory, evaluate_after=False, on_epoch_end=on_epoch_end, parts=parts
+    config, directory, evaluate_after=False, on_epoch_end=announce, parts=parts
   )
+  announce()
   missing = sorted(set(range(1, job.epochs + 1)) - set(run_lib.evaluated_epochs(directory)))
   if missing:
     # Only if checkpoints were lost between runs; said, not hidden.
