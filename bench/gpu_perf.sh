@@ -8,11 +8,15 @@
 #
 #   bash bench/gpu_perf.sh                      # all stages, in priority order, ~9 min budget
 #   STAGES="loop_vs_step fps_f32" bash bench/gpu_perf.sh   # only these
-#   TINY=1 bash bench/gpu_perf.sh               # CPU check: tiny U-Net, a few steps, seconds
+#   TINY=1 bash bench/gpu_perf.sh               # CPU check: tiny U-Net, a few steps (~5 min
+#                                               # on 2 cores; PyTorch stages say if no torch)
 #
 # Stages (default order = priority; each runs under `timeout`, and a stage whose expected time
 # no longer fits in BUDGET_S is skipped and says so in summary.txt):
-#   setup          versions, nvidia-smi, wheels, dataset preparation
+#   setup          versions, nvidia-smi, wheels (always runs)
+#   prepare_data   CrackForest into the TFDS folder the bench stages share (always runs; the
+#                  archive: CRACKFOREST_DIR, else ./.data/crackforest, else
+#                  ../shared/datasets/crackforest)
 #   bench_b8_bf16  bench/train_step.py batch 8 bf16 + PyTorch eager and torch.compile, same GPU
 #   fps_bf16       python -m crackjax.complexity, bf16, inference FPS batch 1 and 8
 #   table_row      Table I row wce_exp_0.75_e10 (paper setting, f32, 10 epochs): launch.py to
@@ -29,6 +33,8 @@
 # Results: $OUT/gpu_perf.tar.gz (OUT defaults to /tmp/gpu_perf_out) holding gpu_perf/:
 # summary.txt (stage, exit status, seconds), <stage>.log (stdout+stderr), <stage>.json,
 # env.txt, the table row's metrics.jsonl / eval.json / launch log, and the loop's trace.
+# Other settings: RES (results folder, default /tmp/gpu_perf), WORK (scratch, default
+# /tmp/gpu_perf_work; both emptied first), CRACKFOREST_DIR, PYTHON (default python3).
 set -u
 # --help prints the comment above; the settings are environment variables, not arguments.
 case "${1:-}" in
@@ -50,7 +56,8 @@ TINY=${TINY:-0}
 RES=${RES:-/tmp/gpu_perf}
 WORK=${WORK:-/tmp/gpu_perf_work}
 RAW=${CRACKFOREST_DIR:-$REPO/.data/crackforest}
-if [ ! -d "$RAW" ] && [ -d "$REPO/../shared/datasets/crackforest" ]; then
+# An explicit CRACKFOREST_DIR is used as given (a wrong one fails prepare_data, naming it).
+if [ -z "${CRACKFOREST_DIR:-}" ] && [ ! -d "$RAW" ] && [ -d "$REPO/../shared/datasets/crackforest" ]; then
   RAW=$REPO/../shared/datasets/crackforest
 fi
 ALL_STAGES="setup prepare_data bench_b8_bf16 fps_bf16 table_row bench_b2_f32 loop_vs_step bench_b2_bf16 fps_f32 predict_speed"
@@ -62,7 +69,7 @@ rm -rf "$RES" "$WORK"
 mkdir -p "$RES" "$WORK" "$OUT"
 
 if [ "$TINY" = 1 ]; then
-  # Seconds on a CPU: the tiny U-Net at 64x96, a few steps; torch.compile with the aot_eager
+  # Minutes on a CPU: the tiny U-Net at 64x96, a few steps; torch.compile with the aot_eager
   # backend (no kernel generation); the smoke variant of the table row.
   MODEL=("--config.model.widths=(4, 8, 16, 32, 64)")
   HW=64,96
@@ -159,12 +166,11 @@ t0=$(date +%s)
 setup >"$RES/setup.log" 2>&1
 echo "setup rc=$? $(($(date +%s) - t0))s" | tee -a "$RES/summary.txt"
 cat "$RES/env.txt"
+# The table row's own preparation code (bench/launch_breakdown.py: one place to keep current;
+# absent data exits with one line naming it).
 stage prepare_data 30 120 "$PY" -c "
-import sys
-from crackjax import cli, datasets, logs
-logs.quiet_third_party_logs()
-fv, _ = cli.parse_command('prepare', sys.argv[1:])
-datasets.prepare_dataset(fv.config.data)
+import runpy
+exec(runpy.run_path('bench/launch_breakdown.py')['PREPARE_CODE'])
 " --config=configs/crackforest_exp.py "${DATA[@]}"
 
 bench() {  # bench NAME DTYPE BATCH

@@ -61,19 +61,48 @@ def _env() -> dict[str, str]:
   return env
 
 
+# Prepares the dataset of the config in its arguments (launch.py's flags); a problem with the
+# data (absent, unreadable) exits with the first line of its message, no traceback.
+PREPARE_CODE = """\
+import sys
+from crackjax import cli, logs
+from crackjax.data import datasets
+logs.quiet_third_party_logs()
+fv, _ = cli.parse_command('prepare', sys.argv[1:])
+try:
+  datasets.prepare_dataset(fv.config.data)
+except (datasets.DatasetError, OSError) as e:
+  sys.exit(str(e).splitlines()[0])
+"""
+
+
+class PrepareError(RuntimeError):
+  """The dataset preparation failed; the message is one line saying what is missing."""
+
+
 def prepare(launch_args: list[str]) -> float:
-  """Prepares the dataset of the config in `launch_args` in a subprocess; returns its wall time."""
-  code = (
-    'import sys\n'
-    'from crackjax import cli, logs\n'
-    'from crackjax.data import datasets\n'
-    'logs.quiet_third_party_logs()\n'
-    "fv, _ = cli.parse_command('prepare', sys.argv[1:])\n"
-    'datasets.prepare_dataset(fv.config.data)\n'
-  )
+  """Prepares the dataset of the config in `launch_args` in a subprocess; returns its wall time.
+
+  Raises:
+    PrepareError: the preparation failed (message: the last line it wrote to stderr, e.g.
+      which `--config.data.manual_dir` does not exist).
+  """
   t0 = time.time()
-  subprocess.run([sys.executable, '-c', code, *launch_args], check=True, env=_env(), cwd=REPO)
-  return time.time() - t0
+  proc = subprocess.run(
+    [sys.executable, '-c', PREPARE_CODE, *launch_args],
+    stderr=subprocess.PIPE,
+    text=True,
+    env=_env(),
+    cwd=REPO,
+  )
+  if proc.returncode == 0:
+    sys.stderr.write(proc.stderr)  # TFDS's progress, after the fact
+    return time.time() - t0
+  lines = proc.stderr.rstrip().splitlines()
+  # All but the message itself (a traceback, if the failure was not the data's), then the message.
+  sys.stderr.write(''.join(f'{line}\n' for line in lines[:-1]))
+  last = lines[-1].strip() if lines else 'no message'
+  raise PrepareError(f'dataset preparation failed (exit {proc.returncode}): {last}')
 
 
 def run(workdir: Path, launch_args: list[str], log_path: Path) -> dict:
@@ -148,8 +177,11 @@ def main(argv: list[str] | None = None) -> dict:
   if args.workdir.exists() and any(args.workdir.iterdir()):
     sys.exit(f'bench/launch_breakdown.py: --workdir {args.workdir} is not empty')
   args.workdir.mkdir(parents=True, exist_ok=True)
-  prepare_s = prepare(launch_args) if args.prepare_first else None
-  r = run(args.workdir, launch_args, args.workdir.parent / f'{args.workdir.name}.launch.log')
+  try:
+    prepare_s = prepare(launch_args) if args.prepare_first else None
+    r = run(args.workdir, launch_args, args.workdir.parent / f'{args.workdir.name}.launch.log')
+  except RuntimeError as e:  # PrepareError, or launch.py failed (its last lines)
+    sys.exit(f'bench/launch_breakdown.py: {e}')
   r['prepare_s'] = prepare_s
   print(report(r))
   if args.json:

@@ -103,7 +103,7 @@ inputs=()
 if [ ${#inputs[@]} -gt 0 ]; then
   python3 -m crackjax.paper.report "${inputs[@]}" --complete_only --export="$OUT/$CAMPAIGN.json" \
     --out="$WORK/report"
-  tar -czf "$OUT/report.tar.gz" -C "$WORK" report
+  [ -d "$WORK/report" ] && tar -czf "$OUT/report.tar.gz" -C "$WORK" report
   # The workers' logs, for what failed or was cut (small).
   tar -czf "$OUT/logs.tar.gz" -C "$WORK" $(cd "$WORK" && find campaign -name worker.log) 2>/dev/null
 fi

@@ -1,11 +1,17 @@
 """bench/loop_vs_step.py (the training loop against the isolated step) and
 bench/launch_breakdown.py (launch.py to eval.json), on a fake CrackForest; bench/gpu_perf.sh
-parses."""
+parses, the Python it and scripts/reproduce_gpu.sh run imports what exists, and (slow) its
+TINY stages of the data and the table row run on a fake CrackForest."""
 
+import ast
 import gzip
 import importlib.util
 import json
+import os
+import re
 import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -129,5 +135,154 @@ def test_launch_breakdown_reads_compile_logs():
   assert lb.compile_times(log) == {'jit(train_step)': 22.0, 'jit(predict_step)': 1.25}
 
 
-def test_gpu_script_parses():
-  subprocess.run(['bash', '-n', str(REPO / 'bench' / 'gpu_perf.sh')], check=True)
+def test_launch_breakdown_names_missing_data_in_one_line(tmp_path, capfd):
+  with pytest.raises(SystemExit) as e:
+    _load('launch_breakdown').main(
+      [
+        f'--workdir={tmp_path / "row"}',
+        '--prepare_first',
+        '--config=configs/smoke.py',
+        f'--config.data.data_dir={tmp_path / "tfds"}',
+        f'--config.data.manual_dir={tmp_path / "absent"}',
+      ]
+    )
+  message = str(e.value.code)
+  assert message.startswith('bench/launch_breakdown.py: dataset preparation failed (exit 1): ')
+  assert f'manual_dir={tmp_path / "absent"} does not exist' in message and '\n' not in message
+  assert 'Traceback' not in capfd.readouterr().err
+
+
+SHELL_SCRIPTS = ('bench/gpu_perf.sh', 'scripts/reproduce_gpu.sh')
+
+
+def _python_snippets(script: str) -> list[tuple[str, str]]:
+  """(where, code) of every Python program a shell script runs: here-documents and -c
+  strings (shell variables in double-quoted ones read as 1), and the code a snippet takes
+  from a bench script (`runpy.run_path('bench/X.py')['NAME']`)."""
+  text = (REPO / script).read_text()
+  found = [
+    (f'{script} <<{tag}', body) for tag, body in re.findall(r"<<'?(\w+)'?\n(.*?)\n\1\n", text, re.S)
+  ]
+  for body in re.findall(r'-c "((?:[^"\\]|\\.)*)"', text, re.S):
+    found.append((f'{script} -c', re.sub(r'\$\{?\w+\}?', '1', body)))
+  found += [(f'{script} -c', body) for body in re.findall(r"-c '([^']*)'", text)]
+  for _where, code in list(found):
+    for path, name in re.findall(r"run_path\('([^']+)'\)\['(\w+)'\]", code):
+      found.append((f'{path} {name}', getattr(_load(Path(path).stem), name)))
+  return found
+
+
+@pytest.mark.parametrize('script', SHELL_SCRIPTS)
+def test_gpu_scripts_run_what_exists(script):
+  """What the one-shot GPU scripts start exists here: the Python they run compiles and its
+  imports resolve (crackjax.datasets moved to crackjax.data.datasets: the prepare_data stage
+  failed with an ImportError on the GPU), and the modules, bench scripts and configs they name
+  are there. bash -n: the script parses."""
+  subprocess.run(['bash', '-n', str(REPO / script)], check=True)
+  text = (REPO / script).read_text()
+  snippets = _python_snippets(script)
+  assert len(snippets) >= (4 if script.startswith('bench') else 3), snippets
+  for where, code in snippets:
+    tree = ast.parse(code, filename=where)
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    try:
+      exec(compile(ast.Module(body=imports, type_ignores=[]), where, 'exec'), {})
+    except ImportError as e:
+      pytest.fail(f'{where}: {e}')
+  for module in re.findall(r' -m ([\w.]+)', text):
+    assert importlib.util.find_spec(module), f'{script}: python -m {module}: no such module'
+  for path in re.findall(r'\b((?:bench|configs)/\w+\.py)', text):
+    assert (REPO / path).is_file(), f'{script}: {path} does not exist'
+
+
+@pytest.mark.slow
+def test_gpu_script_tiny_data_and_table_row_on_fake_crackforest(tmp_path):
+  """TINY=1 bench/gpu_perf.sh, setup + prepare_data + table_row + fps_f32 (a minute or so):
+  each stage exits 0 and the archive holds the table row's breakdown and eval.json."""
+  raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=10, size=(64, 96))
+  env = dict(
+    os.environ,
+    TINY='1',
+    STAGES='table_row fps_f32',
+    OUT=str(tmp_path / 'out'),
+    RES=str(tmp_path / 'res'),
+    WORK=str(tmp_path / 'work'),
+    CRACKFOREST_DIR=str(raw),
+    PYTHON=sys.executable,
+  )
+  proc = subprocess.run(
+    ['bash', 'bench/gpu_perf.sh'], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+  )
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  res = tmp_path / 'res' / 'gpu_perf'
+  summary = (res / 'summary.txt').read_text()
+  stages = dict(re.findall(r'^(\w+) rc=(\d+) ', summary, re.M))
+  assert stages == dict.fromkeys(['setup', 'prepare_data', 'table_row', 'fps_f32'], '0'), summary
+  row = json.loads((res / 'table_row.json').read_text())
+  assert row['prepare_s'] > 0 and row['steps'] > 0 and row['launch_to_eval_json_s'] > 0
+  with tarfile.open(tmp_path / 'out' / 'gpu_perf.tar.gz') as tar:
+    names = set(tar.getnames())
+  for name in ('summary.txt', 'env.txt', 'table_row.eval.json', 'fps_f32.json'):
+    assert f'gpu_perf/{name}' in names
+
+
+@pytest.mark.slow
+def test_gpu_script_names_an_absent_crackforest(tmp_path):
+  """An explicit CRACKFOREST_DIR that does not exist is not replaced by another copy: setup
+  and prepare_data fail, saying where they looked (7 s: the script's setup imports jax)."""
+  env = dict(
+    os.environ,
+    STAGES='prepare_data',
+    OUT=str(tmp_path / 'out'),
+    RES=str(tmp_path / 'res'),
+    WORK=str(tmp_path / 'work'),
+    CRACKFOREST_DIR=str(tmp_path / 'absent'),
+    PYTHON=sys.executable,
+  )
+  subprocess.run(
+    ['bash', 'bench/gpu_perf.sh'], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+  )
+  res = tmp_path / 'res' / 'gpu_perf'
+  summary = (res / 'summary.txt').read_text()
+  assert re.search(r'^setup rc=1 ', summary, re.M) and re.search(
+    r'^prepare_data rc=1 ', summary, re.M
+  )
+  assert f'no CrackForest archive at {tmp_path / "absent"}' in (res / 'setup.log').read_text()
+  log = (res / 'prepare_data.log').read_text()
+  assert f'manual_dir={tmp_path / "absent"} does not exist' in log and 'Traceback' not in log
+
+
+@pytest.mark.slow
+def test_reproduce_gpu_script_smoke_chunk_on_fake_crackforest(tmp_path):
+  """scripts/reproduce_gpu.sh as on the GPU (its default eval.background_workers, >= 1), the
+  smoke variant of one row, one seed, on a fake CrackForest (about 45 s): the job completes
+  and the chunk's export and report come back."""
+  raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=10, size=(64, 96))
+  env = dict(
+    os.environ,
+    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get('PATH', '')]),
+    CAMPAIGN='fake_campaign',  # no results/<campaign>.json: nothing counts as done
+    VARIANT='smoke',
+    ROWS='wce_xie_e5',
+    SEEDS='1',
+    PARALLEL='1',
+    MINUTES='3',
+    DATA=str(raw),
+    OUT=str(tmp_path / 'out'),
+    WORK=str(tmp_path / 'work'),
+  )
+  env.pop('BACKGROUND_WORKERS', None)
+  proc = subprocess.run(
+    ['bash', 'scripts/reproduce_gpu.sh'],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+    env=env,
+    timeout=400,
+  )
+  out = proc.stdout + proc.stderr
+  assert '1 of 1 jobs complete.' in out and 'reproduce exit code 0' in out, out[-4000:]
+  export = json.loads((tmp_path / 'out' / 'fake_campaign.json').read_text())
+  assert len(export['runs']) == 1, export
+  with tarfile.open(tmp_path / 'out' / 'report.tar.gz') as tar:
+    assert 'report/report.md' in tar.getnames()
