@@ -127,7 +127,7 @@ def test_an_unusable_pretrained_file_is_one_line(data_dirs, tmp_path):
   with pytest.raises(SystemExit) as e:
     launch.run_or_exit(config, tmp_path / 'run', 'train_and_eval')
   message = str(e.value)
-  assert message.startswith(f'launch.py: {weights} cannot be read as a .npz')
+  assert message == f'launch.py: {weights} is not a .npz file (a zip archive of named .npy arrays).'
   assert len(message.splitlines()) == 1 and 'Traceback' not in message
   assert not (tmp_path / 'run' / 'checkpoints').exists() or not any(
     (tmp_path / 'run' / 'checkpoints').iterdir()
