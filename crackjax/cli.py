@@ -30,6 +30,10 @@ from pathlib import Path
 from absl import flags
 from ml_collections import config_flags
 
+#: The line after a flag error's message: a hint, not the error (the runner's failure line,
+#: taken from a worker's log, skips it).
+HELP_HINT = 'Pass --help for the list of flags.'
+
 
 def define_config_flag(
   flag_values: flags.FlagValues = flags.FLAGS,
@@ -146,7 +150,7 @@ def parse_flags(
       f'{hint_text}; configs/base.py lists every field.'
     )
   except flags.Error as e:
-    sys.exit(f'{prog}: {_without_traceback(str(e))}\nPass --help for the list of flags.')
+    sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
   if 'config' in flag_values and flag_values['config'].value is None:
     sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
   return remaining

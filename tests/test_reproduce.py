@@ -570,3 +570,8 @@ def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):
   log.write_text('launch.py: ' + 'x' * 300)
   assert len(reproduce.last_log_line(log)) == 200 and reproduce.last_log_line(log).endswith('...')
   assert reproduce.last_log_line(tmp_path / 'none.log') == 'no log'
+  # A flag error's message, not the help hint printed after it.
+  log.write_text(
+    'python -m crackjax.paper.runner: flag --x=1: bad\nPass --help for the list of flags.\n'
+  )
+  assert reproduce.last_log_line(log) == 'python -m crackjax.paper.runner: flag --x=1: bad'

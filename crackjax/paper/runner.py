@@ -784,9 +784,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def last_log_line(path: Path, limit: int = 200) -> str:
   """The last non-empty line of a worker's log (its error: the exception or the one-line
-  message it exited with), cut to `limit` characters."""
+  message it exited with; a flag error's help hint after it is skipped), cut to `limit`
+  characters."""
   try:
     lines = [ln.strip() for ln in path.read_text(errors='replace').splitlines() if ln.strip()]
+    lines = [ln for ln in lines if ln != cli.HELP_HINT]
   except OSError:
     return 'no log'
   last = lines[-1] if lines else 'empty log'
