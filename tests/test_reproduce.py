@@ -217,6 +217,21 @@ def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
   assert 'two inputs' not in capsys.readouterr().err
 
 
+def test_report_checks_where_it_writes_before_writing(tmp_path):
+  results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
+  export = tmp_path / 'again.json'
+  with pytest.raises(SystemExit, match='--out is required when the input is an export file'):
+    report.main([str(results), f'--export={export}'])
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('')
+  with pytest.raises(SystemExit) as e:
+    report.main([str(results), f'--export={export}', f'--out={blocker / "r"}'])
+  assert str(e.value) == (
+    f'python -m crackjax.paper.report: cannot write --out: {blocker} is a file, not a folder.'
+  )
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']  # no export written
+
+
 def _edited_export(tmp_path: Path, edit) -> Path:
   """results/gpu_table1.json after `edit(data)`, in a file of its own."""
   data = json.loads(

@@ -637,13 +637,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   unknown = [p for p in fv.protocols or () if p not in found]
   if unknown:
     sys.exit(f'{PROG}: --protocols {unknown} not in these results; they hold {list(found)}.')
+  # Every flag checked before anything is written (was: the export written, then this).
+  out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
+  if out is None:
+    sys.exit(f'{PROG}: --out is required when the input is an export file.')
+  for flag, folder in (('--out', out), ('--export', Path(fv.export or '.').parent)):
+    problem = cli.unwritable(folder)
+    if problem:
+      sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
   if fv.export:
     records.export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')
   protocols = fv.protocols or found
-  out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
-  if out is None:
-    sys.exit(f'{PROG}: --out is required when the input is an export file.')
   print(f'wrote {write_report(runs, out, protocols)}')
   return 0
 
