@@ -122,6 +122,15 @@ def test_runner_without_rates_starts_every_job():
   jobs = reproduce.select_jobs(1, ['wce_xie_e10'], [0, 1])
   kept, message = reproduce.plan_chunk(jobs, lambda j: None, [], None, 4, 300)
   assert kept == jobs and 'No measured rates' in message
+  assert message.endswith('are cut: 1:wce_xie:0, 1:wce_xie:1.')  # the dry run lists them
+
+
+def test_plan_loads_every_config_first(tmp_path):
+  # A bad --set fails the dry run as it would fail the real one (it used to pass: the plan
+  # loaded no config without --done).
+  argv = ['--table=1', '--rows=wce_xie_e5', '--max_minutes=5', f'--workdir={tmp_path / "w"}']
+  with pytest.raises(SystemExit, match='--set=learning_rate=abc: could not convert'):
+    reproduce.main([*argv, '--plan', '--set=learning_rate=abc'])
 
 
 def test_plan_needs_a_time_limit(tmp_path):

@@ -653,7 +653,7 @@ def plan_chunk(
     return list(jobs), (
       f'No measured rates for {device_kind or "this machine (no GPU found)"} with {parallel} '
       'jobs side by side at this setting in the --done runs: every job is started, and those '
-      'still running at --max_minutes are cut.'
+      f'still running at --max_minutes are cut: {", ".join(j.id for j in jobs)}.'
     )
   planned = campaign_plan.plan(
     [(j.id, j.epochs, len({r.epochs for r in j.rows})) for j in jobs],
@@ -729,6 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if (fv.plan or fv.fit) and not fv.job:
     if fv.max_minutes <= 0:
       sys.exit(f'{PROG}: --plan and --fit need --max_minutes (the time to plan for).')
+    for job in jobs:  # a bad --set or --variant fails the dry run too, not only the real one
+      config_of(job)
     jobs, message = plan_chunk(
       jobs, config_of, earlier, fv.device_kind or gpu_name(), fv.parallel, 60 * fv.max_minutes
     )
