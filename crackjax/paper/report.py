@@ -641,7 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   out = fv.out or (Path(inputs[0]) / 'report' if Path(inputs[0]).is_dir() else None)
   if out is None:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')
-  for flag, folder in (('--out', out), ('--export', Path(fv.export or '.').parent)):
+  targets = [('--out', out)] + ([('--export', Path(fv.export).parent)] if fv.export else [])
+  for flag, folder in targets:
     problem = cli.unwritable(folder)
     if problem:
       sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
