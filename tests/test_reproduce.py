@@ -291,6 +291,13 @@ def test_an_epoch_without_results_or_time_is_not_evaluated_or_timed(tmp_path):
   # Both seeds at the row's epoch 5; its training time (epochs 1-5) unknown, not a partial sum.
   assert row['seeds'] == '1 2' and float(row['ods_f1_mean']) > 0
   assert row['time_s_mean'] == ''
+  # One seed's time unknown: the mean is the other's, and the table says over how many.
+  path = _edited_export(tmp_path, lambda d: d['runs'][0]['epochs'][1].pop('train_seconds'))
+  assert report.main([str(path), f'--out={tmp_path / "r1"}']) == 0
+  table_rows = [
+    x for x in (tmp_path / 'r1' / 'report.md').read_text().splitlines() if '| 5 | 2 |' in x
+  ]
+  assert len(table_rows) == 2 and all('(1 of 2 seeds)' in x for x in table_rows)  # 2 protocols
 
 
 def _campaign_of(run: dict, workdir: Path) -> Path:

@@ -275,7 +275,12 @@ def _seeds(r: RowResult) -> str:
 
 
 def _train_time(r: RowResult) -> str:
-  return _time(r.mean_std('time_s')[0])
+  # Seeds whose time is unknown (an epoch evaluated from a checkpoint) are left out of the
+  # mean: said, so a mean over fewer seeds is not taken for one over all.
+  values = r.values.get('time_s', [])
+  timed = sum(bool(np.isfinite(x)) for x in values)
+  shown = _time(r.mean_std('time_s')[0])
+  return shown if timed in (0, len(values)) else f'{shown} ({timed} of {len(values)} seeds)'
 
 
 #: Tables I-IV: P/R/F1 at ODS and OIS beside the paper's F1 and time.
