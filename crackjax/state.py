@@ -387,21 +387,26 @@ def restore_latest_readable(
     restored, reason = _try_restore(mngr, step, abstract)
     if restored is not None:
       return restored
-    aside = _set_aside(directory, step)
+    try:
+      aside = f'set aside as {_set_aside(directory, step)}'
+      mngr.reload()
+    except OSError as e:
+      # A run read from a read-only place (prediction, export): nothing can be moved, and
+      # nothing needs to be; the older step is used all the same.
+      aside = f'left in place ({e.strerror or e})'
     damaged.append((step, aside))
-    mngr.reload()
     then = f'falling back to step {steps[i + 1]}' if i + 1 < len(steps) else 'no older step'
     logging.warning(
-      'Checkpoint step %d in %s cannot be read (%s); set aside as %s and %s.',
+      'Checkpoint step %d in %s cannot be read (%s); %s and %s.',
       step,
       directory,
       reason,
       aside,
       then,
     )
-  names = ', '.join(f'step {step} -> {aside.name}' for step, aside in damaged)
+  names = ', '.join(f'step {step}: {aside}' for step, aside in damaged)
   raise CheckpointError(
-    f'No readable checkpoint in {directory}: every step is damaged and was set aside ({names}). '
+    f'No readable checkpoint in {directory}: every step is damaged ({names}). '
     f'To start training afresh, delete or move {directory}.'
   )
 

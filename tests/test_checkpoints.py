@@ -96,6 +96,28 @@ def test_deleted_file_eval_falls_back(data_dirs, run_copy, caplog, name):
   assert state_lib.checkpoint_manager(run_copy, config).all_steps() == [3]
 
 
+def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy, caplog):
+  # Prediction and export read runs they may not write (a read-only mount): the damaged step
+  # cannot be moved, and the older one is used all the same.
+  config = smoke_config(data_dirs)
+  (run_copy / 'checkpoints' / '6' / 'default' / 'manifest.ocdbt').unlink()
+  real_rename = Path.rename
+
+  def read_only(self, target):
+    if self.parent.name == 'checkpoints':
+      raise OSError(30, 'Read-only file system', str(self))
+    return real_rename(self, target)
+
+  with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as m:
+    m.setattr(Path, 'rename', read_only)
+    state = evaluate.restore_latest(config, run_copy)
+  assert int(state.step) == 3
+  [message] = warnings_about_damage(caplog)
+  assert_one_line(message)
+  assert 'left in place (Read-only file system) and falling back to step 3' in message
+  assert not set_aside(run_copy, 6) and (run_copy / 'checkpoints' / '6').is_dir()
+
+
 def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   config = smoke_config(data_dirs)
   for step in (3, 6):
