@@ -296,6 +296,9 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   assert predict_cli.main([*limited, '--max_megapixels=0.001', str(big)]) == 1
   err = capsys.readouterr().err
   assert 'wide.png: 60x40 (0.002 MP) is over the 0.001 MP limit' in err
+  PIL.Image.fromarray(photo(320, 480)).save(big / 'wide.png')  # 0.15 MP: not "the 0 MP limit"
+  assert predict_cli.main([*limited, '--overwrite', '--max_megapixels=0.001', str(big)]) == 1
+  assert 'wide.png: 480x320 (0.2 MP) is over the 0.001 MP limit' in capsys.readouterr().err
   assert '--max_megapixels=1 if the file is trusted' in err
 
 

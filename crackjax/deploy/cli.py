@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob
+import math
 import os
 import sys
 import time
@@ -58,16 +59,21 @@ class UnreadableImageError(ValueError):
 
 
 def _distinct_figures(value: float, limit: float) -> tuple[str, str]:
-  """`value` and `limit` with the fewest decimals (at most 6) that still tell them apart.
+  """`value` and `limit` with the fewest decimals (at most 6) that still tell them apart, and
+  each at least to its first significant digit.
 
-  So a 4.0001 MP photo over a 4 MP limit does not read "4 MP is over the 4 MP limit".
+  So a 4.0001 MP photo over a 4 MP limit does not read "4 MP is over the 4 MP limit", nor a
+  0.2 MP photo over a 0.001 MP limit "over the 0 MP limit".
   """
-  for decimals in range(7):
-    shown = f'{value:.{decimals}f}', f'{limit:.{decimals}f}'
-    if shown[0] != shown[1]:
-      break
-  # 4.10 -> 4.1, 4.00 -> 4: trailing zeros say nothing.
-  return tuple(s.rstrip('0').rstrip('.') if '.' in s else s for s in shown)
+
+  def shown(x: float, decimals: int) -> str:
+    if 0 < abs(x) < 1:  # at least to the first significant digit
+      decimals = max(decimals, min(6, -math.floor(math.log10(abs(x)))))
+    text = f'{x:.{decimals}f}'
+    return text.rstrip('0').rstrip('.') if '.' in text else text  # 4.10 -> 4.1, 4.00 -> 4
+
+  decimals = next((d for d in range(7) if f'{value:.{d}f}' != f'{limit:.{d}f}'), 6)
+  return shown(value, decimals), shown(limit, decimals)
 
 
 def load_photo(
