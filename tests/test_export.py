@@ -154,6 +154,8 @@ def test_cli_refuses_to_overwrite_without_flag(run_dir, tmp_path, capsys):
   export.main(['crackjax-export', f'--workdir={run_dir}', f'--out={out}', '--overwrite'])
   printed = capsys.readouterr().out
   assert f'Wrote {out}' in printed and 'jax.export.deserialize' in printed
+  assert f"open('{out}', 'rb')" in printed  # the recipe printed here names the path written
+  assert 'threshold.json' in printed.split('Wrote ')[2]  # where the threshold came from
   assert out.read_bytes() != b'keep me'
   assert export.sidecar_path(out).is_file()
 

@@ -370,9 +370,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   size = out.stat().st_size / 2**20
   where = f' for {", ".join(meta["platforms"])}' if fv.format == 'jax' else ''
   print(f'Wrote {out} ({fv.format}, step {meta["step"]}, {size:.1f} MiB{where}).')
-  print(f'Wrote {sidecar_path(out)} (threshold {meta["threshold"]:.4g}, input contract).')
+  print(
+    f'Wrote {sidecar_path(out)} (threshold {meta["threshold"]:.4g}: {meta["threshold_source"]}; '
+    'input contract).'
+  )
   print(f'Input {meta["input_shape"]}: {meta["input"]}; {meta["contract"]}')
-  print('Load it with:\n  ' + '\n  '.join(meta['load']))
+  # The sidecar's recipe names the file beside it; from here, its path.
+  recipe = [line.replace(repr(out.name), repr(str(out))) for line in meta['load']]
+  print('Load it with:\n  ' + '\n  '.join(recipe))
   print('See docs/export.md.')
 
 
