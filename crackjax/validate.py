@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import ml_collections
@@ -148,6 +149,15 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
       f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
     )
   problems += _eval_problems(config.eval)
+  pretrained = (config.get('model_init') or {}).get('pretrained')
+  if pretrained and not Path(pretrained).expanduser().is_file():
+    # Here, not when the model is initialised after the data: a typo costs seconds.
+    kind = (
+      'a folder; name the .npz file in it'
+      if Path(pretrained).expanduser().is_dir()
+      else 'no such file'
+    )
+    problems.append(f'config.model_init.pretrained={pretrained!r}: {kind} (docs/pretrained.md).')
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)

@@ -55,6 +55,17 @@ def test_every_problem_is_listed_with_its_field():
     validate.check_config(config)
 
 
+def test_a_pretrained_path_that_is_no_file_is_a_config_error(tmp_path):
+  # Checked with the config (seconds), not when the model is initialised after the data.
+  config = smoke.get_config()
+  config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
+  with pytest.raises(validate.ConfigError, match=r"vgg16.npz': no such file"):
+    validate.check_config(config)
+  config.model_init.pretrained = str(tmp_path)
+  with pytest.raises(validate.ConfigError, match='is a folder; name the .npz file in it'):
+    validate.check_config(config)
+
+
 @pytest.fixture(scope='module')
 def mixed_folder(tmp_path_factory):
   root = tmp_path_factory.mktemp('mixed')
