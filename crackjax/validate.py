@@ -153,11 +153,11 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
   if pretrained and not Path(pretrained).expanduser().is_file():
     # Here, not when the model is initialised after the data: a typo costs seconds.
     kind = (
-      'a folder; name the .npz file in it'
+      ' is a folder; name the .npz file in it'
       if Path(pretrained).expanduser().is_dir()
-      else 'no such file'
+      else ': no such file'
     )
-    problems.append(f'config.model_init.pretrained={pretrained!r}: {kind} (docs/pretrained.md).')
+    problems.append(f'config.model_init.pretrained={pretrained!r}{kind} (docs/pretrained.md).')
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
