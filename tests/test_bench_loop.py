@@ -135,6 +135,7 @@ def test_launch_breakdown_reads_compile_logs():
   assert lb.compile_times(log) == {'jit(train_step)': 22.0, 'jit(predict_step)': 1.25}
 
 
+@pytest.mark.slow  # a preparation subprocess; the fast tier is at its 3-minute line
 def test_launch_breakdown_names_missing_data_in_one_line(tmp_path, capfd):
   with pytest.raises(SystemExit) as e:
     _load('launch_breakdown').main(
