@@ -37,16 +37,8 @@
 # /tmp/gpu_perf_work; both emptied first), CRACKFOREST_DIR, PYTHON (default python3).
 set -u
 # --help prints the comment above; the settings are environment variables, not arguments.
-case "${1:-}" in
-  -h|--help)
-    echo "usage: [STAGES=... TINY=1 BUDGET_S=... OUT=DIR] bash bench/gpu_perf.sh"
-    sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p;}' "$0"
-    exit 0 ;;
-  "") ;;
-  *)
-    echo "$0: takes no arguments (got '$1'); its settings are environment variables (bash $0 --help)." >&2
-    exit 2 ;;
-esac
+. "$(dirname "$0")/../scripts/script_help.sh"
+script_help "usage: [STAGES=... TINY=1 BUDGET_S=... OUT=DIR] bash bench/gpu_perf.sh" "$@"
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"

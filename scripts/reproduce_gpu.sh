@@ -27,16 +27,8 @@
 #     background thread on that many processes while its next epoch trains: eval.background_workers)
 set -uo pipefail
 # --help prints the comment above; the settings are environment variables, not arguments.
-case "${1:-}" in
-  -h|--help)
-    echo "usage: [ROWS=... SEEDS=N PARALLEL=N MINUTES=M PLAN=1 ...] bash scripts/reproduce_gpu.sh"
-    sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p;}' "$0"
-    exit 0 ;;
-  "") ;;
-  *)
-    echo "$0: takes no arguments (got '$1'); its settings are environment variables (bash $0 --help)." >&2
-    exit 2 ;;
-esac
+. "$(dirname "$0")/script_help.sh"
+script_help "usage: [ROWS=... SEEDS=N PARALLEL=N MINUTES=M PLAN=1 ...] bash scripts/reproduce_gpu.sh" "$@"
 TABLE=${TABLE:-1}
 SEEDS=${SEEDS:-5}
 PARALLEL=${PARALLEL:-4}
