@@ -69,17 +69,24 @@ def _unquote(detail: str) -> str:
   return detail
 
 
+def exception_line(message: str) -> str:
+  """The error of a message that holds a traceback (ml_collections puts the config file's
+  into its flag error): the exception's line, without its type where that is a ValueError or
+  KeyError (their text says it all); a message without one, on one line."""
+  lines = [line.strip() for line in message.splitlines() if line.strip()]
+  if not any(line.startswith('Traceback (most recent call last)') for line in lines):
+    return ' '.join(lines)
+  kind, _, detail = lines[-1].partition(': ')
+  return detail if kind in ('ValueError', 'KeyError') and detail else lines[-1]
+
+
 def _without_traceback(message: str) -> str:
-  """ml_collections puts the config file's whole traceback into its flag error; keep its first
-  line and the exception at the end ('Unknown config argument ...')."""
+  """A flag error without the config file's traceback: its first line and the exception at
+  the end ('Unknown config argument ...')."""
   if 'Traceback (most recent call last)' not in message:
     return message
-  lines = [line for line in message.splitlines() if line.strip()]
-  error = lines[-1]
-  if ': ' in error and error.split(': ', 1)[0].isidentifier():
-    kind, detail = error.split(': ', 1)
-    error = detail if kind in ('ValueError', 'KeyError') else error
-  return f'{lines[0].rstrip(":")}: {error}'
+  first = next(line for line in message.splitlines() if line.strip())
+  return f'{first.rstrip(":")}: {exception_line(message)}'
 
 
 # Modules whose absl flags a command inherits by importing them (absl's logging, grain, orbax,

@@ -274,17 +274,6 @@ def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagV
   return fv
 
 
-def _last_line(message: str) -> str:
-  """The error of a message that holds a traceback (ml_collections puts the config file's
-  into its flag error): the exception's line, without its type where that is a ValueError or
-  KeyError (their text says it all); a message without one, on one line."""
-  lines = [line.strip() for line in message.splitlines() if line.strip()]
-  if not any(line.startswith('Traceback (most recent call last)') for line in lines):
-    return ' '.join(lines)
-  kind, _, detail = lines[-1].partition(': ')
-  return detail if kind in ('ValueError', 'KeyError') and detail else lines[-1]
-
-
 def _config_error(
   error: Exception, job: Job, variant: str, overrides: Sequence[str], directory: Path
 ) -> str:
@@ -305,8 +294,10 @@ def _config_error(
   message = str(error)
   for o in overrides:
     if message.startswith(f'flag --config.{o}: '):
-      return f'--set={o}: {_last_line(message[len(f"flag --config.{o}: ") :])}'
-  detail = _last_line(message.split(': ', 1)[1] if message.startswith('flag --') else message)
+      return f'--set={o}: {cli.exception_line(message[len(f"flag --config.{o}: ") :])}'
+  detail = cli.exception_line(
+    message.split(': ', 1)[1] if message.startswith('flag --') else message
+  )
   detail = detail.removeprefix('Error whilst parsing config file: ')
   if variant and not isinstance(row_alone, Exception):
     return f'--variant={variant}: {detail}'  # the row alone loads: the variant is at fault
