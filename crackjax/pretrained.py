@@ -309,6 +309,20 @@ def _convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> n
 # ------------------------------------------------------------------------------- loading
 
 
+def not_a_file(path: str | Path) -> str | None:
+  """Why `config.model_init.pretrained` = `path` names no file (a folder, or nothing there),
+  or None. validate.check_config asks first, so a typo is found before the data is read."""
+  path = Path(path).expanduser()
+  if path.is_dir():
+    return f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
+  if not path.is_file():
+    return (
+      f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays; '
+      'see docs/pretrained.md).'
+    )
+  return None
+
+
 def load_npz(path: str | Path) -> dict[str, np.ndarray]:
   """The named arrays of a .npz file ('module.' prefixes dropped).
 
@@ -316,15 +330,9 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     PretrainedError: no such file, or not a .npz of arrays.
   """
   path = Path(path).expanduser()
-  if path.is_dir():
-    raise PretrainedError(
-      f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
-    )
-  if not path.is_file():
-    raise PretrainedError(
-      f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays; '
-      'see docs/pretrained.md).'
-    )
+  problem = not_a_file(path)
+  if problem:
+    raise PretrainedError(problem)
   with path.open('rb') as f:
     magic = f.read(6)
   if not zipfile.is_zipfile(path) and magic != b'\x93NUMPY':

@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import jax
 import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from crackjax import losses
+from crackjax import losses, pretrained
 from crackjax.data import augment, datasets
 from crackjax.evaluation import PROTOCOLS
 from crackjax.models import input_multiple, model_from_config
@@ -149,15 +148,9 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
       f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
     )
   problems += _eval_problems(config.eval)
-  pretrained = (config.get('model_init') or {}).get('pretrained')
-  if pretrained and not Path(pretrained).expanduser().is_file():
-    # Here, not when the model is initialised after the data: a typo costs seconds.
-    kind = (
-      ' is a folder; name the .npz file in it'
-      if Path(pretrained).expanduser().is_dir()
-      else ': no such file'
-    )
-    problems.append(f'config.model_init.pretrained={pretrained!r}{kind} (docs/pretrained.md).')
+  pretrained_path = (config.get('model_init') or {}).get('pretrained')
+  if pretrained_path:  # here, not when the model is initialised after the data
+    problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
