@@ -18,12 +18,16 @@ import jax
 import ml_collections
 from absl import app, flags, logging
 
-from crackjax import cli, evaluate, logs, pretrained, state, train, validate
-from crackjax import run as run_lib
-from crackjax.data import datasets
+from crackjax.config import flags as config_flags
+from crackjax.config import validation
+from crackjax.data import registry as data_registry
+from crackjax.evaluation import scoring
+from crackjax.models import pretrained
+from crackjax.runs import identity, logs
+from crackjax.training import checkpoints, loop
 
 FLAGS = flags.FLAGS
-cli.define_config_flag(FLAGS)
+config_flags.define_config_flag(FLAGS)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs and results.')
 MODES = ('train', 'eval', 'train_and_eval')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES), 'What to run.')
@@ -40,16 +44,16 @@ def run(
   config: ml_collections.ConfigDict,
   workdir: str | Path,
   mode: str,
-  parts: validate.Parts | None = None,
+  parts: validation.Parts | None = None,
 ) -> None:
   """Trains and/or evaluates `config` in `workdir` according to `mode` (one of MODES);
-  `parts`: what `validate.check_config(config)` returned (else it is validated again)."""
+  `parts`: what `validation.check_config(config)` returned (else it is validated again)."""
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
-    evaluate.evaluate_checkpoint(config, workdir, model=parts.model if parts else None)
+    scoring.evaluate_checkpoint(config, workdir, model=parts.model if parts else None)
   else:
-    train.train_and_evaluate(config, workdir, evaluate_after=mode == 'train_and_eval', parts=parts)
+    loop.train_and_evaluate(config, workdir, evaluate_after=mode == 'train_and_eval', parts=parts)
 
 
 def main(argv):
@@ -64,8 +68,8 @@ def main(argv):
       num_processes=FLAGS.num_processes,
       process_id=FLAGS.process_id,
     )
-  cli.exit_on_sigterm()  # a checkpoint is saved on the way out
-  problem = cli.unwritable(FLAGS.workdir)
+  config_flags.exit_on_sigterm()  # a checkpoint is saved on the way out
+  problem = config_flags.unwritable(FLAGS.workdir)
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'launch.py: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
@@ -74,13 +78,13 @@ def main(argv):
     # Every config problem, then absent or invalid data, then images that do not fit the
     # config stop the run here with a message that says what to fix, before a model is
     # compiled or the workdir is written.
-    parts = validate.check_config(config)
+    parts = validation.check_config(config)
     if FLAGS.mode != 'eval':
-      run_lib.check_identity(FLAGS.workdir, config, record=False)
-    datasets.prepare_dataset(config.data)
+      identity.check_identity(FLAGS.workdir, config, record=False)
+    data_registry.prepare_dataset(config.data)
     if FLAGS.mode != 'eval':
-      validate.check_data(config, parts)
-  except (datasets.DatasetError, run_lib.RunMismatchError) as e:
+      validation.check_data(config, parts)
+  except (data_registry.DatasetError, identity.RunMismatchError) as e:
     sys.exit(f'launch.py: {e}')
   except ValueError as e:
     sys.exit(_bad_config(e))
@@ -93,7 +97,7 @@ def run_or_exit(
   config: ml_collections.ConfigDict,
   workdir: str | Path,
   mode: str,
-  parts: validate.Parts | None = None,
+  parts: validation.Parts | None = None,
 ) -> None:
   """`run`, with the errors a user can fix (no checkpoint, a damaged or foreign one, another
   config's run, a held workdir, an unusable pretrained file, a workdir that cannot be
@@ -102,10 +106,10 @@ def run_or_exit(
     run(config, workdir, mode, parts)
   except (
     OSError,  # a missing file, a workdir that cannot be written (the message names the path)
-    state.CheckpointError,
+    checkpoints.CheckpointError,
     pretrained.PretrainedError,
-    run_lib.RunMismatchError,
-    run_lib.RunLockedError,
+    identity.RunMismatchError,
+    identity.RunLockedError,
   ) as e:
     sys.exit(f'launch.py: {e}')
 
@@ -118,4 +122,4 @@ def _bad_config(error: ValueError) -> str:
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=functools.partial(cli.parse_flags, FLAGS, prog='launch.py'))
+  app.run(main, flags_parser=functools.partial(config_flags.parse_flags, FLAGS, prog='launch.py'))

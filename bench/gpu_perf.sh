@@ -18,14 +18,14 @@
 #                  archive: CRACKFOREST_DIR, else ./.data/crackforest, else
 #                  ../shared/datasets/crackforest)
 #   bench_b8_bf16  bench/train_step.py batch 8 bf16 + PyTorch eager and torch.compile, same GPU
-#   fps_bf16       python -m crackjax.complexity, bf16, inference FPS batch 1 and 8
+#   fps_bf16       python -m crackjax.paper.complexity, bf16, inference FPS batch 1 and 8
 #   table_row      Table I row wce_exp_0.75_e10 (paper setting, f32, 10 epochs): launch.py to
 #                  eval.json with breakdown (bench/launch_breakdown.py; no compilation cache)
 #   bench_b2_f32   batch 2 f32 + PyTorch eager and torch.compile
 #   loop_vs_step   bench/loop_vs_step.py: launch.py's loop vs the bench step, batch 2 f32,
 #                  with a profile of 20 loop steps (device idle time)
 #   bench_b2_bf16  batch 2 bf16 + PyTorch eager and torch.compile
-#   fps_f32        crackjax.complexity, f32, FPS batch 1 and 8
+#   fps_f32        crackjax.paper.complexity, f32, FPS batch 1 and 8
 #   predict_speed  bench/predict_speed.py (issue 11): the paper's U-Net (random parameters,
 #                  f32) on 3000x4000 photos in tiles of 1024 / 2048 at overlap 0 and 0.125,
 #                  against whole 320x480 images
@@ -176,7 +176,7 @@ bench() {  # bench NAME DTYPE BATCH
 
 fps() {  # fps NAME DTYPE
   local name=$1 dtype=$2
-  stage "$name" 60 120 "$PY" -m crackjax.complexity --config=configs/crackforest_exp.py \
+  stage "$name" 60 120 "$PY" -m crackjax.paper.complexity --config=configs/crackforest_exp.py \
     ${MODEL[@]+"${MODEL[@]}"} --config.model.dtype="$dtype" --fps_batch=8 "${FPS[@]}" --json="$RES/$name.json"
 }
 

@@ -65,13 +65,14 @@ def _env() -> dict[str, str]:
 # data (absent, unreadable) exits with the first line of its message, no traceback.
 PREPARE_CODE = """\
 import sys
-from crackjax import cli, logs
-from crackjax.data import datasets
+from crackjax.config import flags as config_flags
+from crackjax.runs import logs
+from crackjax.data import registry as data_registry
 logs.quiet_third_party_logs()
-fv, _ = cli.parse_command('prepare', sys.argv[1:])
+fv, _ = config_flags.parse_command('prepare', sys.argv[1:])
 try:
-  datasets.prepare_dataset(fv.config.data)
-except (datasets.DatasetError, OSError) as e:
+  data_registry.prepare_dataset(fv.config.data)
+except (data_registry.DatasetError, OSError) as e:
   sys.exit(str(e).splitlines()[0])
 """
 

@@ -7,8 +7,8 @@ Runs, in one process and at the same model, batch, precision and image size:
 2. **the isolated step** (`bench/train_step.py`'s `bench_jax`: one random batch already on
    the device, `--bench_steps` timed steps): images per second at the median step (each
    waited for) and pipelined (dispatched back to back, as the loop does);
-3. **the training loop** (`crackjax.train.train_and_evaluate` in a fresh workdir, without the
-   final evaluation): steady-state steps per second from the metrics it logs
+3. **the training loop** (`crackjax.training.loop.train_and_evaluate` in a fresh workdir, without
+the final evaluation): steady-state steps per second from the metrics it logs
    (`metrics.jsonl`: every record's `time`; the first record, whose interval holds the
    compilation, is left out; epoch-end checkpoints stay in, as in any run), and how long the
    loop waited for its next batch (`next()` of the device prefetcher, timed by wrapping
@@ -47,7 +47,7 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax import cli
+from crackjax.config import flags as config_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,22 +167,22 @@ def run_loop(
   config, workdir: Path, profile: tuple[int, int] | None = None, profile_dir: str | None = None
 ) -> dict:
   """Runs train_and_evaluate (no evaluation) in `workdir`; returns its throughput figures."""
-  from crackjax import train
+  from crackjax.training import loop
 
-  original = train.prefetch_to_device
+  original = loop.prefetch_to_device
   timed: list[TimedBatches] = []
 
   def timed_prefetch(*args, **kwargs):
     timed.append(TimedBatches(original(*args, **kwargs), profile, profile_dir))
     return timed[-1]
 
-  train.prefetch_to_device = timed_prefetch
+  loop.prefetch_to_device = timed_prefetch
   try:
     t0 = time.time()
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
     wall = time.time() - t0
   finally:
-    train.prefetch_to_device = original
+    loop.prefetch_to_device = original
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   window = timed[0].profile_window
   rate = steady_rate(rows, [window] if window else [])
@@ -334,22 +334,23 @@ def _define_flags(fv: flags.FlagValues) -> None:
 def main(argv=None) -> dict:
   """Runs the three measurements and prints the report (argv without the program name)."""
   prog = 'bench/loop_vs_step.py'
-  fv, _ = cli.parse_command(prog, argv, _define_flags)
+  fv, _ = config_flags.parse_command(prog, argv, _define_flags)
   config = fv.config
   profile = tuple(int(v) for v in fv.profile_steps) or None
   if profile is not None and (len(profile) != 2 or not 0 <= profile[0] < profile[1]):
     sys.exit(f'{prog}: --profile_steps takes A,B with 0 <= A < B, got {fv.profile_steps}')
 
-  from crackjax import validate
-  from crackjax.data import datasets, loader
+  from crackjax.config import validation
+  from crackjax.data import loader
+  from crackjax.data import registry as data_registry
 
   try:
-    validate.check_config(config)
+    validation.check_config(config)
     t0 = time.perf_counter()
-    datasets.prepare_dataset(config.data)
+    data_registry.prepare_dataset(config.data)
     dataset_s = time.perf_counter() - t0
-    validate.check_data(config)
-  except (datasets.DatasetError, ValueError) as e:
+    validation.check_data(config)
+  except (data_registry.DatasetError, ValueError) as e:
     sys.exit(f'{prog}: {" / ".join(str(e).splitlines())}')
   workdir = Path(fv.workdir or tempfile.mkdtemp(prefix='loop_vs_step_'))
   if workdir.exists() and any(workdir.iterdir()):

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax import cli, logs
+from crackjax.config import flags as config_flags
+from crackjax.runs import logs
 
 PROG = 'bench/min_length.py'
 USAGE = f'{PROG} --workdir=RUN [--split=test] [--lengths=0,5,10,20,40]'
@@ -76,22 +77,23 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if not fv.workdir:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
   lengths = [float(x) for x in fv.lengths]
-  from crackjax import evaluate
-  from crackjax import state as state_lib
-  from crackjax.data import datasets, loader
+  from crackjax.data import loader
+  from crackjax.data import registry as data_registry
   from crackjax.deploy import predictor
+  from crackjax.evaluation import scoring
+  from crackjax.training import checkpoints
 
   workdir = Path(fv.workdir)
   config = predictor.read_config(workdir)
-  datasets.prepare_dataset(config.data)
+  data_registry.prepare_dataset(config.data)
   examples = list(loader.eval_examples(config, fv.split))
-  state = state_lib.restore(workdir, config)
+  state = checkpoints.restore(workdir, config)
   threshold, source = predictor.run_threshold(workdir, int(state.step))
-  probs = evaluate.predict_examples(config, state, examples)
+  probs = scoring.predict_examples(config, state, examples)
   gt = [component_lengths(ex['mask'][..., 0] > 0.5) for ex in examples]
   pred = [component_lengths(p > threshold) for p in probs]
   split = fv.split or config.data.test_split

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax import cli, validate
+from crackjax.config import flags as config_flags
+from crackjax.config import validation
 from crackjax.deploy import hostmem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,23 +125,23 @@ def _time(predictor, images) -> float:
 def main(argv=None) -> dict:
   """Runs the benchmark, prints the report and returns its figures."""
   default = f'{REPO / "configs" / "crackforest_exp.py"}:cpu'
-  fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
+  fv, _ = config_flags.parse_command(PROG, argv, _define_flags, default_config=default)
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
-  from crackjax import state
   from crackjax.deploy import predictor as predict
+  from crackjax.training import train_state as state_lib
 
   try:
-    validate.check_config(fv.config)
-  except validate.ConfigError as e:
+    validation.check_config(fv.config)
+  except validation.ConfigError as e:
     sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
   if fv.workdir:
     run = predict.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
     batch_stats = run.batch_stats
   else:
-    model = state.create_model(fv.config)
+    model = state_lib.create_model(fv.config)
     variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
     params, source = variables['params'], 'random parameters'
     batch_stats = variables.get('batch_stats')  # BatchNorm's running averages, if any

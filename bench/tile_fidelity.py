@@ -18,8 +18,8 @@ import numpy as np
 import PIL.Image
 from absl import flags
 
-from crackjax import cli
-from crackjax.deploy import cli as predict_cli
+from crackjax.config import flags as config_flags
+from crackjax.deploy import predict_command
 from crackjax.deploy import predictor as predict
 
 PROG = 'bench/tile_fidelity.py'
@@ -39,11 +39,11 @@ def main(argv=None) -> list[dict]:
   flags.DEFINE_list(
     'blends', list(predict.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
   )
-  cli.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
+  config_flags.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
   if not fv.workdir or not fv.image:
     sys.exit(f'{PROG}: --workdir and --image are required')
   run = predict.load_run(fv.workdir)
-  photo = predict_cli.load_photo(fv.image)
+  photo = predict_command.load_photo(fv.image)
   if fv.scale != 1.0:
     size = (round(photo.shape[1] * fv.scale), round(photo.shape[0] * fv.scale))
     photo = np.asarray(PIL.Image.fromarray(photo).resize(size, PIL.Image.Resampling.LANCZOS))

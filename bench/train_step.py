@@ -1,18 +1,18 @@
 """Wall time of crackjax's jitted train step, and of PyTorch's on the same device.
 
-Builds the model and Adam state the way training does (`crackjax.state.init_train_state`,
-`make_mesh`, `global_batch`, `crackjax.train.make_train_step`), feeds one random batch of
-the configured shape (images uniform in [0, 1], masks ~2% crack), compiles, runs
-`--warmup` steps and then times `--steps` steps, blocking on the result of each. The step
-is the full training step: on-device augmentation, forward, loss, backward and the Adam
-update. Any model of `crackjax.models.MODELS` can be benchmarked; the PyTorch comparison
-knows the U-Net only.
+Builds the model and Adam state the way training does
+(`crackjax.training.train_state.init_train_state`, `make_mesh`, `global_batch`,
+`crackjax.training.step.make_train_step`), feeds one random batch of the configured shape (images
+uniform in [0, 1], masks ~2% crack), compiles, runs `--warmup` steps and then times `--steps`
+steps, blocking on the result of each. The step is the full training step: on-device augmentation,
+forward, loss, backward and the Adam update. Any model of `crackjax.models.MODELS` can be
+benchmarked; the PyTorch comparison knows the U-Net only.
 
 Prints compile time, median / min / max step time, images per second at the median (each
 step waited for) and pipelined (the same number of steps dispatched back to back, one wait at
 the end, as the training loop runs), and:
 
-* **FLOP/s from the analytic count** (`crackjax.complexity`): a step is 3 x the forward
+* **FLOP/s from the analytic count** (`crackjax.paper.complexity`): a step is 3 x the forward
   FLOPs, 2 per MAC of the model's convolutions and matrix products (112.89 G MACs per
   480x320 image for the paper's U-Net, so 677 GFLOP per image per step), and its fraction
   of the device's dense peak for the compute dtype (`complexity.PEAK_FLOPS`). Two
@@ -62,7 +62,7 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax import cli
+from crackjax.config import flags as config_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,17 +114,20 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
   import flax
   import jax
 
-  from crackjax import complexity, prefetch, train
-  from crackjax import state as state_lib
   from crackjax.models.conv import resolve_impl
+  from crackjax.paper import complexity
+  from crackjax.training import mesh as mesh_lib
+  from crackjax.training import prefetch
+  from crackjax.training import step as step_lib
+  from crackjax.training import train_state as state_lib
 
   config.data.input_size = tuple(hw)
   config.batch_size = batch
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
   state = state_lib.init_train_state(config, (*hw, 3), mesh)
   n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
-  step = train.make_train_step(config, mesh, state)
-  data = state_lib.global_batch(random_batch(batch, *hw), mesh)
+  step = step_lib.make_train_step(config, mesh, state)
+  data = mesh_lib.global_batch(random_batch(batch, *hw), mesh)
 
   t0 = time.perf_counter()
   traced = step.trace(state, data)
@@ -456,7 +459,7 @@ def _mib(n: float | None) -> str:
 
 def report(jr: dict, torch_results: list[dict] | dict | None = None) -> str:
   """The text report of `bench_jax`'s result and the PyTorch results (eager, compile)."""
-  from crackjax import complexity
+  from crackjax.paper import complexity
 
   if isinstance(torch_results, dict):
     torch_results = [torch_results]
@@ -562,7 +565,7 @@ def main(argv=None) -> dict:
   """
   prog = 'bench/train_step.py'
   default = str(REPO / 'configs' / 'crackforest_exp.py')
-  fv, argv = cli.parse_command(prog, argv, _define_flags, default_config=default)
+  fv, argv = config_flags.parse_command(prog, argv, _define_flags, default_config=default)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw)
   if len(hw) != 2:
@@ -584,11 +587,11 @@ def main(argv=None) -> dict:
     print(json.dumps(r))
     return {'jax': None, 'torch': r, 'torch_compile': None}
 
-  from crackjax import validate  # not in the PyTorch worker: it imports jax and TFDS
+  from crackjax.config import validation
 
   try:
-    validate.check_config(config)
-  except validate.ConfigError as e:
+    validation.check_config(config)
+  except validation.ConfigError as e:
     sys.exit(f'{prog}: bad config: {" / ".join(str(e).splitlines())}')
   jr = bench_jax(config, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):

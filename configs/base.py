@@ -8,7 +8,7 @@ mistyped field is rejected (`lock_config=True`).
 
 Fields:
   seed: PRNG seed for parameters, data order and augmentation.
-  data.name: dataset, a key of `crackjax.data.datasets.DATASETS` (e.g. 'crackforest').
+  data.name: dataset, a key of `crackjax.data.registry.DATASETS` (e.g. 'crackforest').
   data.data_dir: TFDS data directory where prepared datasets live (None: TFDS default,
     ~/tensorflow_datasets, or $TFDS_DATA_DIR).
   data.manual_dir: directory holding the dataset as its publisher ships it (None: download,

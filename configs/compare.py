@@ -17,16 +17,16 @@ set), DeepCrack its unweighted sigmoid CE on every side output and the fused map
 the plain CE, CrackSeg the plain CE of its binary softmax classifier, U-CliqueNet the plain
 two-class CE (assumed: its paper's loss could not be read; crackjax/models/ucliquenet.py).
 SegNet, DeepCrack, DeepLab v3+, CrackSeg and U-CliqueNet have BatchNorm: their running averages
-train, checkpoint and evaluate with them (crackjax/state.py). The dagger variant uses β = 0.75 (the
-CrackForest wce_exp setting of Table I); the per-row β of Tables V-VIII, and the other four
-datasets, come with the row configs of the reproduction harness (`table_row_config`, used by
-configs/table5.py ... table8.py). Everything else (data, augmentation, Adam 3e-4, batch 2,
+train, checkpoint and evaluate with them (crackjax/training/checkpoints.py). The dagger variant
+uses β = 0.75 (the CrackForest wce_exp setting of Table I); the per-row β of Tables V-VIII, and the
+other four datasets, come with the row configs of the reproduction harness (`table_row_config`,
+used by configs/table5.py ... table8.py). Everything else (data, augmentation, Adam 3e-4, batch 2,
 10 epochs of 300 steps) is configs/base.py's.
 
 Initial weights (`config.model_init`, docs/pretrained.md): every parameter starts from scratch
 unless --config.model_init.pretrained=<file.npz> names a local file of ImageNet weights
 (torchvision's VGG16 / VGG16-BN / ResNet-50 state_dict names, or crackjax's own parameter
-paths), which crackjax/pretrained.py loads into the VGG16 and ResNet-50 layers of FCN8s, HED,
+paths), which crackjax/models/pretrained.py loads into the VGG16 and ResNet-50 layers of FCN8s, HED,
 RCF, SegNet, DeepCrack, DeepLab v3+ and CrackSeg; the run logs which and writes init.json.
 """
 

@@ -154,7 +154,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
   Read it; never write it (copy it first: shutil.copytree), since other tests read it at
   the same time.
   """
-  from crackjax import train
+  from crackjax.training import loop
 
   base_temp = Path(base_temp)
   shared = base_temp.parent if os.environ.get('PYTEST_XDIST_WORKER') else base_temp
@@ -165,7 +165,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
       shutil.rmtree(root, ignore_errors=True)
       config = smoke_config(smoke_data_dirs(root / 'data'))
       config.eval.protocols = ('strict',)
-      train.train_and_evaluate(config, root / 'run')
+      loop.train_and_evaluate(config, root / 'run')
       (root / 'complete').touch()
   return root / 'run'
 

@@ -24,11 +24,15 @@ import pytest
 from flax.training import train_state as flax_train_state
 
 from configs import compare, smoke
-from crackjax import evaluate, losses, train
-from crackjax import state as state_lib
+from crackjax import losses
 from crackjax.deploy import export
 from crackjax.deploy import predictor as predict
+from crackjax.evaluation import scoring
 from crackjax.models import model_variables
+from crackjax.training import checkpoints
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import step as step_lib
+from crackjax.training import train_state as state_lib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +69,7 @@ def tiny_batch(n: int = 4) -> dict[str, np.ndarray]:
 def tiny_step():
   return jax.jit(
     functools.partial(
-      train.train_step,
+      step_lib.train_step,
       loss_fn=losses.holistic(weighting='ce'),
       augment_fn=lambda rng, image, mask: (image, mask),
       seed=0,
@@ -100,8 +104,12 @@ def test_train_step_updates_running_averages_and_keeps_them_on_a_nonfinite_step(
 _DEVICES_SCRIPT = textwrap.dedent("""
   import json, sys
   import jax, ml_collections, numpy as np
-  from crackjax import losses, train
-  from crackjax import state as state_lib
+  from crackjax import losses
+  from crackjax.training import loop
+  from crackjax.training import step as step_lib
+  from crackjax.training import checkpoints
+  from crackjax.training import mesh as mesh_lib
+  from crackjax.training import train_state as state_lib
   from tests.test_batchnorm_state import expected_running_mean, tiny_batch, tiny_state
 
   assert jax.device_count() == 2, jax.devices()
@@ -110,11 +118,11 @@ _DEVICES_SCRIPT = textwrap.dedent("""
   out = {}
   for n in (1, 2):
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:n]), ('data',))
-    state = jax.device_put(tiny_state(), state_lib.replicated(mesh))
-    step = train.make_train_step(
+    state = jax.device_put(tiny_state(), mesh_lib.replicated(mesh))
+    step = step_lib.make_train_step(
       config, mesh, state, loss_fn=losses.holistic(weighting='ce'),
       augment_fn=lambda rng, image, mask: (image, mask))
-    new, _ = step(state, state_lib.global_batch(batch, mesh))
+    new, _ = step(state, mesh_lib.global_batch(batch, mesh))
     out[n] = {
       'mean': np.asarray(new.batch_stats['bn']['mean']).tolist(),
       'var': np.asarray(new.batch_stats['bn']['var']).tolist(),
@@ -150,7 +158,7 @@ def test_batch_statistics_are_over_the_global_batch_on_any_number_of_devices():
 def _save(workdir: Path, config, state, step: int) -> None:
   (workdir / 'config.json').parent.mkdir(parents=True, exist_ok=True)
   (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
-  with state_lib.checkpoint_manager(workdir, config) as mngr:
+  with checkpoints.checkpoint_manager(workdir, config) as mngr:
     mngr.save(step, args=ocp.args.StandardSave(state))
     mngr.wait_until_finished()
 
@@ -160,7 +168,7 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   step, params, opt_state) restores, onto the same layout, and predicts."""
   config = smoke.get_config()
   shape = (32, 48, 3)
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
   model = state_lib.create_model(config)
   rng = np.random.default_rng(0)
   abstract_params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, *shape)))
@@ -174,8 +182,8 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
 
   abstract = state_lib.abstract_train_state(config, shape, mesh)
   assert type(abstract) is flax_train_state.TrainState  # no batch_stats field for the U-Net
-  mngr = state_lib.checkpoint_manager(tmp_path, config)
-  restored = state_lib.restore_latest_readable(mngr, abstract)
+  mngr = checkpoints.checkpoint_manager(tmp_path, config)
+  restored = checkpoints.restore_latest_readable(mngr, abstract)
   assert type(restored) is flax_train_state.TrainState and int(restored.step) == 7
   jax.tree.map(np.testing.assert_array_equal, restored.params, params)
   jax.tree.map(np.testing.assert_array_equal, restored.opt_state, old.opt_state)
@@ -192,7 +200,7 @@ def segnet_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('segnet') / 'run'
   config = compare.get_config('segnet,smoke')
   config.data.input_size = (32, 32)
-  state = state_lib.init_train_state(config, (32, 32, 3), state_lib.make_mesh())
+  state = state_lib.init_train_state(config, (32, 32, 3), mesh_lib.make_mesh())
   assert isinstance(state, state_lib.BatchNormTrainState)
   rng = np.random.default_rng(0)
   batch_stats = jax.tree.map(
@@ -217,9 +225,9 @@ def _probs_fn(config):
 
 def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   workdir, config, state = segnet_run
-  mesh = state_lib.make_mesh()
-  mngr = state_lib.checkpoint_manager(workdir, config)
-  restored = state_lib.restore_latest_readable(
+  mesh = mesh_lib.make_mesh()
+  mngr = checkpoints.checkpoint_manager(workdir, config)
+  restored = checkpoints.restore_latest_readable(
     mngr, state_lib.abstract_train_state(config, (32, 32, 3), mesh)
   )
   assert isinstance(restored, state_lib.BatchNormTrainState) and int(restored.step) == 5
@@ -228,8 +236,8 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   # A different model configuration is still refused by name (batch statistics included).
   other = compare.get_config('segnet,smoke')
   other.model.width_scale = 1 / 8
-  with pytest.raises(state_lib.CheckpointError, match='different model configuration'):
-    state_lib.restore_latest_readable(
+  with pytest.raises(checkpoints.CheckpointError, match='different model configuration'):
+    checkpoints.restore_latest_readable(
       mngr, state_lib.abstract_train_state(other, (32, 32, 3), mesh)
     )
 
@@ -247,7 +255,7 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   with_initial = np.asarray(probs(state.params, initial, image[None]))[0]
   assert not np.allclose(with_initial, expected, atol=1e-3)
 
-  [probs] = evaluate.predict_examples(config, state, [{'image': image}])
+  [probs] = scoring.predict_examples(config, state, [{'image': image}])
   np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
 
   run = predict.load_run(workdir)
@@ -268,14 +276,14 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
 def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
   import PIL.Image
 
-  from crackjax.deploy import cli as predict_cli
+  from crackjax.deploy import predict_command
   from tests import fixtures
 
   workdir, _, _ = segnet_run
   photo = np.random.default_rng(2).integers(0, 255, (40, 56, 3), dtype=np.uint8)
   path = fixtures.write_image(tmp_path / 'in' / 'photo.png', photo)
   assert (
-    predict_cli.main(
+    predict_command.main(
       ['--workdir', str(workdir), str(path), '--out', str(tmp_path / 'out'), '--notune_malloc']
     )
     == 0

@@ -56,7 +56,7 @@ def test_train_step_bench_tiny(capsys, tmp_path):
   assert len(jr['step_times_s']) == 1 and jr['pipelined_images_per_s'] > 0
   assert jr['params'] == TINY_PARAMS
   # FLOP/s from the analytic count: 3 x forward, 2 FLOPs per MAC.
-  from crackjax import complexity
+  from crackjax.paper import complexity
 
   macs = complexity.unet_macs(TINY, 32, 48)['true']
   assert jr['forward_macs_per_image'] == macs

@@ -176,7 +176,7 @@ def _python_snippets(script: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize('script', SHELL_SCRIPTS)
 def test_gpu_scripts_run_what_exists(script):
   """What the one-shot GPU scripts start exists here: the Python they run compiles and its
-  imports resolve (crackjax.datasets moved to crackjax.data.datasets: the prepare_data stage
+  imports resolve (crackjax.datasets moved to crackjax.data.registry: the prepare_data stage
   failed with an ImportError on the GPU), and the modules, bench scripts and configs they name
   are there. bash -n: the script parses."""
   subprocess.run(['bash', '-n', str(REPO / script)], check=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from crackjax import evaluate, train
-from crackjax import run as run_lib
-from crackjax import state as state_lib
 from crackjax.data import loader
 from crackjax.deploy import predictor as predict
+from crackjax.evaluation import scoring
+from crackjax.runs import identity
+from crackjax.training import checkpoints, loop
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_truncated_latest_step_resume_falls_back_and_trains_on(data_dirs, run_co
   config = smoke_config(data_dirs)
   truncate(largest_file(run_copy / 'checkpoints' / '6'))
   with caplog.at_level(logging.WARNING):
-    state = train.train_and_evaluate(config, run_copy, evaluate_after=False)
+    state = loop.train_and_evaluate(config, run_copy, evaluate_after=False)
   assert int(state.step) == 6
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -78,7 +78,7 @@ def test_truncated_latest_step_resume_falls_back_and_trains_on(data_dirs, run_co
   [aside] = set_aside(run_copy, 6)
   assert str(aside) in message
   assert (aside / 'default').is_dir()  # kept whole, not deleted
-  assert state_lib.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
+  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
 
 
 @pytest.mark.parametrize('name', ['largest', 'default/_METADATA', 'default/manifest.ocdbt'])
@@ -87,13 +87,13 @@ def test_deleted_file_eval_falls_back(data_dirs, run_copy, caplog, name):
   step_dir = run_copy / 'checkpoints' / '6'
   (largest_file(step_dir) if name == 'largest' else step_dir / name).unlink()
   with caplog.at_level(logging.WARNING):
-    state = evaluate.restore_latest(config, run_copy)
+    state = scoring.restore_latest(config, run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
   assert 'step 6' in message and 'falling back to step 3' in message
   assert len(set_aside(run_copy, 6)) == 1
-  assert state_lib.checkpoint_manager(run_copy, config).all_steps() == [3]
+  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3]
 
 
 def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy, caplog):
@@ -110,7 +110,7 @@ def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy,
 
   with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as m:
     m.setattr(Path, 'rename', read_only)
-    state = evaluate.restore_latest(config, run_copy)
+    state = scoring.restore_latest(config, run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -122,8 +122,8 @@ def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   config = smoke_config(data_dirs)
   for step in (3, 6):
     truncate(largest_file(run_copy / 'checkpoints' / str(step)))
-  with caplog.at_level(logging.WARNING), pytest.raises(state_lib.CheckpointError) as e:
-    evaluate.restore_latest(config, run_copy)
+  with caplog.at_level(logging.WARNING), pytest.raises(checkpoints.CheckpointError) as e:
+    scoring.restore_latest(config, run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
@@ -132,8 +132,8 @@ def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   assert len(set_aside(run_copy, 3)) == len(set_aside(run_copy, 6)) == 1
   assert len(warnings_about_damage(caplog)) == 2
   # A relaunch does not silently start afresh next to the steps set aside.
-  with pytest.raises(state_lib.CheckpointError) as e:
-    train.train_and_evaluate(config, run_copy, evaluate_after=False)
+  with pytest.raises(checkpoints.CheckpointError) as e:
+    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
   assert_one_line(str(e.value))
   assert str(e.value).startswith(f'No readable checkpoint in {directory}: only damaged steps')
   assert '6.damaged-' in str(e.value) and 'delete or move' in str(e.value)
@@ -143,8 +143,8 @@ def test_training_on_an_all_damaged_run_is_one_clear_error(data_dirs, run_copy):
   config = smoke_config(data_dirs)
   for step in (3, 6):
     truncate(largest_file(run_copy / 'checkpoints' / str(step)))
-  with pytest.raises(state_lib.CheckpointError) as e:
-    train.train_and_evaluate(config, run_copy, evaluate_after=False)
+  with pytest.raises(checkpoints.CheckpointError) as e:
+    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
   assert_one_line(str(e.value))
   assert str(e.value).startswith(f'No readable checkpoint in {run_copy.absolute()}/checkpoints:')
 
@@ -152,18 +152,18 @@ def test_training_on_an_all_damaged_run_is_one_clear_error(data_dirs, run_copy):
 def test_different_model_configuration_is_not_damage(data_dirs, run_copy):
   config = smoke_config(data_dirs)
   config.model.widths = tuple(2 * w for w in config.model.widths)
-  with pytest.raises(state_lib.CheckpointError) as e:
-    evaluate.restore_latest(config, run_copy)
+  with pytest.raises(checkpoints.CheckpointError) as e:
+    scoring.restore_latest(config, run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
   assert f'The checkpoint in {directory} (step 6) was written by a different model' in message
   assert 'configuration: params/' in message and 'in the checkpoint but' in message
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))  # nothing moved
-  assert state_lib.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
+  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
   # Training stops earlier, at the run's config fingerprint, naming the fields.
-  with pytest.raises(run_lib.RunMismatchError, match=r'model.widths: \[4, 8'):
-    train.train_and_evaluate(config, run_copy, evaluate_after=False)
+  with pytest.raises(identity.RunMismatchError, match=r'model.widths: \[4, 8'):
+    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))
 
 
@@ -177,14 +177,14 @@ def test_failure_at_the_first_batch_leaves_no_checkpoint(data_dirs, tmp_path, mo
   monkeypatch.setattr(loader, 'create_train_iterator', broken)
   workdir = tmp_path / 'fresh'
   with pytest.raises(ValueError, match='bad batch'):
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert state_lib.checkpoint_manager(workdir, config).all_steps() == []
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == []
 
 
 def test_predict_load_run_falls_back(run_copy, caplog):
   truncate(largest_file(run_copy / 'checkpoints' / '6'))
   # An explicitly requested damaged step is an error, and nothing is moved.
-  with pytest.raises(state_lib.CheckpointError) as e:
+  with pytest.raises(checkpoints.CheckpointError) as e:
     predict.load_run(run_copy, step=6)
   assert_one_line(str(e.value))
   assert 'Checkpoint step 6 in' in str(e.value) and 'cannot be read' in str(e.value)
@@ -209,11 +209,11 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   monkeypatch.setattr(loader, 'eval_examples', no_data)
   config = smoke_config(data_dirs)
   config.data.input_size = None
-  assert int(evaluate.restore_latest(config, trained).step) == 6
-  assert int(state_lib.restore(trained, config, step=3).step) == 3
+  assert int(scoring.restore_latest(config, trained).step) == 6
+  assert int(checkpoints.restore(trained, config, step=3).step) == 3
   assert predict.load_run(trained, step=3).step == 3
-  with pytest.raises(state_lib.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
-    state_lib.restore(trained, config, step=4)
+  with pytest.raises(checkpoints.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
+    checkpoints.restore(trained, config, step=4)
 
 
 # A command in a subprocess (the slow tier): TensorStore's abandoned reads printed their
@@ -235,7 +235,7 @@ def test_predict_and_export_stay_quiet_on_a_damaged_newest_step(run_copy, tmp_pa
     shutil.copytree(run_copy, run)
     (run / 'checkpoints' / '6' / name).unlink()
   commands = [
-    [sys.executable, '-m', 'crackjax.deploy.cli', f'--workdir={runs[0]}', str(photo),
+    [sys.executable, '-m', 'crackjax.deploy.predict_command', f'--workdir={runs[0]}', str(photo),
      f'--out={tmp_path / "out"}'],
     [sys.executable, '-m', 'crackjax.deploy.export', f'--workdir={runs[1]}',
      f'--out={tmp_path / "m.jaxexport"}'],

@@ -8,8 +8,8 @@ import pytest
 from jax import lax
 
 from configs import compare, smoke
-from crackjax import complexity
 from crackjax.models import MODELS, input_multiple, model_from_config
+from crackjax.paper import complexity
 
 
 @pytest.mark.parametrize(
@@ -106,8 +106,8 @@ def test_command_line_rejects_a_mistyped_field(capsys):
   with pytest.raises(SystemExit) as e:
     complexity.main(['--config=configs/smoke.py', '--config.model.widhts=(4, 8)'])
   assert str(e.value) == (
-    'python -m crackjax.complexity: unknown config field model.widhts on the command line (Did '
-    'you mean "widths" instead of "widhts"?); configs/base.py lists every field.'
+    'python -m crackjax.paper.complexity: unknown config field model.widhts on the command '
+    'line (Did you mean "widths" instead of "widhts"?); configs/base.py lists every field.'
   )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.data import datasets
+from crackjax.data import registry as data_registry
 from crackjax.data import stats as data_stats
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError
@@ -19,11 +19,11 @@ SIZE = (32, 48)
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
 
 
-def prepare(config) -> tuple[datasets.tfds.core.DatasetBuilder, list[str]]:
+def prepare(config) -> tuple[data_registry.tfds.core.DatasetBuilder, list[str]]:
   """Prepares config.data; returns the builder and every CrackDataWarning's message."""
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    builder = datasets.prepare_dataset(config.data)
+    builder = data_registry.prepare_dataset(config.data)
   return builder, [str(w.message) for w in caught if issubclass(w.category, CrackDataWarning)]
 
 
@@ -52,7 +52,7 @@ def test_inverted_polarity_is_refused_naming_the_field(tmp_path, capsys):
   assert 'img_00.png (95% crack)' in message
   assert '--config.data.folder.mask_polarity=dark' in message
   assert '--config.data.folder.allow_majority_crack=True' in message
-  assert excinfo.value.__cause__ is not None  # Re-raised by crackjax.data.datasets, message only.
+  assert excinfo.value.__cause__ is not None  # Re-raised by crackjax.data.registry, message only.
   # The command line: one line on stderr, no traceback.
   rc = data_stats.main(
     [

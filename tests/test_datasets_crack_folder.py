@@ -1,5 +1,5 @@
 """Tests of the crack_folder builder (a user's own images): formats, sizes, masks, splits,
-validation errors naming the file, data_dir separation, and crackjax.data.datasets / loader reading
+validation errors naming the file, data_dir separation, and crackjax.data.registry / loader reading
 config.data.folder."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.data import datasets, loader
+from crackjax.data import loader
+from crackjax.data import registry as data_registry
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
@@ -264,12 +265,12 @@ def test_datasets_errors_from_config(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=3)
   unset = config.copy_and_resolve_references()
   unset.data.folder.masks = None
-  with pytest.raises(datasets.DatasetNotFoundError, match='--config.data.folder.masks'):
-    datasets.get_data_source(unset.data, 'train')
+  with pytest.raises(data_registry.DatasetNotFoundError, match='--config.data.folder.masks'):
+    data_registry.get_data_source(unset.data, 'train')
   (Path(config.data.folder.masks) / 'img_01.png').unlink()
-  with pytest.raises(datasets.DatasetError, match='img_01.jpg') as excinfo:
-    datasets.get_data_source(config.data, 'train')
+  with pytest.raises(data_registry.DatasetError, match='img_01.jpg') as excinfo:
+    data_registry.get_data_source(config.data, 'train')
   # One hierarchy: the builder's error class, re-raised with its message only.
-  assert datasets.DatasetError is DatasetError
+  assert data_registry.DatasetError is DatasetError
   assert type(excinfo.value) is DatasetError
   assert str(excinfo.value).startswith('1 image(s) have no mask')

@@ -13,7 +13,7 @@ import PIL.Image
 import pytest
 import tensorflow_datasets as tfds
 
-from crackjax.data import datasets
+from crackjax.data import registry as data_registry
 from tests import fixtures
 from tfds_builders.aiglern import AigleRN, aiglern_dataset_builder
 from tfds_builders.bjn260 import BJN260, bjn260_dataset_builder
@@ -183,7 +183,7 @@ def test_bjn260_mask_resize_is_any_overlap():
 )
 def test_configs(name, dataset, beta, epochs):
   config = importlib.import_module(f'configs.{name}').get_config()
-  assert config.data.name == dataset and config.data.name in datasets.DATASETS
+  assert config.data.name == dataset and config.data.name in data_registry.DATASETS
   assert (config.loss.weighting, config.loss.beta, config.num_epochs) == ('exp', beta, epochs)
   for h_w in [config.data.input_size] if config.data.input_size else []:
     assert all(x % 16 == 0 for x in h_w)
@@ -198,19 +198,19 @@ def test_configs(name, dataset, beta, epochs):
 def test_manual_files_absent_clear_error(tmp_path, name):
   data = importlib.import_module(f'configs.{name}').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
-  with pytest.raises(datasets.DatasetNotFoundError) as excinfo:
-    datasets.get_data_source(data, 'train')
+  with pytest.raises(data_registry.DatasetNotFoundError) as excinfo:
+    data_registry.get_data_source(data, 'train')
   msg = str(excinfo.value)
   assert 'config.data.manual_dir is not set' in msg and 'not downloaded automatically' in msg
   assert '--config.data.manual_dir=DIR' in msg and 'README.md' in msg
   (tmp_path / 'empty').mkdir()
   data.manual_dir = str(tmp_path / 'empty')
-  with pytest.raises(datasets.DatasetNotFoundError, match='is empty'):
-    datasets.get_data_source(data, 'train')
+  with pytest.raises(data_registry.DatasetNotFoundError, match='is empty'):
+    data_registry.get_data_source(data, 'train')
   # A manual dir with the wrong contents: the builder's layout error, as DatasetNotFoundError.
   (tmp_path / 'empty' / 'something.txt').write_text('x')
-  with pytest.raises(datasets.DatasetNotFoundError, match='Expected layout'):
-    datasets.get_data_source(data, 'train')
+  with pytest.raises(data_registry.DatasetNotFoundError, match='Expected layout'):
+    data_registry.get_data_source(data, 'train')
 
 
 def test_launch_reports_missing_manual_files(tmp_path):
@@ -236,13 +236,13 @@ def test_launch_reports_missing_manual_files(tmp_path):
 def test_prepare_dataset_fails_fast(tmp_path):
   data = importlib.import_module('configs.aiglern_exp').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
-  with pytest.raises(datasets.DatasetNotFoundError, match='CrackDataset'):
-    datasets.prepare_dataset(data)
+  with pytest.raises(data_registry.DatasetNotFoundError, match='CrackDataset'):
+    data_registry.prepare_dataset(data)
   raw = fixtures.make_fake_aiglern(tmp_path / 'raw', n=4)
   data.manual_dir = str(raw)
-  assert datasets.prepare_dataset(data).is_prepared()
+  assert data_registry.prepare_dataset(data).is_prepared()
   data.manual_dir = None  # Prepared: no manual dir needed any more.
-  assert len(datasets.get_data_source(data, 'test')) == 2
+  assert len(data_registry.get_data_source(data, 'test')) == 2
 
 
 def test_aiglern_crack_free_crops_give_finite_loss():

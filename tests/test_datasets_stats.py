@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import base
-from crackjax.data import datasets
+from crackjax.data import registry as data_registry
 from crackjax.data import stats as data_stats
 from tests import fixtures
 
@@ -59,7 +59,7 @@ def test_crack_folder_and_missing_data(tmp_path):
   stats = data_stats.dataset_stats(data, ['train'])
   assert list(stats) == ['train'] and stats['train']['num_images'] == 4
   data = data_config('aiglern', tmp_path / 'tfds')
-  with pytest.raises(datasets.DatasetNotFoundError, match='manual_dir is not set'):
+  with pytest.raises(data_registry.DatasetNotFoundError, match='manual_dir is not set'):
     data_stats.dataset_stats(data, ['train'])
 
 
@@ -106,10 +106,10 @@ REAL = Path('/work/shared/datasets/crackforest')
 @pytest.mark.slow
 @pytest.mark.skipif(not (REAL / 'groundTruth').is_dir(), reason='real CrackForest not here')
 def test_real_crackforest_figures_in_docs(tmp_path):
-  # The figures docs/datasets.md quotes.
+  # The figures docs/data_registry.md quotes.
   data = data_config('crackforest', tmp_path / 'tfds', manual_dir=str(REAL))
   out = data_stats.format_stats('crackforest', data_stats.dataset_stats(data, ('train', 'test')))
   assert 'crack pixels 1.73% of the split (191004 / 11059200)' in out
   assert 'densest image 097: 6.33%' in out and 'densest image 101: 5.77%' in out
-  docs = (Path(__file__).resolve().parents[1] / 'docs' / 'datasets.md').read_text()
+  docs = (Path(__file__).resolve().parents[1] / 'docs' / 'data_registry.md').read_text()
   assert out[out.index('crackforest/train:') :].strip() in docs

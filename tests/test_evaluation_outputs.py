@@ -10,7 +10,8 @@ import pytest
 from absl import logging as absl_logging
 
 from configs import base
-from crackjax import evaluate, evaluation
+from crackjax import evaluation
+from crackjax.evaluation import scoring
 
 
 def _results(protocols=('strict', 'tolerance')):
@@ -27,7 +28,7 @@ def _results(protocols=('strict', 'tolerance')):
 def test_protocol_summary_keeps_everything_but_per_image():
   _, _, _, results = _results()
   for r in results.values():
-    s = evaluate.protocol_summary(r)
+    s = scoring.protocol_summary(r)
     assert list(s) == [
       'protocol',
       'protocol_description',
@@ -62,7 +63,7 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
     'protocols': list(results),
     'results': {
       p: {
-        **evaluate.protocol_summary(r),
+        **scoring.protocol_summary(r),
         'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)],
       }
       for p, r in results.items()
@@ -71,7 +72,7 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
   logged = []
   monkeypatch.setattr(absl_logging, 'info', lambda msg, *args: logged.append(msg % args))
   images = [np.stack([p] * 3, axis=-1) for p in probs]
-  evaluate.write_eval_outputs(config, tmp_path, summary, results, images, probs, gts, names)
+  scoring.write_eval_outputs(config, tmp_path, summary, results, images, probs, gts, names)
 
   # eval.json keeps the curve, the grid ODS and F1 at 0.5.
   written = json.loads((tmp_path / 'eval.json').read_text())

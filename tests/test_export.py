@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from crackjax import inference
 from crackjax.deploy import export
 from crackjax.deploy import predictor as predict
+from crackjax.evaluation import inference
 
 # Sizes the round trip is checked on: two batch sizes and two spatial sizes, one file.
 SHAPES = ((2, 32, 48, 3), (1, 64, 80, 3))

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import prefetch, train
-from crackjax import state as state_lib
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import prefetch
+from crackjax.training import step as step_lib
+from crackjax.training import train_state as state_lib
 
 
 def _xla_weight_grad(x, g):
@@ -132,13 +134,13 @@ def _train(config, steps):
   Returns:
     (losses, initial params, final params).
   """
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
   state = state_lib.init_train_state(config, (32, 48, 3), mesh)
   initial = jax.device_get(state.params)
-  step_fn = train.make_train_step(config, mesh, state)
+  step_fn = step_lib.make_train_step(config, mesh, state)
   losses = []
   for i in range(steps):
-    state, metrics = step_fn(state, state_lib.global_batch(_batch(i % 2), mesh))
+    state, metrics = step_fn(state, mesh_lib.global_batch(_batch(i % 2), mesh))
     losses.append(float(metrics['loss']))
   return np.array(losses), initial, jax.device_get(state.params)
 
@@ -194,7 +196,7 @@ def test_bfloat16_activations_float32_parameters_and_logits():
 
 
 def test_prefetch_to_device_keeps_order_and_raises_producer_errors():
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
 
   def batches():
     for i in range(3):
@@ -209,7 +211,7 @@ def test_prefetch_to_device_keeps_order_and_raises_producer_errors():
 
 
 def test_prefetch_to_device_stops_when_closed():
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
   produced = []
 
   def batches():

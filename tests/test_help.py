@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from crackjax import complexity
 from crackjax.data import stats
-from crackjax.deploy import cli as predict_cli
-from crackjax.deploy import export, score
-from crackjax.paper import report, runner
+from crackjax.deploy import export, predict_command
+from crackjax.evaluation import evaluate_command
+from crackjax.paper import complexity, report, runner
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,13 +39,13 @@ COMMANDS = [
   ),
   (
     'predict',
-    lambda: predict_cli.main(['--help']),
+    lambda: predict_command.main(['--help']),
     'usage: crackjax-predict --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB',
     ['--workdir', '--out', '--threshold', '--mm_per_pixel', '--tile_size', '--overwrite'],
   ),
   (
     'evaluate',
-    lambda: score.main(['--help']),
+    lambda: evaluate_command.main(['--help']),
     'usage: crackjax-evaluate --workdir=RUN',
     ['--workdir', '--data', '--folder', '--protocols', '--step', '--workers'],
   ),
@@ -65,7 +64,7 @@ COMMANDS = [
   (
     'complexity',
     lambda: complexity.main(['--help']),
-    'usage: python -m crackjax.complexity --config=configs/<name>.py',
+    'usage: python -m crackjax.paper.complexity --config=configs/<name>.py',
     ['--config', '--hw', '--fps'],
   ),
   (

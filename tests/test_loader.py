@@ -1,4 +1,4 @@
-"""Tests of crackjax.data.loader and crackjax.data.datasets: batches, determinism, resuming,
+"""Tests of crackjax.data.loader and crackjax.data.registry: batches, determinism, resuming,
 processes."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from crackjax.data import datasets, loader
+from crackjax.data import loader
+from crackjax.data import registry as data_registry
 from tests import fixtures
 
 SIZE = (32, 48)
@@ -37,7 +38,7 @@ def test_unknown_dataset(config):
   bad = config.copy_and_resolve_references()
   bad.data.name = 'nope'
   with pytest.raises(ValueError, match='config.data.name=.nope.*crackforest'):
-    datasets.get_data_source(bad.data, 'train')
+    data_registry.get_data_source(bad.data, 'train')
 
 
 def test_batch_shapes_dtypes_and_no_tensorflow(config):

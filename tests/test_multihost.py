@@ -9,7 +9,7 @@ Three fresh processes run tests/multihost_worker.py at once, all calling the rea
 * one reference process with 4 devices and its own workdir.
 
 All three share one TFDS data_dir, so the dataset is prepared once under
-crackjax.data.datasets' file lock while the others wait. Each worker checks that every local
+crackjax.data.registry' file lock while the others wait. Each worker checks that every local
 batch it loads has batch_size / process_count rows, restores the final checkpoint after
 training and dumps its final and restored parameters; process 0 writes metrics.jsonl.
 """

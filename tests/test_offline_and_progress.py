@@ -20,8 +20,10 @@ from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from configs import base
-from crackjax import evaluate, evaluation, logs
-from crackjax.data import datasets
+from crackjax import evaluation
+from crackjax.data import registry as data_registry
+from crackjax.evaluation import scoring
+from crackjax.runs import logs
 from tests import fixtures
 from tfds_builders.common import DatasetNotFoundError
 from tfds_builders.crackforest import CrackForest
@@ -61,7 +63,7 @@ def crackforest_data(tmp_path: Path, manual_dir: str | None) -> ml_collections.C
 def prepare_error(data: ml_collections.ConfigDict) -> tuple[str, float]:
   start = time.monotonic()
   with pytest.raises(DatasetNotFoundError) as excinfo:
-    datasets.prepare_dataset(data)
+    data_registry.prepare_dataset(data)
   return str(excinfo.value), time.monotonic() - start
 
 
@@ -153,10 +155,10 @@ def test_preparation_logs_one_line_and_tfds_noise_is_quiet(tmp_path, caplog, qui
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, n_unlabelled=0)
   data = crackforest_data(tmp_path, str(raw))
   caplog.set_level(logging.INFO, logger='absl')
-  datasets.prepare_dataset(data)
-  datasets.get_data_source(data, 'train')[0]
+  data_registry.prepare_dataset(data)
+  data_registry.get_data_source(data, 'train')[0]
   messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
-  builder = datasets.get_builder(data)
+  builder = data_registry.get_builder(data)
   assert (
     f'Preparing dataset crackforest into {builder.data_dir} (once; later runs reuse it)...'
     in messages
@@ -174,7 +176,7 @@ def test_score_shows_a_bar_per_protocol(capsys):
   config = base.get_config()
   config.eval.protocols = ('strict', 'tolerance')
   config.eval.num_thresholds = 10
-  results = evaluate.score(probs, gts, config)
+  results = scoring.score(probs, gts, config)
   err = capsys.readouterr().err
   assert 'strict protocol' in err and 'tolerance protocol' in err
   assert err.count('3/3') >= 2
@@ -239,7 +241,7 @@ def test_third_party_noise_demoted_to_debug(quiet_logs):
     _emit(logger, logging.WARNING, tfds_builder, 'Using custom data configuration: folder-1a2b')
     _emit(logger, logging.INFO, orbax, 'Finished saving checkpoint')
     _emit(logger, logging.WARNING, tfds_info, 'Some other TFDS warning')
-    _emit(logger, logging.INFO, '/repo/crackjax/train.py', 'Step 10: loss 0.5')
+    _emit(logger, logging.INFO, '/repo/crackjax/training/loop.py', 'Step 10: loss 0.5')
     assert [r.getMessage() for r in handler.records] == [
       'Some other TFDS warning',
       'Step 10: loss 0.5',

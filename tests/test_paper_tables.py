@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crackjax import validate
+from crackjax.config import validation
 from crackjax.paper import tables as paper_tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
@@ -45,7 +45,7 @@ def test_every_trainable_row_builds_a_valid_config(table, key):
   row = paper_tables.rows_by_key(table)[key]
   settings = paper_tables.SETTINGS[table]
   c = TABLE_MODULES[table].get_config(key)
-  validate.check_config(c)
+  validation.check_config(c)
   assert c.data.name == settings.dataset
   assert c.model.widths == settings.widths
   assert c.steps_per_epoch == settings.steps_per_epoch
@@ -65,7 +65,7 @@ def test_every_trainable_row_builds_a_valid_config(table, key):
 def test_variants_apply(table):
   key = next(k for t, k in TRAINABLE if t == table)
   smoke = TABLE_MODULES[table].get_config(f'{key},smoke')
-  validate.check_config(smoke)
+  validation.check_config(smoke)
   assert smoke.model.widths == (4, 8, 16, 32, 64) and smoke.steps_per_epoch == 3
   cpu = TABLE_MODULES[table].get_config(f'{key},cpu')
   assert cpu.model.widths == (16, 32, 64, 128, 256) and cpu.num_epochs == 2

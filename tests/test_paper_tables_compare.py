@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from configs import compare, paper_tables
-from crackjax import losses, validate
+from crackjax import losses
+from crackjax.config import validation
 from crackjax.models import MODELS
 from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
@@ -292,8 +293,8 @@ def test_every_row_config_loads(table, key):
     loss = {**{k: p.default for k, p in factory.items()}, **full.loss.to_dict()}
     assert (loss['base'], loss['gamma'], loss['a'], loss['b']) == (10, 1, 1, 0)
   if r.model_implemented:
-    validate.check_config(full)
-    validate.check_config(smoke)
+    validation.check_config(full)
+    validation.check_config(smoke)
   cpu = get_config(f'{key},cpu')
   assert cpu.data.name == s.dataset and cpu.num_epochs == 2
 

@@ -1,7 +1,7 @@
 """A new model (with a side output) and a new loss plug in from a config file alone.
 
 The config registers both in the explicit tables (`crackjax.models.MODELS`,
-`crackjax.losses.LOSSES`) and trains through the real command line; crackjax/train.py is
+`crackjax.losses.LOSSES`) and trains through the real command line; crackjax/training/loop.py is
 not touched.
 """
 

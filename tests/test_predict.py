@@ -16,10 +16,10 @@ import PIL.Image
 import pytest
 
 import crackjax
-from crackjax import cli, evaluate, inference
-from crackjax.deploy import cli as predict_cli
-from crackjax.deploy import measure
+from crackjax.config import flags as config_flags
+from crackjax.deploy import measure, predict_command
 from crackjax.deploy import predictor as predict
+from crackjax.evaluation import inference, scoring
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   before = {f: (run_dir / f).read_bytes() for f in own}
   config = predict.read_config(run_dir)
   config.data.test_split = 'train'  # other images than the run's own test split
-  evaluate.evaluate_checkpoint(config, run_dir)
+  scoring.evaluate_checkpoint(config, run_dir)
   out = run_dir / 'eval' / 'crackforest_train'
   assert json.loads((out / 'eval.json').read_text())['split'] == 'train'
   assert json.loads((out / 'threshold.json').read_text())['split'] == 'train'
@@ -193,7 +193,7 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
     '--notune_malloc',
     str(folder),
   ]
-  assert predict_cli.main(args) == 0
+  assert predict_command.main(args) == 0
   captured = capsys.readouterr()
   assert 'skipped' in captured.err and 'broken.png: cannot read image' in captured.err
   assert 'images: crack length' in captured.out
@@ -214,12 +214,12 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   assert sorted(r['name'] for r in rows) == sorted(sizes)
   assert all(r['length_mm'] != '' and float(r['crack_ratio']) >= 0 for r in rows)
   # The 12-bit image is read by its range, not as a nearly black 16-bit one.
-  assert predict_cli.load_photo(folder / 'deep.png').max() > 200
+  assert predict_command.load_photo(folder / 'deep.png').max() > 200
 
   # Nothing is overwritten without --overwrite; with it, the run is repeated.
   with pytest.raises(SystemExit, match='measurements.csv exists; pass --overwrite'):
-    predict_cli.main(args)
-  assert predict_cli.main([*args, '--overwrite']) == 0
+    predict_command.main(args)
+  assert predict_command.main([*args, '--overwrite']) == 0
 
 
 def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
@@ -237,7 +237,7 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   out = tmp_path / 'out'
   args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
   # Threshold 0: every pixel is crack, so every photo is one crack (min_length 0) of cracks.csv.
-  assert predict_cli.main([*args, '--overwrite', '--threshold=0', '--min_length=0']) == 0
+  assert predict_command.main([*args, '--overwrite', '--threshold=0', '--min_length=0']) == 0
   err = capsys.readouterr().err
   names = {'road_jpg', 'road_png', 'sub/road', 'sub/deeper/x', 'anim'}
   rows = list(csv.DictReader((out / 'measurements.csv').open()))
@@ -262,23 +262,23 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   # apart by the folder.
   a, b = tmp_path / 'a', tmp_path / 'b'
   inputs = [
-    predict_cli.Input(a / 'road.jpg', Path('road.jpg')),
-    predict_cli.Input(a / 'road.png', Path('road.png')),
-    predict_cli.Input(b / 'Road.png', Path('Road.png')),
+    predict_command.Input(a / 'road.jpg', Path('road.jpg')),
+    predict_command.Input(a / 'road.png', Path('road.png')),
+    predict_command.Input(b / 'Road.png', Path('Road.png')),
   ]
-  assert predict_cli.output_names(inputs) == ['road_jpg', 'a_road_png', 'b_Road_png']
-  assert predict_cli.output_names(inputs) == predict_cli.output_names(list(inputs))
+  assert predict_command.output_names(inputs) == ['road_jpg', 'a_road_png', 'b_Road_png']
+  assert predict_command.output_names(inputs) == predict_command.output_names(list(inputs))
   # One extension in the group: the folder tells them apart, without the extension.
   same = [
-    predict_cli.Input(a / 'road.jpg', Path('road.jpg')),
-    predict_cli.Input(b / 'road.jpg', Path('road.jpg')),
+    predict_command.Input(a / 'road.jpg', Path('road.jpg')),
+    predict_command.Input(b / 'road.jpg', Path('road.jpg')),
   ]
-  assert predict_cli.output_names(same) == ['a_road', 'b_road']
+  assert predict_command.output_names(same) == ['a_road', 'b_road']
 
   # --overwrite replaces the earlier prediction whole: the maps of images it no longer holds
   # go, and are named; probs/ and measurements.csv then list the same images.
   fewer = [*args[:-1], '--overwrite', str(folder / 'road.jpg'), str(folder / 'sub')]
-  assert predict_cli.main(fewer) == 0
+  assert predict_command.main(fewer) == 0
   err = capsys.readouterr().err
   now = sorted(r['name'] for r in csv.DictReader((out / 'measurements.csv').open()))
   for kind, ext in (('probs', 'png'), ('masks', 'png'), ('overlays', 'jpg')):
@@ -293,11 +293,11 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   big.mkdir()
   PIL.Image.fromarray(photo(40, 60)).save(big / 'wide.png')
   limited = [f'--workdir={run_dir}', f'--out={tmp_path / "out_big"}', '--notune_malloc']
-  assert predict_cli.main([*limited, '--max_megapixels=0.001', str(big)]) == 1
+  assert predict_command.main([*limited, '--max_megapixels=0.001', str(big)]) == 1
   err = capsys.readouterr().err
   assert 'wide.png: 60x40 (0.002 MP) is over the 0.001 MP limit' in err
   PIL.Image.fromarray(photo(320, 480)).save(big / 'wide.png')  # 0.15 MP: not "the 0 MP limit"
-  assert predict_cli.main([*limited, '--overwrite', '--max_megapixels=0.001', str(big)]) == 1
+  assert predict_command.main([*limited, '--overwrite', '--max_megapixels=0.001', str(big)]) == 1
   assert 'wide.png: 480x320 (0.2 MP) is over the 0.001 MP limit' in capsys.readouterr().err
   assert '--max_megapixels=1 if the file is trusted' in err
 
@@ -317,13 +317,13 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   PIL.Image.fromarray(photo(20, 30)).save(tmp_path / 'p.png')
   out = tmp_path / 'file.txt' / 'out'
   with pytest.raises(SystemExit) as e:
-    predict_cli.main([f'--workdir={run_dir}', f'--out={out}', str(tmp_path / 'p.png')])
+    predict_command.main([f'--workdir={run_dir}', f'--out={out}', str(tmp_path / 'p.png')])
   assert str(e.value) == (
     f'crackjax-predict: cannot write --out={out}: {tmp_path / "file.txt"} is a file, not a folder.'
   )
-  assert cli.unwritable(tmp_path / 'new' / 'out') is None
+  assert config_flags.unwritable(tmp_path / 'new' / 'out') is None
   assert not (tmp_path / 'new').exists()  # nothing is created to find out
-  assert cli.unwritable(tmp_path) is None
+  assert config_flags.unwritable(tmp_path) is None
   assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 
@@ -331,11 +331,11 @@ def test_command_line_errors(run_dir, tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()
   with pytest.raises(SystemExit, match='no image files to predict'):
-    predict_cli.main([f'--workdir={run_dir}', f'--out={tmp_path / "o"}', str(empty)])
+    predict_command.main([f'--workdir={run_dir}', f'--out={tmp_path / "o"}', str(empty)])
   with pytest.raises(SystemExit, match='not a crackjax run directory'):
-    predict_cli.main([f'--workdir={tmp_path}', f'--out={tmp_path / "o"}', str(empty)])
+    predict_command.main([f'--workdir={tmp_path}', f'--out={tmp_path / "o"}', str(empty)])
   with pytest.raises(SystemExit, match='blend'):
-    predict_cli.main([f'--workdir={run_dir}', '--blend=feather', str(empty)])
+    predict_command.main([f'--workdir={run_dir}', '--blend=feather', str(empty)])
   # Every flag is checked before any image is read or written.
   PIL.Image.fromarray(photo(20, 30)).save(tmp_path / 'p.png')
   for flag, named in [
@@ -349,7 +349,7 @@ def test_command_line_errors(run_dir, tmp_path):
   ]:
     out = tmp_path / 'never'
     with pytest.raises(SystemExit, match=named):
-      predict_cli.main([f'--workdir={run_dir}', f'--out={out}', flag, str(tmp_path / 'p.png')])
+      predict_command.main([f'--workdir={run_dir}', f'--out={out}', flag, str(tmp_path / 'p.png')])
     assert not out.exists()
 
 
@@ -357,7 +357,9 @@ def test_command_line_errors(run_dir, tmp_path):
 @pytest.mark.slow
 def test_console_script_is_installed(run_dir, tmp_path):
   proc = subprocess.run(
-    [sys.executable, '-m', 'crackjax.deploy.cli', '--help'], capture_output=True, text=True
+    [sys.executable, '-m', 'crackjax.deploy.predict_command', '--help'],
+    capture_output=True,
+    text=True,
   )
   assert proc.returncode == 0 and '--mm_per_pixel' in proc.stdout
   assert '--blend' in proc.stdout and 'cosine' in proc.stdout
@@ -368,7 +370,7 @@ def test_console_script_is_installed(run_dir, tmp_path):
     [
       sys.executable,
       '-m',
-      'crackjax.deploy.cli',
+      'crackjax.deploy.predict_command',
       f'--workdir={run_dir}',
       f'--out={tmp_path / "out"}',
       str(tmp_path / 'one.png'),

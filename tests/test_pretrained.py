@@ -1,4 +1,4 @@
-"""ImageNet initialisation from a local file (crackjax/pretrained.py): torchvision's VGG16,
+"""ImageNet initialisation from a local file (crackjax/models/pretrained.py): torchvision's VGG16,
 VGG16-BN and ResNet-50 names map onto the full-width models with the right shapes (built
 abstractly); a synthetic file loads into reduced models (transposed, every shape checked, the
 rest from scratch, all reported); the folded input normalisation reproduces the original first
@@ -15,10 +15,11 @@ import pytest
 from jax import lax
 
 from configs import compare
-from crackjax import pretrained
-from crackjax import state as state_lib
-from crackjax.models import MODELS
+from crackjax.models import MODELS, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
+from crackjax.training import checkpoints
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import train_state as state_lib
 
 # torchvision's VGG16 configuration 'D': channels, 'M' a max-pool.
 VGG16_CFG = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')
@@ -325,15 +326,15 @@ def test_crackjax_layout_round_trip(tmp_path):
 def test_a_new_run_reports_its_initial_weights(tmp_path, with_file):
   config = compare.get_config('hed,smoke')
   assert config.model_init.pretrained is None  # the default: from scratch
-  mesh = state_lib.make_mesh()
+  mesh = mesh_lib.make_mesh()
   if with_file:
     abstract = state_lib.abstract_train_state(config, (32, 32, 3), mesh)
     shapes = pretrained.source_shapes('hed', 'vgg16', {'params': abstract.params})
     arrays = _random_file(tmp_path / 'vgg16.npz', shapes)
     config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
   workdir = tmp_path / 'run'
-  mngr = state_lib.checkpoint_manager(workdir, config)
-  state = state_lib.restore_or_init(config, mngr, (32, 32, 3), mesh)
+  mngr = checkpoints.checkpoint_manager(workdir, config)
+  state = checkpoints.restore_or_init(config, mngr, (32, 32, 3), mesh)
   report = json.loads((workdir / 'init.json').read_text())
   if with_file:
     assert len(report['loaded']) == 26

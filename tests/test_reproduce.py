@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax import evaluate
-from crackjax import run as run_lib
+from crackjax.evaluation import scoring
 from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
+from crackjax.runs import identity
+from crackjax.training import loop
 from tests import fixtures
 
 ROWS = 'wce_xie_e5,wce_exp_0.75_e5'
@@ -140,7 +141,6 @@ def test_a_bad_set_override_is_named_as_typed(tmp_path, override, says):
 
 def test_a_failing_job_in_process_is_one_line_and_the_next_goes_on(tmp_path, monkeypatch, capsys):
   # --parallel=1: the jobs run in this process; a failure reads as a worker's does.
-  from crackjax import train
 
   calls = []
 
@@ -148,7 +148,7 @@ def test_a_failing_job_in_process_is_one_line_and_the_next_goes_on(tmp_path, mon
     calls.append(workdir)
     raise RuntimeError('the loader broke\nsecond line')
 
-  monkeypatch.setattr(train, 'train_and_evaluate', broken)
+  monkeypatch.setattr(loop, 'train_and_evaluate', broken)
   data = fixtures.smoke_data_dirs(tmp_path / 'data')
   workdir = tmp_path / 'campaign'
   assert reproduce.main(_argv(workdir, data, '--seeds=1')) == 1
@@ -380,18 +380,18 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   workdir = tmp_path / 'campaign'
 
   # Interrupt the first job while it evaluates epoch 3 (its checkpoint is saved by then).
-  real = evaluate.EpochEvaluator.__call__
+  real = scoring.EpochEvaluator.__call__
 
   def interrupted(self, state, epoch, **kwargs):
     if epoch == 3 and self.config.seed == 0 and self.config.loss.weighting == 'xie':
       raise KeyboardInterrupt
     return real(self, state, epoch, **kwargs)
 
-  monkeypatch.setattr(evaluate.EpochEvaluator, '__call__', interrupted)
+  monkeypatch.setattr(scoring.EpochEvaluator, '__call__', interrupted)
   with pytest.raises(KeyboardInterrupt):
     reproduce.main(_argv(workdir, data))
   first = workdir / 'table1' / 'wce_xie' / 'seed0'
-  assert run_lib.evaluated_epochs(first) == [1, 2]
+  assert identity.evaluated_epochs(first) == [1, 2]
   before = _epoch_files(workdir)
 
   # Go on side by side: two worker processes (`--job`), as on a GPU machine, each scoring its
@@ -428,7 +428,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   for e in range(1, 6):
     rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
     assert rec['epoch'] == e and rec['step'] == 3 * e
-    assert tuple(rec) == evaluate.RECORD_FIELDS  # launch's record format (tests/test_train.py)
+    assert tuple(rec) == scoring.RECORD_FIELDS  # launch's record format (tests/test_train.py)
     # Both protocols at the rows' epoch, the cheap one for the curve in between.
     expected = {'strict', 'tolerance_thin_gt'} if e == 5 else {'strict'}
     assert set(rec['results']) == expected
@@ -445,7 +445,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   )
 
   # A third run finds everything done.
-  monkeypatch.setattr(evaluate.EpochEvaluator, '__call__', real)
+  monkeypatch.setattr(scoring.EpochEvaluator, '__call__', real)
   assert reproduce.main(_argv(workdir, data)) == 0
   assert _epoch_files(workdir) == after
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from configs import smoke
-from crackjax import run as run_lib
+from crackjax.runs import identity
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def _started(workdir: Path) -> None:
 
 def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
   config = smoke.get_config()
-  fp = run_lib.fingerprint(config)
+  fp = identity.fingerprint(config)
   assert fp['learning_rate'] == config.learning_rate
   assert fp['model.widths'] == list(config.model.widths)
   assert 'loss.name' in fp and 'seed' in fp and 'augment.rotation_range' in fp
@@ -31,23 +31,23 @@ def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
     assert name not in fp
   moved = smoke.get_config()
   moved.data.data_dir, moved.num_epochs, moved.eval.protocols = '/elsewhere', 99, ('strict',)
-  assert run_lib.fingerprint(moved) == fp
+  assert identity.fingerprint(moved) == fp
   # The JSON of a config (config.json) gives the same fingerprint as the config.
-  assert run_lib.fingerprint(json.loads(config.to_json_best_effort())) == fp
+  assert identity.fingerprint(json.loads(config.to_json_best_effort())) == fp
 
 
 def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   config = smoke.get_config()
-  run_lib.check_identity(tmp_path, config)
-  assert json.loads((tmp_path / run_lib.FINGERPRINT_FILE).read_text()) == run_lib.fingerprint(
+  identity.check_identity(tmp_path, config)
+  assert json.loads((tmp_path / identity.FINGERPRINT_FILE).read_text()) == identity.fingerprint(
     config
   )
   _started(tmp_path)
   other = smoke.get_config()
   other.learning_rate = 0.01
   other.model.widths = (8, 16, 32, 64, 128)
-  with pytest.raises(run_lib.RunMismatchError) as e:
-    run_lib.check_identity(tmp_path, other)
+  with pytest.raises(identity.RunMismatchError) as e:
+    identity.check_identity(tmp_path, other)
   message = str(e.value)
   assert str(tmp_path) in message
   assert 'learning_rate: 0.0003 -> 0.01' in message
@@ -55,33 +55,33 @@ def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   # Extending it, moving its data or evaluating it otherwise is the same run.
   longer = smoke.get_config()
   longer.num_epochs, longer.data.manual_dir = 50, '/moved'
-  run_lib.check_identity(tmp_path, longer)
+  identity.check_identity(tmp_path, longer)
 
 
 def test_a_run_without_progress_takes_the_new_config(tmp_path):
-  run_lib.check_identity(tmp_path, smoke.get_config())
+  identity.check_identity(tmp_path, smoke.get_config())
   other = smoke.get_config()
   other.learning_rate = 0.01
-  run_lib.check_identity(tmp_path, other)  # nothing was computed under the first
-  assert run_lib.recorded_fingerprint(tmp_path)['learning_rate'] == 0.01
+  identity.check_identity(tmp_path, other)  # nothing was computed under the first
+  assert identity.recorded_fingerprint(tmp_path)['learning_rate'] == 0.01
 
 
 def test_runs_from_before_fingerprints_compare_their_config_json(tmp_path):
   config = smoke.get_config()
   (tmp_path / 'config.json').write_text(config.to_json_best_effort(indent=2))
   _started(tmp_path)
-  run_lib.check_identity(tmp_path, config)
+  identity.check_identity(tmp_path, config)
   other = smoke.get_config()
   other.seed = 7
-  with pytest.raises(run_lib.RunMismatchError, match='seed: 0 -> 7'):
-    run_lib.check_identity(tmp_path, other)
+  with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 7'):
+    identity.check_identity(tmp_path, other)
 
 
 def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
-  run_lib.write_json(tmp_path / 'epoch_001.json', {'epoch': 1, 'results': {}})
+  identity.write_json(tmp_path / 'epoch_001.json', {'epoch': 1, 'results': {}})
   (tmp_path / 'epoch_002.json').write_text('{"epoch": 2, "resu')  # truncated
-  run_lib.write_json(tmp_path / 'epoch_003.json', {'epoch': 3})  # no results
-  assert run_lib.evaluated_epochs(tmp_path) == [1]
+  identity.write_json(tmp_path / 'epoch_003.json', {'epoch': 3})  # no results
+  assert identity.evaluated_epochs(tmp_path) == [1]
   assert (tmp_path / 'epoch_002.json.damaged').exists()
   assert (tmp_path / 'epoch_003.json.damaged').exists()
   err = capsys.readouterr().err
@@ -91,8 +91,8 @@ def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from crackjax import run
-    with run.lock(sys.argv[1]):
+    from crackjax.runs import identity
+    with identity.lock(sys.argv[1]):
       print('held', flush=True)
       time.sleep(120)
 """)
@@ -104,14 +104,14 @@ def test_a_second_process_is_kept_out_until_the_holder_dies(tmp_path):
   )
   try:
     assert holder.stdout.readline().strip() == 'held'
-    with pytest.raises(run_lib.RunLockedError, match=f'in use by pid {holder.pid} '):
-      with run_lib.lock(tmp_path):
+    with pytest.raises(identity.RunLockedError, match=f'in use by pid {holder.pid} '):
+      with identity.lock(tmp_path):
         pass
     os.kill(holder.pid, signal.SIGKILL)  # the kernel drops its lock
     holder.wait(timeout=30)
-    with run_lib.lock(tmp_path):
-      with run_lib.lock(tmp_path):  # re-entrant in one process
-        assert f'pid {os.getpid()} ' in (tmp_path / run_lib.LOCK_FILE).read_text()
+    with identity.lock(tmp_path):
+      with identity.lock(tmp_path):  # re-entrant in one process
+        assert f'pid {os.getpid()} ' in (tmp_path / identity.LOCK_FILE).read_text()
   finally:
     holder.kill()
     holder.wait()
@@ -121,13 +121,13 @@ def test_fields_dropped_from_the_identity_later_do_not_stop_an_older_run(tmp_pat
   # A comparison run started when its fingerprint still held model_init.normalization resumes
   # under today's rule (model_init is no part of the identity: only a new run reads it).
   config = smoke.get_config()
-  old = {**run_lib.fingerprint(config), 'model_init.normalization': 'auto'}
-  run_lib.write_json(tmp_path / run_lib.FINGERPRINT_FILE, old)
+  old = {**identity.fingerprint(config), 'model_init.normalization': 'auto'}
+  identity.write_json(tmp_path / identity.FINGERPRINT_FILE, old)
   _started(tmp_path)
   config.model_init.normalization = 'caffe'
-  run_lib.check_identity(tmp_path, config)
-  assert not any(k.startswith('model_init') for k in run_lib.fingerprint(config))
+  identity.check_identity(tmp_path, config)
+  assert not any(k.startswith('model_init') for k in identity.fingerprint(config))
   # A field still in the identity does stop it.
   config.seed = 3
-  with pytest.raises(run_lib.RunMismatchError, match='seed: 0 -> 3'):
-    run_lib.check_identity(tmp_path, config)
+  with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 3'):
+    identity.check_identity(tmp_path, config)

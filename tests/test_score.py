@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from crackjax import evaluation
-from crackjax.deploy import score
+from crackjax.evaluation import evaluate_command
 from tests import fixtures
 
 
@@ -20,7 +20,7 @@ def test_a_run_scored_on_its_test_split_and_a_folder(smoke_run, tmp_path, capsys
   own = {f: (run / f).read_bytes() for f in ('eval.json', 'threshold.json')}
   images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=5)
   argv = [f'--workdir={run}', '--data=test', f'--folder={images}:{masks}', '--protocols=strict']
-  assert score.main([*argv, '--workers=1']) == 0
+  assert evaluate_command.main([*argv, '--workers=1']) == 0
   out = capsys.readouterr().out
   assert 'run threshold' in out and '| crackforest:test | strict | 4 |' in out
   # Every image of the folder is scored (no split), beside the run's own results.
@@ -58,7 +58,7 @@ def test_bad_arguments_are_one_line(smoke_run, tmp_path):
     ([f'--workdir={smoke_run}', '--step=5'], 'No checkpoint of step 5'),
   ]:
     with pytest.raises(SystemExit) as e:
-      score.main(argv)
+      evaluate_command.main(argv)
     assert message in str(e.value) and '\n' not in str(e.value), (argv, e.value)
 
 

@@ -13,9 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 _SCRIPT = textwrap.dedent("""
   import os, signal, time
-  from crackjax import cli
+  from crackjax.config import flags as config_flags
 
-  cli.exit_on_sigterm()
+  config_flags.exit_on_sigterm()
   try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 import launch
-from crackjax import evaluate, train
-from crackjax import run as run_lib
-from crackjax import state as state_lib
 from crackjax.data import loader
+from crackjax.evaluation import scoring
+from crackjax.runs import identity
+from crackjax.training import checkpoints, loop
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import step as step_lib
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,8 +34,8 @@ smoke_config = fixtures.smoke_config
 
 
 def _restore_params(config, workdir):
-  mngr = state_lib.checkpoint_manager(workdir, config)
-  state = state_lib.restore_or_init(config, mngr, (32, 48, 3), state_lib.make_mesh())
+  mngr = checkpoints.checkpoint_manager(workdir, config)
+  state = checkpoints.restore_or_init(config, mngr, (32, 48, 3), mesh_lib.make_mesh())
   return int(state.step), jax.device_get(state.params)
 
 
@@ -50,7 +52,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   workdir = tmp_path / 'run'
   launch.run(config, workdir, 'train_and_eval')
 
-  mngr = state_lib.checkpoint_manager(workdir, config)
+  mngr = checkpoints.checkpoint_manager(workdir, config)
   assert mngr.all_steps() == [3, 6]  # one per epoch
   rows = _train_rows(workdir)
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -80,7 +82,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   # the per-image rows; the curve epoch under curve_protocols, the last under all.
   e1 = json.loads((workdir / 'epoch_001.json').read_text())
   e2 = json.loads((workdir / 'epoch_002.json').read_text())
-  assert tuple(e1) == tuple(e2) == tuple(result) == evaluate.RECORD_FIELDS
+  assert tuple(e1) == tuple(e2) == tuple(result) == scoring.RECORD_FIELDS
   assert (e1['epoch'], e1['step'], e1['protocols']) == (1, 3, ['strict'])
   assert e2['protocols'] == result['protocols'] and e2['step'] == 6
   assert e2['dataset'] == 'crackforest' and e2['split'] == 'test' and e2['num_images'] == 4
@@ -103,11 +105,11 @@ def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
   config = smoke_config(data_dirs)
   config.eval.every_epochs = 1
   config.eval.protocols = ('strict', 'tolerance')
-  state = state_lib.restore(smoke_run, config)  # step 6: the end of epoch 2
+  state = checkpoints.restore(smoke_run, config)  # step 6: the end of epoch 2
   records = {}
   for workers in (0, 1):
     config.eval.background_workers = workers
-    evaluator = evaluate.EpochEvaluator(config, tmp_path / str(workers))
+    evaluator = scoring.EpochEvaluator(config, tmp_path / str(workers))
     returned = evaluator(state, 2, trained=False)
     assert (returned is None) == bool(workers)  # in the background: written later
     finished = evaluator.finish()
@@ -152,9 +154,9 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
 
   monkeypatch.setattr(loader, 'create_train_iterator', poisoned)
   workdir = tmp_path / 'nan'
-  with pytest.raises(train.NonFiniteError, match='step 5.*last good checkpoint is step 3'):
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3]
+  with pytest.raises(step_lib.NonFiniteError, match='step 5.*last good checkpoint is step 3'):
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3]
   step, params = _restore_params(config, workdir)
   assert step == 3
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
@@ -175,18 +177,18 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   monkeypatch.setattr(loader, 'create_train_iterator', interrupted)
   workdir = tmp_path / 'term'
   with pytest.raises(SystemExit):
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3, 4]
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3, 4]
   monkeypatch.setattr(loader, 'create_train_iterator', real)
   # Resuming under another learning rate would mix two runs: it stops, writing nothing.
   written = (workdir / 'config.json').read_text()
   other = smoke_config(data_dirs)
   other.learning_rate = 0.01
-  with pytest.raises(run_lib.RunMismatchError, match='learning_rate: 0.0003 -> 0.01'):
-    train.train_and_evaluate(other, workdir, evaluate_after=False)
+  with pytest.raises(identity.RunMismatchError, match='learning_rate: 0.0003 -> 0.01'):
+    loop.train_and_evaluate(other, workdir, evaluate_after=False)
   assert (workdir / 'config.json').read_text() == written
-  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3, 4]
-  state = train.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3, 4]
+  state = loop.train_and_evaluate(config, workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
 
@@ -196,7 +198,7 @@ def test_interrupted_inside_the_step_keeps_the_last_checkpoint(data_dirs, tmp_pa
   # A SIGTERM that lands while the jitted step holds the donated state (seen on an H100 on
   # 26 Nov): the old state's buffers are gone, so the epoch checkpoint is the one to keep.
   config = smoke_config(data_dirs)
-  real = train.make_train_step
+  real = step_lib.make_train_step
 
   def make_dying_step(*args, **kwargs):
     step_fn = real(*args, **kwargs)
@@ -212,21 +214,21 @@ def test_interrupted_inside_the_step_keeps_the_last_checkpoint(data_dirs, tmp_pa
 
     return dying
 
-  monkeypatch.setattr(train, 'make_train_step', make_dying_step)
+  monkeypatch.setattr(step_lib, 'make_train_step', make_dying_step)
   workdir = tmp_path / 'term_in_step'
   with pytest.raises(SystemExit):
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert state_lib.checkpoint_manager(workdir, config).all_steps() == [3]
-  monkeypatch.setattr(train, 'make_train_step', real)
-  state = train.train_and_evaluate(config, workdir, evaluate_after=False)
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3]
+  monkeypatch.setattr(step_lib, 'make_train_step', real)
+  state = loop.train_and_evaluate(config, workdir, evaluate_after=False)
   assert int(state.step) == 6
 
 
 def test_buffers_deleted():
   tree = {'a': jax.numpy.ones(2), 'b': np.ones(2)}
-  assert not train.buffers_deleted(tree)
+  assert not loop.buffers_deleted(tree)
   tree['a'].delete()
-  assert train.buffers_deleted(tree)
+  assert loop.buffers_deleted(tree)
 
 
 # Runs the smoke config in a subprocess and SIGKILLs itself when asked for the batch of
@@ -235,7 +237,8 @@ _KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from configs import smoke
-    from crackjax import train
+    from crackjax.training import loop
+    from crackjax.training import step as step_lib
     from crackjax.data import loader
 
     config = smoke.get_config()
@@ -254,7 +257,7 @@ _KILLED_RUN = textwrap.dedent("""
         yield batch
 
     loader.create_train_iterator = dying
-    train.train_and_evaluate(config, workdir, evaluate_after=False)
+    loop.train_and_evaluate(config, workdir, evaluate_after=False)
 """)
 
 
@@ -269,7 +272,7 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
     [sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300
   )
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-  assert state_lib.checkpoint_manager(killed, config).all_steps() == [3]
+  assert checkpoints.checkpoint_manager(killed, config).all_steps() == [3]
 
   # Relaunch through the real command line: it must pick up step 3 by itself.
   cmd = [
@@ -291,7 +294,7 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   # Same numbers as a run that was never interrupted (data order and augmentation are
   # functions of the step, so resuming is exact).
   clean = tmp_path / 'clean'
-  train.train_and_evaluate(config, clean, evaluate_after=False)
+  loop.train_and_evaluate(config, clean, evaluate_after=False)
   step_a, params_a = _restore_params(config, killed)
   step_b, params_b = _restore_params(config, clean)
   assert step_a == step_b == 6

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from configs import base, smoke
-from crackjax import validate
+from crackjax.config import validation
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,8 +20,8 @@ def _launch_smoke(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_shipped_configs_pass():
-  validate.check_config(base.get_config())
-  validate.check_config(smoke.get_config())
+  validation.check_config(base.get_config())
+  validation.check_config(smoke.get_config())
 
 
 def test_every_problem_is_listed_with_its_field():
@@ -33,8 +33,8 @@ def test_every_problem_is_listed_with_its_field():
   config.eval.protocols = ('strict', 'fuzzy')
   config.model.dtype = 'float16'
   config.data.folder.mask_polarity = 'inverted'
-  with pytest.raises(validate.ConfigError) as info:
-    validate.check_config(config)
+  with pytest.raises(validation.ConfigError) as info:
+    validation.check_config(config)
   lines = str(info.value).splitlines()
   for field in (
     'config.data.name=',
@@ -48,22 +48,22 @@ def test_every_problem_is_listed_with_its_field():
   # input_size cannot be checked against an unknown model; with a valid model it is:
   config.model.dtype = 'float32'
   with pytest.raises(
-    validate.ConfigError,
+    validation.ConfigError,
     match=r'input_size=\(321, 480\) must be multiples of '
     r'16.*321 -> 320 or 336',
   ):
-    validate.check_config(config)
+    validation.check_config(config)
 
 
 def test_a_pretrained_path_that_is_no_file_is_a_config_error(tmp_path):
   # Checked with the config (seconds), not when the model is initialised after the data.
   config = smoke.get_config()
   config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
-  with pytest.raises(validate.ConfigError, match=r"vgg16.npz': no such file"):
-    validate.check_config(config)
+  with pytest.raises(validation.ConfigError, match=r"vgg16.npz': no such file"):
+    validation.check_config(config)
   config.model_init.pretrained = str(tmp_path)
-  with pytest.raises(validate.ConfigError, match='is a folder; name the .npz file in it'):
-    validate.check_config(config)
+  with pytest.raises(validation.ConfigError, match='is a folder; name the .npz file in it'):
+    validation.check_config(config)
 
 
 @pytest.fixture(scope='module')
@@ -75,16 +75,16 @@ def mixed_folder(tmp_path_factory):
 def test_mixed_sizes_need_input_size(mixed_folder):
   config = mixed_folder.copy_and_resolve_references()
   with pytest.raises(
-    validate.ConfigError,
+    validation.ConfigError,
     match=r'differ in size.*input_size is None; set '
     r"--config.data.input_size='\(32, 48\)'",
   ):
-    validate.check_data(config)
+    validation.check_data(config)
   config.data.input_size = (32, 48)
-  validate.check_data(config)
+  validation.check_data(config)
   config.data.input_size = (48, 64)
-  with pytest.raises(validate.ConfigError, match='larger than the smallest train image'):
-    validate.check_data(config)
+  with pytest.raises(validation.ConfigError, match='larger than the smallest train image'):
+    validation.check_data(config)
 
 
 def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):

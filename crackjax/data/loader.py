@@ -1,4 +1,4 @@
-"""Training and evaluation batches: grain over the array_record sources of `crackjax.data.datasets`.
+"""Training and evaluation batches: grain over the array_record sources of `crackjax.data.registry`.
 
 Training order (see docs/architecture.md): the train split's record indices are shuffled with
 ``config.seed``, reshuffled every epoch, and the epochs concatenated into one infinite stream;
@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from crackjax.data.datasets import get_data_source, record_name
+from crackjax.data.registry import get_data_source, record_name
 
 # Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
 _READ_THREADS = 4

@@ -29,8 +29,8 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax import cli
-from crackjax.data import datasets
+from crackjax.config import flags as config_flags
+from crackjax.data import registry as data_registry
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -72,7 +72,7 @@ def dataset_stats(
   data: ml_collections.ConfigDict, splits: Sequence[str] = ('train', 'test')
 ) -> dict[str, dict]:
   """`split_stats` of each split of ``data`` (the config's data group), preparing it if needed."""
-  return {s: split_stats(datasets.get_data_source(data, s)) for s in splits}
+  return {s: split_stats(data_registry.get_data_source(data, s)) for s in splits}
 
 
 def _sizes_hw(st: dict[str, Any]) -> list[tuple[int, int]]:
@@ -165,11 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
     flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
-  fv, _ = cli.parse_command('python -m crackjax.data.stats', argv, define_flags)
+  fv, _ = config_flags.parse_command('python -m crackjax.data.stats', argv, define_flags)
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])
-  except (datasets.DatasetError, ValueError) as e:
+  except (data_registry.DatasetError, ValueError) as e:
     print(f'data_stats: {e}', file=sys.stderr)
     return 1
   flagged = diagnose(stats, data.get('train_split') or 'train')

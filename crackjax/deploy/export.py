@@ -54,10 +54,11 @@ import ml_collections
 from absl import flags
 from jax import export as jax_export
 
-from crackjax import cli, logs
+from crackjax.config import flags as config_flags
 from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
 from crackjax.models import input_multiple, model_from_config
-from crackjax.state import CheckpointError
+from crackjax.runs import logs
+from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx')
 DEFAULT_PLATFORMS = ('cpu', 'cuda')
@@ -344,12 +345,12 @@ def main(argv: Sequence[str] | None = None) -> None:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   flag_values = flags.FlagValues()
   _define_flags(flag_values)
-  cli.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
+  config_flags.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
   fv = flag_values
   for name in ('workdir', 'out'):
     if not fv[name].value:
       sys.exit(f'{PROG}: --{name} is required.')
-  problem = cli.unwritable(Path(fv.out).parent)
+  problem = config_flags.unwritable(Path(fv.out).parent)
   if problem:  # before the run is restored and traced
     sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
   try:

@@ -27,9 +27,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax import state as state_lib
-from crackjax.inference import predict_step
+from crackjax.evaluation.inference import predict_step
 from crackjax.models import input_multiple
+from crackjax.training import checkpoints
+from crackjax.training import train_state as state_lib
 
 # ----------------------------------------------------------------------------- trained runs
 
@@ -80,7 +81,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   model = state_lib.create_model(config)
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
   mesh = Mesh(np.asarray(jax.local_devices()[:1]), ('data',))
-  restored = state_lib.restore(workdir, config, step=step, mesh=mesh)
+  restored = checkpoints.restore(workdir, config, step=step, mesh=mesh)
   params = state_lib.local_params(restored)
   batch_stats = state_lib.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))

@@ -22,7 +22,8 @@ The model contract (what the train step, the losses, evaluation and prediction r
 
 * optionally, a class attribute ``PRETRAINED`` (`backbones.PretrainedLayout`): the ImageNet
   weight files (torchvision VGG16, VGG16-BN, ResNet-50 layouts) its backbone takes, which
-  crackjax/pretrained.py maps by it; without one, a model takes an earlier run's weights only.
+  crackjax/models/pretrained.py maps by it; without one, a model takes an earlier run's weights
+  only.
 
 Adding a model: write the Module, add it to MODELS, and give configs a ``model`` group with
 its name and fields. Nothing else changes.

@@ -11,8 +11,8 @@ layer4 by 4 x (1, 2, 4).
 
 `resnet50_features` builds the stem and the four layers inside the calling compact module, so
 their parameters are the caller's own ``conv1`` and ``layer{l}_{b}`` (torchvision's
-``conv1``/``bn1`` and ``layer{l}.{b}``), the names crackjax/pretrained.py maps ImageNet weights
-onto; both models therefore load the same weights.
+``conv1``/``bn1`` and ``layer{l}.{b}``), the names crackjax/models/pretrained.py maps ImageNet
+weights onto; both models therefore load the same weights.
 """
 
 import dataclasses
@@ -51,7 +51,7 @@ def vgg16_bn_encoder(
 @dataclasses.dataclass(frozen=True)
 class PretrainedLayout:
   """What ImageNet weight files a model takes, declared by the model itself (its class
-  attribute ``PRETRAINED``; crackjax/pretrained.py maps the files' arrays by it). A model
+  attribute ``PRETRAINED``; crackjax/models/pretrained.py maps the files' arrays by it). A model
   without one takes crackjax-layout files (an earlier run's) only.
 
   Attributes:

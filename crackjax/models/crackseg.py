@@ -13,7 +13,7 @@ shallow network, and "three 3x3 convolution operations" follow, whose output fee
 
 The design here, as DeepLab v3+ (crackjax/models/deeplabv3plus.py, whose ResNet-50 backbone,
 crackjax/models/backbones.py, and parameter names it shares, so the same ImageNet weights load into
-both; crackjax/pretrained.py):
+both; crackjax/models/pretrained.py):
 
 * ResNet-50 backbone (torchvision layout, no fully connected layer) at output stride 16 (layer4
   dilated with multi-grid rates 2, 4, 8), or 8.
@@ -41,11 +41,11 @@ had any, is left out (the train step draws no dropout keys), as in deeplabv3plus
 
 The paper's complexity column (197.47 G at 512 x 512, 116.67 G at 480 x 320) is 1.95x its
 DeepLab v3+ figure (101.16 G), which crackjax's layer-by-layer count of that DeepLab (69.4 G)
-does not reproduce either; `crackjax.complexity` reports this model's own count (about 93 G at
+does not reproduce either; `crackjax.paper.complexity` reports this model's own count (about 93 G at
 512 x 512 at output stride 16) beside the paper's.
 
 Input: images in [0, 1], not normalised (conv1 is followed by BatchNorm; ImageNet weights, when
-given, have the normalisation folded into conv1: crackjax/pretrained.py). H and W must be
+given, have the normalisation folded into conv1: crackjax/models/pretrained.py). H and W must be
 multiples of 16.
 """
 
@@ -93,7 +93,7 @@ class CrackSeg(nn.Module):
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('resnet50',))
 
   n_classes: int = 2

@@ -46,7 +46,7 @@ class DeepCrack(SegNetBody):
     dtype: computation dtype (parameters stay float32; outputs are float32).
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True)
 
   width_scale: float = 1.0

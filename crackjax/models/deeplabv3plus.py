@@ -73,7 +73,7 @@ class DeepLabV3Plus(nn.Module):
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('resnet50',))
 
   n_classes: int = 2

@@ -108,7 +108,7 @@ class FCN8s(nn.Module):
     dtype: computation dtype (parameters stay float32).
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(
     ('vgg16',), fully_connected=True, input_offset=IMAGENET_MEAN_RGB
   )

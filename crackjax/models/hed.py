@@ -46,7 +46,7 @@ class HED(nn.Module):
       ('auto', 'xla' or 'blocked'; crackjax/models/conv.py). The function is the same.
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16',))
 
   dtype: jnp.dtype = jnp.float32

@@ -47,7 +47,7 @@ class RCF(nn.Module):
       XLA's own convolution.
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16',))
 
   dtype: jnp.dtype = jnp.float32

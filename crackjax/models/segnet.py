@@ -108,7 +108,7 @@ class SegNet(SegNetBody):
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
 
-  # ImageNet weight files it takes (crackjax/pretrained.py).
+  # ImageNet weight files it takes (crackjax/models/pretrained.py).
   PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True)
 
   n_classes: int = 2

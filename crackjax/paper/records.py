@@ -2,8 +2,8 @@
 merging copies of one job, which jobs are complete, and writing the small export file.
 
 The runner's records (``run.json`` and the evaluation records ``epoch_<NNN>.json``,
-`crackjax.evaluate.RECORD_FIELDS`) are read as they are; `load` returns one dict per run (the
-export format of one run), which `crackjax.paper.report` renders and `crackjax.paper.plan`
+`crackjax.evaluation.scoring.RECORD_FIELDS`) are read as they are; `load` returns one dict per run
+(the export format of one run), which `crackjax.paper.report` renders and `crackjax.paper.plan`
 reads timings from.
 """
 
@@ -47,8 +47,9 @@ def _read_json(path: Path) -> Any:
     ) from None
 
 
-#: The fields every run must have (run.json: all but 'epochs'), and every epoch of it (an
-#: epoch without 'results' counts as not evaluated, as `crackjax.run.evaluated_epochs` counts).
+#: The fields every run must have (run.json: all but 'epochs'), and every epoch of it
+#: (an epoch without 'results' counts as not evaluated, as
+#: `crackjax.runs.identity.evaluated_epochs` counts).
 RUN_KEYS = ('table', 'group', 'seed', 'rows', 'epochs')
 EPOCH_KEYS = ('epoch',)
 #: What an export's run holds beyond RUN_KEYS: `load_run` writes them (empty where a run.json

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from absl import flags
 
-from crackjax import cli
+from crackjax.config import flags as config_flags
 from crackjax.paper import records
 from crackjax.paper import tables as paper
 
@@ -367,7 +367,7 @@ def _table_section(table: int, protocol: str, results: Sequence[RowResult]) -> l
       '',
       'Epochs of the non-U-Net rows are assumed (the paper gives only TT; '
       '`crackjax.paper.tables.Row.epochs_basis`). Our GFLOPS and FPS: '
-      f'`python -m crackjax.complexity --config=configs/table{table}.py:<key>`.',
+      f'`python -m crackjax.paper.complexity --config=configs/table{table}.py:<key>`.',
       '',
     ]
     return [*head, *markdown_table(results, COMPARE_COLUMNS), '', *_dagger_lines(results)]
@@ -622,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     "chunk's time limit, which the next chunk redoes from scratch).",
     flag_values=fv,
   )
-  inputs = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
+  inputs = config_flags.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
   if not inputs:
     sys.exit(f'usage: {USAGE}')
   try:
@@ -648,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')
   targets = [('--out', out)] + ([('--export', Path(fv.export).parent)] if fv.export else [])
   for flag, folder in targets:
-    problem = cli.unwritable(folder)
+    problem = config_flags.unwritable(folder)
     if problem:
       sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
   if fv.export:

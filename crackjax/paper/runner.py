@@ -10,14 +10,14 @@ Rows that differ only in epochs form a training group (`crackjax.paper.tables.tr
 each (group, seed) is one job that trains once, to the longest epoch count among the chosen
 rows of the group, and evaluates the test split after every epoch, so the shorter rows and the
 curves of Figs. 5-6 come from the same run. A job lives in
-``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.train` (checkpoints,
+``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.training.loop` (checkpoints,
 config.json, metrics) plus ``run.json`` (the rows, seed, config, hardware, versions) and one
 ``epoch_<NNN>.json`` per epoch: the evaluation record that every evaluation writes
-(`crackjax.evaluate.RECORD_FIELDS`: wall seconds of training and evaluation, and per protocol
-ODS / OIS / AP and the per-threshold curve), here by ``config.eval.every_epochs`` = 1.
+(`crackjax.evaluation.scoring.RECORD_FIELDS`: wall seconds of training and evaluation, and per
+protocol ODS / OIS / AP and the per-threshold curve), here by ``config.eval.every_epochs`` = 1.
 
 Resuming: run the same command again. Finished jobs are skipped, an interrupted one continues
-from its last checkpoint (`train.train_and_evaluate` saves one at every epoch and on
+from its last checkpoint (`loop.train_and_evaluate` saves one at every epoch and on
 SIGTERM / Ctrl-C), and an epoch whose checkpoint was saved but not evaluated is evaluated
 first. ``--max_minutes`` ends the command after that much wall time (running jobs get SIGTERM
 and save), so a campaign can be run in chunks that fit a time limit.
@@ -58,9 +58,9 @@ from typing import Any
 
 from absl import flags
 
-from crackjax import cli
-from crackjax import run as run_lib
+from crackjax.config import flags as config_flags
 from crackjax.paper import tables as paper
+from crackjax.runs import identity
 
 PROG = 'python -m crackjax.paper.runner'
 USAGE = f'{PROG} --table=T --workdir=DIR [--rows=KEY,...] [--seeds=N] [flags]  |  {PROG} --list'
@@ -266,7 +266,7 @@ def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagV
   lacks is an AttributeError or KeyError that names the last part of its path only; anything
   else a flags.Error that names the flag (``--config=...`` or ``--config.<override>``)."""
   argv = [PROG, f'--config={path}:{arg}', *(f'--config.{o}' for o in overrides)]
-  fv = cli.new_flag_values(argv)
+  fv = config_flags.new_flag_values(argv)
   try:
     fv(argv)
   except (AttributeError, KeyError, flags.Error) as e:
@@ -294,8 +294,8 @@ def _config_error(
   message = str(error)
   for o in overrides:
     if message.startswith(f'flag --config.{o}: '):
-      return f'--set={o}: {cli.exception_line(message[len(f"flag --config.{o}: ") :])}'
-  detail = cli.exception_line(
+      return f'--set={o}: {config_flags.exception_line(message[len(f"flag --config.{o}: ") :])}'
+  detail = config_flags.exception_line(
     message.split(': ', 1)[1] if message.startswith('flag --') else message
   )
   detail = detail.removeprefix('Error whilst parsing config file: ')
@@ -394,29 +394,29 @@ def _versions() -> dict[str, str]:
 
 
 def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1, parts=None) -> str:
-  """Trains `job` to its epochs (resuming); `train.train_and_evaluate` evaluates every epoch
+  """Trains `job` to its epochs (resuming); `loop.train_and_evaluate` evaluates every epoch
   (the config's ``eval.every_epochs``) and writes its record, epoch_<NNN>.json, the format of
   every evaluation (`evaluate.EpochEvaluator`). Returns 'done' or 'skipped' (everything was
-  there). `parts`: `validate.check_config(config)`'s, if the caller has them.
+  there). `parts`: `validation.check_config(config)`'s, if the caller has them.
 
   Raises:
     run.RunMismatchError: the job's directory holds a run of another config fingerprint.
     run.RunLockedError: another process holds the job's directory.
   """
   directory = job.directory(workdir)
-  with run_lib.lock(directory):
+  with identity.lock(directory):
     # Never count or extend a run started under another config as this one.
-    run_lib.check_identity(directory, config, record=False)
-    if set(range(1, job.epochs + 1)) <= set(run_lib.evaluated_epochs(directory)):
+    identity.check_identity(directory, config, record=False)
+    if set(range(1, job.epochs + 1)) <= set(identity.evaluated_epochs(directory)):
       return 'skipped'
     return _run_job(job, directory, config, side_by_side, parts)
 
 
 def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str:
-  from crackjax import train
+  from crackjax.training import loop
 
   directory.mkdir(parents=True, exist_ok=True)
-  run_lib.write_json(
+  identity.write_json(
     directory / 'run.json',
     {
       'table': job.table,
@@ -433,17 +433,17 @@ def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str
   )
 
   # Epochs evaluated by an earlier run of this job are not announced again.
-  announced = {e for e in range(1, job.epochs + 1) if run_lib.epoch_path(directory, e).exists()}
+  announced = {e for e in range(1, job.epochs + 1) if identity.epoch_path(directory, e).exists()}
 
   def announce(*_) -> None:
     # One line per evaluated epoch for the console / worker.log, as its record appears: an
     # epoch scored in the background (eval.background_workers) has none yet when it ends,
     # so its line comes at a later epoch's end, or after training.
     for epoch in range(1, job.epochs + 1):
-      path = run_lib.epoch_path(directory, epoch)
+      path = identity.epoch_path(directory, epoch)
       if epoch in announced or not path.exists():
         continue
-      record = run_lib.read_record(path, required=('results',))
+      record = identity.read_record(path, required=('results',))
       if record is None:
         continue
       announced.add(epoch)
@@ -455,11 +455,11 @@ def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str
         flush=True,
       )
 
-  train.train_and_evaluate(
+  loop.train_and_evaluate(
     config, directory, evaluate_after=False, on_epoch_end=announce, parts=parts
   )
   announce()
-  missing = sorted(set(range(1, job.epochs + 1)) - set(run_lib.evaluated_epochs(directory)))
+  missing = sorted(set(range(1, job.epochs + 1)) - set(identity.evaluated_epochs(directory)))
   if missing:
     # Only if checkpoints were lost between runs; said, not hidden.
     print(
@@ -668,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   full = [PROG, *(sys.argv[1:] if argv is None else argv)]
   fv = flags.FlagValues()
   define_flags(fv)
-  rest = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)
+  rest = config_flags.parse_flags(fv, full, prog=PROG, usage=USAGE)
   if len(rest) > 1:
     sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
   if fv.job:
@@ -680,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: --table and --workdir are required (or --list).')
   if fv.seeds < 1 or fv.parallel < 1:
     sys.exit(f'{PROG}: --seeds and --parallel must be >= 1.')
-  problem = cli.unwritable(fv.workdir)
+  problem = config_flags.unwritable(fv.workdir)
   if problem:
     sys.exit(f'{PROG}: cannot write --workdir={fv.workdir}: {problem}.')
   seeds = range(fv.first_seed, fv.first_seed + fv.seeds)
@@ -734,18 +734,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # This process only schedules: keep it off the GPUs the workers need (jax would grab most
     # of a GPU's memory if anything here initialised a GPU backend).
     os.environ['JAX_PLATFORMS'] = 'cpu'
-  from crackjax import logs, validate
-  from crackjax.data import datasets
+  from crackjax.config import validation
+  from crackjax.data import registry as data_registry
+  from crackjax.runs import logs
 
   logs.quiet_third_party_logs()
   if fv.job:  # a worker: one job in this process
     job = next((j for j in jobs if j.id == fv.job), None)
     if job is None:
       sys.exit(f'{PROG}: unknown job {fv.job!r}.')
-    cli.exit_on_sigterm()
+    config_flags.exit_on_sigterm()
     try:
       status = run_job(job, fv.workdir, config_of(job), side_by_side=fv.parallel)
-    except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
+    except (identity.RunMismatchError, identity.RunLockedError) as e:
       sys.exit(f'{PROG}: {e}')
     print(status, flush=True)
     return 0
@@ -758,18 +759,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One runner per campaign; no job resumed or counted under another config; every config
     # checked and the data prepared once; all before any job starts.
     try:
-      held.enter_context(run_lib.lock(fv.workdir))
+      held.enter_context(identity.lock(fv.workdir))
       for job in jobs:
-        run_lib.check_identity(job.directory(fv.workdir), configs[job.id], record=False)
-      parts = {k: validate.check_config(c) for k, c in configs.items()}
+        identity.check_identity(job.directory(fv.workdir), configs[job.id], record=False)
+      parts = {k: validation.check_config(c) for k, c in configs.items()}
       prepared = set()
       for k, c in configs.items():
         key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
         if key not in prepared:
-          datasets.prepare_dataset(c.data)
-          validate.check_data(c, parts[k])
+          data_registry.prepare_dataset(c.data)
+          validation.check_data(c, parts[k])
           prepared.add(key)
-    except (datasets.DatasetError, ValueError, run_lib.RunLockedError, OSError) as e:
+    except (data_registry.DatasetError, ValueError, identity.RunLockedError, OSError) as e:
       # OSError: a workdir or data_dir that cannot be written (the message names the path).
       sys.exit(f'{PROG}: {e}')
     return _schedule(jobs, configs, parts, fv, full, parent_env)
@@ -781,7 +782,7 @@ def last_log_line(path: Path, limit: int = 200) -> str:
   characters."""
   try:
     lines = [ln.strip() for ln in path.read_text(errors='replace').splitlines() if ln.strip()]
-    lines = [ln for ln in lines if ln != cli.HELP_HINT]
+    lines = [ln for ln in lines if ln != config_flags.HELP_HINT]
   except OSError:
     return 'no log'
   last = lines[-1] if lines else 'empty log'
@@ -793,12 +794,12 @@ def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], pare
   print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
   deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
   if fv.parallel == 1 and deadline is None:
-    cli.exit_on_sigterm()
+    config_flags.exit_on_sigterm()
     status = {}
     for job in jobs:
       try:
         status[job.id] = run_job(job, fv.workdir, configs[job.id], parts=parts[job.id])
-      except (run_lib.RunMismatchError, run_lib.RunLockedError) as e:
+      except (identity.RunMismatchError, identity.RunLockedError) as e:
         status[job.id] = f'failed: {e}'
       except Exception as e:  # noqa: BLE001 (one job's failure ends that job, as a worker's)
         # As with workers: one line here, the traceback in the job's log, the next job goes on.

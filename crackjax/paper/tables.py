@@ -94,7 +94,7 @@ class TableSettings:
 
   Attributes:
     table: table number (1-4).
-    dataset: key of `crackjax.data.datasets.DATASETS`.
+    dataset: key of `crackjax.data.registry.DATASETS`.
     widths: U-Net channel widths of the five stages.
     steps_per_epoch: optimizer steps per epoch.
     batch_size: global batch size.
@@ -229,7 +229,7 @@ class Row:
       Tables I-IV; None for RSF).
     dagger: True for the paper's † rows of Tables V-VIII.
     params, gflops, fps: Tables V-VIII: the printed parameter count ('134.27M', '487.77K';
-      `params_count` as a number), GFLOPS (MACs, see crackjax.complexity) and test FPS.
+      `params_count` as a number), GFLOPS (MACs, see crackjax.paper.complexity) and test FPS.
     epochs_basis: where `epochs` comes from (printed, or assumed for Tables V-VIII).
     unet_row: for the U-Net rows of Tables V-VIII, the key of the identical Table I-IV row.
     reference: True for RSF, a reference row that is not trained.

@@ -72,7 +72,7 @@ class AigleRN(common.PairedImageBuilder):
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   MASK_POLARITY = 'auto'  # Copies differ in polarity: crack = the minority value, per mask.
-  MANUAL_DIR_REQUIRED = True  # crackjax.data.datasets checks the manual dir before preparing.
+  MANUAL_DIR_REQUIRED = True  # crackjax.data.registry checks the manual dir before preparing.
   MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
   AigleRN is not downloaded automatically. Get the "CrackDataset" archive of Chambon et al.
   (IRIT; {HOMEPAGE}, or ask the authors), extract it into a folder DIR so that

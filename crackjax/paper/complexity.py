@@ -1,10 +1,10 @@
 """Model complexity: parameters, MACs/FLOPs, inference speed and memory (paper Tables V-VIII).
 
-  python -m crackjax.complexity --config=configs/crackforest_exp.py
-  python -m crackjax.complexity --config=configs/crackforest_exp.py --hw=512,512 --fps_batch=8
-  python -m crackjax.complexity --config=configs/crackforest_exp.py \
+  python -m crackjax.paper.complexity --config=configs/crackforest_exp.py
+  python -m crackjax.paper.complexity --config=configs/crackforest_exp.py --hw=512,512 --fps_batch=8
+  python -m crackjax.paper.complexity --config=configs/crackforest_exp.py \
       --config.model.widths='(16, 32, 64, 128, 256)' --config.model.dtype=bfloat16
-  python -m crackjax.complexity --config=configs/compare.py:hed
+  python -m crackjax.paper.complexity --config=configs/compare.py:hed
 
 Operation counts (the convention every FLOP/s figure of crackjax and its benchmarks follows):
 
@@ -65,7 +65,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax import cli
+from crackjax.config import flags as config_flags
 from crackjax.models import fused_logits, model_from_config
 from crackjax.paper import tables as paper
 
@@ -484,8 +484,8 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict:
   """Prints the complexity report of ``--config`` (argv without the program name)."""
-  prog = 'python -m crackjax.complexity'
-  fv, _ = cli.parse_command(prog, argv, _define_flags)
+  prog = 'python -m crackjax.paper.complexity'
+  fv, _ = config_flags.parse_command(prog, argv, _define_flags)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:

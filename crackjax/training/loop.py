@@ -1,140 +1,36 @@
-"""Training: a pure, jitted train step and the loop that feeds it, logs and checkpoints.
+"""The training loop: feeds the jitted step, logs, checkpoints and evaluates each epoch.
 
-The structure follows the flax examples (`train_step`, `train_and_evaluate`) and scenic's
-trainers: the loss and the augmentation are functions handed to the step
-(`functools.partial`), built from the config's `loss` and `augment` groups, so a new model
-or loss never edits this file. State, mesh and checkpoints live in `crackjax.state`,
-evaluation in `crackjax.evaluate`.
-
-Because the loss (and so alpha, the background ratio of the minority weight q) is computed
-on the global batch array, one process with one device, one process with N devices and
-several processes after `jax.distributed.initialize()` run the same computation.
+`train_and_evaluate` holds the workdir's lock, checks the run's identity, resumes from the
+latest checkpoint, runs `step.make_train_step`'s step over the prefetched batches, writes the
+per-step metrics (`runs.metric_writer`), saves a checkpoint per epoch and on the way out of an
+interruption, and scores epochs and the final state (`evaluation.scoring`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
-from jax.sharding import Mesh
 
-from crackjax import losses, validate
-from crackjax import run as run_lib
-from crackjax import state as state_lib
-from crackjax.data import augment, loader
-from crackjax.evaluate import EpochEvaluator, evaluate_checkpoint
-from crackjax.metrics_log import MetricWriter
-from crackjax.models import apply_model
-from crackjax.prefetch import prefetch_to_device, release_freed_host_memory
-from crackjax.state import TrainState
-
-
-class NonFiniteError(FloatingPointError):
-  """Raised when training produced a non-finite loss or gradient."""
-
-
-def train_step(
-  state: TrainState,
-  batch: Mapping[str, jax.Array],
-  *,
-  loss_fn: losses.LossFn,
-  augment_fn: augment.AugmentFn,
-  seed: int,
-) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimisation step on a global batch.
-
-  Augmentation runs here, on device, keyed by the step number so a resumed run draws the
-  same transforms. If the loss or the gradient is not finite the update is skipped (the
-  state keeps its last good parameters) and `metrics['finite']` is 0; the host loop turns
-  that into a NonFiniteError.
-
-  A model with BatchNorm (a `state.BatchNormTrainState`) runs in training mode: its
-  BatchNorms normalise with the statistics of the global batch (a reduction over the sharded
-  batch axis, the same on 1 or N devices) and the updated running averages are part of the
-  new state. Other models are applied as they always were (`models.apply_model`).
-
-  Args:
-    state: replicated TrainState (or BatchNormTrainState).
-    batch: {'image': [B, H, W, 3], 'mask': [B, H, W, 1]} sharded along B.
-    loss_fn: `(model outputs, masks) -> (scalar loss, metrics)` (crackjax.losses).
-    augment_fn: `(rng, image, mask) -> (image, mask)` (crackjax.data.augment).
-    seed: seed of the augmentation keys.
-
-  Returns:
-    The new state and scalar metrics: loss, grad_norm, finite and the loss's own (for the
-    holistic loss alpha and q).
-  """
-  rng = jax.random.fold_in(jax.random.key(seed), state.step)
-  image, mask = augment_fn(rng, batch['image'], batch['mask'])
-
-  batch_stats = state_lib.batch_stats_of(state)
-
-  def compute_loss(params):
-    outputs, new_batch_stats = apply_model(
-      state.apply_fn, params, image, batch_stats=batch_stats, train=True
-    )
-    loss, metrics = loss_fn(outputs, mask)
-    return loss, (metrics, new_batch_stats)
-
-  (loss, (loss_metrics, new_batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
-    state.params
-  )
-  grad_norm = optax.tree_utils.tree_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  new_state = state.apply_gradients(grads=grads)
-  if batch_stats is not None:
-    new_state = new_state.replace(batch_stats=new_batch_stats)
-  # Keep the old state on a non-finite step: the run stops at the next check, and the
-  # parameters it could still save are the last good ones.
-  new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
-  metrics = {
-    'loss': loss,
-    'grad_norm': grad_norm,
-    **loss_metrics,
-    'finite': finite.astype(jnp.float32),
-  }
-  return new_state, metrics
-
-
-def make_train_step(
-  config: ml_collections.ConfigDict,
-  mesh: Mesh,
-  state: TrainState,
-  *,
-  loss_fn: losses.LossFn | None = None,
-  augment_fn: augment.AugmentFn | None = None,
-):
-  """Jits `train_step` with replicated state, a data-sharded batch and a donated state.
-
-  Args:
-    config: gives the seed, and the loss / augmentation when they are not passed.
-    mesh: the device mesh.
-    state: a state of the shape that will be passed (for its sharding tree).
-    loss_fn: defaults to `losses.loss_from_config(config.loss)`.
-    augment_fn: defaults to `augment.augment_fn(config.augment)`.
-  """
-  loss_fn = loss_fn or losses.loss_from_config(config.loss)
-  augment_fn = augment_fn or augment.augment_fn(config.augment)
-  replicated = state_lib.replicated(mesh)
-  state_sharding = jax.tree.map(lambda _: replicated, state)
-  return jax.jit(
-    functools.partial(train_step, loss_fn=loss_fn, augment_fn=augment_fn, seed=int(config.seed)),
-    in_shardings=(state_sharding, state_lib.batch_sharded(mesh)),
-    out_shardings=(state_sharding, replicated),
-    donate_argnums=(0,),
-  )
+from crackjax.config import validation
+from crackjax.data import loader
+from crackjax.evaluation.scoring import EpochEvaluator, evaluate_checkpoint
+from crackjax.runs import identity
+from crackjax.runs.metric_writer import MetricWriter
+from crackjax.training import checkpoints
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import step as step_lib
+from crackjax.training.prefetch import prefetch_to_device, release_freed_host_memory
+from crackjax.training.train_state import TrainState
 
 
 class _MetricLog:
@@ -158,7 +54,7 @@ class _MetricLog:
     self.pending.clear()
     for s, m in fetched:
       if not m['finite']:
-        raise NonFiniteError(
+        raise step_lib.NonFiniteError(
           f'Non-finite loss or gradient at step {s} (loss={m["loss"]}, grad_norm='
           f'{m["grad_norm"]}); stopping. The last good checkpoint is '
           f'{self._last_good_step()}.'
@@ -186,7 +82,7 @@ def train_and_evaluate(
   *,
   evaluate_after: bool = True,
   on_epoch_end: EpochCallback | None = None,
-  parts: validate.Parts | None = None,
+  parts: validation.Parts | None = None,
 ) -> TrainState:
   """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
 
@@ -196,7 +92,7 @@ def train_and_evaluate(
   Saves a checkpoint at the end of every epoch and when the loop exits early (an
   exception other than a non-finite loss, e.g. KeyboardInterrupt or SIGTERM turned into
   SystemExit) after at least one step of this run has finished. A non-finite loss or
-  gradient raises NonFiniteError without saving, so the last checkpoint on disk is the last
+  gradient raises step_lib.NonFiniteError without saving, so the last checkpoint on disk is the last
   good one. A damaged latest checkpoint is set aside and the newest readable one resumed
   (`state.restore_latest_readable`).
 
@@ -208,7 +104,7 @@ def train_and_evaluate(
       saved and (``config.eval.every_epochs``) its evaluation record written: a periodic
       action, as clu's. It must be done with `state` when it returns (the next step
       donates it).
-    parts: the model, loss and augmentation that `validate.check_config(config)` returned,
+    parts: the model, loss and augmentation that `validation.check_config(config)` returned,
       if the caller validated the config already; else it is validated here.
 
   Returns:
@@ -221,11 +117,11 @@ def train_and_evaluate(
     run.RunLockedError: another process holds the workdir.
   """
   workdir = Path(workdir)
-  parts = parts or validate.check_config(config)
+  parts = parts or validation.check_config(config)
   # Process 0 speaks for the run (the hosts of a multi-host run share one workdir).
   leader = jax.process_index() == 0
-  with run_lib.lock(workdir) if leader else contextlib.nullcontext():
-    run_lib.check_identity(workdir, config, record=leader)
+  with identity.lock(workdir) if leader else contextlib.nullcontext():
+    identity.check_identity(workdir, config, record=leader)
     return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end, parts)
 
 
@@ -238,12 +134,12 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
 
 
 def _train_and_evaluate(
-  config, workdir: Path, evaluate_after: bool, on_epoch_end, parts: validate.Parts
+  config, workdir: Path, evaluate_after: bool, on_epoch_end, parts: validation.Parts
 ) -> TrainState:
   evaluator = EpochEvaluator(config, workdir, model=parts.model)
-  mesh = state_lib.make_mesh()
-  mngr = state_lib.checkpoint_manager(workdir, config)
-  state = state_lib.restore_or_init(
+  mesh = mesh_lib.make_mesh()
+  mngr = checkpoints.checkpoint_manager(workdir, config)
+  state = checkpoints.restore_or_init(
     config, mngr, loader.train_image_shape(config), mesh, model=parts.model
   )
   start_step = int(jax.device_get(state.step))
@@ -260,7 +156,9 @@ def _train_and_evaluate(
     logging.warning('Evaluating epoch %d, saved before an interruption.', missing)
     evaluator(state, missing, trained=False)
 
-  step_fn = make_train_step(config, mesh, state, loss_fn=parts.loss_fn, augment_fn=parts.augment_fn)
+  step_fn = step_lib.make_train_step(
+    config, mesh, state, loss_fn=parts.loss_fn, augment_fn=parts.augment_fn
+  )
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
     itertools.islice(
@@ -300,7 +198,7 @@ def _train_and_evaluate(
           evaluator(state, epoch)
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)
-  except NonFiniteError:
+  except step_lib.NonFiniteError:
     _close_quietly(evaluator)
     raise
   except BaseException:
@@ -323,7 +221,7 @@ def _train_and_evaluate(
         else:
           logging.warning('Saving checkpoint of step %d before exiting.', step)
           mngr.save(step, args=ocp.args.StandardSave(state), force=True)
-    except NonFiniteError:
+    except step_lib.NonFiniteError:
       pass
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).

@@ -6,10 +6,10 @@
   crackjax-evaluate --workdir=RUN --folder=roads/images:roads/masks --protocols=strict
 
 Each data argument is scored under every protocol of --protocols (default: the run's own
-``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.datasets;
+``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
 ``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
 of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
-`crackjax.evaluate`), never in place of the run's own eval.json or threshold.json. A short
+`crackjax.evaluation.scoring`), never in place of the run's own eval.json or threshold.json. A short
 table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
 own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
 cross-dataset table is written as ``--out``/cross_dataset.md and .csv. The metrics are counted
@@ -28,7 +28,8 @@ from typing import Any
 
 from absl import flags
 
-from crackjax import cli, logs
+from crackjax.config import flags as config_flags
+from crackjax.runs import logs
 
 PROG = 'crackjax-evaluate'
 USAGE = f'{PROG} --workdir=RUN [--data=DATASET:SPLIT ...] [--folder=IMAGES:MASKS ...] [flags]'
@@ -62,13 +63,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'folder',
     [],
     'a labelled folder, IMAGES_DIR:MASKS_DIR (masks matched by file name, crack = white; '
-    'docs/datasets.md), every image scored; repeatable',
+    'docs/data_registry.md), every image scored; repeatable',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(
     'manual_dir',
     [],
-    "DATASET=DIR: where a registered dataset's downloaded files are (docs/datasets.md); the "
+    "DATASET=DIR: where a registered dataset's downloaded files are (docs/data_registry.md); the "
     "run's own dataset keeps its config's",
     flag_values=fv,
   )
@@ -92,15 +93,15 @@ def _define_flags(fv: flags.FlagValues) -> None:
 
 def data_configs(config, data: Sequence[str], folders: Sequence[str], manual_dirs, workdir):
   """(label, data config, split) per data argument; ValueError naming a malformed one."""
-  from crackjax.data import datasets
+  from crackjax.data import registry as data_registry
 
   out = []
   for spec in data or ([] if folders else ['test']):
     name, _, split = spec.rpartition(':') if ':' in spec else ('', '', spec)
     c = config.copy_and_resolve_references()
-    if name and name not in datasets.DATASETS:
+    if name and name not in data_registry.DATASETS:
       raise ValueError(
-        f'--data={spec}: unknown dataset {name!r}; known: {sorted(datasets.DATASETS)}'
+        f'--data={spec}: unknown dataset {name!r}; known: {sorted(data_registry.DATASETS)}'
       )
     if name and name != config.data.name:
       c.data.name = name
@@ -180,13 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if not fv.workdir:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
-  from crackjax import evaluate, evaluation
-  from crackjax import state as state_lib
-  from crackjax.data import datasets
+  from crackjax import evaluation
+  from crackjax.data import registry as data_registry
   from crackjax.deploy import predictor
+  from crackjax.evaluation import scoring
+  from crackjax.training import checkpoints
 
   workdir = Path(fv.workdir)
   try:
@@ -203,8 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
   try:
-    state = state_lib.restore(workdir, config, step=fv.step)
-  except (FileNotFoundError, state_lib.CheckpointError) as e:
+    state = checkpoints.restore(workdir, config, step=fv.step)
+  except (FileNotFoundError, checkpoints.CheckpointError) as e:
     sys.exit(f'{PROG}: {e}')
   step = int(state.step)
   threshold, source = predictor.run_threshold(workdir, step)
@@ -213,11 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   for label, c, split in targets:
     c.eval.protocols = protocols
     try:
-      datasets.prepare_dataset(c.data)
-    except (datasets.DatasetError, ValueError) as e:
+      data_registry.prepare_dataset(c.data)
+    except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {" ".join(str(e).split())}')
-    out = evaluate.other_results_dir(c, workdir, split)
-    record = evaluate.evaluate_checkpoint(
+    out = scoring.other_results_dir(c, workdir, split)
+    record = scoring.evaluate_checkpoint(
       c,
       workdir,
       state=state,

@@ -40,10 +40,11 @@ import PIL.ImageOps
 import tqdm
 from absl import flags
 
-from crackjax import cli, logs
+from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
-from crackjax.state import CheckpointError
+from crackjax.runs import logs
+from crackjax.training.checkpoints import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
 # PIL refuses images over twice its MAX_IMAGE_PIXELS (a guard against decompression bombs);
@@ -399,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   fv = flags.FlagValues()
   _define_flags(fv)
-  inputs = cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
+  inputs = config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
   if not fv.workdir or not fv.out:
     sys.exit(f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {USAGE}')
   if not inputs:
@@ -417,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   table = out / 'measurements.csv'
   if table.exists() and not fv.overwrite:
     sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
-  problem = cli.unwritable(out)
+  problem = config_flags.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
   if fv.tune_malloc:

@@ -2,7 +2,7 @@
 
 `evaluate_checkpoint` predicts every test image with the latest checkpoint (or a given
 state), scores the maps under every protocol of ``config.eval.protocols``
-(`crackjax.evaluation`, numpy only) and writes the reports (`crackjax.eval_report`).
+(`crackjax.evaluation`, numpy only) and writes the reports (`crackjax.evaluation.plots`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ import tqdm
 from absl import logging
 from flax import linen as nn
 
-from crackjax import eval_report, evaluation
-from crackjax import run as run_lib
-from crackjax import state as state_lib
+from crackjax import evaluation
 from crackjax.data import loader
-from crackjax.inference import predict_probabilities
-from crackjax.metrics_log import MetricWriter
+from crackjax.evaluation import plots
+from crackjax.evaluation.inference import predict_probabilities
+from crackjax.runs import identity
+from crackjax.runs.metric_writer import MetricWriter
+from crackjax.training import checkpoints
+from crackjax.training import train_state as state_lib
 
 
 def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
@@ -41,7 +43,7 @@ def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> st
     state.CheckpointError: no step can be read, or they were written by a different model
       configuration (one-line message naming the directory).
   """
-  return state_lib.restore(workdir, config)
+  return checkpoints.restore(workdir, config)
 
 
 def score(
@@ -189,7 +191,7 @@ def write_epoch_record(
   interrupt, is not an epoch): returns None and writes nothing for any other step."""
   if record['step'] != record['epoch'] * steps_per_epoch:
     return None
-  path = run_lib.epoch_path(directory, record['epoch'])
+  path = identity.epoch_path(directory, record['epoch'])
   path.parent.mkdir(parents=True, exist_ok=True)
   record = {
     **record,
@@ -197,14 +199,14 @@ def write_epoch_record(
       p: {k: v for k, v in r.items() if k != 'per_image'} for p, r in record['results'].items()
     },
   }
-  old = run_lib.read_record(path, required=('epoch', 'results')) if path.exists() else None
+  old = identity.read_record(path, required=('epoch', 'results')) if path.exists() else None
   if old is not None and old.get('step') == record['step']:
     results = {**old['results'], **record['results']}
     record['results'], record['protocols'] = results, list(results)
     if math.isnan(record['train_seconds']):
       record['train_seconds'] = old.get('train_seconds', math.nan)
       record['first_in_process'] = old.get('first_in_process', False)
-  run_lib.write_json(path, record)
+  identity.write_json(path, record)
   return path
 
 
@@ -332,7 +334,7 @@ class EpochEvaluator:
     if not step or step % spe or not self.due(step // spe):
       return None
     epoch = step // spe
-    done = run_lib.evaluated_epochs(self.directory, required=self.protocols_at(epoch))
+    done = identity.evaluated_epochs(self.directory, required=self.protocols_at(epoch))
     return None if epoch in done else epoch
 
   def __call__(
@@ -535,15 +537,15 @@ def write_eval_outputs(
 ) -> None:
   """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars."""
   workdir.mkdir(parents=True, exist_ok=True)
-  run_lib.write_json(workdir / 'eval.json', summary)
+  identity.write_json(workdir / 'eval.json', summary)
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
-  eval_report.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
   title = f'{config.data.name} {split}, step {step}'
-  eval_report.plot_pr_curves(workdir / 'pr_curve.png', results, title)
+  plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(config.eval.num_qualitative, len(images))
   if k:
-    eval_report.plot_qualitative(
+    plots.plot_qualitative(
       workdir / 'qualitative.png',
       images[:k],
       gts[:k],
@@ -553,7 +555,7 @@ def write_eval_outputs(
       f'{title}; prediction at the strict ODS threshold',
     )
   if config.eval.save_probability_maps:
-    eval_report.save_probability_maps(workdir / 'probs', probs, names)
+    plots.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
   for protocol, r in results.items():
     writer.write_scalars(

@@ -19,10 +19,11 @@ import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from crackjax import losses, pretrained
-from crackjax.data import augment, datasets
+from crackjax import losses
+from crackjax.data import augment
+from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
-from crackjax.models import input_multiple, model_from_config
+from crackjax.models import input_multiple, model_from_config, pretrained
 
 
 class ConfigError(ValueError):
@@ -74,9 +75,9 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
   """
   problems: list[str] = []
   data = config.data
-  if data.name not in datasets.DATASETS:
+  if data.name not in data_registry.DATASETS:
     problems.append(
-      f'config.data.name={data.name!r} is not a dataset; known: {sorted(datasets.DATASETS)}.'
+      f'config.data.name={data.name!r} is not a dataset; known: {sorted(data_registry.DATASETS)}.'
     )
   folder = data.get('folder')
   if folder is not None:
@@ -185,7 +186,7 @@ def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
 
 def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int], int]:
   """(H, W) -> number of train images of that size (decodes every train image)."""
-  source = datasets.get_data_source(config.data, config.data.train_split)
+  source = data_registry.get_data_source(config.data, config.data.train_split)
   sizes: dict[tuple[int, int], int] = {}
   for i in range(len(source)):
     h, w = np.asarray(source[i]['image']).shape[:2]

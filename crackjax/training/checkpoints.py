@@ -1,17 +1,12 @@
-"""Model and optimizer state: mesh, TrainState, initialisation, checkpoints, restore.
+"""Checkpoints: the orbax manager of a workdir, restore, and recovery from damaged steps.
 
-Parallelism is data-parallel SPMD with `jax.jit` over a 1-D `Mesh` of every device of every
-process (axis 'data'). Parameters and optimizer state are replicated, batches are sharded
-along their first axis. Checkpoints are orbax `CheckpointManager` steps under
-``<workdir>/checkpoints``, saved with `StandardSave` and restored onto an abstract state
-(shapes, dtypes and shardings, no values) with `StandardRestore`.
-
-Models with BatchNorm (a 'batch_stats' collection: SegNet, DeepCrack, DeepLab v3+) train
-with a `BatchNormTrainState`, a TrainState with one more field, ``batch_stats`` (the running
-averages, replicated like the parameters and checkpointed with them). Every other model keeps
-the plain flax `TrainState`, so its checkpoints have exactly the layout they always had and
-those written before BatchNorm models existed restore unchanged (orbax refuses to restore a
-checkpoint onto a state with a field the checkpoint lacks, even an empty one).
+Checkpoints are orbax `CheckpointManager` steps under ``<workdir>/checkpoints``, saved with
+`StandardSave` and restored onto an abstract state (shapes, dtypes and shardings, no values;
+`train_state.abstract_train_state`) with `StandardRestore`. This module is the one restore path
+of the package: training resumes, evaluation, the runner, prediction and export all restore
+through `restore` / `restore_or_init`. A damaged newest step is named, set aside and the newest
+readable one used (`restore_latest_readable`); a checkpoint of another model configuration is
+refused with the fields that differ.
 """
 
 from __future__ import annotations
@@ -21,140 +16,20 @@ import gc
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-import optax
 import orbax.checkpoint as ocp
 from absl import logging
-from flax import struct
-from flax.training import train_state as flax_train_state
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
-from crackjax import pretrained
-from crackjax.models import input_multiple, model_from_config
-
-TrainState = flax_train_state.TrainState
-
-
-class BatchNormTrainState(TrainState):
-  """The TrainState of a model with BatchNorm: also its running averages.
-
-  Attributes:
-    batch_stats: the model's 'batch_stats' collection, updated by every train step (outside
-      the optimiser) and used by evaluation and prediction.
-  """
-
-  batch_stats: Any = struct.field(default_factory=dict)
-
-
-def batch_stats_of(state: TrainState) -> Any:
-  """The state's batch statistics: its ``batch_stats``, or None for a model without them."""
-  return getattr(state, 'batch_stats', None) or None
-
-
-def make_mesh() -> Mesh:
-  """A 1-D mesh over all devices of all processes, ordered by process.
-
-  `jax.devices()` lists the devices of process 0 first, then process 1, ...; keeping that
-  order makes each process's devices a contiguous block of the batch axis, so the rows a
-  process loads (see `crackjax.data.loader.create_train_iterator`) land on its own devices.
-  """
-  return Mesh(np.asarray(jax.devices()), ('data',))
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-  """The sharding of parameters and optimizer state: a full copy on every device."""
-  return NamedSharding(mesh, P())
-
-
-def batch_sharded(mesh: Mesh) -> NamedSharding:
-  """The sharding of batches: split along the first axis over the mesh."""
-  return NamedSharding(mesh, P('data'))
-
-
-def create_model(config: ml_collections.ConfigDict) -> nn.Module:
-  """The model of ``config.model`` (crackjax.models)."""
-  return model_from_config(config.model)
-
-
-def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  return optax.adam(config.learning_rate)
-
-
-def create_train_state(
-  config: ml_collections.ConfigDict,
-  rng: jax.Array,
-  image_shape: tuple[int, int, int],
-  model: nn.Module | None = None,
-) -> TrainState:
-  """Initialises parameters and Adam state for images of shape (H, W, C).
-
-  Args:
-    config: reads model, learning_rate.
-    rng: PRNG key for the parameters.
-    image_shape: (H, W, C) of one training image.
-    model: the config's model if already built (`validate.Parts`), else built here.
-
-  Returns:
-    A TrainState at step 0; a `BatchNormTrainState` for a model with batch statistics.
-  """
-  model = model if model is not None else create_model(config)
-  variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))
-  params, tx = variables['params'], create_optimizer(config)
-  if variables.get('batch_stats'):
-    state = BatchNormTrainState.create(
-      apply_fn=model.apply, params=params, tx=tx, batch_stats=variables['batch_stats']
-    )
-  else:
-    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx)
-  # A strong int32 step, as a restored checkpoint's: TrainState.create's Python 0 is weakly
-  # typed, and a train step compiled for a fresh state would not be reused (or found in the
-  # compilation cache) for a resumed one (6 s per compilation of the smoke U-Net on the CPU).
-  return state.replace(step=jnp.zeros((), jnp.int32))
-
-
-def init_key(seed: int) -> jax.Array:
-  """The PRNG key of the parameters' initialisation."""
-  # The RBG generator compiles the ~20 initialiser calls of a U-Net in a few seconds
-  # where threefry takes half a minute on the CPU; its output is deterministic per seed.
-  return jax.random.key(seed, impl='rbg')
-
-
-def abstract_train_state(
-  config: ml_collections.ConfigDict,
-  image_shape: tuple[int, int, int],
-  mesh: Mesh,
-  model: nn.Module | None = None,
-) -> TrainState:
-  """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
-  abstract = jax.eval_shape(
-    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
-    init_key(config.seed),
-  )
-  sharding = replicated(mesh)
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
-
-
-def init_train_state(
-  config: ml_collections.ConfigDict,
-  image_shape: tuple[int, int, int],
-  mesh: Mesh,
-  model: nn.Module | None = None,
-) -> TrainState:
-  """A freshly initialised TrainState (seed ``config.seed``), replicated over `mesh`."""
-  init = jax.jit(
-    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
-    out_shardings=replicated(mesh),
-  )
-  return init(init_key(config.seed))
+from crackjax.models import input_multiple, pretrained
+from crackjax.training import mesh as mesh_lib
+from crackjax.training import train_state as state_lib
 
 
 def checkpoint_manager(
@@ -242,7 +117,9 @@ def _saved_shapes(mngr: ocp.CheckpointManager, step: int) -> dict[str, tuple[int
   return saved
 
 
-def _config_mismatch(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> str | None:
+def _config_mismatch(
+  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
+) -> str | None:
   """How step `step`'s saved arrays differ from `abstract` (None: they agree).
 
   Raises:
@@ -261,7 +138,9 @@ def _config_mismatch(mngr: ocp.CheckpointManager, step: int, abstract: TrainStat
   return None
 
 
-def _restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> TrainState:
+def _restore_step(
+  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
+) -> state_lib.TrainState:
   """Restores `step` onto `abstract`.
 
   Raises:
@@ -299,8 +178,8 @@ def _discard_failed_reads() -> None:
 
 
 def _try_restore(
-  mngr: ocp.CheckpointManager, step: int, abstract: TrainState
-) -> tuple[TrainState | None, str]:
+  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
+) -> tuple[state_lib.TrainState | None, str]:
   """(restored state, '') or, for a step that cannot be read, (None, the one-line reason).
 
   Raises:
@@ -316,7 +195,9 @@ def _try_restore(
   return None, reason
 
 
-def restore_step(mngr: ocp.CheckpointManager, step: int, abstract: TrainState) -> TrainState:
+def restore_step(
+  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
+) -> state_lib.TrainState:
   """Restores exactly step `step` onto `abstract`, moving nothing.
 
   Raises:
@@ -347,8 +228,8 @@ def _set_aside(directory: Path, step: int) -> Path:
 
 
 def restore_latest_readable(
-  mngr: ocp.CheckpointManager, abstract: TrainState | Callable[[], TrainState]
-) -> TrainState | None:
+  mngr: ocp.CheckpointManager, abstract: state_lib.TrainState | Callable[[], state_lib.TrainState]
+) -> state_lib.TrainState | None:
   """The newest checkpoint of `mngr` that can be read, restored onto `abstract`.
 
   Steps are tried newest first. A step that fails to restore is logged in one line, renamed
@@ -358,7 +239,7 @@ def restore_latest_readable(
   Args:
     mngr: the run's checkpoint manager.
     abstract: the abstract state to restore onto (shapes, dtypes, shardings; see
-      `abstract_train_state`), or a function building it (called only if there is a step).
+      `state_lib.abstract_train_state`), or a function building it (called only if there is a step).
 
   Returns:
     The restored state, or None when the directory holds no checkpoint (and no step set
@@ -425,7 +306,7 @@ def restore_image_shape(
   size = config.get('data', {}).get('input_size')
   if size:
     return (int(size[0]), int(size[1]), 3)
-  multiple = input_multiple(model if model is not None else create_model(config))
+  multiple = input_multiple(model if model is not None else state_lib.create_model(config))
   side = multiple * -(-256 // multiple)
   return (side, side, 3)
 
@@ -438,7 +319,7 @@ def restore(
   mesh: Mesh | None = None,
   mngr: ocp.CheckpointManager | None = None,
   model: nn.Module | None = None,
-) -> TrainState:
+) -> state_lib.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
   runner, prediction and export.
 
@@ -466,9 +347,9 @@ def restore(
         f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
       )
     mngr = checkpoint_manager(workdir, config, create=False)
-  mesh = mesh if mesh is not None else make_mesh()
+  mesh = mesh if mesh is not None else mesh_lib.make_mesh()
   abstract = functools.partial(
-    abstract_train_state, config, restore_image_shape(config, model), mesh, model
+    state_lib.abstract_train_state, config, restore_image_shape(config, model), mesh, model
   )
   if step is None:
     state = restore_latest_readable(mngr, abstract)
@@ -489,7 +370,7 @@ def restore_or_init(
   image_shape: tuple[int, int, int],
   mesh: Mesh,
   model: nn.Module | None = None,
-) -> TrainState:
+) -> state_lib.TrainState:
   """The newest readable checkpoint of `mngr` (`restore`) if there is one, else a freshly
   initialised state on `image_shape` (of `model`, default the config's).
 
@@ -502,29 +383,7 @@ def restore_or_init(
     return restore(workdir, config, mesh=mesh, mngr=mngr, model=model)
   except NoCheckpointError:
     pass
-  state = init_train_state(config, image_shape, mesh, model)
+  state = state_lib.init_train_state(config, image_shape, mesh, model)
   # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
-  # either way logged and written to <workdir>/init.json (crackjax/pretrained.py).
+  # either way logged and written to <workdir>/init.json (crackjax/models/pretrained.py).
   return pretrained.initialise(state, config, workdir=workdir)
-
-
-def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """Assembles the per-process numpy batches into global arrays sharded along 'data'."""
-  sharding = batch_sharded(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
-
-
-def local_params(state: TrainState) -> Any:
-  """The parameters as host numpy arrays, from this process's first device."""
-  # Replicated arrays may span other processes' devices; every process holds a full copy
-  # on each of its devices, so take the first local one.
-  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state.params)
-
-
-def local_batch_stats(state: TrainState) -> Any:
-  """The batch statistics as host numpy arrays (as `local_params`), or None for a model
-  without them."""
-  batch_stats = batch_stats_of(state)
-  if batch_stats is None:
-    return None
-  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), batch_stats)

@@ -2,8 +2,8 @@
 
 `predict_probabilities` edge-pads each image to the model's input multiple, applies the fused
 map of the model's outputs (`predict_step`, jitted once per model) and crops back. Evaluation
-(`crackjax.evaluate`) uses it; the user-facing `crackjax.deploy.predictor.Predictor` builds
-tiles, reflection padding and shape buckets on `predict_step`.
+(`crackjax.evaluation.scoring`) uses it; the user-facing `crackjax.deploy.predictor.Predictor`
+builds tiles, reflection padding and shape buckets on `predict_step`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""The model and optimizer state: `TrainState`, its initialisation and its abstract shape.
+
+Parameters and Adam state are created once per run from the model the experiment built
+(`create_train_state(config, rng, image_shape, model)`), jitted with replicated out-shardings
+(`init_train_state`) or traced without values for a restore (`abstract_train_state`).
+
+Models with BatchNorm (a 'batch_stats' collection: SegNet, DeepCrack, DeepLab v3+, CrackSeg,
+U-CliqueNet) train with a `BatchNormTrainState`, a TrainState with one more field,
+``batch_stats`` (the running averages, replicated like the parameters and checkpointed with
+them). Every other model keeps the plain flax `TrainState`, so its checkpoints have exactly the
+layout they always had and those written before BatchNorm models existed restore unchanged
+(orbax refuses to restore a checkpoint onto a state with a field the checkpoint lacks, even an
+empty one).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import struct
+from flax.training import train_state as flax_train_state
+from jax.sharding import Mesh
+
+from crackjax.models import model_from_config
+from crackjax.training import mesh as mesh_lib
+
+TrainState = flax_train_state.TrainState
+
+
+class BatchNormTrainState(TrainState):
+  """The TrainState of a model with BatchNorm: also its running averages.
+
+  Attributes:
+    batch_stats: the model's 'batch_stats' collection, updated by every train step (outside
+      the optimiser) and used by evaluation and prediction.
+  """
+
+  batch_stats: Any = struct.field(default_factory=dict)
+
+
+def batch_stats_of(state: TrainState) -> Any:
+  """The state's batch statistics: its ``batch_stats``, or None for a model without them."""
+  return getattr(state, 'batch_stats', None) or None
+
+
+def create_model(config: ml_collections.ConfigDict) -> nn.Module:
+  """The model of ``config.model`` (crackjax.models)."""
+  return model_from_config(config.model)
+
+
+def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  return optax.adam(config.learning_rate)
+
+
+def create_train_state(
+  config: ml_collections.ConfigDict,
+  rng: jax.Array,
+  image_shape: tuple[int, int, int],
+  model: nn.Module | None = None,
+) -> TrainState:
+  """Initialises parameters and Adam state for images of shape (H, W, C).
+
+  Args:
+    config: reads model, learning_rate.
+    rng: PRNG key for the parameters.
+    image_shape: (H, W, C) of one training image.
+    model: the config's model if already built (`validate.Parts`), else built here.
+
+  Returns:
+    A TrainState at step 0; a `BatchNormTrainState` for a model with batch statistics.
+  """
+  model = model if model is not None else create_model(config)
+  variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))
+  params, tx = variables['params'], create_optimizer(config)
+  if variables.get('batch_stats'):
+    state = BatchNormTrainState.create(
+      apply_fn=model.apply, params=params, tx=tx, batch_stats=variables['batch_stats']
+    )
+  else:
+    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+  # A strong int32 step, as a restored checkpoint's: TrainState.create's Python 0 is weakly
+  # typed, and a train step compiled for a fresh state would not be reused (or found in the
+  # compilation cache) for a resumed one (6 s per compilation of the smoke U-Net on the CPU).
+  return state.replace(step=jnp.zeros((), jnp.int32))
+
+
+def init_key(seed: int) -> jax.Array:
+  """The PRNG key of the parameters' initialisation."""
+  # The RBG generator compiles the ~20 initialiser calls of a U-Net in a few seconds
+  # where threefry takes half a minute on the CPU; its output is deterministic per seed.
+  return jax.random.key(seed, impl='rbg')
+
+
+def abstract_train_state(
+  config: ml_collections.ConfigDict,
+  image_shape: tuple[int, int, int],
+  mesh: Mesh,
+  model: nn.Module | None = None,
+) -> TrainState:
+  """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
+  abstract = jax.eval_shape(
+    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
+    init_key(config.seed),
+  )
+  sharding = mesh_lib.replicated(mesh)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
+
+
+def init_train_state(
+  config: ml_collections.ConfigDict,
+  image_shape: tuple[int, int, int],
+  mesh: Mesh,
+  model: nn.Module | None = None,
+) -> TrainState:
+  """A freshly initialised TrainState (seed ``config.seed``), replicated over `mesh`."""
+  init = jax.jit(
+    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
+    out_shardings=mesh_lib.replicated(mesh),
+  )
+  return init(init_key(config.seed))
+
+
+def local_params(state: TrainState) -> Any:
+  """The parameters as host numpy arrays, from this process's first device."""
+  # Replicated arrays may span other processes' devices; every process holds a full copy
+  # on each of its devices, so take the first local one.
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state.params)
+
+
+def local_batch_stats(state: TrainState) -> Any:
+  """The batch statistics as host numpy arrays (as `local_params`), or None for a model
+  without them."""
+  batch_stats = batch_stats_of(state)
+  if batch_stats is None:
+    return None
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), batch_stats)
