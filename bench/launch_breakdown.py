@@ -68,11 +68,12 @@ import sys
 from crackjax.config import flags as config_flags
 from crackjax.runs import logs
 from crackjax.data import registry as data_registry
+from crackjax.experiment import build
 logs.quiet_third_party_logs()
 fv, _ = config_flags.parse_command('prepare', sys.argv[1:])
 try:
-  data_registry.prepare_dataset(fv.config.data)
-except (data_registry.DatasetError, OSError) as e:
+  build(fv.config).prepare_data()
+except (data_registry.DatasetError, OSError, ValueError) as e:
   sys.exit(str(e).splitlines()[0])
 """
 

@@ -33,7 +33,6 @@ Usage (config and overrides as for launch.py; the workdir must be new or empty):
 
 from __future__ import annotations
 
-import copy
 import gzip
 import importlib.util
 import itertools
@@ -65,12 +64,10 @@ def load_train_step_bench():
 # ----------------------------------------------------------------------------- host pipeline
 
 
-def host_pipeline(config, batches: int) -> dict:
+def host_pipeline(experiment, batches: int) -> dict:
   """Host seconds per batch of the training input pipeline alone (no device work)."""
-  from crackjax.data import loader
-
   t0 = time.perf_counter()
-  it = loader.create_train_iterator(config)
+  it = experiment.train_iterator()
   next(it)
   first_s = time.perf_counter() - t0
   t0 = time.perf_counter()
@@ -164,7 +161,7 @@ def steady_rate(rows: list[dict], exclude: list[tuple[float, float]] = ()) -> di
 
 
 def run_loop(
-  config, workdir: Path, profile: tuple[int, int] | None = None, profile_dir: str | None = None
+  experiment, workdir: Path, profile: tuple[int, int] | None = None, profile_dir: str | None = None
 ) -> dict:
   """Runs train_and_evaluate (no evaluation) in `workdir`; returns its throughput figures."""
   from crackjax.training import loop
@@ -179,7 +176,7 @@ def run_loop(
   loop.prefetch_to_device = timed_prefetch
   try:
     t0 = time.time()
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+    loop.train_and_evaluate(experiment, workdir, evaluate_after=False)
     wall = time.time() - t0
   finally:
     loop.prefetch_to_device = original
@@ -190,7 +187,7 @@ def run_loop(
   steady_waits = waits[rate['first_record_step'] :] or waits
   return {
     **rate,
-    'images_per_s': rate['steps_per_s'] * config.batch_size,
+    'images_per_s': rate['steps_per_s'] * experiment.config.batch_size,
     'steps': len(waits),
     'wall_s': wall,
     'start_to_first_record_s': rate['first_record_time'] - t0,
@@ -340,33 +337,32 @@ def main(argv=None) -> dict:
   if profile is not None and (len(profile) != 2 or not 0 <= profile[0] < profile[1]):
     sys.exit(f'{prog}: --profile_steps takes A,B with 0 <= A < B, got {fv.profile_steps}')
 
-  from crackjax.config import validation
-  from crackjax.data import loader
   from crackjax.data import registry as data_registry
+  from crackjax.experiment import build
 
   try:
-    validation.check_config(config)
+    experiment = build(config)
     t0 = time.perf_counter()
-    data_registry.prepare_dataset(config.data)
+    experiment.prepare_data()
     dataset_s = time.perf_counter() - t0
-    validation.check_data(config)
+    experiment.check_data()
   except (data_registry.DatasetError, ValueError) as e:
     sys.exit(f'{prog}: {" / ".join(str(e).splitlines())}')
   workdir = Path(fv.workdir or tempfile.mkdtemp(prefix='loop_vs_step_'))
   if workdir.exists() and any(workdir.iterdir()):
     sys.exit(f'{prog}: --workdir {workdir} is not empty (the loop would resume from it)')
   profile_dir = fv.profile_dir or str(workdir / 'profile')
-  hw = loader.train_image_shape(config)[:2]
+  hw = experiment.train_image_shape[:2]
 
-  host = host_pipeline(config, fv.host_batches)
+  host = host_pipeline(experiment, fv.host_batches)
   bench = load_train_step_bench().bench_jax(
-    copy.deepcopy(config), hw, config.batch_size, fv.bench_steps, warmup=1
+    experiment, hw, config.batch_size, fv.bench_steps, warmup=1
   )
-  loop = run_loop(config, workdir, profile, profile_dir)
+  loop = run_loop(experiment, workdir, profile, profile_dir)
   bench_after = None
   if fv.bench_after:  # bench, loop, bench: drift of a shared machine shows as a difference
     bench_after = load_train_step_bench().bench_jax(
-      copy.deepcopy(config), hw, config.batch_size, fv.bench_steps, warmup=1
+      experiment, hw, config.batch_size, fv.bench_steps, warmup=1
     )
   runs = [b for b in (bench, bench_after) if b is not None]
   bench_ips = statistics.fmean(b['images_per_s'] for b in runs)

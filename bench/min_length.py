@@ -81,19 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not fv.workdir:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
   lengths = [float(x) for x in fv.lengths]
-  from crackjax.data import loader
-  from crackjax.data import registry as data_registry
   from crackjax.deploy import predictor
   from crackjax.evaluation import scoring
-  from crackjax.training import checkpoints
+  from crackjax.experiment import build
 
   workdir = Path(fv.workdir)
-  config = predictor.read_config(workdir)
-  data_registry.prepare_dataset(config.data)
-  examples = list(loader.eval_examples(config, fv.split))
-  state = checkpoints.restore(workdir, config)
+  experiment = build(predictor.read_config(workdir), training=False)
+  config = experiment.config
+  examples = list(experiment.eval_examples(fv.split))
+  state = experiment.restore(workdir)
   threshold, source = predictor.run_threshold(workdir, int(state.step))
-  probs = scoring.predict_examples(config, state, examples)
+  probs = scoring.predict_examples(experiment.model, state, examples)
   gt = [component_lengths(ex['mask'][..., 0] > 0.5) for ex in examples]
   pred = [component_lengths(p > threshold) for p in probs]
   split = fv.split or config.data.test_split

@@ -33,7 +33,6 @@ import numpy as np
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.config import validation
 from crackjax.deploy import hostmem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,18 +129,18 @@ def main(argv=None) -> dict:
   import jax
 
   from crackjax.deploy import predictor as predict
-  from crackjax.training import train_state as state_lib
+  from crackjax.experiment import build
 
   try:
-    validation.check_config(fv.config)
-  except validation.ConfigError as e:
+    experiment = build(fv.config)
+  except ValueError as e:
     sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
   if fv.workdir:
     run = predict.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
     batch_stats = run.batch_stats
   else:
-    model = state_lib.create_model(fv.config)
+    model = experiment.model
     variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
     params, source = variables['params'], 'random parameters'
     batch_stats = variables.get('batch_stats')  # BatchNorm's running averages, if any

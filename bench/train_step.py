@@ -109,8 +109,9 @@ def random_batch(batch: int, h: int, w: int, seed: int = 0):
   return {'image': image, 'mask': mask}
 
 
-def bench_jax(config, hw, batch, steps, warmup) -> dict:
-  """Compiles and times crackjax's train step; returns the figures (see the module doc)."""
+def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
+  """Compiles and times the train step of `experiment` (`crackjax.experiment.build`) on
+  batches of `batch` images of `hw`; returns the figures (see the module doc)."""
   import flax
   import jax
 
@@ -118,15 +119,12 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
   from crackjax.paper import complexity
   from crackjax.training import mesh as mesh_lib
   from crackjax.training import prefetch
-  from crackjax.training import step as step_lib
-  from crackjax.training import train_state as state_lib
 
-  config.data.input_size = tuple(hw)
-  config.batch_size = batch
-  mesh = mesh_lib.make_mesh()
-  state = state_lib.init_train_state(config, (*hw, 3), mesh)
+  config = experiment.config
+  mesh = experiment.mesh
+  state = experiment.init_state((*hw, 3))
   n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
-  step = step_lib.make_train_step(config, mesh, state)
+  step = experiment.train_step(state)
   data = mesh_lib.global_batch(random_batch(batch, *hw), mesh)
 
   t0 = time.perf_counter()
@@ -136,7 +134,7 @@ def bench_jax(config, hw, batch, steps, warmup) -> dict:
   compile_s = time.perf_counter() - t0
   prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
 
-  forward = complexity.forward_macs(config, *hw)  # per image
+  forward = complexity.forward_macs(experiment.model, *hw)  # per image
   flops = complexity.train_step_flops(forward['total'], batch)
   jaxpr_flops = 2.0 * complexity.jaxpr_macs(traced.jaxpr)['total']
   xla = complexity.hlo_flops(lowered)  # before XLA swaps convolutions for cuDNN calls
@@ -587,13 +585,13 @@ def main(argv=None) -> dict:
     print(json.dumps(r))
     return {'jax': None, 'torch': r, 'torch_compile': None}
 
-  from crackjax.config import validation
+  from crackjax.experiment import build
 
   try:
-    validation.check_config(config)
-  except validation.ConfigError as e:
+    experiment = build(config)
+  except ValueError as e:
     sys.exit(f'{prog}: bad config: {" / ".join(str(e).splitlines())}')
-  jr = bench_jax(config, hw, fv.batch, fv.steps, fv.warmup)
+  jr = bench_jax(experiment, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
   result = {'jax': jr, 'torch': None, 'torch_compile': None}

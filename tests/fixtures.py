@@ -154,6 +154,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
   Read it; never write it (copy it first: shutil.copytree), since other tests read it at
   the same time.
   """
+  from crackjax.experiment import build
   from crackjax.training import loop
 
   base_temp = Path(base_temp)
@@ -165,7 +166,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
       shutil.rmtree(root, ignore_errors=True)
       config = smoke_config(smoke_data_dirs(root / 'data'))
       config.eval.protocols = ('strict',)
-      loop.train_and_evaluate(config, root / 'run')
+      loop.train_and_evaluate(build(config), root / 'run')
       (root / 'complete').touch()
   return root / 'run'
 

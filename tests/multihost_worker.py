@@ -10,7 +10,7 @@ archive under ``<data_root>/raw`` first; this script prepares/reads it from ther
 
   python tests/multihost_worker.py train --data_root=D --workdir=W --out=O --devices=N
       [--coordinator=127.0.0.1:PORT --num_processes=P --process_id=I]
-      N CPU devices (per process). Runs `loop.train_and_evaluate(config, W,
+      N CPU devices (per process). Runs `loop.train_and_evaluate(build(config), W,
       evaluate_after=False)`, restores W's latest checkpoint, and writes
       O/params_<process_id>.npz (final and restored parameters) and O/info_<process_id>.json.
 """
@@ -62,9 +62,9 @@ import numpy as np  # noqa: E402
 
 from configs import smoke  # noqa: E402
 from crackjax.data import loader  # noqa: E402
+from crackjax.experiment import build  # noqa: E402
 from crackjax.training import checkpoints, loop  # noqa: E402
 from crackjax.training import mesh as mesh_lib  # noqa: E402
-from crackjax.training import step as step_lib  # noqa: E402
 from crackjax.training import train_state as state_lib  # noqa: E402
 from tests import fixtures  # noqa: E402
 
@@ -98,17 +98,17 @@ def _sharding_info(x: jax.Array) -> dict:
 
 def run_sharding() -> None:
   """`--steps` steps on a 1-device and a 4-device mesh through the code of loop.py."""
-  cfg = config()
-  input_shape = loader.train_image_shape(cfg)
+  experiment = build(config())
+  input_shape = experiment.train_image_shape
   devices = jax.devices()
   assert len(devices) == ARGS.devices, devices
   arrays, info = {}, {}
   for n in (1, len(devices)):
     # The mesh of mesh_lib.make_mesh() restricted to the first n devices.
     mesh = jax.sharding.Mesh(np.asarray(devices[:n]), ('data',))
-    state = state_lib.init_train_state(cfg, input_shape, mesh)
-    step_fn = step_lib.make_train_step(cfg, mesh, state)
-    batches = loader.create_train_iterator(cfg)
+    state = experiment.init_state(input_shape, mesh=mesh)
+    step_fn = experiment.train_step(state, mesh=mesh)
+    batches = experiment.train_iterator()
     losses, grad_norms, batch_info = [], [], []
     for _ in range(ARGS.steps):
       batch = mesh_lib.global_batch(next(batches), mesh)
@@ -158,15 +158,13 @@ def run_train() -> None:
 
   loader.create_train_iterator = checked_iterator
   try:
-    state = loop.train_and_evaluate(cfg, ARGS.workdir, evaluate_after=False)
+    state = loop.train_and_evaluate(build(cfg), ARGS.workdir, evaluate_after=False)
   finally:
     loader.create_train_iterator = create
 
   # The checkpoint every process wrote its part of, restored by every process.
-  mngr = checkpoints.checkpoint_manager(ARGS.workdir, cfg)
-  restored = checkpoints.restore_or_init(
-    cfg, mngr, loader.train_image_shape(cfg), mesh_lib.make_mesh()
-  )
+  restored = build(cfg).restore(ARGS.workdir)
+  mngr = checkpoints.checkpoint_manager(ARGS.workdir, cfg.max_checkpoints_to_keep)
   arrays = _flat(state_lib.local_params(state), 'final')
   arrays.update(_flat(state_lib.local_params(restored), 'restored'))
   info = {

@@ -64,9 +64,9 @@ def test_no_import_cycle_in_crackjax():
     if m not in state:
       visit(m)
   assert not cycles, cycles
-  # The check sees real edges: the loop imports checkpoints, scoring and the step.
+  # The check sees real edges: the loop imports the experiment, scoring and the step.
   assert {
-    'crackjax.training.checkpoints',
+    'crackjax.experiment',
     'crackjax.evaluation.scoring',
     'crackjax.training.step',
   } <= graph['crackjax.training.loop']
@@ -131,7 +131,7 @@ def test_one_restore_path():
 # its longest member, so a package may keep a lower part (evaluation's protocols and metrics)
 # and a higher one (its scoring and command).
 LAYERS = (
-  ('foundation', ('crackjax.config.flags', 'crackjax.runs')),
+  ('foundation', ('crackjax.config.flags', 'crackjax.config.plugins', 'crackjax.runs')),
   (
     'evaluation protocols',
     (
@@ -151,7 +151,15 @@ LAYERS = (
   ('experiment', ('crackjax.config.validation', 'crackjax.experiment')),
   ('scoring', ('crackjax.evaluation.scoring',)),
   ('training loop', ('crackjax.training.loop',)),
-  ('applications', ('crackjax.deploy', 'crackjax.paper', 'crackjax.evaluation.evaluate_command')),
+  (
+    'applications',
+    (
+      'crackjax.deploy',
+      'crackjax.paper',
+      'crackjax.evaluation.evaluate_command',
+      'crackjax.training.train_command',
+    ),
+  ),
 )
 INDEPENDENT = (('crackjax.deploy', 'crackjax.paper'),)
 

@@ -28,6 +28,7 @@ from crackjax import losses
 from crackjax.deploy import export
 from crackjax.deploy import predictor as predict
 from crackjax.evaluation import scoring
+from crackjax.experiment import build
 from crackjax.models import model_variables
 from crackjax.training import checkpoints
 from crackjax.training import mesh as mesh_lib
@@ -120,8 +121,8 @@ _DEVICES_SCRIPT = textwrap.dedent("""
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:n]), ('data',))
     state = jax.device_put(tiny_state(), mesh_lib.replicated(mesh))
     step = step_lib.make_train_step(
-      config, mesh, state, loss_fn=losses.holistic(weighting='ce'),
-      augment_fn=lambda rng, image, mask: (image, mask))
+      mesh, state, loss_fn=losses.holistic(weighting='ce'),
+      augment_fn=lambda rng, image, mask: (image, mask), seed=0)
     new, _ = step(state, mesh_lib.global_batch(batch, mesh))
     out[n] = {
       'mean': np.asarray(new.batch_stats['bn']['mean']).tolist(),
@@ -158,7 +159,7 @@ def test_batch_statistics_are_over_the_global_batch_on_any_number_of_devices():
 def _save(workdir: Path, config, state, step: int) -> None:
   (workdir / 'config.json').parent.mkdir(parents=True, exist_ok=True)
   (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
-  with checkpoints.checkpoint_manager(workdir, config) as mngr:
+  with checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep) as mngr:
     mngr.save(step, args=ocp.args.StandardSave(state))
     mngr.wait_until_finished()
 
@@ -169,7 +170,7 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   config = smoke.get_config()
   shape = (32, 48, 3)
   mesh = mesh_lib.make_mesh()
-  model = state_lib.create_model(config)
+  model = build(config).model
   rng = np.random.default_rng(0)
   abstract_params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, *shape)))
   params = jax.tree.map(
@@ -180,9 +181,9 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   ).replace(step=7)
   _save(tmp_path, config, old, 7)
 
-  abstract = state_lib.abstract_train_state(config, shape, mesh)
+  abstract = build(config).abstract_state(mesh, shape)
   assert type(abstract) is flax_train_state.TrainState  # no batch_stats field for the U-Net
-  mngr = checkpoints.checkpoint_manager(tmp_path, config)
+  mngr = checkpoints.checkpoint_manager(tmp_path, config.max_checkpoints_to_keep)
   restored = checkpoints.restore_latest_readable(mngr, abstract)
   assert type(restored) is flax_train_state.TrainState and int(restored.step) == 7
   jax.tree.map(np.testing.assert_array_equal, restored.params, params)
@@ -200,7 +201,7 @@ def segnet_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('segnet') / 'run'
   config = compare.get_config('segnet,smoke')
   config.data.input_size = (32, 32)
-  state = state_lib.init_train_state(config, (32, 32, 3), mesh_lib.make_mesh())
+  state = build(config).init_state((32, 32, 3), mesh=mesh_lib.make_mesh())
   assert isinstance(state, state_lib.BatchNormTrainState)
   rng = np.random.default_rng(0)
   batch_stats = jax.tree.map(
@@ -213,7 +214,7 @@ def segnet_run(tmp_path_factory):
 
 def _probs_fn(config):
   """Jitted (params, batch_stats, images) -> probabilities, in evaluation mode."""
-  model = state_lib.create_model(config)
+  model = build(config).model
 
   @jax.jit
   def probs(params, batch_stats, x):
@@ -226,9 +227,9 @@ def _probs_fn(config):
 def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   workdir, config, state = segnet_run
   mesh = mesh_lib.make_mesh()
-  mngr = checkpoints.checkpoint_manager(workdir, config)
+  mngr = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
   restored = checkpoints.restore_latest_readable(
-    mngr, state_lib.abstract_train_state(config, (32, 32, 3), mesh)
+    mngr, build(config).abstract_state(mesh, (32, 32, 3))
   )
   assert isinstance(restored, state_lib.BatchNormTrainState) and int(restored.step) == 5
   jax.tree.map(np.testing.assert_array_equal, restored.batch_stats, state.batch_stats)
@@ -237,9 +238,7 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   other = compare.get_config('segnet,smoke')
   other.model.width_scale = 1 / 8
   with pytest.raises(checkpoints.CheckpointError, match='different model configuration'):
-    checkpoints.restore_latest_readable(
-      mngr, state_lib.abstract_train_state(other, (32, 32, 3), mesh)
-    )
+    checkpoints.restore_latest_readable(mngr, build(other).abstract_state(mesh, (32, 32, 3)))
 
 
 def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, tmp_path):
@@ -255,7 +254,7 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   with_initial = np.asarray(probs(state.params, initial, image[None]))[0]
   assert not np.allclose(with_initial, expected, atol=1e-3)
 
-  [probs] = scoring.predict_examples(config, state, [{'image': image}])
+  [probs] = scoring.predict_examples(build(config).model, state, [{'image': image}])
   np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
 
   run = predict.load_run(workdir)

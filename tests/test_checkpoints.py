@@ -9,7 +9,7 @@ import pytest
 
 from crackjax.data import loader
 from crackjax.deploy import predictor as predict
-from crackjax.evaluation import scoring
+from crackjax.experiment import Experiment, build
 from crackjax.runs import identity
 from crackjax.training import checkpoints, loop
 from tests import fixtures
@@ -68,7 +68,7 @@ def test_truncated_latest_step_resume_falls_back_and_trains_on(data_dirs, run_co
   config = smoke_config(data_dirs)
   truncate(largest_file(run_copy / 'checkpoints' / '6'))
   with caplog.at_level(logging.WARNING):
-    state = loop.train_and_evaluate(config, run_copy, evaluate_after=False)
+    state = loop.train_and_evaluate(build(config), run_copy, evaluate_after=False)
   assert int(state.step) == 6
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -78,7 +78,11 @@ def test_truncated_latest_step_resume_falls_back_and_trains_on(data_dirs, run_co
   [aside] = set_aside(run_copy, 6)
   assert str(aside) in message
   assert (aside / 'default').is_dir()  # kept whole, not deleted
-  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
+  steps = checkpoints.checkpoint_manager(run_copy, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [
+    3,
+    6,
+  ]
 
 
 @pytest.mark.parametrize('name', ['largest', 'default/_METADATA', 'default/manifest.ocdbt'])
@@ -87,13 +91,14 @@ def test_deleted_file_eval_falls_back(data_dirs, run_copy, caplog, name):
   step_dir = run_copy / 'checkpoints' / '6'
   (largest_file(step_dir) if name == 'largest' else step_dir / name).unlink()
   with caplog.at_level(logging.WARNING):
-    state = scoring.restore_latest(config, run_copy)
+    state = build(config).restore(run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
   assert 'step 6' in message and 'falling back to step 3' in message
   assert len(set_aside(run_copy, 6)) == 1
-  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3]
+  steps = checkpoints.checkpoint_manager(run_copy, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [3]
 
 
 def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy, caplog):
@@ -110,7 +115,7 @@ def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy,
 
   with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as m:
     m.setattr(Path, 'rename', read_only)
-    state = scoring.restore_latest(config, run_copy)
+    state = build(config).restore(run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -123,7 +128,7 @@ def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   for step in (3, 6):
     truncate(largest_file(run_copy / 'checkpoints' / str(step)))
   with caplog.at_level(logging.WARNING), pytest.raises(checkpoints.CheckpointError) as e:
-    scoring.restore_latest(config, run_copy)
+    build(config).restore(run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
@@ -133,7 +138,7 @@ def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   assert len(warnings_about_damage(caplog)) == 2
   # A relaunch does not silently start afresh next to the steps set aside.
   with pytest.raises(checkpoints.CheckpointError) as e:
-    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
+    loop.train_and_evaluate(build(config), run_copy, evaluate_after=False)
   assert_one_line(str(e.value))
   assert str(e.value).startswith(f'No readable checkpoint in {directory}: only damaged steps')
   assert '6.damaged-' in str(e.value) and 'delete or move' in str(e.value)
@@ -144,7 +149,7 @@ def test_training_on_an_all_damaged_run_is_one_clear_error(data_dirs, run_copy):
   for step in (3, 6):
     truncate(largest_file(run_copy / 'checkpoints' / str(step)))
   with pytest.raises(checkpoints.CheckpointError) as e:
-    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
+    loop.train_and_evaluate(build(config), run_copy, evaluate_after=False)
   assert_one_line(str(e.value))
   assert str(e.value).startswith(f'No readable checkpoint in {run_copy.absolute()}/checkpoints:')
 
@@ -153,32 +158,37 @@ def test_different_model_configuration_is_not_damage(data_dirs, run_copy):
   config = smoke_config(data_dirs)
   config.model.widths = tuple(2 * w for w in config.model.widths)
   with pytest.raises(checkpoints.CheckpointError) as e:
-    scoring.restore_latest(config, run_copy)
+    build(config).restore(run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
   assert f'The checkpoint in {directory} (step 6) was written by a different model' in message
   assert 'configuration: params/' in message and 'in the checkpoint but' in message
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))  # nothing moved
-  assert checkpoints.checkpoint_manager(run_copy, config).all_steps() == [3, 6]
+  steps = checkpoints.checkpoint_manager(run_copy, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [
+    3,
+    6,
+  ]
   # Training stops earlier, at the run's config fingerprint, naming the fields.
   with pytest.raises(identity.RunMismatchError, match=r'model.widths: \[4, 8'):
-    loop.train_and_evaluate(config, run_copy, evaluate_after=False)
+    loop.train_and_evaluate(build(config), run_copy, evaluate_after=False)
   assert not list((run_copy / 'checkpoints').glob('*.damaged-*'))
 
 
 def test_failure_at_the_first_batch_leaves_no_checkpoint(data_dirs, tmp_path, monkeypatch):
   config = smoke_config(data_dirs)
 
-  def broken(config, *, start_step=0, **kwargs):
+  def broken(config, source, *, start_step=0, **kwargs):
     raise ValueError('bad batch')
     yield  # a generator, like the real iterator
 
   monkeypatch.setattr(loader, 'create_train_iterator', broken)
   workdir = tmp_path / 'fresh'
   with pytest.raises(ValueError, match='bad batch'):
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == []
+    loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == []
 
 
 def test_predict_load_run_falls_back(run_copy, caplog):
@@ -205,15 +215,15 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   def no_data(*args, **kwargs):
     raise AssertionError('the restore read the dataset')
 
-  monkeypatch.setattr(loader, 'train_image_shape', no_data)
+  monkeypatch.setattr(Experiment, 'source', no_data)  # no split is opened
   monkeypatch.setattr(loader, 'eval_examples', no_data)
   config = smoke_config(data_dirs)
   config.data.input_size = None
-  assert int(scoring.restore_latest(config, trained).step) == 6
-  assert int(checkpoints.restore(trained, config, step=3).step) == 3
+  assert int(build(config).restore(trained).step) == 6
+  assert int(build(config).restore(trained, step=3).step) == 3
   assert predict.load_run(trained, step=3).step == 3
   with pytest.raises(checkpoints.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
-    checkpoints.restore(trained, config, step=4)
+    build(config).restore(trained, step=4)
 
 
 # A command in a subprocess (the slow tier): TensorStore's abandoned reads printed their

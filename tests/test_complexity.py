@@ -8,6 +8,7 @@ import pytest
 from jax import lax
 
 from configs import compare, smoke
+from crackjax.experiment import build
 from crackjax.models import MODELS, input_multiple, model_from_config
 from crackjax.paper import complexity
 
@@ -33,7 +34,7 @@ def test_layer_count_agrees_with_xla_cost_analysis():
   config = smoke.get_config()
   config.model.widths = (8, 16, 32, 64, 128)
   macs = complexity.unet_macs(config.model.widths, 128, 160)
-  flops = complexity.xla_flops(config, 128, 160)
+  flops = complexity.xla_flops(model_from_config(config.model), 128, 160)
   # XLA counts 2 FLOPs per MAC but skips the taps that fall on 'same' padding, so it
   # sits slightly below 2 x our count; element-wise work is comparatively tiny.
   assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
@@ -44,7 +45,7 @@ def test_report_fps_and_memory():
   """FLOP/s from the analytic count; the device's peak memory where the backend reports one,
   else XLA's compiled analysis, labelled so, positive and growing with the batch."""
   config = smoke.get_config()
-  r = complexity.report(config, (32, 48), fps_batch=8, repeats=2)
+  r = complexity.report(build(config), (32, 48), fps_batch=8, repeats=2)
   assert r['params'] == 121_725 and r['input_hw'] == [32, 48]
   assert r['unet_macs'] == complexity.unet_macs(config.model.widths, 32, 48)
   assert r['macs']['total'] == r['unet_macs']['true'] and r['flops'] == 2 * r['macs']['total']
@@ -119,7 +120,7 @@ def test_analytic_count_equals_the_layer_count(impl):
   config = smoke.get_config()
   config.model.widths = (64, 128, 256, 512, 1024)
   config.model.conv_impl = impl
-  macs = complexity.forward_macs(config, 320, 480)
+  macs = complexity.forward_macs(model_from_config(config.model), 320, 480)
   layer = complexity.unet_macs(config.model.widths, 320, 480)
   assert macs['total'] == layer['true'] == 112_892_313_600
   assert macs['conv'] == layer['conv'] and macs['dot'] == layer['up']
@@ -141,12 +142,13 @@ def test_analytic_count_for_every_model(name):
   """Every registered model gets a positive count, linear in the batch, that XLA's own cost
   analysis of the lowered forward pass agrees with (within 2x)."""
   config = _config_of(name)
-  multiple = input_multiple(model_from_config(config.model))
+  model = model_from_config(config.model)
+  multiple = input_multiple(model)
   h, w = 2 * max(16, multiple), 3 * max(16, multiple)
-  one = complexity.forward_macs(config, h, w)
+  one = complexity.forward_macs(model, h, w)
   assert one['total'] > 0 and one['total'] == one['conv'] + one['dot']
-  assert complexity.forward_macs(config, h, w, batch=2)['total'] == 2 * one['total']
-  xla = complexity.xla_flops(config, h, w)
+  assert complexity.forward_macs(model, h, w, batch=2)['total'] == 2 * one['total']
+  xla = complexity.xla_flops(model, h, w)
   assert 'agrees' in complexity.cross_check(2 * one['total'], xla), (2 * one['total'], xla)
 
 
@@ -185,7 +187,7 @@ def test_train_step_flops_and_peak_fractions():
 
 def test_paper_rows_beside_tables_v_to_viii():
   config = compare.get_config('hed')
-  rows = {q['table']: q for q in complexity.paper_rows(config)}
+  rows = {q['table']: q for q in complexity.paper_rows(config, model_from_config(config.model))}
   assert set(rows) == {7, 8}  # HED is compared on Crack360 and BJN260 only
   assert rows[7]['input_hw'] == [512, 512] and rows[8]['input_hw'] == [320, 480]
   # The paper's GFLOPS are MACs: HED's analytic count is within 0.6 % of both printed figures.

@@ -13,8 +13,8 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.data import loader
 from crackjax.data import registry as data_registry
+from crackjax.experiment import build as build_experiment
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
@@ -254,9 +254,9 @@ def test_needs_both_dirs(tmp_path):
 
 def test_loader_reads_config_folder(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=5)
-  examples = list(loader.eval_examples(config))
+  examples = list(build_experiment(config).eval_examples())
   assert len(examples) == 1  # 5 images: 4 train / 1 test.
-  batch = next(loader.create_train_iterator(config))
+  batch = next(build_experiment(config).train_iterator())
   assert batch['image'].shape == (2, *SIZE, 3)
   np.testing.assert_array_equal(examples[0]['mask'][..., 0], fixtures.folder_crack_mask(SIZE))
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from configs import smoke
+from crackjax.experiment import build
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import prefetch
-from crackjax.training import step as step_lib
 from crackjax.training import train_state as state_lib
 
 
@@ -137,7 +137,7 @@ def _train(config, steps):
   mesh = mesh_lib.make_mesh()
   state = state_lib.init_train_state(config, (32, 48, 3), mesh)
   initial = jax.device_get(state.params)
-  step_fn = step_lib.make_train_step(config, mesh, state)
+  step_fn = build(config).train_step(state)
   losses = []
   for i in range(steps):
     state, metrics = step_fn(state, mesh_lib.global_batch(_batch(i % 2), mesh))

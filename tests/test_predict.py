@@ -20,6 +20,7 @@ from crackjax.config import flags as config_flags
 from crackjax.deploy import measure, predict_command
 from crackjax.deploy import predictor as predict
 from crackjax.evaluation import inference, scoring
+from crackjax.experiment import build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,7 +80,7 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   before = {f: (run_dir / f).read_bytes() for f in own}
   config = predict.read_config(run_dir)
   config.data.test_split = 'train'  # other images than the run's own test split
-  scoring.evaluate_checkpoint(config, run_dir)
+  scoring.evaluate_checkpoint(build(config), run_dir)
   out = run_dir / 'eval' / 'crackforest_train'
   assert json.loads((out / 'eval.json').read_text())['split'] == 'train'
   assert json.loads((out / 'threshold.json').read_text())['split'] == 'train'

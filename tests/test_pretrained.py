@@ -15,9 +15,9 @@ import pytest
 from jax import lax
 
 from configs import compare
+from crackjax.experiment import build
 from crackjax.models import MODELS, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
-from crackjax.training import checkpoints
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import train_state as state_lib
 
@@ -137,7 +137,12 @@ def test_torchvision_resnet50_fits_the_full_width_models(model):
 
 def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
   config = compare.get_config('hed,smoke')  # width_scale 1/16
-  create = jax.jit(lambda key: state_lib.create_train_state(config, key, (32, 32, 3)))
+  experiment = build(config)
+  create = jax.jit(
+    lambda key: state_lib.create_train_state(
+      key, (32, 32, 3), experiment.model, experiment.optimizer
+    )
+  )
   state = create(state_lib.init_key(0))  # one compilation, not one per initialiser
   shapes = pretrained.source_shapes('hed', 'vgg16', {'params': state.params})
   extra = {'classifier.6.weight': np.zeros((10, 4), np.float32)}  # no place in HED
@@ -328,13 +333,14 @@ def test_a_new_run_reports_its_initial_weights(tmp_path, with_file):
   assert config.model_init.pretrained is None  # the default: from scratch
   mesh = mesh_lib.make_mesh()
   if with_file:
-    abstract = state_lib.abstract_train_state(config, (32, 32, 3), mesh)
+    abstract = build(config).abstract_state(mesh, (32, 32, 3))
     shapes = pretrained.source_shapes('hed', 'vgg16', {'params': abstract.params})
     arrays = _random_file(tmp_path / 'vgg16.npz', shapes)
     config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
   workdir = tmp_path / 'run'
-  mngr = checkpoints.checkpoint_manager(workdir, config)
-  state = checkpoints.restore_or_init(config, mngr, (32, 32, 3), mesh)
+  config.data.input_size = (32, 32)  # the train image shape, without reading data
+  experiment = build(config)
+  state = experiment.restore_or_init(workdir, experiment.checkpoint_manager(workdir))
   report = json.loads((workdir / 'init.json').read_text())
   if with_file:
     assert len(report['loaded']) == 26

@@ -38,7 +38,7 @@ def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
 
 def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   config = smoke.get_config()
-  identity.check_identity(tmp_path, config)
+  identity.check_identity(tmp_path, identity.fingerprint(config))
   assert json.loads((tmp_path / identity.FINGERPRINT_FILE).read_text()) == identity.fingerprint(
     config
   )
@@ -47,7 +47,7 @@ def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   other.learning_rate = 0.01
   other.model.widths = (8, 16, 32, 64, 128)
   with pytest.raises(identity.RunMismatchError) as e:
-    identity.check_identity(tmp_path, other)
+    identity.check_identity(tmp_path, identity.fingerprint(other))
   message = str(e.value)
   assert str(tmp_path) in message
   assert 'learning_rate: 0.0003 -> 0.01' in message
@@ -55,14 +55,16 @@ def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   # Extending it, moving its data or evaluating it otherwise is the same run.
   longer = smoke.get_config()
   longer.num_epochs, longer.data.manual_dir = 50, '/moved'
-  identity.check_identity(tmp_path, longer)
+  identity.check_identity(tmp_path, identity.fingerprint(longer))
 
 
 def test_a_run_without_progress_takes_the_new_config(tmp_path):
-  identity.check_identity(tmp_path, smoke.get_config())
+  identity.check_identity(tmp_path, identity.fingerprint(smoke.get_config()))
   other = smoke.get_config()
   other.learning_rate = 0.01
-  identity.check_identity(tmp_path, other)  # nothing was computed under the first
+  identity.check_identity(
+    tmp_path, identity.fingerprint(other)
+  )  # nothing was computed under the first
   assert identity.recorded_fingerprint(tmp_path)['learning_rate'] == 0.01
 
 
@@ -70,11 +72,11 @@ def test_runs_from_before_fingerprints_compare_their_config_json(tmp_path):
   config = smoke.get_config()
   (tmp_path / 'config.json').write_text(config.to_json_best_effort(indent=2))
   _started(tmp_path)
-  identity.check_identity(tmp_path, config)
+  identity.check_identity(tmp_path, identity.fingerprint(config))
   other = smoke.get_config()
   other.seed = 7
   with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 7'):
-    identity.check_identity(tmp_path, other)
+    identity.check_identity(tmp_path, identity.fingerprint(other))
 
 
 def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
@@ -125,9 +127,9 @@ def test_fields_dropped_from_the_identity_later_do_not_stop_an_older_run(tmp_pat
   identity.write_json(tmp_path / identity.FINGERPRINT_FILE, old)
   _started(tmp_path)
   config.model_init.normalization = 'caffe'
-  identity.check_identity(tmp_path, config)
+  identity.check_identity(tmp_path, identity.fingerprint(config))
   assert not any(k.startswith('model_init') for k in identity.fingerprint(config))
   # A field still in the identity does stop it.
   config.seed = 3
   with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 3'):
-    identity.check_identity(tmp_path, config)
+    identity.check_identity(tmp_path, identity.fingerprint(config))

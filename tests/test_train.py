@@ -12,12 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-import launch
 from crackjax.data import loader
 from crackjax.evaluation import scoring
+from crackjax.experiment import build
 from crackjax.runs import identity
-from crackjax.training import checkpoints, loop
-from crackjax.training import mesh as mesh_lib
+from crackjax.training import checkpoints, loop, train_command
 from crackjax.training import step as step_lib
 from tests import fixtures
 
@@ -34,8 +33,7 @@ smoke_config = fixtures.smoke_config
 
 
 def _restore_params(config, workdir):
-  mngr = checkpoints.checkpoint_manager(workdir, config)
-  state = checkpoints.restore_or_init(config, mngr, (32, 48, 3), mesh_lib.make_mesh())
+  state = build(config).restore(workdir)
   return int(state.step), jax.device_get(state.params)
 
 
@@ -50,9 +48,9 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   config.eval.curve_protocols = ('strict',)
   config.eval.background_workers = 1  # epoch 1 scored beside epoch 2's training
   workdir = tmp_path / 'run'
-  launch.run(config, workdir, 'train_and_eval')
+  train_command.run(build(config), workdir, 'train_and_eval')
 
-  mngr = checkpoints.checkpoint_manager(workdir, config)
+  mngr = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
   assert mngr.all_steps() == [3, 6]  # one per epoch
   rows = _train_rows(workdir)
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -68,7 +66,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
     for key in ('precision', 'recall', 'f1', 'threshold'):
       assert 0.0 <= res['ods'][key] <= 1.0
   assert {row['name'] for row in strict['per_image']} == {
-    ex['name'] for ex in loader.eval_examples(config)
+    ex['name'] for ex in build(config).eval_examples()
   }
   threshold = json.loads((workdir / 'threshold.json').read_text())
   assert threshold['threshold'] == strict['ods']['threshold']
@@ -93,7 +91,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   # --mode=eval restores the checkpoint and reproduces the numbers.
   (workdir / 'eval.json').unlink()
   config.eval.save_probability_maps = True
-  launch.run(config, workdir, 'eval')
+  train_command.run(build(config), workdir, 'eval')
   again = json.loads((workdir / 'eval.json').read_text())
   assert again['results'] == result['results']
   assert len(list((workdir / 'probs').glob('*.png'))) == 4
@@ -105,11 +103,11 @@ def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
   config = smoke_config(data_dirs)
   config.eval.every_epochs = 1
   config.eval.protocols = ('strict', 'tolerance')
-  state = checkpoints.restore(smoke_run, config)  # step 6: the end of epoch 2
+  state = build(config).restore(smoke_run)  # step 6: the end of epoch 2
   records = {}
   for workers in (0, 1):
     config.eval.background_workers = workers
-    evaluator = scoring.EpochEvaluator(config, tmp_path / str(workers))
+    evaluator = scoring.EpochEvaluator(build(config), tmp_path / str(workers))
     returned = evaluator(state, 2, trained=False)
     assert (returned is None) == bool(workers)  # in the background: written later
     finished = evaluator.finish()
@@ -127,7 +125,7 @@ def test_an_unusable_pretrained_file_is_one_line(data_dirs, tmp_path):
   weights.write_text('not an npz')
   config.model_init.pretrained = str(weights)
   with pytest.raises(SystemExit) as e:
-    launch.run_or_exit(config, tmp_path / 'run', 'train_and_eval')
+    train_command.run_or_exit(build(config), tmp_path / 'run', 'train_and_eval')
   message = str(e.value)
   assert message == f'launch.py: {weights} is not a .npz file (a zip archive of named .npy arrays).'
   assert len(message.splitlines()) == 1 and 'Traceback' not in message
@@ -138,7 +136,7 @@ def test_an_unusable_pretrained_file_is_one_line(data_dirs, tmp_path):
 
 def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
   with pytest.raises(FileNotFoundError, match='No checkpoint'):
-    launch.run(smoke_config(data_dirs), tmp_path / 'empty', 'eval')
+    train_command.run(build(smoke_config(data_dirs)), tmp_path / 'empty', 'eval')
   assert not (tmp_path / 'empty').exists()  # nothing is created
 
 
@@ -146,8 +144,10 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
   config = smoke_config(data_dirs)
   real = loader.create_train_iterator
 
-  def poisoned(config, *, start_step=0, **kwargs):
-    for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
+  def poisoned(config, source, *, start_step=0, **kwargs):
+    for step, batch in enumerate(
+      real(config, source, start_step=start_step, **kwargs), start_step + 1
+    ):
       if step == 5:  # mid-way through the second epoch
         batch = dict(batch, image=np.full_like(batch['image'], np.nan))
       yield batch
@@ -155,8 +155,9 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
   monkeypatch.setattr(loader, 'create_train_iterator', poisoned)
   workdir = tmp_path / 'nan'
   with pytest.raises(step_lib.NonFiniteError, match='step 5.*last good checkpoint is step 3'):
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3]
+    loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [3]
   step, params = _restore_params(config, workdir)
   assert step == 3
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
@@ -168,8 +169,10 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   config = smoke_config(data_dirs)
   real = loader.create_train_iterator
 
-  def interrupted(config, *, start_step=0, **kwargs):
-    for step, batch in enumerate(real(config, start_step=start_step, **kwargs), start_step + 1):
+  def interrupted(config, source, *, start_step=0, **kwargs):
+    for step, batch in enumerate(
+      real(config, source, start_step=start_step, **kwargs), start_step + 1
+    ):
       if step == 5:
         raise SystemExit('Received signal 15')
       yield batch
@@ -177,18 +180,26 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   monkeypatch.setattr(loader, 'create_train_iterator', interrupted)
   workdir = tmp_path / 'term'
   with pytest.raises(SystemExit):
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3, 4]
+    loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [
+    3,
+    4,
+  ]
   monkeypatch.setattr(loader, 'create_train_iterator', real)
   # Resuming under another learning rate would mix two runs: it stops, writing nothing.
   written = (workdir / 'config.json').read_text()
   other = smoke_config(data_dirs)
   other.learning_rate = 0.01
   with pytest.raises(identity.RunMismatchError, match='learning_rate: 0.0003 -> 0.01'):
-    loop.train_and_evaluate(other, workdir, evaluate_after=False)
+    loop.train_and_evaluate(build(other), workdir, evaluate_after=False)
   assert (workdir / 'config.json').read_text() == written
-  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3, 4]
-  state = loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [
+    3,
+    4,
+  ]
+  state = loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
 
@@ -217,10 +228,11 @@ def test_interrupted_inside_the_step_keeps_the_last_checkpoint(data_dirs, tmp_pa
   monkeypatch.setattr(step_lib, 'make_train_step', make_dying_step)
   workdir = tmp_path / 'term_in_step'
   with pytest.raises(SystemExit):
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
-  assert checkpoints.checkpoint_manager(workdir, config).all_steps() == [3]
+    loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [3]
   monkeypatch.setattr(step_lib, 'make_train_step', real)
-  state = loop.train_and_evaluate(config, workdir, evaluate_after=False)
+  state = loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
   assert int(state.step) == 6
 
 
@@ -240,14 +252,15 @@ _KILLED_RUN = textwrap.dedent("""
     from crackjax.training import loop
     from crackjax.training import step as step_lib
     from crackjax.data import loader
+    from crackjax.experiment import build
 
     config = smoke.get_config()
     config.data.manual_dir, config.data.data_dir = {raw!r}, {tfds!r}
     workdir = Path({workdir!r})
     real = loader.create_train_iterator
 
-    def dying(config, *, start_step=0, **kwargs):
-      for step, batch in enumerate(real(config, start_step=start_step, **kwargs), 1):
+    def dying(config, source, *, start_step=0, **kwargs):
+      for step, batch in enumerate(real(config, source, start_step=start_step, **kwargs), 1):
         if step == 5:
           deadline = time.time() + 60
           while not (workdir / 'checkpoints' / '3').exists() and time.time() < deadline:
@@ -257,7 +270,7 @@ _KILLED_RUN = textwrap.dedent("""
         yield batch
 
     loader.create_train_iterator = dying
-    loop.train_and_evaluate(config, workdir, evaluate_after=False)
+    loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
 """)
 
 
@@ -272,7 +285,8 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
     [sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=300
   )
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-  assert checkpoints.checkpoint_manager(killed, config).all_steps() == [3]
+  steps = checkpoints.checkpoint_manager(killed, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [3]
 
   # Relaunch through the real command line: it must pick up step 3 by itself.
   cmd = [
@@ -294,7 +308,7 @@ def test_killed_run_resumes_from_last_checkpoint(data_dirs, tmp_path):
   # Same numbers as a run that was never interrupted (data order and augmentation are
   # functions of the step, so resuming is exact).
   clean = tmp_path / 'clean'
-  loop.train_and_evaluate(config, clean, evaluate_after=False)
+  loop.train_and_evaluate(build(config), clean, evaluate_after=False)
   step_a, params_a = _restore_params(config, killed)
   step_b, params_b = _restore_params(config, clean)
   assert step_a == step_b == 6

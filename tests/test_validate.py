@@ -8,6 +8,7 @@ import pytest
 
 from configs import base, smoke
 from crackjax.config import validation
+from crackjax.experiment import build
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,12 +80,12 @@ def test_mixed_sizes_need_input_size(mixed_folder):
     match=r'differ in size.*input_size is None; set '
     r"--config.data.input_size='\(32, 48\)'",
   ):
-    validation.check_data(config)
+    build(config).check_data()
   config.data.input_size = (32, 48)
-  validation.check_data(config)
+  build(config).check_data()
   config.data.input_size = (48, 64)
   with pytest.raises(validation.ConfigError, match='larger than the smallest train image'):
-    validation.check_data(config)
+    build(config).check_data()
 
 
 def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):

@@ -2,17 +2,19 @@
 
 `check_config(config)` checks every enum, range and size multiple it can without data and
 raises one `ConfigError` listing every problem, each naming the field, its value and what is
-valid; on success it returns the `Parts` it built (model, loss, augmentation), which training
-then uses, so the config is validated and its parts built once. `check_data(config)` runs
-once the dataset is prepared: the image sizes against ``config.data.input_size``. launch.py
-calls both and prints the message on one line per problem, without a traceback.
+valid; on success it returns the `Parts` it built (model, loss, augmentation), which
+`crackjax.experiment.build` hands to the experiment, so the config is validated and its parts
+built once. `check_data(config, sizes, model)` runs once the dataset is prepared
+(`Experiment.check_data`): the train image sizes against ``config.data.input_size``. launch.py
+prints the message on one line per problem, without a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import ml_collections
@@ -67,8 +69,12 @@ def _multiple_suggestion(size: int, multiple: int) -> str:
   return f'{low} or {low + multiple}' if low else f'{multiple}'
 
 
-def check_config(config: ml_collections.ConfigDict) -> Parts:
-  """The model, loss and augmentation of `config`, built once for training to use.
+def check_config(config: ml_collections.ConfigDict, *, training: bool = True) -> Parts:
+  """The model, loss and augmentation of `config`, built once (`crackjax.experiment.build`).
+
+  `training`: False for a run's recorded config rebuilt elsewhere (prediction, export,
+  scoring): the pretrained file and the batch split over this machine's devices concern only
+  a new training and are not checked.
 
   Raises:
     ConfigError: listing every problem of `config` found without reading data.
@@ -135,7 +141,7 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
   ):
     problems += _positive(config, field)
   problems += _positive(config, 'eval.num_qualitative', minimum=0)
-  if isinstance(config.batch_size, int) and config.batch_size > 0:
+  if training and isinstance(config.batch_size, int) and config.batch_size > 0:
     n = jax.device_count()
     if config.batch_size % n:
       problems.append(
@@ -150,7 +156,7 @@ def check_config(config: ml_collections.ConfigDict) -> Parts:
     )
   problems += _eval_problems(config.eval)
   pretrained_path = (config.get('model_init') or {}).get('pretrained')
-  if pretrained_path:  # here, not when the model is initialised after the data
+  if training and pretrained_path:  # here, not when the model is initialised after the data
     problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]
   if problems:
     raise ConfigError('\n'.join(problems))
@@ -184,9 +190,8 @@ def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
   return problems
 
 
-def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int], int]:
-  """(H, W) -> number of train images of that size (decodes every train image)."""
-  source = data_registry.get_data_source(config.data, config.data.train_split)
+def train_image_sizes(source: Sequence[dict[str, Any]]) -> dict[tuple[int, int], int]:
+  """(H, W) -> number of train images of that size in `source` (decodes every image)."""
   sizes: dict[tuple[int, int], int] = {}
   for i in range(len(source)):
     h, w = np.asarray(source[i]['image']).shape[:2]
@@ -194,18 +199,19 @@ def train_image_sizes(config: ml_collections.ConfigDict) -> dict[tuple[int, int]
   return sizes
 
 
-def check_data(config: ml_collections.ConfigDict, parts: Parts | None = None) -> None:
-  """Raises ConfigError if the prepared train images do not fit ``config.data.input_size``.
+def check_data(
+  config: ml_collections.ConfigDict, sizes: dict[tuple[int, int], int], model: nn.Module
+) -> None:
+  """Raises ConfigError if the train images (`sizes`, `train_image_sizes`) do not fit
+  ``config.data.input_size``.
 
   Without input_size every train image must have one size, a multiple of the model's input
   multiple; with it, every train image must be at least that large (crops cannot grow).
   """
-  sizes = train_image_sizes(config)
   if not sizes:
     raise ConfigError(
       f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
     )
-  model = parts.model if parts is not None else model_from_config(config.model)
   multiple = input_multiple(model)
   min_h = min(h for h, _ in sizes)
   min_w = min(w for _, w in sizes)

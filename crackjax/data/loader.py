@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from crackjax.data.registry import get_data_source, record_name
+from crackjax.data.registry import record_name
 
 # Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
 _READ_THREADS = 4
@@ -33,16 +33,6 @@ def crop_size(config: ml_collections.ConfigDict) -> tuple[int, int] | None:
   if len(size) != 2:
     raise ValueError(f'config.data.input_size must be (H, W) or None, got {size!r}')
   return int(size[0]), int(size[1])
-
-
-def train_image_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
-  """(H, W, 3) of the images the train step sees: the crop size, else the first train image."""
-  size = crop_size(config)
-  if size is not None:
-    return *size, 3
-  source = get_data_source(config.data, config.data.train_split)
-  h, w = np.asarray(source[0]['image']).shape[:2]
-  return int(h), int(w), 3
 
 
 def _load_example(
@@ -92,6 +82,7 @@ def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 def create_train_iterator(
   config: ml_collections.ConfigDict,
+  source: Sequence[dict[str, Any]],
   *,
   start_step: int = 0,
   process_index: int | None = None,
@@ -100,7 +91,8 @@ def create_train_iterator(
   """Infinite iterator over this process's part of global batches start_step, start_step+1, ...
 
   Args:
-    config: reads data (name, dirs, train_split, input_size, noise_std), seed, batch_size.
+    config: reads data (name, train_split, input_size, noise_std), seed, batch_size.
+    source: the train split's source (`crackjax.experiment.Experiment.train_source`).
     start_step: number of the first global batch to yield (the training step to resume at).
     process_index: this process (default ``jax.process_index()``).
     process_count: number of processes (default ``jax.process_count()``).
@@ -129,7 +121,6 @@ def create_train_iterator(
   input_size = crop_size(config)
   seed = int(config.seed)
   noise_std = float(config.data.get('noise_std', 0.0) or 0.0)
-  source = get_data_source(config.data, config.data.train_split)
   if len(source) == 0:
     raise ValueError(f'Split {config.data.train_split!r} of {config.data.name!r} is empty.')
 
@@ -158,15 +149,12 @@ def create_train_iterator(
   )
 
 
-def eval_examples(
-  config: ml_collections.ConfigDict, split: str | None = None
-) -> Iterator[dict[str, Any]]:
-  """Every record of ``split`` (default ``config.data.test_split``) once, in stored order.
+def eval_examples(source: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+  """Every record of `source` (a split's source, `Experiment.source`) once, in stored order.
 
   Yields:
     ``{'image': float32 [H, W, 3] in [0, 1], 'mask': float32 [H, W, 1], 'name': str}``.
   """
-  source = get_data_source(config.data, split or config.data.test_split)
   for i in range(len(source)):
     record = source[i]
     yield {

@@ -82,12 +82,15 @@ def _export_model_config(run: Run, **overrides: str) -> ml_collections.ConfigDic
   return model_config
 
 
-def _inference_fn(run: Run, **overrides: str) -> tuple[Callable[[jax.Array], jax.Array], Any]:
-  """images [B, H, W, 3] -> probabilities [B, H, W, 1], closing over the run's parameters.
+def _inference_fn(run: Run, **overrides: str) -> tuple[Callable[[jax.Array], jax.Array], Any, int]:
+  """images [B, H, W, 3] -> probabilities [B, H, W, 1], closing over the run's parameters;
+  the exported model's config group and its input multiple.
 
   Args:
     run: the restored run.
-    **overrides: config.model fields to replace (conv_impl, dtype), e.g. conv_impl='xla'.
+    **overrides: config.model fields to replace (conv_impl, dtype), e.g. conv_impl='xla': the
+      exported model is the run's model in another kernel layout or precision, so it is built
+      here, once per export, from the run's model group with these fields replaced.
   """
   model_config = _export_model_config(run, **overrides)
   model = model_from_config(model_config)
@@ -98,7 +101,7 @@ def _inference_fn(run: Run, **overrides: str) -> tuple[Callable[[jax.Array], jax
   def fn(images: jax.Array) -> jax.Array:
     return predict_step(params, images, apply_fn=model.apply, batch_stats=batch_stats)
 
-  return fn, model_config
+  return fn, model_config, input_multiple(model)
 
 
 def _check_hw(hw: Sequence[int] | None, multiple: int) -> tuple[int, int] | None:
@@ -139,8 +142,7 @@ def _check_installed(format: str) -> None:
 def _export_jax(
   run: Run, out: Path, platforms: Sequence[str], hw: tuple[int, int] | None
 ) -> dict[str, Any]:
-  fn, model_config = _inference_fn(run, conv_impl='xla')
-  multiple = input_multiple(model_from_config(model_config))
+  fn, model_config, multiple = _inference_fn(run, conv_impl='xla')
   shape, spec = _jax_symbolic_shape(multiple, hw)
   exported = jax_export.export(jax.jit(fn), platforms=tuple(platforms))(
     jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -164,8 +166,7 @@ def _export_onnx(run: Run, out: Path, hw: tuple[int, int] | None, opset: int) ->
   import jax2onnx  # an optional extra: imported only here (checked by _check_installed)
 
   # float32: ONNX runtimes' CPU convolutions take no bfloat16 (onnxruntime rejects the graph).
-  fn, model_config = _inference_fn(run, conv_impl='blocked', dtype='float32')
-  multiple = input_multiple(model_from_config(model_config))
+  fn, model_config, multiple = _inference_fn(run, conv_impl='blocked', dtype='float32')
 
   def cropped(images: jax.Array) -> jax.Array:
     # Symbolic H, W are not known to be multiples of `multiple`; cropping to the largest

@@ -28,9 +28,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from crackjax.evaluation.inference import predict_step
+from crackjax.experiment import build, one_device_mesh
 from crackjax.models import input_multiple
-from crackjax.training import checkpoints
 from crackjax.training import train_state as state_lib
+from crackjax.training.checkpoints import CheckpointError
 
 # ----------------------------------------------------------------------------- trained runs
 
@@ -66,9 +67,10 @@ def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
 def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   """Restores the parameters of step `step` (default: the newest readable) of a training run.
 
-  Restored by `state.restore` (the one restore path): without `step`, a damaged newer
-  checkpoint is set aside and an older one used; a requested `step` that cannot be read is an
-  error.
+  The run's config.json is rebuilt as an experiment (`crackjax.experiment.build`, importing
+  its ``plugins``) and restored by `Experiment.restore` (the one restore path): without
+  `step`, a damaged newer checkpoint is set aside and an older one used; a requested `step`
+  that cannot be read is an error.
 
   Raises:
     FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
@@ -78,15 +80,18 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   """
   workdir = Path(workdir)
   config = read_config(workdir)
-  model = state_lib.create_model(config)
+  try:
+    experiment = build(config, training=False)
+  except ValueError as e:  # e.g. a plugin module of config.plugins that is not installed here
+    problem = ' '.join(str(e).split())
+    raise CheckpointError(f'{workdir / "config.json"} cannot be rebuilt: {problem}') from e
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
-  mesh = Mesh(np.asarray(jax.local_devices()[:1]), ('data',))
-  restored = checkpoints.restore(workdir, config, step=step, mesh=mesh)
+  restored = experiment.restore(workdir, step=step, mesh=one_device_mesh())
   params = state_lib.local_params(restored)
   batch_stats = state_lib.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
   threshold, source = run_threshold(workdir, step)
-  return Run(config, model, params, step, threshold, source, batch_stats)
+  return Run(config, experiment.model, params, step, threshold, source, batch_stats)
 
 
 def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:

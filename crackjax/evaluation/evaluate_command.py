@@ -188,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from crackjax.data import registry as data_registry
   from crackjax.deploy import predictor
   from crackjax.evaluation import scoring
+  from crackjax.experiment import build
   from crackjax.training import checkpoints
 
   workdir = Path(fv.workdir)
@@ -195,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = predictor.read_config(workdir)
   except FileNotFoundError as e:
     sys.exit(f'{PROG}: {e}')
+  try:
+    experiment = build(config, training=False)
+  except ValueError as e:
+    sys.exit(f'{PROG}: {workdir / "config.json"}: {" ".join(str(e).split())}')
   protocols = tuple(fv.protocols or config.eval.protocols)
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
   if unknown:
@@ -205,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
   try:
-    state = checkpoints.restore(workdir, config, step=fv.step)
+    state = experiment.restore(workdir, step=fv.step)
   except (FileNotFoundError, checkpoints.CheckpointError) as e:
     sys.exit(f'{PROG}: {e}')
   step = int(state.step)
@@ -214,13 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   rows = []
   for label, c, split in targets:
     c.eval.protocols = protocols
+    scored = experiment.on_other_data(c)
     try:
-      data_registry.prepare_dataset(c.data)
+      scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {" ".join(str(e).split())}')
     out = scoring.other_results_dir(c, workdir, split)
     record = scoring.evaluate_checkpoint(
-      c,
+      scored,
       workdir,
       state=state,
       split=split,

@@ -25,25 +25,12 @@ from absl import logging
 from flax import linen as nn
 
 from crackjax import evaluation
-from crackjax.data import loader
 from crackjax.evaluation import plots
 from crackjax.evaluation.inference import predict_probabilities
+from crackjax.experiment import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.training import checkpoints
 from crackjax.training import train_state as state_lib
-
-
-def restore_latest(config: ml_collections.ConfigDict, workdir: str | Path) -> state_lib.TrainState:
-  """The TrainState of the newest readable checkpoint of the run in `workdir`
-  (`state.restore`, over all devices).
-
-  Raises:
-    FileNotFoundError: no checkpoint there (nothing is created in the workdir).
-    state.CheckpointError: no step can be read, or they were written by a different model
-      configuration (one-line message naming the directory).
-  """
-  return checkpoints.restore(workdir, config)
 
 
 def score(
@@ -211,19 +198,19 @@ def write_epoch_record(
 
 
 def evaluate_checkpoint(
-  config: ml_collections.ConfigDict,
+  experiment: Experiment,
   workdir: str | Path,
   *,
   state: state_lib.TrainState | None = None,
   split: str | None = None,
-  model: nn.Module | None = None,
   train_seconds: float = math.nan,
   first_in_process: bool = False,
   operating_points: dict[str, float] | None = None,
   workers: int = 1,
   out: str | Path | None = None,
 ) -> dict[str, Any]:
-  """Evaluates the latest checkpoint (or `state`) on the test split.
+  """Evaluates the experiment's latest checkpoint in `workdir` (or `state`) on the test split
+  (or `split`).
 
   Under every protocol of `config.eval.protocols` it writes, in `results_dir` (the workdir
   for the run's own test split): `eval.json` (the evaluation record, `_record`, with the
@@ -241,6 +228,7 @@ def evaluate_checkpoint(
   Returns:
     The evaluation record (also written to eval.json).
   """
+  config = experiment.config
   workdir = Path(workdir)
   split = split or config.data.test_split
   out = Path(out) if out is not None else results_dir(config, workdir, split)
@@ -253,11 +241,11 @@ def evaluate_checkpoint(
       out,
     )
   if state is None:
-    state = restore_latest(config, workdir)
+    state = experiment.restore(workdir)
   t0 = time.perf_counter()
-  examples = list(loader.eval_examples(config, split))
+  examples = list(experiment.eval_examples(split))
   probs, gts, names, results = _predict_and_score(
-    config, state, examples, desc=f'predict {split}', model=model, workers=workers
+    config, experiment.model, state, examples, desc=f'predict {split}', workers=workers
   )
   summary = _record(
     config,
@@ -300,14 +288,9 @@ class EpochEvaluator:
   waits for it at the end of training.
   """
 
-  def __init__(
-    self,
-    config: ml_collections.ConfigDict,
-    workdir: str | Path,
-    *,
-    model: nn.Module | None = None,
-  ):
-    self.config, self.model = config, model
+  def __init__(self, experiment: Experiment, workdir: str | Path):
+    self.experiment = experiment
+    config = self.config = experiment.config
     self.split = config.data.test_split
     self.directory = results_dir(config, workdir, self.split)
     self._examples: list[dict[str, Any]] | None = None
@@ -348,11 +331,11 @@ class EpochEvaluator:
     self.finish()  # the previous epoch's record first: at most one epoch in flight
     t0 = time.perf_counter()
     if self._examples is None:
-      self._examples = list(loader.eval_examples(self.config, self.split))
+      self._examples = list(self.experiment.eval_examples(self.split))
     scoring = self.config.copy_and_resolve_references()
     scoring.eval.protocols = self.protocols_at(epoch)
     probs = predict_examples(
-      scoring, state, self._examples, desc=f'predict, epoch {epoch}', model=self.model
+      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
     )
     gts = [ex['mask'][..., 0] for ex in self._examples]
     names = [ex['name'] for ex in self._examples]
@@ -429,15 +412,15 @@ class EpochEvaluator:
 
 def _predict_and_score(
   config: ml_collections.ConfigDict,
+  model: nn.Module,
   state: state_lib.TrainState,
   examples: Sequence[dict[str, Any]],
   *,
   desc: str,
-  model: nn.Module | None,
   workers: int = 1,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[str], dict[str, dict[str, Any]]]:
   """(probability maps, ground truths, names, `score` results under config.eval.protocols)."""
-  probs = predict_examples(config, state, examples, desc=desc, model=model)
+  probs = predict_examples(model, state, examples, desc=desc)
   gts = [ex['mask'][..., 0] for ex in examples]
   return probs, gts, [ex['name'] for ex in examples], score(probs, gts, config, workers=workers)
 
@@ -477,19 +460,16 @@ def other_results_dir(config: ml_collections.ConfigDict, workdir: str | Path, sp
 
 
 def predict_examples(
-  config: ml_collections.ConfigDict,
+  model: nn.Module,
   state: state_lib.TrainState,
   examples: Sequence[dict[str, Any]],
   *,
   desc: str = 'predict',
-  model: nn.Module | None = None,
 ) -> list[np.ndarray]:
   """The crack probability map of every example's image (`loader.eval_examples` records),
-  predicted with `state`'s parameters (of `model`, default the config's), with a progress
-  bar on process 0."""
+  predicted by `model` with `state`'s parameters, with a progress bar on process 0."""
   params = state_lib.local_params(state)
   batch_stats = state_lib.local_batch_stats(state)  # BatchNorm's running averages, or None
-  model = model if model is not None else state_lib.create_model(config)
   images = (ex['image'] for ex in examples)
   return list(
     tqdm.tqdm(

@@ -58,6 +58,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.extend.core
 import jax.numpy as jnp
@@ -66,7 +67,8 @@ import numpy as np
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.models import fused_logits, model_from_config
+from crackjax.experiment import Experiment, build
+from crackjax.models import fused_logits
 from crackjax.paper import tables as paper
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
@@ -186,14 +188,11 @@ def _abstract_variables(model, height: int, width: int) -> dict[str, Any]:
   return jax.eval_shape(model.init, jax.random.key(0), x)
 
 
-def forward_macs(
-  config: ml_collections.ConfigDict, height: int, width: int, batch: int = 1
-) -> dict[str, int]:
-  """Analytic MACs of the forward pass of ``config.model`` on a [batch, height, width, 3] input.
+def forward_macs(model: nn.Module, height: int, width: int, batch: int = 1) -> dict[str, int]:
+  """Analytic MACs of the forward pass of `model` on a [batch, height, width, 3] input.
 
   Traced, not compiled: backend-independent, and the same on every device.
   """
-  model = model_from_config(config.model)
   variables = _abstract_variables(model, height, width)
   x = jax.ShapeDtypeStruct((batch, height, width, 3), jnp.float32)
   # Inference mode: a BatchNorm model (train=False by default) uses its running averages.
@@ -328,17 +327,16 @@ def format_memory(mem: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- inference
 
 
-def _forward(config: ml_collections.ConfigDict):
-  model = model_from_config(config.model)
+def _forward(model: nn.Module):
   # All variables (parameters, and the running averages of a BatchNorm model, which applies
   # them in inference mode by default).
-  return model, jax.jit(lambda v, x: jax.nn.sigmoid(fused_logits(model.apply(v, x))))
+  return jax.jit(lambda v, x: jax.nn.sigmoid(fused_logits(model.apply(v, x))))
 
 
-def xla_flops(config: ml_collections.ConfigDict, height: int, width: int, batch: int = 1) -> float:
+def xla_flops(model: nn.Module, height: int, width: int, batch: int = 1) -> float:
   """FLOPs of the lowered forward pass according to XLA's cost analysis (a cross-check;
   nothing is compiled)."""
-  model, fwd = _forward(config)
+  fwd = _forward(model)
   x = jax.ShapeDtypeStruct((batch, height, width, 3), jnp.float32)
   variables = _abstract_variables(model, height, width)
   flops = hlo_flops(fwd.lower(variables, x))
@@ -346,14 +344,14 @@ def xla_flops(config: ml_collections.ConfigDict, height: int, width: int, batch:
 
 
 def measure_fps(
-  config: ml_collections.ConfigDict, height: int, width: int, *, batch: int = 1, repeats: int = 10
+  model: nn.Module, height: int, width: int, *, batch: int = 1, repeats: int = 10
 ) -> dict[str, Any]:
   """Images per second of jitted inference (after one warm-up call), and its memory.
 
   'first_call_s' is compilation plus the first call; 'memory' is `memory_figures` of the
   compiled forward pass right after the timed calls.
   """
-  model, fwd = _forward(config)
+  fwd = _forward(model)
   x = jnp.asarray(np.random.default_rng(0).random((batch, height, width, 3), np.float32))
   variables = jax.jit(model.init)(jax.random.key(0, impl='rbg'), x)  # every collection
   t0 = time.perf_counter()
@@ -390,7 +388,7 @@ def measurement_size(
 
 
 def report(
-  config: ml_collections.ConfigDict,
+  experiment: Experiment,
   hw: tuple[int, int] | None = None,
   *,
   fps_batch: int = 8,
@@ -404,10 +402,10 @@ def report(
   With `fps`, each FPS measurement also carries its analytic FLOP/s and, where
   PEAK_FLOPS knows the device, its fraction of the peak for the model's dtype.
   """
+  config, model = experiment.config, experiment.model
   h, w = measurement_size(config, hw)
-  model = model_from_config(config.model)
   params = _abstract_variables(model, h, w)['params']
-  macs = forward_macs(config, h, w)
+  macs = forward_macs(model, h, w)
   device = jax.devices()[0]
   out = {
     'model': config.model.name,
@@ -417,7 +415,7 @@ def report(
     'macs': macs,
     'flops': 2 * macs['total'],
     'unet_macs': unet_macs(config.model.widths, h, w) if config.model.name == 'unet' else None,
-    'xla_flops': xla_flops(config, h, w),
+    'xla_flops': xla_flops(model, h, w),
     'backend': jax.default_backend(),
     'device': str(device.device_kind),
   }
@@ -425,12 +423,12 @@ def report(
   if fps:
     dtype = str(config.model.get('dtype', 'float32'))
     for key, batch in (('fps_batch1', 1), ('fps_batched', fps_batch)):
-      f = measure_fps(config, h, w, batch=batch, repeats=repeats)
+      f = measure_fps(model, h, w, batch=batch, repeats=repeats)
       f['flops_per_s'] = out['flops'] * f['fps']
       f['peak_fraction'] = peak_fractions(f['flops_per_s'], out['device'], dtype)
       out[key] = f
     out['device_memory'] = device_memory(device)
-  out['paper'] = paper_rows(config)
+  out['paper'] = paper_rows(config, model)
   return out
 
 
@@ -441,10 +439,10 @@ def paper_size(table: int) -> tuple[int, int]:
   return tuple(size) if size else (320, 480)
 
 
-def paper_rows(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+def paper_rows(config: ml_collections.ConfigDict, model: nn.Module) -> list[dict[str, Any]]:
   """Our parameters and analytic MACs beside the paper's parameters, GFLOPS and FPS, for
-  every original-loss row of Tables V-VIII with this config's model (the dagger rows share
-  them), each at the size the paper used for its table."""
+  every original-loss row of Tables V-VIII with this config's model (`model`; the dagger rows
+  share them), each at the size the paper used for its table."""
   out = []
   for table, rows in paper.COMPARE_TABLES.items():
     for row in rows:
@@ -456,7 +454,7 @@ def paper_rows(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
           'table': table,
           'dataset': row.dataset,
           'input_hw': [h, w],
-          'macs': forward_macs(config, h, w)['total'],
+          'macs': forward_macs(model, h, w)['total'],
           'paper_params': row.params_count,
           'paper_gflops': row.gflops,
           'paper_fps': row.fps,
@@ -491,7 +489,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
   if hw is not None and len(hw) != 2:
     sys.exit(f'{prog}: --hw takes H,W, got {fv.hw}')
   try:
-    r = report(config, hw, fps_batch=fv.fps_batch, repeats=fv.repeats, fps=fv.fps)
+    experiment = build(config, training=False)
+    r = report(experiment, hw, fps_batch=fv.fps_batch, repeats=fv.repeats, fps=fv.fps)
   except ValueError as e:  # an unknown model or dtype, a size the model cannot take
     sys.exit(f'{prog}: {e}')
   print(format_report(r, config))

@@ -393,11 +393,11 @@ def _versions() -> dict[str, str]:
   }
 
 
-def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1, parts=None) -> str:
-  """Trains `job` to its epochs (resuming); `loop.train_and_evaluate` evaluates every epoch
-  (the config's ``eval.every_epochs``) and writes its record, epoch_<NNN>.json, the format of
-  every evaluation (`evaluate.EpochEvaluator`). Returns 'done' or 'skipped' (everything was
-  there). `parts`: `validation.check_config(config)`'s, if the caller has them.
+def run_job(job: Job, workdir: str | Path, experiment, *, side_by_side: int = 1) -> str:
+  """Trains `job`'s experiment (`crackjax.experiment.build` of its config) to its epochs
+  (resuming); `loop.train_and_evaluate` evaluates every epoch (the config's
+  ``eval.every_epochs``) and writes its record, epoch_<NNN>.json, the format of every
+  evaluation (`scoring.EpochEvaluator`). Returns 'done' or 'skipped' (everything was there).
 
   Raises:
     run.RunMismatchError: the job's directory holds a run of another config fingerprint.
@@ -406,14 +406,16 @@ def run_job(job: Job, workdir: str | Path, config, *, side_by_side: int = 1, par
   directory = job.directory(workdir)
   with identity.lock(directory):
     # Never count or extend a run started under another config as this one.
-    identity.check_identity(directory, config, record=False)
+    identity.check_identity(directory, experiment.fingerprint, record=False)
     if set(range(1, job.epochs + 1)) <= set(identity.evaluated_epochs(directory)):
       return 'skipped'
-    return _run_job(job, directory, config, side_by_side, parts)
+    return _run_job(job, directory, experiment, side_by_side)
 
 
-def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str:
+def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
   from crackjax.training import loop
+
+  config = experiment.config
 
   directory.mkdir(parents=True, exist_ok=True)
   identity.write_json(
@@ -455,9 +457,7 @@ def _run_job(job: Job, directory: Path, config, side_by_side: int, parts) -> str
         flush=True,
       )
 
-  loop.train_and_evaluate(
-    config, directory, evaluate_after=False, on_epoch_end=announce, parts=parts
-  )
+  loop.train_and_evaluate(experiment, directory, evaluate_after=False, on_epoch_end=announce)
   announce()
   missing = sorted(set(range(1, job.epochs + 1)) - set(identity.evaluated_epochs(directory)))
   if missing:
@@ -734,8 +734,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # This process only schedules: keep it off the GPUs the workers need (jax would grab most
     # of a GPU's memory if anything here initialised a GPU backend).
     os.environ['JAX_PLATFORMS'] = 'cpu'
-  from crackjax.config import validation
   from crackjax.data import registry as data_registry
+  from crackjax.experiment import build
   from crackjax.runs import logs
 
   logs.quiet_third_party_logs()
@@ -745,8 +745,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       sys.exit(f'{PROG}: unknown job {fv.job!r}.')
     config_flags.exit_on_sigterm()
     try:
-      status = run_job(job, fv.workdir, config_of(job), side_by_side=fv.parallel)
-    except (identity.RunMismatchError, identity.RunLockedError) as e:
+      status = run_job(job, fv.workdir, build(config_of(job)), side_by_side=fv.parallel)
+    except (identity.RunMismatchError, identity.RunLockedError, ValueError) as e:
       sys.exit(f'{PROG}: {e}')
     print(status, flush=True)
     return 0
@@ -760,20 +760,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     # checked and the data prepared once; all before any job starts.
     try:
       held.enter_context(identity.lock(fv.workdir))
+      experiments = {k: build(c) for k, c in configs.items()}
       for job in jobs:
-        identity.check_identity(job.directory(fv.workdir), configs[job.id], record=False)
-      parts = {k: validation.check_config(c) for k, c in configs.items()}
+        identity.check_identity(
+          job.directory(fv.workdir), experiments[job.id].fingerprint, record=False
+        )
       prepared = set()
-      for k, c in configs.items():
-        key = json.dumps(c.data.to_dict(), sort_keys=True, default=str)
+      for experiment in experiments.values():
+        key = json.dumps(experiment.config.data.to_dict(), sort_keys=True, default=str)
         if key not in prepared:
-          data_registry.prepare_dataset(c.data)
-          validation.check_data(c, parts[k])
+          experiment.prepare_data()
+          experiment.check_data()
           prepared.add(key)
     except (data_registry.DatasetError, ValueError, identity.RunLockedError, OSError) as e:
       # OSError: a workdir or data_dir that cannot be written (the message names the path).
       sys.exit(f'{PROG}: {e}')
-    return _schedule(jobs, configs, parts, fv, full, parent_env)
+    return _schedule(jobs, experiments, fv, full, parent_env)
 
 
 def last_log_line(path: Path, limit: int = 200) -> str:
@@ -789,7 +791,7 @@ def last_log_line(path: Path, limit: int = 200) -> str:
   return last if len(last) <= limit else last[: limit - 3] + '...'
 
 
-def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], parent_env) -> int:
+def _schedule(jobs: Sequence[Job], experiments, fv, full: Sequence[str], parent_env) -> int:
   """Runs `jobs` here one by one, or in worker processes; prints and returns the outcome."""
   print(f'{len(jobs)} jobs: {", ".join(j.id for j in jobs)}', flush=True)
   deadline = time.monotonic() + 60 * fv.max_minutes if fv.max_minutes > 0 else None
@@ -798,7 +800,7 @@ def _schedule(jobs: Sequence[Job], configs, parts, fv, full: Sequence[str], pare
     status = {}
     for job in jobs:
       try:
-        status[job.id] = run_job(job, fv.workdir, configs[job.id], parts=parts[job.id])
+        status[job.id] = run_job(job, fv.workdir, experiments[job.id])
       except (identity.RunMismatchError, identity.RunLockedError) as e:
         status[job.id] = f'failed: {e}'
       except Exception as e:  # noqa: BLE001 (one job's failure ends that job, as a worker's)

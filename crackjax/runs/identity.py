@@ -120,9 +120,9 @@ def has_started(workdir: str | Path) -> bool:
   return any(workdir.glob('epoch_[0-9][0-9][0-9].json'))
 
 
-def check_identity(workdir: str | Path, config: Any, *, record: bool = True) -> None:
-  """Stops if `workdir` holds a run started under another fingerprint; otherwise (with
-  `record`) writes this config's fingerprint there.
+def check_identity(workdir: str | Path, new: Mapping[str, Any], *, record: bool = True) -> None:
+  """Stops if `workdir` holds a run started under another fingerprint than `new` (the
+  experiment's, `fingerprint(config)`); otherwise (with `record`) writes `new` there.
 
   A workdir without progress (no checkpoint, no epoch record) takes the new fingerprint: a run
   that failed before its first checkpoint computed nothing.
@@ -131,7 +131,7 @@ def check_identity(workdir: str | Path, config: Any, *, record: bool = True) -> 
     RunMismatchError: one message naming the workdir and each differing field, old -> new.
   """
   workdir = Path(workdir)
-  new = fingerprint(config)
+  new = dict(new)
   if has_started(workdir):
     old = recorded_fingerprint(workdir)
     # Filtered by today's NOT_IDENTITY: a field dropped from the identity since the run

@@ -11,7 +11,6 @@ refused with the fields that differ.
 
 from __future__ import annotations
 
-import functools
 import gc
 import sys
 import time
@@ -25,18 +24,17 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
-from jax.sharding import Mesh
 
-from crackjax.models import input_multiple, pretrained
-from crackjax.training import mesh as mesh_lib
+from crackjax.models import input_multiple
 from crackjax.training import train_state as state_lib
 
 
 def checkpoint_manager(
-  workdir: str | Path, config: ml_collections.ConfigDict, *, create: bool = True
+  workdir: str | Path, max_to_keep: int, *, create: bool = True
 ) -> ocp.CheckpointManager:
-  """The orbax manager of ``<workdir>/checkpoints`` (created unless ``create=False``)."""
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.max_checkpoints_to_keep, create=create)
+  """The orbax manager of ``<workdir>/checkpoints`` (created unless ``create=False``), keeping
+  the newest `max_to_keep` steps (``config.max_checkpoints_to_keep``)."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create)
   return ocp.CheckpointManager(Path(workdir).absolute() / 'checkpoints', options=options)
 
 
@@ -298,42 +296,41 @@ class NoCheckpointError(FileNotFoundError):
 
 
 def restore_image_shape(
-  config: ml_collections.ConfigDict, model: nn.Module | None = None
+  config: ml_collections.ConfigDict, model: nn.Module
 ) -> tuple[int, int, int]:
   """An image shape to build the abstract state on, read from the config alone (never from the
-  data): ``data.input_size`` if set, else a square of about 256 pixels that the model takes.
+  data): ``data.input_size`` if set, else a square of about 256 pixels that `model` takes.
   The models are fully convolutional, so their parameters do not depend on it."""
   size = config.get('data', {}).get('input_size')
   if size:
     return (int(size[0]), int(size[1]), 3)
-  multiple = input_multiple(model if model is not None else state_lib.create_model(config))
+  multiple = input_multiple(model)
   side = multiple * -(-256 // multiple)
   return (side, side, 3)
 
 
 def restore(
   workdir: str | Path,
-  config: ml_collections.ConfigDict,
+  abstract: Callable[[], state_lib.TrainState],
   *,
+  max_to_keep: int,
   step: int | None = None,
-  mesh: Mesh | None = None,
   mngr: ocp.CheckpointManager | None = None,
-  model: nn.Module | None = None,
 ) -> state_lib.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
-  runner, prediction and export.
+  runner, prediction and export (through `crackjax.experiment.Experiment.restore`).
 
   Without `step`, the newest readable step; a damaged newer one is set aside and an older one
   used (`restore_latest_readable`). A requested `step` that cannot be read is an error. Reads
-  no dataset (`restore_image_shape`).
+  no dataset.
 
   Args:
     workdir: the run's directory (``checkpoints/`` inside).
-    config: the run's config (its model and optimiser give the state's structure).
+    abstract: returns the abstract state to restore onto (shapes, dtypes, shardings: the
+      experiment's `abstract_state` on the mesh the state should live on).
+    max_to_keep: the run's ``config.max_checkpoints_to_keep`` (for a manager opened here).
     step: the step to restore, or None for the newest readable one.
-    mesh: devices to place the (replicated) state on; default all (`make_mesh`).
     mngr: the run's checkpoint manager, if the caller holds one (training).
-    model: the config's model if already built (`validate.Parts`).
 
   Raises:
     NoCheckpointError: no checkpoint, or none of `step` (the message lists the steps).
@@ -346,11 +343,7 @@ def restore(
       raise NoCheckpointError(
         f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
       )
-    mngr = checkpoint_manager(workdir, config, create=False)
-  mesh = mesh if mesh is not None else mesh_lib.make_mesh()
-  abstract = functools.partial(
-    state_lib.abstract_train_state, config, restore_image_shape(config, model), mesh, model
-  )
+    mngr = checkpoint_manager(workdir, max_to_keep, create=False)
   if step is None:
     state = restore_latest_readable(mngr, abstract)
     if state is None:
@@ -365,14 +358,12 @@ def restore(
 
 
 def restore_or_init(
-  config: ml_collections.ConfigDict,
   mngr: ocp.CheckpointManager,
-  image_shape: tuple[int, int, int],
-  mesh: Mesh,
-  model: nn.Module | None = None,
+  abstract: Callable[[], state_lib.TrainState],
+  init: Callable[[], state_lib.TrainState],
 ) -> state_lib.TrainState:
-  """The newest readable checkpoint of `mngr` (`restore`) if there is one, else a freshly
-  initialised state on `image_shape` (of `model`, default the config's).
+  """The newest readable checkpoint of `mngr` (`restore`) if there is one, else `init()` (a
+  fresh state with its initial weights).
 
   Raises:
     CheckpointError: there are checkpoints but none can be read, or they were written by a
@@ -380,10 +371,6 @@ def restore_or_init(
   """
   workdir = Path(mngr.directory).parent
   try:
-    return restore(workdir, config, mesh=mesh, mngr=mngr, model=model)
+    return restore(workdir, abstract, max_to_keep=0, mngr=mngr)
   except NoCheckpointError:
-    pass
-  state = state_lib.init_train_state(config, image_shape, mesh, model)
-  # A new run's initial weights: config.model_init.pretrained if set, else from scratch;
-  # either way logged and written to <workdir>/init.json (crackjax/models/pretrained.py).
-  return pretrained.initialise(state, config, workdir=workdir)
+    return init()

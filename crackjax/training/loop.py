@@ -15,19 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
 
-from crackjax.config import validation
-from crackjax.data import loader
 from crackjax.evaluation.scoring import EpochEvaluator, evaluate_checkpoint
+from crackjax.experiment import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.training import checkpoints
-from crackjax.training import mesh as mesh_lib
 from crackjax.training import step as step_lib
 from crackjax.training.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.training.train_state import TrainState
@@ -77,52 +73,49 @@ def buffers_deleted(tree) -> bool:
 
 
 def train_and_evaluate(
-  config: ml_collections.ConfigDict,
+  experiment: Experiment,
   workdir: str | Path,
   *,
   evaluate_after: bool = True,
   on_epoch_end: EpochCallback | None = None,
-  parts: validation.Parts | None = None,
 ) -> TrainState:
-  """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
+  """Trains `experiment` in `workdir`, resuming from its latest checkpoint if there is one.
 
-  The workdir is held (`run.lock`) while training, and a run started there under another
-  config fingerprint is never resumed (`run.check_identity`).
+  The workdir is held (`identity.lock`) while training, and a run started there under another
+  config fingerprint is never resumed (`identity.check_identity`).
 
   Saves a checkpoint at the end of every epoch and when the loop exits early (an
   exception other than a non-finite loss, e.g. KeyboardInterrupt or SIGTERM turned into
   SystemExit) after at least one step of this run has finished. A non-finite loss or
-  gradient raises step_lib.NonFiniteError without saving, so the last checkpoint on disk is the last
-  good one. A damaged latest checkpoint is set aside and the newest readable one resumed
-  (`state.restore_latest_readable`).
+  gradient raises `step.NonFiniteError` without saving, so the last checkpoint on disk is the
+  last good one. A damaged latest checkpoint is set aside and the newest readable one resumed
+  (`checkpoints.restore_latest_readable`).
 
   Args:
-    config: experiment configuration (see configs/base.py).
+    experiment: what to train (`crackjax.experiment.build`): its config, model, loss,
+      augmentation, optimiser, data and mesh.
     workdir: directory for checkpoints, logs and evaluation results.
     evaluate_after: run `evaluate_checkpoint` on the test split after training.
     on_epoch_end: called as `on_epoch_end(state, epoch)` after each epoch's checkpoint is
       saved and (``config.eval.every_epochs``) its evaluation record written: a periodic
       action, as clu's. It must be done with `state` when it returns (the next step
       donates it).
-    parts: the model, loss and augmentation that `validation.check_config(config)` returned,
-      if the caller validated the config already; else it is validated here.
 
   Returns:
     The final TrainState.
 
   Raises:
-    state.CheckpointError: the workdir has checkpoints but none can be read, or they were
-      written by a different model configuration (one-line message).
-    run.RunMismatchError: the workdir's run has another config fingerprint.
-    run.RunLockedError: another process holds the workdir.
+    checkpoints.CheckpointError: the workdir has checkpoints but none can be read, or they
+      were written by a different model configuration (one-line message).
+    identity.RunMismatchError: the workdir's run has another config fingerprint.
+    identity.RunLockedError: another process holds the workdir.
   """
   workdir = Path(workdir)
-  parts = parts or validation.check_config(config)
   # Process 0 speaks for the run (the hosts of a multi-host run share one workdir).
   leader = jax.process_index() == 0
   with identity.lock(workdir) if leader else contextlib.nullcontext():
-    identity.check_identity(workdir, config, record=leader)
-    return _train_and_evaluate(config, workdir, evaluate_after, on_epoch_end, parts)
+    identity.check_identity(workdir, experiment.fingerprint, record=leader)
+    return _train_and_evaluate(experiment, workdir, evaluate_after, on_epoch_end)
 
 
 def _close_quietly(evaluator: EpochEvaluator) -> None:
@@ -134,14 +127,13 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
 
 
 def _train_and_evaluate(
-  config, workdir: Path, evaluate_after: bool, on_epoch_end, parts: validation.Parts
+  experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
 ) -> TrainState:
-  evaluator = EpochEvaluator(config, workdir, model=parts.model)
-  mesh = mesh_lib.make_mesh()
-  mngr = checkpoints.checkpoint_manager(workdir, config)
-  state = checkpoints.restore_or_init(
-    config, mngr, loader.train_image_shape(config), mesh, model=parts.model
-  )
+  config = experiment.config
+  evaluator = EpochEvaluator(experiment, workdir)
+  mesh = experiment.mesh
+  mngr = experiment.checkpoint_manager(workdir)
+  state = experiment.restore_or_init(workdir, mngr)
   start_step = int(jax.device_get(state.step))
   total_steps = config.num_epochs * config.steps_per_epoch
   if jax.process_index() == 0:
@@ -156,14 +148,10 @@ def _train_and_evaluate(
     logging.warning('Evaluating epoch %d, saved before an interruption.', missing)
     evaluator(state, missing, trained=False)
 
-  step_fn = step_lib.make_train_step(
-    config, mesh, state, loss_fn=parts.loss_fn, augment_fn=parts.augment_fn
-  )
+  step_fn = experiment.train_step(state)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
-    itertools.islice(
-      loader.create_train_iterator(config, start_step=start_step), max(total_steps - start_step, 0)
-    ),
+    itertools.islice(experiment.train_iterator(start_step), max(total_steps - start_step, 0)),
     mesh,
   )
   saved_step = start_step if mngr.latest_step() == start_step else None
@@ -236,10 +224,9 @@ def _train_and_evaluate(
   if evaluate_after:
     trained = step != start_step
     evaluate_checkpoint(
-      config,
+      experiment,
       workdir,
       state=state,
-      model=parts.model,
       train_seconds=evaluator.seconds_since_last() if trained else float('nan'),
       first_in_process=evaluator.first,
     )

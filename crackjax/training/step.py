@@ -16,7 +16,6 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from jax.sharding import Mesh
 
@@ -96,28 +95,26 @@ def train_step(
 
 
 def make_train_step(
-  config: ml_collections.ConfigDict,
   mesh: Mesh,
   state: TrainState,
   *,
-  loss_fn: losses.LossFn | None = None,
-  augment_fn: augment.AugmentFn | None = None,
+  loss_fn: losses.LossFn,
+  augment_fn: augment.AugmentFn,
+  seed: int,
 ):
   """Jits `train_step` with replicated state, a data-sharded batch and a donated state.
 
   Args:
-    config: gives the seed, and the loss / augmentation when they are not passed.
     mesh: the device mesh.
     state: a state of the shape that will be passed (for its sharding tree).
-    loss_fn: defaults to `losses.loss_from_config(config.loss)`.
-    augment_fn: defaults to `augment.augment_fn(config.augment)`.
+    loss_fn: the experiment's loss (`crackjax.losses`).
+    augment_fn: the experiment's augmentation (`crackjax.data.augment`).
+    seed: seed of the augmentation keys (``config.seed``).
   """
-  loss_fn = loss_fn or losses.loss_from_config(config.loss)
-  augment_fn = augment_fn or augment.augment_fn(config.augment)
   replicated = mesh_lib.replicated(mesh)
   state_sharding = jax.tree.map(lambda _: replicated, state)
   return jax.jit(
-    functools.partial(train_step, loss_fn=loss_fn, augment_fn=augment_fn, seed=int(config.seed)),
+    functools.partial(train_step, loss_fn=loss_fn, augment_fn=augment_fn, seed=seed),
     in_shardings=(state_sharding, mesh_lib.batch_sharded(mesh)),
     out_shardings=(state_sharding, replicated),
     donate_argnums=(0,),

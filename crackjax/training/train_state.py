@@ -1,7 +1,7 @@
 """The model and optimizer state: `TrainState`, its initialisation and its abstract shape.
 
 Parameters and Adam state are created once per run from the model the experiment built
-(`create_train_state(config, rng, image_shape, model)`), jitted with replicated out-shardings
+(`create_train_state(rng, image_shape, model, tx)`), jitted with replicated out-shardings
 (`init_train_state`) or traced without values for a restore (`abstract_train_state`).
 
 Models with BatchNorm (a 'batch_stats' collection: SegNet, DeepCrack, DeepLab v3+, CrackSeg,
@@ -21,14 +21,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from flax import struct
 from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh
 
-from crackjax.models import model_from_config
 from crackjax.training import mesh as mesh_lib
 
 TrainState = flax_train_state.TrainState
@@ -50,35 +48,30 @@ def batch_stats_of(state: TrainState) -> Any:
   return getattr(state, 'batch_stats', None) or None
 
 
-def create_model(config: ml_collections.ConfigDict) -> nn.Module:
-  """The model of ``config.model`` (crackjax.models)."""
-  return model_from_config(config.model)
-
-
-def create_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  return optax.adam(config.learning_rate)
+def create_optimizer(learning_rate: float) -> optax.GradientTransformation:
+  """The optimiser of every run: Adam (the paper's §IV setting)."""
+  return optax.adam(learning_rate)
 
 
 def create_train_state(
-  config: ml_collections.ConfigDict,
   rng: jax.Array,
   image_shape: tuple[int, int, int],
-  model: nn.Module | None = None,
+  model: nn.Module,
+  tx: optax.GradientTransformation,
 ) -> TrainState:
-  """Initialises parameters and Adam state for images of shape (H, W, C).
+  """Initialises parameters and optimiser state for images of shape (H, W, C).
 
   Args:
-    config: reads model, learning_rate.
     rng: PRNG key for the parameters.
     image_shape: (H, W, C) of one training image.
-    model: the config's model if already built (`validate.Parts`), else built here.
+    model: the experiment's model.
+    tx: the experiment's optimiser.
 
   Returns:
     A TrainState at step 0; a `BatchNormTrainState` for a model with batch statistics.
   """
-  model = model if model is not None else create_model(config)
   variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32))
-  params, tx = variables['params'], create_optimizer(config)
+  params = variables['params']
   if variables.get('batch_stats'):
     state = BatchNormTrainState.create(
       apply_fn=model.apply, params=params, tx=tx, batch_stats=variables['batch_stats']
@@ -99,32 +92,34 @@ def init_key(seed: int) -> jax.Array:
 
 
 def abstract_train_state(
-  config: ml_collections.ConfigDict,
+  seed: int,
   image_shape: tuple[int, int, int],
   mesh: Mesh,
-  model: nn.Module | None = None,
+  model: nn.Module,
+  tx: optax.GradientTransformation,
 ) -> TrainState:
   """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
   abstract = jax.eval_shape(
-    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
-    init_key(config.seed),
+    functools.partial(create_train_state, image_shape=image_shape, model=model, tx=tx),
+    init_key(seed),
   )
   sharding = mesh_lib.replicated(mesh)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
 
 def init_train_state(
-  config: ml_collections.ConfigDict,
+  seed: int,
   image_shape: tuple[int, int, int],
   mesh: Mesh,
-  model: nn.Module | None = None,
+  model: nn.Module,
+  tx: optax.GradientTransformation,
 ) -> TrainState:
-  """A freshly initialised TrainState (seed ``config.seed``), replicated over `mesh`."""
+  """A freshly initialised TrainState (seed `seed`), replicated over `mesh`."""
   init = jax.jit(
-    functools.partial(create_train_state, config, image_shape=image_shape, model=model),
+    functools.partial(create_train_state, image_shape=image_shape, model=model, tx=tx),
     out_shardings=mesh_lib.replicated(mesh),
   )
-  return init(init_key(config.seed))
+  return init(init_key(seed))
 
 
 def local_params(state: TrainState) -> Any:

@@ -1,0 +1,234 @@
+"""One experiment, built once: everything a run needs, derived from a validated config.
+
+`build(config)` validates the config (one pass, `config.validation.check_config`) and returns
+an `Experiment`: the model, the loss, the augmentation, the optimiser, the evaluation
+protocols and the run's identity, each built here and nowhere else. The dataset builder, the
+split sources, the train image shape and the device mesh are derived on first use and kept,
+so a launch prepares the dataset and opens each split once, whoever asks (the data check, the
+loader, the periodic and the final evaluation).
+
+Every consumer takes the experiment instead of the config: launch.py, the training loop and
+its step, evaluation (`evaluation.scoring`), scoring on other data (crackjax-evaluate),
+prediction and export of a restored run (`from_run`), the reproduction runner's jobs and the
+benches. This is the pattern of scenic's and big_vision's trainers: build the parts once at
+the top, hand them down; nothing below rebuilds them from the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+import optax
+import tensorflow_datasets as tfds
+from jax.sharding import Mesh
+
+from crackjax import losses
+from crackjax.config import plugins, validation
+from crackjax.data import augment, loader
+from crackjax.data import registry as data_registry
+from crackjax.models import pretrained
+from crackjax.runs import identity
+from crackjax.training import checkpoints, step, train_state
+from crackjax.training import mesh as mesh_lib
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Experiment:
+  """The parts of one run, built once from a validated config (`build`).
+
+  Attributes:
+    config: the config the parts were built from (read-only by convention: a changed field
+      would no longer match the parts).
+    model: the linen Module of ``config.model`` (`crackjax.models`).
+    loss_fn: ``(model outputs, masks) -> (scalar loss, metrics)`` of ``config.loss``.
+    augment_fn: ``(rng, images, masks) -> (images, masks)`` of ``config.augment``.
+    optimizer: the optax transformation of the run (Adam at ``config.learning_rate``).
+    protocols: the evaluation protocols of ``config.eval.protocols``.
+  """
+
+  config: ml_collections.ConfigDict
+  model: nn.Module
+  loss_fn: losses.LossFn
+  augment_fn: augment.AugmentFn
+  optimizer: optax.GradientTransformation
+  protocols: tuple[str, ...]
+
+  # ------------------------------------------------------------------ identity and devices
+
+  @functools.cached_property
+  def fingerprint(self) -> dict[str, Any]:
+    """The config fields that define the computation (`runs.identity.fingerprint`)."""
+    return identity.fingerprint(self.config)
+
+  @functools.cached_property
+  def mesh(self) -> Mesh:
+    """The 1-D data-parallel mesh over every device of every process."""
+    return mesh_lib.make_mesh()
+
+  # ------------------------------------------------------------------------------- data
+
+  @functools.cached_property
+  def builder(self) -> tfds.core.DatasetBuilder:
+    """The prepared TFDS builder of ``config.data`` (prepared here on first use).
+
+    Raises:
+      data.registry.DatasetError: absent or unusable data (the message names what and where).
+    """
+    return data_registry.prepare_dataset(self.config.data)
+
+  def prepare_data(self) -> tfds.core.DatasetBuilder:
+    """Prepares the dataset if needed (once) and returns its builder: launch.py calls it
+    early, so absent or invalid data stops a run before a model is compiled."""
+    return self.builder
+
+  def source(self, split: str) -> Sequence[dict[str, Any]]:
+    """The random-access source of `split`, opened once per split."""
+    sources = self.__dict__.setdefault('_sources', {})
+    if split not in sources:
+      sources[split] = self.builder.as_data_source(split)
+    return sources[split]
+
+  @property
+  def train_source(self) -> Sequence[dict[str, Any]]:
+    return self.source(self.config.data.train_split)
+
+  @property
+  def test_source(self) -> Sequence[dict[str, Any]]:
+    return self.source(self.config.data.test_split)
+
+  @functools.cached_property
+  def train_image_shape(self) -> tuple[int, int, int]:
+    """(H, W, 3) of the images the train step sees: the crop size, else the first train
+    image's size."""
+    size = loader.crop_size(self.config)
+    if size is not None:
+      return *size, 3
+    h, w = np.asarray(self.train_source[0]['image']).shape[:2]
+    return int(h), int(w), 3
+
+  def check_data(self) -> None:
+    """Raises `validation.ConfigError` if the train images do not fit ``data.input_size``
+    (decodes every train image once)."""
+    validation.check_data(self.config, validation.train_image_sizes(self.train_source), self.model)
+
+  def train_iterator(self, start_step: int = 0, **kwargs):
+    """This process's part of global batches `start_step`, `start_step` + 1, ... of the train
+    split (`data.loader.create_train_iterator`)."""
+    return loader.create_train_iterator(
+      self.config, self.train_source, start_step=start_step, **kwargs
+    )
+
+  def eval_examples(self, split: str | None = None):
+    """Every record of `split` (default the test split) once (`data.loader.eval_examples`)."""
+    return loader.eval_examples(self.source(split or self.config.data.test_split))
+
+  def on_other_data(self, config: ml_collections.ConfigDict) -> Experiment:
+    """These parts (the same model object) on `config`'s data and protocols: scoring a run
+    on another dataset or folder (crackjax-evaluate). Only ``data`` and ``eval`` may differ
+    from this experiment's config; the model is not rebuilt."""
+    return dataclasses.replace(self, config=config, protocols=tuple(config.eval.protocols))
+
+  # ------------------------------------------------------------------------------ state
+
+  def init_state(self, image_shape: tuple[int, int, int] | None = None, *, mesh=None):
+    """A freshly initialised TrainState (seed ``config.seed``), replicated over the mesh,
+    on `image_shape` (default the train image shape)."""
+    return train_state.init_train_state(
+      int(self.config.seed),
+      image_shape or self.train_image_shape,
+      mesh or self.mesh,
+      self.model,
+      self.optimizer,
+    )
+
+  def abstract_state(
+    self, mesh: Mesh | None = None, image_shape: tuple[int, int, int] | None = None
+  ):
+    """Shapes, dtypes and shardings of the TrainState, for a restore (on `image_shape`,
+    default one read from the config alone, `checkpoints.restore_image_shape`: no data)."""
+    return train_state.abstract_train_state(
+      int(self.config.seed),
+      image_shape or checkpoints.restore_image_shape(self.config, self.model),
+      mesh or self.mesh,
+      self.model,
+      self.optimizer,
+    )
+
+  def checkpoint_manager(self, workdir: str | Path, *, create: bool = True):
+    """The orbax manager of ``<workdir>/checkpoints``."""
+    return checkpoints.checkpoint_manager(
+      workdir, self.config.max_checkpoints_to_keep, create=create
+    )
+
+  def restore(self, workdir: str | Path, *, step: int | None = None, mesh: Mesh | None = None):
+    """The TrainState of `step` (default the newest readable) of the run in `workdir`
+    (`checkpoints.restore`, the one restore path)."""
+    mesh = mesh or self.mesh
+    return checkpoints.restore(
+      workdir,
+      functools.partial(self.abstract_state, mesh),
+      max_to_keep=self.config.max_checkpoints_to_keep,
+      step=step,
+    )
+
+  def restore_or_init(self, workdir: str | Path, mngr):
+    """The newest readable checkpoint of `mngr`, else a fresh state with the initial weights
+    of ``config.model_init`` (logged and written to ``<workdir>/init.json``)."""
+
+    def init():
+      return pretrained.initialise(self.init_state(), self.config, workdir=workdir)
+
+    return checkpoints.restore_or_init(
+      mngr, functools.partial(self.abstract_state, self.mesh), init
+    )
+
+  def train_step(self, state, *, mesh: Mesh | None = None):
+    """The jitted train step of this experiment's loss and augmentation for states shaped
+    like `state`, over `mesh` (default the experiment's; `training.step.make_train_step`)."""
+    return step.make_train_step(
+      mesh or self.mesh,
+      state,
+      loss_fn=self.loss_fn,
+      augment_fn=self.augment_fn,
+      seed=int(self.config.seed),
+    )
+
+
+def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experiment:
+  """Validates `config` and builds its experiment (nothing is read from disk yet).
+
+  Args:
+    config: the experiment's config (configs/base.py documents every field).
+    training: whether the experiment trains here. False for a run's recorded config rebuilt
+      for prediction, export or scoring elsewhere: the checks that concern only a new
+      training (the pretrained file, the batch split over this machine's devices) are left
+      out.
+
+  Raises:
+    validation.ConfigError: every problem of the config, one per line.
+    ValueError: a module of ``config.plugins`` cannot be imported.
+  """
+  plugins.import_plugins(config)
+  parts = validation.check_config(config, training=training)
+  return Experiment(
+    config=config,
+    model=parts.model,
+    loss_fn=parts.loss_fn,
+    augment_fn=parts.augment_fn,
+    optimizer=train_state.create_optimizer(config.learning_rate),
+    protocols=tuple(config.eval.protocols),
+  )
+
+
+def one_device_mesh() -> Mesh:
+  """A mesh of this process's first device: prediction and export run the parameters as host
+  arrays on one device."""
+  return Mesh(np.asarray(jax.local_devices()[:1]), ('data',))

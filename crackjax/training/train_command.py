@@ -1,0 +1,124 @@
+"""The training command: trains and/or evaluates a crackjax configuration.
+
+  python launch.py --config=configs/crackforest_exp.py --workdir=workdirs/cfd_exp
+  crackjax-train --config=configs/crackforest_exp.py --workdir=workdirs/cfd_exp  # the same
+  python launch.py --config=configs/crackforest_exp.py:cpu --workdir=/tmp/cfd \
+      --config.data.manual_dir=../shared/datasets/crackforest
+  python launch.py --config=configs/crackforest_exp.py --workdir=workdirs/cfd_exp --mode=eval
+
+It parses the flags, builds the experiment once (`crackjax.experiment.build`: every config
+problem, then absent data, then images that do not fit, each one clear line) and hands it to
+the training loop or the evaluation. Several hosts: start the same command on every host with
+--coordinator_address, --num_processes and --process_id (or let jax.distributed.initialize()
+detect a SLURM/Kubernetes/Cloud TPU environment with --distributed).
+"""
+
+import functools
+import sys
+from pathlib import Path
+
+import jax
+from absl import app, flags, logging
+
+from crackjax.config import flags as config_flags
+from crackjax.data import registry as data_registry
+from crackjax.evaluation import scoring
+from crackjax.experiment import Experiment
+from crackjax.experiment import build as build_experiment
+from crackjax.models import pretrained
+from crackjax.runs import identity, logs
+from crackjax.training import checkpoints, loop
+
+FLAGS = flags.FLAGS
+config_flags.define_config_flag(FLAGS)
+flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs and results.')
+MODES = ('train', 'eval', 'train_and_eval')
+flags.DEFINE_enum('mode', 'train_and_eval', list(MODES), 'What to run.')
+flags.DEFINE_bool(
+  'distributed', False, 'Call jax.distributed.initialize() (auto-detected cluster environments).'
+)
+flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 (multi-host).')
+flags.DEFINE_integer('num_processes', None, 'Number of processes (multi-host).')
+flags.DEFINE_integer('process_id', None, 'Index of this process (multi-host).')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def run(experiment: Experiment, workdir: str | Path, mode: str) -> None:
+  """Trains and/or evaluates `experiment` (`crackjax.experiment.build`) in `workdir` according
+  to `mode` (one of MODES)."""
+  if mode not in MODES:
+    raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
+  if mode == 'eval':
+    scoring.evaluate_checkpoint(experiment, workdir)
+  else:
+    loop.train_and_evaluate(experiment, workdir, evaluate_after=mode == 'train_and_eval')
+
+
+# The command's name in its messages: launch.py or crackjax-train, as the user typed it.
+PROG = ['launch.py']
+
+
+def _main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  # TFDS and orbax chatter (dataset info loads, every save phase, OpenCV advice) goes to
+  # DEBUG before any builder is constructed; --verbosity=1 shows it again.
+  logs.quiet_third_party_logs()
+  if FLAGS.distributed or FLAGS.coordinator_address:
+    jax.distributed.initialize(
+      coordinator_address=FLAGS.coordinator_address,
+      num_processes=FLAGS.num_processes,
+      process_id=FLAGS.process_id,
+    )
+  config_flags.exit_on_sigterm()  # a checkpoint is saved on the way out
+  problem = config_flags.unwritable(FLAGS.workdir)
+  if problem:  # before the data is prepared or a model compiled
+    sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
+  config = FLAGS.config
+  logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
+  try:
+    # Every config problem, then absent or invalid data, then images that do not fit the
+    # config stop the run here with a message that says what to fix, before a model is
+    # compiled or the workdir is written.
+    experiment = build_experiment(config)
+    if FLAGS.mode != 'eval':
+      identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
+    experiment.prepare_data()
+    if FLAGS.mode != 'eval':
+      experiment.check_data()
+  except (data_registry.DatasetError, identity.RunMismatchError) as e:
+    sys.exit(f'{PROG[0]}: {e}')
+  except ValueError as e:
+    sys.exit(_bad_config(e))
+  except OSError as e:  # e.g. a data_dir that cannot be written (the message names the path)
+    sys.exit(f'{PROG[0]}: {e}')
+  run_or_exit(experiment, FLAGS.workdir, FLAGS.mode)
+
+
+def run_or_exit(experiment: Experiment, workdir: str | Path, mode: str) -> None:
+  """`run`, with the errors a user can fix (no checkpoint, a damaged or foreign one, another
+  config's run, a held workdir, an unusable pretrained file, a workdir that cannot be
+  written) as one line and exit status 1 instead of a traceback."""
+  try:
+    run(experiment, workdir, mode)
+  except (
+    OSError,  # a missing file, a workdir that cannot be written (the message names the path)
+    checkpoints.CheckpointError,
+    pretrained.PretrainedError,
+    identity.RunMismatchError,
+    identity.RunLockedError,
+  ) as e:
+    sys.exit(f'{PROG[0]}: {e}')
+
+
+def _bad_config(error: ValueError) -> str:
+  lines = str(error).splitlines()
+  if len(lines) == 1:
+    return f'{PROG[0]}: bad config: {lines[0]}'
+  return f'{PROG[0]}: bad config:\n' + '\n'.join(f'  - {line}' for line in lines)
+
+
+def main(prog: str = 'crackjax-train') -> None:
+  """The command (`python launch.py` and the `crackjax-train` console script)."""
+  PROG[0] = prog
+  app.run(_main, flags_parser=functools.partial(config_flags.parse_flags, FLAGS, prog=prog))
