@@ -440,9 +440,14 @@ def test_report_shows_the_comparison_tables(tmp_path):
   results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
   table1 = report.markdown(records.load([results]), ['strict'])
   assert '## Table 1 ' in table1 and 'comparison models' not in table1
-  # One renderer: both row kinds are tables of their columns.
-  assert [c.title for c in report.COMPARE_COLUMNS][:2] == ['method', 'β']
+  # One renderer: both row kinds are tables of their columns, and one description of the
+  # columns gives both the Markdown and the CSV table.
+  assert report.markdown_table([], report.COMPARE_COLUMNS)[0].startswith('| method | β |')
   assert report.markdown_table([], report.TABLE_COLUMNS)[0].startswith('| method | epochs |')
+  report.csv_table(
+    tmp_path / 'only.csv', report.compare_results(runs, 'strict'), report.COMPARE_COLUMNS
+  )
+  assert (tmp_path / 'only.csv').read_text() == (tmp_path / 'report_compare.csv').read_text()
 
 
 def test_one_variant_system_for_every_model():
