@@ -47,15 +47,14 @@ PLAIN_CE = {
   'jaccard_smooth': 1.0,
 }
 # The paper's exponential WCE on the fused map (the dagger rows of single-output models).
-EXP_WCE = {
-  'name': 'holistic',
-  'weighting': 'exp',
-  'beta': 0.75,
-  'gamma': 1.0,
-  'base': 10.0,
-  'a': 1.0,
-  'b': 0.0,
-  'jaccard_smooth': 1.0,
+EXP_WCE = {'name': 'holistic', **paper.DAGGER_LOSS, 'jaccard_smooth': 1.0}
+# The same on every side output and the fused map (HED, RCF, DeepCrack; side_exp_wce's gamma,
+# base, a and b default to the dagger loss's).
+SIDE_EXP_WCE = {
+  'name': 'side_exp_wce',
+  'beta': paper.DAGGER_LOSS['beta'],
+  'side_weight': 1.0,
+  'fuse_weight': 1.0,
 }
 
 # model -> (its config.model group, its original loss, its dagger loss)
@@ -68,12 +67,12 @@ MODELS = {
   'hed': (
     {'name': 'hed', 'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
     {'name': 'hed_balanced', 'side_weight': 1.0, 'fuse_weight': 1.0},
-    {'name': 'side_exp_wce', 'beta': 0.75, 'side_weight': 1.0, 'fuse_weight': 1.0},
+    SIDE_EXP_WCE,
   ),
   'rcf': (
     {'name': 'rcf', 'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
     {'name': 'rcf_robust', 'eta': 0.5, 'lam': 1.1, 'side_weight': 1.0, 'fuse_weight': 1.0},
-    {'name': 'side_exp_wce', 'beta': 0.75, 'side_weight': 1.0, 'fuse_weight': 1.0},
+    SIDE_EXP_WCE,
   ),
   'segnet': (
     {'name': 'segnet', 'n_classes': 2, 'width_scale': 1.0, 'dtype': 'float32'},
@@ -84,7 +83,7 @@ MODELS = {
   'deepcrack': (
     {'name': 'deepcrack', 'width_scale': 1.0, 'dtype': 'float32'},
     {'name': 'deepcrack_plain', 'side_weight': 1.0, 'fuse_weight': 1.0},
-    {'name': 'side_exp_wce', 'beta': 0.75, 'side_weight': 1.0, 'fuse_weight': 1.0},
+    SIDE_EXP_WCE,
   ),
   'deeplabv3plus': (
     {

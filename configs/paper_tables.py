@@ -98,7 +98,8 @@ def apply_compare_row(
   _apply_settings(c, s)
   c.num_epochs = row.epochs
   if row.dagger:
-    if 'beta' not in c.loss or c.loss.get('weighting', 'exp') != 'exp':
+    exp = paper.DAGGER_LOSS['weighting']  # side_exp_wce has no weighting field: exp
+    if 'beta' not in c.loss or c.loss.get('weighting', exp) != exp:
       raise ValueError(
         f'Row {key!r} of Table {table} is a dagger row: config.loss must be the exponential '
         f'WCE with a beta, got {c.loss.to_dict()}.'

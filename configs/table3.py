@@ -3,8 +3,9 @@
   python launch.py --config=configs/table3.py:<key> --workdir=workdirs/table3/<key>
   --config=configs/table3.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
-Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper/tables.py (TABLE3, SETTINGS[3]); an unknown key lists the valid ones.
+Rows and the paper's figures are crackjax/paper/data/table3.csv; their keys and the table's
+dataset settings are crackjax/paper/tables.py's (SETTINGS[3]); an unknown key lists the valid
+ones.
 """
 
 from configs import paper_tables

@@ -3,8 +3,9 @@
   python launch.py --config=configs/table4.py:<key> --workdir=workdirs/table4/<key>
   --config=configs/table4.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
-Rows, their keys, the paper's figures and the table's dataset settings live in
-crackjax/paper/tables.py (TABLE4, SETTINGS[4]); an unknown key lists the valid ones.
+Rows and the paper's figures are crackjax/paper/data/table4.csv; their keys and the table's
+dataset settings are crackjax/paper/tables.py's (SETTINGS[4]); an unknown key lists the valid
+ones.
 """
 
 from configs import paper_tables

@@ -4,10 +4,10 @@ key as config argument.
   python launch.py --config=configs/table7.py:<key> --workdir=workdirs/table7/<key>
   --config=configs/table7.py:<key>,cpu   (or ,smoke) shrinks it (configs/base.py VARIANTS)
 
-Rows (the model, `_dagger` for the paper's exponential-WCE rows), the paper's figures and the
-assumed epochs live in crackjax/paper/tables.py (TABLE7); the dataset settings are Table 3's
-(SETTINGS[3]); the models' groups and original losses are configs/compare.py's. An unknown
-key lists the valid ones.
+Rows (the model, `_dagger` for the paper's exponential-WCE rows) and the paper's figures are
+crackjax/paper/data/table7.csv; the keys, the assumed epochs and the dataset settings (Table
+3's, SETTINGS[3]) are crackjax/paper/tables.py's; the models' groups and original losses
+are configs/compare.py's. An unknown key lists the valid ones.
 """
 
 from configs import compare

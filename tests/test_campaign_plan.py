@@ -1,11 +1,13 @@
 """The chunk planner: rates from earlier runs' epoch records, and which jobs fit a time limit."""
 
 import json
+import os
 
 import pytest
 
+from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import plan as campaign_plan
-from crackjax.paper import records
+from crackjax.paper import records, scheduler
 from crackjax.paper import runner as reproduce
 
 SETTING = {'widths': [64, 128, 256, 512, 1024], 'steps_per_epoch': 300}
@@ -75,15 +77,16 @@ def test_plan_skips_what_does_not_fit_and_tries_shorter_jobs():
   assert 'c' in text and 'does not fit' in text and '3 of 4 jobs fit.' in text
 
 
-def test_runner_plan_is_a_dry_run(tmp_path, capsys):
+def test_runner_plan_is_a_dry_run(tmp_path, capsys, monkeypatch):
+  monkeypatch.delenv('JAX_PLATFORMS', raising=False)  # the runner sets it; undone after
   # Rates measured at the paper's setting on an H100, as a chunk exports them.
   setting = records.setting_of(
     json.loads(
-      reproduce.load_config(
-        reproduce.select_jobs(1, ['wce_xie_e10'], [0])[0],
+      campaign_jobs.load_config(
+        campaign_jobs.select_jobs(1, ['wce_xie_e10'], [0])[0],
         variant='',
         overrides=[],
-        directory=reproduce.configs_dir(),
+        directory=campaign_jobs.configs_dir(),
         protocols=['strict'],
       ).to_json_best_effort()
     )
@@ -116,16 +119,19 @@ def test_runner_plan_is_a_dry_run(tmp_path, capsys):
   assert 'does not fit' not in lines['1:wce_xie:0']
   assert 'does not fit' in lines['1:wce_xie:1'] and 'does not fit' in lines['1:wce_xie:2']
   assert not (tmp_path / 'never').exists()
+  # A scheduler (--parallel 2, --max_minutes) keeps off the GPUs from the start.
+  assert os.environ['JAX_PLATFORMS'] == 'cpu'
 
 
 def test_runner_without_rates_starts_every_job():
-  jobs = reproduce.select_jobs(1, ['wce_xie_e10'], [0, 1])
-  kept, message = reproduce.plan_chunk(jobs, lambda j: None, [], None, 4, 300)
+  jobs = campaign_jobs.select_jobs(1, ['wce_xie_e10'], [0, 1])
+  kept, message = scheduler.plan_chunk(jobs, lambda j: None, [], None, 4, 300)
   assert kept == jobs and 'No measured rates' in message
   assert message.endswith('are cut: 1:wce_xie:0, 1:wce_xie:1.')  # the dry run lists them
 
 
-def test_plan_loads_every_config_first(tmp_path):
+def test_plan_loads_every_config_first(tmp_path, monkeypatch):
+  monkeypatch.delenv('JAX_PLATFORMS', raising=False)  # the runner sets it; undone after
   # A bad --set fails the dry run as it would fail the real one (it used to pass: the plan
   # loaded no config without --done).
   argv = ['--table=1', '--rows=wce_xie_e5', '--max_minutes=5', f'--workdir={tmp_path / "w"}']

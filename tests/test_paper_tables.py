@@ -186,7 +186,7 @@ def test_training_groups_differ_only_in_epochs():
   assert [r.epochs for r in groups['table1:wce_exp_0.75']] == [20, 10, 5]
   assert len(paper_tables.training_groups(3)['table3:exp_1_a10_wj']) == 2
   # Different a: different runs.
-  assert len({r.training_group for r in paper_tables.TABLE1 if r.b == 1}) == 3
+  assert len({r.training_group for r in paper_tables.TABLES[1] if r.b == 1}) == 3
 
 
 @pytest.mark.parametrize('table', [1, 2, 3, 4])

@@ -20,6 +20,7 @@ from configs import compare, paper_tables
 from crackjax import losses
 from crackjax.config import validation
 from crackjax.models import MODELS
+from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
@@ -338,26 +339,26 @@ def test_list_prints_the_41_rows(capsys):
 
 
 def test_jobs_and_configs_of_a_comparison_table():
-  jobs = reproduce.select_jobs(7, [], [0, 1])
+  jobs = campaign_jobs.select_jobs(7, [], [0, 1])
   assert len(jobs) == 2 * 18
-  jobs = reproduce.select_jobs(8, ['rcf', 'rcf_dagger'], [0])
+  jobs = campaign_jobs.select_jobs(8, ['rcf', 'rcf_dagger'], [0])
   assert [j.id for j in jobs] == ['8:rcf:0', '8:rcf_dagger:0']
   assert [j.epochs for j in jobs] == [30, 23]
   assert jobs[1].directory('w') == Path('w/table8/rcf_dagger/seed0')
-  c = reproduce.load_config(
+  c = campaign_jobs.load_config(
     jobs[1],
     variant='smoke',
     overrides=['data.manual_dir=/nowhere'],
-    directory=reproduce.configs_dir(),
+    directory=campaign_jobs.configs_dir(),
     protocols=['strict'],
   )
   assert (c.model.name, c.loss.name, c.loss.beta) == ('rcf', 'side_exp_wce', 1.0)
   assert (c.num_epochs, c.steps_per_epoch, c.eval.protocols) == (23, 3, ('strict',))
   assert c.data.name == 'bjn260' and c.data.manual_dir == '/nowhere'
   with pytest.raises(ValueError, match='Not a trainable row of Table 8'):
-    reproduce.select_jobs(8, ['hed_dagger'], [0])
+    campaign_jobs.select_jobs(8, ['hed_dagger'], [0])
   with pytest.raises(ValueError, match='--table must be one of'):
-    reproduce.select_jobs(9, [], [0])
+    campaign_jobs.select_jobs(9, [], [0])
 
 
 def _fake_run(table: int, key: str, seed: int, f1: float, seconds: float) -> dict:
@@ -440,9 +441,14 @@ def test_report_shows_the_comparison_tables(tmp_path):
   results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
   table1 = report.markdown(records.load([results]), ['strict'])
   assert '## Table 1 ' in table1 and 'comparison models' not in table1
-  # One renderer: both row kinds are tables of their columns.
-  assert [c.title for c in report.COMPARE_COLUMNS][:2] == ['method', 'β']
+  # One renderer: both row kinds are tables of their columns, and one description of the
+  # columns gives both the Markdown and the CSV table.
+  assert report.markdown_table([], report.COMPARE_COLUMNS)[0].startswith('| method | β |')
   assert report.markdown_table([], report.TABLE_COLUMNS)[0].startswith('| method | epochs |')
+  report.csv_table(
+    tmp_path / 'only.csv', report.compare_results(runs, 'strict'), report.COMPARE_COLUMNS
+  )
+  assert (tmp_path / 'only.csv').read_text() == (tmp_path / 'report_compare.csv').read_text()
 
 
 def test_one_variant_system_for_every_model():

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from crackjax.evaluation import scoring
-from crackjax.paper import records, report
+from crackjax.paper import jobs as campaign_jobs
+from crackjax.paper import records, report, scheduler
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 from crackjax.runs import identity
@@ -57,7 +58,7 @@ def test_list_prints_every_row(capsys):
 
 
 def test_jobs_share_one_training_per_group():
-  jobs = reproduce.select_jobs(1, ['wce_xie_e5', 'wce_xie_e20', 'wce_exp_0.75_e5'], [0, 1])
+  jobs = campaign_jobs.select_jobs(1, ['wce_xie_e5', 'wce_xie_e20', 'wce_exp_0.75_e5'], [0, 1])
   assert [j.id for j in jobs] == [
     '1:wce_xie:0',
     '1:wce_xie:1',
@@ -65,15 +66,15 @@ def test_jobs_share_one_training_per_group():
     '1:wce_exp_0.75:1',
   ]
   assert jobs[0].epochs == 20 and [r.key for r in jobs[0].rows] == ['wce_xie_e20', 'wce_xie_e5']
-  all_jobs = reproduce.select_jobs(1, [], [0])
+  all_jobs = campaign_jobs.select_jobs(1, [], [0])
   assert len(all_jobs) == len(paper.training_groups(1)) == 8
   with pytest.raises(ValueError, match="'rsf'"):
-    reproduce.select_jobs(1, ['rsf'], [0])
+    campaign_jobs.select_jobs(1, ['rsf'], [0])
 
 
 def test_shortest_first_goes_seed_by_seed():
   rows = ['wce_xie_e10', 'wce_exp_0.75_e10', 'exp_0.75_a20_wj_e5']
-  jobs = reproduce.shortest_first(reproduce.select_jobs(1, rows, [0, 1]))
+  jobs = campaign_jobs.shortest_first(campaign_jobs.select_jobs(1, rows, [0, 1]))
   assert [j.id for j in jobs] == [
     '1:exp_0.75_a20_wj:0',
     '1:exp_0.75_a20_wj:1',
@@ -86,10 +87,10 @@ def test_shortest_first_goes_seed_by_seed():
 
 def test_only_the_scheduler_keeps_off_the_gpus():
   # The workers get the scheduler's --parallel: they must still train on the accelerator.
-  assert reproduce.schedules_only(None, parallel=4, max_minutes=0)
-  assert reproduce.schedules_only(None, parallel=1, max_minutes=7.5)
-  assert not reproduce.schedules_only(None, parallel=1, max_minutes=0)
-  assert not reproduce.schedules_only('1:wce_xie:0', parallel=4, max_minutes=0)
+  assert scheduler.schedules_only(None, parallel=4, max_minutes=0)
+  assert scheduler.schedules_only(None, parallel=1, max_minutes=7.5)
+  assert not scheduler.schedules_only(None, parallel=1, max_minutes=0)
+  assert not scheduler.schedules_only('1:wce_xie:0', parallel=4, max_minutes=0)
 
 
 def test_bad_flags_end_in_one_line():
@@ -352,10 +353,10 @@ def test_a_campaign_and_its_own_export_merge_without_a_note(tmp_path, capsys):
 
 
 def test_worker_env_shares_gpus():
-  env = reproduce.worker_env(3, 4, ['0', '1'], base={})
+  env = scheduler.worker_env(3, 4, ['0', '1'], base={})
   assert env == {'CUDA_VISIBLE_DEVICES': '1', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.450'}
-  assert reproduce.worker_env(1, 2, ['0', '1'], base={}) == {'CUDA_VISIBLE_DEVICES': '1'}
-  assert reproduce.worker_env(0, 2, [], base={'A': 'b'}) == {'A': 'b'}
+  assert scheduler.worker_env(1, 2, ['0', '1'], base={}) == {'CUDA_VISIBLE_DEVICES': '1'}
+  assert scheduler.worker_env(0, 2, [], base={'A': 'b'}) == {'A': 'b'}
 
 
 def test_welch_against_hand_computed_values():
@@ -556,19 +557,18 @@ def test_workers_start_without_forking_the_runner(tmp_path):
   import jax
 
   jax.devices()  # JAX's warning at fork comes with its backends
-  job = reproduce.select_jobs(1, ['wce_xie_e5'], [0])[0]
+  job = campaign_jobs.select_jobs(1, ['wce_xie_e5'], [0])[0]
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    status = reproduce.run_workers(
-      [job], ['--no_such_flag'], tmp_path, parallel=1, gpus=[], deadline=None
-    )
+    command = [sys.executable, '-m', 'crackjax.paper.runner', '--no_such_flag']
+    status = scheduler.run_workers([job], command, tmp_path, parallel=1, gpus=[], deadline=None)
   assert status[job.id].startswith('failed (exit 1: ')
   assert [str(w.message) for w in caught if 'fork' in str(w.message)] == []
 
 
 def test_a_worker_whose_runner_has_ended_stops(tmp_path):
   # The worker sets its end with the runner itself; a runner gone before that sends nothing.
-  env = {**os.environ, reproduce.RUNNER_PID_ENV: '1'}  # not this worker's parent
+  env = {**os.environ, scheduler.RUNNER_PID_ENV: '1'}  # not this worker's parent
   argv = ['--table=1', f'--workdir={tmp_path}', '--job=1:wce_xie:0']
   out = subprocess.run(
     [sys.executable, '-m', 'crackjax.paper.runner', *argv],
@@ -588,12 +588,12 @@ def test_a_worker_whose_runner_has_ended_stops(tmp_path):
 def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):
   log = tmp_path / 'worker.log'
   log.write_text('I starting\nTraceback (most recent call last):\n  ...\nRuntimeError: broke\n\n')
-  assert reproduce.last_log_line(log) == 'RuntimeError: broke'
+  assert scheduler.last_log_line(log) == 'RuntimeError: broke'
   log.write_text('launch.py: ' + 'x' * 300)
-  assert len(reproduce.last_log_line(log)) == 200 and reproduce.last_log_line(log).endswith('...')
-  assert reproduce.last_log_line(tmp_path / 'none.log') == 'no log'
+  assert len(scheduler.last_log_line(log)) == 200 and scheduler.last_log_line(log).endswith('...')
+  assert scheduler.last_log_line(tmp_path / 'none.log') == 'no log'
   # A flag error's message, not the help hint printed after it.
   log.write_text(
     'python -m crackjax.paper.runner: flag --x=1: bad\nPass --help for the list of flags.\n'
   )
-  assert reproduce.last_log_line(log) == 'python -m crackjax.paper.runner: flag --x=1: bad'
+  assert scheduler.last_log_line(log) == 'python -m crackjax.paper.runner: flag --x=1: bad'

@@ -98,6 +98,14 @@ def row_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult
   return out
 
 
+def compare_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
+  """Every row of Tables V-VIII that some run covers, in the paper's order, under `protocol`."""
+  out = []
+  for rows in paper.COMPARE_TABLES.values():
+    out += [r for r in (_row_result(runs, row, protocol) for row in rows) if r is not None]
+  return out
+
+
 def _row_result(runs: Sequence[dict[str, Any]], row, protocol: str) -> RowResult | None:
   """`row`'s results under `protocol` in `runs` (None: no run covers it, or a reference row)."""
   if row.reference:
@@ -239,35 +247,76 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
 
 
 # ------------------------------------------------------ one renderer, two groups of tables
-# A table is its columns: (title, cell) for Markdown, (name, value) for CSV. Tables I-IV and
-# Tables V-VIII differ only in their columns and in their follow-up tables (Welch tests
-# against a baseline, and dagger against the original loss).
+# A table is its columns, one description that the Markdown and the CSV renderer both read
+# (the CSV shows some that Markdown does not, and the other way round). Tables I-IV and Tables
+# V-VIII differ only in their columns and in their follow-up tables (Welch tests against a
+# baseline, and dagger against the original loss).
 
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-  """One Markdown column: its title and the cell of a RowResult."""
+  """One column of a results table, for both renderers.
 
-  title: str
-  cell: Callable[[RowResult], str]
+  Attributes:
+    title: the Markdown header; None: a CSV-only column.
+    cell: the Markdown cell of a RowResult (None for a CSV-only column).
+    names: the CSV headers, one per value (a statistic has two: its mean and its std); empty:
+      a Markdown-only column.
+    values: the CSV values of a RowResult, one per name (None for a Markdown-only column).
+  """
 
-
-def _ods_delta(r: RowResult) -> str:
-  ods = r.mean_std('ods_f1')[0]
-  return f'{100 * ods - r.row.ods.f1.mean:+.2f}' if np.isfinite(ods) else '–'
-
-
-def _ois_delta(r: RowResult) -> str:
-  ois = r.mean_std('ois_f1')[0]
-  return f'{100 * ois - r.row.ois.f1.mean:+.2f}' if np.isfinite(ois) else '–'
-
-
-def _stat(name: str) -> Callable[[RowResult], str]:
-  return lambda r: _pct(*r.mean_std(name))
+  title: str | None
+  cell: Callable[[RowResult], str] | None
+  names: tuple[str, ...] = ()
+  values: Callable[[RowResult], Sequence[Any]] | None = None
 
 
-def _epochs(r: RowResult) -> str:
-  return str(r.row.epochs)
+def _md(title: str, cell: Callable[[RowResult], str]) -> Column:
+  """A Markdown-only column."""
+  return Column(title, cell)
+
+
+def _csv(name: str, value: Callable[[RowResult], Any]) -> Column:
+  """A CSV-only column."""
+  return Column(None, None, (name,), lambda r: (value(r),))
+
+
+def _both(
+  title: str, cell: Callable[[RowResult], str], name: str, value: Callable[[RowResult], Any]
+) -> Column:
+  """A column of both renderers: Markdown shows `cell`, CSV `value` (for the paper's figures,
+  the printed text there and the number here)."""
+  return Column(title, cell, (name,), lambda r: (value(r),))
+
+
+def _statistic(
+  title: str, name: str, scale: float = 100.0, cell: Callable[[RowResult], str] | None = None
+) -> Column:
+  """A statistic over seeds: Markdown 'mean (std)' in percent (or `cell`), CSV its mean and
+  std times `scale` (percent like the paper, seconds, counts) in <name>_mean, <name>_std."""
+
+  def values(r: RowResult) -> list[str]:
+    return [f'{x * scale:.4f}' if np.isfinite(x) else '' for x in r.mean_std(name)]
+
+  return Column(
+    title, cell or (lambda r: _pct(*r.mean_std(name))), (f'{name}_mean', f'{name}_std'), values
+  )
+
+
+def _delta(name: str, paper_figure: Callable[[paper.Row], float]) -> Callable[[RowResult], str]:
+  """The cell 'ours - paper' in points of statistic `name` ('–' without a value of ours)."""
+
+  def cell(r: RowResult) -> str:
+    ours = r.mean_std(name)[0]
+    return f'{100 * ours - paper_figure(r.row):+.2f}' if np.isfinite(ours) else '–'
+
+  return cell
+
+
+def _count(n: float) -> str:
+  if not np.isfinite(n):
+    return '–'
+  return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.2f}K'
 
 
 def _seeds(r: RowResult) -> str:
@@ -283,55 +332,106 @@ def _train_time(r: RowResult) -> str:
   return shown if timed in (0, len(values)) else f'{shown} ({timed} of {len(values)} seeds)'
 
 
-#: Tables I-IV: P/R/F1 at ODS and OIS beside the paper's F1 and time.
+def _ods_f1(row: paper.Row) -> float:
+  return row.ods.f1.mean
+
+
+def _ois_f1(row: paper.Row) -> float:
+  return row.ois.f1.mean
+
+
+# The columns both groups of tables begin with (after the method), and their seeds.
+_TABLE = _csv('table', lambda r: r.row.table)
+_KEY = _csv('key', lambda r: r.row.key)
+_EPOCHS = _both('epochs', lambda r: str(r.row.epochs), 'epochs', lambda r: r.row.epochs)
+_PROTOCOL = _csv('protocol', lambda r: r.protocol)
+_SEEDS = _both('seeds', _seeds, 'seeds', lambda r: ' '.join(map(str, r.seeds)))
+
+#: Tables I-IV (report.md, report.csv): P/R/F1 at ODS and OIS beside the paper's figures and
+#: time (Markdown: the paper's F1 and the differences; CSV: all the paper's figures).
 TABLE_COLUMNS = (
-  Column('method', lambda r: _method(r.row)),
-  Column('epochs', _epochs),
-  Column('seeds', _seeds),
-  Column('ODS P', _stat('ods_p')),
-  Column('ODS R', _stat('ods_r')),
-  Column('ODS F1', _stat('ods_f1')),
-  Column('OIS P', _stat('ois_p')),
-  Column('OIS R', _stat('ois_r')),
-  Column('OIS F1', _stat('ois_f1')),
-  Column('F1@0.5', _stat('f1_fixed')),
-  Column('time', _train_time),
-  Column('paper ODS F1', lambda r: f'{r.row.ods.f1.mean:.2f}'),
-  Column('Δ ODS F1', _ods_delta),
-  Column('paper OIS F1', lambda r: f'{r.row.ois.f1.mean:.2f}'),
-  Column('Δ OIS F1', _ois_delta),
-  Column('paper time', lambda r: r.row.time or '–'),
+  _TABLE,
+  _KEY,
+  _both('method', lambda r: _method(r.row), 'method', lambda r: r.row.name),
+  _EPOCHS,
+  _PROTOCOL,
+  _SEEDS,
+  _statistic('ODS P', 'ods_p'),
+  _statistic('ODS R', 'ods_r'),
+  _statistic('ODS F1', 'ods_f1'),
+  _statistic('OIS P', 'ois_p'),
+  _statistic('OIS R', 'ois_r'),
+  _statistic('OIS F1', 'ois_f1'),
+  _statistic('F1@0.5', 'f1_fixed'),
+  _statistic('time', 'time_s', 1.0, cell=_train_time),
+  _csv('paper_ods_p', lambda r: r.row.ods.p.mean),
+  _csv('paper_ods_r', lambda r: r.row.ods.r.mean),
+  _both(
+    'paper ODS F1', lambda r: f'{_ods_f1(r.row):.2f}', 'paper_ods_f1', lambda r: _ods_f1(r.row)
+  ),
+  _md('Δ ODS F1', _delta('ods_f1', _ods_f1)),
+  _csv('paper_ois_p', lambda r: r.row.ois.p.mean),
+  _csv('paper_ois_r', lambda r: r.row.ois.r.mean),
+  _both(
+    'paper OIS F1', lambda r: f'{_ois_f1(r.row):.2f}', 'paper_ois_f1', lambda r: _ois_f1(r.row)
+  ),
+  _md('Δ OIS F1', _delta('ois_f1', _ois_f1)),
+  _both('paper time', lambda r: r.row.time or '–', 'paper_time_s', lambda r: r.row.time_s),
 )
 
-#: Tables V-VIII: ODS / OIS F1 beside the paper's, with its parameters, GFLOPS, TT and FPS.
+#: Tables V-VIII (report.md, report_compare.csv): ODS / OIS F1 beside the paper's, with its
+#: parameters, GFLOPS, TT and FPS.
 COMPARE_COLUMNS = (
-  Column('method', lambda r: r.row.name),
-  Column('β', lambda r: '-' if r.row.beta is None else f'{r.row.beta:g}'),
-  Column('epochs', _epochs),
-  Column('seeds', _seeds),
-  Column('ODS F1', _stat('ods_f1')),
-  Column('OIS F1', _stat('ois_f1')),
-  Column('F1@0.5', _stat('f1_fixed')),
-  Column('time', _train_time),
-  Column('params', lambda r: _count(r.mean_std('params')[0])),
-  Column('paper ODS', lambda r: f'{r.row.ods.f1.mean:.2f}'),
-  Column('Δ ODS', lambda r: _delta(r.mean_std('ods_f1')[0], r.row.ods.f1.mean)),
-  Column('paper OIS', lambda r: f'{r.row.ois.f1.mean:.2f}'),
-  Column('Δ OIS', lambda r: _delta(r.mean_std('ois_f1')[0], r.row.ois.f1.mean)),
-  Column('paper TT', lambda r: r.row.time),
-  Column('paper params', lambda r: r.row.params),
-  Column('paper GFLOPS', lambda r: f'{r.row.gflops:g}'),
-  Column('paper FPS', lambda r: f'{r.row.fps:.2f}'),
+  _TABLE,
+  _KEY,
+  _both('method', lambda r: r.row.name, 'method', lambda r: r.row.name),
+  _csv('model', lambda r: r.row.model),
+  _csv('dagger', lambda r: r.row.dagger),
+  _both(
+    'β',
+    lambda r: '-' if r.row.beta is None else f'{r.row.beta:g}',
+    'beta',
+    lambda r: '' if r.row.beta is None else r.row.beta,
+  ),
+  _EPOCHS,
+  _PROTOCOL,
+  _SEEDS,
+  _statistic('ODS F1', 'ods_f1'),
+  _statistic('OIS F1', 'ois_f1'),
+  _statistic('F1@0.5', 'f1_fixed'),
+  _statistic('time', 'time_s', 1.0, cell=_train_time),
+  _statistic('params', 'params', 1.0, cell=lambda r: _count(r.mean_std('params')[0])),
+  _both('paper ODS', lambda r: f'{_ods_f1(r.row):.2f}', 'paper_ods_f1', lambda r: _ods_f1(r.row)),
+  _md('Δ ODS', _delta('ods_f1', _ods_f1)),
+  _both('paper OIS', lambda r: f'{_ois_f1(r.row):.2f}', 'paper_ois_f1', lambda r: _ois_f1(r.row)),
+  _md('Δ OIS', _delta('ois_f1', _ois_f1)),
+  _md('paper TT', lambda r: r.row.time),
+  _both('paper params', lambda r: r.row.params, 'paper_params', lambda r: r.row.params_count),
+  _both('paper GFLOPS', lambda r: f'{r.row.gflops:g}', 'paper_gflops', lambda r: r.row.gflops),
+  _csv('paper_time_s', lambda r: r.row.time_s),
+  _both('paper FPS', lambda r: f'{r.row.fps:.2f}', 'paper_fps', lambda r: r.row.fps),
 )
 
 
 def markdown_table(results: Sequence[RowResult], columns: Sequence[Column]) -> list[str]:
-  """The Markdown lines of one table: header, rule and a row per result."""
+  """The Markdown lines of one table: header, rule and a row per result (the columns with a
+  title)."""
+  shown = [c for c in columns if c.title is not None]
   return [
-    '| ' + ' | '.join(c.title for c in columns) + ' |',
-    '|' + '---|' * len(columns),
-    *('| ' + ' | '.join(c.cell(r) for c in columns) + ' |' for r in results),
+    '| ' + ' | '.join(c.title for c in shown) + ' |',
+    '|' + '---|' * len(shown),
+    *('| ' + ' | '.join(c.cell(r) for c in shown) + ' |' for r in results),
   ]
+
+
+def csv_table(path: Path, results: Sequence[RowResult], columns: Sequence[Column]) -> None:
+  """The CSV of one group of tables: a header and a line per result (the columns with CSV
+  names)."""
+  written = [c for c in columns if c.names]
+  with path.open('w', newline='') as f:
+    w = csv.writer(f)
+    w.writerow([name for c in written for name in c.names])
+    w.writerows([value for c in written for value in c.values(r)] for r in results)
 
 
 def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
@@ -425,112 +525,14 @@ def _dagger_lines(results: Sequence[RowResult]) -> list[str]:
   return out
 
 
-# CSV: per group of tables (I-IV, V-VIII), its leading columns, the statistics (name, scale)
-# and the paper's columns.
-_TABLE_CSV = (
-  (
-    ('table', lambda r: r.row.table),
-    ('key', lambda r: r.row.key),
-    ('method', lambda r: r.row.name),
-    ('epochs', lambda r: r.row.epochs),
-  ),
-  (
-    ('ods_p', 100.0),
-    ('ods_r', 100.0),
-    ('ods_f1', 100.0),
-    ('ois_p', 100.0),
-    ('ois_r', 100.0),
-    ('ois_f1', 100.0),
-    ('f1_fixed', 100.0),
-    ('time_s', 1.0),
-  ),
-  (
-    ('paper_ods_p', lambda r: r.row.ods.p.mean),
-    ('paper_ods_r', lambda r: r.row.ods.r.mean),
-    ('paper_ods_f1', lambda r: r.row.ods.f1.mean),
-    ('paper_ois_p', lambda r: r.row.ois.p.mean),
-    ('paper_ois_r', lambda r: r.row.ois.r.mean),
-    ('paper_ois_f1', lambda r: r.row.ois.f1.mean),
-    ('paper_time_s', lambda r: r.row.time_s),
-  ),
-)
-_COMPARE_CSV = (
-  (
-    ('table', lambda r: r.row.table),
-    ('key', lambda r: r.row.key),
-    ('method', lambda r: r.row.name),
-    ('model', lambda r: r.row.model),
-    ('dagger', lambda r: r.row.dagger),
-    ('beta', lambda r: '' if r.row.beta is None else r.row.beta),
-    ('epochs', lambda r: r.row.epochs),
-  ),
-  (('ods_f1', 100.0), ('ois_f1', 100.0), ('f1_fixed', 100.0), ('time_s', 1.0), ('params', 1.0)),
-  (
-    ('paper_ods_f1', lambda r: r.row.ods.f1.mean),
-    ('paper_ois_f1', lambda r: r.row.ois.f1.mean),
-    ('paper_params', lambda r: r.row.params_count),
-    ('paper_gflops', lambda r: r.row.gflops),
-    ('paper_time_s', lambda r: r.row.time_s),
-    ('paper_fps', lambda r: r.row.fps),
-  ),
-)
-
-
-def _write_rows(path: Path, spec, results_of, protocols: Sequence[str]) -> None:
-  """One CSV line per (row, protocol): the leading columns, protocol, seeds, each statistic's
-  mean and std (scaled: percent like the paper, seconds, counts) and the paper's values."""
-  lead, stats, paper_columns = spec
-  with path.open('w', newline='') as f:
-    w = csv.writer(f)
-    w.writerow(
-      [
-        *(name for name, _ in lead),
-        'protocol',
-        'seeds',
-        *(f'{n}_{s}' for n, _ in stats for s in ('mean', 'std')),
-        *(name for name, _ in paper_columns),
-      ]
-    )
-    for protocol in protocols:
-      for r in results_of(protocol):
-        values = [(x, k) for n, k in stats for x in r.mean_std(n)]
-        w.writerow(
-          [
-            *(value(r) for _, value in lead),
-            protocol,
-            ' '.join(map(str, r.seeds)),
-            *(f'{x * k:.4f}' if np.isfinite(x) else '' for x, k in values),
-            *(value(r) for _, value in paper_columns),
-          ]
-        )
-
-
 def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
   """report.csv: one line per (Table I-IV row, protocol), ours beside the paper's."""
-  _write_rows(path, _TABLE_CSV, lambda protocol: row_results(runs, protocol), protocols)
-
-
-def compare_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
-  """Every row of Tables V-VIII that some run covers, in the paper's order, under `protocol`."""
-  out = []
-  for rows in paper.COMPARE_TABLES.values():
-    out += [r for r in (_row_result(runs, row, protocol) for row in rows) if r is not None]
-  return out
-
-
-def _delta(ours: float, paper_value: float) -> str:
-  return f'{100 * ours - paper_value:+.2f}' if np.isfinite(ours) else '–'
-
-
-def _count(n: float) -> str:
-  if not np.isfinite(n):
-    return '–'
-  return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.2f}K'
+  csv_table(path, [r for p in protocols for r in row_results(runs, p)], TABLE_COLUMNS)
 
 
 def write_compare_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:
   """report_compare.csv: one line per (Table V-VIII row, protocol), ours beside the paper's."""
-  _write_rows(path, _COMPARE_CSV, lambda protocol: compare_results(runs, protocol), protocols)
+  csv_table(path, [r for p in protocols for r in compare_results(runs, p)], COMPARE_COLUMNS)
 
 
 def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol: str) -> bool:
