@@ -202,3 +202,19 @@ def test_layer_check_sees_an_upward_import():
   layer, _ = _layer_of('crackjax.runs.identity')
   targets = [t for t in _imported(tree) if t.startswith('crackjax.')]
   assert targets == ['crackjax.training.loop'] and _layer_of(targets[0])[0] > layer
+
+
+def test_one_name_per_module():
+  # A module's name says where it lives: no two modules of crackjax share a file name
+  # (packages' __init__ aside), so `scoring`, `predict_command` or `checkpoints` is one place.
+  names = collections.defaultdict(list)
+  for path in (REPO / 'crackjax').rglob('*.py'):
+    if path.name != '__init__.py':
+      names[path.stem].append(str(path.relative_to(REPO)))
+  assert not {k: v for k, v in names.items() if len(v) > 1}
+
+
+def test_the_training_loop_stays_small():
+  # The loop is what a reader follows first (as the flax examples' train.py): under 300 lines,
+  # its parts (step, state, checkpoints, mesh, prefetch) in their own modules.
+  assert len((REPO / 'crackjax/training/loop.py').read_text().splitlines()) < 300

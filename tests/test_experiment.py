@@ -1,0 +1,123 @@
+"""The experiment is built once: one validation pass, one model, one dataset builder and one
+source per split, whoever asks for them (crackjax/experiment.py)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from crackjax.experiment import build
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Installs counters on the one place each part is made, then runs what it is given: the
+# model registry's build of the config's model, the dataset registry's builder constructor,
+# the validation pass and a builder's opening of a split. Prints the counts as JSON at exit.
+_COUNTERS = textwrap.dedent("""
+    import atexit, collections, dataclasses, json, sys
+    import tfds_builders.crackforest as crackforest
+    from crackjax import models
+    from crackjax.config import validation
+    from crackjax.data import registry as data_registry
+
+    COUNTS = collections.Counter()
+
+    def counted(name, fn):
+      def wrapper(*args, **kwargs):
+        COUNTS[name] += 1
+        return fn(*args, **kwargs)
+      return wrapper
+
+    for key, entry in list(models.MODELS.items()):
+      models.MODELS[key] = dataclasses.replace(entry, build=counted('model', entry.build))
+    data_registry.get_builder = counted('builder', data_registry.get_builder)
+    validation.check_config = counted('validation', validation.check_config)
+    real_source = crackforest.CrackForest.as_data_source
+
+    def as_data_source(self, split, *args, **kwargs):
+      COUNTS[f'source {split}'] += 1
+      return real_source(self, split, *args, **kwargs)
+
+    crackforest.CrackForest.as_data_source = as_data_source
+    atexit.register(lambda: print('COUNTS ' + json.dumps(COUNTS), flush=True))
+""")
+
+
+def _counts(stdout: str) -> dict[str, int]:
+  [line] = [ln for ln in stdout.splitlines() if ln.startswith('COUNTS ')]
+  return json.loads(line[len('COUNTS ') :])
+
+
+@pytest.fixture(scope='module')
+def data_dirs(tmp_path_factory):
+  raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
+  config = fixtures.smoke_config((raw, tfds_dir))
+  build(config).prepare_data()  # prepared once here: the launch below finds it ready
+  return raw, tfds_dir
+
+
+def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
+  """In process: what build() makes, and what the data accessors open, are made once."""
+  code = _COUNTERS + textwrap.dedent(f"""
+    from crackjax.experiment import build
+    from tests import fixtures
+    experiment = build(fixtures.smoke_config(({str(data_dirs[0])!r}, {str(data_dirs[1])!r})))
+    experiment.prepare_data()
+    experiment.check_data()
+    shape = experiment.train_image_shape
+    assert experiment.train_source is experiment.train_source
+    examples = list(experiment.eval_examples())
+    examples = list(experiment.eval_examples())
+    assert experiment.fingerprint is experiment.fingerprint
+    assert experiment.mesh is experiment.mesh
+    other = experiment.on_other_data(experiment.config)  # crackjax-evaluate's: no new model
+    assert other.model is experiment.model
+  """)
+  r = subprocess.run(
+    [sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert _counts(r.stdout) == {
+    'validation': 1,
+    'model': 1,
+    'builder': 1,
+    'source train': 1,
+    'source test': 1,
+  }
+
+
+@pytest.mark.slow
+def test_one_launch_builds_each_part_once(data_dirs, tmp_path):
+  """The count of the issue: one launch of the smoke config (train, a periodic evaluation
+  of every epoch, the final evaluation) validates once, builds one model and one dataset
+  builder, and opens each split once."""
+  raw, tfds_dir = data_dirs
+  code = _COUNTERS + textwrap.dedent("""
+    from crackjax.training import train_command
+    train_command.main('launch.py')
+  """)
+  argv = [
+    '--config=configs/smoke.py',
+    f'--workdir={tmp_path / "run"}',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={tfds_dir}',
+    '--config.eval.every_epochs=1',
+    "--config.eval.protocols=('strict',)",
+  ]
+  r = subprocess.run(
+    [sys.executable, '-c', code, *argv], cwd=REPO, capture_output=True, text=True, timeout=600
+  )
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert (tmp_path / 'run' / 'eval.json').is_file()
+  assert (tmp_path / 'run' / 'epoch_001.json').is_file()  # the periodic evaluation ran
+  assert _counts(r.stdout) == {
+    'validation': 1,
+    'model': 1,
+    'builder': 1,
+    'source train': 1,
+    'source test': 1,
+  }
