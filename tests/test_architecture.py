@@ -131,7 +131,7 @@ def test_one_restore_path():
 # its longest member, so a package may keep a lower part (evaluation's protocols and metrics)
 # and a higher one (its scoring and command).
 LAYERS = (
-  ('foundation', ('crackjax.config.flags', 'crackjax.runs')),
+  ('foundation', ('crackjax.config.flags', 'crackjax.config.plugins', 'crackjax.runs')),
   (
     'evaluation protocols',
     (
