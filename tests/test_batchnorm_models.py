@@ -13,7 +13,7 @@ import pytest
 
 from crackjax import losses
 from crackjax.losses import frequency
-from crackjax.models import MODELS, apply_model, model_from_config
+from crackjax.models import apply_model, get_model, model_from_config
 from crackjax.models.batchnorm import max_pool_with_indices, max_unpool
 from crackjax.models.deepcrack import DeepCrack
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
@@ -47,10 +47,7 @@ def test_parameter_counts_match_the_paper(model, exact, paper):
   assert fixtures.tree_size(variables['batch_stats']) == 2 * fixtures.tree_size(scales) > 0
 
 
-def test_registered_by_name():
-  assert MODELS['segnet'] is SegNet
-  assert MODELS['deepcrack'] is DeepCrack
-  assert MODELS['deeplabv3plus'] is DeepLabV3Plus
+def test_built_from_config():
   config = ml_collections.ConfigDict(
     {'name': 'deeplabv3plus', 'width_scale': 0.25, 'blocks': [1, 1, 1, 1], 'dtype': 'bfloat16'}
   )
@@ -69,7 +66,7 @@ def test_registered_by_name():
 @pytest.mark.parametrize('name', ['segnet', 'deepcrack', 'deeplabv3plus'])
 def test_output_shapes_in_both_modes(name, hw):
   # Each mode also keeps the structure of the batch statistics (checked by the helper).
-  for out in fixtures.abstract_outputs_in_both_modes(MODELS[name](), hw):
+  for out in fixtures.abstract_outputs_in_both_modes(get_model(name), hw):
     maps = [out] if name != 'deepcrack' else [out['logits'], *out['side_logits']]
     if name == 'deepcrack':
       assert set(out) == {'logits', 'side_logits'} and len(out['side_logits']) == 5
@@ -102,7 +99,7 @@ def test_structure_follows_the_papers():
 
 @pytest.mark.parametrize('name', ['segnet', 'deepcrack', 'deeplabv3plus'])
 def test_input_multiple(name):
-  model = MODELS[name]()
+  model = get_model(name)
   assert model.input_multiple == (16 if name == 'deeplabv3plus' else 32)
   with pytest.raises(ValueError, match=f'multiples of {model.input_multiple}'):
     fixtures.abstract_variables(model, (1, 40, 72, 3))

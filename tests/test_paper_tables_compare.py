@@ -19,7 +19,7 @@ import pytest
 from configs import compare, paper_tables
 from crackjax import losses
 from crackjax.config import validation
-from crackjax.models import MODELS
+from crackjax.models import MODELS, model_group
 from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
@@ -117,7 +117,7 @@ def test_row_hyper_parameters(table, key):
   assert r.dagger == key.endswith('_dagger')
   assert r.model == key.removesuffix('_dagger')
   assert r.model in set(MODELS) | {'crackseg', 'ucliquenet'}  # those two: written meanwhile
-  assert r.model == 'unet' or r.model in compare.MODELS
+  assert r.model == 'unet' or r.model in compare.DAGGER_LOSSES
   assert r.beta == BETAS[table].get(key)
   assert r.base_table == table - 4
   assert r.dataset == paper.SETTINGS[table - 4].dataset == paper.dataset_of(table)
@@ -281,9 +281,9 @@ def test_every_row_config_loads(table, key):
     assert full.loss.weighting == ('exp' if r.dagger else 'xie')
   else:
     assert full.model.width_scale == 1 and smoke.model.width_scale == 1 / 16
-    model, loss, dagger_loss = compare.MODELS[r.model]
-    assert full.model.to_dict() == model
-    assert full.loss.name == (dagger_loss if r.dagger else loss)['name']
+    assert full.model.to_dict() == model_group(r.model)
+    loss = compare.DAGGER_LOSSES[r.model] if r.dagger else MODELS[r.model].original_loss
+    assert full.loss.name == loss['name']
   if r.dagger:
     assert full.loss.beta == r.beta
     assert full.loss.name in ('holistic', 'side_exp_wce')
@@ -446,11 +446,11 @@ def test_report_shows_the_comparison_tables(tmp_path):
 
 
 def test_one_variant_system_for_every_model():
-  # configs/base.py VARIANTS shrinks the U-Net and the comparison models alike.
+  # configs/base.py VARIANTS shrinks every model alike, by the overrides its entry declares.
   from configs import base
 
   smoke = compare.get_config('crackseg,smoke')
-  assert smoke.model.width_scale == base.VARIANTS['smoke']['models']['others']['width_scale']
+  assert smoke.model.width_scale == MODELS['crackseg'].small['smoke']['width_scale'] == 1 / 16
   assert tuple(smoke.model.blocks) == (1, 1, 1, 1) and smoke.steps_per_epoch == 3
   assert base.apply_variant(compare.get_config('crackseg'), 'smoke').to_dict() == smoke.to_dict()
   assert base.variants_for('unet') == ['cpu', 'cpu_scale', 'smoke']
