@@ -157,7 +157,7 @@ def test_a_new_loss_plugs_in_through_the_table(monkeypatch):
 
     return loss_fn
 
-  monkeypatch.setitem(losses.LOSSES, 'bce', plain_bce)
+  monkeypatch.setitem(losses.LOSSES, 'bce', losses.LossEntry(build=plain_bce))
   loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': 'bce'}))
   labels = jnp.ones((1, 2, 2, 1))
   assert float(loss_fn(jnp.zeros_like(labels), labels)[0]) == pytest.approx(np.log(2.0))

@@ -289,7 +289,7 @@ def test_every_row_config_loads(table, key):
     assert full.loss.name in ('holistic', 'side_exp_wce')
     assert full.loss.get('weighting', 'exp') == 'exp'
     # side_exp_wce's config leaves them at the factory's defaults.
-    factory = inspect.signature(losses.LOSSES[full.loss.name]).parameters
+    factory = inspect.signature(losses.LOSSES[full.loss.name].build).parameters
     loss = {**{k: p.default for k, p in factory.items()}, **full.loss.to_dict()}
     assert (loss['base'], loss['gamma'], loss['a'], loss['b']) == (10, 1, 1, 0)
   if r.model_implemented:
