@@ -46,6 +46,12 @@ Fields:
   model_init.normalization: the input the file's first convolution expects, folded into it:
     'auto' (torchvision's mean/std for torchvision names, nothing for crackjax paths),
     'torchvision', 'caffe' (BGR, 0-255, mean-subtracted) or 'none'.
+  plugins: optional, absent here: a tuple of importable module names that register a model
+    or loss the config uses (`crackjax.models.register_model`, `crackjax.losses.register_loss`;
+    crackjax/config/plugins.py). Training, prediction and export import them before building
+    the model and the loss, so a run of a plugin model can be predicted and exported from its
+    config.json. A config that needs it sets `c.plugins = ('my_models',)`; keeping it out of
+    these defaults keeps every other config's JSON and run fingerprint as they were.
   loss.name: a key of `crackjax.losses.LOSSES`; every other field of `loss` is passed to
     that loss's factory. For 'holistic' (the paper's a * WCE + b * Jaccard distance):
     loss.weighting: minority weight q(alpha): 'ce' (q=1), 'xie', 'power', 'log' or 'exp'.
@@ -90,6 +96,8 @@ Fields:
 
 import ml_collections
 
+from crackjax import models
+
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
@@ -122,25 +130,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.augment.zoom_range = 0.05
   c.augment.horizontal_flip = True
 
-  c.model = ml_collections.ConfigDict()
-  c.model.name = 'unet'
-  c.model.widths = (64, 128, 256, 512, 1024)
-  c.model.conv_impl = 'auto'
-  c.model.dtype = 'float32'
+  # The paper's U-Net (name, widths, conv_impl, dtype), as its entry in crackjax.models.MODELS
+  # declares it.
+  c.model = ml_collections.ConfigDict(models.model_group('unet'))
 
   c.model_init = ml_collections.ConfigDict()
   c.model_init.pretrained = ml_collections.FieldReference(None, field_type=str)
   c.model_init.normalization = 'auto'
 
-  c.loss = ml_collections.ConfigDict()
-  c.loss.name = 'holistic'
-  c.loss.weighting = 'xie'
-  c.loss.beta = 1.0
-  c.loss.gamma = 1.0
-  c.loss.base = 10.0
-  c.loss.a = 1.0
-  c.loss.b = 0.0
-  c.loss.jaccard_smooth = 1.0
+  # The holistic loss with Xie's weighting (name, weighting, beta, gamma, base, a, b,
+  # jaccard_smooth): the U-Net's original loss in its entry.
+  c.loss = ml_collections.ConfigDict(dict(models.MODELS['unet'].original_loss))
 
   c.learning_rate = 3e-4
   c.batch_size = 2
@@ -164,54 +164,37 @@ def get_config() -> ml_collections.ConfigDict:
 
 # Config arguments (`--config=configs/<name>.py:<arg>`) that shrink a paper configuration for
 # smaller machines, for every model: the one variant system (configs/compare.py and the table
-# configs use it too). Everything not listed keeps the paper's value. `overrides` update the
-# config (ConfigDict.update is recursive: nested dicts update the matching group only);
-# `models` update the model group: 'unet' the paper's U-Net, 'others' every comparison model
-# (width_scale), and a model's own entry on top of 'others'. A variant without an entry for a
-# model's family does not apply to that model.
+# configs use it too). Everything not listed keeps the paper's value. A variant's fields here
+# update the config (ConfigDict.update is recursive: nested dicts update the matching group
+# only); what it does to the model is the model's own (`small` of its entry in
+# crackjax.models.MODELS: the U-Net's widths, a comparison model's width_scale and depth). A
+# variant the model's entry does not declare does not apply to that model.
 VARIANTS: dict[str, dict] = {
-  # A 2-core CPU: U-Net widths 16...256 (1.94M parameters), a quarter of the comparison
-  # models' widths; two epochs.
-  'cpu': {
-    'overrides': {'num_epochs': 2},
-    'models': {'unet': {'widths': (16, 32, 64, 128, 256)}, 'others': {'width_scale': 0.25}},
-  },
-  # The reduced protocol of the CPU-scale reproduction (docs/reproduction.md): widths 8...128
-  # (0.49M parameters), random 160x240 crops (a quarter of a CrackForest image), 100 steps per
-  # epoch (a third of the paper's); epochs, losses, batch, step size and augmentation stay the
-  # paper's. Chosen so that Table I's central comparison (3 seeds) fits a few hours of a
-  # 2-core CPU; 50 steps per epoch learnt too little in 5 epochs (strict ODS F1 0.09). U-Net
-  # only.
-  'cpu_scale': {
-    'overrides': {'data': {'input_size': (160, 240)}, 'steps_per_epoch': 100},
-    'models': {'unet': {'widths': (8, 16, 32, 64, 128)}},
-  },
-  # Seconds: tiny models, six steps. Tests use it end to end. Compile time on a CPU grows with
-  # depth: one bottleneck per ResNet layer, two of CrackSeg's dilated branches, U-CliqueNet
-  # with one level of two-layer clique blocks.
+  # A 2-core CPU: two epochs (U-Net widths 16...256, a quarter of the comparison models'
+  # widths).
+  'cpu': {'num_epochs': 2},
+  # The reduced protocol of the CPU-scale reproduction (docs/reproduction.md): random 160x240
+  # crops (a quarter of a CrackForest image), 100 steps per epoch (a third of the paper's), U-Net
+  # widths 8...128; epochs, losses, batch, step size and augmentation stay the paper's. Chosen
+  # so that Table I's central comparison (3 seeds) fits a few hours of a 2-core CPU; 50 steps
+  # per epoch learnt too little in 5 epochs (strict ODS F1 0.09). U-Net only.
+  'cpu_scale': {'data': {'input_size': (160, 240)}, 'steps_per_epoch': 100},
+  # Seconds: tiny models, six steps. Tests use it end to end.
   'smoke': {
-    'overrides': {
-      'batch_size': 2,
-      'steps_per_epoch': 3,
-      'num_epochs': 2,
-      'log_every_steps': 1,
-      'max_checkpoints_to_keep': 2,
-    },
-    'models': {
-      'unet': {'widths': (4, 8, 16, 32, 64)},
-      'others': {'width_scale': 1 / 16},
-      'deeplabv3plus': {'blocks': (1, 1, 1, 1)},
-      'crackseg': {'blocks': (1, 1, 1, 1), 'rates': (1, 6)},
-      'ucliquenet': {'levels': 1, 'layers': 2},
-    },
+    'batch_size': 2,
+    'steps_per_epoch': 3,
+    'num_epochs': 2,
+    'log_every_steps': 1,
+    'max_checkpoints_to_keep': 2,
   },
 }
 
 
 def variants_for(model: str) -> list[str]:
-  """The VARIANTS that apply to `model` (a key of crackjax.models.MODELS)."""
-  family = 'unet' if model == 'unet' else 'others'
-  return sorted(k for k, v in VARIANTS.items() if family in v['models'])
+  """The VARIANTS that apply to `model` (a key of crackjax.models.MODELS): those its entry
+  declares (none for an unknown name)."""
+  entry = models.MODELS.get(model)
+  return sorted(k for k in VARIANTS if entry is not None and k in entry.small)
 
 
 def apply_variant(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
@@ -228,10 +211,6 @@ def apply_variant(c: ml_collections.ConfigDict, arg: str | None) -> ml_collectio
     raise ValueError(
       f'Unknown config argument {arg!r} for the {name} model; known: {variants_for(name)}.'
     )
-  models = VARIANTS[arg]['models']
-  if name == 'unet':
-    c.model.update(models['unet'])
-  else:
-    c.model.update({**models['others'], **models.get(name, {})})
-  c.update(VARIANTS[arg]['overrides'])
+  c.model.update(models.MODELS[name].small[arg])
+  c.update(VARIANTS[arg])
   return c

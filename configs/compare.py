@@ -21,7 +21,9 @@ train, checkpoint and evaluate with them (crackjax/training/checkpoints.py). The
 uses β = 0.75 (the CrackForest wce_exp setting of Table I); the per-row β of Tables V-VIII, and the
 other four datasets, come with the row configs of the reproduction harness (`table_row_config`,
 used by configs/table5.py ... table8.py). Everything else (data, augmentation, Adam 3e-4, batch 2,
-10 epochs of 300 steps) is configs/base.py's.
+10 epochs of 300 steps) is configs/base.py's. The model groups, original losses and small
+variants are the models' entries in crackjax.models.MODELS (any registered model with an
+original loss has a config here: `compare.py:<name>`); the dagger losses are DAGGER_LOSSES.
 
 Initial weights (`config.model_init`, docs/pretrained.md): every parameter starts from scratch
 unless --config.model_init.pretrained=<file.npz> names a local file of ImageNet weights
@@ -33,19 +35,9 @@ RCF, SegNet, DeepCrack, DeepLab v3+ and CrackSeg; the run logs which and writes 
 import ml_collections
 
 from configs import base, paper_tables
+from crackjax import models
 from crackjax.paper import tables as paper
 
-# The plain (two-class softmax = sigmoid) cross-entropy: the holistic loss with q = 1, b = 0.
-PLAIN_CE = {
-  'name': 'holistic',
-  'weighting': 'ce',
-  'beta': 1.0,
-  'gamma': 1.0,
-  'base': 10.0,
-  'a': 1.0,
-  'b': 0.0,
-  'jaccard_smooth': 1.0,
-}
 # The paper's exponential WCE on the fused map (the dagger rows of single-output models).
 EXP_WCE = {'name': 'holistic', **paper.DAGGER_LOSS, 'jaccard_smooth': 1.0}
 # The same on every side output and the fused map (HED, RCF, DeepCrack; side_exp_wce's gamma,
@@ -57,74 +49,17 @@ SIDE_EXP_WCE = {
   'fuse_weight': 1.0,
 }
 
-# model -> (its config.model group, its original loss, its dagger loss)
-MODELS = {
-  'fcn8s': (
-    {'name': 'fcn8s', 'n_classes': 2, 'width_scale': 1.0, 'dtype': 'float32'},
-    PLAIN_CE,
-    EXP_WCE,
-  ),
-  'hed': (
-    {'name': 'hed', 'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
-    {'name': 'hed_balanced', 'side_weight': 1.0, 'fuse_weight': 1.0},
-    SIDE_EXP_WCE,
-  ),
-  'rcf': (
-    {'name': 'rcf', 'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
-    {'name': 'rcf_robust', 'eta': 0.5, 'lam': 1.1, 'side_weight': 1.0, 'fuse_weight': 1.0},
-    SIDE_EXP_WCE,
-  ),
-  'segnet': (
-    {'name': 'segnet', 'n_classes': 2, 'width_scale': 1.0, 'dtype': 'float32'},
-    # None: frequencies per batch; a float (the training set's crack share) fixes them.
-    {'name': 'median_frequency', 'crack_frequency': None},
-    EXP_WCE,
-  ),
-  'deepcrack': (
-    {'name': 'deepcrack', 'width_scale': 1.0, 'dtype': 'float32'},
-    {'name': 'deepcrack_plain', 'side_weight': 1.0, 'fuse_weight': 1.0},
-    SIDE_EXP_WCE,
-  ),
-  'deeplabv3plus': (
-    {
-      'name': 'deeplabv3plus',
-      'n_classes': 2,
-      'output_stride': 16,
-      'width_scale': 1.0,
-      'blocks': (3, 4, 6, 3),  # ResNet-50
-      'dtype': 'float32',
-    },
-    PLAIN_CE,
-    EXP_WCE,
-  ),
-  'crackseg': (
-    {
-      'name': 'crackseg',
-      'n_classes': 2,
-      'output_stride': 16,
-      'rates': (1, 2, 4, 6, 12, 18),
-      'image_pooling': False,
-      'width_scale': 1.0,
-      'blocks': (3, 4, 6, 3),  # ResNet-50
-      'dtype': 'float32',
-    },
-    PLAIN_CE,
-    EXP_WCE,
-  ),
-  'ucliquenet': (
-    {
-      'name': 'ucliquenet',
-      'n_classes': 2,
-      'growth': 24,
-      'stem_features': 64,
-      'layers': 4,
-      'levels': 3,
-      'width_scale': 1.0,
-      'dtype': 'float32',
-    },
-    PLAIN_CE,
-    EXP_WCE,
-  ),
+# model -> its dagger loss. The model group and the original loss are the model's entry in
+# crackjax.models.MODELS.
+DAGGER_LOSSES = {
+  'fcn8s': EXP_WCE,
+  'hed': SIDE_EXP_WCE,
+  'rcf': SIDE_EXP_WCE,
+  'segnet': EXP_WCE,
+  'deepcrack': SIDE_EXP_WCE,
+  'deeplabv3plus': EXP_WCE,
+  'crackseg': EXP_WCE,
+  'ucliquenet': EXP_WCE,
 }
 
 
@@ -139,19 +74,24 @@ def _fields(group: dict) -> dict:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or '').split(',') if p]
-  if not parts or parts[0] not in MODELS:
+  if not parts or parts[0] not in models.MODELS:
     raise ValueError(
-      f'configs/compare.py needs a model argument, one of {sorted(MODELS)}, '
+      f'configs/compare.py needs a model argument, one of {sorted(models.MODELS)}, '
       f'e.g. --config=configs/compare.py:hed; got {arg!r}.'
     )
-  sizes = base.variants_for(parts[0])
+  name = parts[0]
+  sizes = base.variants_for(name)
   unknown = [p for p in parts[1:] if p != 'dagger' and p not in sizes]
   if unknown:
     raise ValueError(f'Unknown config argument(s) {unknown}; known: dagger, {sizes}.')
-  model, loss, dagger_loss = MODELS[parts[0]]
+  if 'dagger' in parts and name not in DAGGER_LOSSES:
+    raise ValueError(
+      f'Model {name!r} has no dagger variant; the models with one: {sorted(DAGGER_LOSSES)}.'
+    )
   c = base.get_config()
-  c.model = ml_collections.ConfigDict(dict(model))
-  c.loss = ml_collections.ConfigDict(_fields(dagger_loss if 'dagger' in parts else loss))
+  c.model = ml_collections.ConfigDict(models.model_group(name))
+  loss = DAGGER_LOSSES[name] if 'dagger' in parts else models.MODELS[name].original_loss
+  c.loss = ml_collections.ConfigDict(_fields(loss))
   for size in (p for p in parts[1:] if p in sizes):
     base.apply_variant(c, size)
   return c
@@ -167,10 +107,10 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
 
   A U-Net row is its Table I-IV row (`crackjax.paper.tables.UNET_ROWS`: U-Net's "original loss" in
   Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
-  `get_config('<model>[,dagger]')` (its MODELS entry: the model group and its original loss,
-  or its exponential WCE for a dagger row) with the row's beta, the dataset's settings and
-  the row's epochs (`configs.paper_tables.apply_compare_row`), then the variant
-  (configs/base.py VARIANTS).
+  `get_config('<model>[,dagger]')` (its entry in crackjax.models.MODELS: the model group and
+  its original loss, or its exponential WCE for a dagger row: DAGGER_LOSSES) with the row's
+  beta, the dataset's settings and the row's epochs (`configs.paper_tables.apply_compare_row`),
+  then the variant (configs/base.py VARIANTS).
 
   Raises:
     ValueError: for a missing or unknown key (the message lists the keys) or variant.

@@ -31,7 +31,7 @@ import tensorflow_datasets as tfds
 from jax.sharding import Mesh
 
 from crackjax import losses
-from crackjax.config import plugins, validation
+from crackjax.config import validation
 from crackjax.data import augment, loader
 from crackjax.data import registry as data_registry
 from crackjax.models import pretrained
@@ -216,7 +216,8 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     validation.ConfigError: every problem of the config, one per line.
     ValueError: a module of ``config.plugins`` cannot be imported.
   """
-  plugins.import_plugins(config)
+  # check_config imports config.plugins first (crackjax/config/plugins.py), so a plugin's
+  # model or loss is registered before it is built.
   parts = validation.check_config(config, training=training)
   return Experiment(
     config=config,

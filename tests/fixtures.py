@@ -411,7 +411,8 @@ def abstract_outputs_in_both_modes(model: Any, hw: tuple[int, int], batch: int =
   """`model`'s outputs (shape structs) for [batch, *hw, 3] float32 images through
   `crackjax.models.apply_model`, in eval mode and in train mode, its variables built abstractly.
 
-  Checks that each mode hands back batch statistics of the structure of the model's own.
+  Checks that each mode hands back batch statistics of the structure of the model's own (None
+  for a model without BatchNorm).
 
   Returns:
     [the eval-mode outputs, the train-mode outputs].
@@ -423,7 +424,7 @@ def abstract_outputs_in_both_modes(model: Any, hw: tuple[int, int], batch: int =
 
   x = jax.ShapeDtypeStruct((batch, *hw, 3), jnp.float32)
   variables = abstract_variables(model, (1, *hw, 3))
-  params, batch_stats = variables['params'], variables['batch_stats']
+  params, batch_stats = variables['params'], variables.get('batch_stats')
   outputs = []
   for train in (False, True):
     out, new_stats = jax.eval_shape(

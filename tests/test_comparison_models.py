@@ -13,7 +13,7 @@ from tests import fixtures
 SIDE_OUTPUTS = {'hed', 'rcf', 'deepcrack'}  # deep supervision: a loss per side output
 BATCH_NORM = {'segnet', 'deepcrack', 'deeplabv3plus'}
 # CrackSeg and U-CliqueNet train end to end in tests/test_comparison_models_extra.py.
-FAMILIES = sorted(set(compare.MODELS) - {'crackseg', 'ucliquenet'})
+FAMILIES = sorted(set(compare.DAGGER_LOSSES) - {'crackseg', 'ucliquenet'})
 
 
 @pytest.fixture(scope='module')

@@ -130,7 +130,7 @@ def _config_of(name: str) -> ml_collections.ConfigDict:
   """A small config for model `name` (its compare.py smoke config where there is one)."""
   if name == 'unet':
     return smoke.get_config()
-  if name in compare.MODELS:
+  if 'smoke' in MODELS[name].small:
     return compare.get_config(f'{name},smoke')
   config = smoke.get_config()
   config.model = ml_collections.ConfigDict({'name': name})

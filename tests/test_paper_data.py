@@ -144,7 +144,7 @@ def test_the_dagger_loss_is_the_one_the_configs_use():
   defaults = {
     k: p.default for k, p in inspect.signature(side.side_exp_wce).parameters.items() if k in dagger
   }
-  for model, (_, _, loss) in compare.MODELS.items():
+  for model, loss in compare.DAGGER_LOSSES.items():
     if loss['name'] == 'side_exp_wce':
       assert {**dagger, **defaults, 'beta': loss['beta']} == dagger, model
     else:

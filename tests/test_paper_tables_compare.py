@@ -19,7 +19,7 @@ import pytest
 from configs import compare, paper_tables
 from crackjax import losses
 from crackjax.config import validation
-from crackjax.models import MODELS
+from crackjax.models import MODELS, model_group
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report
 from crackjax.paper import runner as reproduce
@@ -117,8 +117,8 @@ def test_row_hyper_parameters(table, key):
   assert r.epochs == EPOCHS[table][key]
   assert r.dagger == key.endswith('_dagger')
   assert r.model == key.removesuffix('_dagger')
-  assert r.model in set(MODELS) | {'crackseg', 'ucliquenet'}  # those two: written meanwhile
-  assert r.model == 'unet' or r.model in compare.MODELS
+  assert r.model in MODELS
+  assert r.model == 'unet' or r.model in compare.DAGGER_LOSSES
   assert r.beta == BETAS[table].get(key)
   assert r.base_table == table - 4
   assert r.dataset == paper.SETTINGS[table - 4].dataset == paper.dataset_of(table)
@@ -282,15 +282,15 @@ def test_every_row_config_loads(table, key):
     assert full.loss.weighting == ('exp' if r.dagger else 'xie')
   else:
     assert full.model.width_scale == 1 and smoke.model.width_scale == 1 / 16
-    model, loss, dagger_loss = compare.MODELS[r.model]
-    assert full.model.to_dict() == model
-    assert full.loss.name == (dagger_loss if r.dagger else loss)['name']
+    assert full.model.to_dict() == model_group(r.model)
+    loss = compare.DAGGER_LOSSES[r.model] if r.dagger else MODELS[r.model].original_loss
+    assert full.loss.name == loss['name']
   if r.dagger:
     assert full.loss.beta == r.beta
     assert full.loss.name in ('holistic', 'side_exp_wce')
     assert full.loss.get('weighting', 'exp') == 'exp'
     # side_exp_wce's config leaves them at the factory's defaults.
-    factory = inspect.signature(losses.LOSSES[full.loss.name]).parameters
+    factory = inspect.signature(losses.LOSSES[full.loss.name].build).parameters
     loss = {**{k: p.default for k, p in factory.items()}, **full.loss.to_dict()}
     assert (loss['base'], loss['gamma'], loss['a'], loss['b']) == (10, 1, 1, 0)
   if r.model_implemented:
@@ -452,15 +452,13 @@ def test_report_shows_the_comparison_tables(tmp_path):
 
 
 def test_one_variant_system_for_every_model():
-  # configs/base.py VARIANTS shrinks the U-Net and the comparison models alike.
+  # configs/base.py VARIANTS shrinks every model alike, by the overrides its entry declares.
   from configs import base
 
   smoke = compare.get_config('crackseg,smoke')
-  assert smoke.model.width_scale == base.VARIANTS['smoke']['models']['others']['width_scale']
+  assert smoke.model.width_scale == MODELS['crackseg'].small['smoke']['width_scale'] == 1 / 16
   assert tuple(smoke.model.blocks) == (1, 1, 1, 1) and smoke.steps_per_epoch == 3
   assert base.apply_variant(compare.get_config('crackseg'), 'smoke').to_dict() == smoke.to_dict()
-  assert base.variants_for('unet') == ['cpu', 'cpu_scale', 'smoke']
-  assert base.variants_for('hed') == ['cpu', 'smoke']
   with pytest.raises(
     ValueError, match="'cpu_scale' for the hed model; known: \\['cpu', 'smoke'\\]"
   ):

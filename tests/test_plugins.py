@@ -1,28 +1,36 @@
-"""A new model (with a side output) and a new loss plug in from a config file alone.
+"""A new model (with a side output) and a new loss plug in from a module of their own.
 
-The config registers both in the explicit tables (`crackjax.models.MODELS`,
-`crackjax.losses.LOSSES`) and trains through the real command line; crackjax/training/loop.py is
-not touched.
+The plugin module registers both (`crackjax.models.register_model`,
+`crackjax.losses.register_loss`) and the config names it in ``config.plugins``, so that every
+process that builds the model from the run's config.json (training, prediction, export)
+imports it by name; it trains through the real command line, and crackjax/training/loop.py is
+not touched. A model registered where a later process could not import it (the config file)
+is a config error before anything runs.
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import ml_collections
 import pytest
 
+from configs import smoke
+from crackjax import losses, models
+from crackjax.config import plugins, validation
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOY_CONFIG = textwrap.dedent('''
+TOY_PLUGIN = textwrap.dedent('''
+    """A toy model with a side output and its loss, registered at import."""
+
     import flax.linen as nn
     import jax.numpy as jnp
-    import ml_collections
 
-    from configs import smoke
     from crackjax import losses, models
 
 
@@ -40,7 +48,7 @@ TOY_CONFIG = textwrap.dedent('''
         return {'logits': fused, 'side_logits': (side,)}
 
 
-    def bce_with_sides(*, side_weight):
+    def bce_with_sides(*, side_weight=1.0):
       """Plain BCE on the fused map plus side_weight x BCE on the side output."""
       def loss_fn(outputs, labels):
         fused = jnp.mean(losses.weighted_bce(outputs['logits'], labels, 1.0))
@@ -49,19 +57,50 @@ TOY_CONFIG = textwrap.dedent('''
       return loss_fn
 
 
-    models.MODELS['toy_side'] = SideOutputNet
-    losses.LOSSES['bce_sides'] = bce_with_sides
+    models.register_model(
+      'toy_side',
+      models.ModelEntry(
+        build=SideOutputNet,
+        config={'features': 4},
+        original_loss={'name': 'bce_sides', 'side_weight': 0.5},
+      ),
+    )
+    losses.register_loss('bce_sides', losses.LossEntry(build=bce_with_sides, side_outputs=True))
+''')
+
+TOY_CONFIG = textwrap.dedent("""
+    import ml_collections
+
+    from configs import smoke
 
 
     def get_config():
       c = smoke.get_config()
+      c.plugins = ('toy_plugin',)  # importable: tests put its folder on PYTHONPATH
       c.model = ml_collections.ConfigDict({'name': 'toy_side', 'features': 4})
       c.loss = ml_collections.ConfigDict({'name': 'bce_sides', 'side_weight': 0.5})
       c.num_epochs = 1
       c.steps_per_epoch = 2
       c.eval.protocols = ('strict',)
       return c
-''')
+""")
+
+# What the plugin used to be: the config file registering the model itself.
+IN_CONFIG_FILE = textwrap.dedent("""
+    from configs import smoke
+    from crackjax import models
+    from crackjax.models.unet import UNet
+
+    models.register_model(
+      'unet_in_config', models.ModelEntry(build=UNet, config={}, original_loss={})
+    )
+
+
+    def get_config():
+      c = smoke.get_config()
+      c.model.name = 'unet_in_config'
+      return c
+""")
 
 
 @pytest.fixture(scope='module')
@@ -71,19 +110,28 @@ def raw(tmp_path_factory):
   )
 
 
-def _launch(*args, cwd=REPO):
+def _env(*paths: Path) -> dict[str, str]:
+  """The environment with `paths` first on PYTHONPATH."""
+  current = os.environ.get('PYTHONPATH', '')
+  return {**os.environ, 'PYTHONPATH': os.pathsep.join([*map(str, paths), current])}
+
+
+def _launch(*args, cwd=REPO, env=None):
   return subprocess.run(
     [sys.executable, str(REPO / 'launch.py'), *args],
     capture_output=True,
     text=True,
     timeout=600,
     cwd=cwd,
+    env=env,
   )
 
 
-# A whole launch.py run in a subprocess: the slow tier (the two checks below stay).
+# A whole launch.py run in a subprocess: the slow tier (the checks below stay).
 @pytest.mark.slow
 def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
+  (tmp_path / 'plugin').mkdir()
+  (tmp_path / 'plugin' / 'toy_plugin.py').write_text(TOY_PLUGIN)
   config = tmp_path / 'toy_config.py'
   config.write_text(TOY_CONFIG)
   workdir = tmp_path / 'run'
@@ -93,6 +141,7 @@ def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
     f'--config.data.manual_dir={raw}',
     f'--config.data.data_dir={tmp_path / "tfds"}',
     '--config.loss.side_weight=0.25',
+    env=_env(tmp_path / 'plugin'),
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
@@ -102,9 +151,119 @@ def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
   saved = json.loads((workdir / 'config.json').read_text())
   assert saved['model'] == {'name': 'toy_side', 'features': 4}
   assert saved['loss'] == {'name': 'bce_sides', 'side_weight': 0.25}
+  assert saved['plugins'] == ['toy_plugin']
   # Evaluation used the fused map of the dict output.
   result = json.loads((workdir / 'eval.json').read_text())
   assert result['step'] == 2 and result['protocols'] == ['strict']
+  # A fresh process rebuilds model and loss from config.json alone, as prediction and export
+  # do: config.plugins is all it needs.
+  rebuild = textwrap.dedent(f"""
+      import json, ml_collections
+      from crackjax import losses, models
+      from crackjax.config import plugins
+      config = ml_collections.ConfigDict(json.load(open({str(workdir / 'config.json')!r})))
+      plugins.import_plugins(config)
+      print(type(models.model_from_config(config.model)).__name__)
+      losses.loss_from_config(config.loss)
+  """)
+  proc = subprocess.run(
+    [sys.executable, '-c', rebuild],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=REPO,
+    env=_env(tmp_path / 'plugin'),
+  )
+  assert proc.returncode == 0 and proc.stdout.strip() == 'SideOutputNet', proc.stderr[-3000:]
+
+
+@pytest.fixture
+def registries(monkeypatch):
+  """Copies of MODELS and LOSSES for a test to register into, dropped afterwards."""
+  monkeypatch.setattr(models, 'MODELS', dict(models.MODELS))
+  monkeypatch.setattr(losses, 'LOSSES', dict(losses.LOSSES))
+
+
+@pytest.fixture
+def toy_plugin(tmp_path, monkeypatch, registries):
+  """The toy plugin, importable as a module of a unique name; forgotten afterwards."""
+  name = f'toy_plugin_{tmp_path.name}'.replace('-', '_')
+  (tmp_path / f'{name}.py').write_text(TOY_PLUGIN)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  yield name
+  sys.modules.pop(name, None)
+
+
+def _toy_config(*plugin_names: str) -> ml_collections.ConfigDict:
+  c = smoke.get_config()
+  c.plugins = plugin_names
+  c.model = ml_collections.ConfigDict({'name': 'toy_side', 'features': 4})
+  c.loss = ml_collections.ConfigDict({'name': 'bce_sides', 'side_weight': 0.5})
+  return c
+
+
+def test_config_plugins_register_the_model_and_loss(toy_plugin):
+  assert 'toy_side' not in models.MODELS
+  parts = validation.check_config(_toy_config(toy_plugin))
+  assert type(parts.model).__name__ == 'SideOutputNet' and parts.model.features == 4
+  entry = models.MODELS['toy_side']
+  assert entry.module == toy_plugin  # recorded by register_model: the plugin's module
+  assert losses.LOSSES['bce_sides'].module == toy_plugin
+  assert losses.LOSSES['bce_sides'].fields == ('side_weight',)
+
+
+def test_a_plugin_that_does_not_import_is_named(tmp_path, monkeypatch):
+  with pytest.raises(ValueError, match=r"config.plugins names module 'no_such_plugin_mod'"):
+    plugins.import_plugins({'plugins': ('no_such_plugin_mod',)})
+  (tmp_path / 'broken_plugin_mod.py').write_text('raise RuntimeError("half written")\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  with pytest.raises(ValueError, match="'broken_plugin_mod'.*RuntimeError: half written"):
+    plugins.import_plugins({'plugins': ('broken_plugin_mod',)})
+  with pytest.raises(ValueError, match='must be a tuple of importable module names'):
+    plugins.import_plugins({'plugins': 'toy'})
+  plugins.import_plugins({})  # no field: nothing to import
+
+
+def test_unimportable_plugin_is_a_config_problem():
+  c = smoke.get_config()
+  c.plugins = ('no_such_plugin_mod',)
+  with pytest.raises(validation.ConfigError, match="names module 'no_such_plugin_mod'"):
+    validation.check_config(c)
+
+
+def test_model_registered_in_a_config_file_is_caught_before_running(tmp_path):
+  # A config file is loaded from its path (ml_collections names it 'config_config'): a later
+  # process reading config.json could not register the model again.
+  config_file = tmp_path / 'in_config.py'
+  config_file.write_text(IN_CONFIG_FILE)
+  proc = _launch(f'--config={config_file}', f'--workdir={tmp_path / "never"}')
+  assert proc.returncode == 1
+  assert "config.model.name='unet_in_config' is registered by module" in proc.stderr
+  assert 'could not rebuild it' in proc.stderr and 'config.plugins' in proc.stderr
+  assert 'Traceback' not in proc.stderr and not (tmp_path / 'never').exists()
+
+
+def test_entry_from_a_module_config_plugins_does_not_name(toy_plugin):
+  config = _toy_config()
+  plugins.import_plugins({'plugins': (toy_plugin,)})  # registered, but not named by config
+  with pytest.raises(validation.ConfigError) as e:
+    validation.check_config(config)
+  lines = str(e.value).splitlines()
+  assert any(f"'toy_side' is registered by module {toy_plugin!r}" in x for x in lines)
+  assert any(f"'bce_sides' is registered by module {toy_plugin!r}" in x for x in lines)
+
+
+def test_register_refuses_a_taken_name(registries):
+  entry = models.ModelEntry(build=models.MODELS['unet'].build, config={}, original_loss={})
+  with pytest.raises(ValueError, match="'unet' is already registered by crackjax"):
+    models.register_model('unet', entry)
+  models.register_model('unet_again', entry)  # recorded as this test module's
+  assert models.MODELS['unet_again'].module == __name__
+  models.register_model('unet_again', entry)  # the same module again: re-registered
+  with pytest.raises(ValueError, match=f'already registered by module {__name__!r}'):
+    models.register_model('unet_again', entry, module='elsewhere')
+  with pytest.raises(ValueError, match="'holistic' is already registered by crackjax"):
+    losses.register_loss('holistic', losses.LossEntry(build=losses.holistic))
 
 
 def test_bad_loss_field_fails_before_any_data_or_workdir(tmp_path):

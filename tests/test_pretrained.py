@@ -16,7 +16,7 @@ from jax import lax
 
 from configs import compare
 from crackjax.experiment import build
-from crackjax.models import MODELS, pretrained
+from crackjax.models import get_model, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import train_state as state_lib
@@ -74,7 +74,7 @@ def torchvision_resnet50() -> dict[str, tuple[int, ...]]:
 
 
 def _abstract(name, **kwargs):
-  model = MODELS[name](**kwargs)
+  model = get_model(name, **kwargs)
   x = jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32)
   return jax.eval_shape(model.init, jax.random.key(0), x)
 

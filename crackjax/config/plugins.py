@@ -1,30 +1,101 @@
-"""The modules a config names in ``config.plugins``, imported before its parts are built.
+"""Plugins: the importable modules that register models or losses a config uses.
 
-A model or loss that is not part of crackjax registers itself (`crackjax.models.MODELS`,
-`crackjax.losses.LOSSES`) when its module is imported. A config that uses one names that
-module in the optional field ``plugins`` (a tuple of importable module names); the field is
-recorded in the run's config.json, so prediction and export, which rebuild the model from
-config.json, import the same modules and find the same entries.
+A model or loss that crackjax does not ship is registered by a module of its own
+(`crackjax.models.register_model`, `crackjax.losses.register_loss`), and a config that uses
+it names that module in its optional field ``plugins``, a tuple of importable module names
+(``c.plugins = ('my_models',)``; absent from configs/base.py, so configs without plugins keep
+their JSON and their run fingerprint). Every command that builds the model or the loss from a
+config first calls `import_plugins(config)`: training, and prediction and export, which
+rebuild the model from a run's config.json and so find the plugin by its name alone, in a
+fresh process.
+
+Registering in the config file itself is not enough: a config file is loaded from its path,
+not imported by name, so a later process reading config.json could not register the entry
+again. `crackjax.config.validation.check_config` reports such an entry (`unrebuildable`)
+before anything runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def import_plugins(config: Any) -> None:
-  """Imports every module of ``config.plugins`` (absent or empty: nothing).
+def plugin_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+  """The module names of ``config.plugins`` (empty when the field is absent).
 
   Raises:
-    ValueError: a named module cannot be imported (the message names it and the field).
+    ValueError: if the field is not a sequence of non-empty strings (naming it).
   """
-  names = config.get('plugins') if hasattr(config, 'get') else None
-  for name in tuple(names or ()):
+  plugins = config.get('plugins') or ()
+  if isinstance(plugins, str) or not isinstance(plugins, Sequence):
+    raise ValueError(
+      f"config.plugins={plugins!r} must be a tuple of importable module names, e.g. ('my_models',)."
+    )
+  bad = [p for p in plugins if not isinstance(p, str) or not p]
+  if bad:
+    raise ValueError(f'config.plugins={tuple(plugins)!r} holds {bad!r}, not module names.')
+  return tuple(plugins)
+
+
+def import_plugins(config: Mapping[str, Any]) -> None:
+  """Imports every module named by ``config.plugins``, so that what they register exists.
+
+  Importing is all a plugin needs: its module registers its models and losses at import
+  time. A module already imported is not imported again.
+
+  Args:
+    config: a whole config (its optional ``plugins`` field is read).
+
+  Raises:
+    ValueError: naming the module and the field, for a module that cannot be imported (with
+      the import's own error), or a field that is not a tuple of module names.
+  """
+  for name in plugin_names(config):
     try:
       importlib.import_module(name)
-    except ImportError as e:
+    except Exception as e:  # any failure of the plugin's import, told as the config's problem
       raise ValueError(
-        f'config.plugins names {name!r}, which cannot be imported ({e}); put the module on '
-        'PYTHONPATH or install it.'
+        f'config.plugins names module {name!r}, which cannot be imported '
+        f'({type(e).__name__}: {e}); it must be importable by name (on PYTHONPATH or '
+        'installed) in every process that trains, predicts or exports the run.'
       ) from e
+
+
+def registering_module(depth: int = 2) -> str:
+  """The ``__name__`` of the module whose code called the registering function.
+
+  `depth` counts frames up from this function: 2 is the caller of the function that called
+  this one (``register_model``'s caller).
+  """
+  # Recorded rather than asked for: a plugin calls register_model('x', entry) at import time,
+  # and the module doing so is what a later process must import to have 'x' again.
+  return sys._getframe(depth).f_globals.get('__name__', '?')
+
+
+def unrebuildable(kind: str, name: str, module: str | None, plugins: Sequence[str]) -> str | None:
+  """Why a run could not rebuild registered entry `name` from its config.json, or None.
+
+  Args:
+    kind: the config field naming the entry, e.g. 'model' (config.model.name).
+    name: the entry's name.
+    module: the module that registered it; None for an entry crackjax ships.
+    plugins: ``config.plugins``.
+
+  Returns:
+    None when the entry is crackjax's own or its module is one of `plugins`; else one line
+    naming the entry, its module and what to do.
+  """
+  # Exactly the module: importing a package does not always import the submodule that
+  # registers (only if the package's __init__ does), so a package name would not be proof.
+  if module is None or module in plugins:
+    return None
+  return (
+    f'config.{kind}.name={name!r} is registered by module {module!r}, which config.plugins does '
+    'not name (a config file is loaded from its path and cannot be imported by name): '
+    f"prediction and export rebuild the {kind} from the run's config.json by importing "
+    f'config.plugins={tuple(plugins)!r}, so they could not rebuild it. Register it in an '
+    f"importable module and name that module in config.plugins, e.g. c.plugins = ('my_{kind}s',)."
+  )

@@ -1,12 +1,14 @@
 """One validation pass over a whole config, before any data is prepared or anything compiled.
 
-`check_config(config)` checks every enum, range and size multiple it can without data and
-raises one `ConfigError` listing every problem, each naming the field, its value and what is
-valid; on success it returns the `Parts` it built (model, loss, augmentation), which
-`crackjax.experiment.build` hands to the experiment, so the config is validated and its parts
-built once. `check_data(config, sizes, model)` runs once the dataset is prepared
-(`Experiment.check_data`): the train image sizes against ``config.data.input_size``. launch.py
-prints the message on one line per problem, without a traceback.
+`check_config(config)` imports the config's plugins (crackjax/config/plugins.py), checks that
+a later process could rebuild its model and loss from config.json, checks every enum, range
+and size multiple it can without data and raises one `ConfigError` listing every problem,
+each naming the field, its value and what is valid; on success it returns the `Parts` it
+built (model, loss, augmentation), which `crackjax.experiment.build` hands to the experiment,
+so the config is validated and its parts built once. `check_data(config, sizes, model)` runs
+once the dataset is prepared (`Experiment.check_data`): the train image sizes against
+``config.data.input_size``. launch.py prints the message on one line per problem, without a
+traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from crackjax import losses
+from crackjax import losses, models
+from crackjax.config import plugins
 from crackjax.data import augment
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
@@ -80,6 +83,9 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
     ConfigError: listing every problem of `config` found without reading data.
   """
   problems: list[str] = []
+  # First: the plugins register the models and losses that the checks below look up.
+  _built(lambda: plugins.import_plugins(config), problems)
+  problems += _plugin_problems(config)
   data = config.data
   if data.name not in data_registry.DATASETS:
     problems.append(
@@ -161,6 +167,21 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
+
+
+def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:
+  """The model or loss that a later process could not rebuild from the run's config.json:
+  registered by a module that ``config.plugins`` does not name (crackjax/config/plugins.py)."""
+  try:
+    names = plugins.plugin_names(config)
+  except ValueError:
+    return []  # import_plugins has reported the field
+  problems = []
+  for kind, table in (('model', models.MODELS), ('loss', losses.LOSSES)):
+    name = config[kind].get('name')
+    if name in table:
+      problems += [p for p in [plugins.unrebuildable(kind, name, table[name].module, names)] if p]
+  return problems
 
 
 def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:

@@ -1,8 +1,11 @@
 """Datasets: the explicit registry of builders, preparation, and errors that say what to fix.
 
-Every function here takes the config's `data` group (configs/base.py), e.g.
-`prepare_dataset(config.data)`. Reading never imports TensorFlow: builders store array_record
-files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
+`DATASETS` maps ``config.data.name`` to a `DatasetEntry`: the builder class and the keyword
+arguments it takes from ``config.data`` (`BuilderArg`; the user's folders for 'crack_folder').
+tests/test_contracts.py prepares every entry from a fixture. Every function here takes the
+config's `data` group (configs/base.py), e.g. `prepare_dataset(config.data)`. Reading never
+imports TensorFlow: builders store array_record files, read back with
+``builder.as_data_source(split)`` (random access, decoded with PIL).
 
 Preparation with several processes: every process calls `get_data_source`; the first to take
 an exclusive ``fcntl`` lock on ``<data_dir>/<dataset>.lock`` prepares the dataset, the others
@@ -14,10 +17,11 @@ before anything else, so a missing or broken file stops the run before a model i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -32,13 +36,61 @@ from tfds_builders.crack360 import Crack360
 from tfds_builders.crack_folder import CrackFolder
 from tfds_builders.crackforest import CrackForest
 
-# Explicit registry: config.data.name -> builder class.
-DATASETS: dict[str, type[tfds.core.GeneratorBasedBuilder]] = {
-  'crackforest': CrackForest,
-  'aiglern': AigleRN,
-  'crack360': Crack360,
-  'bjn260': BJN260,
-  'crack_folder': CrackFolder,
+
+@dataclasses.dataclass(frozen=True)
+class BuilderArg:
+  """One keyword argument a builder takes from ``config.data``.
+
+  Attributes:
+    field: its field under ``config.data``, dotted (e.g. 'folder.images'); None if unset.
+    path: a file-system path: ``~`` and ``$VARS`` are expanded, '' is None.
+    required: the builder cannot be constructed without it (`DatasetEntry.missing`).
+  """
+
+  field: str
+  path: bool = False
+  required: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DatasetEntry:
+  """A dataset and what it needs, as DATASETS declares it.
+
+  Attributes:
+    builder: its TFDS builder class (array_record; tfds_builders/).
+    args: the builder's keyword arguments -> the ``config.data`` fields they come from
+      (besides ``data_dir``, which every builder takes from ``config.data.data_dir``).
+    missing: the end of the message for a required argument left unset: what to pass.
+  """
+
+  builder: type[tfds.core.GeneratorBasedBuilder]
+  args: Mapping[str, BuilderArg] = dataclasses.field(default_factory=dict)
+  missing: str = ''
+
+
+# Explicit registry: config.data.name -> the builder and what it takes from config.data.
+DATASETS: dict[str, DatasetEntry] = {
+  'crackforest': DatasetEntry(builder=CrackForest),
+  'aiglern': DatasetEntry(builder=AigleRN),
+  'crack360': DatasetEntry(builder=Crack360),
+  'bjn260': DatasetEntry(builder=BJN260),
+  # Your own images: config.data.folder (configs/base.py).
+  'crack_folder': DatasetEntry(
+    builder=CrackFolder,
+    args={
+      'image_dir': BuilderArg('folder.images', path=True, required=True),
+      'mask_dir': BuilderArg('folder.masks', path=True, required=True),
+      'train_list': BuilderArg('folder.train_list', path=True),
+      'test_list': BuilderArg('folder.test_list', path=True),
+      'mask_threshold': BuilderArg('folder.mask_threshold'),
+      'mask_polarity': BuilderArg('folder.mask_polarity'),
+      'mask_suffix': BuilderArg('folder.mask_suffix'),
+      'allow_majority_crack': BuilderArg('folder.allow_majority_crack'),
+    },
+    missing='your folders: pass --config.data.folder.images=DIR '
+    '--config.data.folder.masks=DIR (images and masks matched by file name; see '
+    'docs/datasets.md).',
+  ),
 }
 
 
@@ -46,46 +98,49 @@ def _expand(path: str | None) -> str | None:
   return os.path.expandvars(os.path.expanduser(path)) if path else None
 
 
-def _folder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Builder kwargs of dataset 'crack_folder' from ``config.data.folder`` (configs/base.py)."""
-  folder = data.get('folder')
-  if folder is None or not folder.get('images') or not folder.get('masks'):
-    raise DatasetNotFoundError(
-      "Dataset 'crack_folder' needs your folders: pass --config.data.folder.images=DIR "
-      '--config.data.folder.masks=DIR (images and masks matched by file name; see '
-      'docs/datasets.md).'
-    )
-  return dict(
-    image_dir=_expand(folder.images),
-    mask_dir=_expand(folder.masks),
-    train_list=_expand(folder.get('train_list')),
-    test_list=_expand(folder.get('test_list')),
-    mask_threshold=folder.get('mask_threshold'),
-    mask_polarity=folder.get('mask_polarity'),
-    mask_suffix=folder.get('mask_suffix'),
-    allow_majority_crack=folder.get('allow_majority_crack'),
-  )
+def _field(data: ml_collections.ConfigDict, field: str) -> Any:
+  """The value of ``config.data.<field>`` (dotted), None where any part is absent."""
+  value: Any = data
+  for part in field.split('.'):
+    value = value.get(part) if value is not None else None
+  return value
+
+
+def builder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The keyword arguments the builder of ``data.name`` takes from ``data`` (its entry's
+  ``args``; ``data_dir`` aside).
+
+  Raises:
+    KeyError: if ``data.name`` is not a key of `DATASETS`.
+    DatasetNotFoundError: a required argument is unset (the message says what to pass).
+  """
+  entry = DATASETS[data.name]
+  kwargs = {}
+  for key, arg in entry.args.items():
+    value = _field(data, arg.field)
+    if arg.required and not value:
+      raise DatasetNotFoundError(f'Dataset {data.name!r} needs {entry.missing}')
+    kwargs[key] = _expand(value) if arg.path else value
+  return kwargs
 
 
 def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
   """Constructs (does not prepare) the builder of ``data.name`` in ``data.data_dir``.
 
   Args:
-    data: the config's ``data`` group. Dataset 'crack_folder' also takes its folders from
-      ``data.folder``.
+    data: the config's ``data`` group; a builder also takes the fields its entry in
+      `DATASETS` names (dataset 'crack_folder': ``data.folder``).
 
   Raises:
     ValueError: if ``data.name`` is not a key of `DATASETS`.
-    DatasetNotFoundError: 'crack_folder' without ``data.folder.images`` / ``.masks``.
+    DatasetNotFoundError: a required field is unset ('crack_folder' without
+      ``data.folder.images`` / ``.masks``).
   """
-  try:
-    builder_cls = DATASETS[data.name]
-  except KeyError:
+  if data.name not in DATASETS:
     raise ValueError(
       f'Unknown dataset config.data.name={data.name!r}; known datasets: {sorted(DATASETS)}'
-    ) from None
-  kwargs = _folder_kwargs(data) if builder_cls is CrackFolder else {}
-  return builder_cls(data_dir=_expand(data.data_dir), **kwargs)
+    )
+  return DATASETS[data.name].builder(data_dir=_expand(data.data_dir), **builder_kwargs(data))
 
 
 def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:

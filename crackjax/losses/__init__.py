@@ -8,16 +8,23 @@
 * `crackjax.losses.frequency`: SegNet's median-frequency balanced cross-entropy.
 
 The train step receives a `LossFn`, `loss_fn(outputs, labels) -> (scalar loss, metrics)`,
-built from the config's `loss` group by `loss_from_config`: ``name`` selects the factory in
-the explicit table `LOSSES`, the other fields are its keyword arguments. A new loss is a
-factory added to LOSSES; the training loop never changes.
+built from the config's `loss` group by `loss_from_config`: ``name`` selects the entry of the
+explicit table `LOSSES` (a `LossEntry`: the factory and what the loss reads of the model's
+outputs), the other fields are the factory's keyword arguments. A new loss is a factory added
+to LOSSES; from outside crackjax (a plugin), `register_loss` in an importable module named by
+the config's ``plugins`` (crackjax/config/plugins.py). The training loop never changes;
+tests/test_contracts.py checks every entry.
 """
 
+from __future__ import annotations
+
+import dataclasses
 import inspect
 from collections.abc import Callable
 
 import ml_collections
 
+from crackjax.config import plugins
 from crackjax.losses import frequency, side
 from crackjax.losses.core import (
   WEIGHTINGS,
@@ -37,6 +44,7 @@ from crackjax.models import fused_logits
 
 __all__ = [
   'LOSSES',
+  'LossEntry',
   'WEIGHTINGS',
   'LossFn',
   'background_ratio',
@@ -51,25 +59,74 @@ __all__ = [
   'q_log',
   'q_power',
   'q_xie',
+  'register_loss',
   'side',
   'weighted_bce',
 ]
 
 
-# Explicit table: config.loss.name -> factory of a train-step loss (keyword arguments: the
-# other fields of config.loss).
-LOSSES: dict[str, Callable[..., LossFn]] = {
-  'holistic': holistic,
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LossEntry:
+  """A train-step loss and what it needs, as LOSSES declares it.
+
+  Attributes:
+    build: the factory: keyword arguments (the fields of ``config.loss`` other than
+      ``name``, each with a default) -> `LossFn`.
+    side_outputs: whether it reads the model's side outputs (``outputs['side_logits']``)
+      besides the fused map; False: the fused map only (`fused_logits`), whatever the model
+      returns.
+    module: the module that registered it (`register_loss` records it); None for the entries
+      crackjax ships.
+  """
+
+  build: Callable[..., LossFn]
+  side_outputs: bool = False
+  module: str | None = None
+
+  @property
+  def fields(self) -> tuple[str, ...]:
+    """The ``config.loss`` fields it takes: its factory's keyword arguments."""
+    return tuple(inspect.signature(self.build).parameters)
+
+
+# Explicit table: config.loss.name -> the loss and what it needs.
+LOSSES: dict[str, LossEntry] = {
+  'holistic': LossEntry(build=holistic),
   # Comparison models with side outputs (Table V): their original losses and the paper's
   # dagger variant, the exponential WCE on every map.
-  'hed_balanced': side.hed_balanced,
-  'rcf_robust': side.rcf_robust,
-  'deepcrack_plain': side.deepcrack_plain,
-  'side_exp_wce': side.side_exp_wce,
+  'hed_balanced': LossEntry(build=side.hed_balanced, side_outputs=True),
+  'rcf_robust': LossEntry(build=side.rcf_robust, side_outputs=True),
+  'deepcrack_plain': LossEntry(build=side.deepcrack_plain, side_outputs=True),
+  'side_exp_wce': LossEntry(build=side.side_exp_wce, side_outputs=True),
   # SegNet's original loss (Tables VII-VIII); FCN8s and DeepLab v3+ train with 'holistic',
   # weighting 'ce' (the plain cross-entropy).
-  'median_frequency': frequency.median_frequency,
+  'median_frequency': LossEntry(build=frequency.median_frequency),
 }
+
+
+def register_loss(name: str, entry: LossEntry, *, module: str | None = None) -> LossEntry:
+  """Adds a plugin's loss to LOSSES and returns its entry as registered.
+
+  Call it at the top level of an importable module and name that module in the config's
+  ``plugins`` (crackjax/config/plugins.py).
+
+  Args:
+    name: its ``config.loss.name``.
+    entry: the loss and what it needs.
+    module: the module that registers it; default: the caller's (recorded so that config
+      validation can check that config.plugins names it).
+
+  Raises:
+    ValueError: if `name` is taken by crackjax or by another module (importing the same
+      module again re-registers its own entry).
+  """
+  module = module or plugins.registering_module()
+  taken = LOSSES.get(name)
+  if taken is not None and taken.module != module:
+    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
+    raise ValueError(f'Loss {name!r} is already registered by {owner}; choose another name.')
+  LOSSES[name] = dataclasses.replace(entry, module=module)
+  return LOSSES[name]
 
 
 def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
@@ -85,12 +142,11 @@ def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
   if name not in LOSSES:
     raise ValueError(f'config.loss.name={name!r} is not one of {sorted(LOSSES)}.')
   kwargs = {k: v for k, v in loss.items() if k != 'name'}
-  factory = LOSSES[name]
-  accepted = inspect.signature(factory).parameters
-  unknown = sorted(set(kwargs) - set(accepted))
+  entry = LOSSES[name]
+  unknown = sorted(set(kwargs) - set(entry.fields))
   if unknown:
     raise ValueError(
       f'config.loss has field(s) {unknown} that loss {name!r} does not take; '
-      f'it takes {sorted(accepted)}.'
+      f'it takes {sorted(entry.fields)}.'
     )
-  return factory(**kwargs)
+  return entry.build(**kwargs)

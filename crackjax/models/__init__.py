@@ -20,15 +20,22 @@ The model contract (what the train step, the losses, evaluation and prediction r
   either kind from its parameters and batch statistics (None or empty: none), which is how the train
   step, evaluation, prediction and export call every model.
 
-* optionally, a class attribute ``PRETRAINED`` (`backbones.PretrainedLayout`): the ImageNet
-  weight files (torchvision VGG16, VGG16-BN, ResNet-50 layouts) its backbone takes, which
-  crackjax/models/pretrained.py maps by it; without one, a model takes an earlier run's weights
-  only.
+Every model is an entry of the explicit table `MODELS` (name -> `ModelEntry`), which declares
+what the model needs besides its Module: its ``config.model`` group at the paper's setting,
+its original loss (a ``config.loss`` group), the overrides of its small variants (``,cpu``,
+``,smoke``: configs/base.py VARIANTS) and the ImageNet weight files its backbone takes
+(`backbones.PretrainedLayout`, mapped by crackjax/models/pretrained.py). configs/compare.py
+builds a model's configs from its entry; tests/test_contracts.py checks every entry.
 
-Adding a model: write the Module, add it to MODELS, and give configs a ``model`` group with
-its name and fields. Nothing else changes.
+Adding a model: write the Module and add a `ModelEntry` to MODELS. From outside crackjax (a
+plugin), call `register_model` in an importable module and name that module in the config's
+``plugins`` (crackjax/config/plugins.py), so that prediction and export, which rebuild the
+model from a run's config.json, find it too.
 """
 
+from __future__ import annotations
+
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,30 +44,218 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from crackjax.config import plugins
+from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deepcrack import DeepCrack
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
-from crackjax.models.fcn8s import FCN8s
+from crackjax.models.fcn8s import IMAGENET_MEAN_RGB, FCN8s
 from crackjax.models.hed import HED
 from crackjax.models.rcf import RCF
 from crackjax.models.segnet import SegNet
 from crackjax.models.ucliquenet import UCliqueNet
 from crackjax.models.unet import UNet
 
-# Explicit table: name -> constructor taking keyword arguments.
-MODELS: dict[str, Callable[..., nn.Module]] = {
-  'unet': UNet,
-  # Comparison models of Tables V-VIII (crackjax/models/<name>.py).
-  'fcn8s': FCN8s,
-  'hed': HED,
-  'rcf': RCF,
-  # With BatchNorm (a 'batch_stats' collection and a `train` argument).
-  'segnet': SegNet,
-  'deepcrack': DeepCrack,
-  'deeplabv3plus': DeepLabV3Plus,
-  'crackseg': CrackSeg,
-  'ucliquenet': UCliqueNet,
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelEntry:
+  """A model and what it needs, as MODELS declares it.
+
+  The mappings are read, never changed: configs copy them.
+
+  Attributes:
+    build: the Module class (or any callable) taking the fields of ``config.model`` other
+      than ``name`` as keyword arguments.
+    config: its ``config.model`` group at the paper's setting, without ``name``
+      (`model_group` adds it).
+    original_loss: the loss its own paper trains it with, a ``config.loss`` group (``name``
+      and the fields; a None value is a float left unset, e.g. SegNet's crack frequency).
+    small: config argument (a key of configs/base.py VARIANTS: 'cpu', 'cpu_scale', 'smoke')
+      -> the ``config.model`` fields that variant overrides; a variant the model lacks does
+      not apply to it.
+    pretrained: the ImageNet weight files its backbone takes (crackjax/models/pretrained.py);
+      None: an earlier run's crackjax-layout file only.
+    module: the module that registered it (`register_model` records it); None for the
+      entries crackjax ships.
+  """
+
+  build: Callable[..., nn.Module]
+  config: Mapping[str, Any]
+  original_loss: Mapping[str, Any]
+  small: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  pretrained: PretrainedLayout | None = None
+  module: str | None = None
+
+
+# The plain (two-class softmax = sigmoid) cross-entropy: the holistic loss with q = 1, b = 0;
+# the original loss of FCN8s, DeepLab v3+, CrackSeg and U-CliqueNet.
+PLAIN_CE = {
+  'name': 'holistic',
+  'weighting': 'ce',
+  'beta': 1.0,
+  'gamma': 1.0,
+  'base': 10.0,
+  'a': 1.0,
+  'b': 0.0,
+  'jaccard_smooth': 1.0,
 }
+# Xie's weighted cross-entropy: the U-Net's loss in Tables V-VIII (and configs/base.py's).
+XIE_WCE = {**PLAIN_CE, 'weighting': 'xie'}
+
+# The small variants of the comparison models: a quarter of every width for a 2-core CPU, a
+# sixteenth for seconds-long tests (`small` of the entries below, on top of which a deep
+# model also drops layers: compile time on a CPU grows with depth).
+CPU = {'width_scale': 0.25}
+SMOKE = {'width_scale': 1 / 16}
+
+# Explicit table: config.model.name -> the model and what it needs.
+MODELS: dict[str, ModelEntry] = {
+  # The paper's revised U-Net.
+  'unet': ModelEntry(
+    build=UNet,
+    config={'widths': (64, 128, 256, 512, 1024), 'conv_impl': 'auto', 'dtype': 'float32'},
+    original_loss=XIE_WCE,
+    small={
+      # A 2-core CPU: widths 16...256 (1.94M parameters).
+      'cpu': {'widths': (16, 32, 64, 128, 256)},
+      # The CPU-scale reproduction (docs/reproduction.md): widths 8...128 (0.49M parameters).
+      'cpu_scale': {'widths': (8, 16, 32, 64, 128)},
+      'smoke': {'widths': (4, 8, 16, 32, 64)},
+    },
+  ),
+  # Comparison models of Tables V-VIII (crackjax/models/<name>.py), each with its own loss.
+  'fcn8s': ModelEntry(
+    build=FCN8s,
+    config={'n_classes': 2, 'width_scale': 1.0, 'dtype': 'float32'},
+    original_loss=PLAIN_CE,  # a two-class softmax cross-entropy
+    small={'cpu': CPU, 'smoke': SMOKE},
+    pretrained=PretrainedLayout(('vgg16',), fully_connected=True, input_offset=IMAGENET_MEAN_RGB),
+  ),
+  'hed': ModelEntry(
+    build=HED,
+    config={'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
+    original_loss={'name': 'hed_balanced', 'side_weight': 1.0, 'fuse_weight': 1.0},
+    small={'cpu': CPU, 'smoke': SMOKE},
+    pretrained=PretrainedLayout(('vgg16',)),
+  ),
+  'rcf': ModelEntry(
+    build=RCF,
+    config={'width_scale': 1.0, 'dtype': 'float32', 'conv_impl': 'auto'},
+    original_loss={
+      'name': 'rcf_robust',
+      'eta': 0.5,
+      'lam': 1.1,
+      'side_weight': 1.0,
+      'fuse_weight': 1.0,
+    },
+    small={'cpu': CPU, 'smoke': SMOKE},
+    pretrained=PretrainedLayout(('vgg16',)),
+  ),
+  # With BatchNorm (a 'batch_stats' collection and a `train` argument).
+  'segnet': ModelEntry(
+    build=SegNet,
+    config={'n_classes': 2, 'width_scale': 1.0, 'dtype': 'float32'},
+    # None: frequencies per batch; a float (the training set's crack share) fixes them.
+    original_loss={'name': 'median_frequency', 'crack_frequency': None},
+    small={'cpu': CPU, 'smoke': SMOKE},
+    pretrained=PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True),
+  ),
+  'deepcrack': ModelEntry(
+    build=DeepCrack,
+    config={'width_scale': 1.0, 'dtype': 'float32'},
+    original_loss={'name': 'deepcrack_plain', 'side_weight': 1.0, 'fuse_weight': 1.0},
+    small={'cpu': CPU, 'smoke': SMOKE},
+    pretrained=PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True),
+  ),
+  'deeplabv3plus': ModelEntry(
+    build=DeepLabV3Plus,
+    config={
+      'n_classes': 2,
+      'output_stride': 16,
+      'width_scale': 1.0,
+      'blocks': (3, 4, 6, 3),  # ResNet-50
+      'dtype': 'float32',
+    },
+    original_loss=PLAIN_CE,
+    # One bottleneck per ResNet layer.
+    small={'cpu': CPU, 'smoke': {**SMOKE, 'blocks': (1, 1, 1, 1)}},
+    pretrained=PretrainedLayout(('resnet50',)),
+  ),
+  'crackseg': ModelEntry(
+    build=CrackSeg,
+    config={
+      'n_classes': 2,
+      'output_stride': 16,
+      'rates': (1, 2, 4, 6, 12, 18),
+      'image_pooling': False,
+      'width_scale': 1.0,
+      'blocks': (3, 4, 6, 3),  # ResNet-50
+      'dtype': 'float32',
+    },
+    original_loss=PLAIN_CE,  # of its binary softmax classifier
+    # One bottleneck per ResNet layer, two of the dilated branches.
+    small={'cpu': CPU, 'smoke': {**SMOKE, 'blocks': (1, 1, 1, 1), 'rates': (1, 6)}},
+    pretrained=PretrainedLayout(('resnet50',)),
+  ),
+  'ucliquenet': ModelEntry(
+    build=UCliqueNet,
+    config={
+      'n_classes': 2,
+      'growth': 24,
+      'stem_features': 64,
+      'layers': 4,
+      'levels': 3,
+      'width_scale': 1.0,
+      'dtype': 'float32',
+    },
+    # Assumed: its paper's loss could not be read (crackjax/models/ucliquenet.py).
+    original_loss=PLAIN_CE,
+    # One level of two-layer clique blocks.
+    small={'cpu': CPU, 'smoke': {**SMOKE, 'levels': 1, 'layers': 2}},
+  ),
+}
+
+
+def register_model(name: str, entry: ModelEntry, *, module: str | None = None) -> ModelEntry:
+  """Adds a plugin's model to MODELS and returns its entry as registered.
+
+  Call it at the top level of an importable module and name that module in the config's
+  ``plugins`` (crackjax/config/plugins.py).
+
+  Args:
+    name: its ``config.model.name``.
+    entry: the model and what it needs.
+    module: the module that registers it; default: the caller's (recorded so that config
+      validation can check that config.plugins names it).
+
+  Raises:
+    ValueError: if `name` is taken by crackjax or by another module (importing the same
+      module again re-registers its own entry).
+  """
+  module = module or plugins.registering_module()
+  taken = MODELS.get(name)
+  if taken is not None and taken.module != module:
+    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
+    raise ValueError(f'Model {name!r} is already registered by {owner}; choose another name.')
+  MODELS[name] = dataclasses.replace(entry, module=module)
+  return MODELS[name]
+
+
+def model_group(name: str) -> dict[str, Any]:
+  """The ``config.model`` group of model `name` at the paper's setting: its name, then the
+  fields its entry declares.
+
+  Raises:
+    ValueError: if `name` is not in MODELS.
+  """
+  return {'name': name, **_entry(name).config}
+
+
+def _entry(name: str) -> ModelEntry:
+  if name not in MODELS:
+    raise ValueError(f'Unknown model {name!r}; expected one of {sorted(MODELS)}.')
+  return MODELS[name]
+
 
 # config.model.dtype -> the dtype of activations and convolutions.
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -72,9 +267,7 @@ def get_model(name: str, **kwargs) -> nn.Module:
   Raises:
     ValueError: if `name` is not in MODELS.
   """
-  if name not in MODELS:
-    raise ValueError(f'Unknown model {name!r}; expected one of {sorted(MODELS)}.')
-  return MODELS[name](**kwargs)
+  return _entry(name).build(**kwargs)
 
 
 def model_from_config(model: ml_collections.ConfigDict) -> nn.Module:
@@ -96,7 +289,7 @@ def model_from_config(model: ml_collections.ConfigDict) -> nn.Module:
     if isinstance(value, list):  # ConfigDict may hand back lists; linen fields must hash.
       kwargs[key] = tuple(value)
   try:
-    return MODELS[name](**kwargs)
+    return MODELS[name].build(**kwargs)
   except TypeError as e:
     raise ValueError(f'config.model does not fit model {name!r}: {e}') from e
 

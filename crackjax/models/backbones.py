@@ -50,9 +50,9 @@ def vgg16_bn_encoder(
 
 @dataclasses.dataclass(frozen=True)
 class PretrainedLayout:
-  """What ImageNet weight files a model takes, declared by the model itself (its class
-  attribute ``PRETRAINED``; crackjax/models/pretrained.py maps the files' arrays by it). A model
-  without one takes crackjax-layout files (an earlier run's) only.
+  """What ImageNet weight files a model takes, declared by its entry in
+  `crackjax.models.MODELS` (``ModelEntry.pretrained``; crackjax/models/pretrained.py maps the
+  files' arrays by it). A model without one takes crackjax-layout files (an earlier run's) only.
 
   Attributes:
     layouts: the torchvision layouts it takes: 'vgg16', 'vgg16_bn', 'resnet50'.

@@ -50,7 +50,6 @@ multiples of 16.
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -58,7 +57,6 @@ import jax.numpy as jnp
 
 from crackjax.models.backbones import (
   RESNET50_LAYERS,
-  PretrainedLayout,
   check_resnet_fields,
   resnet50_features,
 )
@@ -92,9 +90,6 @@ class CrackSeg(nn.Module):
       to make CPU tests compile faster.
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('resnet50',))
 
   n_classes: int = 2
   output_stride: int = 16

@@ -26,13 +26,11 @@ fusion 6: 29,482,571 = the paper's 29.48M. Side 1x1 kernels start from N(0, 0.01
 fusion from 1/5, as in hed.py.
 """
 
-from typing import ClassVar
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import PretrainedLayout, vgg16_bn_encoder
+from crackjax.models.backbones import vgg16_bn_encoder
 from crackjax.models.layers import check_input, fuse_conv, side_conv, upsample_to
 from crackjax.models.segnet import SegNetBody, segnet_decoder
 
@@ -45,9 +43,6 @@ class DeepCrack(SegNetBody):
       1); small values give CPU-sized tests.
     dtype: computation dtype (parameters stay float32; outputs are float32).
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True)
 
   width_scale: float = 1.0
   dtype: jnp.dtype = jnp.float32

@@ -35,7 +35,6 @@ are exactly 1/4 and 1/16 of the input.
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -43,7 +42,6 @@ import jax.numpy as jnp
 
 from crackjax.models.backbones import (
   RESNET50_LAYERS,
-  PretrainedLayout,
   check_resnet_fields,
   resnet50_features,
   resnet50_widths,
@@ -72,9 +70,6 @@ class DeepLabV3Plus(nn.Module):
       layer's blocks take the multi-grid rates in turn.
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('resnet50',))
 
   n_classes: int = 2
   output_stride: int = 16

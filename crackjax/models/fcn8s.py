@@ -42,14 +42,12 @@ weights expect 0...255, but crackjax trains from scratch, where the [0, 1] range
 default initialisers.
 """
 
-from typing import ClassVar
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crackjax.models.backbones import VGG16_STAGES, PretrainedLayout
+from crackjax.models.backbones import VGG16_STAGES
 
 # Caffe VGG16's ImageNet mean, RGB order, in [0, 1].
 IMAGENET_MEAN_RGB = (122.67891434 / 255, 116.66876762 / 255, 104.00698793 / 255)
@@ -107,11 +105,6 @@ class FCN8s(nn.Module):
       rounded, at least 1); 1.0 is the paper's model, small values give CPU-sized tests.
     dtype: computation dtype (parameters stay float32).
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(
-    ('vgg16',), fully_connected=True, input_offset=IMAGENET_MEAN_RGB
-  )
 
   n_classes: int = 2
   width_scale: float = 1.0

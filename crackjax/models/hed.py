@@ -17,13 +17,12 @@ ImageNet weights here); side 1x1 kernels start from N(0, 0.01^2) as in RCF's rel
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, PretrainedLayout
+from crackjax.models.backbones import VGG16_STAGES
 from crackjax.models.conv import Conv3x3ReLU, resolve_impl
 from crackjax.models.layers import (
   check_input,
@@ -45,9 +44,6 @@ class HED(nn.Module):
     conv_impl: backward pass of the 3x3 convolutions and poolings, as for the U-Net
       ('auto', 'xla' or 'blocked'; crackjax/models/conv.py). The function is the same.
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16',))
 
   dtype: jnp.dtype = jnp.float32
   width_scale: float = 1.0

@@ -78,9 +78,10 @@ RESNET50_BLOCKS = (3, 4, 6, 3)
 
 
 def layout_of(model: str) -> PretrainedLayout | None:
-  """What ImageNet files `model` (a key of MODELS) takes, as the model declares it (its
-  ``PRETRAINED``); None: crackjax-layout files only (any model takes those)."""
-  return getattr(MODELS.get(model), 'PRETRAINED', None)
+  """What ImageNet files `model` (a key of MODELS) takes, as its entry declares it
+  (``ModelEntry.pretrained``); None: crackjax-layout files only (any model takes those)."""
+  entry = MODELS.get(model)
+  return entry.pretrained if entry is not None else None
 
 
 class PretrainedError(ValueError):

@@ -16,13 +16,12 @@ release.
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, PretrainedLayout
+from crackjax.models.backbones import VGG16_STAGES
 from crackjax.models.conv import Conv3x3ReLU, resolve_impl
 from crackjax.models.layers import (
   check_input,
@@ -46,9 +45,6 @@ class RCF(nn.Module):
       ('auto', 'xla' or 'blocked'; crackjax/models/conv.py). The dilated conv5 stage uses
       XLA's own convolution.
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16',))
 
   dtype: jnp.dtype = jnp.float32
   width_scale: float = 1.0

@@ -26,13 +26,12 @@ unpooled back to exactly its input's size).
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, PretrainedLayout, vgg16_bn_encoder
+from crackjax.models.backbones import VGG16_STAGES, vgg16_bn_encoder
 from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
 from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
 
@@ -107,9 +106,6 @@ class SegNet(SegNetBody):
       1); small values give CPU-sized tests.
     dtype: computation dtype (parameters stay float32; logits are float32).
   """
-
-  # ImageNet weight files it takes (crackjax/models/pretrained.py).
-  PRETRAINED: ClassVar[PretrainedLayout] = PretrainedLayout(('vgg16', 'vgg16_bn'), conv_bn=True)
 
   n_classes: int = 2
   width_scale: float = 1.0

@@ -245,8 +245,8 @@ class Row:
     epochs: training epochs (None for RSF).
     time: training time as printed ('54min 54s'), None for RSF.
     ods, ois: the paper's figures in percent.
-    model: key of `crackjax.models.MODELS` and of configs/compare.py's MODELS ('unet' for
-      Tables I-IV; None for RSF).
+    model: key of `crackjax.models.MODELS`, whose entry gives configs/compare.py the model's
+      group and original loss ('unet' for Tables I-IV; None for RSF).
     dagger: True for the paper's † rows of Tables V-VIII.
     params, gflops, fps: Tables V-VIII: the printed parameter count ('134.27M', '487.77K';
       `params_count` as a number), GFLOPS (MACs, see crackjax.paper.complexity) and test FPS.
