@@ -91,11 +91,11 @@ def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
 
 
 @pytest.mark.slow
-def test_one_launch_builds_each_part_once(data_dirs, tmp_path):
-  """The count of the issue: one launch of the smoke config (train, a periodic evaluation
-  of every epoch, the final evaluation) validates once, builds one model and one dataset
-  builder, and opens each split once."""
-  raw, tfds_dir = data_dirs
+def test_one_launch_builds_each_part_once(tmp_path):
+  """The count of the issue: one launch of the smoke config (preparing the dataset, training,
+  a periodic evaluation of every epoch, the final evaluation) validates once, builds one model
+  and one dataset builder, and opens each split once."""
+  raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path / 'data')  # not prepared yet
   code = _COUNTERS + textwrap.dedent("""
     from crackjax.training import train_command
     train_command.main('launch.py')

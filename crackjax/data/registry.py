@@ -217,27 +217,29 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
     return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
-    # Another process may have prepared it while we waited for the lock; a fresh builder
-    # then reads the dataset info (splits, sizes) from disk.
-    builder = get_builder(data)
-    if not builder.is_prepared():
-      manual_dir = _expand(data.manual_dir)
-      _check_manual_dir(builder, manual_dir)
-      logging.info(
-        'Preparing dataset %s into %s (once; later runs reuse it)...',
-        builder.name,
-        builder.data_dir,
+    if builder.is_prepared():
+      # Another process prepared it while we waited for the lock: a fresh builder reads the
+      # dataset info (splits, sizes) from disk.
+      return get_builder(data)
+    # Prepared here: the builder then holds the info itself and is returned as it is (one
+    # construction per process).
+    manual_dir = _expand(data.manual_dir)
+    _check_manual_dir(builder, manual_dir)
+    logging.info(
+      'Preparing dataset %s into %s (once; later runs reuse it)...',
+      builder.name,
+      builder.data_dir,
+    )
+    try:
+      builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
       )
-      try:
-        builder.download_and_prepare(
-          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
-        )
-      except Exception as e:  # A builder's data error: re-raise with its message only.
-        error = _dataset_error(e)
-        if error is None:
-          raise
-        raise error from e
-  return get_builder(data)
+    except Exception as e:  # A builder's data error: re-raise with its message only.
+      error = _dataset_error(e)
+      if error is None:
+        raise
+      raise error from e
+  return builder
 
 
 def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
