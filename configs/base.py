@@ -46,12 +46,14 @@ Fields:
   model_init.normalization: the input the file's first convolution expects, folded into it:
     'auto' (torchvision's mean/std for torchvision names, nothing for crackjax paths),
     'torchvision', 'caffe' (BGR, 0-255, mean-subtracted) or 'none'.
-  plugins: optional, absent here: a tuple of importable module names that register a model
-    or loss the config uses (`crackjax.models.register_model`, `crackjax.losses.register_loss`;
-    crackjax/config/plugins.py). Training, prediction and export import them before building
-    the model and the loss, so a run of a plugin model can be predicted and exported from its
-    config.json. A config that needs it sets `c.plugins = ('my_models',)`; keeping it out of
-    these defaults keeps every other config's JSON and run fingerprint as they were.
+  plugins: optional, absent here: a tuple of importable module names that register a model,
+    loss, dataset or evaluation protocol the config uses (`crackjax.models.register_model`,
+    `crackjax.losses.register_loss`, `crackjax.data.registry.register_dataset`,
+    `crackjax.evaluation.register_protocol`; crackjax/config/plugins.py, and the recipes of
+    docs/architecture.md). Training, prediction, export and crackjax-evaluate import them
+    before building the experiment, so a run that uses a plugin can be predicted and exported
+    from its config.json. A config that needs it sets `c.plugins = ('my_models',)`; keeping it
+    out of these defaults keeps every other config's JSON and run fingerprint as they were.
   loss.name: a key of `crackjax.losses.LOSSES`; every other field of `loss` is passed to
     that loss's factory. For 'holistic' (the paper's a * WCE + b * Jaccard distance):
     loss.weighting: minority weight q(alpha): 'ce' (q=1), 'xie', 'power', 'log' or 'exp'.

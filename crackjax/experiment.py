@@ -7,11 +7,12 @@ split sources, the train image shape and the device mesh are derived on first us
 so a launch prepares the dataset and opens each split once, whoever asks (the data check, the
 loader, the periodic and the final evaluation).
 
-Every consumer takes the experiment instead of the config: launch.py, the training loop and
-its step, evaluation (`evaluation.scoring`), scoring on other data (crackjax-evaluate),
-prediction and export of a restored run (`from_run`), the reproduction runner's jobs and the
-benches. This is the pattern of scenic's and big_vision's trainers: build the parts once at
-the top, hand them down; nothing below rebuilds them from the config.
+Every consumer takes the experiment instead of the config: launch.py, the training loop (its
+jitted step is `Experiment.train_step`), evaluation (`evaluation.scoring`), scoring on other
+data (crackjax-evaluate), prediction and export of a restored run (`deploy.predictor.load_run`:
+`build(config.json, training=False)`, then `Experiment.restore`), the reproduction runner's
+jobs and the benches. This is the pattern of scenic's and big_vision's trainers: build the
+parts once at the top, hand them down; nothing below rebuilds them from the config.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     ValueError: a module of ``config.plugins`` cannot be imported.
   """
   # check_config imports config.plugins first (crackjax/config/plugins.py), so a plugin's
-  # model or loss is registered before it is built.
+  # model, loss, dataset or protocol is registered before it is looked up.
   parts = validation.check_config(config, training=training)
   return Experiment(
     config=config,

@@ -1,4 +1,5 @@
-"""A new model (with a side output) and a new loss plug in from a module of their own.
+"""A new model (with a side output) and a new loss plug in from a module of their own; datasets
+and protocols register the same way (tests/test_recipes.py runs all four recipes).
 
 The plugin module registers both (`crackjax.models.register_model`,
 `crackjax.losses.register_loss`) and the config names it in ``config.plugins``, so that every
@@ -8,19 +9,23 @@ not touched. A model registered where a later process could not import it (the c
 is a config error before anything runs.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import ml_collections
+import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import losses, models
+from crackjax import evaluation, losses, models
 from crackjax.config import plugins, validation
+from crackjax.data import registry as data_registry
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,3 +290,103 @@ def test_mistyped_config_field_is_one_line(tmp_path):
   assert proc.returncode == 1
   assert 'unknown config field' in proc.stderr and 'widht' in proc.stderr
   assert 'Traceback' not in proc.stderr
+
+
+# ------------------------------------------------------------------- datasets and protocols
+
+
+@pytest.fixture
+def all_registries():
+  """Every registry as it was before the test, restored in place afterwards."""
+  tables = (models.MODELS, losses.LOSSES, data_registry.DATASETS, evaluation.PROTOCOLS)
+  saved = [dict(t) for t in tables]
+  yield
+  for table, old in zip(tables, saved, strict=True):
+    table.clear()
+    table.update(old)
+
+
+def test_register_dataset_and_protocol_refuse_a_taken_name(all_registries):
+  entry = data_registry.DatasetEntry(builder=data_registry.DATASETS['crackforest'].builder)
+  with pytest.raises(ValueError, match="Dataset 'crackforest' is already registered by crackjax"):
+    data_registry.register_dataset('crackforest', entry)
+  assert data_registry.register_dataset('cfd_again', entry).module == __name__
+  data_registry.register_dataset('cfd_again', entry)  # the same module again: re-registered
+  with pytest.raises(ValueError, match=f'already registered by module {__name__!r}'):
+    data_registry.register_dataset('cfd_again', entry, module='elsewhere')
+
+  strict = evaluation.PROTOCOLS['strict']
+  with pytest.raises(ValueError, match="Protocol 'strict' is already registered by crackjax"):
+    evaluation.register_protocol('strict', strict)
+  mine = dataclasses.replace(strict, name='strict_again')
+  assert evaluation.register_protocol('strict_again', mine).module == __name__
+  assert evaluation.get_protocol('strict_again').module == __name__
+  evaluation.register_protocol('strict_again', mine)
+  with pytest.raises(ValueError, match=f'already registered by module {__name__!r}'):
+    evaluation.register_protocol('strict_again', mine, module='elsewhere')
+  with pytest.raises(ValueError, match="registered as 'other' is named 'strict_again'"):
+    evaluation.register_protocol('other', mine)
+  with pytest.raises(ValueError, match=r"unknown protocol 'nope'.*'strict_again'"):
+    evaluation.get_protocol('nope')  # the message lists the registered ones too
+
+
+def test_dataset_and_protocol_from_a_module_config_plugins_does_not_name(all_registries):
+  entry = data_registry.DatasetEntry(builder=data_registry.DATASETS['crackforest'].builder)
+  data_registry.register_dataset('cfd_elsewhere', entry, module='elsewhere_mod')
+  protocol = dataclasses.replace(evaluation.PROTOCOLS['strict'], name='strict_elsewhere')
+  evaluation.register_protocol('strict_elsewhere', protocol, module='elsewhere_mod')
+  c = smoke.get_config()
+  c.data.name = 'cfd_elsewhere'
+  c.eval.protocols = ('strict', 'strict_elsewhere')
+  c.eval.curve_protocols = ('strict_elsewhere',)
+  with pytest.raises(validation.ConfigError) as e:
+    validation.check_config(c)
+  lines = str(e.value).splitlines()
+  assert len(lines) == 3, lines
+  assert lines[0].startswith("config.data.name='cfd_elsewhere' is registered by module")
+  assert lines[1].startswith("'strict_elsewhere' of config.eval.protocols is registered by")
+  assert lines[2].startswith("'strict_elsewhere' of config.eval.curve_protocols is registered")
+  c.plugins = ('elsewhere_mod',)  # named (and importable): the names are known and accepted
+  sys.modules['elsewhere_mod'] = types.ModuleType('elsewhere_mod')
+  try:
+    validation.check_config(c)
+  finally:
+    del sys.modules['elsewhere_mod']
+
+
+PARALLEL_PROTOCOL = textwrap.dedent('''
+    """A parallel protocol: strict's counts, registered by a plugin."""
+
+    import dataclasses
+
+    from crackjax import evaluation
+
+    STRICT = evaluation.PROTOCOLS['strict']
+
+
+    def counts(probs, gts, thresholds):
+      return STRICT.counts(probs, gts, thresholds)
+
+
+    evaluation.register_protocol(
+      'strict_in_workers',
+      dataclasses.replace(STRICT, name='strict_in_workers', counts=counts, parallel=True),
+    )
+''')
+
+
+def test_a_plugin_protocol_counts_in_spawned_workers(tmp_path, monkeypatch, all_registries):
+  # Spawned workers start without the plugin's registration: they get its count function
+  # (imported there by its module's name), not its name.
+  (tmp_path / 'parallel_protocol_mod.py').write_text(PARALLEL_PROTOCOL)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  plugins.import_plugins({'plugins': ('parallel_protocol_mod',)})
+  try:
+    rng = np.random.default_rng(0)
+    probs = [rng.random((12, 16)).astype(np.float32) for _ in range(4)]
+    gts = [rng.random((12, 16)) < 0.2 for _ in range(4)]
+    alone = evaluation.evaluate(probs, gts, protocol='strict_in_workers')
+    assert evaluation.evaluate(probs, gts, protocol='strict_in_workers', workers=2) == alone
+    assert alone['ods'] == evaluation.evaluate(probs, gts, protocol='strict')['ods']
+  finally:
+    sys.modules.pop('parallel_protocol_mod', None)

@@ -5,10 +5,10 @@ so a mistyped field is an error), with errors worded for the command line.
 launch.py, `python -m crackjax.paper.complexity`, `python -m crackjax.data.stats` and the bench
 scripts all use it::
 
-    def define_flags(fv):  # the command's own flags
+    def define_flags(fv):  # the command's own flags (absl.flags)
       flags.DEFINE_integer('repeats', 10, '...', flag_values=fv)
 
-    fv, _ = cli.parse_command('python -m crackjax.paper.complexity', argv, define_flags)
+    fv, _ = config_flags.parse_command('python -m crackjax.paper.complexity', argv, define_flags)
     config = fv.config
 
 (launch.py, which runs under absl.app, calls `define_config_flag(flags.FLAGS)` and passes

@@ -1,13 +1,16 @@
-"""Plugins: the importable modules that register models or losses a config uses.
+"""Plugins: the importable modules that register the models, losses, datasets or evaluation
+protocols a config uses.
 
-A model or loss that crackjax does not ship is registered by a module of its own
-(`crackjax.models.register_model`, `crackjax.losses.register_loss`), and a config that uses
-it names that module in its optional field ``plugins``, a tuple of importable module names
-(``c.plugins = ('my_models',)``; absent from configs/base.py, so configs without plugins keep
-their JSON and their run fingerprint). Every command that builds the model or the loss from a
-config first calls `import_plugins(config)`: training, and prediction and export, which
-rebuild the model from a run's config.json and so find the plugin by its name alone, in a
-fresh process.
+Something crackjax does not ship is registered by a module of its own
+(`crackjax.models.register_model`, `crackjax.losses.register_loss`,
+`crackjax.data.registry.register_dataset`, `crackjax.evaluation.register_protocol`), and a
+config that uses it names that module in its optional field ``plugins``, a tuple of importable
+module names (``c.plugins = ('my_models',)``; absent from configs/base.py, so configs without
+plugins keep their JSON and their run fingerprint). Every command that builds an experiment
+from a config imports them first (`import_plugins`, called by
+`crackjax.config.validation.check_config`): training, and prediction, export and
+crackjax-evaluate, which rebuild the experiment from a run's config.json and so find the
+plugin by its name alone, in a fresh process. docs/architecture.md has a recipe for each kind.
 
 Registering in the config file itself is not enough: a config file is loaded from its path,
 not imported by name, so a later process reading config.json could not register the entry
@@ -43,7 +46,7 @@ def plugin_names(config: Mapping[str, Any]) -> tuple[str, ...]:
 def import_plugins(config: Mapping[str, Any]) -> None:
   """Imports every module named by ``config.plugins``, so that what they register exists.
 
-  Importing is all a plugin needs: its module registers its models and losses at import
+  Importing is all a plugin needs: its module registers its entries at import
   time. A module already imported is not imported again.
 
   Args:
@@ -75,11 +78,12 @@ def registering_module(depth: int = 2) -> str:
   return sys._getframe(depth).f_globals.get('__name__', '?')
 
 
-def unrebuildable(kind: str, name: str, module: str | None, plugins: Sequence[str]) -> str | None:
+def unrebuildable(field: str, name: str, module: str | None, plugins: Sequence[str]) -> str | None:
   """Why a run could not rebuild registered entry `name` from its config.json, or None.
 
   Args:
-    kind: the config field naming the entry, e.g. 'model' (config.model.name).
+    field: the config field naming the entry, dotted: 'model.name', 'loss.name', 'data.name'
+      or 'eval.protocols' (a tuple of names).
     name: the entry's name.
     module: the module that registered it; None for an entry crackjax ships.
     plugins: ``config.plugins``.
@@ -92,10 +96,11 @@ def unrebuildable(kind: str, name: str, module: str | None, plugins: Sequence[st
   # registers (only if the package's __init__ does), so a package name would not be proof.
   if module is None or module in plugins:
     return None
+  where = f'config.{field}={name!r}' if field.endswith('.name') else f'{name!r} of config.{field}'
   return (
-    f'config.{kind}.name={name!r} is registered by module {module!r}, which config.plugins does '
-    'not name (a config file is loaded from its path and cannot be imported by name): '
-    f"prediction and export rebuild the {kind} from the run's config.json by importing "
+    f'{where} is registered by module {module!r}, which config.plugins does not name (a config '
+    'file is loaded from its path and cannot be imported by name): prediction, export and '
+    'crackjax-evaluate rebuild the run from its config.json by importing '
     f'config.plugins={tuple(plugins)!r}, so they could not rebuild it. Register it in an '
-    f"importable module and name that module in config.plugins, e.g. c.plugins = ('my_{kind}s',)."
+    "importable module and name that module in config.plugins, e.g. c.plugins = ('my_plugin',)."
   )

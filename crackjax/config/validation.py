@@ -1,14 +1,14 @@
 """One validation pass over a whole config, before any data is prepared or anything compiled.
 
 `check_config(config)` imports the config's plugins (crackjax/config/plugins.py), checks that
-a later process could rebuild its model and loss from config.json, checks every enum, range
-and size multiple it can without data and raises one `ConfigError` listing every problem,
-each naming the field, its value and what is valid; on success it returns the `Parts` it
-built (model, loss, augmentation), which `crackjax.experiment.build` hands to the experiment,
-so the config is validated and its parts built once. `check_data(config, sizes, model)` runs
-once the dataset is prepared (`Experiment.check_data`): the train image sizes against
-``config.data.input_size``. launch.py prints the message on one line per problem, without a
-traceback.
+a later process could rebuild its model, loss, dataset and protocols from config.json, checks
+every enum, range and size multiple it can without data and raises one `ConfigError` listing
+every problem, each naming the field, its value and what is valid; on success it returns the
+`Parts` it built (model, loss, augmentation), which `crackjax.experiment.build` hands to the
+experiment, so the config is validated and its parts built once. `check_data(config, sizes,
+model)` runs once the dataset is prepared (`Experiment.check_data`): the train image sizes
+against ``config.data.input_size``. launch.py prints the message on one line per problem,
+without a traceback.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
     ConfigError: listing every problem of `config` found without reading data.
   """
   problems: list[str] = []
-  # First: the plugins register the models and losses that the checks below look up.
+  # First: the plugins register the models, losses, datasets and protocols that the checks
+  # below look up.
   _built(lambda: plugins.import_plugins(config), problems)
   problems += _plugin_problems(config)
   data = config.data
@@ -170,17 +171,29 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
 
 
 def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:
-  """The model or loss that a later process could not rebuild from the run's config.json:
-  registered by a module that ``config.plugins`` does not name (crackjax/config/plugins.py)."""
+  """The model, loss, dataset or protocols that a later process could not rebuild from the
+  run's config.json: registered by a module that ``config.plugins`` does not name
+  (crackjax/config/plugins.py)."""
   try:
     names = plugins.plugin_names(config)
   except ValueError:
     return []  # import_plugins has reported the field
+  # (config field, the names it holds, their registry): an unknown name is reported below.
+  used = [
+    ('model.name', [config.model.get('name')], models.MODELS),
+    ('loss.name', [config.loss.get('name')], losses.LOSSES),
+    ('data.name', [config.data.get('name')], data_registry.DATASETS),
+  ]
+  for field in ('protocols', 'curve_protocols'):
+    value = config.eval.get(field) or ()
+    listed = list(value) if isinstance(value, tuple | list) else []
+    used.append((f'eval.{field}', listed, PROTOCOLS))
   problems = []
-  for kind, table in (('model', models.MODELS), ('loss', losses.LOSSES)):
-    name = config[kind].get('name')
-    if name in table:
-      problems += [p for p in [plugins.unrebuildable(kind, name, table[name].module, names)] if p]
+  for field, used_names, table in used:
+    for name in dict.fromkeys(used_names):  # each once, in order
+      if isinstance(name, str) and name in table:
+        problem = plugins.unrebuildable(field, name, table[name].module, names)
+        problems += [problem] if problem else []
   return problems
 
 

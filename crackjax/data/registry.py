@@ -2,10 +2,12 @@
 
 `DATASETS` maps ``config.data.name`` to a `DatasetEntry`: the builder class and the keyword
 arguments it takes from ``config.data`` (`BuilderArg`; the user's folders for 'crack_folder').
-tests/test_contracts.py prepares every entry from a fixture. Every function here takes the
-config's `data` group (configs/base.py), e.g. `prepare_dataset(config.data)`. Reading never
-imports TensorFlow: builders store array_record files, read back with
-``builder.as_data_source(split)`` (random access, decoded with PIL).
+tests/test_contracts.py prepares every entry from a fixture. A dataset crackjax does not ship
+is registered by a plugin (`register_dataset` in an importable module that the config names in
+``plugins``, crackjax/config/plugins.py; docs/architecture.md, "Add a dataset"). Every
+function here takes the config's `data` group (configs/base.py), e.g.
+`prepare_dataset(config.data)`. Reading never imports TensorFlow: builders store array_record
+files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
 
 Preparation with several processes: every process calls `get_data_source`; the first to take
 an exclusive ``fcntl`` lock on ``<data_dir>/<dataset>.lock`` prepares the dataset, the others
@@ -29,6 +31,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
+from crackjax.config import plugins
 from tfds_builders.aiglern import AigleRN
 from tfds_builders.bjn260 import BJN260
 from tfds_builders.common import DatasetError, DatasetNotFoundError
@@ -61,11 +64,14 @@ class DatasetEntry:
     args: the builder's keyword arguments -> the ``config.data`` fields they come from
       (besides ``data_dir``, which every builder takes from ``config.data.data_dir``).
     missing: the end of the message for a required argument left unset: what to pass.
+    module: the module that registered it (`register_dataset` records it); None for the
+      entries crackjax ships.
   """
 
   builder: type[tfds.core.GeneratorBasedBuilder]
   args: Mapping[str, BuilderArg] = dataclasses.field(default_factory=dict)
   missing: str = ''
+  module: str | None = None
 
 
 # Explicit registry: config.data.name -> the builder and what it takes from config.data.
@@ -92,6 +98,31 @@ DATASETS: dict[str, DatasetEntry] = {
     'docs/datasets.md).',
   ),
 }
+
+
+def register_dataset(name: str, entry: DatasetEntry, *, module: str | None = None) -> DatasetEntry:
+  """Adds a plugin's dataset to DATASETS and returns its entry as registered.
+
+  Call it at the top level of an importable module and name that module in the config's
+  ``plugins`` (crackjax/config/plugins.py).
+
+  Args:
+    name: its ``config.data.name``.
+    entry: the builder and what it takes from ``config.data``.
+    module: the module that registers it; default: the caller's (recorded so that config
+      validation can check that config.plugins names it).
+
+  Raises:
+    ValueError: if `name` is taken by crackjax or by another module (importing the same
+      module again re-registers its own entry).
+  """
+  module = module or plugins.registering_module()
+  taken = DATASETS.get(name)
+  if taken is not None and taken.module != module:
+    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
+    raise ValueError(f'Dataset {name!r} is already registered by {owner}; choose another name.')
+  DATASETS[name] = dataclasses.replace(entry, module=module)
+  return DATASETS[name]
 
 
 def _expand(path: str | None) -> str | None:

@@ -1,3 +1,4 @@
 """Running a trained model on users' photos: `predictor` (load_run, the tiling Predictor),
-`cli` (``crackjax-predict``), `measure` (crack ratio, length and width per photo), `export`
-(``crackjax-export``: jax.export / ONNX) and `hostmem` (host memory for large photos)."""
+`predict_command` (``crackjax-predict``), `measure` (crack ratio, length and width per photo),
+`html_report` (its index.html), `export` (``crackjax-export``: jax.export / ONNX) and `hostmem`
+(host memory for large photos)."""

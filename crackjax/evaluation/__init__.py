@@ -10,7 +10,8 @@ Modules
   (:data:`LOW_TAIL_THRESHOLDS`, :data:`HIGH_TAIL_THRESHOLDS`, :data:`FIXED_THRESHOLD`),
   the per-threshold counts of each protocol (:func:`counts_per_threshold`,
   :func:`tolerance_counts`, :class:`ThresholdCounts`, :data:`TOLERANCE_MAX_DIST`) and the
-  protocol table (:class:`Protocol`, :data:`PROTOCOLS`, :func:`get_protocol`).
+  protocol table (:class:`Protocol`, :data:`PROTOCOLS`, :func:`get_protocol`,
+  :func:`register_protocol` for a plugin's protocol).
 * :mod:`~crackjax.evaluation.thinning`: :func:`thin`, one-pixel-wide thinning.
 * :mod:`~crackjax.evaluation.matching`: the maximum bipartite matching of the
   tolerance protocols.
@@ -167,6 +168,7 @@ from crackjax.evaluation.protocols import (
   ThresholdCounts,
   counts_per_threshold,
   get_protocol,
+  register_protocol,
   tolerance_counts,
 )
 from crackjax.evaluation.thinning import thin
@@ -184,6 +186,7 @@ __all__ = [
   'counts_per_threshold',
   'evaluate',
   'get_protocol',
+  'register_protocol',
   'thin',
   'tolerance_counts',
 ]

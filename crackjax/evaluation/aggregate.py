@@ -208,11 +208,6 @@ def _per_image(
   ]
 
 
-def _chunk_counts(protocol: str, probs, gts, thresholds) -> ThresholdCounts:
-  # A worker process's share: module-level so that it pickles.
-  return get_protocol(protocol).counts(probs, gts, thresholds)
-
-
 def _parallel_counts(
   spec: Protocol,
   probs: list[np.ndarray],
@@ -224,7 +219,9 @@ def _parallel_counts(
   """``spec.counts`` over `workers` processes, a few images per task, in image order. Each
   image's row depends on that image only, so the counts are those of one process. The
   processes are spawned (not forked: the parent may run JAX's threads) and import numpy and
-  scipy only."""
+  scipy only, and the module of ``spec.counts``: the function itself is sent, not the
+  protocol's name, so a plugin's protocol (absent from a fresh process's PROTOCOLS) counts
+  there too."""
   import concurrent.futures
   import multiprocessing
 
@@ -233,8 +230,7 @@ def _parallel_counts(
   context = multiprocessing.get_context('spawn')
   with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
     futures = [
-      pool.submit(_chunk_counts, spec.name, probs[i : i + size], gts[i : i + size], thresholds)
-      for i in starts
+      pool.submit(spec.counts, probs[i : i + size], gts[i : i + size], thresholds) for i in starts
     ]
     rows = []
     for i, future in zip(starts, futures, strict=True):

@@ -3,7 +3,10 @@
 A protocol turns (probability map, ground truth) pairs into the four count arrays of
 :class:`ThresholdCounts` at each threshold of its own grid; everything downstream
 (ODS, OIS, AP; :mod:`crackjax.evaluation.aggregate`) is shared. :data:`PROTOCOLS` maps
-each name to its :class:`Protocol` spec; the package docstring describes them.
+each name to its :class:`Protocol` spec; the package docstring describes them. A protocol
+crackjax does not ship is registered by a plugin (:func:`register_protocol` in an importable
+module that the config names in ``plugins``, crackjax/config/plugins.py; docs/architecture.md,
+"Add a protocol").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from crackjax.config import plugins
 from crackjax.evaluation.matching import max_matching_size
 from crackjax.evaluation.thinning import thin_coords
 
@@ -29,6 +33,7 @@ __all__ = [
   'ThresholdCounts',
   'counts_per_threshold',
   'get_protocol',
+  'register_protocol',
   'tolerance_counts',
 ]
 
@@ -434,7 +439,11 @@ class Protocol:
       parallel: whether counting is worth splitting over processes (``evaluate(...,
           workers=N)``): the tolerance protocols' matching takes ~0.3-0.4 s per CrackForest
           image, strict's vectorised counting ~4 ms, less than starting a process
-          (docs/evaluation.md, "Scoring a run on other data").
+          (docs/evaluation.md, "Scoring a run on other data"). The worker processes are
+          spawned and unpickle ``counts`` by its module and name: it must then be a
+          module-level function of an importable module.
+      module: the module that registered it (:func:`register_protocol` records it); None
+          for the protocols crackjax ships.
   """
 
   name: str
@@ -447,6 +456,7 @@ class Protocol:
   threshold_rule: str
   writes_threshold_file: bool
   parallel: bool = False
+  module: str | None = None
 
   def num_thresholds(self, configured: int | None) -> int:
     """The uniform grid size to evaluate with, given the configured one (``None``: not set)."""
@@ -470,7 +480,7 @@ _TAILS = (
   '0.997, 0.998, 0.999, 0.9993, 0.9995, 0.9997, 0.9998, 0.9999, 0.99999'
 )
 
-#: name -> protocol. New protocols go here.
+#: name -> protocol. crackjax's own go here; a plugin's are added by :func:`register_protocol`.
 PROTOCOLS: dict[str, Protocol] = {
   'strict': Protocol(
     name='strict',
@@ -514,7 +524,35 @@ PROTOCOLS: dict[str, Protocol] = {
     parallel=True,
   ),
 }
+#: The protocols crackjax ships (:data:`PROTOCOLS` also holds those plugins register).
 SUPPORTED_PROTOCOLS: tuple[str, ...] = tuple(PROTOCOLS)
+
+
+def register_protocol(name: str, protocol: Protocol, *, module: str | None = None) -> Protocol:
+  """Adds a plugin's protocol to :data:`PROTOCOLS` and returns it as registered.
+
+  Call it at the top level of an importable module and name that module in the config's
+  ``plugins`` (crackjax/config/plugins.py); ``config.eval.protocols`` may then name it.
+
+  Args:
+      name: its name in ``config.eval.protocols``; ``protocol.name`` must be the same.
+      protocol: how it counts, its threshold grid and its mask rule.
+      module: the module that registers it; default: the caller's (recorded so that config
+          validation can check that config.plugins names it).
+
+  Raises:
+      ValueError: if `name` is taken by crackjax or by another module (importing the same
+          module again re-registers its own protocol), or differs from ``protocol.name``.
+  """
+  module = module or plugins.registering_module()
+  if protocol.name != name:
+    raise ValueError(f'Protocol registered as {name!r} is named {protocol.name!r}: use one name.')
+  taken = PROTOCOLS.get(name)
+  if taken is not None and taken.module != module:
+    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
+    raise ValueError(f'Protocol {name!r} is already registered by {owner}; choose another name.')
+  PROTOCOLS[name] = dataclasses.replace(protocol, module=module)
+  return PROTOCOLS[name]
 
 
 def get_protocol(name: str) -> Protocol:
@@ -526,6 +564,4 @@ def get_protocol(name: str) -> Protocol:
   try:
     return PROTOCOLS[name]
   except KeyError:
-    raise ValueError(
-      f'unknown protocol {name!r}; supported protocols: {list(SUPPORTED_PROTOCOLS)}'
-    ) from None
+    raise ValueError(f'unknown protocol {name!r}; supported protocols: {list(PROTOCOLS)}') from None

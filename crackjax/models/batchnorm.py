@@ -1,4 +1,5 @@
-"""Building blocks of the BatchNorm comparison models (SegNet, DeepCrack, DeepLab v3+).
+"""Building blocks of the BatchNorm comparison models (SegNet, DeepCrack, DeepLab v3+,
+CrackSeg, U-CliqueNet).
 
 Models with BatchNorm follow flax's convention: ``__call__(x, train=False)``. With
 ``train=True`` every BatchNorm normalises with the statistics of the batch it is given and
@@ -12,7 +13,7 @@ batch, sharded over the devices: the mean and variance are reductions over its f
 which XLA computes across devices, so the statistics are the same on 1 or N devices (no
 ``axis_name`` is needed, as it would be under pmap).
 
-Conventions shared by the three models: PyTorch's BatchNorm defaults (momentum 0.1, i.e.
+Conventions shared by these models: PyTorch's BatchNorm defaults (momentum 0.1, i.e.
 flax's ``momentum=0.9`` for the running averages, epsilon 1e-5), and convolutions followed
 by BatchNorm initialised as torchvision's VGG-BN and ResNet (Kaiming normal, fan-out).
 Only the BatchNorm scale and offset are parameters; the running mean and variance are
