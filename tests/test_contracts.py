@@ -31,9 +31,9 @@ from configs import base, compare
 from crackjax import evaluation, losses, models
 from crackjax.config import validation
 from crackjax.data import registry as data_registry
+from crackjax.experiment import build
 from crackjax.models import pretrained
 from crackjax.training import mesh as mesh_lib
-from crackjax.training import step as step_lib
 from crackjax.training import train_state as state_lib
 from tests import fixtures
 
@@ -111,13 +111,13 @@ def _batch(h: int, w: int, seed: int = 0) -> dict[str, np.ndarray]:
 def test_small_variant_trains_a_step(name):
   # The jitted train step (augmentation, the model's original loss, Adam) of the smoke
   # variant: a finite loss and gradient, and every kind of state moves.
-  config = compare.get_config(f'{name},smoke')
-  multiple = models.input_multiple(models.model_from_config(config.model))
+  experiment = build(compare.get_config(f'{name},smoke'))
+  multiple = models.input_multiple(experiment.model)
   h = multiple * math.ceil(32 / multiple)
-  mesh = mesh_lib.make_mesh()
-  state = state_lib.init_train_state(config, (h, 2 * h, 3), mesh)
+  mesh = experiment.mesh
+  state = experiment.init_state((h, 2 * h, 3))
   before = jax.device_get((state.params, state_lib.batch_stats_of(state)))
-  step = step_lib.make_train_step(config, mesh, state)
+  step = experiment.train_step(state)
   state, metrics = step(state, mesh_lib.global_batch(_batch(h, 2 * h), mesh))
   metrics = jax.device_get(metrics)
   assert int(metrics['finite']) == 1 and int(state.step) == 1

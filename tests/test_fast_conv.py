@@ -14,7 +14,6 @@ from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import prefetch
-from crackjax.training import train_state as state_lib
 
 
 def _xla_weight_grad(x, g):
@@ -134,10 +133,11 @@ def _train(config, steps):
   Returns:
     (losses, initial params, final params).
   """
-  mesh = mesh_lib.make_mesh()
-  state = state_lib.init_train_state(config, (32, 48, 3), mesh)
+  experiment = build(config)
+  mesh = experiment.mesh
+  state = experiment.init_state((32, 48, 3))
   initial = jax.device_get(state.params)
-  step_fn = build(config).train_step(state)
+  step_fn = experiment.train_step(state)
   losses = []
   for i in range(steps):
     state, metrics = step_fn(state, mesh_lib.global_batch(_batch(i % 2), mesh))

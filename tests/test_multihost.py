@@ -1,7 +1,7 @@
 """Two processes x 2 CPU devices train exactly like one process x 4 devices.
 
 Three fresh processes run tests/multihost_worker.py at once, all calling the real
-`train.train_and_evaluate(config, workdir, evaluate_after=False)` on the smoke config
+`loop.train_and_evaluate(build(config), workdir, evaluate_after=False)` on the smoke config
 (widths 4..64, batch 4, 2 epochs of 2 steps, fake 32x48 CrackForest):
 
 * two processes joined by `jax.distributed.initialize` on 127.0.0.1 with gloo CPU

@@ -2,8 +2,8 @@
 
 The pytest process has already initialised JAX with one CPU device, so the check runs in a
 subprocess (tests/multihost_worker.py) started with 4 forced host devices. It drives the
-code of crackjax (`state.init_train_state`, `train.make_train_step`, `state.global_batch`) and
-`loader.create_train_iterator` on a mesh of the first device and on a mesh of all 4.
+code of crackjax (the experiment's `init_state`, `train_step` and `train_iterator`,
+`mesh.global_batch`) on a mesh of the first device and on a mesh of all 4.
 """
 
 from __future__ import annotations

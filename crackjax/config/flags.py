@@ -203,7 +203,7 @@ def parse_command(
 
 
 def exit_on_sigterm() -> None:
-  """SIGTERM raises SystemExit once, which unwinds through `train.train_and_evaluate` (it saves
+  """SIGTERM raises SystemExit once, which unwinds through `loop.train_and_evaluate` (it saves
   a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt
   that save (a runner killed with kill -9 sent its workers a second one, which broke the save
   inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL

@@ -312,7 +312,7 @@ def _convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> n
 
 def not_a_file(path: str | Path) -> str | None:
   """Why `config.model_init.pretrained` = `path` names no file (a folder, or nothing there),
-  or None. validate.check_config asks first, so a typo is found before the data is read."""
+  or None. validation.check_config asks first, so a typo is found before the data is read."""
   path = Path(path).expanduser()
   if path.is_dir():
     return f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
