@@ -20,6 +20,7 @@ before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from collections.abc import Mapping, Sequence
@@ -65,6 +66,24 @@ def import_plugins(config: Mapping[str, Any]) -> None:
         f'({type(e).__name__}: {e}); it must be importable by name (on PYTHONPATH or '
         'installed) in every process that trains, predicts or exports the run.'
       ) from e
+
+
+def register(table: dict[str, Any], kind: str, name: str, entry: Any, module: str) -> Any:
+  """Adds `entry` (a frozen dataclass with a ``module`` field) to the registry `table` as
+  registered by `module`, and returns it as registered: the one rule of every registry's
+  ``register_*`` (models, losses, datasets, protocols).
+
+  Raises:
+    ValueError: if `name` is taken by crackjax or by another module (`kind` names the
+      registry in the message); the same module registering again replaces its own entry,
+      so importing a plugin twice is harmless.
+  """
+  taken = table.get(name)
+  if taken is not None and taken.module != module:
+    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
+    raise ValueError(f'{kind} {name!r} is already registered by {owner}; choose another name.')
+  table[name] = dataclasses.replace(entry, module=module)
+  return table[name]
 
 
 def registering_module(depth: int = 2) -> str:

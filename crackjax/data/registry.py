@@ -117,12 +117,7 @@ def register_dataset(name: str, entry: DatasetEntry, *, module: str | None = Non
       module again re-registers its own entry).
   """
   module = module or plugins.registering_module()
-  taken = DATASETS.get(name)
-  if taken is not None and taken.module != module:
-    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
-    raise ValueError(f'Dataset {name!r} is already registered by {owner}; choose another name.')
-  DATASETS[name] = dataclasses.replace(entry, module=module)
-  return DATASETS[name]
+  return plugins.register(DATASETS, 'Dataset', name, entry, module)
 
 
 def _expand(path: str | None) -> str | None:

@@ -547,12 +547,7 @@ def register_protocol(name: str, protocol: Protocol, *, module: str | None = Non
   module = module or plugins.registering_module()
   if protocol.name != name:
     raise ValueError(f'Protocol registered as {name!r} is named {protocol.name!r}: use one name.')
-  taken = PROTOCOLS.get(name)
-  if taken is not None and taken.module != module:
-    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
-    raise ValueError(f'Protocol {name!r} is already registered by {owner}; choose another name.')
-  PROTOCOLS[name] = dataclasses.replace(protocol, module=module)
-  return PROTOCOLS[name]
+  return plugins.register(PROTOCOLS, 'Protocol', name, protocol, module)
 
 
 def get_protocol(name: str) -> Protocol:

@@ -121,12 +121,7 @@ def register_loss(name: str, entry: LossEntry, *, module: str | None = None) -> 
       module again re-registers its own entry).
   """
   module = module or plugins.registering_module()
-  taken = LOSSES.get(name)
-  if taken is not None and taken.module != module:
-    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
-    raise ValueError(f'Loss {name!r} is already registered by {owner}; choose another name.')
-  LOSSES[name] = dataclasses.replace(entry, module=module)
-  return LOSSES[name]
+  return plugins.register(LOSSES, 'Loss', name, entry, module)
 
 
 def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:

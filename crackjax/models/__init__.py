@@ -233,12 +233,7 @@ def register_model(name: str, entry: ModelEntry, *, module: str | None = None) -
       module again re-registers its own entry).
   """
   module = module or plugins.registering_module()
-  taken = MODELS.get(name)
-  if taken is not None and taken.module != module:
-    owner = 'crackjax' if taken.module is None else f'module {taken.module!r}'
-    raise ValueError(f'Model {name!r} is already registered by {owner}; choose another name.')
-  MODELS[name] = dataclasses.replace(entry, module=module)
-  return MODELS[name]
+  return plugins.register(MODELS, 'Model', name, entry, module)
 
 
 def model_group(name: str) -> dict[str, Any]:
