@@ -106,10 +106,10 @@ REAL = Path('/work/shared/datasets/crackforest')
 @pytest.mark.slow
 @pytest.mark.skipif(not (REAL / 'groundTruth').is_dir(), reason='real CrackForest not here')
 def test_real_crackforest_figures_in_docs(tmp_path):
-  # The figures docs/data_registry.md quotes.
+  # The figures docs/datasets.md quotes.
   data = data_config('crackforest', tmp_path / 'tfds', manual_dir=str(REAL))
   out = data_stats.format_stats('crackforest', data_stats.dataset_stats(data, ('train', 'test')))
   assert 'crack pixels 1.73% of the split (191004 / 11059200)' in out
   assert 'densest image 097: 6.33%' in out and 'densest image 101: 5.77%' in out
-  docs = (Path(__file__).resolve().parents[1] / 'docs' / 'data_registry.md').read_text()
+  docs = (Path(__file__).resolve().parents[1] / 'docs' / 'datasets.md').read_text()
   assert out[out.index('crackforest/train:') :].strip() in docs

@@ -63,13 +63,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'folder',
     [],
     'a labelled folder, IMAGES_DIR:MASKS_DIR (masks matched by file name, crack = white; '
-    'docs/data_registry.md), every image scored; repeatable',
+    'docs/datasets.md), every image scored; repeatable',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(
     'manual_dir',
     [],
-    "DATASET=DIR: where a registered dataset's downloaded files are (docs/data_registry.md); the "
+    "DATASET=DIR: where a registered dataset's downloaded files are (docs/datasets.md); the "
     "run's own dataset keeps its config's",
     flag_values=fv,
   )
