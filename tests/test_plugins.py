@@ -236,6 +236,7 @@ def test_unimportable_plugin_is_a_config_problem():
     validation.check_config(c)
 
 
+@pytest.mark.slow
 def test_model_registered_in_a_config_file_is_caught_before_running(tmp_path):
   # A config file is loaded from its path (ml_collections names it 'config_config'): a later
   # process reading config.json could not register the model again.
