@@ -121,6 +121,11 @@ def help_text(flag_values: flags.FlagValues, prog: str, usage: str | None = None
   return '\n'.join(lines)
 
 
+def _gives_config(argv: Sequence[str]) -> bool:
+  """Whether the command line sets ``--config`` itself (``--config=...`` or ``--config ...``)."""
+  return any(a == '--config' or a.startswith('--config=') for a in argv[1:])
+
+
 def parse_flags(
   flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str, usage: str | None = None
 ) -> list[str]:
@@ -157,6 +162,13 @@ def parse_flags(
       f'{hint_text}; configs/base.py lists every field.'
     )
   except flags.Error as e:
+    overrides = [a.split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
+    if overrides and 'config' in flag_values and not _gives_config(argv):
+      # absl sees --config.x=... as an unknown flag when no --config defines the fields.
+      sys.exit(
+        f'{prog}: {overrides[0]} overrides a config field, but no --config was given; pass '
+        '--config=configs/<name>.py[:arg] first.'
+      )
     sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
   if 'config' in flag_values and flag_values['config'].value is None:
     sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
