@@ -414,3 +414,22 @@ def test_tiles_are_split_over_all_local_devices():
     env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
   )
   assert proc.returncode == 0 and 'ok 2' in proc.stdout, proc.stderr[-2000:]
+
+
+def test_names_a_spreadsheet_would_run_stay_text_in_the_csv_files(run_dir, tmp_path):
+  # OWASP "CSV injection": a photo named like a formula is written behind a quote.
+  folder = tmp_path / 'photos'
+  folder.mkdir()
+  names = ['=HYPERLINK(1)', '+1', '-road', '@sum', 'road']
+  for name in names:
+    PIL.Image.fromarray(photo(16, 16)).save(folder / f'{name}.png')
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
+  assert predict_command.main([*args, '--threshold=0', '--min_length=0']) == 0
+  for table in ('measurements.csv', 'cracks.csv'):
+    cells = sorted(r['name'] for r in csv.DictReader((out / table).open()))
+    assert cells == sorted(["'=HYPERLINK(1)", "'+1", "'-road", "'@sum", 'road']), table
+  for name in names:  # the files keep the photos' own names
+    assert (out / 'probs' / f'{name}.png').is_file()
+  # A second prediction over it finds the earlier outputs by their real names.
+  assert sorted(predict_command.earlier_names(out / 'measurements.csv')) == sorted(names)

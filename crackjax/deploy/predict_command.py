@@ -228,7 +228,7 @@ def earlier_names(table: Path) -> list[str]:
   """The output names an earlier prediction listed in its measurements.csv ([] if none)."""
   try:
     with table.open(newline='') as f:
-      return [row['name'] for row in csv.DictReader(f) if row.get('name')]
+      return [csv_text(row['name']) for row in csv.DictReader(f) if row.get('name')]
   except (OSError, csv.Error, UnicodeDecodeError):
     return []
 
@@ -382,11 +382,33 @@ def crack_summary(cracks: Sequence[dict], min_length: float) -> str:
   return line + ' (cracks.csv)'
 
 
+#: What a spreadsheet reads as the start of a formula: a text cell beginning with one is
+#: written behind a single quote, as OWASP advises against "CSV injection" (a photo named
+#: '=HYPERLINK(...).jpg' must stay text in measurements.csv and cracks.csv).
+FORMULA_STARTS = ('=', '+', '-', '@', '\t', '\r')
+
+
+def csv_cell(value):
+  """`value` as a CSV cell that no spreadsheet evaluates (numbers unchanged)."""
+  if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+    return "'" + value
+  return value
+
+
+def csv_text(cell: str) -> str:
+  """The text a `csv_cell` cell was written from."""
+  if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS):
+    return cell[1:]
+  return cell
+
+
 def _write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
   with open(path, 'w', newline='', encoding='utf-8') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
-    writer.writerows({k: ('' if v is None else v) for k, v in row.items()} for row in rows)
+    writer.writerows(
+      {k: ('' if v is None else csv_cell(v)) for k, v in row.items()} for row in rows
+    )
 
 
 def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
