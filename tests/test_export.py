@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -194,3 +195,33 @@ def test_cli_flag_errors_are_one_line(run_dir, tmp_path, capsys):
     export.main(['crackjax-export', '--help'])
   assert e.value.code == 0
   assert '--workdir' in capsys.readouterr().out
+
+
+def _docs_check_lines() -> str:
+  """docs/export.md's jax.export recipe up to its deserialisation (the check included)."""
+  doc = (Path(__file__).resolve().parents[1] / 'docs' / 'export.md').read_text()
+  block = doc.split('## Loading: `jax.export`')[1].split('```python\n')[1].split('```')[0]
+  lines = block.splitlines()
+  end = next(i for i, line in enumerate(lines) if line.startswith('f = jax.export.deserialize'))
+  return '\n'.join(line for line in lines[: end + 1] if 'from PIL' not in line)
+
+
+def test_a_damaged_export_is_one_line_in_the_documented_recipe(run_dir, tmp_path, monkeypatch):
+  pytest.importorskip('flatbuffers')
+  out = export.export_run(run_dir, tmp_path / 'unet.jaxexport')
+  meta = json.loads(export.sidecar_path(out).read_text())
+  blob = out.read_bytes()
+  assert meta['size'] == len(blob) and len(meta['sha256']) == 64
+  monkeypatch.chdir(tmp_path)
+  code = _docs_check_lines()
+  scope: dict = {}
+  exec(code, scope)  # the intact file loads
+  assert scope['f'].in_avals
+  for damaged in (blob[: len(blob) // 2], blob[:-1] + bytes([blob[-1] ^ 1])):
+    out.write_bytes(damaged)  # truncated, then one byte changed
+    with pytest.raises(SystemExit) as e:
+      exec(code, {})
+    assert str(e.value).startswith('unet.jaxexport is damaged') and '\n' not in str(e.value)
+    # The sidecar's own recipe (what crackjax-export prints) says the same.
+    with pytest.raises(SystemExit, match='unet.jaxexport is damaged'):
+      exec('\n'.join(meta['load'][:-1]), {})

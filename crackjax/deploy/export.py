@@ -40,6 +40,7 @@ no bfloat16); the `jax.export` file keeps the run's dtype.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -155,8 +156,14 @@ def _export_jax(
     'platforms': list(exported.platforms),
     'calling_convention_version': exported.calling_convention_version,
     'load': [
+      'import hashlib, json',
       'import jax, numpy as np',
-      f"f = jax.export.deserialize(open('{out.name}', 'rb').read())",
+      f"blob = open('{out.name}', 'rb').read()",
+      f"meta = json.load(open('{sidecar_path(out).name}'))",
+      "if (len(blob), hashlib.sha256(blob).hexdigest()) != (meta['size'], meta['sha256']):",
+      f"  raise SystemExit({out.name!r} + ' is damaged (size or SHA-256 differs from its "
+      "sidecar); export it again.')",
+      'f = jax.export.deserialize(blob)',
       'probabilities = np.asarray(f.call(images))  # images: float32 [B, H, W, 3] in [0, 1]',
     ],
   }
@@ -272,9 +279,14 @@ def export_run(
     details = _export_jax(run, out, platforms, hw)
   else:
     details = _export_onnx(run, out, hw, opset)
+  blob = out.read_bytes()
   meta = {
     'format': format,
     'file': out.name,
+    # What a loader checks before deserialising (docs/export.md's recipe): a truncated or
+    # replaced file is then one clear line, not a flatbuffers traceback.
+    'size': len(blob),
+    'sha256': hashlib.sha256(blob).hexdigest(),
     'input': 'images: float32 [B, H, W, 3], RGB in [0, 1] (NHWC)',
     'output': 'probabilities: float32 [B, H, W, 1], crack probability per pixel',
     'input_multiple': multiple,
@@ -378,7 +390,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   )
   print(f'Input {meta["input_shape"]}: {meta["input"]}; {meta["contract"]}')
   # The sidecar's recipe names the file beside it; from here, its path.
-  recipe = [line.replace(repr(out.name), repr(str(out))) for line in meta['load']]
+  sidecar = sidecar_path(out)
+  recipe = [
+    line.replace(repr(sidecar.name), repr(str(sidecar))).replace(repr(out.name), repr(str(out)))
+    for line in meta['load']
+  ]
   print('Load it with:\n  ' + '\n  '.join(recipe))
   print('See docs/export.md.')
 
