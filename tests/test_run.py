@@ -133,3 +133,15 @@ def test_fields_dropped_from_the_identity_later_do_not_stop_an_older_run(tmp_pat
   config.seed = 3
   with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 3'):
     identity.check_identity(tmp_path, identity.fingerprint(config))
+
+
+def test_the_lock_names_whole_arguments(tmp_path, monkeypatch):
+  # The holder's command in the lock message: whole arguments, never a path cut in two.
+  long_path = '/data/' + 'x' * 150 + '/images'
+  argv = ['/usr/bin/launch.py', '--config=configs/smoke.py', f'--workdir={long_path}', '--y=1']
+  monkeypatch.setattr(sys, 'argv', argv)
+  with identity.lock(tmp_path):
+    held = (tmp_path / identity.LOCK_FILE).read_text()
+  assert held.rstrip().endswith('(launch.py --config=configs/smoke.py ...)')
+  assert identity.short_command(argv[:2]) == 'launch.py --config=configs/smoke.py'
+  assert identity.short_command(argv, limit=1000) == ' '.join(['launch.py', *argv[1:]])

@@ -206,7 +206,7 @@ def lock(workdir: str | Path) -> Iterator[None]:
     ) from None
   handle.seek(0)
   handle.truncate()
-  command = ' '.join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:200]
+  command = short_command(sys.argv)
   handle.write(
     f'pid {os.getpid()} on {platform.node()} since {time.strftime("%Y-%m-%d %H:%M:%S")} '
     f'({command})\n'
@@ -221,6 +221,18 @@ def lock(workdir: str | Path) -> Iterator[None]:
     handle.truncate()
     fcntl.flock(handle, fcntl.LOCK_UN)
     handle.close()
+
+
+def short_command(argv: Sequence[str], limit: int = 200) -> str:
+  """The command line `argv` (its program by name) for the lock file: whole arguments only,
+  the last ones left out (' ...') beyond `limit` characters, so no path is cut in two."""
+  words = [Path(a).name if i == 0 else a for i, a in enumerate(argv)]
+  shown = words[:1]
+  for word in words[1:]:
+    if len(' '.join([*shown, word])) > limit:
+      return ' '.join(shown) + ' ...'
+    shown.append(word)
+  return ' '.join(shown)
 
 
 def epoch_path(directory: str | Path, epoch: int) -> Path:
