@@ -31,6 +31,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.data import registry as data_registry
+from crackjax.runs import logs
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -166,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
   fv, _ = config_flags.parse_command('python -m crackjax.data.stats', argv, define_flags)
+  logs.quiet_third_party_logs()  # TFDS' routine warnings hidden, data warnings one line each
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])

@@ -10,6 +10,7 @@ TFDS and orbax warnings other than the known harmless ones are kept.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,31 @@ class DemoteNoise(logging.Filter):
     return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+# Warnings addressed to the user about their data (tfds_builders.common.CrackDataWarning): the
+# message names the file and the fix, so Python's source line after it is noise.
+_PLAIN_WARNINGS = ('CrackDataWarning',)
+
+
+def format_warning(message, category, filename, lineno, line=None) -> str:
+  """`warnings.formatwarning` that shows a data warning as one line ('CrackDataWarning:
+  message'), without the file, line number and source line of the code that warned."""
+  if category.__name__ in _PLAIN_WARNINGS:
+    return f'{category.__name__}: {message}\n'
+  return _python_format_warning(message, category, filename, lineno, line)
+
+
+_python_format_warning = warnings.formatwarning
+
+
 def quiet_third_party_logs() -> None:
   """Demotes TFDS' and orbax's routine INFO lines and known harmless warnings to DEBUG.
 
   Both log through absl, i.e. the python logger ``absl``; the filter sits on that logger, so
   every handler (absl's stderr handler, pytest's capture, a log file) sees the same. Calling
-  it again adds nothing.
+  it again adds nothing. A warning about the user's data is shown as one line
+  (`format_warning`).
   """
+  warnings.formatwarning = format_warning
   # jax announces at INFO, on its own logger, each accelerator backend it did not find.
   for logger in (absl_logging.get_absl_logger(), logging.getLogger('jax._src.xla_bridge')):
     if not any(isinstance(f, DemoteNoise) for f in logger.filters):

@@ -1,4 +1,5 @@
-"""The config flag's one-line errors (crackjax/config/flags.py), in process."""
+"""One-line messages: the config flag's errors (crackjax/config/flags.py) and data warnings
+(crackjax/runs/logs.py), in process."""
 
 import pytest
 
@@ -34,3 +35,17 @@ def test_a_config_and_its_overrides_parse():
     flag_values, ['prog', '--config=configs/smoke.py', '--config.learning_rate=0.1'], prog='prog'
   )
   assert flag_values.config.learning_rate == 0.1
+
+
+def test_a_data_warning_is_one_line_without_the_source_line(monkeypatch):
+  import warnings
+
+  from crackjax.runs import logs
+  from tfds_builders.common import CrackDataWarning
+
+  monkeypatch.setattr(warnings, 'formatwarning', warnings.formatwarning)  # restored after
+  logs.quiet_third_party_logs()
+  text = warnings.formatwarning('1 mask(s) are not binary: m.jpg', CrackDataWarning, 'x.py', 7)
+  assert text == 'CrackDataWarning: 1 mask(s) are not binary: m.jpg\n'
+  other = warnings.formatwarning('deprecated', DeprecationWarning, 'x.py', 7, line='f()')
+  assert 'x.py:7' in other  # every other warning as Python shows it
