@@ -597,3 +597,19 @@ def test_a_failed_worker_is_named_by_the_last_line_of_its_log(tmp_path):
     'python -m crackjax.paper.runner: flag --x=1: bad\nPass --help for the list of flags.\n'
   )
   assert scheduler.last_log_line(log) == 'python -m crackjax.paper.runner: flag --x=1: bad'
+
+
+def test_an_epoch_evaluated_after_an_interruption_says_so():
+  # Its record has no training time (NaN): the line says why instead of 'nan s training'.
+  record = {
+    'train_seconds': float('nan'),
+    'eval_seconds': 2.0,
+    'results': {'strict': {'ods': {'f1': 0.5}, 'protocol': 'strict'}},
+  }
+  line = campaign_jobs.epoch_line('t1/wce_xie/s0', 3, record)
+  assert line == (
+    't1/wce_xie/s0 epoch 3: training time not measured (evaluated after an interruption), '
+    '2.0 s evaluation, ODS F1 0.5000 (strict protocol)'
+  )
+  record['train_seconds'] = 12.34
+  assert 'epoch 3: 12.3 s training, 2.0 s evaluation' in campaign_jobs.epoch_line('j', 3, record)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import subprocess
@@ -340,13 +341,7 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
       if record is None:
         continue
       announced.add(epoch)
-      strict = record['results'].get('strict', next(iter(record['results'].values())))
-      print(
-        f'{job.id} epoch {epoch}: {record["train_seconds"]:.1f} s training, '
-        f'{record["eval_seconds"]:.1f} s evaluation, ODS F1 {strict["ods"]["f1"]:.4f} '
-        f'({strict["protocol"]} protocol)',
-        flush=True,
-      )
+      print(epoch_line(job.id, epoch, record), flush=True)
 
   loop.train_and_evaluate(experiment, directory, evaluate_after=False, on_epoch_end=announce)
   announce()
@@ -357,6 +352,23 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
       f'{job.id}: epochs {missing} have no evaluation (their checkpoints are gone).', flush=True
     )
   return 'done'
+
+
+def epoch_line(job_id: str, epoch: int, record: Mapping[str, Any]) -> str:
+  """The runner's line for an evaluated epoch (its record, epoch_<NNN>.json)."""
+  strict = record['results'].get('strict', next(iter(record['results'].values())))
+  seconds = record['train_seconds']
+  # NaN: the epoch was evaluated by a later process (its training was interrupted before its
+  # evaluation), so no training time belongs to this record.
+  trained = (
+    f'{seconds:.1f} s training'
+    if isinstance(seconds, int | float) and math.isfinite(seconds)
+    else 'training time not measured (evaluated after an interruption)'
+  )
+  return (
+    f'{job_id} epoch {epoch}: {trained}, {record["eval_seconds"]:.1f} s evaluation, '
+    f'ODS F1 {strict["ods"]["f1"]:.4f} ({strict["protocol"]} protocol)'
+  )
 
 
 def prepare(jobs: Sequence[Job], configs: Mapping[str, Any], workdir: str | Path) -> dict[str, Any]:
