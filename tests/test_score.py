@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import PIL.Image
 import pytest
 
 from crackjax import evaluation
@@ -72,3 +73,22 @@ def test_one_threshold_and_the_parallel_count_agree_with_evaluate():
   assert evaluation.evaluate(probs, gts, protocol='tolerance', workers=2) == whole
   with pytest.raises(ValueError, match='threshold must be in'):
     evaluation.at_threshold(probs, gts, protocol='strict', threshold=1.5)
+
+
+@pytest.mark.slow
+def test_a_folder_of_dark_cracks_is_told_the_flag_of_this_command(smoke_run, tmp_path):
+  # White-background masks: the advice names crackjax-evaluate's own --mask_polarity (the
+  # builders name the training config's field, which this command does not take), and it works.
+  run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
+  images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=4)
+  for path in masks.iterdir():  # black cracks on white
+    with PIL.Image.open(path) as im:
+      inverted = 255 - np.asarray(im)
+    PIL.Image.fromarray(inverted.astype(np.uint8)).save(path)
+  argv = [f'--workdir={run}', f'--folder={images}:{masks}', '--protocols=strict', '--workers=1']
+  with pytest.raises(SystemExit) as e:
+    evaluate_command.main(argv)
+  message = str(e.value)
+  assert '--mask_polarity=dark' in message and '--config.data' not in message, message
+  assert '\n' not in message
+  assert evaluate_command.main([*argv, '--mask_polarity=dark']) == 0

@@ -73,6 +73,14 @@ def _define_flags(fv: flags.FlagValues) -> None:
     "run's own dataset keeps its config's",
     flag_values=fv,
   )
+  flags.DEFINE_enum(
+    'mask_polarity',
+    None,
+    ['bright', 'dark', 'auto'],
+    "how the --folder masks mark cracks: bright (white cracks on black, the run's default), "
+    'dark (black cracks on white) or auto (the minority of each mask)',
+    flag_values=fv,
+  )
   flags.DEFINE_list(
     'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
   )
@@ -91,8 +99,16 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
 
 
-def data_configs(config, data: Sequence[str], folders: Sequence[str], manual_dirs, workdir):
-  """(label, data config, split) per data argument; ValueError naming a malformed one."""
+def data_configs(
+  config,
+  data: Sequence[str],
+  folders: Sequence[str],
+  manual_dirs,
+  workdir,
+  mask_polarity: str | None = None,
+):
+  """(label, data config, split) per data argument; ValueError naming a malformed one.
+  `mask_polarity`: the --folder masks' polarity (default the run's config)."""
   from crackjax.data import registry as data_registry
 
   out = []
@@ -120,8 +136,22 @@ def data_configs(config, data: Sequence[str], folders: Sequence[str], manual_dir
     c.data.folder.masks = str(Path(masks).expanduser().resolve())
     c.data.folder.train_list = None
     c.data.folder.test_list = str(_all_images_list(Path(c.data.folder.images), workdir))
+    if mask_polarity:
+      c.data.folder.mask_polarity = mask_polarity
     out.append((f'folder:{images}', c, 'test'))
   return out
+
+
+def _in_this_command(message: str) -> str:
+  """A data message's advice in this command's flags: a folder's mask polarity is
+  --mask_polarity here (the builders name the training config's field)."""
+  message = message.replace('--config.data.folder.mask_polarity=', '--mask_polarity=')
+  # Scoring takes labelled crack images: a mask that is mostly crack is a polarity problem.
+  return message.replace(
+    ' If cracks really cover most of these images, set '
+    '--config.data.folder.allow_majority_crack=True.',
+    '',
+  )
 
 
 def _all_images_list(images: Path, workdir: Path) -> Path:
@@ -206,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: unknown --protocols {unknown}; known: {sorted(evaluation.PROTOCOLS)}')
   manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
   try:
-    targets = data_configs(config, fv.data, fv.folder, manual, workdir)
+    targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
   try:
@@ -223,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
       scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:
-      sys.exit(f'{PROG}: {label}: {" ".join(str(e).split())}')
+      sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     out = scoring.other_results_dir(c, workdir, split)
     record = scoring.evaluate_checkpoint(
       scored,
