@@ -613,3 +613,18 @@ def test_an_epoch_evaluated_after_an_interruption_says_so():
   )
   record['train_seconds'] = 12.34
   assert 'epoch 3: 12.3 s training, 2.0 s evaluation' in campaign_jobs.epoch_line('j', 3, record)
+
+
+def test_report_export_replaces_a_file_only_when_asked(tmp_path):
+  # A user's file (here a copy of committed results) is not replaced by --export unless it is
+  # one of the inputs (merged into) or --overwrite is given; nothing is written before.
+  committed = Path(__file__).resolve().parents[1] / 'results' / 'cpu_scale_table1.json'
+  mine = tmp_path / 'mine.json'
+  mine.write_text('{"mine": true}')
+  argv = [str(committed), f'--export={mine}', f'--out={tmp_path / "report"}']
+  with pytest.raises(SystemExit) as e:
+    report.main(argv)
+  assert f'--export={mine} exists and is not among the inputs; pass --overwrite' in str(e.value)
+  assert mine.read_text() == '{"mine": true}' and not (tmp_path / 'report').exists()
+  assert report.main([*argv, '--overwrite']) == 0
+  assert json.loads(mine.read_text()) != {'mine': True}

@@ -616,6 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   flags.DEFINE_string(
     'export', None, 'Also write the results as one small JSON file.', flag_values=fv
   )
+  flags.DEFINE_bool(
+    'overwrite',
+    False,
+    'Replace an existing --export file that is not among the inputs (one that is, is merged into).',
+    flag_values=fv,
+  )
   flags.DEFINE_list('protocols', None, 'Protocols to report (default: all found).', flag_values=fv)
   flags.DEFINE_bool(
     'complete_only',
@@ -653,6 +659,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = config_flags.unwritable(folder)
     if problem:
       sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
+  if fv.export and Path(fv.export).exists() and not fv.overwrite:
+    # A file the user made (e.g. the committed results of earlier chunks) is replaced only on
+    # request; an export that is one of the inputs is merged into, as docs/reproduction.md does.
+    if Path(fv.export).resolve() not in {Path(i).resolve() for i in inputs}:
+      sys.exit(
+        f'{PROG}: --export={fv.export} exists and is not among the inputs; pass --overwrite '
+        'to replace it, or name it as an input to merge these results into it.'
+      )
   if fv.export:
     records.export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')
