@@ -173,12 +173,8 @@ class Experiment:
     """The TrainState of `step` (default the newest readable) of the run in `workdir`
     (`checkpoints.restore`, the one restore path)."""
     mesh = mesh or self.mesh
-    return checkpoints.restore(
-      workdir,
-      functools.partial(self.abstract_state, mesh),
-      max_to_keep=self.config.max_checkpoints_to_keep,
-      step=step,
-    )
+    mngr = checkpoints.existing_manager(workdir, self.config.max_checkpoints_to_keep)
+    return checkpoints.restore(mngr, functools.partial(self.abstract_state, mesh), step=step)
 
   def restore_or_init(self, workdir: str | Path, mngr):
     """The newest readable checkpoint of `mngr`, else a fresh state with the initial weights

@@ -103,18 +103,8 @@ DATASETS: dict[str, DatasetEntry] = {
 def register_dataset(name: str, entry: DatasetEntry, *, module: str | None = None) -> DatasetEntry:
   """Adds a plugin's dataset to DATASETS and returns its entry as registered.
 
-  Call it at the top level of an importable module and name that module in the config's
-  ``plugins`` (crackjax/config/plugins.py).
-
-  Args:
-    name: its ``config.data.name``.
-    entry: the builder and what it takes from ``config.data``.
-    module: the module that registers it; default: the caller's (recorded so that config
-      validation can check that config.plugins names it).
-
-  Raises:
-    ValueError: if `name` is taken by crackjax or by another module (importing the same
-      module again re-registers its own entry).
+  As `crackjax.models.register_model` (call it from an importable module that the config's
+  ``plugins`` names; the rule for taken names is `crackjax.config.plugins.register`).
   """
   module = module or plugins.registering_module()
   return plugins.register(DATASETS, 'Dataset', name, entry, module)

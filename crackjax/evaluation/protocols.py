@@ -531,18 +531,13 @@ SUPPORTED_PROTOCOLS: tuple[str, ...] = tuple(PROTOCOLS)
 def register_protocol(name: str, protocol: Protocol, *, module: str | None = None) -> Protocol:
   """Adds a plugin's protocol to :data:`PROTOCOLS` and returns it as registered.
 
-  Call it at the top level of an importable module and name that module in the config's
-  ``plugins`` (crackjax/config/plugins.py); ``config.eval.protocols`` may then name it.
-
-  Args:
-      name: its name in ``config.eval.protocols``; ``protocol.name`` must be the same.
-      protocol: how it counts, its threshold grid and its mask rule.
-      module: the module that registers it; default: the caller's (recorded so that config
-          validation can check that config.plugins names it).
+  As `crackjax.models.register_model` (call it from an importable module that the config's
+  ``plugins`` names; the rule for taken names is `crackjax.config.plugins.register`); then
+  ``config.eval.protocols`` may name it.
 
   Raises:
-      ValueError: if `name` is taken by crackjax or by another module (importing the same
-          module again re-registers its own protocol), or differs from ``protocol.name``.
+      ValueError: `name` is taken by another module or crackjax, or differs from
+          ``protocol.name``.
   """
   module = module or plugins.registering_module()
   if protocol.name != name:

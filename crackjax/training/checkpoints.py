@@ -309,13 +309,29 @@ def restore_image_shape(
   return (side, side, 3)
 
 
+def _no_checkpoint(directory: Path) -> NoCheckpointError:
+  return NoCheckpointError(
+    f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
+  )
+
+
+def existing_manager(workdir: str | Path, max_to_keep: int) -> ocp.CheckpointManager:
+  """The orbax manager of a run's existing ``<workdir>/checkpoints`` (nothing is created).
+
+  Raises:
+    NoCheckpointError: the run has no checkpoint folder.
+  """
+  directory = Path(workdir).absolute() / 'checkpoints'
+  if not directory.is_dir():
+    raise _no_checkpoint(directory)
+  return checkpoint_manager(workdir, max_to_keep, create=False)
+
+
 def restore(
-  workdir: str | Path,
+  mngr: ocp.CheckpointManager,
   abstract: Callable[[], state_lib.TrainState],
   *,
-  max_to_keep: int,
   step: int | None = None,
-  mngr: ocp.CheckpointManager | None = None,
 ) -> state_lib.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
   runner, prediction and export (through `crackjax.experiment.Experiment.restore`).
@@ -325,31 +341,21 @@ def restore(
   no dataset.
 
   Args:
-    workdir: the run's directory (``checkpoints/`` inside).
+    mngr: the run's checkpoint manager (`existing_manager`, or training's own).
     abstract: returns the abstract state to restore onto (shapes, dtypes, shardings: the
       experiment's `abstract_state` on the mesh the state should live on).
-    max_to_keep: the run's ``config.max_checkpoints_to_keep`` (for a manager opened here).
     step: the step to restore, or None for the newest readable one.
-    mngr: the run's checkpoint manager, if the caller holds one (training).
 
   Raises:
     NoCheckpointError: no checkpoint, or none of `step` (the message lists the steps).
     CheckpointError: no readable step, `step` cannot be read, or the checkpoint was written
       by a different model configuration (one-line message naming the directory).
   """
-  directory = Path(workdir).absolute() / 'checkpoints'
-  if mngr is None:
-    if not directory.is_dir():
-      raise NoCheckpointError(
-        f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
-      )
-    mngr = checkpoint_manager(workdir, max_to_keep, create=False)
+  directory = Path(str(mngr.directory))
   if step is None:
     state = restore_latest_readable(mngr, abstract)
     if state is None:
-      raise NoCheckpointError(
-        f'No checkpoint in {directory}; train first (--mode=train or train_and_eval).'
-      )
+      raise _no_checkpoint(directory)
     return state
   steps = sorted(mngr.all_steps())
   if step not in steps:
@@ -369,8 +375,7 @@ def restore_or_init(
     CheckpointError: there are checkpoints but none can be read, or they were written by a
       different model configuration.
   """
-  workdir = Path(mngr.directory).parent
   try:
-    return restore(workdir, abstract, max_to_keep=0, mngr=mngr)
+    return restore(mngr, abstract)
   except NoCheckpointError:
     return init()

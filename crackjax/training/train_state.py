@@ -91,6 +91,11 @@ def init_key(seed: int) -> jax.Array:
   return jax.random.key(seed, impl='rbg')
 
 
+def _creator(image_shape, model: nn.Module, tx: optax.GradientTransformation):
+  """`create_train_state` as a function of the PRNG key alone (to trace or to jit)."""
+  return functools.partial(create_train_state, image_shape=image_shape, model=model, tx=tx)
+
+
 def abstract_train_state(
   seed: int,
   image_shape: tuple[int, int, int],
@@ -99,10 +104,7 @@ def abstract_train_state(
   tx: optax.GradientTransformation,
 ) -> TrainState:
   """Shapes, dtypes and (replicated) shardings of the TrainState, without computing it."""
-  abstract = jax.eval_shape(
-    functools.partial(create_train_state, image_shape=image_shape, model=model, tx=tx),
-    init_key(seed),
-  )
+  abstract = jax.eval_shape(_creator(image_shape, model, tx), init_key(seed))
   sharding = mesh_lib.replicated(mesh)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
@@ -115,10 +117,7 @@ def init_train_state(
   tx: optax.GradientTransformation,
 ) -> TrainState:
   """A freshly initialised TrainState (seed `seed`), replicated over `mesh`."""
-  init = jax.jit(
-    functools.partial(create_train_state, image_shape=image_shape, model=model, tx=tx),
-    out_shardings=mesh_lib.replicated(mesh),
-  )
+  init = jax.jit(_creator(image_shape, model, tx), out_shardings=mesh_lib.replicated(mesh))
   return init(init_key(seed))
 
 
