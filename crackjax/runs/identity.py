@@ -178,6 +178,16 @@ def read_record(path: str | Path, required: Sequence[str] = ()) -> Any:
 
 # ---------------------------------------------------------------------------------------- lock
 
+
+def leader_lock(workdir: str | Path) -> contextlib.AbstractContextManager:
+  """`lock(workdir)` on process 0, nothing on the others: process 0 speaks for the run (the
+  hosts of a multi-host run share one workdir). Every writer of a workdir holds it: training,
+  its evaluation (launch.py --mode=eval) and scoring on other data (crackjax-evaluate)."""
+  import jax  # here: the rest of this module is read by tools that need no jax
+
+  return lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+
+
 _HELD: dict[Path, Any] = {}
 
 

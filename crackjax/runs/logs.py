@@ -28,6 +28,14 @@ _HARMLESS_WARNINGS = (
   # orbax, when a checkpointer is pointed at an item folder (state.py no longer does so).
   'Metadata file does not exist',
 )
+# orbax's errors of a save that failed in its background threads (a full or read-only disk):
+# each comes with a traceback, several per failed save, and `training.checkpoints.save` reports
+# the failure itself in one line naming the step, the reason and the checkpoint kept.
+_REPORTED_ERRORS = (
+  '_SignalingThread.run() raised an exception',
+  'Commit operations or the Commit callback in background save thread',
+  'Save Finalize thread',
+)
 # Packages (folder names in a record's pathname) whose INFO lines are demoted.
 _CHATTY_PACKAGES = ('tensorflow_datasets', 'orbax', 'jax')
 
@@ -38,9 +46,12 @@ def _from_package(record: logging.LogRecord) -> bool:
 
 
 def is_noise(record: logging.LogRecord) -> bool:
-  """Whether ``record`` is third-party chatter: a TFDS / orbax INFO line or a known warning."""
-  if record.levelno >= logging.ERROR or not _from_package(record):
+  """Whether ``record`` is third-party chatter: a TFDS / orbax INFO line, a known warning, or
+  an orbax error that crackjax reports itself."""
+  if not _from_package(record):
     return False
+  if record.levelno >= logging.ERROR:
+    return any(text in record.getMessage() for text in _REPORTED_ERRORS)
   if record.levelno < logging.WARNING:
     return True
   message = record.getMessage()

@@ -13,9 +13,14 @@ class MetricWriter:
 
   Only process 0 writes; on other processes every call is a no-op, so callers need no
   `if jax.process_index() == 0` of their own.
+
+  A run resumed at `resume_step` replays the steps after it (they were logged, but their
+  checkpoint was not saved): their rows are dropped from metrics.jsonl and TensorBoard is told
+  to drop its events from `resume_step + 1` on (tensorboardX's ``purge_step``), so each step
+  is logged once.
   """
 
-  def __init__(self, workdir: str | Path):
+  def __init__(self, workdir: str | Path, *, resume_step: int | None = None):
     self._active = jax.process_index() == 0
     self._tb = None
     self._jsonl = None
@@ -26,8 +31,12 @@ class MetricWriter:
 
       workdir = Path(workdir)
       workdir.mkdir(parents=True, exist_ok=True)
-      self._tb = SummaryWriter(str(workdir / 'tensorboard'))
-      self._jsonl = open(workdir / 'metrics.jsonl', 'a', encoding='utf-8')  # noqa: SIM115
+      path = workdir / 'metrics.jsonl'
+      if resume_step is not None:
+        _drop_rows_after(path, resume_step)
+      purge = None if resume_step is None else resume_step + 1
+      self._tb = SummaryWriter(str(workdir / 'tensorboard'), purge_step=purge)
+      self._jsonl = open(path, 'a', encoding='utf-8')  # noqa: SIM115
 
   def write_scalars(self, step: int, scalars: Mapping[str, float], *, kind: str = 'train') -> None:
     """Logs `scalars` at `step` under the prefix `kind` (e.g. 'train', 'eval')."""
@@ -51,3 +60,26 @@ class MetricWriter:
       self._tb.close()
       self._jsonl.close()
       self._active = False
+
+
+def _drop_rows_after(path: Path, step: int) -> None:
+  """Rewrites the JSON-lines log `path` without its rows of steps after `step` (atomically:
+  an interrupted rewrite leaves the old log). A line that is not a record (a write cut short
+  by a crash) goes too."""
+  if not path.is_file():
+    return
+  kept, dropped = [], 0
+  for line in path.read_text(encoding='utf-8').splitlines():
+    try:
+      row_step = json.loads(line)['step']
+    except (ValueError, KeyError, TypeError):
+      dropped += 1
+      continue
+    if row_step > step:
+      dropped += 1
+    else:
+      kept.append(line)
+  if dropped:
+    tmp = path.with_name(f'.{path.name}.tmp')
+    tmp.write_text(''.join(f'{line}\n' for line in kept), encoding='utf-8')
+    tmp.replace(path)

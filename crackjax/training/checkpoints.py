@@ -11,7 +11,12 @@ refused with the fields that differ.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging as logging_lib
+import os
+import re
+import shutil
 import sys
 import time
 import warnings
@@ -41,6 +46,111 @@ def checkpoint_manager(
 class CheckpointError(RuntimeError):
   """A checkpoint directory that cannot be resumed from; the one-line message says why and
   what to do (every step damaged, or written by a different model configuration)."""
+
+
+class CheckpointSaveError(CheckpointError):
+  """A checkpoint could not be written (a full or read-only disk, ...); its temporary folders
+  were removed and the message names the step, the reason and the last complete step kept."""
+
+
+# What orbax calls a step folder while it is being written (renamed to `<step>` when complete).
+TMP_SUFFIX = '.orbax-checkpoint-tmp'
+
+
+def _os_reason(error: BaseException) -> str:
+  """The operating system's words in a failed save ('No space left on device'), which orbax
+  and TensorStore wrap in a ValueError of several hundred characters."""
+  text = str(error)
+  code = re.search(r"os_error_code='?(\d+)", text) or re.search(r'\[Errno (\d+)\]', text)
+  if code:
+    return os.strerror(int(code.group(1)))
+  if isinstance(error, OSError) and error.strerror:
+    return error.strerror
+  return _one_line(error)
+
+
+def _failed_step(error: BaseException) -> int | None:
+  """The step whose save failed, from the temporary folder the error names."""
+  found = re.search(rf'(\d+){re.escape(TMP_SUFFIX)}', str(error))
+  return int(found.group(1)) if found else None
+
+
+def remove_unfinished_saves(directory: str | Path) -> list[Path]:
+  """Deletes the temporary folders of saves that did not complete (``<step>.orbax-checkpoint-
+  tmp...``) in a checkpoint `directory`; returns what it removed. Complete steps are never
+  touched."""
+  directory = Path(directory)
+  removed = []
+  if jax.process_index() == 0 and directory.is_dir():
+    for path in sorted(directory.glob(f'*{TMP_SUFFIX}*')):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
+
+
+def _is_abandoned_write(record: logging_lib.LogRecord) -> bool:
+  """Whether `record` is asyncio's report of an orbax write task whose error nobody read."""
+  message = record.getMessage()
+  return 'Task exception was never retrieved' in message and 'orbax' in message
+
+
+def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseException):
+  """The CheckpointSaveError for `error`, after the failed save's temporary folders are gone."""
+  directory = Path(mngr.directory)
+  with contextlib.suppress(Exception):  # the failed save's own threads are done or dead
+    mngr.close()
+  # The save's other write tasks failed too; asyncio would print each one's traceback when it
+  # is collected (now or at exit). The one line below is the report.
+  asyncio_logger = logging_lib.getLogger('asyncio')
+  asyncio_logger.addFilter(lambda record: not _is_abandoned_write(record))
+  remove_unfinished_saves(directory)
+  step = _failed_step(error) or step
+  complete = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  kept = (
+    f'the last complete checkpoint, step {complete[-1]}, is kept'
+    if complete
+    else 'no complete checkpoint was saved'
+  )
+  which = f'of step {step} ' if step is not None else ''
+  return CheckpointSaveError(
+    f'cannot save the checkpoint {which}in {directory}: {_os_reason(error)}. Training '
+    f'stopped; {kept}. Free space there (or make it writable) and run the same command '
+    'again to resume.'
+  )
+
+
+def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = False) -> None:
+  """Saves `state` as step `step` (asynchronously: training goes on while it is written).
+
+  A failure of this save or of the one before it (orbax reports an asynchronous save's error
+  at the next call) raises at once.
+
+  Raises:
+    CheckpointSaveError: the one-line reason; the unfinished step's folders are removed.
+  """
+  try:
+    mngr.save(step, args=ocp.args.StandardSave(state), force=force)
+  except Exception as e:  # noqa: BLE001 - orbax, TensorStore and the OS all mean: not saved
+    raise _save_failed(mngr, step, e) from None
+
+
+def check_saves(mngr: ocp.CheckpointManager) -> None:
+  """Raises CheckpointSaveError if a save running in the background has failed (cheap: called
+  with every metrics flush, so a full disk stops training within `log_every_steps`)."""
+  if mngr.is_saving_in_progress():
+    return
+  try:
+    mngr.check_for_errors()
+  except Exception as e:  # noqa: BLE001
+    raise _save_failed(mngr, None, e) from None
+
+
+def finish_saves(mngr: ocp.CheckpointManager) -> None:
+  """Waits for the background save, if any; its failure raises CheckpointSaveError."""
+  try:
+    mngr.wait_until_finished()
+  except Exception as e:  # noqa: BLE001
+    raise _save_failed(mngr, None, e) from None
 
 
 def _key_name(entry: Any) -> str:

@@ -8,7 +8,6 @@ interruption, and scores epochs and the final state (`evaluation.scoring`).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
 
@@ -24,6 +22,7 @@ from crackjax.evaluation.scoring import EpochEvaluator, evaluate_checkpoint
 from crackjax.experiment import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
+from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
 from crackjax.training.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.training.train_state import TrainState
@@ -33,9 +32,9 @@ class _MetricLog:
   """Buffers per-step metrics on device; `flush` fetches them in one transfer, checks them
   for non-finite values and writes their means."""
 
-  def __init__(self, writer: MetricWriter, bar: tqdm.tqdm, last_good_step):
+  def __init__(self, writer: MetricWriter, bar: tqdm.tqdm):
     self.pending: list[tuple[int, dict[str, jax.Array]]] = []
-    self._writer, self._bar, self._last_good_step = writer, bar, last_good_step
+    self._writer, self._bar = writer, bar
     self._t0 = time.time()
 
   def add(self, step: int, metrics: dict[str, jax.Array]) -> None:
@@ -51,9 +50,8 @@ class _MetricLog:
     for s, m in fetched:
       if not m['finite']:
         raise step_lib.NonFiniteError(
-          f'Non-finite loss or gradient at step {s} (loss={m["loss"]}, grad_norm='
-          f'{m["grad_norm"]}); stopping. The last good checkpoint is '
-          f'{self._last_good_step()}.'
+          f'non-finite loss or gradient at step {s} (loss={m["loss"]}, grad_norm='
+          f'{m["grad_norm"]}); training stopped.'
         )
     names = [k for k in fetched[-1][1] if k != 'finite']
     means = {k: float(np.mean([m[k] for _, m in fetched])) for k in names}
@@ -111,10 +109,8 @@ def train_and_evaluate(
     identity.RunLockedError: another process holds the workdir.
   """
   workdir = Path(workdir)
-  # Process 0 speaks for the run (the hosts of a multi-host run share one workdir).
-  leader = jax.process_index() == 0
-  with identity.lock(workdir) if leader else contextlib.nullcontext():
-    identity.check_identity(workdir, experiment.fingerprint, record=leader)
+  with identity.leader_lock(workdir):
+    identity.check_identity(workdir, experiment.fingerprint, record=jax.process_index() == 0)
     return _train_and_evaluate(experiment, workdir, evaluate_after, on_epoch_end)
 
 
@@ -126,12 +122,86 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+  """Ctrl-C during training, after the loop kept what it could; the message says what was
+  kept and how to go on (`runs.exits.one_line_exits` prints it)."""
+
+
+def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
+  """Keeps what an interrupted loop can keep; returns what is kept, in words."""
+  if isinstance(error, checkpoints.CheckpointSaveError):
+    return ''  # the disk refused a save: do not try another; the message says what is kept
+  try:
+    log.flush()
+  except step_lib.NonFiniteError:
+    pass  # a non-finite step since the last save: nothing newer to keep
+  else:
+    # Nothing finished in this run (e.g. the first batch failed): saving now would leave a
+    # checkpoint of the initial state that the next run silently resumes from. A state
+    # donated to a step that never returned holds nothing valid either.
+    if step != start_step and saved_step != step and not isinstance(error, step_lib.NonFiniteError):
+      if buffers_deleted(state):
+        logging.warning('Interrupted inside the train step after step %d.', step)
+      else:
+        logging.warning('Saving checkpoint of step %d before exiting.', step)
+        try:
+          checkpoints.save(mngr, step, state, force=True)
+        except checkpoints.CheckpointSaveError as e:
+          logging.warning('%s', e)
+  try:
+    checkpoints.finish_saves(mngr)
+  except checkpoints.CheckpointSaveError as e:
+    logging.warning('%s', e)
+  latest = max(
+    (int(p.name) for p in Path(mngr.directory).glob('[0-9]*') if p.name.isdigit()), default=None
+  )
+  return '' if latest is None else f'step {latest} in {mngr.directory}'
+
+
+def _after_interrupt(step: int, total_steps: int, kept: str) -> str:
+  if not kept:
+    return (
+      f'interrupted (Ctrl-C) at step {step} of {total_steps}, before any checkpoint was saved: '
+      'run the same command again to start.'
+    )
+  return (
+    f'interrupted (Ctrl-C) at step {step} of {total_steps}; the checkpoint of {kept} is kept: '
+    'run the same command again to resume from it.'
+  )
+
+
+def _after_divergence(kept: str, workdir: Path) -> str:
+  """What to do after a non-finite step: the decision of docs/troubleshooting.md. A run's
+  workdir resumes only its own config (its fingerprint includes the learning rate), so that
+  its results always follow from its config.json; a workdir with no checkpoint holds no
+  progress and takes any config."""
+  if not kept:
+    return (
+      f'No checkpoint was saved, so --workdir={workdir} takes another config: run again with '
+      'a lower --config.learning_rate (or check the data).'
+    )
+  return (
+    f'The last good checkpoint is {kept} (kept). To go on with a lower '
+    '--config.learning_rate, start a new --workdir (this one resumes only its own config), '
+    'or check the data.'
+  )
+
+
+def _finally_evaluated(workdir: Path, step: int, protocols) -> bool:
+  """Whether `workdir`'s eval.json is the final evaluation of step `step` under `protocols`."""
+  path = workdir / 'eval.json'
+  record = identity.read_record(path, required=('step', 'protocols')) if path.exists() else None
+  return bool(record) and record['step'] == step and set(protocols) <= set(record['protocols'])
+
+
 def _train_and_evaluate(
   experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
 ) -> TrainState:
   config = experiment.config
   evaluator = EpochEvaluator(experiment, workdir)
   mesh = experiment.mesh
+  # A save cut short (a killed process, a second Ctrl-C) leaves its temporary folder.
+  checkpoints.remove_unfinished_saves(workdir / 'checkpoints')
   mngr = experiment.checkpoint_manager(workdir)
   state = experiment.restore_or_init(workdir, mngr)
   start_step = int(jax.device_get(state.step))
@@ -142,6 +212,15 @@ def _train_and_evaluate(
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
   last = evaluate_after and start_step == total_steps
+  if last and _finally_evaluated(workdir, total_steps, experiment.protocols):
+    logging.info(
+      'The run in %s is finished (step %d of %d) and evaluated (eval.json): nothing to do. '
+      'To score it again pass --mode=eval; to train longer, a new --workdir.',
+      workdir,
+      start_step,
+      total_steps,
+    )
+    return state
   missing = evaluator.missing(start_step)
   if missing is not None and not last:
     # The process that saved this epoch died while evaluating it (or before): do it now.
@@ -156,7 +235,7 @@ def _train_and_evaluate(
   )
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
-  writer = MetricWriter(workdir)
+  writer = MetricWriter(workdir, resume_step=start_step)
   bar = tqdm.tqdm(
     total=total_steps,
     initial=start_step,
@@ -165,7 +244,7 @@ def _train_and_evaluate(
     disable=jax.process_index() != 0,
     desc='train',
   )
-  log = _MetricLog(writer, bar, lambda: f'step {mngr.latest_step()} in {mngr.directory}')
+  log = _MetricLog(writer, bar)
   try:
     while step < total_steps:
       state, metrics = step_fn(state, next(batches))
@@ -176,9 +255,10 @@ def _train_and_evaluate(
       bar.update(1)
       if step % config.log_every_steps == 0:
         log.flush()
+        checkpoints.check_saves(mngr)  # a full disk stops training here, not an epoch later
       if step % config.steps_per_epoch == 0 or step == total_steps:
         log.flush()  # never checkpoint a state that followed a non-finite step
-        mngr.save(step, args=ocp.args.StandardSave(state))
+        checkpoints.save(mngr, step, state)
         saved_step = step
         epoch = -(-step // config.steps_per_epoch)
         # The last epoch's record comes from the full evaluation below, if there is one.
@@ -186,40 +266,23 @@ def _train_and_evaluate(
           evaluator(state, epoch)
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)
-  except step_lib.NonFiniteError:
-    _close_quietly(evaluator)
-    raise
-  except BaseException:
-    # Interrupted (Ctrl-C, SIGTERM, an input error): keep the progress made so far if the
-    # buffered metrics show it is finite; resume will continue from here.
-    bar.close()  # ends the bar's line, so the warnings below start on their own
-    try:
-      log.flush()
-      # Nothing finished in this run (e.g. the first batch failed): saving now would leave
-      # a checkpoint of the initial state that the next run silently resumes from.
-      if step != start_step and saved_step != step:
-        if buffers_deleted(state):
-          # Interrupted inside the step, after `state` was donated to it: nothing valid to
-          # save; the last checkpoint stands.
-          logging.warning(
-            'Interrupted at step %d inside the train step: resuming from step %s.',
-            step,
-            saved_step,
-          )
-        else:
-          logging.warning('Saving checkpoint of step %d before exiting.', step)
-          mngr.save(step, args=ocp.args.StandardSave(state), force=True)
-    except step_lib.NonFiniteError:
-      pass
+    checkpoints.finish_saves(mngr)
+  except BaseException as e:
+    bar.close()  # ends the bar's line, so the lines below start on their own
+    batches.close()  # stops the prefetch thread
+    kept = _stop(e, state, step, start_step, saved_step, log, mngr)
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)
-    raise
-  finally:
-    batches.close()  # stops the prefetch thread
-    bar.close()
-    mngr.wait_until_finished()
     writer.close()
+    if isinstance(e, step_lib.NonFiniteError):
+      raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
+    if isinstance(e, KeyboardInterrupt):
+      raise TrainingInterrupted(_after_interrupt(step, total_steps, kept)) from None
+    raise
+  batches.close()
+  bar.close()
+  writer.close()
   evaluator.close()  # the last epoch scored in the background; its error, if any, here
   if evaluate_after:
     trained = step != start_step

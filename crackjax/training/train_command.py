@@ -26,8 +26,8 @@ from crackjax.evaluation import scoring
 from crackjax.experiment import Experiment
 from crackjax.experiment import build as build_experiment
 from crackjax.models import pretrained
-from crackjax.runs import identity, logs
-from crackjax.training import checkpoints, loop
+from crackjax.runs import exits, identity, logs
+from crackjax.training import checkpoints, loop, step
 
 FLAGS = flags.FLAGS
 config_flags.define_config_flag(FLAGS)
@@ -49,7 +49,10 @@ def run(experiment: Experiment, workdir: str | Path, mode: str) -> None:
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
-    scoring.evaluate_checkpoint(experiment, workdir)
+    # No checkpoint: say so before the lock would create the workdir.
+    checkpoints.existing_manager(workdir, experiment.config.max_checkpoints_to_keep)
+    with identity.leader_lock(workdir):  # it writes eval.json and threshold.json
+      scoring.evaluate_checkpoint(experiment, workdir)
   else:
     loop.train_and_evaluate(experiment, workdir, evaluate_after=mode == 'train_and_eval')
 
@@ -76,46 +79,57 @@ def _main(argv):
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
   logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
-  try:
-    # Every config problem, then absent or invalid data, then images that do not fit the
-    # config stop the run here with a message that says what to fix, before a model is
-    # compiled or the workdir is written.
-    experiment = build_experiment(config)
-    if FLAGS.mode != 'eval':
-      identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
-    experiment.prepare_data()
-    if FLAGS.mode != 'eval':
-      experiment.check_data()
-  except (data_registry.DatasetError, identity.RunMismatchError) as e:
-    sys.exit(f'{PROG[0]}: {e}')
-  except ValueError as e:
-    sys.exit(_bad_config(e))
-  except OSError as e:  # e.g. a data_dir that cannot be written (the message names the path)
-    sys.exit(f'{PROG[0]}: {e}')
-  run_or_exit(experiment, FLAGS.workdir, FLAGS.mode)
+  with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
+    try:
+      # Every config problem, then absent or invalid data, then images that do not fit the
+      # config stop the run here with a message that says what to fix, before a model is
+      # compiled or the workdir is written.
+      experiment = build_experiment(config)
+      if FLAGS.mode != 'eval':
+        identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
+      experiment.prepare_data()
+      if FLAGS.mode != 'eval':
+        experiment.check_data()
+    except ValueError as e:
+      if not isinstance(e, USER_ERRORS):
+        raise exits.Stopped(_bad_config(e)) from None
+      raise
+    run(experiment, FLAGS.workdir, FLAGS.mode)
+
+
+#: The errors a user can fix, each one line (exit status 1): absent or invalid data, another
+#: config's run, a held workdir, no checkpoint or a damaged or foreign one (or one the disk
+#: would not take), an unusable pretrained file, a training that diverged, a file that cannot be
+#: read or written (the message names the path).
+USER_ERRORS = (
+  data_registry.DatasetError,
+  identity.RunMismatchError,
+  identity.RunLockedError,
+  checkpoints.CheckpointError,
+  pretrained.PretrainedError,
+  step.NonFiniteError,
+  OSError,
+)
+# Ctrl-C outside the training loop (which says what it kept): before training or in the final
+# evaluation. Every checkpoint saved is complete (orbax writes a step under a temporary name).
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); every checkpoint saved so far is kept: run the same command again '
+  'to go on.'
+)
 
 
 def run_or_exit(experiment: Experiment, workdir: str | Path, mode: str) -> None:
-  """`run`, with the errors a user can fix (no checkpoint, a damaged or foreign one, another
-  config's run, a held workdir, an unusable pretrained file, a workdir that cannot be
-  written) as one line and exit status 1 instead of a traceback."""
-  try:
+  """`run`, ending in one line and an exit status instead of a traceback for what a user can
+  fix or did on purpose (`USER_ERRORS`, Ctrl-C, a full disk; `runs.exits`)."""
+  with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
     run(experiment, workdir, mode)
-  except (
-    OSError,  # a missing file, a workdir that cannot be written (the message names the path)
-    checkpoints.CheckpointError,
-    pretrained.PretrainedError,
-    identity.RunMismatchError,
-    identity.RunLockedError,
-  ) as e:
-    sys.exit(f'{PROG[0]}: {e}')
 
 
 def _bad_config(error: ValueError) -> str:
   lines = str(error).splitlines()
   if len(lines) == 1:
-    return f'{PROG[0]}: bad config: {lines[0]}'
-  return f'{PROG[0]}: bad config:\n' + '\n'.join(f'  - {line}' for line in lines)
+    return f'bad config: {lines[0]}'
+  return 'bad config:\n' + '\n'.join(f'  - {line}' for line in lines)
 
 
 def main(prog: str = 'crackjax-train') -> None:

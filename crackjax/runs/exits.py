@@ -1,0 +1,98 @@
+"""One way for every command to end on a problem: one line that names it and what to do, and
+an exit status (1 for an error, 130 for an interrupt), never a traceback for something the user
+can fix or did on purpose.
+
+Each command's ``main`` runs its work inside `one_line_exits`::
+
+    with exits.one_line_exits(PROG, errors=(checkpoints.CheckpointError, ...)):
+      run(...)
+
+Code deep inside a command that knows more about an ending than the command does (the training
+loop knows which checkpoint it kept) raises `Stopped` with the whole line; `one_line_exits`
+prints it as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import sys
+from collections.abc import Iterator
+
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+# Errors of the disk rather than of the program: the operating system's reason names them.
+_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG}
+_ADVICE = {
+  errno.ENOSPC: 'free some space there',
+  errno.EDQUOT: 'free some space there (the disk quota is used up)',
+  errno.EFBIG: 'free some space there or raise the file size limit',
+  errno.EROFS: 'make it writable or choose another folder',
+  errno.EACCES: 'make it writable or choose another folder',
+  errno.EPERM: 'make it writable or choose another folder',
+}
+
+
+class Stopped(Exception):
+  """A command ends here with the one line `message` (without the program's name) and exit
+  status `code`; raised where the ending is best explained (e.g. the training loop, which
+  knows which checkpoint it kept)."""
+
+  def __init__(self, message: str, code: int = 1):
+    super().__init__(message)
+    self.code = code
+
+
+def disk_error(error: OSError) -> str | None:
+  """The one-line explanation of an OSError that the disk caused (full, read-only, not
+  permitted), with what to do; None for other OSErrors."""
+  if error.errno not in _DISK_ERRNOS:
+    return None
+  where = f'cannot write {error.filename}' if error.filename else 'cannot write'
+  reason = error.strerror or errno.errorcode.get(error.errno, str(error.errno))
+  return f'{where}: {reason}; {_ADVICE[error.errno]} and run the same command again.'
+
+
+def _end(prog: str, message: str, code: int) -> None:
+  line = f'{prog}: {message}'
+  if code == 1:
+    raise SystemExit(line)  # as sys.exit(line): Python prints it on stderr, status 1
+  sys.stdout.flush()
+  print(line, file=sys.stderr, flush=True)
+  raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def one_line_exits(
+  prog: str,
+  *,
+  errors: tuple[type[BaseException], ...] = (),
+  interrupted: str = 'interrupted (Ctrl-C); nothing was lost: run the same command again.',
+) -> Iterator[None]:
+  """Ends the command in one line for the problems that are not bugs.
+
+  Args:
+    prog: the command's name, the first word of every line.
+    errors: exception types whose message is already the one line to print (exit status 1).
+    interrupted: the line for a Ctrl-C that reached here without a `Stopped` of its own.
+
+  `Stopped` prints its line with its own status; KeyboardInterrupt prints `interrupted` and
+  exits 130; an OSError of the disk (full, read-only, not permitted) names the file and what to
+  do. Anything else is a bug and keeps its traceback.
+  """
+  try:
+    yield
+  except Stopped as e:
+    _end(prog, str(e), e.code)
+  except KeyboardInterrupt as e:
+    _end(prog, str(e) or interrupted, INTERRUPTED)
+  except OSError as e:
+    message = disk_error(e)
+    if message is not None:
+      _end(prog, message, 1)
+    if isinstance(e, errors):
+      _end(prog, str(e), 1)
+    raise
+  except errors as e:
+    _end(prog, str(e), 1)
