@@ -389,8 +389,9 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
     return real(self, state, epoch, **kwargs)
 
   monkeypatch.setattr(scoring.EpochEvaluator, '__call__', interrupted)
-  with pytest.raises(KeyboardInterrupt):
+  with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit status 130
     reproduce.main(_argv(workdir, data))
+  assert stopped.value.code == 130
   first = workdir / 'table1' / 'wce_xie' / 'seed0'
   assert identity.evaluated_epochs(first) == [1, 2]
   before = _epoch_files(workdir)

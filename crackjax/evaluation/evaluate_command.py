@@ -29,7 +29,7 @@ from typing import Any
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.runs import logs
+from crackjax.runs import exits, identity, logs
 
 PROG = 'crackjax-evaluate'
 USAGE = f'{PROG} --workdir=RUN [--data=DATASET:SPLIT ...] [--folder=IMAGES:MASKS ...] [flags]'
@@ -206,7 +206,13 @@ def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  """Runs the command (argv without the program name); returns the exit status."""
+  """Runs the command (argv without the program name); returns the exit status. A held run
+  (training, another evaluation), Ctrl-C or a full disk end it in one line (`runs.exits`)."""
+  with exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
+    return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
   argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
@@ -215,9 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not fv.workdir:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
   from crackjax import evaluation
-  from crackjax.data import registry as data_registry
   from crackjax.deploy import predictor
-  from crackjax.evaluation import scoring
   from crackjax.experiment import build
   from crackjax.training import checkpoints
 
@@ -246,6 +250,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   step = int(state.step)
   threshold, source = predictor.run_threshold(workdir, step)
   print(f'{PROG}: run {workdir} step {step}; run threshold {threshold:g} ({source})', flush=True)
+  with identity.leader_lock(workdir):  # it writes RUN/eval/...: one writer of a run at a time
+    rows = _score_all(experiment, workdir, state, targets, protocols, threshold, fv.workers)
+    return _cross_table(rows, targets, workdir, fv.out, step, threshold, source)
+
+
+def _score_all(experiment, workdir, state, targets, protocols, threshold, workers) -> list:
+  """Scores each data argument beside the run's own results; prints its table."""
+  from crackjax.data import registry as data_registry
+  from crackjax.evaluation import scoring
+
+  step = int(state.step)
   rows = []
   for label, c, split in targets:
     c.eval.protocols = protocols
@@ -261,15 +276,20 @@ def main(argv: Sequence[str] | None = None) -> int:
       state=state,
       split=split,
       operating_points={'run': threshold},
-      workers=fv.workers,
+      workers=workers,
       out=out,
     )
     mine = table_rows(label, record)
     rows += mine
     print(markdown(mine, f'{label} ({record["num_images"]} images, step {step}) -> {out}'))
     print(flush=True)
+  return rows
+
+
+def _cross_table(rows, targets, workdir: Path, out, step: int, threshold: float, source) -> int:
+  """With several data arguments: the cross-dataset table, --out/cross_dataset.md and .csv."""
   if len(targets) > 1:
-    folder = Path(fv.out) if fv.out else workdir / 'eval'
+    folder = Path(out) if out else workdir / 'eval'
     folder.mkdir(parents=True, exist_ok=True)
     caption = f'Run {workdir}, step {step}; F1 @run t at {threshold:g} ({source}). Percent.'
     (folder / 'cross_dataset.md').write_text(markdown(rows, caption) + '\n')

@@ -54,7 +54,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.paper import jobs, records, scheduler
-from crackjax.runs import identity
+from crackjax.runs import exits, identity
 
 PROG = 'python -m crackjax.paper.runner'
 USAGE = f'{PROG} --table=T --workdir=DIR [--rows=KEY,...] [--seeds=N] [flags]  |  {PROG} --list'
@@ -156,7 +156,20 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  """The command: the rows, or a plan, or the jobs run (a worker: one job); 1 if a job failed."""
+  """The command: the rows, or a plan, or the jobs run (a worker: one job); 1 if a job failed.
+  Ctrl-C, a full disk and the like end it in one line (`runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+# Ctrl-C before or between jobs (a job in this process, or the workers, say what they kept).
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); every checkpoint and epoch record saved so far is kept: run the same '
+  'command again to go on.'
+)
+
+
+def _main(argv: Sequence[str] | None) -> int:
   full = [PROG, *(sys.argv[1:] if argv is None else argv)]
   fv = _parse(full)
   if fv.job:

@@ -26,7 +26,7 @@ from typing import Any
 
 from crackjax.config import flags as config_flags
 from crackjax.paper.jobs import Job, run_job
-from crackjax.runs import identity
+from crackjax.runs import exits, identity
 
 
 class RunnerEndedError(RuntimeError):
@@ -83,6 +83,10 @@ def end_with_runner() -> None:
   runner = os.environ.get(RUNNER_PID_ENV, '')
   if not runner.isdigit():
     return
+  # A Ctrl-C in the terminal reaches the whole process group; the runner answers it with one
+  # SIGTERM to each worker (`run_workers`), so that a worker saving its checkpoint is never
+  # interrupted by a second signal.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
@@ -113,6 +117,36 @@ def run_workers(
   pending = list(jobs)
   running: dict[int, tuple[Job, subprocess.Popen, Any]] = {}
   status: dict[str, str] = {}
+  try:
+    _schedule(pending, running, status, command, workdir, parallel, gpus, deadline, env)
+  except KeyboardInterrupt:
+    raise exits.Interrupted(_stop_workers(running, status)) from None
+  return status
+
+
+def _stop_workers(running: dict[int, tuple[Job, subprocess.Popen, Any]], status) -> str:
+  """After Ctrl-C: SIGTERM to each running worker (it saves its checkpoint), a wait of up to
+  two minutes each; returns the one line that says what was kept."""
+  print(f'Ctrl-C: stopping {len(running)} running job(s); each saves its checkpoint.', flush=True)
+  for _, proc, _ in running.values():
+    proc.send_signal(signal.SIGTERM)
+  stopped = []
+  for job, proc, log in running.values():
+    try:
+      proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      proc.kill()  # did not save within two minutes of SIGTERM
+      proc.wait()
+    log.close()
+    stopped.append(job.id)
+  done = sum(v == 'done' for v in status.values())
+  kept = f'; {", ".join(stopped)} saved their checkpoints' if stopped else ''
+  return (
+    f'interrupted (Ctrl-C) with {done} job(s) done{kept}: run the same command again to resume.'
+  )
+
+
+def _schedule(pending, running, status, command, workdir, parallel, gpus, deadline, env) -> None:
   stopping = False
   while pending or running:
     now = time.monotonic()
@@ -158,7 +192,6 @@ def run_workers(
       status.update({j.id: 'not started (time limit)' for j in pending})
       pending.clear()
     time.sleep(0.5)
-  return status
 
 
 def last_log_line(path: Path, limit: int = 200) -> str:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
@@ -42,6 +44,11 @@ class Stopped(Exception):
   def __init__(self, message: str, code: int = 1):
     super().__init__(message)
     self.code = code
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C, after the code it interrupted kept what it could; the message says what was kept
+  and how to go on (`one_line_exits` prints it, exit status 130)."""
 
 
 def disk_error(error: OSError) -> str | None:
@@ -96,3 +103,26 @@ def one_line_exits(
     raise
   except errors as e:
     _end(prog, str(e), 1)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+  """Holds a Ctrl-C back until the block ends, then raises it.
+
+  For XLA's compilation: it runs on a thread of its own, and a Ctrl-C that ends the process
+  while it runs crashes the interpreter at exit (a segmentation fault in
+  `SingleDeviceSharding::Create`, exit status 139, jaxlib 0.10). Deferred, the Ctrl-C takes
+  effect when the compilation returns, seconds later. Outside the main thread (where Python
+  delivers no signals) it does nothing.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  received = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if received:
+    raise KeyboardInterrupt

@@ -176,6 +176,14 @@ def read_record(path: str | Path, required: Sequence[str] = ()) -> Any:
     return None
 
 
+def finally_evaluated(workdir: str | Path, step: int, protocols: Sequence[str]) -> bool:
+  """Whether `workdir`'s eval.json is the final evaluation of step `step` under `protocols`:
+  a finished run relaunched has nothing to do."""
+  path = Path(workdir) / 'eval.json'
+  record = read_record(path, required=('step', 'protocols')) if path.exists() else None
+  return bool(record) and record['step'] == step and set(protocols) <= set(record['protocols'])
+
+
 # ---------------------------------------------------------------------------------------- lock
 
 

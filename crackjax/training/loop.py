@@ -20,7 +20,7 @@ from absl import logging
 
 from crackjax.evaluation.scoring import EpochEvaluator, evaluate_checkpoint
 from crackjax.experiment import Experiment
-from crackjax.runs import identity
+from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
@@ -122,11 +122,6 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-  """Ctrl-C during training, after the loop kept what it could; the message says what was
-  kept and how to go on (`runs.exits.one_line_exits` prints it)."""
-
-
 def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
   """Keeps what an interrupted loop can keep; returns what is kept, in words."""
   if isinstance(error, checkpoints.CheckpointSaveError):
@@ -158,15 +153,20 @@ def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
   return '' if latest is None else f'step {latest} in {mngr.directory}'
 
 
-def _after_interrupt(step: int, total_steps: int, kept: str) -> str:
+def _after_interrupt(step: int, start_step: int, total_steps: int, kept: str) -> str:
+  where = (
+    f'before step {step + 1} of {total_steps} finished'
+    if step == start_step
+    else f'at step {step} of {total_steps}'
+  )
   if not kept:
     return (
-      f'interrupted (Ctrl-C) at step {step} of {total_steps}, before any checkpoint was saved: '
-      'run the same command again to start.'
+      f'interrupted (Ctrl-C) {where}; no checkpoint was saved yet: run the same command again '
+      'to start.'
     )
   return (
-    f'interrupted (Ctrl-C) at step {step} of {total_steps}; the checkpoint of {kept} is kept: '
-    'run the same command again to resume from it.'
+    f'interrupted (Ctrl-C) {where}; the checkpoint of {kept} is kept: run the same command '
+    'again to resume from it.'
   )
 
 
@@ -187,13 +187,6 @@ def _after_divergence(kept: str, workdir: Path) -> str:
   )
 
 
-def _finally_evaluated(workdir: Path, step: int, protocols) -> bool:
-  """Whether `workdir`'s eval.json is the final evaluation of step `step` under `protocols`."""
-  path = workdir / 'eval.json'
-  record = identity.read_record(path, required=('step', 'protocols')) if path.exists() else None
-  return bool(record) and record['step'] == step and set(protocols) <= set(record['protocols'])
-
-
 def _train_and_evaluate(
   experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
 ) -> TrainState:
@@ -212,7 +205,7 @@ def _train_and_evaluate(
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
   last = evaluate_after and start_step == total_steps
-  if last and _finally_evaluated(workdir, total_steps, experiment.protocols):
+  if last and identity.finally_evaluated(workdir, total_steps, experiment.protocols):
     logging.info(
       'The run in %s is finished (step %d of %d) and evaluated (eval.json): nothing to do. '
       'To score it again pass --mode=eval; to train longer, a new --workdir.',
@@ -247,9 +240,13 @@ def _train_and_evaluate(
   log = _MetricLog(writer, bar)
   try:
     while step < total_steps:
-      state, metrics = step_fn(state, next(batches))
-      if step == start_step:  # the first call compiled the step
+      batch = next(batches)
+      if step == start_step:  # the first call compiles the step
+        with exits.interrupts_deferred():
+          state, metrics = step_fn(state, batch)
         release_freed_host_memory()
+      else:
+        state, metrics = step_fn(state, batch)
       step += 1
       log.add(step, metrics)
       bar.update(1)
@@ -278,7 +275,7 @@ def _train_and_evaluate(
     if isinstance(e, step_lib.NonFiniteError):
       raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
     if isinstance(e, KeyboardInterrupt):
-      raise TrainingInterrupted(_after_interrupt(step, total_steps, kept)) from None
+      raise exits.Interrupted(_after_interrupt(step, start_step, total_steps, kept)) from None
     raise
   batches.close()
   bar.close()

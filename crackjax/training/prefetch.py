@@ -66,6 +66,10 @@ def prefetch_to_device(
       yield item
   finally:
     stop.set()
+    # Let the thread finish the batch it is making: a daemon thread still inside the loader or
+    # a transfer when the interpreter shuts down (e.g. after Ctrl-C) crashes it (SIGSEGV).
+    if thread is not threading.current_thread():
+      thread.join(timeout=30)
 
 
 def release_freed_host_memory() -> None:
