@@ -1,0 +1,451 @@
+"""Fault injection on a training run: Ctrl-C at several points, a non-finite step at step 1
+and later, a full or read-only disk during a checkpoint save, two writers of one workdir, a
+finished run relaunched, a run killed between its metrics and its checkpoint. Each case
+asserts the one line the command ends with, its exit status, and that nothing was lost.
+
+The commands run as users run them (launch.py in a subprocess, real signals, a real full
+tmpfs where this machine lets a test mount one); the cases that need a fault at an exact step
+inject it in process through the same entry point (`train_command.run_or_exit`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from crackjax.data import loader
+from crackjax.evaluation import evaluate_command
+from crackjax.experiment import build
+from crackjax.paper import scheduler
+from crackjax.runs import exits, identity
+from crackjax.training import checkpoints, loop, train_command
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[2]
+TRACEBACK = 'Traceback (most recent call last)'
+
+
+@pytest.fixture(scope='module')
+def data_dirs(tmp_path_factory):
+  """A fake CrackForest and its prepared TFDS copy, shared by this module."""
+  return fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
+
+
+def _launch_argv(workdir: Path, data_dirs, *flags: str) -> list[str]:
+  raw, tfds_dir = data_dirs
+  return [
+    sys.executable,
+    str(REPO / 'launch.py'),
+    '--config=configs/smoke.py',
+    f'--workdir={workdir}',
+    f'--config.data.manual_dir={raw}',
+    f'--config.data.data_dir={tfds_dir}',
+    *flags,
+  ]
+
+
+class _Reader:
+  """The stderr of a running process, collected by a thread, for waiting on its progress."""
+
+  def __init__(self, proc: subprocess.Popen):
+    self.text = ''
+    self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+    self._thread.start()
+
+  def _read(self, proc):
+    for chunk in iter(lambda: proc.stderr.read(64), ''):
+      self.text += chunk
+
+  def wait_for(self, pattern: str, timeout: float = 300) -> None:
+    end = time.monotonic() + timeout
+    while not re.search(pattern, self.text):
+      assert time.monotonic() < end, f'{pattern!r} not seen in time:\n{self.text[-3000:]}'
+      time.sleep(0.05)
+
+  def finish(self) -> str:
+    self._thread.join(timeout=60)
+    return self.text
+
+
+def _last_line(text: str) -> str:
+  return [line for line in re.split(r'[\r\n]', text) if line.strip()][-1]
+
+
+def _interrupt(workdir, data_dirs, when: str, env=None) -> tuple[int, str]:
+  """Starts launch.py (100 epochs of 3 steps), sends SIGINT once stderr matches `when`
+  (or, for 'checkpoint 3', once step 3's checkpoint is complete), returns (status, stderr)."""
+  proc = subprocess.Popen(
+    _launch_argv(workdir, data_dirs, '--config.num_epochs=100', '--mode=train'),
+    cwd=REPO,
+    stderr=subprocess.PIPE,
+    stdout=subprocess.DEVNULL,
+    text=True,
+    env=env,
+  )
+  reader = _Reader(proc)
+  try:
+    if when == 'checkpoint 3':
+      end = time.monotonic() + 300
+      while not (workdir / 'checkpoints' / '3').is_dir():
+        assert time.monotonic() < end and proc.poll() is None, reader.text[-3000:]
+        time.sleep(0.05)
+    else:
+      reader.wait_for(when)
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  return status, reader.finish()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_first_compilation_ends_in_one_line(data_dirs, tmp_path):
+  # An empty compilation cache, so that the first step really compiles when Ctrl-C comes: a
+  # Ctrl-C then used to crash the interpreter at exit (SIGSEGV in jaxlib's compile thread).
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / 'no-cache'))
+  status, err = _interrupt(tmp_path / 'run', data_dirs, r'train:\s+0%', env=env)
+  assert status == exits.INTERRUPTED, err[-3000:]
+  assert TRACEBACK not in err and 'Segmentation fault' not in err
+  assert re.fullmatch(
+    r'launch\.py: interrupted \(Ctrl-C\) (before step \d+ of 300 finished|at step \d+ of 300);'
+    r' (no checkpoint was saved yet: run the same command again to start|the checkpoint of '
+    r'step \d+ in \S+ is kept: run the same command again to resume from it)\.',
+    _last_line(err),
+  ), _last_line(err)
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_path):
+  workdir = tmp_path / 'run'
+  status, err = _interrupt(workdir, data_dirs, 'checkpoint 3')
+  assert status == exits.INTERRUPTED, err[-3000:]
+  assert TRACEBACK not in err
+  line = _last_line(err)
+  found = re.fullmatch(
+    r'launch\.py: interrupted \(Ctrl-C\) at step (\d+) of 300; the checkpoint of step (\d+) '
+    rf'in {re.escape(str(workdir / "checkpoints"))} is kept: run the same command again to '
+    r'resume from it\.',
+    line,
+  )
+  assert found, line
+  kept = int(found.group(2))
+  assert kept >= 3 and (workdir / 'checkpoints' / str(kept)).is_dir()
+  assert not list((workdir / 'checkpoints').glob(f'*{checkpoints.TMP_SUFFIX}*'))
+  # What it names is what a relaunch resumes from.
+  mngr = checkpoints.existing_manager(workdir, 2)
+  assert mngr.latest_step() == kept
+
+
+def _poisoned_at(step_to_poison: int):
+  real = loader.create_train_iterator
+
+  def poisoned(config, source, *, start_step=0, **kwargs):
+    for step, batch in enumerate(
+      real(config, source, start_step=start_step, **kwargs), start_step + 1
+    ):
+      if step == step_to_poison:
+        batch = dict(batch, image=np.full_like(batch['image'], np.nan))
+      yield batch
+
+  return poisoned
+
+
+@pytest.mark.slow
+def test_nan_at_step_1_leaves_the_workdir_free_for_another_config(data_dirs, tmp_path, monkeypatch):
+  config = fixtures.smoke_config(data_dirs)
+  monkeypatch.setattr(loader, 'create_train_iterator', _poisoned_at(1))
+  workdir = tmp_path / 'run'
+  with pytest.raises(SystemExit) as stopped:
+    train_command.run_or_exit(build(config), workdir, 'train')
+  assert stopped.value.code == (
+    'launch.py: non-finite loss or gradient at step 1 (loss=nan, grad_norm=nan); training '
+    f'stopped. No checkpoint was saved, so --workdir={workdir} takes another config: run again '
+    'with a lower --config.learning_rate (or check the data).'
+  )
+  assert not list((workdir / 'checkpoints').iterdir())
+  # As it says: another learning rate is accepted there (no fingerprint refusal).
+  other = fixtures.smoke_config(data_dirs)
+  other.learning_rate = config.learning_rate / 10
+  other.num_epochs = 1
+  monkeypatch.undo()  # clean data again
+  train_command.run_or_exit(build(other), workdir, 'train')
+  assert checkpoints.existing_manager(workdir, 2).all_steps() == [3]
+
+
+@pytest.mark.slow
+def test_nan_later_keeps_the_last_good_checkpoint_and_says_where_to_go_on(
+  data_dirs, tmp_path, monkeypatch
+):
+  config = fixtures.smoke_config(data_dirs)
+  monkeypatch.setattr(loader, 'create_train_iterator', _poisoned_at(5))
+  workdir = tmp_path / 'run'
+  with pytest.raises(SystemExit) as stopped:
+    train_command.run_or_exit(build(config), workdir, 'train')
+  assert stopped.value.code == (
+    'launch.py: non-finite loss or gradient at step 5 (loss=nan, grad_norm=nan); training '
+    f'stopped. The last good checkpoint is step 3 in {workdir / "checkpoints"} (kept). To go '
+    'on with a lower --config.learning_rate, start a new --workdir (this one resumes only its '
+    'own config), or check the data.'
+  )
+  assert checkpoints.existing_manager(workdir, 2).all_steps() == [3]
+
+
+def _failing_save(fail_at: int, error: BaseException):
+  real = ocp.CheckpointManager.save
+
+  def save(self, step, *args, **kwargs):
+    if step == fail_at:
+      # As orbax fails: the step's temporary folder is left behind.
+      (Path(self.directory) / f'{step}{checkpoints.TMP_SUFFIX}' / 'default').mkdir(parents=True)
+      raise error
+    return real(self, step, *args, **kwargs)
+
+  return save
+
+
+ENOSPC_AS_ORBAX_SAYS = ValueError(
+  'RESOURCE_EXHAUSTED: Error writing "params.Conv_0.kernel/0" in OCDBT database at local file '
+  '"{dir}/6.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": Failed '
+  'writing: "...": Failed to write 85279 bytes to file 17: No space left on device '
+  "[os_error_code='28']"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'error, reason',
+  [
+    (ENOSPC_AS_ORBAX_SAYS, 'No space left on device'),
+    (OSError(errno.EROFS, 'Read-only file system', 'ckpt'), 'Read-only file system'),
+  ],
+  ids=['full', 'read-only'],
+)
+def test_a_failed_save_stops_at_once_and_removes_its_temporary_folder(
+  data_dirs, tmp_path, monkeypatch, error, reason
+):
+  config = fixtures.smoke_config(data_dirs)
+  config.num_epochs = 3
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', _failing_save(6, error))
+  workdir = tmp_path / 'run'
+  with pytest.raises(SystemExit) as stopped:
+    train_command.run_or_exit(build(config), workdir, 'train')
+  assert stopped.value.code == (
+    f'launch.py: cannot save the checkpoint of step 6 in {workdir / "checkpoints"}: {reason}. '
+    'Training stopped; the last complete checkpoint, step 3, is kept. Free space there (or '
+    'make it writable) and run the same command again to resume.'
+  )
+  assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['3']
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert max(r['step'] for r in rows) <= 6  # stopped there, not an epoch later
+
+
+# A user and mount namespace of its own, where a test may mount a tmpfs without root.
+UNSHARE = ['unshare', '--user', '--map-root-user', '--mount']
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+  probe = subprocess.run(
+    [
+      'unshare',
+      '--user',
+      '--map-root-user',
+      '--mount',
+      'sh',
+      '-c',
+      f'mount -t tmpfs tmpfs {where}',
+    ],
+    capture_output=True,
+  )
+  return probe.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_disk_for_real(data_dirs, tmp_path):
+  """launch.py with its workdir on a 4 MB tmpfs (a user and mount namespace: no root needed
+  where the kernel allows it): a smoke checkpoint is ~1.5 MB, so the third save fails."""
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if shutil.which('unshare') is None or not _can_mount_tmpfs(disk):
+    pytest.skip('no tmpfs can be mounted here; the simulated full disk above still runs')
+  # The data is prepared outside the small disk first.
+  fixtures.train_through_launch(
+    'configs/smoke.py', tmp_path / 'warm', data_dirs, '--config.num_epochs=1'
+  )
+  argv = ' '.join(_launch_argv(disk / 'run', data_dirs, '--config.num_epochs=5', '--mode=train'))
+  script = textwrap.dedent(f"""
+    mount -t tmpfs -o size=4m tmpfs {disk} || exit 99
+    cd {REPO}
+    {argv} 2> {tmp_path}/first.err; echo $? > {tmp_path}/first.status
+    ls -a {disk}/run/checkpoints > {tmp_path}/first.ls
+    {argv} 2> {tmp_path}/second.err; echo $? > {tmp_path}/second.status
+    ls -a {disk}/run/checkpoints > {tmp_path}/second.ls
+  """)
+  subprocess.run(
+    [*UNSHARE, 'bash', '-c', script],
+    check=True,
+    timeout=900,
+  )
+  for attempt in ('first', 'second'):  # the relaunch resumes from step 6 and fails again
+    err = (tmp_path / f'{attempt}.err').read_text()
+    assert (tmp_path / f'{attempt}.status').read_text().strip() == '1', err[-3000:]
+    assert TRACEBACK not in err and 'Event loop is closed' not in err
+    assert _last_line(err) == (
+      f'launch.py: cannot save the checkpoint of step 9 in {disk / "run" / "checkpoints"}: No '
+      'space left on device. Training stopped; the last complete checkpoint, step 6, is kept. '
+      'Free space there (or make it writable) and run the same command again to resume.'
+    )
+    assert (tmp_path / f'{attempt}.ls').read_text().split() == ['.', '..', '3', '6']
+
+
+_HOLD = textwrap.dedent("""
+  import sys, time
+  from crackjax.runs import identity
+  with identity.lock(sys.argv[1]):
+    print('held', flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.fixture
+def held_run(smoke_run, tmp_path):
+  """A copy of the session's finished smoke run, held by another process (as by training)."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(smoke_run, workdir)
+  holder = subprocess.Popen(
+    [sys.executable, '-c', _HOLD, str(workdir)], cwd=REPO, stdout=subprocess.PIPE, text=True
+  )
+  assert holder.stdout.readline().strip() == 'held'
+  yield workdir
+  holder.kill()
+  holder.wait()
+
+
+def _smoke_run_config(smoke_run: Path):
+  root = smoke_run.parent / 'data'
+  config = fixtures.smoke_config((root / 'raw', root / 'tfds'))
+  config.eval.protocols = ('strict',)
+  return config
+
+
+def _files(workdir: Path) -> dict[str, float]:
+  return {
+    str(p.relative_to(workdir)): p.stat().st_mtime_ns
+    for p in workdir.rglob('*')
+    if p.is_file() and p.name != identity.LOCK_FILE
+  }
+
+
+@pytest.mark.slow
+def test_evaluation_of_a_run_in_use_is_refused_in_one_line(smoke_run, held_run):
+  before = _files(held_run)
+  with pytest.raises(SystemExit) as stopped:
+    train_command.run_or_exit(build(_smoke_run_config(smoke_run)), held_run, 'eval')
+  assert re.fullmatch(
+    rf'launch\.py: {re.escape(str(held_run.resolve()))} is in use by .*\. Wait for it to end or '
+    r'stop it; a second process there would mix two runs\.',
+    stopped.value.code,
+  ), stopped.value.code
+  with pytest.raises(SystemExit) as stopped:
+    evaluate_command.main([f'--workdir={held_run}', '--protocols=strict'])
+  assert stopped.value.code.startswith(f'crackjax-evaluate: {held_run.resolve()} is in use by ')
+  assert _files(held_run) == before  # nothing written by either
+
+
+@pytest.mark.slow
+def test_a_finished_run_relaunched_does_nothing_and_says_so(smoke_run, tmp_path, caplog):
+  workdir = tmp_path / 'run'
+  shutil.copytree(smoke_run, workdir)
+  # The run's identity files are written again, with the same text.
+  identity_files = ('config.json', 'fingerprint.json')
+  texts = {name: (workdir / name).read_text() for name in identity_files}
+  before = {k: v for k, v in _files(workdir).items() if k not in identity_files}
+  caplog.set_level('INFO')
+  loop.train_and_evaluate(build(_smoke_run_config(smoke_run)), workdir)
+  assert f'The run in {workdir} is finished (step 6 of 6) and evaluated (eval.json)' in caplog.text
+  after = {k: v for k, v in _files(workdir).items() if k not in identity_files}
+  assert after == before  # no evaluation, no metrics rows, no TensorBoard file
+  assert {name: (workdir / name).read_text() for name in identity_files} == texts
+  assert json.loads((workdir / 'eval.json').read_text())['step'] == 6
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_checkpoint_logs_each_step_once(smoke_run, tmp_path):
+  # Killed (SIGKILL) while saving step 6: its metrics rows were written, its checkpoint not.
+  workdir = tmp_path / 'run'
+  shutil.copytree(smoke_run, workdir)
+  shutil.rmtree(workdir / 'checkpoints' / '6')
+  (workdir / 'eval.json').unlink()
+  loop.train_and_evaluate(build(_smoke_run_config(smoke_run)), workdir, evaluate_after=False)
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  train_steps = [r['step'] for r in rows if r['kind'] == 'train']
+  assert train_steps == sorted(set(train_steps)) and max(train_steps) == 6
+
+
+def test_metric_rows_of_replayed_steps_are_dropped(tmp_path):
+  from crackjax.runs.metric_writer import MetricWriter
+
+  log = tmp_path / 'metrics.jsonl'
+  rows = [{'kind': 'train', 'step': s, 'loss': 1.0} for s in (1, 2, 3, 4)]
+  log.write_text(''.join(json.dumps(r) + '\n' for r in rows) + '{"kind": "tra')  # cut short
+  writer = MetricWriter(tmp_path, resume_step=2)
+  writer.write_scalars(3, {'loss': 0.5})
+  writer.close()
+  steps = [json.loads(line)['step'] for line in log.read_text().splitlines()]
+  assert steps == [1, 2, 3]
+
+
+_FAKE_WORKER = textwrap.dedent("""
+  import signal, sys, time
+  from pathlib import Path
+  from crackjax.paper import scheduler
+  scheduler.end_with_runner()  # as a worker: Ctrl-C ignored, SIGTERM from the runner
+  def saved(signum, frame):
+    Path(sys.argv[1], sys.argv[-1].split('=')[1].replace(':', '_')).write_text('saved')
+    sys.exit(1)
+  signal.signal(signal.SIGTERM, saved)
+  print('ready', flush=True)
+  time.sleep(120)
+""")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_runner_lets_each_worker_save(tmp_path):
+  from crackjax.paper import jobs as jobs_lib
+
+  jobs = jobs_lib.select_jobs(1, [], [0])[:2]
+  timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
+  timer.start()
+  try:
+    with pytest.raises(exits.Interrupted) as stopped:
+      scheduler.run_workers(
+        jobs,
+        [sys.executable, '-c', _FAKE_WORKER, str(tmp_path)],
+        tmp_path / 'campaign',
+        parallel=2,
+        gpus=[],
+        deadline=None,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+      )
+  finally:
+    timer.cancel()
+  saved = sorted(p.name for p in tmp_path.glob('1_*'))
+  assert saved == sorted(j.id.replace(':', '_') for j in jobs), saved
+  assert str(stopped.value) == (
+    f'interrupted (Ctrl-C) with 0 job(s) done; {jobs[0].id}, {jobs[1].id} saved their '
+    'checkpoints: run the same command again to resume.'
+  )
