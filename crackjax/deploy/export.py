@@ -58,7 +58,7 @@ from jax import export as jax_export
 from crackjax.config import flags as config_flags
 from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
 from crackjax.models import input_multiple, model_from_config
-from crackjax.runs import logs
+from crackjax.runs import logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx')
@@ -306,7 +306,7 @@ def export_run(
     ),
     **details,
   }
-  sidecar.write_text(json.dumps(meta, indent=2) + '\n')
+  sidecar.write_text(outputs.dumps(meta, indent=2) + '\n')
   return out
 
 

@@ -68,14 +68,20 @@ class RowResult:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan
 
 
+def _seconds(value: Any) -> float:
+  """A recorded time in seconds, NaN where it is unknown (null or absent)."""
+  return float(value) if isinstance(value, int | float) else math.nan
+
+
 def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, float] | None:
   by_epoch = {e['epoch']: e for e in run['epochs']}
   e = by_epoch.get(epoch)
   if e is None or protocol not in e.get('results', {}):
     return None
   r = e['results'][protocol]
-  # An epoch absent, or its time unknown (evaluated from a checkpoint): NaN, the sum is too.
-  times = [by_epoch.get(k, {}).get('train_seconds', math.nan) for k in range(1, epoch + 1)]
+  # An epoch absent, or its time unknown (evaluated from a checkpoint: null, NaN before strict
+  # JSON): NaN, the sum is too.
+  times = [_seconds(by_epoch.get(k, {}).get('train_seconds')) for k in range(1, epoch + 1)]
   fixed = r.get('fixed', {}).get('f1', math.nan)
   return {
     'ods_p': r['ods']['precision'],

@@ -1,11 +1,12 @@
 """Training metrics to TensorBoard event files and a JSON-lines log (process 0 only)."""
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import jax
+
+from crackjax.runs import outputs
 
 
 class MetricWriter:
@@ -38,7 +39,8 @@ class MetricWriter:
       value = float(value)
       record[name] = value
       self._tb.add_scalar(f'{kind}/{name}', value, int(step))
-    self._jsonl.write(json.dumps(record) + '\n')
+    # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN).
+    self._jsonl.write(outputs.dumps(record) + '\n')
     self._jsonl.flush()
 
   def flush(self) -> None:
