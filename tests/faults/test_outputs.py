@@ -13,11 +13,15 @@ import ast
 import json
 import math
 import shutil
+import urllib.parse
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
+import PIL.Image
 import pytest
 
+from crackjax.deploy import html_report, predict_command
 from crackjax.deploy import predictor as predict
 from crackjax.evaluation import scoring
 from crackjax.experiment import build
@@ -30,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / 'results' / 'cpu_scale_table1.json'
 
 
+HOSTILE_NAMES = ('<img src=x onerror=alert(1)>', 'a"b', '#1', '50%', '?', "it's & <b>")
+
+
 def strict_json(text: str):
   """`text` parsed as strict JSON: NaN / Infinity (Python's extension) are an error."""
 
@@ -37,6 +44,13 @@ def strict_json(text: str):
     raise ValueError(f'{name} is not JSON')
 
   return json.loads(text, parse_constant=refuse)
+
+
+def photo(h: int = 16, w: int = 16) -> np.ndarray:
+  rng = np.random.default_rng(0)
+  image = rng.integers(150, 230, size=(h, w, 3), dtype=np.uint8)
+  image[np.arange(h), np.arange(h) % w] = 30
+  return image
 
 
 def test_dumps_writes_non_finite_numbers_as_null():
@@ -130,6 +144,75 @@ def test_every_json_the_project_writes_goes_through_the_strict_helper():
   # The check sees a call: one planted in a function is found, by name.
   planted = ast.parse('import json\ndef f(x):\n  open("a", "w").write(json.dumps(x))\n')
   assert _json_writes(planted) == [('f', 3)]
+
+
+class _Page(HTMLParser):
+  """The tags and the text of each tag of a page."""
+
+  def __init__(self):
+    super().__init__()
+    self.tags, self.texts, self._open = [], {}, []
+
+  def handle_starttag(self, tag, attrs):
+    self.tags.append((tag, dict(attrs)))
+    self._open.append(tag)
+
+  def handle_endtag(self, tag):
+    if self._open:
+      self._open.pop()
+
+  def handle_data(self, data):
+    if self._open:
+      self.texts.setdefault(self._open[-1], []).append(data)
+
+
+def test_any_name_shows_as_it_is_and_links_to_its_own_file(tmp_path):
+  rows = [
+    {'name': n, 'crack_ratio': 0.1, 'length_px': 1, 'max_width_px': 1, 'segments': 1}
+    for n in HOSTILE_NAMES
+  ]
+  thumbs = dict.fromkeys(HOSTILE_NAMES, html_report.thumbnail_uri(photo()))
+  page = _Page()
+  page.feed(html_report.write_index(tmp_path, rows, [], thumbs, title='<b>run</b>').read_text())
+  # One image per card and no other tag: no name became markup.
+  assert [t for t, _ in page.tags].count('img') == len(HOSTILE_NAMES)
+  assert {t for t, _ in page.tags} <= {'html', 'head', 'meta', 'title', 'style', 'body', 'h1'} | {
+    'div',
+    'button',
+    'a',
+    'img',
+    'h2',
+    'table',
+    'tr',
+    'td',
+    'p',
+    'script',
+  }
+  assert page.texts['h2'] == list(HOSTILE_NAMES) and page.texts['h1'] == ['<b>run</b>']
+  links = [a['href'] for t, a in page.tags if t == 'a']
+  assert [urllib.parse.unquote(h) for h in links] == [f'overlays/{n}.jpg' for n in HOSTILE_NAMES]
+  # As a browser reads a relative link: the whole name is the path (no fragment, no query).
+  for href, name in zip(links, HOSTILE_NAMES, strict=True):
+    parts = urllib.parse.urlsplit(href)
+    assert not parts.fragment and not parts.query and not parts.scheme, href
+    assert urllib.parse.unquote(parts.path) == f'overlays/{name}.jpg'
+
+
+@pytest.mark.slow
+def test_predict_page_shows_and_links_any_photo_name(smoke_run, tmp_path):
+  photos, out = tmp_path / 'photos', tmp_path / 'out'
+  photos.mkdir()
+  for name in HOSTILE_NAMES:
+    PIL.Image.fromarray(photo()).save(photos / f'{name}.png')
+  argv = [f'--workdir={smoke_run}', f'--out={out}', '--notune_malloc', str(photos)]
+  assert predict_command.main(argv) == 0
+  page = _Page()
+  page.feed((out / 'index.html').read_text())
+  assert sorted(page.texts['h2']) == sorted(HOSTILE_NAMES)
+  assert [t for t, _ in page.tags].count('img') == len(HOSTILE_NAMES)
+  links = [a['href'] for t, a in page.tags if t == 'a']
+  assert all((out / urllib.parse.unquote(urllib.parse.urlsplit(h).path)).is_file() for h in links)
+  assert len(links) == len(HOSTILE_NAMES)
 
 
 @pytest.mark.slow
