@@ -10,9 +10,12 @@ parts (JSON, the link and manifest checks, the HTML page, the input walk) are fa
 """
 
 import ast
+import csv
 import json
 import math
 import shutil
+import subprocess
+import sys
 import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,20 +24,26 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.deploy import html_report, predict_command
+from crackjax.deploy import export, html_report, predict_command
 from crackjax.deploy import predictor as predict
-from crackjax.evaluation import scoring
+from crackjax.evaluation import evaluate_command, scoring
 from crackjax.experiment import build
 from crackjax.paper import records, report
 from crackjax.runs import identity, outputs
 
 REPO = Path(__file__).resolve().parents[2]
-
-
 COMMITTED = REPO / 'results' / 'cpu_scale_table1.json'
-
-
 HOSTILE_NAMES = ('<img src=x onerror=alert(1)>', 'a"b', '#1', '50%', '?', "it's & <b>")
+
+
+def one_line_exit(main, argv) -> str:
+  """The message `main(argv)` exits with, checked to be one line (exit status 1)."""
+  with pytest.raises(SystemExit) as e:
+    main(argv)
+  message = e.value.code
+  # sys.exit(str) prints the string and exits 1; an int (or None) would be another status.
+  assert isinstance(message, str) and '\n' not in message, message
+  return message
 
 
 def strict_json(text: str):
@@ -51,6 +60,18 @@ def photo(h: int = 16, w: int = 16) -> np.ndarray:
   image = rng.integers(150, 230, size=(h, w, 3), dtype=np.uint8)
   image[np.arange(h), np.arange(h) % w] = 30
   return image
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+  """Every file under `folder` (links not followed) and its bytes: what must stay as it is."""
+  return {
+    str(p.relative_to(folder)): p.read_bytes()
+    for p in sorted(folder.rglob('*'))
+    if p.is_file() and not p.is_symlink()
+  }
+
+
+# ------------------------------------------------------------------------------ strict JSON
 
 
 def test_dumps_writes_non_finite_numbers_as_null():
@@ -146,6 +167,69 @@ def test_every_json_the_project_writes_goes_through_the_strict_helper():
   assert _json_writes(planted) == [('f', 3)]
 
 
+# --------------------------------------------------------------- links and manifests, pure
+
+
+def test_a_link_below_the_output_folder_is_refused_before_anything(tmp_path):
+  out, elsewhere = tmp_path / 'out', tmp_path / 'elsewhere'
+  out.mkdir()
+  elsewhere.mkdir()
+  (out / 'probs').symlink_to(elsewhere)
+  with pytest.raises(outputs.UnsafeOutputError) as e:
+    outputs.check_inside(out, [out / 'masks' / 'a.png', out / 'probs' / 'sub' / 'a.png'])
+  assert str(e.value) == (
+    f'{out}/probs is a symbolic link (to {elsewhere}); --out is written only inside itself, '
+    'never through a link: remove the link or choose another --out.'
+  )
+  # A dangling link counts (writing through it would create its target).
+  (out / 'index.html').symlink_to(elsewhere / 'made.html')
+  with pytest.raises(outputs.UnsafeOutputError, match='index.html is a symbolic link'):
+    outputs.check_inside(out, [out / 'index.html'])
+  # A path that climbs out by itself is refused too; the folder itself may be a link.
+  with pytest.raises(outputs.UnsafeOutputError, match=f'resolves to {elsewhere}/x, outside'):
+    outputs.check_inside(out, [out / '..' / 'elsewhere' / 'x'])
+  (tmp_path / 'out_link').symlink_to(out)
+  outputs.check_inside(tmp_path / 'out_link', [tmp_path / 'out_link' / 'masks' / 'a.png'])
+  assert not any(elsewhere.iterdir())
+
+
+def test_own_unchanged_outputs_are_told_from_a_users_files(tmp_path):
+  (tmp_path / 'report.md').write_text('mine')
+  assert outputs.foreign_files(tmp_path, ['report.md', 'report.csv']) == ['report.md']
+  outputs.record_outputs(tmp_path, ['report.md'], 'prog')
+  assert outputs.foreign_files(tmp_path, ['report.md']) == []
+  (tmp_path / 'report.md').write_text('mine, edited')  # changed since: the user's again
+  assert outputs.foreign_files(tmp_path, ['report.md']) == ['report.md']
+  assert outputs.replace_advice('prog', tmp_path, ['report.md']) == (
+    f'prog: --out={tmp_path} holds report.md, which prog did not write there (or which changed '
+    'since); pass --overwrite to replace it, or choose another --out.'
+  )
+
+
+def test_linked_input_folders_are_followed_and_loops_named(tmp_path):
+  photos, other = tmp_path / 'photos', tmp_path / 'other'
+  (photos / 'sub').mkdir(parents=True)
+  other.mkdir()
+  for path in (photos / 'a.png', photos / 'sub' / 'c.png', other / 'b.png'):
+    PIL.Image.fromarray(photo()).save(path)
+  (photos / 'linked').symlink_to(other)  # followed: its photos are predicted
+  (photos / 'loop').symlink_to(photos)  # a loop: skipped, said
+  (photos / 'again').symlink_to(photos / 'sub')  # a folder searched already: said
+  (photos / 'gone.png').symlink_to(tmp_path / 'nowhere.png')  # broken: said
+  inputs, problems = predict_command.find_inputs([str(photos)])
+  assert [i.relative.as_posix() for i in inputs] == ['a.png', 'linked/b.png', 'sub/c.png']
+  assert problems == [
+    f'{photos}: skipped the link again -> {photos}/sub: that folder is searched already (a '
+    'loop, or a folder inside this one)',
+    f'{photos}: skipped the link loop -> {photos}: that folder is searched already (a loop, or '
+    'a folder inside this one)',
+    f'{photos}: skipped 1 broken link(s) (gone.png)',
+  ]
+
+
+# ------------------------------------------------------------------------------------- HTML
+
+
 class _Page(HTMLParser):
   """The tags and the text of each tag of a page."""
 
@@ -198,6 +282,139 @@ def test_any_name_shows_as_it_is_and_links_to_its_own_file(tmp_path):
     assert urllib.parse.unquote(parts.path) == f'overlays/{name}.jpg'
 
 
+# ----------------------------------------------------------------- the commands (slow tier)
+
+
+@pytest.mark.slow
+def test_report_replaces_a_users_report_only_when_asked(tmp_path):
+  out = tmp_path / 'report'
+  out.mkdir()
+  (out / 'report.md').write_text('my own notes\n')
+  argv = [str(COMMITTED), f'--out={out}']
+  assert one_line_exit(report.main, argv) == (
+    f'python -m crackjax.paper.report: --out={out} holds report.md, which python -m '
+    'crackjax.paper.report did not write there (or which changed since); pass --overwrite to '
+    'replace it, or choose another --out.'
+  )
+  assert tree(out) == {'report.md': b'my own notes\n'}  # nothing written
+  assert report.main([*argv, '--overwrite']) == 0
+  assert (out / 'report.md').read_text().startswith('# Reproduction of Tables I-IV')
+  # Its own outputs, unchanged, it replaces without a word: a rerun needs no flag ...
+  assert report.main(argv) == 0
+  # ... but once edited, report.md is the user's again.
+  (out / 'report.md').write_text((out / 'report.md').read_text() + '\nmy remark\n')
+  edited = tree(out)
+  assert 'holds report.md, which' in one_line_exit(report.main, argv)
+  assert tree(out) == edited
+  # A link among its outputs is refused, even with --overwrite; its target stays as it was.
+  mine = tmp_path / 'mine.csv'
+  mine.write_text('my,table\n')
+  (out / 'report.csv').unlink()
+  (out / 'report.csv').symlink_to(mine)
+  assert one_line_exit(report.main, [*argv, '--overwrite']) == (
+    f'python -m crackjax.paper.report: {out}/report.csv is a symbolic link (to {mine}); --out '
+    'is written only inside itself, never through a link: remove the link or choose another '
+    '--out.'
+  )
+  assert mine.read_text() == 'my,table\n'
+
+
+@pytest.mark.slow
+def test_report_refusal_is_one_line_and_exit_status_1(tmp_path):
+  # The same refusal from the command line: one line on stderr, status 1, the file kept.
+  out = tmp_path / 'report'
+  out.mkdir()
+  (out / 'report.csv').write_text('mine\n')
+  proc = subprocess.run(
+    [sys.executable, '-m', 'crackjax.paper.report', str(COMMITTED), f'--out={out}'],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+  )
+  assert proc.returncode == 1 and proc.stdout == ''
+  assert proc.stderr.splitlines() == [
+    f'python -m crackjax.paper.report: --out={out} holds report.csv, which python -m '
+    'crackjax.paper.report did not write there (or which changed since); pass --overwrite to '
+    'replace it, or choose another --out.'
+  ]
+  assert tree(out) == {'report.csv': b'mine\n'}
+
+
+@pytest.fixture
+def planted(tmp_path):
+  """An earlier prediction's table (photos 'road' and 'old') in OUT, whose probs/ is a link
+  to a folder of the user's files elsewhere; one photo, road.png, to predict."""
+  photos, out, elsewhere = tmp_path / 'photos', tmp_path / 'out', tmp_path / 'elsewhere'
+  for folder in (photos, out, elsewhere):
+    folder.mkdir()
+  PIL.Image.fromarray(photo()).save(photos / 'road.png')
+  with (out / 'measurements.csv').open('w', newline='') as f:
+    csv.writer(f).writerows([['name'], ['road'], ['old']])
+  for name in ('road.png', 'old.png', 'keep.txt'):
+    (elsewhere / name).write_text(f'the user own {name}')
+  (out / 'probs').symlink_to(elsewhere)
+  return photos, out, elsewhere
+
+
+@pytest.mark.slow
+def test_predict_never_writes_or_removes_through_a_link_in_out(smoke_run, planted):
+  # Was: --overwrite removed elsewhere/old.png (the earlier prediction's map of 'old') and
+  # wrote elsewhere/road.png.
+  photos, out, elsewhere = planted
+  before, inside = tree(elsewhere), tree(out)
+  argv = [f'--workdir={smoke_run}', f'--out={out}', '--notune_malloc', '--overwrite', str(photos)]
+  assert one_line_exit(predict_command.main, argv) == (
+    f'crackjax-predict: {out}/probs is a symbolic link (to {elsewhere}); --out is written only '
+    'inside itself, never through a link: remove the link or choose another --out.'
+  )
+  assert tree(elsewhere) == before and tree(out) == inside
+  # A linked file is refused as well (here the mask this prediction would write).
+  (out / 'probs').unlink()
+  (out / 'masks').mkdir()
+  (out / 'masks' / 'road.png').symlink_to(elsewhere / 'road.png')
+  assert one_line_exit(predict_command.main, argv) == (
+    f'crackjax-predict: {out}/masks/road.png is a symbolic link (to {elsewhere}/road.png); '
+    '--out is written only inside itself, never through a link: remove the link or choose '
+    'another --out.'
+  )
+  assert tree(elsewhere) == before
+
+
+@pytest.mark.slow
+def test_predict_keeps_a_users_page_in_out(smoke_run, tmp_path):
+  # Was: only measurements.csv was looked for, so a user's own index.html went.
+  out = tmp_path / 'site'
+  out.mkdir()
+  (out / 'index.html').write_text('<p>my site</p>')
+  PIL.Image.fromarray(photo()).save(tmp_path / 'road.png')
+  argv = [f'--workdir={smoke_run}', f'--out={out}', '--notune_malloc', str(tmp_path / 'road.png')]
+  assert one_line_exit(predict_command.main, argv) == (
+    f'crackjax-predict: {out}/index.html exists; pass --overwrite or choose another --out.'
+  )
+  assert tree(out) == {'index.html': b'<p>my site</p>'}
+
+
+@pytest.mark.slow
+def test_predict_follows_linked_folders_and_names_what_it_skips(smoke_run, tmp_path, capsys):
+  photos, other, out = tmp_path / 'photos', tmp_path / 'other', tmp_path / 'out'
+  photos.mkdir()
+  other.mkdir()
+  PIL.Image.fromarray(photo()).save(photos / 'a.png')
+  PIL.Image.fromarray(photo()).save(other / 'b.png')
+  (photos / 'linked').symlink_to(other)
+  (photos / 'loop').symlink_to(photos)
+  argv = [f'--workdir={smoke_run}', f'--out={out}', '--notune_malloc', str(photos)]
+  assert predict_command.main(argv) == 0
+  err = capsys.readouterr().err
+  names = sorted(r['name'] for r in csv.DictReader((out / 'measurements.csv').open()))
+  assert names == ['a', 'linked/b'] and (out / 'probs' / 'linked' / 'b.png').is_file()
+  assert (
+    f'crackjax-predict: {photos}: skipped the link loop -> {photos}: that folder is searched '
+    'already (a loop, or a folder inside this one)'
+  ) in err.splitlines()
+  assert tree(other).keys() == {'b.png'}  # the linked folder is read, never written
+
+
 @pytest.mark.slow
 def test_predict_page_shows_and_links_any_photo_name(smoke_run, tmp_path):
   photos, out = tmp_path / 'photos', tmp_path / 'out'
@@ -213,6 +430,45 @@ def test_predict_page_shows_and_links_any_photo_name(smoke_run, tmp_path):
   links = [a['href'] for t, a in page.tags if t == 'a']
   assert all((out / urllib.parse.unquote(urllib.parse.urlsplit(h).path)).is_file() for h in links)
   assert len(links) == len(HOSTILE_NAMES)
+
+
+@pytest.mark.slow
+def test_export_never_writes_through_a_link(smoke_run, tmp_path):
+  elsewhere = tmp_path / 'mine.bin'
+  elsewhere.write_bytes(b'the user own file')
+  out = tmp_path / 'unet.jaxexport'
+  out.symlink_to(elsewhere)
+  argv = ['crackjax-export', f'--workdir={smoke_run}', f'--out={out}', '--overwrite']
+  assert one_line_exit(export.main, argv) == (
+    f'crackjax-export: {out} is a symbolic link (to {elsewhere}); the export is written only '
+    'as a file of its own, never through a link: remove the link or name another --out (out=).'
+  )
+  assert elsewhere.read_bytes() == b'the user own file'
+  assert not export.sidecar_path(out).exists()
+
+
+@pytest.mark.slow
+def test_evaluate_keeps_a_users_table_in_out(smoke_run, tmp_path):
+  out = tmp_path / 'tables'
+  out.mkdir()
+  (out / 'cross_dataset.md').write_text('my table\n')
+  argv = [
+    f'--workdir={smoke_run}',
+    '--data=test',
+    '--data=crackforest:test',
+    f'--out={out}',
+    '--workers=1',
+  ]
+  assert one_line_exit(evaluate_command.main, argv) == (
+    f'crackjax-evaluate: --out={out} holds cross_dataset.md, which crackjax-evaluate did not '
+    'write there (or which changed since); pass --overwrite to replace it, or choose another '
+    '--out.'
+  )
+  assert tree(out) == {'cross_dataset.md': b'my table\n'}
+  (out / 'cross_dataset.md').unlink()
+  (out / 'cross_dataset.csv').symlink_to(tmp_path / 'elsewhere.csv')
+  assert 'cross_dataset.csv is a symbolic link' in one_line_exit(evaluate_command.main, argv)
+  assert not (tmp_path / 'elsewhere.csv').exists()
 
 
 @pytest.mark.slow
