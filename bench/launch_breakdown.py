@@ -187,7 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
   r['prepare_s'] = prepare_s
   print(report(r))
   if args.json:
-    args.json.write_text(json.dumps(r, indent=1))
+    from crackjax.runs import outputs  # strict JSON (NaN as null), as every file crackjax writes
+
+    args.json.write_text(outputs.dumps(r, indent=1))
   return r
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from absl import flags
 
 from crackjax.config import flags as config_flags
+from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -391,7 +392,7 @@ def main(argv=None) -> dict:
   }
   print(report(result))
   if fv.json:
-    Path(fv.json).write_text(json.dumps(result, indent=1, default=str))
+    Path(fv.json).write_text(outputs.dumps(result, indent=1, default=str))
   return result
 
 

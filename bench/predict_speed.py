@@ -22,7 +22,6 @@ slower per pixel).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -34,6 +33,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem
+from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = 'bench/predict_speed.py'
@@ -226,7 +226,7 @@ def main(argv=None) -> dict:
   }
   print(f'host peak RSS: {r["host_peak_rss_mb"]:.0f} MB')
   if fv.json:
-    Path(fv.json).write_text(json.dumps(r, indent=1, default=str))
+    Path(fv.json).write_text(outputs.dumps(r, indent=1, default=str))
   return r
 
 

@@ -63,6 +63,7 @@ from pathlib import Path
 from absl import flags
 
 from crackjax.config import flags as config_flags
+from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -582,7 +583,7 @@ def main(argv=None) -> dict:
       compile_mode=compile_mode,
       compile_backend=fv.torch_compile_backend,
     )
-    print(json.dumps(r))
+    print(outputs.dumps(r))
     return {'jax': None, 'torch': r, 'torch_compile': None}
 
   from crackjax.experiment import build
@@ -598,7 +599,7 @@ def main(argv=None) -> dict:
 
   def save() -> None:  # after every part, so a run cut short keeps what it finished
     if fv.json:
-      Path(fv.json).write_text(json.dumps(result, indent=1, default=str))
+      Path(fv.json).write_text(outputs.dumps(result, indent=1, default=str))
 
   save()
   if fv.torch:

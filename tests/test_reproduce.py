@@ -419,7 +419,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert all(after[k] == v for k, v in before.items())  # finished work is not redone
   # Epoch 3 was evaluated from its checkpoint, then training went on from step 9.
   e3 = json.loads((first / 'epoch_003.json').read_text())
-  assert e3['step'] == 9 and np.isnan(e3['train_seconds'])
+  assert e3['step'] == 9 and e3['train_seconds'] is None  # unknown: null (strict JSON)
   assert (
     max(json.loads(x)['step'] for x in (first / 'metrics.jsonl').read_text().splitlines()) == 15
   )

@@ -20,7 +20,6 @@ sizes) and says which ``--config.data.input_size`` fits the training images.
 from __future__ import annotations
 
 import collections
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +30,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.data import registry as data_registry
-from crackjax.runs import logs
+from crackjax.runs import logs, outputs
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -176,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1
   flagged = diagnose(stats, data.get('train_split') or 'train')
   if fv.json:
-    print(json.dumps({**stats, 'diagnosis': flagged}, indent=2))
+    print(outputs.dumps({**stats, 'diagnosis': flagged}, indent=2))
   else:
     print(format_stats(data.name, stats))
     if flagged:

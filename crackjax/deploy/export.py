@@ -44,6 +44,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,7 +59,7 @@ from jax import export as jax_export
 from crackjax.config import flags as config_flags
 from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
 from crackjax.models import input_multiple, model_from_config
-from crackjax.runs import logs
+from crackjax.runs import logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx')
@@ -247,7 +248,8 @@ def export_run(
   Raises:
     FileNotFoundError: `workdir` is missing or holds no run or checkpoint (the message
       names it).
-    FileExistsError: `out` or its sidecar exists and `overwrite` is False.
+    FileExistsError: `out` or its sidecar exists and `overwrite` is False, or either is a
+      symbolic link (refused whatever `overwrite`).
     ImportError: format 'onnx' without jax2onnx, or 'jax' without flatbuffers, installed
       (the message says what to install).
     ValueError: an unknown format or platform, or a bad `hw`.
@@ -264,6 +266,14 @@ def export_run(
       f'{out} is a folder; --out (out=) names the file to write, e.g. '
       f'{out / ("unet.onnx" if format == "onnx" else "unet.jaxexport")}.'
     )
+  for path in (out, sidecar):
+    # Written through, a link would replace a file elsewhere (one planted beside the export,
+    # or a dangling one creating it); --overwrite replaces files, never link targets.
+    if path.is_symlink():
+      raise FileExistsError(
+        f'{path} is a symbolic link (to {os.readlink(path)}); the export is written only as a '
+        'file of its own, never through a link: remove the link or name another --out (out=).'
+      )
   if not overwrite:
     for path in (out, sidecar):
       if path.exists():
@@ -306,7 +316,7 @@ def export_run(
     ),
     **details,
   }
-  sidecar.write_text(json.dumps(meta, indent=2) + '\n')
+  sidecar.write_text(outputs.dumps(meta, indent=2) + '\n')
   return out
 
 

@@ -5,6 +5,9 @@ photo: its overlay as an embedded thumbnail (a click opens the full-size overlay
 its numbers (crack ratio, length, widths, cracks) and its cracks by type and severity. The
 cards sort by crack ratio, length or maximum width. No server, network, external script, style
 sheet or font: the thumbnails are data URIs and the few lines of sorting script are inline.
+Every name and title is HTML-escaped and every link percent-encoded, so a photo named
+``<img src=x onerror=alert(1)>.png``, ``#1.png`` or ``50%.png`` shows its name as it is and
+links to its own overlay.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,13 @@ def thumbnail_uri(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> str:
   return 'data:image/jpeg;base64,' + base64.b64encode(buffer.getvalue()).decode('ascii')
 
 
+def overlay_link(name: str) -> str:
+  """The relative link to output `name`'s overlay, percent-encoded (`urllib.parse.quote`, '/'
+  kept) so that any name a file system allows links to its own file: '#1' is not a fragment,
+  '?' not a query and '50%' not an escape. Escape it again (`html.escape`) inside HTML."""
+  return urllib.parse.quote(f'overlays/{name}.jpg')
+
+
 def _number(value: Any, digits: int = 1, unit: str = '') -> str:
   if value in (None, ''):
     return '–'
@@ -108,8 +119,8 @@ def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: st
   return (
     f'<div class="card" data-ratio="{float(row["crack_ratio"]):.8f}" '
     f'data-length="{float(row["length_px"]):.3f}" data-width="{float(row["max_width_px"]):.3f}">'
-    f'<a href="overlays/{html.escape(str(row["name"]), quote=True)}.jpg">'
-    f'<img src="{thumb}" alt="overlay of {name}"></a>'
+    f'<a href="{html.escape(overlay_link(str(row["name"])))}">'
+    f'<img src="{html.escape(thumb)}" alt="overlay of {name}"></a>'
     f'<h2>{name}</h2><table>{table}</table>'
     + (f'<table>{"".join(lines)}</table>' if lines else '<p>no crack of the minimum length</p>')
     + (f'<p>worst: <span class="sev-{worst}">{worst}</span></p>' if worst else '')

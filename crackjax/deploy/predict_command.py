@@ -19,7 +19,10 @@ box, length, widths, orientation to the road given by --direction, type, and wit
 road_jpg and road_png). OUT/index.html is one self-contained page over it all (summary, a
 card per photo, sortable; crackjax/deploy/html_report.py). An unreadable file is reported,
 by name, and skipped; so are other files in the folders, counted; an animated image is
-predicted from its first frame, said; nothing is overwritten without --overwrite.
+predicted from its first frame, said; nothing is overwritten without --overwrite. Linked
+files and folders in an input folder are followed (a loop or a broken link is skipped with a
+line); outputs are written and removed only inside OUT: a symbolic link inside it is refused
+before anything is written (OUT itself may be one).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from absl import flags
 from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
-from crackjax.runs import logs
+from crackjax.runs import logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
@@ -151,11 +154,7 @@ def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
   for spec in specs:
     path = Path(os.path.expanduser(spec))
     if path.is_dir():
-      visible = sorted(
-        p
-        for p in path.rglob('*')
-        if p.is_file() and not any(part.startswith('.') for part in p.relative_to(path).parts)
-      )
+      visible = sorted(_folder_files(path, spec, problems))
       found = [Input(p, p.relative_to(path)) for p in visible if _is_image(p)]
       others = [p for p in visible if not _is_image(p)]
       if not found:
@@ -176,6 +175,52 @@ def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
     for item in found:
       inputs.setdefault(item.path.resolve(), item)
   return list(inputs.values()), problems
+
+
+def _folder_files(root: Path, spec: str, problems: list[str]) -> list[Path]:
+  """The visible files under `root` (hidden files and folders left out), symbolically linked
+  files and folders followed, as most tools that take a folder of photos do. A link to a
+  folder searched already (a loop, or a folder inside `root`), a broken link and a folder that
+  cannot be read are skipped with a line in `problems`, never silently."""
+  files, broken, links = [], [], []
+  searched = {root.resolve()}
+  pending = [root]
+  while pending or links:
+    if not pending:
+      # Links last: a folder reached both directly and through a link is searched once, as
+      # itself, and the link is the one named.
+      link = links.pop(0)
+      real = link.resolve()
+      if real in searched or any(p in searched for p in real.parents):
+        problems.append(
+          f'{spec}: skipped the link {link.relative_to(root)} -> {os.readlink(link)}: that '
+          'folder is searched already (a loop, or a folder inside this one)'
+        )
+        continue
+      searched.add(real)
+      pending.append(link)
+    folder = pending.pop()
+    try:
+      entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as e:
+      problems.append(f'{spec}: cannot read folder {folder} ({e.strerror or e}); skipped')
+      continue
+    for entry in entries:
+      if entry.name.startswith('.'):
+        continue
+      path = Path(entry.path)
+      if entry.is_dir():  # follows a link
+        (links if entry.is_symlink() else pending).append(path)
+      elif entry.is_file():
+        files.append(path)
+      elif entry.is_symlink():  # neither a file nor a folder behind it
+        broken.append(str(path.relative_to(root)))
+  if broken:
+    more = ', ...' if len(broken) > 3 else ''
+    problems.append(
+      f'{spec}: skipped {len(broken)} broken link(s) ({", ".join(sorted(broken)[:3])}{more})'
+    )
+  return files
 
 
 def _is_image(path: Path) -> bool:
@@ -233,14 +278,29 @@ def earlier_names(table: Path) -> list[str]:
     return []
 
 
+def _own_name(name: str) -> bool:
+  """Whether `name` (read from an earlier measurements.csv) is one `output_names` gives: a
+  relative path without '..', which cannot lead out of OUT by itself."""
+  return bool(name) and not Path(name).is_absolute() and '..' not in Path(name).parts
+
+
 def remove_maps(out: Path, names: Sequence[str]) -> list[str]:
   """Removes the map files of `names` in `out` (and folders that become empty); returns
-  the names that had any. Only the files `map_files` names are touched."""
+  the names that had any. Only the files `map_files` names are touched, and only inside
+  `out`.
+
+  Raises:
+    outputs.UnsafeOutputError: a file to remove is, or lies under, a symbolic link below
+      `out`, or resolves outside it (nothing of that name is removed).
+  """
   removed = []
   for name in names:
-    if Path(name).is_absolute() or '..' in Path(name).parts:
+    if not _own_name(name):
       continue  # not a name this tool writes: an edited table must not reach outside `out`
     files = [f for f in map_files(out, name) if f.is_file()]
+    # The command checked these before it began; checked again just before they go, since
+    # a link planted meanwhile would carry the delete outside `out`.
+    outputs.check_inside(out, files)
     for f in files:
       f.unlink()
       folder = f.parent
@@ -438,8 +498,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: no image files to predict.')
   out = Path(fv.out)
   table = out / 'measurements.csv'
-  if table.exists() and not fv.overwrite:
-    sys.exit(f'{PROG}: {table} exists; pass --overwrite or choose another --out.')
+  tables = [table, out / 'cracks.csv', out / 'index.html']
+  names = output_names(files)
+  # Every path this prediction writes, and with --overwrite every map of the earlier one it
+  # removes, checked before anything is read or written: a link planted in OUT (OUT/probs ->
+  # elsewhere) must not carry a write or a delete outside it.
+  try:
+    outputs.check_inside(out, [*tables, *(f for n in names for f in map_files(out, n))])
+    earlier = [n for n in earlier_names(table) if _own_name(n)] if fv.overwrite else []
+    outputs.check_inside(out, [f for n in earlier for f in map_files(out, n)])
+  except outputs.UnsafeOutputError as e:
+    sys.exit(f'{PROG}: {e}')
+  existing = [t for t in tables if t.exists()]
+  if existing and not fv.overwrite:
+    sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')
   problem = config_flags.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
@@ -472,12 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
 
   # An --overwrite replaces the earlier prediction whole: its maps that this one does not
-  # rewrite go too (below), so OUT never mixes two runs' outputs.
-  earlier = earlier_names(table) if fv.overwrite else []
+  # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
   rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
   start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
   for item, name in tqdm.tqdm(
-    list(zip(files, output_names(files), strict=True)), unit='img', desc='predict', file=sys.stderr
+    list(zip(files, names, strict=True)), unit='img', desc='predict', file=sys.stderr
   ):
     path = item.path
     targets = map_files(out, name)
@@ -517,7 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
     html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {fv.workdir}')
-    stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
+    try:
+      stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
+    except outputs.UnsafeOutputError as e:  # only a link planted during this prediction
+      sys.exit(f'{PROG}: {e}')
     if stale:
       print(
         f'{PROG}: removed the maps of {len(stale)} image(s) of the earlier prediction in {out} '

@@ -12,8 +12,10 @@ of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and t
 `crackjax.evaluation.scoring`), never in place of the run's own eval.json or threshold.json. A short
 table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
 own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
-cross-dataset table is written as ``--out``/cross_dataset.md and .csv. The metrics are counted
-in `--workers` processes (default: every core): per-image work.
+cross-dataset table is written as ``--out``/cross_dataset.md and .csv (and listed in its
+manifest, `crackjax.runs.outputs`: files of those names that this command did not write there,
+or that changed since, are replaced only with --overwrite; a link in --out is refused). The
+metrics are counted in `--workers` processes (default: every core): per-image work.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from typing import Any
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.runs import exits, identity, logs
+from crackjax.runs import exits, identity, logs, outputs
 
 PROG = 'crackjax-evaluate'
 USAGE = f'{PROG} --workdir=RUN [--data=DATASET:SPLIT ...] [--folder=IMAGES:MASKS ...] [flags]'
+# The cross-dataset table's files in --out (with several data arguments).
+CROSS_FILES = ('cross_dataset.md', 'cross_dataset.csv')
 # Columns of the cross-dataset table, after data and protocol.
 COLUMNS = (
   ('images', 'images'),
@@ -87,6 +91,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
   flags.DEFINE_string(
     'out', None, 'where the cross-dataset table goes (default: RUN/eval)', flag_values=fv
+  )
+  flags.DEFINE_bool(
+    'overwrite',
+    False,
+    'replace cross_dataset.md / .csv in --out that this command did not write there, or that '
+    'changed since (its own unchanged ones it replaces anyway)',
+    flag_values=fv,
   )
   flags.DEFINE_integer(
     'workers', os.cpu_count() or 1, 'processes that count the metrics', flag_values=fv
@@ -197,7 +208,8 @@ def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
   head = ['data', 'protocol', *(title for _, title in COLUMNS)]
   lines = [caption, '', '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for row in rows:
-    cells = [row['data'], row['protocol'], str(row['images'])]
+    # A '|' in a folder's name would end its cell: escaped, as Markdown tables allow.
+    cells = [row['data'].replace('|', '\\|'), row['protocol'], str(row['images'])]
     for key, _ in COLUMNS[1:]:
       value = row[key]
       cells.append('' if value is None else f'{100 * value:.1f}')
@@ -243,6 +255,15 @@ def _main(argv: Sequence[str] | None) -> int:
     targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
+  folder = Path(fv.out) if fv.out else workdir / 'eval'
+  if len(targets) > 1:  # the cross-dataset table: checked before the long work
+    try:
+      outputs.check_inside(folder, [folder / n for n in (*CROSS_FILES, outputs.MANIFEST)])
+    except outputs.UnsafeOutputError as e:
+      sys.exit(f'{PROG}: {e}')
+    foreign = outputs.foreign_files(folder, CROSS_FILES)
+    if foreign and not fv.overwrite:
+      sys.exit(outputs.replace_advice(PROG, folder, foreign))
   try:
     state = experiment.restore(workdir, step=fv.step)
   except (FileNotFoundError, checkpoints.CheckpointError) as e:
@@ -252,7 +273,7 @@ def _main(argv: Sequence[str] | None) -> int:
   print(f'{PROG}: run {workdir} step {step}; run threshold {threshold:g} ({source})', flush=True)
   with identity.leader_lock(workdir):  # it writes RUN/eval/...: one writer of a run at a time
     rows = _score_all(experiment, workdir, state, targets, protocols, threshold, fv.workers)
-    return _cross_table(rows, targets, workdir, fv.out, step, threshold, source)
+    return _cross_table(rows, targets, workdir, folder, step, threshold, source)
 
 
 def _score_all(experiment, workdir, state, targets, protocols, threshold, workers) -> list:
@@ -286,10 +307,11 @@ def _score_all(experiment, workdir, state, targets, protocols, threshold, worker
   return rows
 
 
-def _cross_table(rows, targets, workdir: Path, out, step: int, threshold: float, source) -> int:
-  """With several data arguments: the cross-dataset table, --out/cross_dataset.md and .csv."""
+def _cross_table(
+  rows, targets, workdir: Path, folder: Path, step: int, threshold: float, source
+) -> int:
+  """With several data arguments: the cross-dataset table, `folder`/cross_dataset.md and .csv."""
   if len(targets) > 1:
-    folder = Path(out) if out else workdir / 'eval'
     folder.mkdir(parents=True, exist_ok=True)
     caption = f'Run {workdir}, step {step}; F1 @run t at {threshold:g} ({source}). Percent.'
     (folder / 'cross_dataset.md').write_text(markdown(rows, caption) + '\n')
@@ -297,6 +319,7 @@ def _cross_table(rows, targets, workdir: Path, out, step: int, threshold: float,
       writer = csv.DictWriter(f, fieldnames=['data', 'protocol', *(k for k, _ in COLUMNS)])
       writer.writeheader()
       writer.writerows(rows)
+    outputs.record_outputs(folder, CROSS_FILES, PROG)
     print(f'{PROG}: wrote {folder / "cross_dataset.md"} and cross_dataset.csv')
   return 0
 

@@ -28,7 +28,7 @@ from crackjax import evaluation
 from crackjax.evaluation import plots
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.experiment import Experiment
-from crackjax.runs import identity
+from crackjax.runs import identity, outputs
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import train_state as state_lib
 
@@ -489,7 +489,7 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
     if spec.writes_threshold_file:
       threshold = r['ods']['threshold']
       (workdir / 'threshold.json').write_text(
-        json.dumps(
+        outputs.dumps(
           {
             'threshold': threshold,
             'rule': spec.threshold_rule,

@@ -46,7 +46,6 @@ torchvision's for torchvision names, none for crackjax paths).
 from __future__ import annotations
 
 import dataclasses
-import json
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -60,6 +59,7 @@ from absl import logging
 from crackjax.models import MODELS
 from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
+from crackjax.runs import outputs
 
 LAYOUTS = ('vgg16', 'vgg16_bn', 'resnet50', 'crackjax')
 NORMALIZATIONS = ('auto', 'torchvision', 'caffe', 'none')
@@ -557,5 +557,5 @@ def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Pat
   logging.info('%s', report.summary())
   if workdir is not None and jax.process_index() == 0:
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    (Path(workdir) / 'init.json').write_text(json.dumps(report.to_dict(), indent=2) + '\n')
+    (Path(workdir) / 'init.json').write_text(outputs.dumps(report.to_dict(), indent=2) + '\n')
   return state

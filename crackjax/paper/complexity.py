@@ -70,6 +70,7 @@ from crackjax.config import flags as config_flags
 from crackjax.experiment import Experiment, build
 from crackjax.models import fused_logits
 from crackjax.paper import tables as paper
+from crackjax.runs import outputs
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -495,10 +496,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     sys.exit(f'{prog}: {e}')
   print(format_report(r, config))
   if fv.json:
-    import json
     from pathlib import Path
 
-    Path(fv.json).write_text(json.dumps(r, indent=1, default=str))
+    Path(fv.json).write_text(outputs.dumps(r, indent=1, default=str))
   return r
 
 

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from crackjax.runs import outputs
+
 EXPORT_FORMAT = 'crackjax.reproduce/1'
 # What an exported epoch keeps of each protocol's result (no curves, no per-image rows).
 _EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
@@ -64,6 +66,8 @@ SCORE_KEYS = ('precision', 'recall', 'f1')
 _INTEGER = ((int,), 'an integer')
 _NUMBER = ((int, float), 'a number')
 _OBJECT = ((dict,), 'an object')
+# A time that may be unknown: null (NaN in records written before strict JSON).
+_TIME = ((int, float, type(None)), 'a number or null')
 # The type of each field that the report, the records or the plan read, in a run and in an
 # epoch entry (a field absent is checked by the *_KEYS above, or read with a fallback).
 _RUN_TYPES = {
@@ -81,7 +85,7 @@ _EPOCH_TYPES = {
   'epoch': _INTEGER,
   'results': _OBJECT,
   'params': _NUMBER,
-  'train_seconds': _NUMBER,
+  'train_seconds': _TIME,
   'eval_seconds': _NUMBER,
   'first_in_process': ((bool,), 'true or false'),
 }
@@ -220,7 +224,7 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
 def _same_key(x: Any) -> str:
   # An export keeps floats to eight decimals: a campaign and its export compare equal after
   # the same rounding; JSON text, since NaN (an epoch's unknown training time) != NaN.
-  return json.dumps(_rounded(x), sort_keys=True)
+  return outputs.dumps(_rounded(x), sort_keys=True)
 
 
 def _difference(a: dict[str, Any], source_a: str, b: dict[str, Any], source_b: str) -> str:
@@ -306,7 +310,7 @@ def export(runs: Sequence[dict[str, Any]], path: str | Path) -> None:
   """Writes `runs` as one small JSON file that `load` reads back: floats to eight decimals,
   one run per line (a committed export diffs run by run)."""
   Path(path).parent.mkdir(parents=True, exist_ok=True)
-  lines = [json.dumps(_rounded(run), separators=(',', ':')) for run in runs]
+  lines = [outputs.dumps(_rounded(run), separators=(',', ':')) for run in runs]
   Path(path).write_text(
     f'{{"format": "{EXPORT_FORMAT}", "runs": [\n' + ',\n'.join(lines) + '\n]}\n'
   )

@@ -23,6 +23,10 @@ Written to ``--out``:
                 parameter count beside the paper's ODS, OIS, parameters, GFLOPS, TT and FPS.
                 report.md shows them too, with each model's dagger row against its original
                 one (Welch's t-test), as the paper compares them.
+  .crackjax-outputs.json   the files above with their SHA-256: a later report replaces them
+                without a word while they are unchanged; any other file of those names (a
+                user's own report.md, or one edited since) only with --overwrite. Links in
+                --out are refused (`crackjax.runs.outputs`).
 
 Every number names its protocol (docs/evaluation.md) and the hardware it ran on; the paper's
 figures are its own protocol's (unnamed there, see docs/reproduction.md).
@@ -45,6 +49,7 @@ from absl import flags
 from crackjax.config import flags as config_flags
 from crackjax.paper import records
 from crackjax.paper import tables as paper
+from crackjax.runs import outputs
 
 PROG = 'python -m crackjax.paper.report'
 USAGE = f'{PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE] [flags]'
@@ -68,14 +73,20 @@ class RowResult:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else math.nan
 
 
+def _seconds(value: Any) -> float:
+  """A recorded time in seconds, NaN where it is unknown (null or absent)."""
+  return float(value) if isinstance(value, int | float) else math.nan
+
+
 def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, float] | None:
   by_epoch = {e['epoch']: e for e in run['epochs']}
   e = by_epoch.get(epoch)
   if e is None or protocol not in e.get('results', {}):
     return None
   r = e['results'][protocol]
-  # An epoch absent, or its time unknown (evaluated from a checkpoint): NaN, the sum is too.
-  times = [by_epoch.get(k, {}).get('train_seconds', math.nan) for k in range(1, epoch + 1)]
+  # An epoch absent, or its time unknown (evaluated from a checkpoint: null, NaN before strict
+  # JSON): NaN, the sum is too.
+  times = [_seconds(by_epoch.get(k, {}).get('train_seconds')) for k in range(1, epoch + 1)]
   fixed = r.get('fixed', {}).get('f1', math.nan)
   return {
     'ods_p': r['ods']['precision'],
@@ -581,21 +592,37 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
   return True
 
 
+def report_files(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> list[str]:
+  """The names `write_report` may write in its folder (a curve of each table and protocol
+  that the runs hold, whether or not it has points), checked before anything is written."""
+  curves = [
+    f'curves_table{table}_{protocol}.png'
+    for table in sorted({r['table'] for r in runs})
+    for protocol in protocols
+  ]
+  return ['report.md', 'report.csv', 'report_compare.csv', *curves]
+
+
 def write_report(runs: Sequence[dict[str, Any]], out: str | Path, protocols: Sequence[str]) -> Path:
-  """report.md, report.csv and the curve PNGs in `out`; returns the Markdown's path."""
+  """report.md, report.csv and the curve PNGs in `out`, listed in its manifest
+  (`crackjax.runs.outputs.record_outputs`, so that the next report may replace them); returns
+  the Markdown's path."""
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   text = markdown(runs, protocols)
-  figures = []
+  figures, written = [], ['report.md', 'report.csv']
   for table in sorted({r['table'] for r in runs}):
     for protocol in protocols:
       name = f'curves_table{table}_{protocol}.png'
       if plot_curves(out / name, runs, table, protocol):
         figures.append(f'![Table {table}, {protocol}]({name})')
+        written.append(name)
   (out / 'report.md').write_text(text + '\n' + '\n\n'.join(figures) + '\n')
   write_csv(out / 'report.csv', runs, protocols)
   if any(compare_results(runs, p) for p in protocols):
     write_compare_csv(out / 'report_compare.csv', runs, protocols)
+    written.append('report_compare.csv')
+  outputs.record_outputs(out, written, PROG)
   return out / 'report.md'
 
 
@@ -619,7 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   flags.DEFINE_bool(
     'overwrite',
     False,
-    'Replace an existing --export file that is not among the inputs (one that is, is merged into).',
+    'Replace an existing --export file that is not among the inputs (one that is, is merged '
+    'into), and files in --out that an earlier report did not write or that changed since (its '
+    'own unchanged ones it replaces anyway).',
     flag_values=fv,
   )
   flags.DEFINE_list('protocols', None, 'Protocols to report (default: all found).', flag_values=fv)
@@ -667,10 +696,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f'{PROG}: --export={fv.export} exists and is not among the inputs; pass --overwrite '
         'to replace it, or name it as an input to merge these results into it.'
       )
+  protocols = fv.protocols or found
+  # A user's own report.md (or a report's, edited since) is replaced only on request; the
+  # report's own unchanged outputs (its manifest) are, so that rerunning it needs no flag.
+  names = report_files(runs, protocols)
+  try:
+    outputs.check_inside(out, [Path(out) / n for n in [*names, outputs.MANIFEST]])
+  except outputs.UnsafeOutputError as e:
+    sys.exit(f'{PROG}: {e}')
+  foreign = outputs.foreign_files(out, names)
+  if foreign and not fv.overwrite:
+    sys.exit(outputs.replace_advice(PROG, out, foreign))
   if fv.export:
     records.export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')
-  protocols = fv.protocols or found
   print(f'wrote {write_report(runs, out, protocols)}')
   return 0
 

@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crackjax.runs import outputs
+
 FINGERPRINT_FILE = 'fingerprint.json'
 LOCK_FILE = '.lock'
 
@@ -152,10 +154,11 @@ def check_identity(workdir: str | Path, new: Mapping[str, Any], *, record: bool 
 
 
 def write_json(path: str | Path, obj: Any, **dump_kwargs) -> None:
-  """Writes `obj` as JSON atomically: a killed process never leaves half a file."""
+  """Writes `obj` as strict JSON (`outputs.dumps`: NaN and Infinity as null) atomically: a
+  killed process never leaves half a file."""
   path = Path(path)
   tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-  tmp.write_text(json.dumps(obj, indent=1, **dump_kwargs))
+  tmp.write_text(outputs.dumps(obj, indent=1, **dump_kwargs))
   tmp.replace(path)
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import jax
 
+from crackjax.runs import outputs
+
 
 class MetricWriter:
   """Writes scalars to `<workdir>/tensorboard` and `<workdir>/metrics.jsonl`.
@@ -47,7 +49,8 @@ class MetricWriter:
       value = float(value)
       record[name] = value
       self._tb.add_scalar(f'{kind}/{name}', value, int(step))
-    self._jsonl.write(json.dumps(record) + '\n')
+    # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN).
+    self._jsonl.write(outputs.dumps(record) + '\n')
     self._jsonl.flush()
 
   def flush(self) -> None:

@@ -12,6 +12,7 @@ refused with the fields that differ.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging as logging_lib
 import os
@@ -19,6 +20,7 @@ import re
 import shutil
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -60,17 +62,17 @@ TMP_SUFFIX = '.orbax-checkpoint-tmp'
 def _os_reason(error: BaseException) -> str:
   """The operating system's words in a failed save ('No space left on device'), which orbax
   and TensorStore wrap in a ValueError of several hundred characters."""
+  if isinstance(error, OSError) and error.strerror:
+    return error.strerror
   text = str(error)
   code = re.search(r"os_error_code='?(\d+)", text) or re.search(r'\[Errno (\d+)\]', text)
   if code:
     return os.strerror(int(code.group(1)))
-  if isinstance(error, OSError) and error.strerror:
-    return error.strerror
   return _one_line(error)
 
 
-def _failed_step(error: BaseException) -> int | None:
-  """The step whose save failed, from the temporary folder the error names."""
+def _failed_step(error: BaseException | str) -> int | None:
+  """The step whose save failed, from the temporary folder the error (or a name) names."""
   found = re.search(rf'(\d+){re.escape(TMP_SUFFIX)}', str(error))
   return int(found.group(1)) if found else None
 
@@ -103,8 +105,8 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
   # is collected (now or at exit). The one line below is the report.
   asyncio_logger = logging_lib.getLogger('asyncio')
   asyncio_logger.addFilter(lambda record: not _is_abandoned_write(record))
-  remove_unfinished_saves(directory)
-  step = _failed_step(error) or step
+  unfinished = [_failed_step(p.name) for p in remove_unfinished_saves(directory)]
+  step = _failed_step(error) or step or max((s for s in unfinished if s is not None), default=None)
   complete = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
   kept = (
     f'the last complete checkpoint, step {complete[-1]}, is kept'
@@ -119,6 +121,54 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
   )
 
 
+def _is_abandoned_callback(exc_type, exc, tb) -> bool:
+  """Whether an error printed by native code is a write of a failed orbax save reporting to
+  the save's event loop after orbax closed it (the first failed write ends the save; the
+  others finish later, each with this traceback)."""
+  if exc_type is not RuntimeError or str(exc) != 'Event loop is closed':
+    return False
+  frames = [f.f_code.co_name for f, _ in traceback.walk_tb(tb)]
+  return 'call_soon_threadsafe' in frames or '_check_closed' in frames
+
+
+def _quiet_abandoned_writes() -> None:
+  """Installs, once, hooks that drop `_is_abandoned_callback` errors, which TensorStore reports
+  as unraisable (`PyErr_WriteUnraisable`, a bare traceback on stderr); `save` reports the
+  failed save itself in one line."""
+  if getattr(sys.unraisablehook, 'crackjax_quiet', False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_abandoned_callback(
+      unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback
+    ):
+      previous(unraisable)
+
+  hook.crackjax_quiet = True
+  sys.unraisablehook = hook
+
+
+def _short_of_space(directory: Path, state: Any) -> str | None:
+  """Why a checkpoint of `state` cannot fit in `directory`'s free space, or None. It takes
+  what the newest complete step takes on disk, or before the first one the bytes of its arrays
+  (an upper bound: OCDBT may compress); the older steps stay until it is complete."""
+  steps = sorted((p for p in directory.glob('*') if p.name.isdigit()), key=lambda p: int(p.name))
+  if steps:
+    needed = sum(f.stat().st_size for f in steps[-1].rglob('*') if f.is_file())
+  else:
+    needed = sum(getattr(x, 'nbytes', 0) for x in jax.tree.leaves(state))
+  try:
+    free = shutil.disk_usage(directory if directory.exists() else directory.parent).free
+  except OSError:
+    return None  # cannot tell: let the save try
+  if free >= needed + (needed >> 5) + (1 << 18):  # and some room for orbax's metadata files
+    return None
+  return (
+    f'No space left on device ({free / 1e6:.1f} MB free, a checkpoint takes {needed / 1e6:.1f} MB)'
+  )
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = False) -> None:
   """Saves `state` as step `step` (asynchronously: training goes on while it is written).
 
@@ -128,6 +178,13 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = Fa
   Raises:
     CheckpointSaveError: the one-line reason; the unfinished step's folders are removed.
   """
+  _quiet_abandoned_writes()
+  finish_saves(mngr)  # the previous save (orbax waits for it anyway): its failure comes first
+  short = _short_of_space(Path(mngr.directory), state)
+  if short:
+    # Refused before orbax writes anything: a save that runs out of space midway fails in
+    # its background threads, whose late writes print tracebacks that nothing can catch.
+    raise _save_failed(mngr, step, OSError(errno.ENOSPC, short))
   try:
     mngr.save(step, args=ocp.args.StandardSave(state), force=force)
   except Exception as e:  # noqa: BLE001 - orbax, TensorStore and the OS all mean: not saved
