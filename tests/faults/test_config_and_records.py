@@ -4,6 +4,7 @@ one line that names the file, field or value, exit status 1, and nothing written
 In-process parse and validation checks are fast; anything that launches a command is
 `slow`."""
 
+import json
 import os
 import re
 import subprocess
@@ -235,3 +236,166 @@ def test_launch_with_a_wrong_tuple_type_leaves_the_workdir_untouched(tmp_path):
   ]
   assert sorted(p.name for p in workdir.iterdir()) == ['notes.txt']  # no fingerprint.json
   assert (workdir / 'notes.txt').read_text() == 'mine'
+
+
+# ------------------------------------------------------------ damaged runner records (fast)
+
+RESULTS = REPO / 'results' / 'gpu_table1.json'
+
+
+def _campaign(workdir: Path) -> Path:
+  """The first run of results/gpu_table1.json (exp_0.75_a20_wj_e5, seed 1, 5 epochs) as a
+  runner's job directory under `workdir`; returns the job directory."""
+  from crackjax.paper import records
+
+  run = records.load([RESULTS])[0]
+  job = workdir / 'table1' / run['group'].split(':')[1] / f'seed{run["seed"]}'
+  job.mkdir(parents=True)
+  info = {k: run[k] for k in ('table', 'group', 'seed', 'rows', 'hardware', 'versions')}
+  (job / 'run.json').write_text(json.dumps(info))
+  for e in run['epochs']:
+    (job / f'epoch_{e["epoch"]:03d}.json').write_text(json.dumps(e))
+  return job
+
+
+def test_a_damaged_record_is_set_aside_without_replacing_an_earlier_copy(tmp_path, capsys):
+  from crackjax.runs import identity
+
+  record = identity.epoch_path(tmp_path, 3)
+  (tmp_path / 'epoch_003.json.damaged').write_text('the first damaged copy')
+  record.write_text('{"epoch": 3, "resu')
+  assert identity.read_record(record, required=('epoch', 'results')) is None
+  err = capsys.readouterr().err
+  assert err == (
+    f'{record}: damaged record (Unterminated string starting at: line 1 column 14 (char 13)); '
+    'set aside as epoch_003.json.damaged-2; its epoch counts as not evaluated.\n'
+  )  # it says what happened; what follows (evaluated again or not) its caller says
+  assert (tmp_path / 'epoch_003.json.damaged').read_text() == 'the first damaged copy'
+  assert (tmp_path / 'epoch_003.json.damaged-2').read_text() == '{"epoch": 3, "resu'
+  assert identity.why_not_evaluated(tmp_path, 3) == (
+    'its record was damaged and set aside as epoch_003.json.damaged-2'
+  )
+  assert identity.why_not_evaluated(tmp_path, 4) == (
+    'it has no record (the run stopped before its evaluation was written)'
+  )
+  record.write_text(json.dumps({'epoch': 3, 'results': {'strict': {}}}))
+  assert identity.why_not_evaluated(tmp_path, 3, ['strict', 'tolerance']) == (
+    "its record epoch_003.json lacks protocol(s) ['tolerance']"
+  )
+
+
+def test_the_report_names_every_seed_of_a_row_it_leaves_out(tmp_path, capsys):
+  from crackjax.paper import report
+
+  job = _campaign(tmp_path / 'campaign')
+  damaged = job / 'epoch_005.json.damaged'
+  (job / 'epoch_005.json').rename(damaged)  # as the runner sets a damaged record aside
+  before = {p.name: p.read_bytes() for p in job.iterdir()}
+  assert report.main([str(tmp_path / 'campaign'), f'--out={tmp_path / "report"}']) == 1 - 1
+  note = (
+    f"table1:exp_0.75_a20_wj_e5 seed 1: epoch 5's record was damaged and set aside as "
+    f'{damaged}; run the runner again: it evaluates that epoch again if its checkpoint is kept, '
+    'and otherwise says how to train the job afresh.'
+  )
+  assert capsys.readouterr().err == f'note: left out {note}\n'  # was: dropped without a word
+  assert (
+    f'## Left out\n\nSeeds of rows that are not in the tables above, and why:\n\n- {note}\n'
+    in ((tmp_path / 'report' / 'report.md').read_text())
+  )
+  assert {p.name: p.read_bytes() for p in job.iterdir()} == before  # the report moves nothing
+
+
+def test_the_report_says_why_a_seed_is_missing_from_an_export(tmp_path, capsys):
+  from crackjax.paper import report
+
+  def note_of(edit) -> list[str]:
+    data = json.loads(RESULTS.read_text())
+    edit(data['runs'])
+    export = tmp_path / 'edited.json'
+    export.write_text(json.dumps(data))
+    assert report.main([str(export), f'--out={tmp_path / "report"}']) == 0
+    return capsys.readouterr().err.splitlines()
+
+  def cut(runs):  # seed 1 cut at a time limit after epoch 3
+    runs[0]['epochs'] = runs[0]['epochs'][:3]
+
+  assert note_of(cut) == [
+    'note: left out table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 is not evaluated yet (the run '
+    'reached epoch 3: still running, or cut at a time limit; the runner resumes it).'
+  ]
+  assert note_of(lambda runs: runs[1]['epochs'][4]['results'].pop('tolerance_thin_gt')) == [
+    'note: left out table1:exp_0.75_a20_wj_e5 seed 2: epoch 5 was not evaluated under '
+    "['tolerance_thin_gt'] (its record holds ['strict'])."
+  ]
+
+
+# ---------------------------------------------------- damaged runner records, the runner (slow)
+
+
+@pytest.mark.slow
+def test_the_runner_says_what_it_does_with_each_damaged_record(tmp_path, capsys, caplog):
+  from crackjax.paper import report
+  from crackjax.paper import runner as reproduce
+  from crackjax.runs import identity
+  from tests import fixtures
+
+  raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path / 'data')
+  workdir = tmp_path / 'campaign'
+  argv = [
+    '--table=1',
+    '--rows=wce_exp_0.75_e5,wce_exp_0.75_e10',  # one job of 10 epochs, a row at epoch 5
+    '--seeds=1',
+    '--variant=smoke',
+    f'--set=data.manual_dir={raw}',
+    f'--set=data.data_dir={tfds_dir}',
+    f'--workdir={workdir}',
+    '--curve_protocols=strict',
+  ]
+  assert reproduce.main(argv) == 0
+  job = workdir / 'table1' / 'wce_exp_0.75' / 'seed0'
+  assert identity.evaluated_epochs(job) == list(range(1, 11))
+  capsys.readouterr()
+  # The runner keeps the newest two checkpoints (steps 27 and 30): damage the records of
+  # epoch 10 (the one training ended at), 9 (an older one, checkpoint kept) and 5 (gone).
+  texts = {e: identity.epoch_path(job, e).read_text() for e in (5, 9, 10)}
+  for e, text in texts.items():
+    identity.epoch_path(job, e).write_text(text[:100])
+  others = {p.name: p.read_text() for p in job.glob('epoch_*.json')} | {}
+  others = {k: v for k, v in others.items() if k not in {f'epoch_{e:03d}.json' for e in texts}}
+  with caplog.at_level('WARNING'):
+    assert reproduce.main(argv) == 0
+  out, err = capsys.readouterr()
+  for e in (5, 9, 10):
+    assert (
+      f'epoch_{e:03d}.json: damaged record (' in err
+      and f'set aside as epoch_{e:03d}.json.damaged; its epoch counts as not evaluated.' in err
+    )
+  assert 'redone' not in err and 'before an interruption' not in caplog.text
+  assert (
+    'Evaluating epoch 10 from its checkpoint (step 30): its record was damaged and set aside as '
+    'epoch_010.json.damaged.' in caplog.text
+  )
+  assert (
+    '1:wce_exp_0.75:0: evaluating epoch 9 again from its checkpoint (step 27): its record was '
+    'damaged and set aside as epoch_009.json.damaged.' in out
+  )
+  assert (
+    '1:wce_exp_0.75:0: epoch 5 has no evaluation: its record was damaged and set aside as '
+    'epoch_005.json.damaged, and its checkpoint is no longer kept (the newest 2 are); the '
+    f'report leaves it out. To have it, move {job} aside and run the runner again (the job '
+    'trains afresh, with the same seed).' in out
+  )
+  assert 'epoch 9: training time not measured (evaluated later from its checkpoint)' in out
+  # Nothing lost: every damaged copy kept as it was, every other record untouched.
+  for e, text in texts.items():
+    assert (job / f'epoch_{e:03d}.json.damaged').read_text() == text[:100]
+  assert identity.evaluated_epochs(job) == [e for e in range(1, 11) if e != 5]
+  assert all((job / name).read_text() == text for name, text in others.items())
+  # The report names the seed it leaves out, on stderr and in report.md.
+  assert report.main([str(workdir)]) == 0
+  err = capsys.readouterr().err
+  assert err.startswith(
+    "note: left out table1:wce_exp_0.75_e5 seed 0: epoch 5's record was damaged and set aside "
+    f'as {job / "epoch_005.json.damaged"}; '
+  )
+  assert '## Left out' in (workdir / 'report' / 'report.md').read_text()
