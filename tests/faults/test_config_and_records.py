@@ -284,6 +284,7 @@ def test_a_damaged_record_is_set_aside_without_replacing_an_earlier_copy(tmp_pat
   )
 
 
+@pytest.mark.slow  # seconds: the report draws its curves
 def test_the_report_names_every_seed_of_a_row_it_leaves_out(tmp_path, capsys):
   from crackjax.paper import report
 
@@ -291,7 +292,7 @@ def test_the_report_names_every_seed_of_a_row_it_leaves_out(tmp_path, capsys):
   damaged = job / 'epoch_005.json.damaged'
   (job / 'epoch_005.json').rename(damaged)  # as the runner sets a damaged record aside
   before = {p.name: p.read_bytes() for p in job.iterdir()}
-  assert report.main([str(tmp_path / 'campaign'), f'--out={tmp_path / "report"}']) == 1 - 1
+  assert report.main([str(tmp_path / 'campaign'), f'--out={tmp_path / "report"}']) == 0
   note = (
     f"table1:exp_0.75_a20_wj_e5 seed 1: epoch 5's record was damaged and set aside as "
     f'{damaged}; run the runner again: it evaluates that epoch again if its checkpoint is kept, '
@@ -305,27 +306,47 @@ def test_the_report_names_every_seed_of_a_row_it_leaves_out(tmp_path, capsys):
   assert {p.name: p.read_bytes() for p in job.iterdir()} == before  # the report moves nothing
 
 
-def test_the_report_says_why_a_seed_is_missing_from_an_export(tmp_path, capsys):
-  from crackjax.paper import report
+def test_left_out_says_why_each_seed_is_missing(tmp_path):
+  # In process and without plots (the report itself is in the slow test above).
+  from crackjax.paper import records, report
 
-  def note_of(edit) -> list[str]:
+  def left(edit) -> list[str]:
     data = json.loads(RESULTS.read_text())
     edit(data['runs'])
     export = tmp_path / 'edited.json'
     export.write_text(json.dumps(data))
-    assert report.main([str(export), f'--out={tmp_path / "report"}']) == 0
-    return capsys.readouterr().err.splitlines()
+    runs = records.load([export])
+    return report.left_out(runs, ['strict', 'tolerance_thin_gt'], records.set_aside([export]))
+
+  assert left(lambda runs: None) == []
 
   def cut(runs):  # seed 1 cut at a time limit after epoch 3
     runs[0]['epochs'] = runs[0]['epochs'][:3]
 
-  assert note_of(cut) == [
-    'note: left out table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 is not evaluated yet (the run '
-    'reached epoch 3: still running, or cut at a time limit; the runner resumes it).'
+  assert left(cut) == [
+    'table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 is not evaluated yet (the run reached epoch 3: '
+    'still running, or cut at a time limit; the runner resumes it).'
   ]
-  assert note_of(lambda runs: runs[1]['epochs'][4]['results'].pop('tolerance_thin_gt')) == [
-    'note: left out table1:exp_0.75_a20_wj_e5 seed 2: epoch 5 was not evaluated under '
-    "['tolerance_thin_gt'] (its record holds ['strict'])."
+  assert left(lambda runs: runs[1]['epochs'][4]['results'].pop('tolerance_thin_gt')) == [
+    "table1:exp_0.75_a20_wj_e5 seed 2: epoch 5 was not evaluated under ['tolerance_thin_gt'] "
+    "(its record holds ['strict'])."
+  ]
+  job = _campaign(tmp_path / 'campaign')
+  (job / 'epoch_005.json').rename(job / 'epoch_005.json.damaged')
+  runs = records.load([tmp_path / 'campaign'])
+  assert report.left_out(runs, ['strict'], records.set_aside([tmp_path / 'campaign'])) == [
+    f"table1:exp_0.75_a20_wj_e5 seed 1: epoch 5's record was damaged and set aside as "
+    f'{job / "epoch_005.json.damaged"}; run the runner again: it evaluates that epoch again if '
+    'its checkpoint is kept, and otherwise says how to train the job afresh.'
+  ]
+  assert report.left_out(runs, ['strict']) == [  # no campaign directory to look in
+    'table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 is not evaluated yet (the run reached epoch 4: '
+    'still running, or cut at a time limit; the runner resumes it).'
+  ]
+  later = {**json.loads((job / 'epoch_004.json').read_text()), 'epoch': 6}  # past the row's 5
+  (job / 'epoch_006.json').write_text(json.dumps(later))
+  assert report.left_out(records.load([tmp_path / 'campaign']), ['strict']) == [
+    'table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 has no evaluation record.'
   ]
 
 
