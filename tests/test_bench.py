@@ -139,3 +139,33 @@ def test_torch_unet_matches_flax_parameter_count():
   bench = _load_bench()
   model = bench._torch_unet(TINY)
   assert sum(p.numel() for p in model.parameters()) == TINY_PARAMS
+
+
+def test_matching_bench_counts_each_cell_against_correspond_pixels():
+  # bench/matching_vs_correspond.py on two tiny maps with a stand-in for correspondPixels that
+  # leaves one matchable pixel unmatched at every threshold where something is predicted: the
+  # bench must find exactly those cells, in that direction, and an ODS from each.
+  import numpy as np
+
+  path = Path(__file__).resolve().parents[1] / 'bench' / 'matching_vs_correspond.py'
+  spec = importlib.util.spec_from_file_location('bench_matching_vs_correspond', path)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+
+  def one_fewer(pred, gt, max_dist):
+    from crackjax.evaluation import tolerance_counts
+
+    n = int(tolerance_counts(pred, gt > 0, thresholds=[0.5]).matched_pred[0])
+    match = np.zeros_like(pred)
+    match.flat[np.flatnonzero(pred)[: max(n - 1, 0)]] = 1
+    return match, match, 0.0, 0.0
+
+  gt = np.zeros((20, 30), bool)
+  gt[10, 5:25] = True
+  prob = np.where(gt, 0.8, 0.1).astype(np.float32)
+  r = bench.compare([prob, prob], [gt, gt], 'tolerance', one_fewer)
+  predicted = int(np.count_nonzero(bench.THRESHOLDS <= np.float32(0.8)))  # 80 of 99
+  assert r['cells'] == 2 * 99 and r['differ'] == r['more_here'] == 2 * predicted
+  assert r['fewer_here'] == 0 and r['max_more'] == 1
+  assert r['matched_here'] - r['matched_correspond'] == 2 * predicted
+  assert r['ods_here'] > r['ods_correspond'] > 0

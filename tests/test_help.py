@@ -98,6 +98,12 @@ COMMANDS = [
     ['--workdir', '--split', '--lengths'],
   ),
   (
+    'bench matching_vs_correspond',
+    lambda: _bench('matching_vs_correspond')(['--help']),
+    'usage: bench/matching_vs_correspond.py --workdir=RUN',
+    ['--workdir', '--num_images', '--protocols'],
+  ),
+  (
     'bench launch_breakdown',
     lambda: _bench('launch_breakdown')(['--help']),
     'usage: bench/launch_breakdown.py',

@@ -423,7 +423,10 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   assert (
     max(json.loads(x)['step'] for x in (first / 'metrics.jsonl').read_text().splitlines()) == 15
   )
-  assert 'Evaluating epoch 3, saved before an interruption' in (first / 'worker.log').read_text()
+  assert (
+    'Evaluating epoch 3 from its checkpoint (step 9): it has no record (the run stopped before '
+    'its evaluation was written).'
+  ) in (first / 'worker.log').read_text()
   # Every epoch's line, though scored after its epoch ended (once each).
   log = (workdir / 'table1' / 'wce_xie' / 'seed1' / 'worker.log').read_text()
   assert [log.count(f'1:wce_xie:1 epoch {e}: ') for e in range(1, 6)] == [1] * 5, log[-3000:]
@@ -609,7 +612,7 @@ def test_an_epoch_evaluated_after_an_interruption_says_so():
   }
   line = campaign_jobs.epoch_line('t1/wce_xie/s0', 3, record)
   assert line == (
-    't1/wce_xie/s0 epoch 3: training time not measured (evaluated after an interruption), '
+    't1/wce_xie/s0 epoch 3: training time not measured (evaluated later from its checkpoint), '
     '2.0 s evaluation, ODS F1 0.5000 (strict protocol)'
   )
   record['train_seconds'] = 12.34

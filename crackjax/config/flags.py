@@ -21,10 +21,15 @@ Config files are plain Python (`configs/`): their `get_config(arg)` builds a Con
 from __future__ import annotations
 
 import ast
+import contextlib
+import difflib
+import logging
 import os
+import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from absl import flags
@@ -126,13 +131,115 @@ def _gives_config(argv: Sequence[str]) -> bool:
   return any(a == '--config' or a.startswith('--config=') for a in argv[1:])
 
 
+def _config_value(argv: Sequence[str]) -> str | None:
+  """The value of the last ``--config=VALUE`` (or ``--config VALUE``) in `argv`, as absl takes
+  it (one or two dashes), or None."""
+  value = None
+  for i, arg in enumerate(argv[1:], start=1):
+    match = re.match(r'^--?config(=|$)', arg)
+    if match:
+      value = (
+        arg.split('=', 1)[1] if match.group(1) else (argv[i + 1] if i + 1 < len(argv) else None)
+      )
+  return value
+
+
+def _close_path(path: Path) -> str | None:
+  """An existing config file whose path is close to `path` (difflib, one part at a time: a
+  folder among the folders beside it, the file among the .py files), or None."""
+  current = Path(path.anchor) if path.is_absolute() else Path()
+  parts = path.parts[1:] if path.is_absolute() else path.parts
+  for i, part in enumerate(parts):
+    last = i == len(parts) - 1
+    candidate = current / part
+    if not (candidate.is_file() if last else candidate.is_dir()):
+      try:
+        names = [
+          e.name
+          for e in current.iterdir()
+          if (e.is_file() and e.suffix == '.py' if last else e.is_dir())
+        ]
+      except OSError:
+        return None
+      close = difflib.get_close_matches(part, names, n=1)
+      if not close:
+        return None
+      candidate = current / close[0]
+    current = candidate
+  return str(current)
+
+
+def config_file_problem(value: str) -> str | None:
+  """Why the config file of ``--config=value`` (``path.py[:arg]``) cannot be loaded: it does
+  not exist (with the closest existing file, if one is close) or it is a folder; None if it
+  is a file. Checked before ml_collections loads it, which would report a missing file as a
+  traceback when the config is first used."""
+  path = value.split(':', 1)[0]
+  if not path:
+    return 'no config file named; expected configs/<name>.py[:arg].'
+  if Path(path).is_file():
+    return None
+  if Path(path).is_dir():
+    return f'{path} is a folder; name a config file in it, e.g. {Path(path) / "<name>.py"}.'
+  close = _close_path(Path(path))
+  return f'{path} does not exist' + (f'; did you mean {close}?' if close else '.')
+
+
+def _frames(error: BaseException) -> Iterator[traceback.FrameSummary]:
+  yield from traceback.extract_tb(error.__traceback__)
+
+
+def config_load_error(error: BaseException, value: str) -> str | None:
+  """The one line for `error` if it was raised while the config file of ``--config=value``
+  was loaded (its import or its get_config), naming the exception and where in the file;
+  None if it came from elsewhere (e.g. a mistyped ``--config.field``)."""
+  typed = value.split(':', 1)[0]  # named as the user typed it
+  path = os.path.abspath(typed)
+  if isinstance(error, SyntaxError) and os.path.abspath(error.filename or '') == path:
+    return (
+      f'the config file does not parse: SyntaxError: {error.msg} ({typed}, line {error.lineno}).'
+    )
+  if isinstance(error, AttributeError) and getattr(error, 'name', None) == 'get_config':
+    if not any(os.path.abspath(f.filename) == path for f in _frames(error)):
+      return 'the config file defines no get_config() function.'
+  inside = [f for f in _frames(error) if os.path.abspath(f.filename) == path]
+  if not inside:
+    return None
+  where = inside[-1]  # the line of the config file nearest the error
+  detail = str(error)
+  return (
+    f'loading the config file raised {type(error).__name__}'
+    f'{": " + detail if detail else ""} ({typed}, line {where.lineno}, in {where.name}).'
+  )
+
+
+class _DropNoneWarning(logging.Filter):
+  """ml_collections warns on its own line when get_config() returns None; the one-line
+  error says it instead."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return 'get_config() returned None' not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_none_warning() -> Iterator[None]:
+  logger, drop = logging.getLogger('absl'), _DropNoneWarning()
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
+
+
 def parse_flags(
   flag_values: flags.FlagValues, argv: Sequence[str], *, prog: str, usage: str | None = None
 ) -> list[str]:
   """Parses ``argv`` (argv[0] is the program) into `flag_values`; exits with a one-line
   message, not a traceback, on an unknown or mistyped flag, a mistyped config field, an
-  unparsable value or a missing ``--config``. ``--help`` (``-h``) prints `usage` (default
-  `usage_line`) and the command's flags (`help_text`) and exits 0.
+  unparsable value, a missing ``--config``, a config file that does not exist (naming a close
+  one, `config_file_problem`) and one that raises while it loads (`config_load_error`).
+  ``--help`` (``-h``) prints `usage` (default `usage_line`) and the command's flags
+  (`help_text`) and exits 0.
 
   Returns:
     The arguments that are not flags (argv[0] first).
@@ -141,9 +248,44 @@ def parse_flags(
   if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
     print(help_text(flag_values, prog, usage))
     sys.exit(0)
+  config_value = _config_value(argv) if 'config' in flag_values else None
+  if config_value is not None:
+    problem = config_file_problem(config_value)
+    if problem:
+      sys.exit(f'{prog}: --config={config_value}: {problem}')
   try:
-    remaining = flag_values(argv)
-  except (AttributeError, KeyError) as e:
+    with _without_none_warning():
+      remaining = flag_values(argv)
+  except Exception as e:  # noqa: BLE001 - anything the config file raised is named, else re-raised
+    line = config_load_error(e, config_value) if config_value is not None else None
+    if line:
+      sys.exit(f'{prog}: --config={config_value}: {line}')
+    _exit_on_flag_error(e, flag_values, argv, prog)
+    raise
+  if config_value is not None:
+    try:
+      getattr(flag_values['config'].value, 'keys', None)
+    except OSError as e:
+      # ml_collections keeps an OSError of the config file (e.g. a file that get_config
+      # opens) until the config is first used; say it now.
+      cause = e.__cause__ or e
+      line = config_load_error(cause, config_value)
+      sys.exit(f'{prog}: --config={config_value}: {line or f"{type(cause).__name__}: {cause}"}')
+  if 'config' in flag_values and flag_values['config'].value is None:
+    if config_value is not None:
+      sys.exit(f'{prog}: --config={config_value}: {_RETURNED_NONE}')
+    sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
+  return remaining
+
+
+_RETURNED_NONE = "the config file's get_config() returned None (a missing return?)."
+
+
+def _exit_on_flag_error(
+  e: Exception, flag_values: flags.FlagValues, argv: Sequence[str], prog: str
+) -> None:
+  """Exits with the one line for a flag error `e` of `parse_flags`; returns for any other."""
+  if isinstance(e, AttributeError | KeyError):
     # A mistyped --config.field surfaces from ml_collections as a bare AttributeError or
     # KeyError; say what went wrong instead.
     # ml_collections gives "'widhts'" and, for a near miss, a second line 'Did you mean
@@ -161,7 +303,7 @@ def parse_flags(
       f'{prog}: unknown config field {typed[0] if typed else detail} on the command line'
       f'{hint_text}; configs/base.py lists every field.'
     )
-  except flags.Error as e:
+  if isinstance(e, flags.Error):
     overrides = [a.split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
     if overrides and 'config' in flag_values and not _gives_config(argv):
       # absl sees --config.x=... as an unknown flag when no --config defines the fields.
@@ -169,10 +311,10 @@ def parse_flags(
         f'{prog}: {overrides[0]} overrides a config field, but no --config was given; pass '
         '--config=configs/<name>.py[:arg] first.'
       )
+    config_value = _config_value(argv)
+    if config_value is not None and 'must have a value other than None' in str(e):
+      sys.exit(f'{prog}: --config={config_value}: {_RETURNED_NONE}')
     sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
-  if 'config' in flag_values and flag_values['config'].value is None:
-    sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
-  return remaining
 
 
 def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:

@@ -14,6 +14,7 @@ without a traceback.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -67,6 +68,72 @@ def _positive(
   return []
 
 
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _expected(default: Any) -> tuple[Callable[[Any], bool], str] | None:
+  """What a field whose declared default is `default` must hold: (a test of a value, its
+  wording), or None where the default says nothing (None, a mapping, an empty tuple's
+  elements). A tuple of positive integers by default (widths, blocks, dilation rates) must
+  stay positive."""
+  if isinstance(default, bool):
+    return (lambda v: isinstance(v, bool)), 'True or False'
+  if _is_int(default):
+    return _is_int, 'an integer'
+  if isinstance(default, float):
+    return _is_number, 'a number'
+  if isinstance(default, str):
+    return (lambda v: isinstance(v, str)), 'a string'
+  if not isinstance(default, tuple | list):
+    return None
+  if default and all(_is_int(d) for d in default):
+    if all(d > 0 for d in default):
+      item, what = (lambda v: _is_int(v) and v > 0), 'positive integers'
+    else:
+      item, what = _is_int, 'integers'
+  elif default and all(_is_number(d) for d in default):
+    item, what = _is_number, 'numbers'
+  elif default and all(isinstance(d, str) for d in default):
+    item, what = (lambda v: isinstance(v, str)), 'strings'
+  else:
+    return (lambda v: isinstance(v, tuple | list)), 'a tuple'
+  # A non-empty default: a model needs at least one (e.g. one U-Net stage).
+  return (lambda v: isinstance(v, tuple | list) and len(v) > 0 and all(map(item, v))), (
+    f'a tuple of {what}'
+  )
+
+
+def type_problems(group: str, values: Any, defaults: dict[str, Any]) -> list[str]:
+  """A problem per field of `values` (the config group ``config.<group>``) whose value is
+  not of the kind its declared default is (`defaults`: a model entry's ``config``, a loss
+  factory's keyword defaults), e.g. ``config.model.widths=('abc',): expected a tuple of
+  positive integers.`` ml_collections types a number or string given on the command line
+  by the field's default, but takes any elements into a tuple field (``--config.model.
+  widths=abc`` is ``('abc',)``), and a config file may set anything; caught here, before the
+  workdir is written, instead of as a JAX error in the first step."""
+  problems = []
+  for field, value in values.items():
+    kind = _expected(defaults.get(field)) if field in defaults else None
+    if kind is not None and not kind[0](value):
+      shown = tuple(value) if isinstance(value, list) else value
+      problems.append(f'config.{group}.{field}={shown!r}: expected {kind[1]}.')
+  return problems
+
+
+def _loss_defaults(name: Any) -> dict[str, Any]:
+  """The keyword defaults of loss `name`'s factory (its ``config.loss`` fields)."""
+  entry = losses.LOSSES.get(name) if isinstance(name, str) else None
+  if entry is None:
+    return {}
+  parameters = inspect.signature(entry.build).parameters.values()
+  return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
 def _multiple_suggestion(size: int, multiple: int) -> str:
   low = size // multiple * multiple
   return f'{low} or {low + multiple}' if low else f'{multiple}'
@@ -112,8 +179,14 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   ):
     problems += _positive(config, f'augment.{name}', minimum=0, integer=False)
 
-  model = _built(lambda: model_from_config(config.model), problems)
-  loss_fn = _built(lambda: losses.loss_from_config(config.loss), problems)
+  # Each field of the model and loss groups of the kind its registry entry declares; a group
+  # with a field of the wrong kind is not built (its error would only repeat this one).
+  entry = models.MODELS.get(config.model.get('name'))
+  model_types = type_problems('model', config.model, entry.config if entry else {})
+  loss_types = type_problems('loss', config.loss, _loss_defaults(config.loss.get('name')))
+  problems += model_types + loss_types
+  model = None if model_types else _built(lambda: model_from_config(config.model), problems)
+  loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(config.loss), problems)
   augment_fn = _built(lambda: augment.augment_fn(config.augment), problems)
 
   size = data.get('input_size')

@@ -372,10 +372,14 @@ class EpochEvaluator:
     if jax.process_index() == 0:
       write_epoch_record(self.directory, record, self.config.steps_per_epoch)
     first = next(iter(record['results'].values()))
+    seconds = record['train_seconds']
     logging.info(
-      'Epoch %d: %.1f s training, %.1f s evaluation%s, ODS F1 %.4f (%s protocol).',
+      'Epoch %d: %s, %.1f s evaluation%s, ODS F1 %.4f (%s protocol).',
       epoch,
-      record['train_seconds'],
+      # NaN: evaluated later from its checkpoint, as the runner's line says (paper/jobs.py).
+      f'{seconds:.1f} s training'
+      if math.isfinite(seconds)
+      else 'training time not measured (evaluated later from its checkpoint)',
       record['eval_seconds'],
       ' (scored beside training)' if self._workers else '',
       first['ods']['f1'],

@@ -345,25 +345,59 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
 
   loop.train_and_evaluate(experiment, directory, evaluate_after=False, on_epoch_end=announce)
   announce()
+  # The loop evaluates again only the epoch it resumes at; an earlier epoch whose record was
+  # damaged (set aside by identity.read_record) is evaluated here while its checkpoint is
+  # kept, and otherwise named with what to do.
   missing = sorted(set(range(1, job.epochs + 1)) - set(identity.evaluated_epochs(directory)))
   if missing:
-    # Only if checkpoints were lost between runs; said, not hidden.
+    _evaluate_again(job, directory, experiment, missing)
+    announce()
+  missing = sorted(set(range(1, job.epochs + 1)) - set(identity.evaluated_epochs(directory)))
+  for epoch in missing:
     print(
-      f'{job.id}: epochs {missing} have no evaluation (their checkpoints are gone).', flush=True
+      f'{job.id}: epoch {epoch} has no evaluation: '
+      f'{identity.why_not_evaluated(directory, epoch)}, and its checkpoint is no longer kept '
+      f'(the newest {experiment.config.max_checkpoints_to_keep} are); the report leaves it '
+      f'out. To have it, move {directory} aside and run the runner again (the job trains '
+      'afresh, with the same seed).',
+      flush=True,
     )
   return 'done'
+
+
+def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]) -> None:
+  """Evaluates each of `epochs` whose checkpoint is kept from that checkpoint (its record
+  then has no training time), saying why."""
+  from crackjax.evaluation import scoring
+
+  spe = experiment.config.steps_per_epoch
+  kept = set(experiment.checkpoint_manager(directory).all_steps())
+  evaluator = scoring.EpochEvaluator(experiment, directory)
+  try:
+    for epoch in epochs:
+      if epoch * spe not in kept:
+        continue
+      why = identity.why_not_evaluated(directory, epoch)
+      print(
+        f'{job.id}: evaluating epoch {epoch} again from its checkpoint (step {epoch * spe}): '
+        f'{why}.',
+        flush=True,
+      )
+      evaluator(experiment.restore(directory, step=epoch * spe), epoch, trained=False)
+  finally:
+    evaluator.close()
 
 
 def epoch_line(job_id: str, epoch: int, record: Mapping[str, Any]) -> str:
   """The runner's line for an evaluated epoch (its record, epoch_<NNN>.json)."""
   strict = record['results'].get('strict', next(iter(record['results'].values())))
   seconds = record['train_seconds']
-  # NaN: the epoch was evaluated by a later process (its training was interrupted before its
-  # evaluation), so no training time belongs to this record.
+  # NaN: the epoch was evaluated later from its checkpoint (its process stopped before its
+  # evaluation was written, or its record was damaged), so no training time belongs to it.
   trained = (
     f'{seconds:.1f} s training'
     if isinstance(seconds, int | float) and math.isfinite(seconds)
-    else 'training time not measured (evaluated after an interruption)'
+    else 'training time not measured (evaluated later from its checkpoint)'
   )
   return (
     f'{job_id} epoch {epoch}: {trained}, {record["eval_seconds"]:.1f} s evaluation, '

@@ -39,13 +39,15 @@ def _compact(results: dict[str, Any]) -> dict[str, Any]:
 
 def _read_json(path: Path) -> Any:
   """The JSON in `path`; a damaged file is a ValueError that names it (the report reads and
-  never moves files: the runner sets damaged records aside and redoes them)."""
+  never moves files: the runner sets damaged records aside and evaluates their epochs again
+  where the checkpoints are kept)."""
   try:
     return json.loads(path.read_text())
   except ValueError as e:
     raise ValueError(
       f'{path} is not valid JSON ({e}); a runner record: rerun the runner, which sets it '
-      'aside and redoes it; an export: export it again.'
+      'aside and evaluates its epoch again if its checkpoint is kept; an export: export it '
+      'again.'
     ) from None
 
 
@@ -171,6 +173,27 @@ def load_run(directory: Path) -> dict[str, Any]:
     'setting': setting_of(run.get('config', {})),
     'epochs': epochs,
   }
+
+
+def set_aside(inputs: Iterable[str | Path]) -> dict[tuple[int, str, int], dict[int, Path]]:
+  """(table, group, seed) -> epoch -> the newest damaged copy of that epoch's record that the
+  runner set aside (`crackjax.runs.identity.read_record`), in the campaign directories of
+  `inputs` (an export holds none): why an epoch has no record, for the report's notes."""
+  found: dict[tuple[int, str, int], dict[int, Path]] = {}
+  for item in map(Path, inputs):
+    if not item.is_dir():
+      continue
+    for run_json in sorted(item.glob('table*/*/seed*/run.json')):
+      copies = run_json.parent.glob('epoch_[0-9][0-9][0-9].json.damaged*')
+      # Oldest first (.damaged, .damaged-2, ...), so the newest stays in the dict.
+      copies = sorted(copies, key=lambda p: (p.name[:9], len(p.name), p.name))
+      if not copies:
+        continue
+      run = _read_json(run_json)  # `load` has checked it
+      key = (run['table'], run['group'], run['seed'])
+      for copy in copies:
+        found.setdefault(key, {})[int(copy.name[6:9])] = copy
+  return found
 
 
 def setting_of(c: dict[str, Any]) -> dict[str, Any]:

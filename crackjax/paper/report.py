@@ -109,6 +109,48 @@ def row_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult
   return out
 
 
+def left_out(
+  runs: Sequence[dict[str, Any]],
+  protocols: Sequence[str],
+  set_aside: dict[tuple[int, str, int], dict[int, Path]] | None = None,
+) -> list[str]:
+  """A line for each row of each run (a row the run's job was started for) that the report
+  leaves out under some of `protocols`, and why: its epoch has no record (damaged and set
+  aside by the runner, per `set_aside` = `records.set_aside`; not reached yet; absent) or
+  lacks a protocol. Each seed of a row is a mean's sample: none is dropped without a word."""
+  lines = []
+  for run in runs:
+    by_epoch = {e['epoch']: e for e in run['epochs'] if 'results' in e}
+    aside = (set_aside or {}).get((run['table'], run['group'], run['seed']), {})
+    for row in run['rows']:
+      epoch, name = row['epochs'], f'table{run["table"]}:{row["key"]} seed {run["seed"]}'
+      record = by_epoch.get(epoch)
+      if record is None:
+        if epoch in aside:
+          why = (
+            f"epoch {epoch}'s record was damaged and set aside as {aside[epoch]}; run the "
+            'runner again: it evaluates that epoch again if its checkpoint is kept, and '
+            'otherwise says how to train the job afresh'
+          )
+        elif max(by_epoch, default=0) < epoch:
+          why = (
+            f'epoch {epoch} is not evaluated yet (the run reached epoch '
+            f'{max(by_epoch, default=0)}: still running, or cut at a time limit; the runner '
+            'resumes it)'
+          )
+        else:
+          why = f'epoch {epoch} has no evaluation record'
+        lines.append(f'{name}: {why}.')
+        continue
+      lacking = [p for p in protocols if p not in record['results']]
+      if lacking:
+        lines.append(
+          f'{name}: epoch {epoch} was not evaluated under {lacking} (its record holds '
+          f'{list(record["results"])}).'
+        )
+  return lines
+
+
 def compare_results(runs: Sequence[dict[str, Any]], protocol: str) -> list[RowResult]:
   """Every row of Tables V-VIII that some run covers, in the paper's order, under `protocol`."""
   out = []
@@ -445,8 +487,11 @@ def csv_table(path: Path, results: Sequence[RowResult], columns: Sequence[Column
     w.writerows([value for c in written for value in c.values(r)] for r in results)
 
 
-def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
-  """The report as Markdown (see the module docstring)."""
+def markdown(
+  runs: Sequence[dict[str, Any]], protocols: Sequence[str], left: Sequence[str] = ()
+) -> str:
+  """The report as Markdown (see the module docstring); `left`: the `left_out` lines, listed
+  after the tables."""
   tables = 'I-VIII' if any(r['table'] in paper.COMPARE_TABLES for r in runs) else 'I-IV'
   out = [f'# Reproduction of Tables {tables} (crackjax.paper.runner)', '']
   out += _describe_runs(runs)
@@ -461,6 +506,9 @@ def markdown(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> str:
       results = [r for r in _results_of(runs, table, protocol) if r.row.table == table]
       if results:
         out += _table_section(table, protocol, results)
+  if left:
+    out += ['## Left out', '', 'Seeds of rows that are not in the tables above, and why:', '']
+    out += [f'- {line}' for line in left] + ['']
   return '\n'.join(out)
 
 
@@ -603,13 +651,18 @@ def report_files(runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> li
   return ['report.md', 'report.csv', 'report_compare.csv', *curves]
 
 
-def write_report(runs: Sequence[dict[str, Any]], out: str | Path, protocols: Sequence[str]) -> Path:
-  """report.md, report.csv and the curve PNGs in `out`, listed in its manifest
-  (`crackjax.runs.outputs.record_outputs`, so that the next report may replace them); returns
-  the Markdown's path."""
+def write_report(
+  runs: Sequence[dict[str, Any]],
+  out: str | Path,
+  protocols: Sequence[str],
+  left: Sequence[str] = (),
+) -> Path:
+  """report.md (with the `left_out` lines `left`), report.csv and the curve PNGs in `out`,
+  listed in its manifest (`crackjax.runs.outputs.record_outputs`, so that the next report may
+  replace them); returns the Markdown's path."""
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  text = markdown(runs, protocols)
+  text = markdown(runs, protocols, left)
   figures, written = [], ['report.md', 'report.csv']
   for table in sorted({r['table'] for r in runs}):
     for protocol in protocols:
@@ -710,7 +763,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   if fv.export:
     records.export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')
-  print(f'wrote {write_report(runs, out, protocols)}')
+  left = left_out(runs, protocols, records.set_aside(inputs))
+  for line in left:
+    print(f'note: left out {line}', file=sys.stderr)
+  print(f'wrote {write_report(runs, out, protocols, left)}')
   return 0
 
 

@@ -164,7 +164,10 @@ def write_json(path: str | Path, obj: Any, **dump_kwargs) -> None:
 
 def read_record(path: str | Path, required: Sequence[str] = ()) -> Any:
   """The JSON in `path`, or None (the file set aside as `<name>.damaged`, with a message on
-  stderr) when it is not valid JSON or lacks a `required` key."""
+  stderr) when it is not valid JSON or lacks a `required` key.
+
+  The message says what happened, not what follows: whether the epoch can be evaluated again
+  depends on its checkpoint, which the caller says (`why_not_evaluated`)."""
   path = Path(path)
   try:
     data = json.loads(path.read_text())
@@ -174,8 +177,16 @@ def read_record(path: str | Path, required: Sequence[str] = ()) -> Any:
     return data
   except (ValueError, UnicodeDecodeError) as e:
     damaged = path.with_name(path.name + '.damaged')
+    n = 1
+    while damaged.exists():  # an earlier damaged copy is kept too, never replaced
+      n += 1
+      damaged = path.with_name(f'{path.name}.damaged-{n}')
     path.replace(damaged)
-    print(f'{path}: damaged record ({e}); set aside as {damaged.name}, redone.', file=sys.stderr)
+    print(
+      f'{path}: damaged record ({e}); set aside as {damaged.name}; its epoch counts as not '
+      'evaluated.',
+      file=sys.stderr,
+    )
     return None
 
 
@@ -185,6 +196,28 @@ def finally_evaluated(workdir: str | Path, step: int, protocols: Sequence[str]) 
   path = Path(workdir) / 'eval.json'
   record = read_record(path, required=('step', 'protocols')) if path.exists() else None
   return bool(record) and record['step'] == step and set(protocols) <= set(record['protocols'])
+
+
+def set_aside_records(path: str | Path) -> list[Path]:
+  """The damaged copies `read_record` set aside of the record `path`, oldest first."""
+  path = Path(path)
+  copies = path.parent.glob(f'{path.name}.damaged*')
+  return sorted(copies, key=lambda p: (len(p.name), p.name))
+
+
+def why_not_evaluated(directory: str | Path, epoch: int, required: Sequence[str] = ()) -> str:
+  """Why `epoch` of the results `directory` has no whole record (one that `evaluated_epochs`
+  counts with `required`): damaged and set aside, lacking a protocol, or never written."""
+  path = epoch_path(directory, epoch)
+  if path.exists():
+    record = read_record(path, required=('epoch', 'results'))
+    if record is not None:
+      lacking = [p for p in required if p not in record['results']]
+      return f'its record {path.name} lacks protocol(s) {lacking}'
+  aside = set_aside_records(path)
+  if aside:
+    return f'its record was damaged and set aside as {aside[-1].name}'
+  return 'it has no record (the run stopped before its evaluation was written)'
 
 
 # ---------------------------------------------------------------------------------------- lock

@@ -216,8 +216,12 @@ def _train_and_evaluate(
     return state
   missing = evaluator.missing(start_step)
   if missing is not None and not last:
-    # The process that saved this epoch died while evaluating it (or before): do it now.
-    logging.warning('Evaluating epoch %d, saved before an interruption.', missing)
+    # The process that saved this epoch died while evaluating it, or its record was damaged
+    # and set aside: evaluate it now, saying which.
+    why = identity.why_not_evaluated(evaluator.directory, missing, evaluator.protocols_at(missing))
+    logging.warning(
+      'Evaluating epoch %d from its checkpoint (step %d): %s.', missing, start_step, why
+    )
     evaluator(state, missing, trained=False)
 
   step_fn = experiment.train_step(state)
