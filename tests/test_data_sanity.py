@@ -65,7 +65,9 @@ def test_inverted_polarity_is_refused_naming_the_field(tmp_path, capsys):
   assert rc == 1
   err = capsys.readouterr().err
   last = err.strip().splitlines()[-1]  # TFDS' progress bars come before it.
-  assert last.startswith('data_stats: crack_folder/') and 'mask_polarity=dark' in last
+  assert (
+    last.startswith('python -m crackjax.data.stats: crack_folder/') and 'mask_polarity=dark' in last
+  )
   assert 'Traceback' not in err
 
 

@@ -30,7 +30,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.data import registry as data_registry
-from crackjax.runs import logs, outputs
+from crackjax.runs import exits, logs, outputs
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -158,20 +158,35 @@ def format_stats(dataset: str, stats: dict[str, dict]) -> str:
   return '\n'.join(lines)
 
 
+PROG = 'python -m crackjax.data.stats'
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); a dataset prepared halfway is prepared again: run the same command again.'
+)
+
+
+def _main(argv: Sequence[str] | None) -> int:
   """Prints the statistics of the config's dataset (argv without the program name)."""
 
   def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
     flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
-  fv, _ = config_flags.parse_command('python -m crackjax.data.stats', argv, define_flags)
+  fv, _ = config_flags.parse_command(PROG, argv, define_flags)
   logs.quiet_third_party_logs()  # TFDS' routine warnings hidden, data warnings one line each
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])
   except (data_registry.DatasetError, ValueError) as e:
-    print(f'data_stats: {e}', file=sys.stderr)
+    print(f'{PROG}: {e}', file=sys.stderr)
     return 1
   flagged = diagnose(stats, data.get('train_split') or 'train')
   if fv.json:

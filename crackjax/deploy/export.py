@@ -59,7 +59,7 @@ from jax import export as jax_export
 from crackjax.config import flags as config_flags
 from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
 from crackjax.models import input_multiple, model_from_config
-from crackjax.runs import logs, outputs
+from crackjax.runs import exits, logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx')
@@ -363,6 +363,19 @@ def _parse_hw(text: str | None) -> tuple[int, int] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); a file cut short is caught by its sidecar (size and SHA-256): run '
+  'the same command again with --overwrite.'
+)
+
+
+def _main(argv: Sequence[str] | None) -> None:
   """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]``."""
   argv = list(sys.argv if argv is None else argv)
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business

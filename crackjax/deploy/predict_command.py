@@ -46,7 +46,7 @@ from absl import flags
 from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
-from crackjax.runs import logs, outputs
+from crackjax.runs import exits, logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
@@ -477,6 +477,19 @@ def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); the photos done so far are in --out: run the same command again '
+  '(with --overwrite once it names the outputs already there).'
+)
+
+
+def _main(argv: Sequence[str] | None) -> int:
   """Runs the command (argv without the program name); returns the exit status."""
   argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business

@@ -70,7 +70,7 @@ from crackjax.config import flags as config_flags
 from crackjax.experiment import Experiment, build
 from crackjax.models import fused_logits
 from crackjax.paper import tables as paper
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -481,9 +481,22 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_string('json', None, 'also write the figures here', flag_values=flag_values)
 
 
+PROG = 'python -m crackjax.paper.complexity'
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+_INTERRUPTED = 'interrupted (Ctrl-C); nothing was written: run the same command again.'
+
+
+def _main(argv: Sequence[str] | None) -> dict:
   """Prints the complexity report of ``--config`` (argv without the program name)."""
-  prog = 'python -m crackjax.paper.complexity'
+  prog = PROG
   fv, _ = config_flags.parse_command(prog, argv, _define_flags)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None

@@ -49,7 +49,7 @@ from absl import flags
 from crackjax.config import flags as config_flags
 from crackjax.paper import records
 from crackjax.paper import tables as paper
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 PROG = 'python -m crackjax.paper.report'
 USAGE = f'{PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE] [flags]'
@@ -688,6 +688,16 @@ def _protocols_of(runs: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+    return _main(argv)
+
+
+_INTERRUPTED = 'interrupted (Ctrl-C); the inputs are untouched: run the same command again.'
+
+
+def _main(argv: Sequence[str] | None) -> int:
   full = [PROG, *(sys.argv[1:] if argv is None else argv)]
   fv = flags.FlagValues()
   flags.DEFINE_string(

@@ -78,13 +78,14 @@ def _main(argv):
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
-  logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
   with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
     try:
       # Every config problem, then absent or invalid data, then images that do not fit the
       # config stop the run here with a message that says what to fix, before a model is
       # compiled or the workdir is written.
       experiment = build_experiment(config)
+      # After the config's checks: a bad config ends in its one line, without this one.
+      logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
       if FLAGS.mode != 'eval':
         identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
       experiment.prepare_data()

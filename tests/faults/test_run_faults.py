@@ -451,3 +451,60 @@ def test_ctrl_c_in_the_runner_lets_each_worker_save(tmp_path):
     f'interrupted (Ctrl-C) with 0 job(s) done; {jobs[0].id}, {jobs[1].id} saved their '
     'checkpoints: run the same command again to resume.'
   )
+
+
+def test_exits_end_in_one_line_with_the_status_of_the_cause(capsys):
+  with pytest.raises(SystemExit) as stopped, exits.one_line_exits('cmd'):
+    raise KeyboardInterrupt
+  assert stopped.value.code == exits.INTERRUPTED
+  assert capsys.readouterr().err == (
+    'cmd: interrupted (Ctrl-C); nothing was lost: run the same command again.\n'
+  )
+  with pytest.raises(SystemExit) as stopped, exits.one_line_exits('cmd'):
+    raise exits.Interrupted('interrupted at step 3; the checkpoint of step 3 is kept.')
+  assert stopped.value.code == exits.INTERRUPTED
+  assert (
+    capsys.readouterr().err == 'cmd: interrupted at step 3; the checkpoint of step 3 is kept.\n'
+  )
+  with pytest.raises(SystemExit) as stopped, exits.one_line_exits('cmd'):
+    raise OSError(errno.ENOSPC, 'No space left on device', '/data/out.png')
+  assert stopped.value.code == (
+    'cmd: cannot write /data/out.png: No space left on device; free some space there and run '
+    'the same command again.'
+  )
+  with pytest.raises(SystemExit) as stopped, exits.one_line_exits('cmd'):
+    raise OSError(errno.EROFS, 'Read-only file system', '/ro/x.json')
+  assert stopped.value.code == (
+    'cmd: cannot write /ro/x.json: Read-only file system; make it writable or choose another '
+    'folder and run the same command again.'
+  )
+  with pytest.raises(FileNotFoundError), exits.one_line_exits('cmd'):  # not the disk: a bug
+    raise FileNotFoundError(errno.ENOENT, 'No such file or directory', 'x')
+
+
+COMMANDS = {
+  'crackjax-predict': 'crackjax.deploy.predict_command',
+  'crackjax-export': 'crackjax.deploy.export',
+  'crackjax-evaluate': 'crackjax.evaluation.evaluate_command',
+  'python -m crackjax.paper.runner': 'crackjax.paper.runner',
+  'python -m crackjax.paper.report': 'crackjax.paper.report',
+  'python -m crackjax.data.stats': 'crackjax.data.stats',
+  'python -m crackjax.paper.complexity': 'crackjax.paper.complexity',
+}
+
+
+@pytest.mark.parametrize('prog', sorted(COMMANDS))
+def test_every_command_ends_a_ctrl_c_in_one_line(prog, monkeypatch, capsys):
+  import importlib
+
+  module = importlib.import_module(COMMANDS[prog])
+
+  def interrupted(argv):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(module, '_main', interrupted)
+  with pytest.raises(SystemExit) as stopped:
+    module.main([])
+  assert stopped.value.code == exits.INTERRUPTED
+  err = capsys.readouterr().err
+  assert err.startswith(f'{prog}: interrupted (Ctrl-C)') and err.count('\n') == 1, err
