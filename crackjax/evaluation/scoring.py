@@ -28,7 +28,7 @@ from crackjax import evaluation
 from crackjax.evaluation import plots
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.experiment import Experiment
-from crackjax.runs import identity, outputs
+from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import train_state as state_lib
 
@@ -492,18 +492,17 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
     spec = evaluation.get_protocol(protocol)
     if spec.writes_threshold_file:
       threshold = r['ods']['threshold']
-      (workdir / 'threshold.json').write_text(
-        outputs.dumps(
-          {
-            'threshold': threshold,
-            'rule': spec.threshold_rule,
-            'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
-            'dataset': summary['dataset'],
-            'split': summary['split'],
-            'step': summary['step'],
-          },
-          indent=2,
-        )
+      # Atomic, as every record: crackjax-predict reads it (without the lock) at any time.
+      identity.write_json(
+        workdir / 'threshold.json',
+        {
+          'threshold': threshold,
+          'rule': spec.threshold_rule,
+          'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
+          'dataset': summary['dataset'],
+          'split': summary['split'],
+          'step': summary['step'],
+        },
       )
       return threshold
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
