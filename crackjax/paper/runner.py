@@ -158,6 +158,7 @@ def define_flags(fv: flags.FlagValues) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command: the rows, or a plan, or the jobs run (a worker: one job); 1 if a job failed.
   Ctrl-C, a full disk and the like end it in one line (`runs.exits`)."""
+  exits.watch_interrupts()  # a worker ignores Ctrl-C instead (`scheduler.end_with_runner`)
   with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
     return _main(argv)
 

@@ -105,6 +105,34 @@ def one_line_exits(
     _end(prog, str(e), 1)
 
 
+# Set by a Ctrl-C that `watch_interrupts` or `interrupts_deferred` saw, until `clear_interrupt`.
+_REQUESTED = threading.Event()
+
+
+def watch_interrupts() -> None:
+  """Ctrl-C raises KeyboardInterrupt as always, and is also remembered (`interrupt_requested`):
+  a KeyboardInterrupt that lands in a finalizer or a library's callback is swallowed there
+  ('Exception ignored in ...'), and the training loop would go on as if nothing happened.
+  Commands call it first, in the main thread."""
+
+  def handler(signum, frame):
+    _REQUESTED.set()
+    raise KeyboardInterrupt
+
+  if threading.current_thread() is threading.main_thread():  # where Python takes signals
+    signal.signal(signal.SIGINT, handler)
+
+
+def interrupt_requested() -> bool:
+  """Whether a Ctrl-C came (since `clear_interrupt`), raised or swallowed."""
+  return _REQUESTED.is_set()
+
+
+def clear_interrupt() -> None:
+  """Forgets earlier Ctrl-Cs (a new run starts in this process)."""
+  _REQUESTED.clear()
+
+
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
   """Holds a Ctrl-C back until the block ends, then raises it.
@@ -119,7 +147,12 @@ def interrupts_deferred() -> Iterator[None]:
     yield
     return
   received = []
-  previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+
+  def hold(signum, frame):
+    received.append(signum)
+    _REQUESTED.set()
+
+  previous = signal.signal(signal.SIGINT, hold)
   try:
     yield
   finally:

@@ -153,20 +153,17 @@ def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
   return '' if latest is None else f'step {latest} in {mngr.directory}'
 
 
+_AGAIN = 'run the same command again'
+
+
 def _after_interrupt(step: int, start_step: int, total_steps: int, kept: str) -> str:
-  where = (
-    f'before step {step + 1} of {total_steps} finished'
-    if step == start_step
-    else f'at step {step} of {total_steps}'
-  )
+  where = f'at step {step} of {total_steps}'
+  if step == start_step:
+    where = f'before step {step + 1} of {total_steps} finished'
   if not kept:
-    return (
-      f'interrupted (Ctrl-C) {where}; no checkpoint was saved yet: run the same command again '
-      'to start.'
-    )
+    return f'interrupted (Ctrl-C) {where}; no checkpoint was saved yet: {_AGAIN} to start.'
   return (
-    f'interrupted (Ctrl-C) {where}; the checkpoint of {kept} is kept: run the same command '
-    'again to resume from it.'
+    f'interrupted (Ctrl-C) {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.'
   )
 
 
@@ -242,8 +239,11 @@ def _train_and_evaluate(
     desc='train',
   )
   log = _MetricLog(writer, bar)
+  exits.clear_interrupt()
   try:
     while step < total_steps:
+      if exits.interrupt_requested():  # a Ctrl-C whose KeyboardInterrupt was swallowed
+        raise KeyboardInterrupt
       batch = next(batches)
       if step == start_step:  # the first call compiles the step
         with exits.interrupts_deferred():

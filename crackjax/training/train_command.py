@@ -74,6 +74,7 @@ def _main(argv):
       process_id=FLAGS.process_id,
     )
   config_flags.exit_on_sigterm()  # a checkpoint is saved on the way out
+  exits.watch_interrupts()  # and on Ctrl-C, even one a library swallowed
   problem = config_flags.unwritable(FLAGS.workdir)
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
