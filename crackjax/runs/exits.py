@@ -24,15 +24,13 @@ from collections.abc import Iterator
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
 
-# Errors of the disk rather than of the program: the operating system's reason names them.
-_DISK_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG}
+# Errors that only a write gets, of the disk rather than of the program (EACCES and EPERM
+# are not among them: reading an unreadable file gets them too, and its message names it).
 _ADVICE = {
   errno.ENOSPC: 'free some space there',
   errno.EDQUOT: 'free some space there (the disk quota is used up)',
   errno.EFBIG: 'free some space there or raise the file size limit',
   errno.EROFS: 'make it writable or choose another folder',
-  errno.EACCES: 'make it writable or choose another folder',
-  errno.EPERM: 'make it writable or choose another folder',
 }
 
 
@@ -52,9 +50,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def disk_error(error: OSError) -> str | None:
-  """The one-line explanation of an OSError that the disk caused (full, read-only, not
-  permitted), with what to do; None for other OSErrors."""
-  if error.errno not in _DISK_ERRNOS:
+  """The one-line explanation of an OSError that the disk caused (full, over quota,
+  read-only), with what to do; None for other OSErrors."""
+  if error.errno not in _ADVICE:
     return None
   where = f'cannot write {error.filename}' if error.filename else 'cannot write'
   reason = error.strerror or errno.errorcode.get(error.errno, str(error.errno))
@@ -85,7 +83,7 @@ def one_line_exits(
     interrupted: the line for a Ctrl-C that reached here without a `Stopped` of its own.
 
   `Stopped` prints its line with its own status; KeyboardInterrupt prints `interrupted` and
-  exits 130; an OSError of the disk (full, read-only, not permitted) names the file and what to
+  exits 130; an OSError of the disk (full, over quota, read-only) names the file and what to
   do. Anything else is a bug and keeps its traceback.
   """
   try:

@@ -90,6 +90,16 @@ def remove_unfinished_saves(directory: str | Path) -> list[Path]:
   return removed
 
 
+def complete_steps(directory: str | Path) -> list[int]:
+  """The steps of a checkpoint `directory` whose saves completed (orbax names a step's folder
+  by its number only when it is complete), oldest first; read from the disk, so also right
+  after a failed save, whatever the manager still lists."""
+  directory = Path(directory)
+  if not directory.is_dir():
+    return []
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
 def _is_abandoned_write(record: logging_lib.LogRecord) -> bool:
   """Whether `record` is asyncio's report of an orbax write task whose error nobody read."""
   message = record.getMessage()
@@ -101,13 +111,9 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
   directory = Path(mngr.directory)
   with contextlib.suppress(Exception):  # the failed save's own threads are done or dead
     mngr.close()
-  # The save's other write tasks failed too; asyncio would print each one's traceback when it
-  # is collected (now or at exit). The one line below is the report.
-  asyncio_logger = logging_lib.getLogger('asyncio')
-  asyncio_logger.addFilter(lambda record: not _is_abandoned_write(record))
   unfinished = [_failed_step(p.name) for p in remove_unfinished_saves(directory)]
   step = _failed_step(error) or step or max((s for s in unfinished if s is not None), default=None)
-  complete = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  complete = complete_steps(directory)
   kept = (
     f'the last complete checkpoint, step {complete[-1]}, is kept'
     if complete
@@ -132,9 +138,10 @@ def _is_abandoned_callback(exc_type, exc, tb) -> bool:
 
 
 def _quiet_abandoned_writes() -> None:
-  """Installs, once, hooks that drop `_is_abandoned_callback` errors, which TensorStore reports
-  as unraisable (`PyErr_WriteUnraisable`, a bare traceback on stderr); `save` reports the
-  failed save itself in one line."""
+  """Installs, once, the filters of a failed save's late reports, which `save` replaces by its
+  one line: the other write tasks of that save fail too, and TensorStore reports each as
+  unraisable (`PyErr_WriteUnraisable`, a bare 'Event loop is closed' traceback on stderr) and
+  asyncio each task whose error nobody read ('Task exception was never retrieved')."""
   if getattr(sys.unraisablehook, 'crackjax_quiet', False):
     return
   previous = sys.unraisablehook
@@ -147,15 +154,16 @@ def _quiet_abandoned_writes() -> None:
 
   hook.crackjax_quiet = True
   sys.unraisablehook = hook
+  logging_lib.getLogger('asyncio').addFilter(lambda record: not _is_abandoned_write(record))
 
 
 def _short_of_space(directory: Path, state: Any) -> str | None:
   """Why a checkpoint of `state` cannot fit in `directory`'s free space, or None. It takes
   what the newest complete step takes on disk, or before the first one the bytes of its arrays
   (an upper bound: OCDBT may compress); the older steps stay until it is complete."""
-  steps = sorted((p for p in directory.glob('*') if p.name.isdigit()), key=lambda p: int(p.name))
+  steps = complete_steps(directory)
   if steps:
-    needed = sum(f.stat().st_size for f in steps[-1].rglob('*') if f.is_file())
+    needed = sum(f.stat().st_size for f in (directory / str(steps[-1])).rglob('*') if f.is_file())
   else:
     needed = sum(getattr(x, 'nbytes', 0) for x in jax.tree.leaves(state))
   try:

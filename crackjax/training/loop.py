@@ -147,10 +147,8 @@ def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
     checkpoints.finish_saves(mngr)
   except checkpoints.CheckpointSaveError as e:
     logging.warning('%s', e)
-  latest = max(
-    (int(p.name) for p in Path(mngr.directory).glob('[0-9]*') if p.name.isdigit()), default=None
-  )
-  return '' if latest is None else f'step {latest} in {mngr.directory}'
+  complete = checkpoints.complete_steps(mngr.directory)
+  return f'step {complete[-1]} in {mngr.directory}' if complete else ''
 
 
 _AGAIN = 'run the same command again'
