@@ -8,7 +8,14 @@ The packages are layers; a module imports only from its own layer or the ones be
 (docs/architecture.md draws them, tests/test_architecture.py checks them).
 """
 
-__all__ = ['Predictor']
+import importlib.metadata
+
+try:
+  __version__ = importlib.metadata.version('crackjax')
+except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+  __version__ = '0+unknown'
+
+__all__ = ['Predictor', '__version__']
 
 
 def __getattr__(name: str):

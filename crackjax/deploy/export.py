@@ -57,12 +57,12 @@ from absl import flags
 from jax import export as jax_export
 
 from crackjax.config import flags as config_flags
-from crackjax.deploy.predictor import Run, load_run, pad_multiple, predict_step
-from crackjax.models import input_multiple, model_from_config
+from crackjax.deploy.predictor import Run, load_model, load_run, pad_multiple, predict_step
+from crackjax.models import hub, input_multiple, model_file, model_from_config
 from crackjax.runs import exits, logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
-FORMATS = ('jax', 'onnx')
+FORMATS = ('jax', 'onnx', 'model')
 DEFAULT_PLATFORMS = ('cpu', 'cuda')
 PLATFORMS = ('cpu', 'cuda', 'rocm', 'tpu')  # jax lowers for each of them on any machine
 DEFAULT_OPSET = 17  # onnxruntime >= 1.12, TensorRT >= 8.6
@@ -218,9 +218,10 @@ def _export_onnx(run: Run, out: Path, hw: tuple[int, int] | None, opset: int) ->
 
 
 def export_run(
-  workdir: str | Path,
+  workdir: str | Path | None,
   out: str | Path,
   *,
+  model: str | None = None,
   step: int | None = None,
   platforms: Sequence[str] = DEFAULT_PLATFORMS,
   format: str = 'jax',
@@ -231,12 +232,15 @@ def export_run(
   """Writes a run's inference function to `out` and its description to ``<out>.json``.
 
   Args:
-    workdir: the training run's directory (``config.json`` and ``checkpoints/``).
+    workdir: the training run's directory (``config.json`` and ``checkpoints/``), or None
+      with `model`.
     out: the file to write (suggested suffixes: ``.jaxexport``, ``.onnx``).
+    model: instead of a run, a model file's released name, path or URL
+      (`crackjax.deploy.predictor.load_model`); formats 'jax' and 'onnx' only.
     step: checkpoint step to export (default: the latest).
     platforms: `jax.export` platforms to lower for ('cpu', 'cuda', 'rocm', 'tpu'); the
       file runs on any of them. Ignored for ONNX.
-    format: 'jax' (`jax.export`) or 'onnx' (jax2onnx).
+    format: 'jax' (`jax.export`) or 'onnx' (jax2onnx); 'model' is `export_model_file`.
     hw: (H, W) to fix the spatial input size (multiples of the model's input multiple);
       default None, symbolic H and W. The batch size is always symbolic.
     opset: ONNX opset (format 'onnx' only).
@@ -254,33 +258,25 @@ def export_run(
       (the message says what to install).
     ValueError: an unknown format or platform, or a bad `hw`.
   """
-  if format not in FORMATS:
-    raise ValueError(f'format={format!r} is not one of {FORMATS}.')
+  if format not in ('jax', 'onnx'):
+    raise ValueError(f'format={format!r} is not one of jax, onnx (model: export_model_file).')
+  if (workdir is None) == (model is None):
+    raise ValueError('give one of workdir (a training run) and model (a model file).')
   platforms = tuple(platforms)
   unknown = [p for p in platforms if p not in PLATFORMS]
   if unknown or not platforms:
     raise ValueError(f'platforms={list(platforms)}: each must be one of {list(PLATFORMS)}.')
-  out, workdir, sidecar = Path(out), Path(workdir), sidecar_path(out)
-  if out.is_dir():  # before the overwrite advice, which could not help
-    raise IsADirectoryError(
-      f'{out} is a folder; --out (out=) names the file to write, e.g. '
-      f'{out / ("unet.onnx" if format == "onnx" else "unet.jaxexport")}.'
-    )
-  for path in (out, sidecar):
-    # Written through, a link would replace a file elsewhere (one planted beside the export,
-    # or a dangling one creating it); --overwrite replaces files, never link targets.
-    if path.is_symlink():
-      raise FileExistsError(
-        f'{path} is a symbolic link (to {os.readlink(path)}); the export is written only as a '
-        'file of its own, never through a link: remove the link or name another --out (out=).'
-      )
-  if not overwrite:
-    for path in (out, sidecar):
-      if path.exists():
-        raise FileExistsError(f'{path} exists; pass --overwrite (overwrite=True) to replace it.')
-  if not workdir.is_dir():
-    raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
-  run = load_run(workdir, step=step)
+  out, sidecar = Path(out), sidecar_path(out)
+  _check_out(out, [out, sidecar], format, overwrite)
+  if model is not None:
+    run = load_model(model)
+    source = {'model_file': str(hub.resolve(model))}
+  else:
+    workdir = Path(workdir)
+    if not workdir.is_dir():
+      raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
+    run = load_run(workdir, step=step)
+    source = {'workdir': str(workdir.resolve())}
   multiple = input_multiple(run.model)
   hw = _check_hw(hw, multiple)
   _check_installed(format)
@@ -305,7 +301,7 @@ def export_run(
     'threshold': run.threshold,
     'threshold_source': run.threshold_source,
     'step': run.step,
-    'workdir': str(workdir.resolve()),
+    **source,
     'jax_version': jax.__version__,
     'crackjax_version': importlib.metadata.version('crackjax'),
     'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
@@ -320,10 +316,60 @@ def export_run(
   return out
 
 
+def _check_out(out: Path, paths: Sequence[Path], format: str, overwrite: bool) -> None:
+  """Refuses a folder as `out`, a link among `paths`, or an existing one without overwrite."""
+  if out.is_dir():  # before the overwrite advice, which could not help
+    example = {'onnx': 'unet.onnx', 'model': 'unet.safetensors'}.get(format, 'unet.jaxexport')
+    raise IsADirectoryError(
+      f'{out} is a folder; --out (out=) names the file to write, e.g. {out / example}.'
+    )
+  for path in paths:
+    # Written through, a link would replace a file elsewhere (one planted beside the export,
+    # or a dangling one creating it); --overwrite replaces files, never link targets.
+    if path.is_symlink():
+      raise FileExistsError(
+        f'{path} is a symbolic link (to {os.readlink(path)}); the export is written only as a '
+        'file of its own, never through a link: remove the link or name another --out (out=).'
+      )
+  if not overwrite:
+    for path in paths:
+      if path.exists():
+        raise FileExistsError(f'{path} exists; pass --overwrite (overwrite=True) to replace it.')
+
+
+def export_model_file(
+  workdir: str | Path,
+  out: str | Path,
+  *,
+  step: int | None = None,
+  dtype: str = 'float32',
+  name: str | None = None,
+  licence: str | None = None,
+  notes: str | None = None,
+  overwrite: bool = False,
+) -> tuple[Path, str, dict[str, Any]]:
+  """Writes a run's checkpoint as a model file (`crackjax.deploy.model_export`); returns
+  (the path, its SHA-256, its metadata). Same refusals as `export_run`."""
+  from crackjax.deploy import model_export
+
+  out = Path(out)
+  _check_out(out, [out], 'model', overwrite)
+  workdir = Path(workdir)
+  if not workdir.is_dir():
+    raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
+  out.parent.mkdir(parents=True, exist_ok=True)
+  return model_export.export_model(
+    workdir, out, step=step, dtype=dtype, name=name, licence=licence, notes=notes
+  )
+
+
 # ----------------------------------------------------------------------------- command line
 
 PROG = 'crackjax-export'
-USAGE = f'{PROG} --workdir=RUN --out=FILE [--format=jax|onnx] [flags]  (docs/export.md)'
+USAGE = (
+  f'{PROG} (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE [--format=jax|onnx|model] '
+  '[flags]  (docs/export.md)'
+)
 
 
 def _define_flags(flag_values: flags.FlagValues) -> None:
@@ -331,11 +377,39 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     'workdir', None, 'Training run directory (config.json + checkpoints/).', flag_values=flag_values
   )
   flags.DEFINE_string(
-    'out', None, 'File to write (e.g. unet.jaxexport or unet.onnx).', flag_values=flag_values
+    'model',
+    None,
+    'Instead of --workdir: a model file by released name, path or URL (formats jax, onnx).',
+    flag_values=flag_values,
   )
+  flags.DEFINE_string(
+    'out',
+    None,
+    'File to write (e.g. unet.jaxexport, unet.onnx or unet.safetensors).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_enum(
+    'dtype',
+    'float32',
+    model_file.DTYPES,
+    'Format model: the stored parameters (bfloat16 halves the file; the card states the change).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string('name', None, "Format model: the model card's name.", flag_values=flag_values)
+  flags.DEFINE_string(
+    'licence',
+    None,
+    "Format model: the training data's licence (default: the dataset's).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string('notes', None, 'Format model: notes for the card.', flag_values=flag_values)
   flags.DEFINE_integer('step', None, 'Checkpoint step (default: latest).', flag_values=flag_values)
   flags.DEFINE_enum(
-    'format', 'jax', FORMATS, 'jax (jax.export) or onnx (jax2onnx).', flag_values=flag_values
+    'format',
+    'jax',
+    FORMATS,
+    'jax (jax.export), onnx (jax2onnx) or model (a crackjax model file: safetensors + card).',
+    flag_values=flag_values,
   )
   flags.DEFINE_list(
     'platforms',
@@ -383,16 +457,22 @@ def _main(argv: Sequence[str] | None) -> None:
   _define_flags(flag_values)
   config_flags.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
   fv = flag_values
-  for name in ('workdir', 'out'):
-    if not fv[name].value:
-      sys.exit(f'{PROG}: --{name} is required.')
+  if not fv.out:
+    sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
+  if bool(fv.workdir) == bool(fv.model):
+    sys.exit(f'{PROG}: give one of --workdir=RUN and --model=NAME|FILE|URL; usage: {USAGE}')
+  if fv.model and fv.format == 'model':
+    sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   problem = config_flags.unwritable(Path(fv.out).parent)
   if problem:  # before the run is restored and traced
     sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
+  if fv.format == 'model':
+    return _main_model(fv)
   try:
     out = export_run(
       fv.workdir,
       fv.out,
+      model=fv.model,
       step=fv.step,
       platforms=fv.platforms,
       format=fv.format,
@@ -401,7 +481,8 @@ def _main(argv: Sequence[str] | None) -> None:
       overwrite=fv.overwrite,
     )
   except (OSError, ImportError, ValueError, CheckpointError) as e:
-    # OSError: a missing run, an existing output, an --out that cannot be written (named).
+    # OSError: a missing run, an existing output, an --out that cannot be written (named);
+    # ValueError: also a damaged or newer model file (model_file.ModelFileError).
     sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   meta = json.loads(sidecar_path(out).read_text())
   size = out.stat().st_size / 2**20
@@ -420,6 +501,38 @@ def _main(argv: Sequence[str] | None) -> None:
   ]
   print('Load it with:\n  ' + '\n  '.join(recipe))
   print('See docs/export.md.')
+
+
+def _main_model(fv: flags.FlagValues) -> None:
+  try:
+    out, sha, meta = export_model_file(
+      fv.workdir,
+      fv.out,
+      step=fv.step,
+      dtype=fv.dtype,
+      name=fv.name,
+      licence=fv.licence,
+      notes=fv.notes,
+      overwrite=fv.overwrite,
+    )
+  except (OSError, ValueError, CheckpointError) as e:
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
+  card = meta['card']
+  size = out.stat().st_size / 2**20
+  print(
+    f'Wrote {out} (crackjax model file, step {card["training"]["step"]}, {fv.dtype}, '
+    f'{size:.1f} MiB, sha256 {sha}).'
+  )
+  print(f'Threshold {meta["threshold"]["threshold"]:.4g}: {meta["threshold"]["chosen_by"]}.')
+  for score in card['scores']:
+    for protocol, r in score['protocols'].items():
+      print(
+        f'  {score["dataset"]} {score["split"]} ({score["num_images"]} images), {protocol}: '
+        f'ODS F1 {r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+      )
+  if not card['scores']:
+    print('  no evaluation of this step in the run: the card has no scores (crackjax-evaluate).')
+  print(f'Use it: crackjax-predict --model={out} --out=DIR PHOTOS...  (docs/export.md)')
 
 
 if __name__ == '__main__':

@@ -27,9 +27,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from crackjax.config import plugins
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
-from crackjax.models import input_multiple
+from crackjax.models import hub, input_multiple, model_file, model_from_config
 from crackjax.training import train_state as state_lib
 from crackjax.training.checkpoints import CheckpointError
 
@@ -92,6 +93,37 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   step = int(jax.device_get(restored.step))
   threshold, source = run_threshold(workdir, step)
   return Run(config, experiment.model, params, step, threshold, source, batch_stats)
+
+
+def load_model(spec: str | Path) -> Run:
+  """A model file (`crackjax.models.model_file`) by released name, path or URL
+  (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
+  parameters (float32 on the host), BatchNorm statistics and threshold.
+
+  Raises:
+    hub.ModelNotFoundError: the spec names no released model, file or URL.
+    model_file.ModelFileError: a damaged, altered or newer file (one line naming it).
+    OSError: a download that failed.
+  """
+  path = hub.resolve(spec)
+  loaded = model_file.read(path)
+  config = ml_collections.ConfigDict(loaded.config)
+  plugins.import_plugins({'plugins': loaded.meta['plugins']})
+  try:
+    model = model_from_config(ml_collections.ConfigDict(loaded.model))
+  except ValueError as e:
+    raise model_file.ModelFileError(f'{path}: its model cannot be built here: {e}') from e
+  threshold = loaded.threshold
+  source = f'{path} ({threshold.get("chosen_by", "stored in the model file")})'
+  return Run(
+    config,
+    model,
+    model_file.as_float32(loaded.params),
+    int(loaded.card.get('training', {}).get('step', 0)),
+    float(threshold['threshold']),
+    source,
+    model_file.as_float32(loaded.batch_stats),
+  )
 
 
 def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
@@ -301,6 +333,17 @@ class Predictor:
   def from_workdir(cls, workdir: str | Path, *, step: int | None = None, **kwargs) -> Predictor:
     """The model, parameters and saved threshold of a training run's workdir."""
     run = load_run(workdir, step=step)
+    kwargs.setdefault('threshold', run.threshold)
+    kwargs.setdefault('batch_stats', run.batch_stats)
+    return cls(run.model, run.params, **kwargs)
+
+  @classmethod
+  def from_pretrained(cls, spec: str | Path, **kwargs) -> Predictor:
+    """A model file's predictor: `spec` is a released model's name (crackjax-models lists
+    them), a path to a ``.safetensors`` model file (crackjax-export --format=model) or an
+    http(s) URL of one (downloaded once into ``$CRACKJAX_CACHE``, `crackjax.models.hub`).
+    The file's threshold is the default of `mask`; `kwargs` are the constructor's."""
+    run = load_model(spec)
     kwargs.setdefault('threshold', run.threshold)
     kwargs.setdefault('batch_stats', run.batch_stats)
     return cls(run.model, run.params, **kwargs)

@@ -1,0 +1,1 @@
+"""Configs of crackjax's released models, one file per model (docs/models.md)."""

@@ -1,0 +1,255 @@
+"""``crackjax-export --format=model``: a run's checkpoint as a model file with its card.
+
+The file (`crackjax.models.model_file`) holds the parameters and BatchNorm statistics, the
+run's ``config.model`` group and whole config, the input rule, the threshold and how it was
+chosen, and the model card built here (`model_card`) from what the run recorded about that
+step: every evaluation record of it in the workdir (eval.json, epoch_<NNN>.json,
+eval/*/eval.json), each with its dataset, split and number of images, so the card's scores
+name the split they were measured on. The card also holds a `self_check`: the model's output
+on a synthetic image drawn from a fixed seed, which anyone can recompute without data
+(`self_check`; tests/test_released_models.py does for every shipped file).
+
+With ``dtype='bfloat16'`` the stored parameters are rounded to bfloat16 (half the size); the
+card then states the measured change on the run's test split (max |Δp| over every pixel and
+strict F1 at the stored threshold, against float32), computed here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from crackjax.deploy.predictor import PAD_BUCKET, Predictor, Run, load_run, pad_multiple
+from crackjax.models import input_multiple, model_file
+
+# The licence of each dataset's images and labels, as its publisher states it (the card, the
+# registry and crackjax-models show it). Unknown datasets: 'see the dataset's publisher'.
+DATA_LICENCES = {
+  'crackforest': 'non-commercial research only (CrackForest dataset, Shi et al. 2016, its README)',
+  'crack_folder': "the training images' owner's terms (a user's own folder)",
+}
+SELF_CHECK_SEED = 20261127
+SELF_CHECK_SHAPE = (96, 160)
+# The pixels whose probabilities the self check records, as (row, column).
+SELF_CHECK_PIXELS = ((10, 10), (48, 80), (48, 30), (70, 120), (90, 150))
+
+
+def self_check_image() -> np.ndarray:
+  """The self check's input: a fixed synthetic road-like patch (uint8 H x W x 3): noise around
+  grey with a dark wandering line, from `SELF_CHECK_SEED`."""
+  rng = np.random.default_rng(SELF_CHECK_SEED)
+  h, w = SELF_CHECK_SHAPE
+  image = 120 + rng.normal(0, 18, size=(h, w, 1)).repeat(3, axis=2)
+  rows = (h / 2 + 12 * np.sin(np.linspace(0, 3 * np.pi, w))).astype(int)
+  for x, y in enumerate(rows):
+    image[max(y - 1, 0) : y + 2, x] -= 70
+  return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def self_check(predictor: Predictor) -> dict[str, Any]:
+  """The model's output on `self_check_image`: mean and max probability, crack pixels at the
+  predictor's threshold and the probabilities at `SELF_CHECK_PIXELS`."""
+  prob = predictor(self_check_image())
+  return {
+    'image': f'crackjax.deploy.model_export.self_check_image() (seed {SELF_CHECK_SEED})',
+    'mean_probability': float(prob.mean()),
+    'max_probability': float(prob.max()),
+    'crack_pixels': int((prob > predictor.threshold).sum()),
+    'pixels': [[y, x, float(prob[y, x])] for y, x in SELF_CHECK_PIXELS],
+  }
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+  keep = ('precision', 'recall', 'f1', 'threshold')
+  out = {
+    'ods': {k: result['ods'][k] for k in keep if k in result['ods']},
+    'ois': {k: result['ois'][k] for k in keep if k in result['ois']},
+    'ap': result['ap'],
+  }
+  if 'fixed' in result:
+    out['fixed'] = {k: result['fixed'][k] for k in keep if k in result['fixed']}
+  if 'ois_mean_f1' in result:
+    out['ois_mean_f1'] = result['ois_mean_f1']
+  return out
+
+
+def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
+  """Every evaluation record of `step` in the run (one per dataset and split, the one with
+  the most protocols kept), as the card's scores: dataset, split, images, per protocol
+  ODS/OIS/AP and, where the record has them, the first three images' rows."""
+  paths = [workdir / 'eval.json', *sorted(workdir.glob('epoch_*.json'))]
+  paths += sorted(workdir.glob('eval/*/eval.json'))
+  found: dict[tuple[str, str], dict[str, Any]] = {}
+  for path in paths:
+    if not path.is_file():
+      continue
+    try:
+      record = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+      continue  # a damaged record is not a score
+    if record.get('step') != step:
+      continue
+    key = (record['dataset'], record['split'])
+    entry = found.setdefault(
+      key,
+      {
+        'dataset': record['dataset'],
+        'split': record['split'],
+        'num_images': record['num_images'],
+        'record': str(path.relative_to(workdir)),
+        'protocols': {},
+      },
+    )
+    for protocol, result in record['results'].items():
+      summary = _summary(result)
+      if result.get('per_image'):
+        summary['first_images'] = [
+          {k: row[k] for k in ('name', 'threshold', 'f1', 'fixed_f1') if k in row}
+          for row in result['per_image'][:3]
+        ]
+      old = entry['protocols'].get(protocol)
+      if old is None or ('first_images' in summary and 'first_images' not in old):
+        entry['protocols'][protocol] = summary
+        entry['record'] = str(path.relative_to(workdir))
+  return list(found.values())
+
+
+def model_card(
+  run: Run, workdir: Path, *, name: str | None, licence: str | None, notes: str | None
+) -> dict[str, Any]:
+  """The card of `run`'s model (module docstring)."""
+  from crackjax import __version__
+
+  c = run.config
+  params = sum(int(np.prod(x.shape)) for x in _leaves(run.params))
+  data = c.data.name
+  return {
+    'name': name or f'{c.model.name}-{data}-step{run.step}',
+    'created': datetime.date.today().isoformat(),
+    'crackjax_version': __version__,
+    'model': {**c.model.to_dict(), 'parameters': params},
+    'data': {
+      'name': data,
+      'licence': licence or DATA_LICENCES.get(data, "see the dataset's publisher"),
+      'train_split': c.data.train_split,
+      'test_split': c.data.test_split,
+    },
+    'training': {
+      'step': run.step,
+      'epoch': -(-run.step // c.steps_per_epoch),
+      'steps_per_epoch': c.steps_per_epoch,
+      'num_epochs': c.num_epochs,
+      'batch_size': c.batch_size,
+      'input_size': list(c.data.input_size) if c.data.input_size else None,
+      'learning_rate': c.learning_rate,
+      'seed': c.seed,
+      'loss': c.loss.to_dict(),
+    },
+    'scores': step_records(workdir, run.step),
+    'notes': notes or '',
+  }
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+  if isinstance(tree, dict):
+    return [leaf for v in tree.values() for leaf in _leaves(v)]
+  return [tree]
+
+
+def _round_bf16(tree: Any) -> Any:
+  if isinstance(tree, dict):
+    return {k: _round_bf16(v) for k, v in tree.items()}
+  return np.asarray(tree).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def bfloat16_change(run: Run, max_images: int = 8) -> dict[str, Any]:
+  """Max |Δp| and strict F1 at the run's threshold of bfloat16-rounded against float32
+  parameters, on the first `max_images` images of the run's test split."""
+  from crackjax import evaluation
+  from crackjax.experiment import build
+
+  experiment = build(run.config, training=False)
+  examples = list(experiment.eval_examples())[:max_images]
+  full = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
+  half = Predictor(
+    run.model,
+    _round_bf16(run.params),
+    batch_stats=_round_bf16(run.batch_stats) if run.batch_stats else None,
+    threshold=run.threshold,
+  )
+  probs32 = [full(ex['image']) for ex in examples]
+  probs16 = [half(ex['image']) for ex in examples]
+  gts = [ex['mask'][..., 0] for ex in examples]
+  f1 = {
+    dtype: evaluation.at_threshold(p, gts, protocol='strict', threshold=run.threshold)['f1']
+    for dtype, p in (('float32', probs32), ('bfloat16', probs16))
+  }
+  return {
+    'images': f'the first {len(examples)} of {run.config.data.name} {run.config.data.test_split}',
+    'max_abs_probability_change': float(
+      max(np.abs(a - b).max() for a, b in zip(probs32, probs16, strict=True))
+    ),
+    'strict_f1_at_threshold': f1,
+  }
+
+
+def export_model(
+  workdir: str | Path,
+  out: str | Path,
+  *,
+  step: int | None = None,
+  dtype: str = 'float32',
+  name: str | None = None,
+  licence: str | None = None,
+  notes: str | None = None,
+) -> tuple[Path, str, dict[str, Any]]:
+  """Writes the model file of a run's checkpoint (default: the newest); returns (the path,
+  its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export)."""
+  workdir, out = Path(workdir), Path(out)
+  run = load_run(workdir, step=step)
+  card = model_card(run, workdir, name=name, licence=licence, notes=notes)
+  predictor = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
+  if dtype == 'bfloat16':
+    card['bfloat16'] = bfloat16_change(run)
+    predictor = Predictor(
+      run.model,
+      _round_bf16(run.params),
+      batch_stats=_round_bf16(run.batch_stats) if run.batch_stats else None,
+      threshold=run.threshold,
+    )
+  card['self_check'] = self_check(predictor)
+  multiple = input_multiple(run.model)
+  threshold_file = workdir / 'threshold.json'
+  chosen = json.loads(threshold_file.read_text()) if threshold_file.is_file() else {}
+  meta = {
+    'model': run.config.model.to_dict(),
+    'plugins': list(run.config.get('plugins') or ()),
+    'input': {
+      'image': 'RGB, float32 in [0, 1] (uint8 / 255), H x W x 3',
+      'input_multiple': multiple,
+      'padding': f'reflection at the bottom and right to multiples of {pad_multiple(multiple)}',
+      'pad_multiple': pad_multiple(multiple),
+      'pad_bucket': PAD_BUCKET,
+      'output': 'crack probability per pixel (sigmoid of the fused logits), H x W',
+    },
+    'threshold': {
+      'threshold': run.threshold,
+      # The record's own words (not the run's path on the machine that exported it).
+      'chosen_by': (
+        f'{chosen["chosen_by"]}, {chosen["dataset"]}, step {chosen["step"]}'
+        if chosen.get('step') == run.step and 'chosen_by' in chosen
+        else run.threshold_source
+      ),
+    },
+    'card': card,
+    'config': json.loads(run.config.to_json_best_effort()),
+  }
+  sha = model_file.write(
+    out, params=run.params, batch_stats=run.batch_stats, meta=meta, dtype=dtype
+  )
+  return out, sha, meta

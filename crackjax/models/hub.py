@@ -1,0 +1,170 @@
+"""Released models and where a model file comes from: a name, a path or a URL.
+
+`resolve(spec)` turns what a user typed (``crackjax-predict --model=SPEC``,
+`crackjax.Predictor.from_pretrained(SPEC)`, ``--config.model_init.pretrained=SPEC``) into a
+local model file:
+
+* a **name** of `released()` (crackjax-models lists them): the file shipped inside the package
+  (``crackjax/models/released/``), checked against its registry SHA-256; an entry without a
+  shipped file is downloaded from its ``url`` like a URL with that checksum;
+* an **http(s) URL**: downloaded once into the cache (``$CRACKJAX_CACHE``, default
+  ``~/.cache/crackjax``), ``<cache>/models/<sha256 of the URL, 16 hex>/<file name>``: to a
+  temporary file in that folder, verified (the file's SHA-256 against ``#sha256=<hex>`` at the
+  end of the URL when given, pip's convention, or the registry's; always the model file's own
+  content checksum), then renamed into place, so an interrupted or damaged download never
+  looks finished. Later calls find the file there and work offline;
+* anything else: a **path** to a model file.
+
+The registry (``released/registry.json``) is written by the release script
+(scripts/release_cpu.sh, `crackjax.deploy.release`) from each file's card; a test checks that
+every shipped file matches its entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from crackjax.models import model_file
+
+RELEASED_DIR = Path(__file__).with_name('released')
+REGISTRY = RELEASED_DIR / 'registry.json'
+CACHE_ENV = 'CRACKJAX_CACHE'
+
+
+class ModelNotFoundError(FileNotFoundError):
+  """A --model / from_pretrained spec that names no released model, file or URL."""
+
+
+def cache_dir() -> Path:
+  """The download cache: ``$CRACKJAX_CACHE`` or ``~/.cache/crackjax``."""
+  return Path(os.environ.get(CACHE_ENV) or Path.home() / '.cache' / 'crackjax').expanduser()
+
+
+def released() -> list[dict[str, Any]]:
+  """The released models' registry entries (name, file or url, sha256, size, card summary)."""
+  if not REGISTRY.is_file():
+    return []
+  return json.loads(REGISTRY.read_text())['models']
+
+
+def entry(name: str) -> dict[str, Any] | None:
+  """The registry entry of the released model `name`, or None."""
+  return next((e for e in released() if e['name'] == name), None)
+
+
+def is_url(spec: str) -> bool:
+  return urllib.parse.urlsplit(str(spec)).scheme in ('http', 'https')
+
+
+def resolve(spec: str | os.PathLike, *, progress: bool = True) -> Path:
+  """The local model file of a released model's name, a URL or a path (module docstring).
+
+  Raises:
+    ModelNotFoundError: a spec that is none of these (the message lists the released names).
+    model_file.ModelFileError: a shipped or downloaded file whose SHA-256 differs from its
+      registry entry or URL (the file is not kept).
+    OSError: a download that failed (the message names the URL).
+  """
+  text = str(spec)
+  found = entry(text)
+  if found is not None:
+    if found.get('file'):
+      path = RELEASED_DIR / found['file']
+      if path.is_file():
+        verify_sha256(path, found['sha256'])
+        return path
+    if not found.get('url'):
+      raise ModelNotFoundError(
+        f'released model {text!r}: its file {found.get("file")} is missing from this '
+        'installation and it has no URL; reinstall crackjax.'
+      )
+    return download(found['url'], sha256=found['sha256'], progress=progress)
+  if is_url(text):
+    return download(text, progress=progress)
+  path = Path(text).expanduser()
+  if path.is_file():
+    return path
+  names = ', '.join(e['name'] for e in released()) or 'none in this installation'
+  where = 'a folder, not a model file' if path.is_dir() else 'no such file'
+  raise ModelNotFoundError(
+    f'--model {text!r}: not a released model ({names}; crackjax-models lists them), not an '
+    f'http(s) URL, and {where} (a .safetensors file written by crackjax-export --format=model).'
+  )
+
+
+def verify_sha256(path: Path, expected: str) -> None:
+  """Raises ModelFileError unless the file's SHA-256 is `expected`."""
+  actual = model_file.file_sha256(path)
+  if actual != expected:
+    raise model_file.ModelFileError(
+      f'{path}: checksum mismatch (expected sha256 {expected}, file {actual}): the file is '
+      'damaged or altered; reinstall crackjax or download it again.'
+    )
+
+
+def cached_path(url: str) -> Path:
+  """Where the download of `url` (without its #fragment) is kept in the cache."""
+  bare = urllib.parse.urldefrag(url).url
+  name = Path(urllib.parse.urlsplit(bare).path).name or 'model.safetensors'
+  digest = hashlib.sha256(bare.encode()).hexdigest()[:16]
+  return cache_dir() / 'models' / digest / name
+
+
+def download(url: str, *, sha256: str | None = None, progress: bool = True) -> Path:
+  """The cached model file of `url`, downloaded first if the cache lacks it (module docstring).
+
+  Raises:
+    model_file.ModelFileError: the download's checksum differs (nothing is kept).
+    OSError: the download failed (naming the URL and the reason).
+  """
+  bare, fragment = urllib.parse.urldefrag(url)
+  if fragment.startswith('sha256='):
+    sha256 = sha256 or fragment.removeprefix('sha256=')
+  target = cached_path(url)
+  if target.is_file():
+    return target
+  target.parent.mkdir(parents=True, exist_ok=True)
+  tmp = target.with_name(f'.{target.name}.download-{os.getpid()}')
+  h = hashlib.sha256()
+  try:
+    try:
+      with urllib.request.urlopen(bare, timeout=60) as response, open(tmp, 'wb') as f:
+        total = int(response.headers.get('Content-Length') or 0) or None
+        import tqdm
+
+        with tqdm.tqdm(
+          total=total,
+          unit='B',
+          unit_scale=True,
+          desc=f'download {target.name}',
+          file=sys.stderr,
+          disable=not progress,
+        ) as bar:
+          for block in iter(lambda: response.read(1 << 20), b''):
+            f.write(block)
+            h.update(block)
+            bar.update(len(block))
+    except (urllib.error.URLError, OSError) as e:
+      reason = getattr(e, 'reason', None) or e
+      raise OSError(f'cannot download {bare}: {reason}') from e
+    if sha256 and h.hexdigest() != sha256:
+      raise model_file.ModelFileError(
+        f'{bare}: checksum mismatch (expected sha256 {sha256}, downloaded {h.hexdigest()}): '
+        'the download was damaged or the file changed; nothing was kept.'
+      )
+    try:  # its own content checksum, before it counts as downloaded
+      model_file.read(tmp)
+    except model_file.ModelFileError as e:
+      raise model_file.ModelFileError(str(e).replace(str(tmp), bare)) from e
+    os.replace(tmp, target)
+  finally:
+    tmp.unlink(missing_ok=True)
+  return target
