@@ -32,3 +32,22 @@ fi
 if has train; then
   python launch.py --config="$CONFIG" --workdir="$WORK/$NAME" "${COMMON[@]}"
 fi
+RUN="$WORK/$NAME"
+FILE="$WORK/$NAME.safetensors"
+PROTOCOLS=strict,tolerance_thin_gt
+if has export; then
+  STEP=$(python -m crackjax.deploy.release best-step --workdir="$RUN")
+  echo "Exporting step $STEP (best validation ODS F1 of $RUN)."
+  # The test split, scored once, for the card (the run's threshold.json stays the validation's).
+  crackjax-evaluate --workdir="$RUN" --step="$STEP" --data=crackforest:test --protocols="$PROTOCOLS"
+  crackjax-export --workdir="$RUN" --step="$STEP" --format=model --name="$NAME" --out="$FILE" \
+    --overwrite --notes="Made by scripts/release_cpu.sh with $CONFIG; docs/models.md."
+fi
+if has check; then
+  # The file alone reproduces the card's test scores; then it ships in the package.
+  crackjax-evaluate --model="$FILE" --data=crackforest:test --protocols="$PROTOCOLS" \
+    --out="$WORK/check" --manual_dir=crackforest="$MANUAL_DIR"
+  python -m crackjax.deploy.release check --file="$FILE" --record="$WORK/check/crackforest_test/eval.json"
+  python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out=test \
+    --config="$CONFIG" --command="bash scripts/release_cpu.sh"
+fi

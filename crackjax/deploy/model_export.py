@@ -16,6 +16,7 @@ strict F1 at the stored threshold, against float32), computed here.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from pathlib import Path
@@ -119,6 +120,33 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
   return list(found.values())
 
 
+def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
+  """The threshold of the exported step and how it was chosen: the run's threshold.json when
+  it was chosen at this step, else the strict ODS threshold of this step's epoch record on the
+  run's own test split (the same rule, `crackjax.evaluation.scoring`; a release exports the
+  epoch that scored best on its validation part), else the run's fallback (0.5, said)."""
+  saved = workdir / 'threshold.json'
+  if saved.is_file():
+    chosen = json.loads(saved.read_text())
+    if chosen.get('step') == run.step and 'chosen_by' in chosen:
+      return float(chosen['threshold']), (
+        f'{chosen["chosen_by"]}, {chosen.get("dataset")}, step {chosen["step"]}'
+      )
+  for path in sorted(workdir.glob('epoch_*.json')):
+    try:
+      record = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+      continue
+    strict = record.get('results', {}).get('strict')
+    if record.get('step') == run.step and record.get('split') == run.config.data.test_split:
+      if strict:
+        return float(strict['ods']['threshold']), (
+          f'ODS F1 on the {record["split"]} split, strict protocol, {record["dataset"]}, '
+          f'step {run.step} ({path.name})'
+        )
+  return run.threshold, run.threshold_source
+
+
 def model_card(
   run: Run, workdir: Path, *, name: str | None, licence: str | None, notes: str | None
 ) -> dict[str, Any]:
@@ -212,6 +240,8 @@ def export_model(
   its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export)."""
   workdir, out = Path(workdir), Path(out)
   run = load_run(workdir, step=step)
+  threshold, chosen_by = step_threshold(run, workdir)
+  run = dataclasses.replace(run, threshold=threshold, threshold_source=chosen_by)
   card = model_card(run, workdir, name=name, licence=licence, notes=notes)
   predictor = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
   if dtype == 'bfloat16':
@@ -224,8 +254,6 @@ def export_model(
     )
   card['self_check'] = self_check(predictor)
   multiple = input_multiple(run.model)
-  threshold_file = workdir / 'threshold.json'
-  chosen = json.loads(threshold_file.read_text()) if threshold_file.is_file() else {}
   meta = {
     'model': run.config.model.to_dict(),
     'plugins': list(run.config.get('plugins') or ()),
@@ -237,15 +265,7 @@ def export_model(
       'pad_bucket': PAD_BUCKET,
       'output': 'crack probability per pixel (sigmoid of the fused logits), H x W',
     },
-    'threshold': {
-      'threshold': run.threshold,
-      # The record's own words (not the run's path on the machine that exported it).
-      'chosen_by': (
-        f'{chosen["chosen_by"]}, {chosen["dataset"]}, step {chosen["step"]}'
-        if chosen.get('step') == run.step and 'chosen_by' in chosen
-        else run.threshold_source
-      ),
-    },
+    'threshold': {'threshold': run.threshold, 'chosen_by': run.threshold_source},
     'card': card,
     'config': json.loads(run.config.to_json_best_effort()),
   }

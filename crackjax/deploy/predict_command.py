@@ -1,7 +1,14 @@
 """`crackjax-predict`: crack maps, masks, overlays and measurements for folders of photos.
 
+  crackjax-predict --model=crackforest-unet-cpu photos/ --out=predictions   # a released model
+  crackjax-predict --model=unet.safetensors photos/ --out=OUT   # a model file (or its URL)
   crackjax-predict --workdir=workdirs/cfd_exp photos/ more/*.jpg one.png --out=predictions
   crackjax-predict --workdir=RUN roads/ --out=OUT --threshold=0.4 --mm_per_pixel=0.5
+
+The model comes from a training run (--workdir, its newest readable checkpoint or --step) or a
+model file (--model: a released model's name, crackjax-models lists them; a path to a file of
+crackjax-export --format=model; or an http(s) URL of one, downloaded once into
+$CRACKJAX_CACHE, crackjax/models/hub.py).
 
 For every readable image (any size, png/jpg/bmp/tif/webp/gif; grey, RGBA, 16-bit and
 EXIF-rotated photos included; folders are searched recursively) it writes, at the photo's own
@@ -45,7 +52,7 @@ from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
-from crackjax.deploy.predictor import BLENDS, Predictor, load_run, read_config
+from crackjax.deploy.predictor import BLENDS, Predictor, load_model, load_run, read_config
 from crackjax.runs import exits, logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
@@ -55,7 +62,9 @@ IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '
 DEFAULT_MAX_MEGAPIXELS = 2 * PIL.Image.MAX_IMAGE_PIXELS / 1e6
 OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
-USAGE = f'{PROG} --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
+USAGE = (
+  f'{PROG} (--model=NAME|FILE|URL | --workdir=RUN) --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
+)
 
 
 class UnreadableImageError(ValueError):
@@ -323,6 +332,12 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'workdir', None, 'the training run (the --workdir of launch.py)', flag_values=fv
   )
+  flags.DEFINE_string(
+    'model',
+    None,
+    'instead of --workdir: a released model (crackjax-models), a model file or its URL',
+    flag_values=fv,
+  )
   flags.DEFINE_string('out', None, 'output folder (created)', flag_values=fv)
   flags.DEFINE_float(
     'threshold',
@@ -496,14 +511,21 @@ def _main(argv: Sequence[str] | None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   inputs = config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
-  if not fv.workdir or not fv.out:
-    sys.exit(f'{PROG}: --workdir=RUN and --out=DIR are required; usage: {USAGE}')
+  if bool(fv.workdir) == bool(fv.model) or not fv.out:
+    sys.exit(
+      f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '
+      f'usage: {USAGE}'
+    )
   if not inputs:
     sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
-  try:
-    read_config(fv.workdir)  # A wrong --workdir is reported before anything else.
-  except FileNotFoundError as e:
-    sys.exit(f'{PROG}: {e}')
+  if fv.model and fv.step is not None:
+    sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
+  if fv.workdir:
+    try:
+      read_config(fv.workdir)  # A wrong --workdir is reported before anything else.
+    except FileNotFoundError as e:
+      sys.exit(f'{PROG}: {e}')
+  source = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
   files, problems = find_inputs(inputs)
   for problem in problems:
     print(f'{PROG}: {problem}', file=sys.stderr)
@@ -532,9 +554,11 @@ def _main(argv: Sequence[str] | None) -> int:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()
   try:
-    run = load_run(fv.workdir, step=fv.step)
-  except (FileNotFoundError, CheckpointError) as e:
-    sys.exit(f'{PROG}: {e}')
+    run = load_model(fv.model) if fv.model else load_run(fv.workdir, step=fv.step)
+  except (OSError, ValueError, CheckpointError) as e:
+    # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
+    # newer model file (model_file.ModelFileError).
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   try:
     predictor = Predictor(
       run.model,
@@ -551,7 +575,7 @@ def _main(argv: Sequence[str] | None) -> int:
   threshold = run.threshold if fv.threshold is None else fv.threshold
   source = run.threshold_source if fv.threshold is None else '--threshold'
   print(
-    f'{PROG}: {len(files)} image(s), run {fv.workdir} step {run.step}, crack where '
+    f'{PROG}: {len(files)} image(s), {source} step {run.step}, crack where '
     f'probability > {threshold:g} ({source})',
     file=sys.stderr,
   )
@@ -600,7 +624,7 @@ def _main(argv: Sequence[str] | None) -> int:
     fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
-    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {fv.workdir}')
+    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {source}')
     try:
       stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
     except outputs.UnsafeOutputError as e:  # only a link planted during this prediction

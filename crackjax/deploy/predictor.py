@@ -126,6 +126,22 @@ def load_model(spec: str | Path) -> Run:
   )
 
 
+def inference_state(run: Run) -> state_lib.TrainState:
+  """A TrainState holding a `Run`'s parameters (and BatchNorm statistics) on this process's
+  first device, with no optimiser state: what scoring takes (crackjax-evaluate --model)."""
+  import optax
+
+  device = jax.local_devices()[0]
+  params = jax.device_put(run.params, device)
+  kwargs = dict(apply_fn=run.model.apply, params=params, tx=optax.identity())
+  if run.batch_stats:
+    batch_stats = jax.device_put(run.batch_stats, device)
+    state = state_lib.BatchNormTrainState.create(**kwargs, batch_stats=batch_stats)
+  else:
+    state = state_lib.TrainState.create(**kwargs)
+  return state.replace(step=jax.numpy.asarray(run.step, jax.numpy.int32))
+
+
 def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
   """The run's threshold.json threshold for the parameters of `step`, and where it comes from.
 

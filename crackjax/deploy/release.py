@@ -5,6 +5,9 @@
       (status 1) unless the config's CHOSEN is the best candidate at the last epoch.
   python -m crackjax.deploy.release best-step --workdir=RUN
       prints the step whose epoch record has the best validation ODS F1 (the epoch exported).
+  python -m crackjax.deploy.release register --file=F --name=NAME --held_out=SPLIT
+      copies the model file F into the package (crackjax/models/released/NAME.safetensors) and
+      writes its registry entry (`registry_entry`), its scores those of its card on SPLIT.
 
 The selection reads the records `launch.py` wrote (epoch_<NNN>.json, `eval.every_epochs=1`),
 so what the release stands on is on disk beside the runs, not in this module.
@@ -81,6 +84,96 @@ def select(config_path: str, work: str | Path) -> int:
   return 0
 
 
+def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
+  """The registry entry of a model file (crackjax-models lists it): its size and SHA-256, its
+  model, and from its card the data, licence and the scores on the `held_out` split.
+
+  Raises:
+    ValueError: the card has no scores on `held_out`.
+  """
+  from crackjax.models import model_file
+
+  path = Path(path)
+  loaded = model_file.read(path)
+  card = loaded.card
+  held = [s for s in card['scores'] if s['split'] == held_out]
+  if not held:
+    splits = sorted({s['split'] for s in card['scores']})
+    raise ValueError(f'{path}: its card has no scores on split {held_out!r} (only {splits}).')
+  scores = held[0]
+  return {
+    'name': name,
+    'file': f'{name}{model_file.SUFFIX}',
+    'url': None,
+    'sha256': model_file.file_sha256(path),
+    'size': path.stat().st_size,
+    'model': card['model']['name'],
+    'widths': card['model'].get('widths'),
+    'dtype': str(_stored_dtype(loaded)),
+    'parameters': card['model']['parameters'],
+    'data': card['data']['name'],
+    'licence': card['data']['licence'],
+    'scored_on': f'{scores["dataset"]} {scores["split"]} ({scores["num_images"]} images)',
+    'scores': {
+      protocol: {'ods': r['ods']['f1'], 'ois': r['ois']['f1'], 'ap': r['ap']}
+      for protocol, r in scores['protocols'].items()
+    },
+    'threshold': loaded.threshold['threshold'],
+    **extra,
+  }
+
+
+def _stored_dtype(loaded) -> str:
+  leaf = loaded.params
+  while isinstance(leaf, dict):
+    leaf = next(iter(leaf.values()))
+  return 'bfloat16' if leaf.dtype.kind == 'V' or 'bfloat16' in str(leaf.dtype) else str(leaf.dtype)
+
+
+def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
+  """Copies `file` into the package as the released model `name` and writes its registry
+  entry (replacing an entry of that name); returns the entry."""
+  import shutil
+
+  from crackjax.models import hub
+
+  hub.RELEASED_DIR.mkdir(exist_ok=True)
+  entry = registry_entry(file, name, held_out, **extra)
+  shutil.copyfile(file, hub.RELEASED_DIR / entry['file'])
+  models = [m for m in hub.released() if m['name'] != name] + [entry]
+  hub.REGISTRY.write_text(json.dumps({'models': models}, indent=2) + '\n')
+  return entry
+
+
+def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
+  """Compares the card's scores of the record's dataset and split with `record` (the eval.json
+  of ``crackjax-evaluate --model=file``): 0 if every protocol's ODS F1, OIS F1 and AP agree
+  within `tolerance`, else 1 (each difference printed)."""
+  from crackjax.models import model_file
+
+  card = model_file.read(file).card
+  got = json.loads(Path(record).read_text())
+  mine = [s for s in card['scores'] if (s['dataset'], s['split']) == (got['dataset'], got['split'])]
+  if not mine:
+    print(f'{file}: the card has no scores on {got["dataset"]} {got["split"]}.', file=sys.stderr)
+    return 1
+  bad = 0
+  for protocol, result in got['results'].items():
+    want = mine[0]['protocols'].get(protocol)
+    if want is None:
+      continue
+    pairs = {
+      'ODS F1': (want['ods']['f1'], result['ods']['f1']),
+      'OIS F1': (want['ois']['f1'], result['ois']['f1']),
+      'AP': (want['ap'], result['ap']),
+    }
+    for what, (a, b) in pairs.items():
+      ok = abs(a - b) <= tolerance
+      bad += not ok
+      print(f'  {protocol} {what}: card {a:.6f}, model file {b:.6f} {"ok" if ok else "DIFFERS"}')
+  return int(bad > 0)
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m crackjax.deploy.release', description=__doc__)
   sub = parser.add_subparsers(dest='command', required=True)
@@ -89,9 +182,25 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument('--work', required=True)
   p = sub.add_parser('best-step', help='the step of the best validation epoch')
   p.add_argument('--workdir', required=True)
+  p = sub.add_parser('register', help='ship a model file in the package')
+  p.add_argument('--file', required=True)
+  p.add_argument('--name', required=True)
+  p.add_argument('--held_out', default='test')
+  p.add_argument('--config', help='the config file the model was trained with')
+  p.add_argument('--command', dest='made_by', help='the command that made it')
+  p = sub.add_parser('check', help="a model file's evaluation against its card")
+  p.add_argument('--file', required=True)
+  p.add_argument('--record', required=True)
   args = parser.parse_args(argv)
+  if args.command == 'check':
+    return check(args.file, args.record)
   if args.command == 'select':
     return select(args.config, args.work)
+  if args.command == 'register':
+    extra = {'config': args.config, 'made_by': args.made_by}
+    entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
+    print(json.dumps(entry, indent=2))
+    return 0
   print(best_epoch(args.workdir)['step'])
   return 0
 

@@ -4,6 +4,12 @@
   crackjax-evaluate --workdir=RUN --data=crackforest:test --data=aiglern:test \\
       --manual_dir=aiglern=~/data/AigleRN
   crackjax-evaluate --workdir=RUN --folder=roads/images:roads/masks --protocols=strict
+  crackjax-evaluate --model=crackforest-unet-cpu --folder=IMAGES:MASKS --out=DIR
+
+With --model (a released model's name, a model file or its URL, crackjax/models/hub.py)
+instead of a run, --out is required and is where the records go: one folder per data argument,
+``DIR/<dataset>_<split>/`` (eval.json, eval_per_image.csv, the plots), plus the cross-dataset
+table with several; F1 @run t is then at the model file's threshold.
 
 Each data argument is scored under every protocol of --protocols (default: the run's own
 ``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
@@ -34,7 +40,10 @@ from crackjax.config import flags as config_flags
 from crackjax.runs import exits, identity, logs, outputs
 
 PROG = 'crackjax-evaluate'
-USAGE = f'{PROG} --workdir=RUN [--data=DATASET:SPLIT ...] [--folder=IMAGES:MASKS ...] [flags]'
+USAGE = (
+  f'{PROG} (--workdir=RUN | --model=NAME|FILE|URL --out=DIR) [--data=DATASET:SPLIT ...] '
+  '[--folder=IMAGES:MASKS ...] [flags]'
+)
 # The cross-dataset table's files in --out (with several data arguments).
 CROSS_FILES = ('cross_dataset.md', 'cross_dataset.csv')
 # Columns of the cross-dataset table, after data and protocol.
@@ -55,6 +64,13 @@ COLUMNS = (
 def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'workdir', None, 'the trained run (the --workdir of launch.py)', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'model',
+    None,
+    'instead of --workdir: a released model (crackjax-models), a model file or its URL; '
+    'needs --out',
+    flag_values=fv,
   )
   flags.DEFINE_multi_string(
     'data',
@@ -133,6 +149,8 @@ def data_configs(
     if name and name != config.data.name:
       c.data.name = name
       c.data.manual_dir = manual_dirs.get(name)
+    if c.data.name in manual_dirs:  # also the run's own dataset, e.g. on another machine
+      c.data.manual_dir = manual_dirs[c.data.name]
     out.append((f'{c.data.name}:{split}', c, split))
   for spec in folders:
     images, sep, masks = spec.partition(':')
@@ -230,22 +248,34 @@ def _main(argv: Sequence[str] | None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
-  if not fv.workdir:
-    sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
+  if bool(fv.workdir) == bool(fv.model):
+    sys.exit(f'{PROG}: give one of --workdir=RUN and --model=NAME|FILE|URL; usage: {USAGE}')
+  if fv.model and not fv.out:
+    sys.exit(f'{PROG}: --model needs --out=DIR, where the records go; usage: {USAGE}')
+  if fv.model and fv.step is not None:
+    sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
   from crackjax.deploy import predictor
   from crackjax.experiment import build
   from crackjax.training import checkpoints
 
-  workdir = Path(fv.workdir)
-  try:
-    config = predictor.read_config(workdir)
-  except FileNotFoundError as e:
-    sys.exit(f'{PROG}: {e}')
+  if fv.model:
+    try:
+      run = predictor.load_model(fv.model)
+    except (OSError, ValueError) as e:
+      sys.exit(f'{PROG}: {" ".join(str(e).split())}')
+    config, workdir, where = run.config, Path(fv.out), f'model {fv.model}'
+  else:
+    workdir = Path(fv.workdir)
+    try:
+      config = predictor.read_config(workdir)
+    except FileNotFoundError as e:
+      sys.exit(f'{PROG}: {e}')
+    where = f'{workdir / "config.json"}'
   try:
     experiment = build(config, training=False)
   except ValueError as e:
-    sys.exit(f'{PROG}: {workdir / "config.json"}: {" ".join(str(e).split())}')
+    sys.exit(f'{PROG}: {where}: {" ".join(str(e).split())}')
   protocols = tuple(fv.protocols or config.eval.protocols)
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
   if unknown:
@@ -264,19 +294,28 @@ def _main(argv: Sequence[str] | None) -> int:
     foreign = outputs.foreign_files(folder, CROSS_FILES)
     if foreign and not fv.overwrite:
       sys.exit(outputs.replace_advice(PROG, folder, foreign))
-  try:
-    state = experiment.restore(workdir, step=fv.step)
-  except (FileNotFoundError, checkpoints.CheckpointError) as e:
-    sys.exit(f'{PROG}: {e}')
+  if fv.model:
+    state = predictor.inference_state(run)
+    threshold, source, what = run.threshold, run.threshold_source, f'model {fv.model}'
+  else:
+    try:
+      state = experiment.restore(workdir, step=fv.step)
+    except (FileNotFoundError, checkpoints.CheckpointError) as e:
+      sys.exit(f'{PROG}: {e}')
+    threshold, source = predictor.run_threshold(workdir, int(state.step))
+    what = f'run {workdir}'
   step = int(state.step)
-  threshold, source = predictor.run_threshold(workdir, step)
-  print(f'{PROG}: run {workdir} step {step}; run threshold {threshold:g} ({source})', flush=True)
+  print(f'{PROG}: {what} step {step}; run threshold {threshold:g} ({source})', flush=True)
   with identity.leader_lock(workdir):  # it writes RUN/eval/...: one writer of a run at a time
-    rows = _score_all(experiment, workdir, state, targets, protocols, threshold, fv.workers)
-    return _cross_table(rows, targets, workdir, folder, step, threshold, source)
+    rows = _score_all(
+      experiment, workdir, state, targets, protocols, threshold, fv.workers, bool(fv.model)
+    )
+    return _cross_table(rows, targets, what, folder, step, threshold, source)
 
 
-def _score_all(experiment, workdir, state, targets, protocols, threshold, workers) -> list:
+def _score_all(
+  experiment, workdir, state, targets, protocols, threshold, workers, flat=False
+) -> list:
   """Scores each data argument beside the run's own results; prints its table."""
   from crackjax.data import registry as data_registry
   from crackjax.evaluation import scoring
@@ -291,6 +330,8 @@ def _score_all(experiment, workdir, state, targets, protocols, threshold, worker
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     out = scoring.other_results_dir(c, workdir, split)
+    if flat:  # --model: DIR/<dataset>_<split>, no run around it
+      out = Path(workdir) / out.name
     record = scoring.evaluate_checkpoint(
       scored,
       workdir,
@@ -308,12 +349,14 @@ def _score_all(experiment, workdir, state, targets, protocols, threshold, worker
 
 
 def _cross_table(
-  rows, targets, workdir: Path, folder: Path, step: int, threshold: float, source
+  rows, targets, what: str, folder: Path, step: int, threshold: float, source
 ) -> int:
   """With several data arguments: the cross-dataset table, `folder`/cross_dataset.md and .csv."""
   if len(targets) > 1:
     folder.mkdir(parents=True, exist_ok=True)
-    caption = f'Run {workdir}, step {step}; F1 @run t at {threshold:g} ({source}). Percent.'
+    caption = (
+      f'{what[0].upper()}{what[1:]}, step {step}; F1 @run t at {threshold:g} ({source}). Percent.'
+    )
     (folder / 'cross_dataset.md').write_text(markdown(rows, caption) + '\n')
     with open(folder / 'cross_dataset.csv', 'w', newline='') as f:
       writer = csv.DictWriter(f, fieldnames=['data', 'protocol', *(k for k, _ in COLUMNS)])

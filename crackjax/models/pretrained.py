@@ -56,7 +56,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from crackjax.models import MODELS
+from crackjax.models import MODELS, hub, model_file
 from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
 from crackjax.runs import outputs
@@ -310,16 +310,43 @@ def _convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> n
 # ------------------------------------------------------------------------------- loading
 
 
+def is_model_file(spec: str | Path) -> bool:
+  """Whether `spec` names a crackjax model file (a released name, a URL or a .safetensors
+  path, `crackjax.models.hub`) rather than a .npz of named arrays."""
+  text = str(spec)
+  return hub.is_url(text) or hub.entry(text) is not None or text.endswith(model_file.SUFFIX)
+
+
+def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
+  """A model file's variables as crackjax-layout named arrays (``params/...``,
+  ``batch_stats/...``, float32): fine-tuning starts from a released or exported model.
+
+  Raises:
+    PretrainedError: the file cannot be found, fetched or verified (its one-line message).
+  """
+  try:
+    loaded = model_file.read(hub.resolve(spec))
+  except (OSError, ValueError) as e:
+    raise PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
+  arrays = model_file.flatten(model_file.as_float32(loaded.params), 'params')
+  if loaded.batch_stats:
+    arrays.update(model_file.flatten(model_file.as_float32(loaded.batch_stats), 'batch_stats'))
+  return arrays
+
+
 def not_a_file(path: str | Path) -> str | None:
   """Why `config.model_init.pretrained` = `path` names no file (a folder, or nothing there),
-  or None. validation.check_config asks first, so a typo is found before the data is read."""
+  or None. validation.check_config asks first, so a typo is found before the data is read.
+  A released model's name and an http(s) URL are resolved when the model is initialised."""
+  if hub.is_url(str(path)) or hub.entry(str(path)) is not None:
+    return None
   path = Path(path).expanduser()
   if path.is_dir():
     return f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
   if not path.is_file():
     return (
-      f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays; '
-      'see docs/pretrained.md).'
+      f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays '
+      "or a .safetensors model file, a released model's name or a URL; see docs/pretrained.md)."
     )
   return None
 
@@ -544,8 +571,9 @@ def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Pat
       total_values=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
     )
   else:
+    arrays = load_model_file_arrays(path) if is_model_file(path) else load_npz(path)
     updates, report = load_arrays(
-      load_npz(path),
+      arrays,
       config.model.name,
       variables,
       normalization=group.get('normalization', 'auto'),

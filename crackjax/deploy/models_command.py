@@ -1,0 +1,76 @@
+"""`crackjax-models`: the released models, to use by name without training.
+
+  crackjax-models            # a table: name, model, parameters, size, data and licence, scores
+  crackjax-models --json     # the same as a JSON list (name, size, sha256, data, licence,
+                             # scores: {protocol: {ods, ois, ap}}, ...)
+
+Each is used by name: ``crackjax-predict --model=NAME --out=DIR photos/``,
+``crackjax.Predictor.from_pretrained(NAME)``, ``crackjax-evaluate --model=NAME ...``,
+``--config.model_init.pretrained=NAME`` (fine-tuning). The list is the package's registry
+(crackjax/models/released/registry.json, `crackjax.models.hub`); how each model was made is
+docs/models.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from crackjax.models import hub
+from crackjax.runs import exits
+
+PROG = 'crackjax-models'
+
+
+def _percent(value: float | None) -> str:
+  return '-' if value is None else f'{100 * value:.1f}'
+
+
+def table(models: Sequence[dict[str, Any]]) -> str:
+  """The released models as a Markdown table."""
+  lines = [
+    '| name | model | parameters | size | training data (licence) | held-out scores '
+    '(ODS F1 / OIS F1 / AP, %) |',
+    '|---|---|---|---|---|---|',
+  ]
+  for m in models:
+    widths = 'x'.join(str(w) for w in m.get('widths') or ())
+    model = f'{m["model"]} ({widths}, {m.get("dtype", "float32")})' if widths else m['model']
+    scores = '; '.join(
+      f'{protocol} {_percent(s["ods"])} / {_percent(s["ois"])} / {_percent(s["ap"])}'
+      for protocol, s in m['scores'].items()
+    )
+    where = m.get('scored_on', '')
+    lines.append(
+      f'| {m["name"]} | {model} | {m["parameters"]:,} | {m["size"] / 2**20:.1f} MiB | '
+      f'{m["data"]} ({m["licence"]}) | {scores}{" on " + where if where else ""} |'
+    )
+  return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The command (argv without the program name); returns the exit status."""
+  with exits.one_line_exits(PROG):
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split('\n\n')[0])
+    parser.add_argument('--json', action='store_true', help='print a JSON list instead')
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    models = hub.released()
+    if args.json:
+      print(json.dumps(models, indent=2))
+      return 0
+    if not models:
+      print(f'{PROG}: this installation ships no released model.')
+      return 0
+    print(table(models))
+    print(
+      f'\nUse one by name: crackjax-predict --model={models[0]["name"]} --out=DIR PHOTOS... '
+      '(docs/models.md says how each was made).'
+    )
+    return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
