@@ -525,7 +525,7 @@ def _main(argv: Sequence[str] | None) -> int:
       read_config(fv.workdir)  # A wrong --workdir is reported before anything else.
     except FileNotFoundError as e:
       sys.exit(f'{PROG}: {e}')
-  source = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
+  origin = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
   files, problems = find_inputs(inputs)
   for problem in problems:
     print(f'{PROG}: {problem}', file=sys.stderr)
@@ -575,7 +575,7 @@ def _main(argv: Sequence[str] | None) -> int:
   threshold = run.threshold if fv.threshold is None else fv.threshold
   source = run.threshold_source if fv.threshold is None else '--threshold'
   print(
-    f'{PROG}: {len(files)} image(s), {source} step {run.step}, crack where '
+    f'{PROG}: {len(files)} image(s), {origin} step {run.step}, crack where '
     f'probability > {threshold:g} ({source})',
     file=sys.stderr,
   )
@@ -624,7 +624,7 @@ def _main(argv: Sequence[str] | None) -> int:
     fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
-    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {source}')
+    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {origin}')
     try:
       stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
     except outputs.UnsafeOutputError as e:  # only a link planted during this prediction

@@ -1,0 +1,247 @@
+"""The model file (crackjax/models/model_file.py), loading by path and URL (crackjax/models/hub.py),
+and --model through crackjax-predict, crackjax-evaluate, crackjax-export and fine-tuning."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crackjax.deploy import export, model_export, predictor
+from crackjax.models import hub, model_file
+from tests import fixtures
+
+
+@pytest.fixture(scope='module')
+def exported(smoke_run, tmp_path_factory) -> Path:
+  """The session's smoke run (scored on its test split) exported as a model file."""
+  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
+  export.export_model_file(smoke_run, out, name='smoke')
+  return out
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+  """A fresh download cache per test ($CRACKJAX_CACHE)."""
+  path = tmp_path / 'cache'
+  monkeypatch.setenv(hub.CACHE_ENV, str(path))
+  return path
+
+
+@contextlib.contextmanager
+def serve(folder: Path):
+  """An HTTP server on 127.0.0.1 serving `folder`; yields its base URL."""
+  handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+  handler.log_message = lambda *a, **k: None
+  server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    yield f'http://127.0.0.1:{server.server_address[1]}'
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
+def photo(seed: int = 0, shape=(40, 56)) -> np.ndarray:
+  return np.random.default_rng(seed).integers(0, 256, size=(*shape, 3), dtype=np.uint8)
+
+
+def flip_byte(path: Path, offset: int) -> None:
+  data = bytearray(path.read_bytes())
+  data[offset] ^= 0x01
+  path.write_bytes(bytes(data))
+
+
+def test_the_file_predicts_as_the_run(smoke_run, exported):
+  from_run = predictor.Predictor.from_workdir(smoke_run)
+  from_file = predictor.Predictor.from_pretrained(exported)
+  image = photo()
+  np.testing.assert_array_equal(from_file(image), from_run(image))
+  assert from_file(image).shape == image.shape[:2]
+  assert from_file.threshold == from_run.threshold
+
+
+def test_the_card_and_metadata(smoke_run, exported):
+  loaded = model_file.read(exported)
+  card = loaded.card
+  run = json.loads((smoke_run / 'eval.json').read_text())
+  assert card['name'] == 'smoke'
+  assert card['training']['step'] == run['step'] == 6
+  assert card['data']['licence'].startswith('non-commercial research only')
+  (scores,) = [s for s in card['scores'] if s['record'] == 'eval.json']
+  assert scores['split'] == run['split'] and scores['num_images'] == run['num_images']
+  assert scores['protocols']['strict']['ods']['f1'] == run['results']['strict']['ods']['f1']
+  assert (
+    loaded.input['pad_multiple'] == 32
+    and loaded.model == json.loads((smoke_run / 'config.json').read_text())['model']
+  )
+  saved = json.loads((smoke_run / 'threshold.json').read_text())
+  assert loaded.threshold['threshold'] == saved['threshold']
+  # The self check is what the file's model gives on the synthetic image.
+  check = model_export.self_check(predictor.Predictor.from_pretrained(exported))
+  assert check == card['self_check']
+
+
+@pytest.mark.parametrize('where', ['tensor data', 'metadata'])
+def test_one_changed_byte_is_refused_in_one_line(exported, tmp_path, where):
+  damaged = tmp_path / 'damaged.safetensors'
+  shutil.copyfile(exported, damaged)
+  size = damaged.stat().st_size
+  header = int.from_bytes(damaged.read_bytes()[:8], 'little')
+  if where == 'tensor data':
+    flip_byte(damaged, size - 5)
+  else:  # inside the card's JSON text: a digit of the card's created date
+    text = damaged.read_bytes()[: 8 + header]
+    flip_byte(damaged, text.index(b'crackjax_version') + 30)
+  with pytest.raises(model_file.ModelFileError) as e:
+    model_file.read(damaged)
+  message = str(e.value)
+  assert '\n' not in message and str(damaged) in message
+  assert 'checksum' in message or 'damaged' in message
+
+
+def test_not_a_model_file_and_a_newer_format(exported, tmp_path, monkeypatch):
+  junk = tmp_path / 'junk.safetensors'
+  junk.write_bytes(b'\x00' * 64)
+  with pytest.raises(model_file.ModelFileError, match='not a crackjax model file'):
+    model_file.read(junk)
+  loaded = model_file.read(exported)
+  monkeypatch.setattr(model_file, 'FORMAT_VERSION', 2)
+  newer = tmp_path / 'newer.safetensors'
+  meta = {k: loaded.meta[k] for k in model_file.FIELDS if k not in ('format', 'requires')}
+  model_file.write(newer, params=loaded.params, batch_stats=None, meta=meta)
+  monkeypatch.setattr(model_file, 'FORMAT_VERSION', 1)
+  with pytest.raises(model_file.ModelFileError) as e:
+    model_file.read(newer)
+  assert 'format 2' in str(e.value) and 'crackjax>=' in str(e.value)
+
+
+def test_bfloat16_parameters_are_stored_and_the_card_states_the_change(smoke_run, tmp_path):
+  out = tmp_path / 'half.safetensors'
+  _, _, meta = export.export_model_file(smoke_run, out, dtype='bfloat16')
+  change = meta['card']['bfloat16']
+  assert 0 < change['max_abs_probability_change'] < 0.05
+  assert set(change['strict_f1_at_threshold']) == {'float32', 'bfloat16'}
+  loaded = model_file.read(out)
+  leaf = loaded.params['enc0']['conv1']['kernel'] if 'enc0' in loaded.params else None
+  leaves = [leaf] if leaf is not None else list(model_file.flatten(loaded.params, 'p').values())
+  assert all(str(x.dtype) == 'bfloat16' for x in leaves)
+  full = tmp_path / 'full.safetensors'
+  export.export_model_file(smoke_run, full)
+  assert out.stat().st_size < 0.6 * full.stat().st_size
+
+
+def test_by_url_then_offline_from_the_cache(exported, tmp_path, cache):
+  served = tmp_path / 'served'
+  served.mkdir()
+  shutil.copyfile(exported, served / 'smoke.safetensors')
+  image = photo(1)
+  with serve(served) as base:
+    url = f'{base}/smoke.safetensors'
+    first = predictor.Predictor.from_pretrained(url)(image)
+  # The server is gone: the cached copy serves.
+  again = predictor.Predictor.from_pretrained(url)(image)
+  np.testing.assert_array_equal(first, again)
+  assert hub.cached_path(url).is_file() and hub.cached_path(url).is_relative_to(cache)
+  assert not [p for p in hub.cached_path(url).parent.iterdir() if p.name.startswith('.')]
+
+
+def test_a_download_with_the_wrong_checksum_keeps_nothing(exported, tmp_path):
+  served = tmp_path / 'served'
+  served.mkdir()
+  shutil.copyfile(exported, served / 'smoke.safetensors')
+  with serve(served) as base:
+    url = f'{base}/smoke.safetensors#sha256={"0" * 64}'
+    with pytest.raises(model_file.ModelFileError, match='checksum mismatch'):
+      hub.resolve(url, progress=False)
+    assert not hub.cached_path(url).parent.exists() or not any(
+      hub.cached_path(url).parent.iterdir()
+    )
+    # A damaged file is refused by its own checksum even without one in the URL.
+    flip_byte(served / 'smoke.safetensors', (served / 'smoke.safetensors').stat().st_size - 3)
+    with pytest.raises(model_file.ModelFileError) as e:
+      hub.resolve(f'{base}/smoke.safetensors', progress=False)
+    assert f'{base}/smoke.safetensors' in str(e.value) and 'checksum' in str(e.value)
+    with pytest.raises(OSError, match='cannot download'):
+      hub.resolve(f'{base}/missing.safetensors', progress=False)
+
+
+def test_an_unknown_model_names_the_released_ones():
+  with pytest.raises(hub.ModelNotFoundError) as e:
+    hub.resolve('no-such-model')
+  assert 'not a released model' in str(e.value) and 'crackjax-models' in str(e.value)
+
+
+def test_predict_evaluate_and_export_take_model(exported, smoke_run, tmp_path, capsys):
+  from crackjax.deploy import predict_command
+  from crackjax.evaluation import evaluate_command
+
+  photos = tmp_path / 'photos'
+  fixtures.write_image(photos / 'road.png', photo(2))
+  assert (
+    predict_command.main([f'--model={exported}', f'--out={tmp_path / "pred"}', str(photos)]) == 0
+  )
+  assert (tmp_path / 'pred' / 'masks' / 'road.png').is_file()
+  assert f'model {exported} step 6' in capsys.readouterr().err
+
+  images, masks = fixtures.make_fake_folder(tmp_path / 'folder', n=3)
+  out = tmp_path / 'scores'
+  code = evaluate_command.main(
+    [f'--model={exported}', f'--folder={images}:{masks}', f'--out={out}', '--protocols=strict']
+  )
+  assert code == 0
+  (record,) = out.glob('*/eval.json')
+  assert json.loads(record.read_text())['num_images'] == 3
+  assert (record.parent / 'eval_per_image.csv').is_file()
+
+  jax_file = tmp_path / 'smoke.jaxexport'
+  export.main(['crackjax-export', f'--model={exported}', f'--out={jax_file}', '--platforms=cpu'])
+  sidecar = json.loads(export.sidecar_path(jax_file).read_text())
+  assert sidecar['step'] == 6 and sidecar['model_file'] == str(exported)
+
+
+def test_commands_refuse_a_damaged_model_in_one_line(exported, tmp_path, capsys):
+  from crackjax.deploy import predict_command
+
+  damaged = tmp_path / 'damaged.safetensors'
+  shutil.copyfile(exported, damaged)
+  flip_byte(damaged, damaged.stat().st_size - 7)
+  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
+  with pytest.raises(SystemExit) as e:
+    predict_command.main(
+      [f'--model={damaged}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')]
+    )
+  message = str(e.value.code)
+  assert message.startswith('crackjax-predict: ') and '\n' not in message
+  assert 'checksum mismatch' in message and str(damaged) in message
+  assert not (tmp_path / 'o').exists()
+
+
+def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
+  """--config.model_init.pretrained=FILE: a new run's first parameters are the file's."""
+  import jax
+
+  from crackjax.experiment import build
+  from crackjax.models import pretrained
+
+  config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
+  config.model_init.pretrained = str(exported)
+  experiment = build(config)
+  state = experiment.init_state((32, 48, 3))
+  state = pretrained.initialise(state, config, tmp_path / 'run')
+  report = json.loads((tmp_path / 'run' / 'init.json').read_text())
+  assert report['pretrained'] == str(exported) and not report['from_scratch']
+  loaded = model_file.read(exported)
+  got = model_file.flatten(jax.tree.map(np.asarray, state.params), 'params')
+  want = model_file.flatten(loaded.params, 'params')
+  assert got.keys() == want.keys()
+  for name in want:
+    np.testing.assert_array_equal(got[name], want[name])
