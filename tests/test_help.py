@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crackjax.data import stats
-from crackjax.deploy import export, predict_command
+from crackjax.deploy import export, models_command, predict_command
 from crackjax.evaluation import evaluate_command
 from crackjax.paper import complexity, report, runner
 
@@ -40,20 +40,26 @@ COMMANDS = [
   (
     'predict',
     lambda: predict_command.main(['--help']),
-    'usage: crackjax-predict --workdir=RUN --out=DIR IMAGE_OR_FOLDER_OR_GLOB',
-    ['--workdir', '--out', '--threshold', '--mm_per_pixel', '--tile_size', '--overwrite'],
+    'usage: crackjax-predict (--model=NAME|FILE|URL | --workdir=RUN) --out=DIR IMAGE_OR_FOLDER',
+    ['--workdir', '--model', '--out', '--threshold', '--mm_per_pixel', '--tile_size'],
   ),
   (
     'evaluate',
     lambda: evaluate_command.main(['--help']),
-    'usage: crackjax-evaluate --workdir=RUN',
-    ['--workdir', '--data', '--folder', '--protocols', '--step', '--workers'],
+    'usage: crackjax-evaluate (--workdir=RUN | --model=NAME|FILE|URL --out=DIR)',
+    ['--workdir', '--model', '--data', '--folder', '--protocols', '--step', '--workers'],
   ),
   (
     'export',
     lambda: export.main(['crackjax-export', '--help']),
-    'usage: crackjax-export --workdir=RUN --out=FILE',
-    ['--workdir', '--out', '--format', '--hw'],
+    'usage: crackjax-export (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE',
+    ['--workdir', '--model', '--out', '--format', '--dtype', '--hw'],
+  ),
+  (
+    'models',
+    lambda: models_command.main(['--help']),
+    'usage: crackjax-models',
+    ['--json'],
   ),
   (
     'data stats',

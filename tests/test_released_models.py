@@ -11,6 +11,7 @@ thresholds sit on a 0.01 grid, so a different map would move F1 by far more).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,33 @@ def test_crackjax_models_json_lists_each_model():
       assert set(s) == {'ods', 'ois', 'ap'}, protocol
   table = models_command.table(listed)
   assert all(n in table for n in NAMES)
+
+
+@pytest.mark.slow
+def test_from_an_empty_folder_with_only_the_package(tmp_path):
+  """The issue's acceptance, as a user runs it: in an empty folder, the installed commands and
+  `Predictor.from_pretrained` by name, no run, no repository, no network."""
+  from tests import fixtures
+
+  name = NAMES[0]
+  env = {**os.environ, hub.CACHE_ENV: str(tmp_path / 'cache')}
+
+  def command(*argv: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+  listed = json.loads(command('crackjax-models', '--json'))
+  assert name in [m['name'] for m in listed]
+  fixtures.write_image(tmp_path / 'photo.jpg', fixtures.fake_pair((120, 200), 0)[0], quality=95)
+  command('crackjax-predict', f'--model={name}', '--out=O', 'photo.jpg')
+  assert (tmp_path / 'O' / 'masks' / 'photo.png').is_file()
+  code = (
+    'import numpy as np, PIL.Image, crackjax; '
+    f'p = crackjax.Predictor.from_pretrained({name!r}); '
+    "m = p(np.asarray(PIL.Image.open('photo.jpg'))); print(m.shape, m.dtype)"
+  )
+  assert command(sys.executable, '-c', code).strip() == '(120, 200) float32'
+  images, masks = fixtures.make_fake_folder(tmp_path / 'labelled', n=3)
+  command('crackjax-evaluate', f'--model={name}', f'--folder={images}:{masks}', '--out=DIR')
+  assert list((tmp_path / 'DIR').glob('*/eval.json'))

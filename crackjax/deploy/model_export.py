@@ -183,6 +183,32 @@ def model_card(
   }
 
 
+# The config fields that name paths of the machine that trained the run: meaningless elsewhere
+# (and private), so a model file stores None there (a command that reads data takes them as
+# flags: crackjax-evaluate --manual_dir, --folder).
+MACHINE_PATHS = (
+  'data.data_dir',
+  'data.manual_dir',
+  'data.folder.images',
+  'data.folder.masks',
+  'data.folder.train_list',
+  'data.folder.test_list',
+)
+
+
+def portable_config(config) -> dict[str, Any]:
+  """The run's config as JSON, without `MACHINE_PATHS`."""
+  out = json.loads(config.to_json_best_effort())
+  for field in MACHINE_PATHS:
+    node = out
+    *parents, leaf = field.split('.')
+    for part in parents:
+      node = node.get(part) or {}
+    if leaf in node:
+      node[leaf] = None
+  return out
+
+
 def _leaves(tree: Any) -> list[np.ndarray]:
   if isinstance(tree, dict):
     return [leaf for v in tree.values() for leaf in _leaves(v)]
@@ -267,7 +293,7 @@ def export_model(
     },
     'threshold': {'threshold': run.threshold, 'chosen_by': run.threshold_source},
     'card': card,
-    'config': json.loads(run.config.to_json_best_effort()),
+    'config': portable_config(run.config),
   }
   sha = model_file.write(
     out, params=run.params, batch_stats=run.batch_stats, meta=meta, dtype=dtype
