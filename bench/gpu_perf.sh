@@ -17,7 +17,9 @@
 #   prepare_data   CrackForest into the TFDS folder the bench stages share (always runs; the
 #                  archive: CRACKFOREST_DIR, else ./.data/crackforest, else
 #                  ../shared/datasets/crackforest)
-#   bench_b8_bf16  bench/train_step.py batch 8 bf16 + PyTorch eager and torch.compile, same GPU
+#   bench_b8_bf16  bench/train_step.py batch 8 bf16 + PyTorch eager and torch.compile, same GPU;
+#                  --fresh_memory: the step's steady-state device peak, read in a fresh process
+#                  that loads the step from the compilation cache (no compiling, no autotuning)
 #   fps_bf16       python -m crackjax.paper.complexity, bf16, inference FPS batch 1 and 8
 #   table_row      Table I row wce_exp_0.75_e10 (paper setting, f32, 10 epochs): launch.py to
 #                  eval.json with breakdown (bench/launch_breakdown.py; no compilation cache)
@@ -171,7 +173,7 @@ bench() {  # bench NAME DTYPE BATCH
   # the rest.
   stage "$name" 150 240 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 "$PY" bench/train_step.py --config=configs/crackforest_exp.py \
     ${MODEL[@]+"${MODEL[@]}"} --config.model.dtype="$dtype" --hw=$HW --batch="$batch" "${STEPS[@]}" \
-    "${TORCH[@]}" --json="$RES/$name.json"
+    "${TORCH[@]}" --fresh_memory --json="$RES/$name.json"
 }
 
 fps() {  # fps NAME DTYPE

@@ -23,7 +23,21 @@ the end, as the training loop runs), and:
   reports it (GPU, TPU; the process's peak on the device, compilation's scratch
   included); on the CPU, which reports nothing, XLA's compiled memory analysis of the step
   (arguments + outputs - donated + temporaries), labelled as that. The process's host peak
-  RSS (VmHWM) is printed too, labelled host.
+  RSS (VmHWM) is printed too, labelled host. Where the device reports allocator figures, the
+  peak and the bytes in use are also read **by phase** (state on the device before
+  compiling, after compiling, after the warm-up steps, after the timed steps): a peak
+  already reached after compiling was set by the compilation (XLA's autotuning allocates its
+  trial buffers from the same allocator), not by the step. Whether the step's executable came
+  from the persistent compilation cache (hit / miss / not used) is recorded too.
+* **Steady-state peak memory** (`--fresh_memory`): after the JAX run (before PyTorch), the
+  same JAX step again in a **fresh process** whose step executable comes from the persistent
+  compilation cache the first run wrote (`JAX_COMPILATION_CACHE_DIR`, or a temporary folder
+  when none is set; entries written whatever their compile time), so nothing is compiled or
+  autotuned there: its device peak after the warm-up and timed steps is the step's own
+  steady-state peak (state, batch, program temporaries and the allocator's fragmentation).
+  The fresh process allocates on demand (`XLA_PYTHON_CLIENT_PREALLOCATE=false`) beside the
+  first, which still holds its share; a cache miss there is reported as such (its peak then
+  includes compilation again).
 
 PyTorch (never a dependency; `import torch` is checked in a subprocess): the same U-Net,
 loss and Adam, in a separate process per mode after the JAX run, on `--torch_device`
@@ -43,11 +57,12 @@ Usage (the config and its ``--config.*`` overrides as for launch.py)::
     python bench/train_step.py --config=configs/crackforest_exp.py \
         [--config.model.widths='(16, 32, 64, 128, 256)'] [--config.model.conv_impl=xla] \
         [--config.model.dtype=bfloat16] [--hw=320,480] [--batch=2] [--steps=5] [--warmup=1] \
-        [--torch_device=auto|cpu|cuda] [--torch_compile] [--json=PATH]
+        [--torch_device=auto|cpu|cuda] [--torch_compile] [--fresh_memory] [--json=PATH]
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -57,6 +72,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,6 +126,40 @@ def random_batch(batch: int, h: int, w: int, seed: int = 0):
   return {'image': image, 'mask': mask}
 
 
+CACHE_EVENT_PREFIX = '/jax/compilation_cache/'
+
+
+@contextlib.contextmanager
+def compile_cache_events():
+  """Collects the names of JAX's persistent-compilation-cache events (`jax.monitoring`)
+  recorded inside the block, e.g. '/jax/compilation_cache/cache_hits'."""
+  import jax.monitoring
+
+  events: list[str] = []
+
+  def listener(event: str, **kwargs) -> None:
+    if event.startswith(CACHE_EVENT_PREFIX):
+      events.append(event)
+
+  jax.monitoring.register_event_listener(listener)
+  try:
+    yield events
+  finally:
+    jax.monitoring.unregister_event_listener(listener)
+
+
+def cache_status(events: list[str]) -> str:
+  """'hit', 'miss' or 'not used' (no cache configured) from `compile_cache_events`."""
+  if CACHE_EVENT_PREFIX + 'cache_hits' in events:
+    return 'hit'
+  if CACHE_EVENT_PREFIX + 'cache_misses' in events:
+    return 'miss'
+  return 'not used'
+
+
+MEMORY_PHASES = ('before_compile', 'after_compile', 'after_warmup', 'after_steps')
+
+
 def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
   """Compiles and times the train step of `experiment` (`crackjax.experiment.build`) on
   batches of `batch` images of `hw`; returns the figures (see the module doc)."""
@@ -127,12 +177,17 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
   n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
   step = experiment.train_step(state)
   data = mesh_lib.global_batch(random_batch(batch, *hw), mesh)
+  device = jax.devices()[0]
+  # The allocator's figures by phase (None where the backend has none, e.g. the CPU).
+  phases = {'before_compile': complexity.device_memory(device)}
 
   t0 = time.perf_counter()
   traced = step.trace(state, data)
   lowered = traced.lower()
-  compiled = lowered.compile()
+  with compile_cache_events() as events:
+    compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
+  phases['after_compile'] = complexity.device_memory(device)
   prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
 
   forward = complexity.forward_macs(experiment.model, *hw)  # per image
@@ -143,6 +198,7 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
   for _ in range(warmup):
     state, metrics = compiled(state, data)
     jax.block_until_ready((state, metrics))
+  phases['after_warmup'] = complexity.device_memory(device)
   times = []
   for _ in range(steps):
     t0 = time.perf_counter()
@@ -157,8 +213,8 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
   jax.block_until_ready((state, metrics))
   pipelined_s = (time.perf_counter() - t0) / steps
   loss = float(metrics['loss'])
+  phases['after_steps'] = complexity.device_memory(device)
 
-  device = jax.devices()[0]
   median = statistics.median(times)
   model_fields = {k: v for k, v in config.model.items() if k != 'name'}
   result = {
@@ -178,11 +234,12 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
     'loss': loss,
     'compute_dtype': config.model.get('dtype', 'float32'),
     'compile_s': compile_s,
+    'compile_cache': cache_status(events),
     **_time_stats(times, batch),
     'pipelined_step_s': pipelined_s,
     'pipelined_images_per_s': batch / pipelined_s,
     'peak_rss_mb': _peak_rss_mb(),
-    'memory': complexity.memory_figures(compiled, device),
+    'memory': {**complexity.memory_figures(compiled, device), 'phases': phases},
     'forward_macs_per_image': forward['total'],
     'flops_per_step': flops,
     'tflops': flops / median / 1e12,
@@ -417,6 +474,43 @@ def bench_torch(
   return result
 
 
+def prepare_fresh_cache() -> str:
+  """The persistent compilation cache folder that `--fresh_memory` reads back: JAX's own
+  (`JAX_COMPILATION_CACHE_DIR`) or a new temporary one; every entry is written (no minimum
+  compile time). Call before anything is compiled."""
+  import jax
+
+  cache_dir = jax.config.jax_compilation_cache_dir or tempfile.mkdtemp(prefix='bench_jax_cache_')
+  jax.config.update('jax_compilation_cache_dir', cache_dir)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  return cache_dir
+
+
+def _jax_fresh_subprocess(argv, cache_dir: str) -> dict:
+  """Runs the JAX side of the same command line (argv[1:]) in a fresh process whose
+  compilation cache is `cache_dir` and whose device memory is allocated on demand (the
+  parent keeps its share); returns its `bench_jax` result, or {'error': ...} with the end of
+  its stderr."""
+  cmd = [
+    sys.executable,
+    str(Path(__file__).resolve()),
+    *argv[1:],
+    '--jax_fresh_worker',
+    '--nofresh_memory',
+    '--notorch',
+  ]
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH')) if p)
+  env['JAX_COMPILATION_CACHE_DIR'] = cache_dir
+  env['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+  env['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
+  out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  if out.returncode != 0:
+    tail = [line for line in out.stderr.strip().splitlines() if line.strip()][-3:]
+    return {'error': ' / '.join(tail) or f'exit status {out.returncode}'}
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _torch_subprocess(argv, expect_params, mode: str) -> dict:
   """Runs `bench_torch` in a fresh process with the same command line (argv[1:]).
 
@@ -456,8 +550,64 @@ def _mib(n: float | None) -> str:
   return 'n/a' if n is None else f'{n / 2**20:.0f} MiB'
 
 
-def report(jr: dict, torch_results: list[dict] | dict | None = None) -> str:
-  """The text report of `bench_jax`'s result and the PyTorch results (eager, compile)."""
+def _phase_lines(mem: dict) -> list[str]:
+  """The allocator's peak / in-use figures by phase, and the first phase by which the final
+  peak was reached ([] where the backend has no allocator figures)."""
+  phases = mem.get('phases') or {}
+  have = [k for k in MEMORY_PHASES if phases.get(k)]
+  if not have:
+    return []
+  names = {k: k.replace('_', ' ').replace('warmup', 'warm-up') for k in MEMORY_PHASES}
+  cells = ', '.join(
+    f'{names[k]} {_mib(phases[k]["peak_bytes_in_use"])} / {_mib(phases[k]["bytes_in_use"])}'
+    for k in have
+  )
+  final = phases[have[-1]]['peak_bytes_in_use']
+  first = next(k for k in have if phases[k]['peak_bytes_in_use'] == final)
+  when = {
+    'before_compile': 'before compiling (state and batch on the device)',
+    'after_compile': 'by the end of compiling, before the step first ran',
+    'after_warmup': 'in the warm-up steps',
+    'after_steps': 'in the timed steps',
+  }[first]
+  return [
+    f'  by phase (device peak / in use): {cells}',
+    f'  the peak was reached {when}',
+  ]
+
+
+def _fresh_lines(fresh: dict | None) -> list[str]:
+  """The `--fresh_memory` process's figures."""
+  if fresh is None:
+    return []
+  if 'error' in fresh:
+    return [f'jax fresh process: FAILED: {fresh["error"]}']
+  mem, cache = fresh['memory'], fresh['compile_cache']
+  how = (
+    'step executable from the persistent compilation cache: nothing compiled or autotuned'
+    if cache == 'hit'
+    else f'compilation cache {cache}: the step was compiled again, its peak included'
+  )
+  steps = f'{fresh["warmup"]} warm-up + {2 * fresh["steps"]} timed steps'
+  if mem['source'] != 'device':
+    return [
+      f'jax fresh process: no device allocator figures on {fresh["backend"]} ({how}; '
+      f'compile {fresh["compile_s"]:.2f} s; {fresh["images_per_s"]:.2f} images/s)'
+    ]
+  dev = mem['device']
+  return [
+    f'jax fresh process: steady-state device peak {_mib(dev["peak_bytes_in_use"])} after '
+    f'{steps}; in use after them {_mib(dev["bytes_in_use"])} ({how}; compile '
+    f'{fresh["compile_s"]:.2f} s; {fresh["images_per_s"]:.2f} images/s)',
+    *_phase_lines(mem),
+  ]
+
+
+def report(
+  jr: dict, torch_results: list[dict] | dict | None = None, fresh: dict | None = None
+) -> str:
+  """The text report of `bench_jax`'s result, the PyTorch results (eager, compile) and the
+  `--fresh_memory` process's result."""
   from crackjax.paper import complexity
 
   if isinstance(torch_results, dict):
@@ -472,7 +622,8 @@ def report(jr: dict, torch_results: list[dict] | dict | None = None) -> str:
     f'{jr["device_kind"]} x{jr["device_count"]}, python {platform.python_version()}, '
     f'{os.cpu_count()} CPUs',
     f'jax conv_impl {jr.get("conv_impl", "n/a")}, compute_dtype {jr["compute_dtype"]}',
-    f'jax compile:      {jr["compile_s"]:.2f} s',
+    f'jax compile:      {jr["compile_s"]:.2f} s (persistent compilation cache: '
+    f'{jr.get("compile_cache", "n/a")})',
     f'jax step:         {_fmt_times(jr)}',
     f'jax images/s:     {jr["images_per_s"]:.2f} (median step, synchronised each step); '
     f'{jr["pipelined_images_per_s"]:.2f} pipelined ({jr["steps"]} steps, one sync)',
@@ -492,6 +643,8 @@ def report(jr: dict, torch_results: list[dict] | dict | None = None) -> str:
       else f'{jr["xla_flops_per_step"] / 1e9:.4g} GFLOP ({jr["xla_cross_check"]})'
     ),
     f'jax peak memory:  {complexity.format_memory(jr["memory"])}',
+    *_phase_lines(jr['memory']),
+    *_fresh_lines(fresh),
     f'jax host RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM; host memory)',
   ]
   for tr in torch_results or []:
@@ -544,7 +697,18 @@ def _define_flags(fv: flags.FlagValues) -> None:
     "torch.compile backend ('aot_eager': no kernel generation, for tests)",
     flag_values=fv,
   )
+  flags.DEFINE_bool(
+    'fresh_memory',
+    False,
+    'after the JAX run, run the JAX step again in a fresh process from the persistent '
+    'compilation cache (nothing compiled or autotuned there) and report its device peak: '
+    'the steady-state peak',
+    flag_values=fv,
+  )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
+  flags.DEFINE_bool(
+    'jax_fresh_worker', False, 'internal: the fresh process of --fresh_memory', flag_values=fv
+  )
   flags.DEFINE_integer('torch_worker', None, 'internal: run the PyTorch side only', flag_values=fv)
   flags.DEFINE_enum(
     'torch_worker_mode', 'eager', ['eager', 'compile'], 'internal: PyTorch mode', flag_values=fv
@@ -559,8 +723,9 @@ def main(argv=None) -> dict:
 
   Returns:
     {'jax': bench_jax's result, 'torch': the eager PyTorch result or None,
-    'torch_compile': the torch.compile result or None}; a failed PyTorch run is
-    {'mode': ..., 'error': ...}.
+    'torch_compile': the torch.compile result or None, 'jax_fresh': the `--fresh_memory`
+    process's bench_jax result or None}; a failed PyTorch run is {'mode': ..., 'error': ...},
+    a failed fresh process {'error': ...}.
   """
   prog = 'bench/train_step.py'
   default = str(REPO / 'configs' / 'crackforest_exp.py')
@@ -584,10 +749,11 @@ def main(argv=None) -> dict:
       compile_backend=fv.torch_compile_backend,
     )
     print(outputs.dumps(r))
-    return {'jax': None, 'torch': r, 'torch_compile': None}
+    return {'jax': None, 'torch': r, 'torch_compile': None, 'jax_fresh': None}
 
   from crackjax.experiment import build
 
+  cache_dir = prepare_fresh_cache() if fv.fresh_memory and not fv.jax_fresh_worker else None
   try:
     experiment = build(config)
   except ValueError as e:
@@ -595,13 +761,19 @@ def main(argv=None) -> dict:
   jr = bench_jax(experiment, hw, fv.batch, fv.steps, fv.warmup)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
-  result = {'jax': jr, 'torch': None, 'torch_compile': None}
+  if fv.jax_fresh_worker:
+    print(outputs.dumps(jr))
+    return {'jax': jr, 'torch': None, 'torch_compile': None, 'jax_fresh': None}
+  result = {'jax': jr, 'torch': None, 'torch_compile': None, 'jax_fresh': None}
 
   def save() -> None:  # after every part, so a run cut short keeps what it finished
     if fv.json:
       Path(fv.json).write_text(outputs.dumps(result, indent=1, default=str))
 
   save()
+  if cache_dir is not None:  # before PyTorch, which would otherwise share the GPU with it
+    result['jax_fresh'] = _jax_fresh_subprocess(argv, cache_dir)
+    save()
   if fv.torch:
     why_not = torch_unsupported(config)
     if why_not:
@@ -614,7 +786,8 @@ def main(argv=None) -> dict:
       if fv.torch_compile:
         result['torch_compile'] = _torch_subprocess(argv, jr['params'], 'compile')
         save()
-  print(report(jr, [r for r in (result['torch'], result['torch_compile']) if r is not None]))
+  torch_results = [r for r in (result['torch'], result['torch_compile']) if r is not None]
+  print(report(jr, torch_results, result['jax_fresh']))
   return result
 
 

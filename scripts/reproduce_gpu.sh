@@ -20,6 +20,8 @@
 # results/$CAMPAIGN.json already holds, and writes the merged results and its report into
 # $OUT as it goes. Environment knobs:
 #   TABLE=1  SEEDS=5  PARALLEL=4  MINUTES=7.5  ROWS=<comma keys, default all>
+#   (PARALLEL=4: on one H100 four jobs of the paper's setting trained ~132 steps/s together,
+#   six ~92 and one alone 93.8, and six start slower; docs/performance.md, "Jobs side by side")
 #   CURVE_PROTOCOLS=strict  (the epochs that are no row's; the rows' epochs get every protocol)
 #   VARIANT=  (paper setting; 'smoke' for a CPU try-out)   CAMPAIGN=gpu_table$TABLE
 #   DATA=.data/crackforest   OUT=<the device tool's output folder>

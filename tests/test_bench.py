@@ -84,6 +84,80 @@ def test_train_step_bench_tiny(capsys, tmp_path):
   assert 'speed crackjax/torch eager:' in out
 
 
+@pytest.mark.slow
+def test_fresh_memory_process_loads_the_step_from_the_cache(capsys, tmp_path):
+  """--fresh_memory: the JAX step again in a fresh process, its executable read back from the
+  persistent compilation cache the first run wrote (nothing compiled there), its figures in
+  the result and the report; the phases of each run are recorded (None on the CPU)."""
+  bench = _load_bench()
+  result = bench.main(
+    [
+      '--config=configs/crackforest_exp.py',
+      f'--config.model.widths={TINY}',
+      '--hw=32,48',
+      '--batch=2',
+      '--steps=1',
+      '--warmup=1',
+      '--notorch',
+      '--fresh_memory',
+      f'--json={tmp_path / "r.json"}',
+    ]
+  )
+  out = capsys.readouterr().out
+  jr, fresh = result['jax'], result['jax_fresh']
+  assert jr['compile_cache'] in ('hit', 'miss')  # the tests' cache may hold it already
+  assert 'error' not in fresh, fresh
+  assert fresh['compile_cache'] == 'hit' and fresh['params'] == TINY_PARAMS
+  assert set(fresh['memory']['phases']) == set(bench.MEMORY_PHASES)
+  assert math.isfinite(fresh['loss']) and fresh['images_per_s'] > 0
+  if jax.default_backend() == 'cpu':
+    assert all(v is None for v in fresh['memory']['phases'].values())
+    assert 'jax fresh process: no device allocator figures on cpu (step executable from the ' in out
+  assert '(persistent compilation cache: ' in out
+
+
+def test_memory_phases_name_when_the_peak_was_reached():
+  """The report's phase lines and the fresh process's line, on the allocator figures of the
+  H100 bench of 27 Nov (batch 2, f32: the peak already reached after compiling)."""
+  bench = _load_bench()
+  mib = 2**20
+
+  def dev(peak, in_use):
+    return {'peak_bytes_in_use': peak * mib, 'bytes_in_use': in_use * mib, 'bytes_limit': 0}
+
+  phases = {
+    'before_compile': dev(360, 360),
+    'after_compile': dev(17537, 360),
+    'after_warmup': dev(17537, 360),
+    'after_steps': dev(17537, 360),
+  }
+  lines = bench._phase_lines({'phases': phases})
+  assert lines == [
+    '  by phase (device peak / in use): before compile 360 MiB / 360 MiB, after compile '
+    '17537 MiB / 360 MiB, after warm-up 17537 MiB / 360 MiB, after steps 17537 MiB / 360 MiB',
+    '  the peak was reached by the end of compiling, before the step first ran',
+  ]
+  steady = {k: dev(360 if 'compile' in k else 2100, 360) for k in bench.MEMORY_PHASES}
+  assert bench._phase_lines({'phases': steady})[1] == '  the peak was reached in the warm-up steps'
+  assert bench._phase_lines({'phases': dict.fromkeys(bench.MEMORY_PHASES)}) == []
+  fresh = {
+    'memory': {'source': 'device', 'device': steady['after_steps'], 'phases': steady},
+    'compile_cache': 'hit',
+    'warmup': 3,
+    'steps': 20,
+    'compile_s': 1.5,
+    'images_per_s': 181.0,
+    'backend': 'gpu',
+  }
+  line = bench._fresh_lines(fresh)[0]
+  assert line.startswith('jax fresh process: steady-state device peak 2100 MiB after 3 warm-up')
+  assert 'from the persistent compilation cache: nothing compiled or autotuned' in line
+  miss = bench._fresh_lines({**fresh, 'compile_cache': 'miss'})[0]
+  assert 'compilation cache miss: the step was compiled again, its peak included' in miss
+  assert bench._fresh_lines({'error': 'boom'}) == ['jax fresh process: FAILED: boom']
+  assert bench._fresh_lines(None) == []
+
+
 def test_torch_compile_trains_like_eager():
   """torch.compile with the aot_eager backend (traced like inductor, no kernels generated:
   inductor takes 25-80 s for the tiny U-Net on a 2-core CPU) gives eager's losses."""

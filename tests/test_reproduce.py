@@ -212,7 +212,9 @@ def test_report_names_unknown_protocols_and_differing_copies(tmp_path, capsys):
   assert report.main([str(results), str(tmp_path / 'cut.json'), f'--out={tmp_path / "r"}']) == 0
   err = capsys.readouterr().err
   assert f'{runs[0]["group"]} seed {runs[0]["seed"]} is in two inputs' in err
-  assert f'({results} has 5 epochs, {tmp_path / "cut.json"} 2); using the one in {results}.' in err
+  n = len(runs[0]['epochs'])  # the committed results' first run (10 epochs since 27 Nov)
+  cut_path = tmp_path / 'cut.json'
+  assert f'({results} has {n} epochs, {cut_path} 2); using the one in {results}.' in err
   # Identical copies (a campaign and its export) are merged without a word.
   records.load([results, results])
   assert 'two inputs' not in capsys.readouterr().err
@@ -277,11 +279,23 @@ def test_report_and_runner_name_a_missing_or_mistyped_field(tmp_path, edit, says
   assert not (tmp_path / 'r').exists()
 
 
+def _only_exp_jaccard(data: dict) -> None:
+  """Keeps the exp + Jaccard a=20 runs of the committed results (seeds 1 and 2, 5 epochs,
+  26 Nov), in that order."""
+  data['runs'] = [r for r in data['runs'] if r['group'] == 'table1:exp_0.75_a20_wj']
+  assert [r['seed'] for r in data['runs']] == [1, 2]
+
+
 def test_an_epoch_without_results_or_time_is_not_evaluated_or_timed(tmp_path):
   def edit(data):
+    _only_exp_jaccard(data)
     data['runs'][0]['epochs'][2].pop('results')  # epoch 3 of seed 1's 5
     for run in data['runs']:
       run['epochs'][1].pop('train_seconds')  # epoch 2 of both seeds
+
+  def one_time_unknown(data):
+    _only_exp_jaccard(data)
+    data['runs'][0]['epochs'][1].pop('train_seconds')
 
   runs = records.load([_edited_export(tmp_path, edit)])
   # Not evaluated: seed 1's job is not complete (a chunk redoes it).
@@ -293,7 +307,7 @@ def test_an_epoch_without_results_or_time_is_not_evaluated_or_timed(tmp_path):
   assert row['seeds'] == '1 2' and float(row['ods_f1_mean']) > 0
   assert row['time_s_mean'] == ''
   # One seed's time unknown: the mean is the other's, and the table says over how many.
-  path = _edited_export(tmp_path, lambda d: d['runs'][0]['epochs'][1].pop('train_seconds'))
+  path = _edited_export(tmp_path, one_time_unknown)
   assert report.main([str(path), f'--out={tmp_path / "r1"}']) == 0
   table_rows = [
     x for x in (tmp_path / 'r1' / 'report.md').read_text().splitlines() if '| 5 | 2 |' in x

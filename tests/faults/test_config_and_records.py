@@ -243,12 +243,15 @@ def test_launch_with_a_wrong_tuple_type_leaves_the_workdir_untouched(tmp_path):
 RESULTS = REPO / 'results' / 'gpu_table1.json'
 
 
+EXP_JACCARD = 'table1:exp_0.75_a20_wj'  # seeds 1 and 2, 5 epochs (26 Nov)
+
+
 def _campaign(workdir: Path) -> Path:
-  """The first run of results/gpu_table1.json (exp_0.75_a20_wj_e5, seed 1, 5 epochs) as a
+  """The exp_0.75_a20_wj_e5 run of seed 1 (5 epochs) of results/gpu_table1.json as a
   runner's job directory under `workdir`; returns the job directory."""
   from crackjax.paper import records
 
-  run = records.load([RESULTS])[0]
+  run = next(r for r in records.load([RESULTS]) if (r['group'], r['seed']) == (EXP_JACCARD, 1))
   job = workdir / 'table1' / run['group'].split(':')[1] / f'seed{run["seed"]}'
   job.mkdir(parents=True)
   info = {k: run[k] for k in ('table', 'group', 'seed', 'rows', 'hardware', 'versions')}
@@ -312,6 +315,7 @@ def test_left_out_says_why_each_seed_is_missing(tmp_path):
 
   def left(edit) -> list[str]:
     data = json.loads(RESULTS.read_text())
+    data['runs'] = [r for r in data['runs'] if r['group'] == EXP_JACCARD]  # seeds 1, 2
     edit(data['runs'])
     export = tmp_path / 'edited.json'
     export.write_text(json.dumps(data))
