@@ -5,10 +5,10 @@
       --config.data.manual_dir=../shared/datasets/crackforest
   python launch.py --config=configs/crackforest_exp.py --workdir=workdirs/cfd_exp --mode=eval
 
-The command lives in `crackjax.training.train_command` (`--help` lists its flags).
+The command lives in `crackjax.trainer.train_command` (`--help` lists its flags).
 """
 
-from crackjax.training import train_command
+from crackjax.trainer import train_command
 
 if __name__ == '__main__':
   train_command.main('launch.py')

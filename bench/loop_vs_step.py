@@ -7,7 +7,7 @@ Runs, in one process and at the same model, batch, precision and image size:
 2. **the isolated step** (`bench/train_step.py`'s `bench_jax`: one random batch already on
    the device, `--bench_steps` timed steps): images per second at the median step (each
    waited for) and pipelined (dispatched back to back, as the loop does);
-3. **the training loop** (`crackjax.training.loop.train_and_evaluate` in a fresh workdir, without
+3. **the training loop** (`crackjax.trainer.loop.train_and_evaluate` in a fresh workdir, without
 the final evaluation): steady-state steps per second from the metrics it logs
    (`metrics.jsonl`: every record's `time`; the first record, whose interval holds the
    compilation, is left out; epoch-end checkpoints stay in, as in any run), and how long the
@@ -165,7 +165,7 @@ def run_loop(
   experiment, workdir: Path, profile: tuple[int, int] | None = None, profile_dir: str | None = None
 ) -> dict:
   """Runs train_and_evaluate (no evaluation) in `workdir`; returns its throughput figures."""
-  from crackjax.training import loop
+  from crackjax.trainer import loop
 
   original = loop.prefetch_to_device
   timed: list[TimedBatches] = []

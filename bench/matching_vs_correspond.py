@@ -135,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       '--target DIR pyedgeeval==0.2.8, then PYTHONPATH=DIR.'
     )
   from crackjax.deploy import predictor
-  from crackjax.evaluation import scoring
   from crackjax.experiment import build
+  from crackjax.trainer import scoring
 
   workdir = Path(fv.workdir)
   experiment = build(predictor.read_config(workdir), training=False)

@@ -82,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
   lengths = [float(x) for x in fv.lengths]
   from crackjax.deploy import predictor
-  from crackjax.evaluation import scoring
   from crackjax.experiment import build
+  from crackjax.trainer import scoring
 
   workdir = Path(fv.workdir)
   experiment = build(predictor.read_config(workdir), training=False)

@@ -49,7 +49,7 @@ Fields:
   plugins: optional, absent here: a tuple of importable module names that register a model,
     loss, dataset or evaluation protocol the config uses (`crackjax.models.register_model`,
     `crackjax.losses.register_loss`, `crackjax.data.registry.register_dataset`,
-    `crackjax.evaluation.register_protocol`; crackjax/config/plugins.py, and the recipes of
+    `crackjax.evaluation.register_protocol`; crackjax/plugins.py, and the recipes of
     docs/architecture.md). Training, prediction, export and crackjax-evaluate import them
     before building the experiment, so a run that uses a plugin can be predicted and exported
     from its config.json. A config that needs it sets `c.plugins = ('my_models',)`; keeping it

@@ -4,16 +4,11 @@
 (`crackjax.deploy.predictor`); it is imported on first use so `import crackjax.data.augment`
 and the like stay light.
 
-The packages are layers; a module imports only from its own layer or the ones below
+The folders are layers; a module imports only from its own folder or the ones below
 (docs/architecture.md draws them, tests/test_architecture.py checks them).
 """
 
-import importlib.metadata
-
-try:
-  __version__ = importlib.metadata.version('crackjax')
-except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
-  __version__ = '0+unknown'
+from crackjax.version import __version__
 
 __all__ = ['Predictor', '__version__']
 

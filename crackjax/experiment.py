@@ -213,7 +213,7 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     validation.ConfigError: every problem of the config, one per line.
     ValueError: a module of ``config.plugins`` cannot be imported.
   """
-  # check_config imports config.plugins first (crackjax/config/plugins.py), so a plugin's
+  # check_config imports config.plugins first (crackjax/plugins.py), so a plugin's
   # model, loss, dataset or protocol is registered before it is looked up.
   parts = validation.check_config(config, training=training)
   return Experiment(

@@ -155,7 +155,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
   the same time.
   """
   from crackjax.experiment import build
-  from crackjax.training import loop
+  from crackjax.trainer import loop
 
   base_temp = Path(base_temp)
   shared = base_temp.parent if os.environ.get('PYTEST_XDIST_WORKER') else base_temp

@@ -63,7 +63,8 @@ import numpy as np  # noqa: E402
 from configs import smoke  # noqa: E402
 from crackjax.data import loader  # noqa: E402
 from crackjax.experiment import build  # noqa: E402
-from crackjax.training import checkpoints, loop  # noqa: E402
+from crackjax.trainer import loop  # noqa: E402
+from crackjax.training import checkpoints  # noqa: E402
 from crackjax.training import mesh as mesh_lib  # noqa: E402
 from crackjax.training import train_state as state_lib  # noqa: E402
 from tests import fixtures  # noqa: E402

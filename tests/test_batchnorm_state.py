@@ -27,9 +27,9 @@ from configs import compare, smoke
 from crackjax import losses
 from crackjax.deploy import export
 from crackjax.deploy import predictor as predict
-from crackjax.evaluation import scoring
 from crackjax.experiment import build
 from crackjax.models import model_variables
+from crackjax.trainer import scoring
 from crackjax.training import checkpoints
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import step as step_lib
@@ -106,7 +106,7 @@ _DEVICES_SCRIPT = textwrap.dedent("""
   import json, sys
   import jax, ml_collections, numpy as np
   from crackjax import losses
-  from crackjax.training import loop
+  from crackjax.trainer import loop
   from crackjax.training import step as step_lib
   from crackjax.training import checkpoints
   from crackjax.training import mesh as mesh_lib

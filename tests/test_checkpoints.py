@@ -11,7 +11,8 @@ from crackjax.data import loader
 from crackjax.deploy import predictor as predict
 from crackjax.experiment import Experiment, build
 from crackjax.runs import identity
-from crackjax.training import checkpoints, loop
+from crackjax.trainer import loop
+from crackjax.training import checkpoints
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import PIL.Image
 import pytest
 
 from crackjax.data import registry as data_registry
-from crackjax.data import stats as data_stats
+from crackjax.trainer import data_stats
 from tests import fixtures
 from tfds_builders.common import CrackDataWarning, DatasetError
 
@@ -66,7 +66,8 @@ def test_inverted_polarity_is_refused_naming_the_field(tmp_path, capsys):
   err = capsys.readouterr().err
   last = err.strip().splitlines()[-1]  # TFDS' progress bars come before it.
   assert (
-    last.startswith('python -m crackjax.data.stats: crack_folder/') and 'mask_polarity=dark' in last
+    last.startswith('python -m crackjax.trainer.data_stats: crack_folder/')
+    and 'mask_polarity=dark' in last
   )
   assert 'Traceback' not in err
 

@@ -1,4 +1,4 @@
-"""Tests of crackjax.data.stats on fixtures with known crack proportions."""
+"""Tests of crackjax.trainer.data_stats on fixtures with known crack proportions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from configs import base
 from crackjax.data import registry as data_registry
-from crackjax.data import stats as data_stats
+from crackjax.trainer import data_stats
 from tests import fixtures
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'

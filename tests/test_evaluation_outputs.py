@@ -11,7 +11,7 @@ from absl import logging as absl_logging
 
 from configs import base
 from crackjax import evaluation
-from crackjax.evaluation import scoring
+from crackjax.trainer import scoring
 
 
 def _results(protocols=('strict', 'tolerance')):

@@ -116,7 +116,7 @@ def test_one_launch_builds_each_part_once(tmp_path):
   and one dataset builder, and opens each split once."""
   raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path / 'data')  # not prepared yet
   code = _COUNTERS + textwrap.dedent("""
-    from crackjax.training import train_command
+    from crackjax.trainer import train_command
     train_command.main('launch.py')
   """)
   argv = [

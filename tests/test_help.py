@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.data import stats
 from crackjax.deploy import export, models_command, predict_command
-from crackjax.evaluation import evaluate_command
 from crackjax.paper import complexity, report, runner
+from crackjax.trainer import data_stats, evaluate_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,8 +62,8 @@ COMMANDS = [
   ),
   (
     'data stats',
-    lambda: stats.main(['--help']),
-    'usage: python -m crackjax.data.stats --config=configs/<name>.py',
+    lambda: data_stats.main(['--help']),
+    'usage: python -m crackjax.trainer.data_stats --config=configs/<name>.py',
     ['--config', '--splits', '--json'],
   ),
   (
@@ -159,7 +158,7 @@ def test_launch_help():
 @pytest.mark.slow
 def test_crackjax_train_is_the_launch_command():
   # The console script's entry point (pyproject.toml) under its own name; the same flags.
-  argv = [sys.executable, '-c', 'from crackjax.training import train_command; train_command.main()']
+  argv = [sys.executable, '-c', 'from crackjax.trainer import train_command; train_command.main()']
   out = subprocess.run([*argv, '--help'], capture_output=True, text=True, timeout=120, cwd=REPO)
   assert out.returncode == 0, out.stderr
   assert out.stdout.startswith('usage: crackjax-train --config=configs/<name>.py')

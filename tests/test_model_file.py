@@ -182,7 +182,7 @@ def test_an_unknown_model_names_the_released_ones():
 
 def test_predict_evaluate_and_export_take_model(exported, smoke_run, tmp_path, capsys):
   from crackjax.deploy import predict_command
-  from crackjax.evaluation import evaluate_command
+  from crackjax.trainer import evaluate_command
 
   photos = tmp_path / 'photos'
   fixtures.write_image(photos / 'road.png', photo(2))

@@ -22,8 +22,8 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from configs import base
 from crackjax import evaluation
 from crackjax.data import registry as data_registry
-from crackjax.evaluation import scoring
 from crackjax.runs import logs
+from crackjax.trainer import scoring
 from tests import fixtures
 from tfds_builders.common import DatasetNotFoundError
 from tfds_builders.crackforest import CrackForest
@@ -241,7 +241,7 @@ def test_third_party_noise_demoted_to_debug(quiet_logs):
     _emit(logger, logging.WARNING, tfds_builder, 'Using custom data configuration: folder-1a2b')
     _emit(logger, logging.INFO, orbax, 'Finished saving checkpoint')
     _emit(logger, logging.WARNING, tfds_info, 'Some other TFDS warning')
-    _emit(logger, logging.INFO, '/repo/crackjax/training/loop.py', 'Step 10: loss 0.5')
+    _emit(logger, logging.INFO, '/repo/crackjax/trainer/loop.py', 'Step 10: loss 0.5')
     assert [r.getMessage() for r in handler.records] == [
       'Some other TFDS warning',
       'Step 10: loss 0.5',

@@ -4,7 +4,7 @@ and protocols register the same way (tests/test_recipes.py runs all four recipes
 The plugin module registers both (`crackjax.models.register_model`,
 `crackjax.losses.register_loss`) and the config names it in ``config.plugins``, so that every
 process that builds the model from the run's config.json (training, prediction, export)
-imports it by name; it trains through the real command line, and crackjax/training/loop.py is
+imports it by name; it trains through the real command line, and crackjax/trainer/loop.py is
 not touched. A model registered where a later process could not import it (the config file)
 is a config error before anything runs.
 """
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from configs import smoke
-from crackjax import evaluation, losses, models
-from crackjax.config import plugins, validation
+from crackjax import evaluation, losses, models, plugins
+from crackjax.config import validation
 from crackjax.data import registry as data_registry
 from tests import fixtures
 
@@ -165,7 +165,7 @@ def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
   rebuild = textwrap.dedent(f"""
       import json, ml_collections
       from crackjax import losses, models
-      from crackjax.config import plugins
+      from crackjax import plugins
       config = ml_collections.ConfigDict(json.load(open({str(workdir / 'config.json')!r})))
       plugins.import_plugins(config)
       print(type(models.model_from_config(config.model)).__name__)

@@ -19,8 +19,9 @@ import crackjax
 from crackjax.config import flags as config_flags
 from crackjax.deploy import measure, predict_command
 from crackjax.deploy import predictor as predict
-from crackjax.evaluation import inference, scoring
+from crackjax.evaluation import inference
 from crackjax.experiment import build
+from crackjax.trainer import scoring
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.evaluation import scoring
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report, scheduler
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 from crackjax.runs import identity
-from crackjax.training import loop
+from crackjax.trainer import loop, scoring
 from tests import fixtures
 
 ROWS = 'wce_xie_e5,wce_exp_0.75_e5'

@@ -12,7 +12,7 @@ import PIL.Image
 import pytest
 
 from crackjax import evaluation
-from crackjax.evaluation import evaluate_command
+from crackjax.trainer import evaluate_command
 from tests import fixtures
 
 

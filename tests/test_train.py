@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from crackjax.data import loader
-from crackjax.evaluation import scoring
 from crackjax.experiment import build
 from crackjax.runs import identity
-from crackjax.training import checkpoints, loop, train_command
+from crackjax.trainer import loop, scoring, train_command
+from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
 from tests import fixtures
 
@@ -249,7 +249,7 @@ _KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from configs import smoke
-    from crackjax.training import loop
+    from crackjax.trainer import loop
     from crackjax.training import step as step_lib
     from crackjax.data import loader
     from crackjax.experiment import build

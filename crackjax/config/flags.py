@@ -2,8 +2,8 @@
 plus ``--config.field=value`` overrides (ml_collections' config_flags, `lock_config=True`,
 so a mistyped field is an error), with errors worded for the command line.
 
-launch.py, `python -m crackjax.paper.complexity`, `python -m crackjax.data.stats` and the bench
-scripts all use it::
+launch.py, `python -m crackjax.paper.complexity`, `python -m crackjax.trainer.data_stats` and
+the bench scripts all use it::
 
     def define_flags(fv):  # the command's own flags (absl.flags)
       flags.DEFINE_integer('repeats', 10, '...', flag_values=fv)

@@ -1,6 +1,6 @@
 """One validation pass over a whole config, before any data is prepared or anything compiled.
 
-`check_config(config)` imports the config's plugins (crackjax/config/plugins.py), checks that
+`check_config(config)` imports the config's plugins (crackjax/plugins.py), checks that
 a later process could rebuild its model, loss, dataset and protocols from config.json, checks
 every enum, range and size multiple it can without data and raises one `ConfigError` listing
 every problem, each naming the field, its value and what is valid; on success it returns the
@@ -24,8 +24,7 @@ import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from crackjax import losses, models
-from crackjax.config import plugins
+from crackjax import losses, models, plugins
 from crackjax.data import augment
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
@@ -246,7 +245,7 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
 def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:
   """The model, loss, dataset or protocols that a later process could not rebuild from the
   run's config.json: registered by a module that ``config.plugins`` does not name
-  (crackjax/config/plugins.py)."""
+  (crackjax/plugins.py)."""
   try:
     names = plugins.plugin_names(config)
   except ValueError:

@@ -1,3 +1,3 @@
 """The data layer: the dataset registry and preparation (`registry`), the grain training
-iterator and the evaluation examples (`loader`), on-device augmentation (`augment`) and the
-per-split statistics command (`stats`, ``python -m crackjax.data.stats``)."""
+iterator and the evaluation examples (`loader`) and on-device augmentation (`augment`). The
+per-split statistics command is `crackjax.trainer.data_stats`."""

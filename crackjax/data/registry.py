@@ -4,7 +4,7 @@
 arguments it takes from ``config.data`` (`BuilderArg`; the user's folders for 'crack_folder').
 tests/test_contracts.py prepares every entry from a fixture. A dataset crackjax does not ship
 is registered by a plugin (`register_dataset` in an importable module that the config names in
-``plugins``, crackjax/config/plugins.py; docs/architecture.md, "Add a dataset"). Every
+``plugins``, crackjax/plugins.py; docs/architecture.md, "Add a dataset"). Every
 function here takes the config's `data` group (configs/base.py), e.g.
 `prepare_dataset(config.data)`. Reading never imports TensorFlow: builders store array_record
 files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
@@ -31,7 +31,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
-from crackjax.config import plugins
+from crackjax import plugins
 from tfds_builders.aiglern import AigleRN
 from tfds_builders.bjn260 import BJN260
 from tfds_builders.common import DatasetError, DatasetNotFoundError
@@ -104,7 +104,7 @@ def register_dataset(name: str, entry: DatasetEntry, *, module: str | None = Non
   """Adds a plugin's dataset to DATASETS and returns its entry as registered.
 
   As `crackjax.models.register_model` (call it from an importable module that the config's
-  ``plugins`` names; the rule for taken names is `crackjax.config.plugins.register`).
+  ``plugins`` names; the rule for taken names is `crackjax.plugins.register`).
   """
   module = module or plugins.registering_module()
   return plugins.register(DATASETS, 'Dataset', name, entry, module)

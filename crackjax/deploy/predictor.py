@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax.config import plugins
+from crackjax import plugins
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
 from crackjax.models import hub, input_multiple, model_file, model_from_config

@@ -2,7 +2,7 @@
 
 `predict_probabilities` edge-pads each image to the model's input multiple, applies the fused
 map of the model's outputs (`predict_step`, jitted once per model) and crops back. Evaluation
-(`crackjax.evaluation.scoring`) uses it; the user-facing `crackjax.deploy.predictor.Predictor`
+(`crackjax.trainer.scoring`) uses it; the user-facing `crackjax.deploy.predictor.Predictor`
 builds tiles, reflection padding and shape buckets on `predict_step`.
 """
 

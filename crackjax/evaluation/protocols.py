@@ -5,7 +5,7 @@ A protocol turns (probability map, ground truth) pairs into the four count array
 (ODS, OIS, AP; :mod:`crackjax.evaluation.aggregate`) is shared. :data:`PROTOCOLS` maps
 each name to its :class:`Protocol` spec; the package docstring describes them. A protocol
 crackjax does not ship is registered by a plugin (:func:`register_protocol` in an importable
-module that the config names in ``plugins``, crackjax/config/plugins.py; docs/architecture.md,
+module that the config names in ``plugins``, crackjax/plugins.py; docs/architecture.md,
 "Add a protocol").
 """
 
@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from crackjax.config import plugins
+from crackjax import plugins
 from crackjax.evaluation.matching import max_matching_size
 from crackjax.evaluation.thinning import thin_coords
 
@@ -532,7 +532,7 @@ def register_protocol(name: str, protocol: Protocol, *, module: str | None = Non
   """Adds a plugin's protocol to :data:`PROTOCOLS` and returns it as registered.
 
   As `crackjax.models.register_model` (call it from an importable module that the config's
-  ``plugins`` names; the rule for taken names is `crackjax.config.plugins.register`); then
+  ``plugins`` names; the rule for taken names is `crackjax.plugins.register`); then
   ``config.eval.protocols`` may name it.
 
   Raises:

@@ -12,7 +12,7 @@ built from the config's `loss` group by `loss_from_config`: ``name`` selects the
 explicit table `LOSSES` (a `LossEntry`: the factory and what the loss reads of the model's
 outputs), the other fields are the factory's keyword arguments. A new loss is a factory added
 to LOSSES; from outside crackjax (a plugin), `register_loss` in an importable module named by
-the config's ``plugins`` (crackjax/config/plugins.py). The training loop never changes;
+the config's ``plugins`` (crackjax/plugins.py). The training loop never changes;
 tests/test_contracts.py checks every entry.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import ml_collections
 
-from crackjax.config import plugins
+from crackjax import plugins
 from crackjax.losses import frequency, side
 from crackjax.losses.core import (
   WEIGHTINGS,
@@ -108,7 +108,7 @@ def register_loss(name: str, entry: LossEntry, *, module: str | None = None) -> 
   """Adds a plugin's loss to LOSSES and returns its entry as registered.
 
   As `crackjax.models.register_model` (call it from an importable module that the config's
-  ``plugins`` names; the rule for taken names is `crackjax.config.plugins.register`).
+  ``plugins`` names; the rule for taken names is `crackjax.plugins.register`).
   """
   module = module or plugins.registering_module()
   return plugins.register(LOSSES, 'Loss', name, entry, module)

@@ -10,7 +10,7 @@ with median_freq the median of the classes' frequencies. With the two classes he
 background) the median is their mean, so w_crack = (f_crack + f_bg) / (2 f_crack) and
 w_bg = (f_crack + f_bg) / (2 f_bg). SegNet computes the frequencies once over the training
 set; here they are either given (`crack_frequency`, e.g. the crack share printed by
-``python -m crackjax.data.stats``; the background's frequency is then 1 - crack_frequency)
+``python -m crackjax.trainer.data_stats``; the background's frequency is then 1 - crack_frequency)
 or, by default, computed per step over the global batch with SegNet's definition, as HED's
 balanced loss computes its beta per batch. A class absent from the batch has no pixels to
 weight; the present one then has weight 1 (the median of one frequency is itself).

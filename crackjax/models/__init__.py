@@ -29,7 +29,7 @@ builds a model's configs from its entry; tests/test_contracts.py checks every en
 
 Adding a model: write the Module and add a `ModelEntry` to MODELS. From outside crackjax (a
 plugin), call `register_model` in an importable module and name that module in the config's
-``plugins`` (crackjax/config/plugins.py), so that prediction and export, which rebuild the
+``plugins`` (crackjax/plugins.py), so that prediction and export, which rebuild the
 model from a run's config.json, find it too.
 """
 
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from crackjax.config import plugins
+from crackjax import plugins
 from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deepcrack import DeepCrack
@@ -220,7 +220,7 @@ def register_model(name: str, entry: ModelEntry, *, module: str | None = None) -
   """Adds a plugin's model to MODELS and returns its entry as registered.
 
   Call it at the top level of an importable module and name that module in the config's
-  ``plugins`` (crackjax/config/plugins.py).
+  ``plugins`` (crackjax/plugins.py).
 
   Args:
     name: its ``config.model.name``.

@@ -103,7 +103,7 @@ class ModelFile:
 
 
 def _version() -> str:
-  from crackjax import __version__
+  from crackjax.version import __version__
 
   return __version__
 

@@ -305,7 +305,7 @@ def run_job(job: Job, workdir: str | Path, experiment, *, side_by_side: int = 1)
 
 
 def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
-  from crackjax.training import loop
+  from crackjax.trainer import loop
 
   config = experiment.config
 
@@ -368,7 +368,7 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
 def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]) -> None:
   """Evaluates each of `epochs` whose checkpoint is kept from that checkpoint (its record
   then has no training time), saying why."""
-  from crackjax.evaluation import scoring
+  from crackjax.trainer import scoring
 
   spe = experiment.config.steps_per_epoch
   kept = set(experiment.checkpoint_manager(directory).all_steps())

@@ -10,10 +10,10 @@ Rows that differ only in epochs form a training group (`crackjax.paper.tables.tr
 each (group, seed) is one job that trains once, to the longest epoch count among the chosen
 rows of the group, and evaluates the test split after every epoch, so the shorter rows and the
 curves of Figs. 5-6 come from the same run. A job lives in
-``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.training.loop` (checkpoints,
+``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.trainer.loop` (checkpoints,
 config.json, metrics) plus ``run.json`` (the rows, seed, config, hardware, versions) and one
 ``epoch_<NNN>.json`` per epoch: the evaluation record that every evaluation writes
-(`crackjax.evaluation.scoring.RECORD_FIELDS`: wall seconds of training and evaluation, and per
+(`crackjax.trainer.scoring.RECORD_FIELDS`: wall seconds of training and evaluation, and per
 protocol ODS / OIS / AP and the per-threshold curve), here by ``config.eval.every_epochs`` = 1.
 
 Resuming: run the same command again. Finished jobs are skipped, an interrupted one continues

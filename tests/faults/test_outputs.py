@@ -26,10 +26,10 @@ import pytest
 
 from crackjax.deploy import export, html_report, predict_command
 from crackjax.deploy import predictor as predict
-from crackjax.evaluation import evaluate_command, scoring
 from crackjax.experiment import build
 from crackjax.paper import records, report
 from crackjax.runs import identity, outputs
+from crackjax.trainer import evaluate_command, scoring
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / 'results' / 'cpu_scale_table1.json'
@@ -144,8 +144,8 @@ NOT_WRITTEN = {
   ('crackjax/runs/outputs.py', 'dumps'): 'the helper',
   ('crackjax/runs/identity.py', '_as_dict'): 'a config as plain data, read back at once',
   ('crackjax/runs/identity.py', 'differences'): 'values in a message',
-  ('crackjax/evaluation/scoring.py', '_data_key'): 'a comparison key',
-  ('crackjax/evaluation/scoring.py', 'other_results_dir'): 'a hash of a key',
+  ('crackjax/trainer/scoring.py', '_data_key'): 'a comparison key',
+  ('crackjax/trainer/scoring.py', 'other_results_dir'): 'a hash of a key',
   ('crackjax/paper/records.py', '_check_keys'): 'a value in a message',
   ('crackjax/paper/records.py', '_check_export_run'): 'a value in a message',
   ('crackjax/paper/report.py', '_describe_runs'): 'a set key',

@@ -28,11 +28,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from crackjax.data import loader
-from crackjax.evaluation import evaluate_command
 from crackjax.experiment import build
 from crackjax.paper import scheduler
 from crackjax.runs import exits, identity
-from crackjax.training import checkpoints, loop, train_command
+from crackjax.trainer import evaluate_command, loop, train_command
+from crackjax.training import checkpoints
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -485,10 +485,10 @@ def test_exits_end_in_one_line_with_the_status_of_the_cause(capsys):
 COMMANDS = {
   'crackjax-predict': 'crackjax.deploy.predict_command',
   'crackjax-export': 'crackjax.deploy.export',
-  'crackjax-evaluate': 'crackjax.evaluation.evaluate_command',
+  'crackjax-evaluate': 'crackjax.trainer.evaluate_command',
   'python -m crackjax.paper.runner': 'crackjax.paper.runner',
   'python -m crackjax.paper.report': 'crackjax.paper.report',
-  'python -m crackjax.data.stats': 'crackjax.data.stats',
+  'python -m crackjax.trainer.data_stats': 'crackjax.trainer.data_stats',
   'python -m crackjax.paper.complexity': 'crackjax.paper.complexity',
 }
 

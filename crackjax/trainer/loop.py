@@ -18,10 +18,10 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from crackjax.evaluation.scoring import EpochEvaluator, evaluate_checkpoint
 from crackjax.experiment import Experiment
 from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
+from crackjax.trainer.scoring import EpochEvaluator, evaluate_checkpoint
 from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
 from crackjax.training.prefetch import prefetch_to_device, release_freed_host_memory

@@ -22,12 +22,12 @@ from absl import app, flags, logging
 
 from crackjax.config import flags as config_flags
 from crackjax.data import registry as data_registry
-from crackjax.evaluation import scoring
 from crackjax.experiment import Experiment
 from crackjax.experiment import build as build_experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
-from crackjax.training import checkpoints, loop, step
+from crackjax.trainer import loop, scoring
+from crackjax.training import checkpoints, step
 
 FLAGS = flags.FLAGS
 config_flags.define_config_flag(FLAGS)

@@ -15,7 +15,7 @@ Each data argument is scored under every protocol of --protocols (default: the r
 ``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
 ``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
 of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
-`crackjax.evaluation.scoring`), never in place of the run's own eval.json or threshold.json. A short
+`crackjax.trainer.scoring`), never in place of the run's own eval.json or threshold.json. A short
 table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
 own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
 cross-dataset table is written as ``--out``/cross_dataset.md and .csv (and listed in its
@@ -318,7 +318,7 @@ def _score_all(
 ) -> list:
   """Scores each data argument beside the run's own results; prints its table."""
   from crackjax.data import registry as data_registry
-  from crackjax.evaluation import scoring
+  from crackjax.trainer import scoring
 
   step = int(state.step)
   rows = []

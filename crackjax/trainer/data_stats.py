@@ -1,8 +1,8 @@
 """Dataset statistics: image count, sizes, crack-pixel proportion, densest image, per split.
 
-  python -m crackjax.data.stats --config=configs/crackforest_exp.py \\
+  python -m crackjax.trainer.data_stats --config=configs/crackforest_exp.py \\
       --config.data.manual_dir=../shared/datasets/crackforest
-  python -m crackjax.data.stats --config=configs/crack_folder.py \\
+  python -m crackjax.trainer.data_stats --config=configs/crack_folder.py \\
       --config.data.folder.images=roads/images --config.data.folder.masks=roads/masks
 
 The dataset is the config's (`config.data`, as for training); `--splits=train` picks splits.
@@ -158,7 +158,7 @@ def format_stats(dataset: str, stats: dict[str, dict]) -> str:
   return '\n'.join(lines)
 
 
-PROG = 'python -m crackjax.data.stats'
+PROG = 'python -m crackjax.trainer.data_stats'
 
 
 def main(argv: Sequence[str] | None = None) -> int:
