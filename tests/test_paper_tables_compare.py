@@ -21,7 +21,7 @@ from crackjax import losses
 from crackjax.config import validation
 from crackjax.models import MODELS, model_group
 from crackjax.paper import jobs as campaign_jobs
-from crackjax.paper import records, report
+from crackjax.paper import records, report, report_stats, report_tables
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 
@@ -407,8 +407,8 @@ def test_report_shows_the_comparison_tables(tmp_path):
     _fake_run(7, 'hed_dagger', 0, 0.93, 2.0),
     _fake_run(7, 'hed_dagger', 1, 0.95, 2.0),
   ]
-  assert report.row_results(runs, 'strict') == []  # Tables I-IV: nothing
-  results = report.compare_results(runs, 'strict')
+  assert report_stats.row_results(runs, 'strict') == []  # Tables I-IV: nothing
+  results = report_stats.compare_results(runs, 'strict')
   assert [(r.row.key, r.seeds) for r in results] == [('hed', [0, 1]), ('hed_dagger', [0, 1])]
   md = (report.write_report(runs, tmp_path, ['strict'])).read_text()
   assert '# Reproduction of Tables I-VIII' in md
@@ -439,14 +439,20 @@ def test_report_shows_the_comparison_tables(tmp_path):
   assert (tmp_path / 'curves_table7_strict.png').stat().st_size > 10_000
   # Runs of Tables I-IV only: no comparison section, no report_compare.csv.
   results = Path(__file__).resolve().parents[1] / 'results' / 'gpu_table1.json'
-  table1 = report.markdown(records.load([results]), ['strict'])
+  table1 = report_tables.markdown(records.load([results]), ['strict'])
   assert '## Table 1 ' in table1 and 'comparison models' not in table1
   # One renderer: both row kinds are tables of their columns, and one description of the
   # columns gives both the Markdown and the CSV table.
-  assert report.markdown_table([], report.COMPARE_COLUMNS)[0].startswith('| method | β |')
-  assert report.markdown_table([], report.TABLE_COLUMNS)[0].startswith('| method | epochs |')
-  report.csv_table(
-    tmp_path / 'only.csv', report.compare_results(runs, 'strict'), report.COMPARE_COLUMNS
+  assert report_tables.markdown_table([], report_tables.COMPARE_COLUMNS)[0].startswith(
+    '| method | β |'
+  )
+  assert report_tables.markdown_table([], report_tables.TABLE_COLUMNS)[0].startswith(
+    '| method | epochs |'
+  )
+  report_tables.csv_table(
+    tmp_path / 'only.csv',
+    report_stats.compare_results(runs, 'strict'),
+    report_tables.COMPARE_COLUMNS,
   )
   assert (tmp_path / 'only.csv').read_text() == (tmp_path / 'report_compare.csv').read_text()
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from crackjax.paper import jobs as campaign_jobs
-from crackjax.paper import records, report, scheduler
+from crackjax.paper import records, report, report_stats, scheduler
 from crackjax.paper import runner as reproduce
 from crackjax.paper import tables as paper
 from crackjax.runs import identity
@@ -373,15 +373,15 @@ def test_worker_env_shares_gpus():
 
 
 def test_welch_against_hand_computed_values():
-  w = report.welch([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+  w = report_stats.welch([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
   assert w['diff'] == 0 and w['p'] == pytest.approx(1.0)
   # a: mean 2, var 1; b: mean 5, var 1; se = sqrt(1/3 + 1/3); t = -3 / se = -3.674, df = 4.
-  w = report.welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+  w = report_stats.welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
   assert w['diff'] == pytest.approx(-3.0)
   half = 2.776445 * np.sqrt(2 / 3)  # t_{0.975, 4}
   assert (w['low'], w['high']) == pytest.approx((-3 - half, -3 + half), rel=1e-5)
   assert w['p'] == pytest.approx(0.02131, rel=1e-3)
-  assert np.isnan(report.welch([1.0], [2.0, 3.0])['p'])
+  assert np.isnan(report_stats.welch([1.0], [2.0, 3.0])['p'])
 
 
 def _epoch_files(workdir: Path) -> dict[str, str]:

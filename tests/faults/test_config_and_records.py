@@ -311,7 +311,7 @@ def test_the_report_names_every_seed_of_a_row_it_leaves_out(tmp_path, capsys):
 
 def test_left_out_says_why_each_seed_is_missing(tmp_path):
   # In process and without plots (the report itself is in the slow test above).
-  from crackjax.paper import records, report
+  from crackjax.paper import records, report_stats
 
   def left(edit) -> list[str]:
     data = json.loads(RESULTS.read_text())
@@ -320,7 +320,7 @@ def test_left_out_says_why_each_seed_is_missing(tmp_path):
     export = tmp_path / 'edited.json'
     export.write_text(json.dumps(data))
     runs = records.load([export])
-    return report.left_out(runs, ['strict', 'tolerance_thin_gt'], records.set_aside([export]))
+    return report_stats.left_out(runs, ['strict', 'tolerance_thin_gt'], records.set_aside([export]))
 
   assert left(lambda runs: None) == []
 
@@ -338,18 +338,18 @@ def test_left_out_says_why_each_seed_is_missing(tmp_path):
   job = _campaign(tmp_path / 'campaign')
   (job / 'epoch_005.json').rename(job / 'epoch_005.json.damaged')
   runs = records.load([tmp_path / 'campaign'])
-  assert report.left_out(runs, ['strict'], records.set_aside([tmp_path / 'campaign'])) == [
+  assert report_stats.left_out(runs, ['strict'], records.set_aside([tmp_path / 'campaign'])) == [
     f"table1:exp_0.75_a20_wj_e5 seed 1: epoch 5's record was damaged and set aside as "
     f'{job / "epoch_005.json.damaged"}; run the runner again: it evaluates that epoch again if '
     'its checkpoint is kept, and otherwise says how to train the job afresh.'
   ]
-  assert report.left_out(runs, ['strict']) == [  # no campaign directory to look in
+  assert report_stats.left_out(runs, ['strict']) == [  # no campaign directory to look in
     'table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 is not evaluated yet (the run reached epoch 4: '
     'still running, or cut at a time limit; the runner resumes it).'
   ]
   later = {**json.loads((job / 'epoch_004.json').read_text()), 'epoch': 6}  # past the row's 5
   (job / 'epoch_006.json').write_text(json.dumps(later))
-  assert report.left_out(records.load([tmp_path / 'campaign']), ['strict']) == [
+  assert report_stats.left_out(records.load([tmp_path / 'campaign']), ['strict']) == [
     'table1:exp_0.75_a20_wj_e5 seed 1: epoch 5 has no evaluation record.'
   ]
 

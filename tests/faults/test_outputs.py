@@ -27,7 +27,7 @@ import pytest
 from crackjax.deploy import export, html_report, predict_command
 from crackjax.deploy import predictor as predict
 from crackjax.experiment import build
-from crackjax.paper import records, report
+from crackjax.paper import records, report, report_stats
 from crackjax.runs import identity, outputs
 from crackjax.trainer import evaluate_command, scoring
 
@@ -110,7 +110,7 @@ def test_records_are_strict_json_and_a_null_time_reads_as_unknown(tmp_path, caps
   (tmp_path / 'new.json').write_text(outputs.dumps(new))
   runs = records.load([str(tmp_path / 'old.json'), str(tmp_path / 'new.json')])
   assert len(runs) == 1 and 'note:' not in capsys.readouterr().err
-  rows = report.row_results(records.load([str(tmp_path / 'new.json')]), 'strict')
+  rows = report_stats.row_results(records.load([str(tmp_path / 'new.json')]), 'strict')
   assert rows and all(math.isnan(t) for r in rows for t in r.values['time_s'])
   records.export(runs, tmp_path / 'again.json')
   strict_json((tmp_path / 'again.json').read_text())
@@ -148,7 +148,7 @@ NOT_WRITTEN = {
   ('crackjax/trainer/scoring.py', 'other_results_dir'): 'a hash of a key',
   ('crackjax/paper/records.py', '_check_keys'): 'a value in a message',
   ('crackjax/paper/records.py', '_check_export_run'): 'a value in a message',
-  ('crackjax/paper/report.py', '_describe_runs'): 'a set key',
+  ('crackjax/paper/report_tables.py', '_describe_runs'): 'a set key',
   ('crackjax/paper/jobs.py', 'prepare'): 'a cache key',
 }
 
