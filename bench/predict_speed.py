@@ -91,17 +91,19 @@ def _peak_rss_mb() -> float:
   return float('nan')
 
 
-def _tiles(predictor, h: int, w: int) -> tuple[int, int, int, int]:
-  th, ys, tw, xs = predictor.layout(h, w)
+def _tiles(photo_predictor, h: int, w: int) -> tuple[int, int, int, int]:
+  th, ys, tw, xs = photo_predictor.layout(h, w)
   return len(ys), len(xs), th, tw
 
 
-def _time_shape(predictor, h: int, w: int) -> dict:
+def _time_shape(photo_predictor, h: int, w: int) -> dict:
   """MP/s of the compiled model alone on one [1, h, w, 3] input (about 1.2 s of calls)."""
   import jax
 
   x = np.random.default_rng(0).random((1, h, w, 3), dtype=np.float32)
-  run = lambda: jax.block_until_ready(predictor._apply(predictor.params, predictor.batch_stats, x))  # noqa: E731
+  run = lambda: jax.block_until_ready(
+    photo_predictor._apply(photo_predictor.params, photo_predictor.batch_stats, x)
+  )  # noqa: E731
   run()  # compile
   calls = max(1, round(1.2e6 / (h * w)))
   t0 = time.perf_counter()
@@ -113,11 +115,11 @@ def _time_shape(predictor, h: int, w: int) -> dict:
   return row
 
 
-def _time(predictor, images) -> float:
-  predictor(images[0])  # compile (and warm up) this shape bucket
+def _time(photo_predictor, images) -> float:
+  photo_predictor(images[0])  # compile (and warm up) this shape bucket
   t0 = time.perf_counter()
   for image in images:
-    predictor(image)
+    photo_predictor(image)
   return time.perf_counter() - t0
 
 
@@ -128,7 +130,7 @@ def main(argv=None) -> dict:
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
-  from crackjax.deploy import predictor as predict
+  from crackjax.deploy import predictor
   from crackjax.experiment import build
 
   try:
@@ -136,7 +138,7 @@ def main(argv=None) -> dict:
   except ValueError as e:
     sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
   if fv.workdir:
-    run = predict.load_run(fv.workdir)
+    run = predictor.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
     batch_stats = run.batch_stats
   else:
@@ -158,7 +160,7 @@ def main(argv=None) -> dict:
     for o in (fv.overlap or [None])
   ]
   # 320 x 480: one whole image (tile_size 512: never tiled)
-  whole = predict.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
+  whole = predictor.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
   lh, lw = (int(v) for v in fv.large_hw)
   small = [_photo(320, 480, i) for i in range(fv.num_small)]
   large = [_photo(lh, lw, 100 + i) for i in range(fv.num_large)]
@@ -180,7 +182,7 @@ def main(argv=None) -> dict:
   baselines = [_time(whole, small)]
   rows = []
   for kwargs in settings:
-    tiled = predict.Predictor(model, params, **common, **kwargs)
+    tiled = predictor.Predictor(model, params, **common, **kwargs)
     t_large = _time(tiled, large)
     baselines.append(_time(whole, small))
     t_small = (baselines[-2] + baselines[-1]) / 2

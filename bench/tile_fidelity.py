@@ -19,8 +19,7 @@ import PIL.Image
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.deploy import predict_command
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import predict_command, predictor
 
 PROG = 'bench/tile_fidelity.py'
 
@@ -37,25 +36,25 @@ def main(argv=None) -> list[dict]:
     'overlaps', ['0.0625', '0.125', '0.1875', '0.25'], 'overlaps to compare', flag_values=fv
   )
   flags.DEFINE_list(
-    'blends', list(predict.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
+    'blends', list(predictor.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
   )
   config_flags.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
   if not fv.workdir or not fv.image:
     sys.exit(f'{PROG}: --workdir and --image are required')
-  run = predict.load_run(fv.workdir)
+  run = predictor.load_run(fv.workdir)
   photo = predict_command.load_photo(fv.image)
   if fv.scale != 1.0:
     size = (round(photo.shape[1] * fv.scale), round(photo.shape[0] * fv.scale))
     photo = np.asarray(PIL.Image.fromarray(photo).resize(size, PIL.Image.Resampling.LANCZOS))
   h, w = photo.shape[:2]
-  whole = predict.Predictor(
+  whole = predictor.Predictor(
     run.model, run.params, batch_stats=run.batch_stats, tile_size=max(h, w) + 32
   )(photo)
   print(f'{fv.image} x{fv.scale:g}: {h}x{w}, run step {run.step}, threshold {run.threshold:g}')
   rows = []
   for overlap in (float(v) for v in fv.overlaps):
     for blend in fv.blends:
-      predictor = predict.Predictor(
+      photo_predictor = predictor.Predictor(
         run.model,
         run.params,
         batch_stats=run.batch_stats,
@@ -63,16 +62,16 @@ def main(argv=None) -> list[dict]:
         overlap=overlap,
         blend=blend,
       )
-      tiled = predictor(photo)
-      th, ys, tw, xs = predictor.layout(h, w)
+      tiled = photo_predictor(photo)
+      th, ys, tw, xs = photo_predictor.layout(h, w)
       diff = np.abs(tiled - whole)
       differ = (tiled > run.threshold) != (whole > run.threshold)
       row = {
         'overlap': overlap,
-        'overlap_px': round(overlap * predictor.tile_size),
+        'overlap_px': round(overlap * photo_predictor.tile_size),
         'blend': blend,
         'tiles': f'{len(ys)}x{len(xs)} of {th}x{tw}',
-        'pixels_predicted': predictor.pixels_predicted(h, w),
+        'pixels_predicted': photo_predictor.pixels_predicted(h, w),
         'mean_abs_diff': float(diff.mean()),
         'p999_abs_diff': float(np.quantile(diff, 0.999)),
         'mask_differs': float(differ.mean()),

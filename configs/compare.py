@@ -36,15 +36,15 @@ import ml_collections
 
 from configs import base, paper_tables
 from crackjax import models
-from crackjax.paper import tables as paper
+from crackjax.paper import tables
 
 # The paper's exponential WCE on the fused map (the dagger rows of single-output models).
-EXP_WCE = {'name': 'holistic', **paper.DAGGER_LOSS, 'jaccard_smooth': 1.0}
+EXP_WCE = {'name': 'holistic', **tables.DAGGER_LOSS, 'jaccard_smooth': 1.0}
 # The same on every side output and the fused map (HED, RCF, DeepCrack; side_exp_wce's gamma,
 # base, a and b default to the dagger loss's).
 SIDE_EXP_WCE = {
   'name': 'side_exp_wce',
-  'beta': paper.DAGGER_LOSS['beta'],
+  'beta': tables.DAGGER_LOSS['beta'],
   'side_weight': 1.0,
   'fuse_weight': 1.0,
 }
@@ -117,10 +117,10 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
   """
   key, _, variant = (arg or '').partition(',')
   key, variant = key.strip(), variant.strip()
-  rows = paper.rows_by_key(table)
+  rows = tables.rows_by_key(table)
   if key not in rows:
     raise ValueError(
-      f'Unknown row {key!r} of Table {table} ({paper.dataset_of(table)}); use '
+      f'Unknown row {key!r} of Table {table} ({tables.dataset_of(table)}); use '
       f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {list(rows)}.'
     )
   row = rows[key]

@@ -7,7 +7,7 @@ and an optional size variant (`,cpu`, `,smoke`)."""
 import ml_collections
 
 from configs import base
-from crackjax.paper import tables as paper
+from crackjax.paper import tables
 
 
 def get_config(table: int, arg: str | None):
@@ -22,7 +22,7 @@ def get_config(table: int, arg: str | None):
   return base.apply_variant(c, variant.strip() or None)
 
 
-def _apply_settings(c: ml_collections.ConfigDict, s: paper.TableSettings) -> None:
+def _apply_settings(c: ml_collections.ConfigDict, s: tables.TableSettings) -> None:
   """The fields a table's settings fix for every row: dataset, crops, noise, augmentation,
   batch, steps per epoch and step size."""
   c.data.name = s.dataset
@@ -43,11 +43,11 @@ def apply_row(config: ml_collections.ConfigDict, table: int, key: str) -> ml_col
   Raises:
     ValueError: for an unknown key (the message lists the keys) or a reference row (RSF).
   """
-  rows = paper.rows_by_key(table)
+  rows = tables.rows_by_key(table)
   trainable = [k for k, r in rows.items() if not r.reference]
   if key not in rows:
     raise ValueError(
-      f'Unknown row {key!r} of Table {table} ({paper.SETTINGS[table].dataset}); use '
+      f'Unknown row {key!r} of Table {table} ({tables.SETTINGS[table].dataset}); use '
       f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {trainable}.'
     )
   row = rows[key]
@@ -56,7 +56,7 @@ def apply_row(config: ml_collections.ConfigDict, table: int, key: str) -> ml_col
       f'Row {key!r} of Table {table} ({row.name}) is a reference row, not trainable; '
       f'trainable keys: {trainable}.'
     )
-  s = paper.SETTINGS[table]
+  s = tables.SETTINGS[table]
   c = config
   _apply_settings(c, s)
   c.model.widths = s.widths
@@ -86,19 +86,19 @@ def apply_compare_row(
     ValueError: for an unknown key (the message lists the keys), or a dagger row whose loss
       has no beta or is not the exponential WCE.
   """
-  rows = paper.rows_by_key(table)
+  rows = tables.rows_by_key(table)
   if key not in rows:
     raise ValueError(
-      f'Unknown row {key!r} of Table {table} ({paper.dataset_of(table)}); use '
+      f'Unknown row {key!r} of Table {table} ({tables.dataset_of(table)}); use '
       f'--config=configs/table{table}.py:<key>[,cpu|,smoke] with a key of: {list(rows)}.'
     )
   row = rows[key]
-  s = paper.SETTINGS[row.base_table]
+  s = tables.SETTINGS[row.base_table]
   c = config
   _apply_settings(c, s)
   c.num_epochs = row.epochs
   if row.dagger:
-    exp = paper.DAGGER_LOSS['weighting']  # side_exp_wce has no weighting field: exp
+    exp = tables.DAGGER_LOSS['weighting']  # side_exp_wce has no weighting field: exp
     if 'beta' not in c.loss or c.loss.get('weighting', exp) != exp:
       raise ValueError(
         f'Row {key!r} of Table {table} is a dagger row: config.loss must be the exponential '

@@ -64,9 +64,8 @@ from configs import smoke  # noqa: E402
 from crackjax.data import loader  # noqa: E402
 from crackjax.experiment import build  # noqa: E402
 from crackjax.trainer import loop  # noqa: E402
-from crackjax.training import checkpoints  # noqa: E402
+from crackjax.training import checkpoints, train_state  # noqa: E402
 from crackjax.training import mesh as mesh_lib  # noqa: E402
-from crackjax.training import train_state as state_lib  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 
@@ -119,7 +118,7 @@ def run_sharding() -> None:
       grad_norms.append(float(metrics['grad_norm']))
     arrays[f'mesh{n}/losses'] = np.asarray(losses)
     arrays[f'mesh{n}/grad_norms'] = np.asarray(grad_norms)
-    arrays.update(_flat(state_lib.local_params(state), f'mesh{n}/params'))
+    arrays.update(_flat(train_state.local_params(state), f'mesh{n}/params'))
     info[f'mesh{n}'] = {
       'batch': batch_info,
       'params': _sharding_info(jax.tree.leaves(state.params)[0]),
@@ -166,8 +165,8 @@ def run_train() -> None:
   # The checkpoint every process wrote its part of, restored by every process.
   restored = build(cfg).restore(ARGS.workdir)
   mngr = checkpoints.checkpoint_manager(ARGS.workdir, cfg.max_checkpoints_to_keep)
-  arrays = _flat(state_lib.local_params(state), 'final')
-  arrays.update(_flat(state_lib.local_params(restored), 'restored'))
+  arrays = _flat(train_state.local_params(state), 'final')
+  arrays.update(_flat(train_state.local_params(restored), 'restored'))
   info = {
     'process_index': jax.process_index(),
     'process_count': jax.process_count(),

@@ -25,15 +25,13 @@ from flax.training import train_state as flax_train_state
 
 from configs import compare, smoke
 from crackjax import losses
-from crackjax.deploy import export
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import export, predictor
 from crackjax.experiment import build
 from crackjax.models import model_variables
 from crackjax.trainer import scoring
-from crackjax.training import checkpoints
+from crackjax.training import checkpoints, train_state
 from crackjax.training import mesh as mesh_lib
 from crackjax.training import step as step_lib
-from crackjax.training import train_state as state_lib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,10 +46,10 @@ class TinyBN(nn.Module):
     return nn.Conv(1, (1, 1), name='head')(nn.relu(x))
 
 
-def tiny_state(seed: int = 0) -> state_lib.BatchNormTrainState:
+def tiny_state(seed: int = 0) -> train_state.BatchNormTrainState:
   model = TinyBN()
   variables = model.init(jax.random.key(seed), jnp.zeros((1, 8, 8, 3)))
-  return state_lib.BatchNormTrainState.create(
+  return train_state.BatchNormTrainState.create(
     apply_fn=model.apply,
     params=variables['params'],
     tx=optax.adam(1e-2),
@@ -87,7 +85,7 @@ def expected_running_mean(state, images):
 def test_train_step_updates_running_averages_and_keeps_them_on_a_nonfinite_step():
   state, batch, step = tiny_state(), tiny_batch(), tiny_step()
   new, metrics = step(state, batch)
-  assert isinstance(new, state_lib.BatchNormTrainState)
+  assert isinstance(new, train_state.BatchNormTrainState)
   assert int(new.step) == 1 and float(metrics['finite']) == 1
   np.testing.assert_allclose(
     new.batch_stats['bn']['mean'], expected_running_mean(state, batch['image']), rtol=1e-5
@@ -110,7 +108,7 @@ _DEVICES_SCRIPT = textwrap.dedent("""
   from crackjax.training import step as step_lib
   from crackjax.training import checkpoints
   from crackjax.training import mesh as mesh_lib
-  from crackjax.training import train_state as state_lib
+  from crackjax.training import train_state
   from tests.test_batchnorm_state import expected_running_mean, tiny_batch, tiny_state
 
   assert jax.device_count() == 2, jax.devices()
@@ -188,9 +186,9 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   assert type(restored) is flax_train_state.TrainState and int(restored.step) == 7
   jax.tree.map(np.testing.assert_array_equal, restored.params, params)
   jax.tree.map(np.testing.assert_array_equal, restored.opt_state, old.opt_state)
-  assert state_lib.batch_stats_of(restored) is None
+  assert train_state.batch_stats_of(restored) is None
 
-  run = predict.load_run(tmp_path)
+  run = predictor.load_run(tmp_path)
   assert run.step == 7 and run.batch_stats is None
   jax.tree.map(np.testing.assert_array_equal, run.params, params)
 
@@ -202,7 +200,7 @@ def segnet_run(tmp_path_factory):
   config = compare.get_config('segnet,smoke')
   config.data.input_size = (32, 32)
   state = build(config).init_state((32, 32, 3), mesh=mesh_lib.make_mesh())
-  assert isinstance(state, state_lib.BatchNormTrainState)
+  assert isinstance(state, train_state.BatchNormTrainState)
   rng = np.random.default_rng(0)
   batch_stats = jax.tree.map(
     lambda x: jnp.asarray(rng.uniform(0.5, 1.5, x.shape), x.dtype), state.batch_stats
@@ -231,7 +229,7 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   restored = checkpoints.restore_latest_readable(
     mngr, build(config).abstract_state(mesh, (32, 32, 3))
   )
-  assert isinstance(restored, state_lib.BatchNormTrainState) and int(restored.step) == 5
+  assert isinstance(restored, train_state.BatchNormTrainState) and int(restored.step) == 5
   jax.tree.map(np.testing.assert_array_equal, restored.batch_stats, state.batch_stats)
   jax.tree.map(np.testing.assert_array_equal, restored.params, state.params)
   # A different model configuration is still refused by name (batch statistics included).
@@ -257,10 +255,10 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   [probs] = scoring.predict_examples(build(config).model, state, [{'image': image}])
   np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
 
-  run = predict.load_run(workdir)
+  run = predictor.load_run(workdir)
   jax.tree.map(np.testing.assert_array_equal, run.batch_stats, state.batch_stats)
-  predictor = predict.Predictor.from_workdir(workdir)
-  np.testing.assert_allclose(predictor(image), expected, rtol=1e-5, atol=1e-6)
+  photo_predictor = predictor.Predictor.from_workdir(workdir)
+  np.testing.assert_allclose(photo_predictor(image), expected, rtol=1e-5, atol=1e-6)
 
   out = export.export_run(workdir, tmp_path / 'segnet.jaxexport', platforms=('cpu',))
   exported = jax.export.deserialize(out.read_bytes())
@@ -288,5 +286,5 @@ def test_crackjax_predict_uses_the_running_averages(segnet_run, tmp_path):
     == 0
   )
   written = np.asarray(PIL.Image.open(tmp_path / 'out' / 'probs' / 'photo.png'))
-  expected = predict.Predictor.from_workdir(workdir)(photo)
+  expected = predictor.Predictor.from_workdir(workdir)(photo)
   np.testing.assert_allclose(written / 255.0, expected, atol=1 / 255 + 1e-6)

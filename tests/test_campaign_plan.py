@@ -7,8 +7,7 @@ import pytest
 
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import plan as campaign_plan
-from crackjax.paper import records, scheduler
-from crackjax.paper import runner as reproduce
+from crackjax.paper import records, runner, scheduler
 
 SETTING = {'widths': [64, 128, 256, 512, 1024], 'steps_per_epoch': 300}
 
@@ -109,7 +108,7 @@ def test_runner_plan_is_a_dry_run(tmp_path, capsys, monkeypatch):
     f'--workdir={tmp_path / "never"}',
     '--plan',
   ]
-  assert reproduce.main(argv) == 0
+  assert runner.main(argv) == 0
   out = capsys.readouterr().out
   # exp+J seeds 0 and 1 are done; seed 2 (5 epochs, 120 s x 1.1) and the 10-epoch wce_xie
   # jobs (170 s x 1.1 = 187 s each) share two slots for 240 s.
@@ -136,12 +135,12 @@ def test_plan_loads_every_config_first(tmp_path, monkeypatch):
   # loaded no config without --done).
   argv = ['--table=1', '--rows=wce_xie_e5', '--max_minutes=5', f'--workdir={tmp_path / "w"}']
   with pytest.raises(SystemExit, match='--set=learning_rate=abc: could not convert'):
-    reproduce.main([*argv, '--plan', '--set=learning_rate=abc'])
+    runner.main([*argv, '--plan', '--set=learning_rate=abc'])
 
 
 def test_plan_needs_a_time_limit(tmp_path):
   with pytest.raises(SystemExit, match='--max_minutes'):
-    reproduce.main(['--table=1', '--plan', f'--workdir={tmp_path}'])
+    runner.main(['--table=1', '--plan', f'--workdir={tmp_path}'])
 
 
 def test_report_keeps_complete_runs_only():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crackjax.data import loader
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import predictor
 from crackjax.experiment import Experiment, build
 from crackjax.runs import identity
 from crackjax.trainer import loop
@@ -196,13 +196,13 @@ def test_predict_load_run_falls_back(run_copy, caplog):
   truncate(largest_file(run_copy / 'checkpoints' / '6'))
   # An explicitly requested damaged step is an error, and nothing is moved.
   with pytest.raises(checkpoints.CheckpointError) as e:
-    predict.load_run(run_copy, step=6)
+    predictor.load_run(run_copy, step=6)
   assert_one_line(str(e.value))
   assert 'Checkpoint step 6 in' in str(e.value) and 'cannot be read' in str(e.value)
   assert not set_aside(run_copy, 6)
 
   with caplog.at_level(logging.WARNING):
-    run = predict.load_run(run_copy)
+    run = predictor.load_run(run_copy)
   assert run.step == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -222,7 +222,7 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   config.data.input_size = None
   assert int(build(config).restore(trained).step) == 6
   assert int(build(config).restore(trained, step=3).step) == 3
-  assert predict.load_run(trained, step=3).step == 3
+  assert predictor.load_run(trained, step=3).step == 3
   with pytest.raises(checkpoints.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
     build(config).restore(trained, step=4)
 

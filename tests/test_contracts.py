@@ -34,7 +34,7 @@ from crackjax.data import registry as data_registry
 from crackjax.experiment import build
 from crackjax.models import pretrained
 from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 from tests import fixtures
 
 MODEL_NAMES = sorted(models.MODELS)
@@ -116,14 +116,14 @@ def test_small_variant_trains_a_step(name):
   h = multiple * math.ceil(32 / multiple)
   mesh = experiment.mesh
   state = experiment.init_state((h, 2 * h, 3))
-  before = jax.device_get((state.params, state_lib.batch_stats_of(state)))
+  before = jax.device_get((state.params, train_state.batch_stats_of(state)))
   step = experiment.train_step(state)
   state, metrics = step(state, mesh_lib.global_batch(_batch(h, 2 * h), mesh))
   metrics = jax.device_get(metrics)
   assert int(metrics['finite']) == 1 and int(state.step) == 1
   assert all(np.isfinite(v) for v in metrics.values())
   assert metrics['grad_norm'] > 0
-  after = jax.device_get((state.params, state_lib.batch_stats_of(state)))
+  after = jax.device_get((state.params, train_state.batch_stats_of(state)))
   for old, new in zip(before, after, strict=True):  # the parameters; batch statistics if any
     changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(a != b)), old, new))
     assert old is None or any(changed)

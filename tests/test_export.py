@@ -10,8 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from crackjax.deploy import export
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import export, predictor
 from crackjax.evaluation import inference
 
 # Sizes the round trip is checked on: two batch sizes and two spatial sizes, one file.
@@ -26,7 +25,7 @@ def run_dir(smoke_run):
 
 @pytest.fixture(scope='module')
 def run(run_dir):
-  return predict.load_run(run_dir)
+  return predictor.load_run(run_dir)
 
 
 def _images():
@@ -77,7 +76,7 @@ def test_export_metadata_and_the_documented_recipe(run_dir, run, tmp_path):
   m = meta['pad_multiple']
   padded = np.pad(image, ((0, -37 % m), (0, -50 % m), (0, 0)), mode='reflect')
   recipe = np.asarray(f.call(padded[None]))[0, :37, :50, 0]
-  np.testing.assert_allclose(recipe, predict.Predictor.from_workdir(run_dir)(image), atol=1e-5)
+  np.testing.assert_allclose(recipe, predictor.Predictor.from_workdir(run_dir)(image), atol=1e-5)
 
 
 # A fresh interpreter that imports only jax and numpy: the slow tier.

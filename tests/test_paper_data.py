@@ -16,7 +16,7 @@ import pytest
 
 from configs import compare
 from crackjax.losses import side
-from crackjax.paper import tables as paper
+from crackjax.paper import tables
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / 'crackjax' / 'paper' / 'data'
@@ -33,7 +33,7 @@ def test_every_file_parses_line_for_row(table):
   with (DATA / f'table{table}.csv').open(newline='', encoding='utf-8') as f:
     header, *lines = list(csv.reader(f))
   assert lines and all(len(line) == len(header) for line in lines)
-  rows = paper.table_rows(table)
+  rows = tables.table_rows(table)
   # One row per printed line, in the paper's order, named as printed.
   assert [r.name for r in rows] == [line['method'] for line in _lines(table)]
   assert all(r.table == table for r in rows)
@@ -54,7 +54,7 @@ def test_the_row_keys_are_the_configs(table):
   # Every trainable row's key is a config argument of configs/table<T>.py, with its epochs,
   # and an unknown key lists exactly those keys.
   module = importlib.import_module(f'configs.table{table}')
-  trainable = [r for r in paper.table_rows(table) if not r.reference]
+  trainable = [r for r in tables.table_rows(table) if not r.reference]
   with pytest.raises(ValueError, match='Unknown row') as e:
     module.get_config('no_such_row')
   assert str(e.value).endswith(f'with a key of: {[r.key for r in trainable]}.')
@@ -69,15 +69,15 @@ def test_a_malformed_file_is_named(tmp_path, monkeypatch):
   text = (DATA / 'table5.csv').read_text(encoding='utf-8').splitlines()
   text[2] = text[2].rsplit(',', 1)[0]
   (bad / 'data' / 'table5.csv').write_text('\n'.join(text) + '\n', encoding='utf-8')
-  monkeypatch.setattr(paper.resources, 'files', lambda package: bad)
-  paper.table_rows.cache_clear()
+  monkeypatch.setattr(tables.resources, 'files', lambda package: bad)
+  tables.table_rows.cache_clear()
   try:
     with pytest.raises(ValueError, match=r'table5\.csv, line 3: expected 9 cells'):
-      paper.table_rows(5)
+      tables.table_rows(5)
   finally:
     monkeypatch.undo()
-    paper.table_rows.cache_clear()
-  assert len(paper.table_rows(5)) == 4
+    tables.table_rows.cache_clear()
+  assert len(tables.table_rows(5)) == 4
 
 
 # Run in a fresh interpreter: records every file opened (an audit hook) while every module of
@@ -130,7 +130,7 @@ def test_importing_reads_no_file():
 
 
 def test_the_dagger_loss_is_the_one_the_configs_use():
-  dagger = dict(paper.DAGGER_LOSS)
+  dagger = dict(tables.DAGGER_LOSS)
   assert dagger == {
     'weighting': 'exp',
     'beta': 0.75,
@@ -150,8 +150,8 @@ def test_the_dagger_loss_is_the_one_the_configs_use():
     else:
       assert loss == {'name': 'holistic', **dagger, 'jaccard_smooth': 1.0}, model
   # The dagger rows of Tables V-VIII: the constant with the printed beta, in their configs too.
-  for table in paper.COMPARE_TABLES:
-    for r in paper.table_rows(table):
+  for table in tables.COMPARE_TABLES:
+    for r in tables.table_rows(table):
       if not r.dagger:
         continue
       fields = {k: getattr(r, k) for k in dagger}

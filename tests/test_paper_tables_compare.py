@@ -21,13 +21,11 @@ from crackjax import losses
 from crackjax.config import validation
 from crackjax.models import MODELS, model_group
 from crackjax.paper import jobs as campaign_jobs
-from crackjax.paper import records, report, report_stats, report_tables
-from crackjax.paper import runner as reproduce
-from crackjax.paper import tables as paper
+from crackjax.paper import records, report, report_stats, report_tables, runner, tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
 TABLE_MODULES = {t: importlib.import_module(f'configs.table{t}') for t in (5, 6, 7, 8)}
-ROWS = [(t, r.key) for t, rows in paper.COMPARE_TABLES.items() for r in rows]
+ROWS = [(t, r.key) for t, rows in tables.COMPARE_TABLES.items() for r in rows]
 
 # Epochs per row (see crackjax.paper.tables: U-Net rows from Tables I-IV; originals the second
 # baseline's epochs; daggers round(anchor x TT_dagger / TT_original)), worked out by hand.
@@ -98,22 +96,22 @@ UNET = {
 
 
 def test_row_counts():
-  counts = {t: len(rows) for t, rows in paper.COMPARE_TABLES.items()}
+  counts = {t: len(rows) for t, rows in tables.COMPARE_TABLES.items()}
   assert counts == {5: 4, 6: 4, 7: 18, 8: 15}
   assert sum(counts.values()) == 41  # the issue's count
-  assert paper.TABLES.keys() == {1, 2, 3, 4}  # Tables I-IV unchanged
-  for t, rows in paper.COMPARE_TABLES.items():
+  assert tables.TABLES.keys() == {1, 2, 3, 4}  # Tables I-IV unchanged
+  for t, rows in tables.COMPARE_TABLES.items():
     assert all(r.table == t and not r.reference for r in rows)
     keys = [r.key for r in rows]
     assert len(set(keys)) == len(keys)
     assert set(keys) == set(EPOCHS[t])
     # Table VIII prints no HED, SegNet or DeepCrack dagger row.
-  assert {'hed_dagger', 'segnet_dagger', 'deepcrack_dagger'}.isdisjoint(paper.rows_by_key(8))
+  assert {'hed_dagger', 'segnet_dagger', 'deepcrack_dagger'}.isdisjoint(tables.rows_by_key(8))
 
 
 @pytest.mark.parametrize(('table', 'key'), ROWS)
 def test_row_hyper_parameters(table, key):
-  r = paper.rows_by_key(table)[key]
+  r = tables.rows_by_key(table)[key]
   assert r.epochs == EPOCHS[table][key]
   assert r.dagger == key.endswith('_dagger')
   assert r.model == key.removesuffix('_dagger')
@@ -121,7 +119,7 @@ def test_row_hyper_parameters(table, key):
   assert r.model == 'unet' or r.model in compare.DAGGER_LOSSES
   assert r.beta == BETAS[table].get(key)
   assert r.base_table == table - 4
-  assert r.dataset == paper.SETTINGS[table - 4].dataset == paper.dataset_of(table)
+  assert r.dataset == tables.SETTINGS[table - 4].dataset == tables.dataset_of(table)
   assert r.training_group == f'table{table}:{key}'
   assert r.time_s > 0 and r.params_count > 0 and r.gflops > 0 and r.fps > 0
   assert r.epochs_basis
@@ -132,17 +130,17 @@ def test_row_hyper_parameters(table, key):
 
 
 def test_one_row_type_for_all_eight_tables():
-  rows = [r for t in range(1, 9) for r in paper.table_rows(t)]
-  assert {type(r) for r in rows} == {paper.Row} and len(rows) == 56 + 41
-  assert {r.model for t in paper.TABLES for r in paper.table_rows(t)} == {'unet', None}
-  assert all(r.epochs_basis == 'printed' for t in paper.TABLES for r in paper.table_rows(t))
+  rows = [r for t in range(1, 9) for r in tables.table_rows(t)]
+  assert {type(r) for r in rows} == {tables.Row} and len(rows) == 56 + 41
+  assert {r.model for t in tables.TABLES for r in tables.table_rows(t)} == {'unet', None}
+  assert all(r.epochs_basis == 'printed' for t in tables.TABLES for r in tables.table_rows(t))
 
 
 def test_epoch_rule_reproduces_the_unet_rows():
   """anchor x TT_dagger / TT_original gives the known U-Net dagger epochs of Tables I-IV."""
-  for t in paper.COMPARE_TABLES:
-    rows = paper.rows_by_key(t)
-    anchor = paper.rows_by_key(t - 4)[UNET[t][0]].epochs
+  for t in tables.COMPARE_TABLES:
+    rows = tables.rows_by_key(t)
+    anchor = tables.rows_by_key(t - 4)[UNET[t][0]].epochs
     for r in rows.values():
       if r.dagger:
         ratio = r.time_s / rows[r.model].time_s
@@ -153,8 +151,8 @@ def test_epoch_rule_reproduces_the_unet_rows():
 
 @pytest.mark.parametrize('table', [5, 6, 7, 8])
 def test_unet_rows_are_table_1_to_4_rows(table):
-  rows = paper.rows_by_key(table)
-  base = paper.rows_by_key(table - 4)
+  rows = tables.rows_by_key(table)
+  base = tables.rows_by_key(table - 4)
   for key, unet_row in zip(('unet', 'unet_dagger'), UNET[table], strict=True):
     r, b = rows[key], base[unet_row]
     assert r.unet_row == unet_row
@@ -176,7 +174,7 @@ def test_unet_rows_are_table_1_to_4_rows(table):
 
 
 def test_sample_rows_by_hand():
-  r = paper.rows_by_key(7)['fcn8s_dagger']
+  r = tables.rows_by_key(7)['fcn8s_dagger']
   assert (r.name, r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     'FCN8s†',
     95.01,
@@ -187,7 +185,7 @@ def test_sample_rows_by_hand():
     13.92,
   )
   assert r.params_count == 134_270_000 and r.time_s == 87 * 60
-  r = paper.rows_by_key(8)['crackseg']
+  r = tables.rows_by_key(8)['crackseg']
   assert (r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     47.34,
     48.10,
@@ -197,7 +195,7 @@ def test_sample_rows_by_hand():
     15.96,
   )
   assert r.time_s == 3600 and r.beta is None
-  r = paper.rows_by_key(6)['ucliquenet_dagger']
+  r = tables.rows_by_key(6)['ucliquenet_dagger']
   assert (r.ods.f1.mean, r.ois.f1.mean, r.params, r.gflops, r.time, r.fps) == (
     83.34,
     90.82,
@@ -220,7 +218,7 @@ def _clean(cell: str) -> str:
 def _latex_tables() -> list[list[list[str]]]:
   lines = PAPER.read_text().splitlines()
   starts = [i for i, line in enumerate(lines) if 'Comparison with other models on' in line]
-  tables = []
+  found = []
   for start in starts:
     end = next(i for i in range(start, len(lines)) if r'\end{tabular' in lines[i])
     rows = []
@@ -228,8 +226,8 @@ def _latex_tables() -> list[list[list[str]]]:
       cells = [_clean(c) for c in line.split('&')]
       if len(cells) == 8 and re.fullmatch(r'\d+\.\d+', cells[2]):  # not the header
         rows.append(cells)
-    tables.append(rows)
-  return tables
+    found.append(rows)
+  return found
 
 
 @pytest.mark.skipif(not PAPER.exists(), reason='paper source not in ../shared/paper')
@@ -248,7 +246,7 @@ def test_all_rows_match_the_latex():
     'U-CliqueNet': 'ucliquenet',
   }
   for t, printed in zip((5, 6, 7, 8), latex, strict=True):
-    ours = paper.COMPARE_TABLES[t]
+    ours = tables.COMPARE_TABLES[t]
     assert len(ours) == len(printed)
     for r, (name, beta, ods, ois, params, gflops, tt, fps) in zip(ours, printed, strict=True):
       assert r.name == name
@@ -264,8 +262,8 @@ def test_all_rows_match_the_latex():
 
 @pytest.mark.parametrize(('table', 'key'), ROWS)
 def test_every_row_config_loads(table, key):
-  r = paper.rows_by_key(table)[key]
-  s = paper.SETTINGS[table - 4]
+  r = tables.rows_by_key(table)[key]
+  s = tables.SETTINGS[table - 4]
   get_config = TABLE_MODULES[table].get_config
   full, smoke = get_config(key), get_config(f'{key},smoke')
   assert full.num_epochs == r.epochs
@@ -323,18 +321,18 @@ def test_apply_compare_row_needs_the_exp_wce_for_a_dagger_row():
 
 
 def test_list_prints_the_41_rows(capsys):
-  assert reproduce.main(['--list']) == 0
+  assert runner.main(['--list']) == 0
   lines = capsys.readouterr().out.splitlines()
   compare_lines = [
     line for line in lines if line.split()[0] in ('table5', 'table6', 'table7', 'table8')
   ]
   assert len(compare_lines) == 41
   assert len(lines) == 56 + 41  # Tables I-IV: 52 trainable + 4 RSF rows
-  pending = sum(not r.model_implemented for rows in paper.COMPARE_TABLES.values() for r in rows)
+  pending = sum(not r.model_implemented for rows in tables.COMPARE_TABLES.values() for r in rows)
   assert sum('model not in crackjax.models yet' in line for line in compare_lines) == pending
   line = next(line for line in compare_lines if line.split()[:2] == ['table7', 'hed_dagger'])
   assert '23 epochs' in line and '92.58' in line and 'beta=1' in line
-  assert reproduce.main(['--list', '--table=7']) == 0
+  assert runner.main(['--list', '--table=7']) == 0
   assert len(capsys.readouterr().out.splitlines()) == 18
 
 
@@ -362,7 +360,7 @@ def test_jobs_and_configs_of_a_comparison_table():
 
 
 def _fake_run(table: int, key: str, seed: int, f1: float, seconds: float) -> dict:
-  row = paper.rows_by_key(table)[key]
+  row = tables.rows_by_key(table)[key]
 
   def prf(x):
     return {'precision': x, 'recall': x, 'f1': x}

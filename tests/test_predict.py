@@ -17,8 +17,7 @@ import pytest
 
 import crackjax
 from crackjax.config import flags as config_flags
-from crackjax.deploy import measure, predict_command
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import measure, predict_command, predictor
 from crackjax.evaluation import inference
 from crackjax.experiment import build
 from crackjax.trainer import scoring
@@ -34,7 +33,7 @@ def run_dir(smoke_run):
 
 @pytest.fixture(scope='module')
 def run(run_dir):
-  return predict.load_run(run_dir)
+  return predictor.load_run(run_dir)
 
 
 def photo(h, w, seed=0):
@@ -58,19 +57,19 @@ def test_load_run_and_threshold(run, run_dir, caplog, monkeypatch):
   saved = json.loads((run_dir / 'threshold.json').read_text())
   assert run.step == 6 and run.threshold == saved['threshold']
   assert 'threshold.json' in run.threshold_source
-  assert crackjax.Predictor is predict.Predictor
+  assert crackjax.Predictor is predictor.Predictor
   # A healthy run restores without a word, from the API too (without the commands' filter).
   monkeypatch.setattr(logging.getLogger('absl'), 'filters', [])
   with caplog.at_level(logging.WARNING):
-    assert predict.Predictor.from_workdir(run_dir).threshold == saved['threshold']
+    assert predictor.Predictor.from_workdir(run_dir).threshold == saved['threshold']
   assert not caplog.records, [r.getMessage() for r in caplog.records]
   with pytest.raises(FileNotFoundError, match='not a crackjax run directory'):
-    predict.load_run(run_dir.parent)
+    predictor.load_run(run_dir.parent)
   with pytest.raises(FileNotFoundError, match=r'No checkpoint of step 5.*\[3, 6\]'):
-    predict.load_run(run_dir, step=5)
+    predictor.load_run(run_dir, step=5)
   assert 'step 6, crackforest, test' in run.threshold_source
   # The threshold was chosen for step 6's parameters: step 3 does not get it silently.
-  older = predict.load_run(run_dir, step=3)
+  older = predictor.load_run(run_dir, step=3)
   assert older.threshold == 0.5
   assert 'was chosen for step 6, not step 3' in older.threshold_source
 
@@ -79,7 +78,7 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))  # the shared run stays as it is
   own = ('eval.json', 'threshold.json', 'eval_per_image.csv', 'pr_curve.png')
   before = {f: (run_dir / f).read_bytes() for f in own}
-  config = predict.read_config(run_dir)
+  config = predictor.read_config(run_dir)
   config.data.test_split = 'train'  # other images than the run's own test split
   scoring.evaluate_checkpoint(build(config), run_dir)
   out = run_dir / 'eval' / 'crackforest_train'
@@ -87,35 +86,35 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   assert json.loads((out / 'threshold.json').read_text())['split'] == 'train'
   assert {f: (run_dir / f).read_bytes() for f in own} == before
   saved = json.loads(before['threshold.json'])
-  assert predict.load_run(run_dir).threshold == saved['threshold'] and saved['split'] == 'test'
+  assert predictor.load_run(run_dir).threshold == saved['threshold'] and saved['split'] == 'test'
 
 
 def test_any_size_is_reflection_padded_and_cropped_back(run):
-  predictor = predict.Predictor(run.model, run.params)
+  photo_predictor = predictor.Predictor(run.model, run.params)
   image = photo(37, 53)
-  prob = predictor(image)
+  prob = photo_predictor(image)
   assert prob.shape == (37, 53) and prob.dtype == np.float32
   assert 0.0 <= prob.min() and prob.max() <= 1.0
   # The same as the model on the image reflected out to its 64 x 64 bucket.
-  padded = predict.reflect_pad(image.astype(np.float32) / 255.0, 64, 64)
+  padded = predictor.reflect_pad(image.astype(np.float32) / 255.0, 64, 64)
   np.testing.assert_allclose(prob, direct(run, padded)[:37, :53], atol=1e-6)
   assert np.array_equal(padded[37:40, :53], padded[35:32:-1, :53])  # reflected, not zeros
 
 
 def test_one_compile_per_bucket(run):
-  predictor = predict.Predictor(run.model, run.params, bucket=32)
+  photo_predictor = predictor.Predictor(run.model, run.params, bucket=32)
   for h, w in [(40, 50), (33, 64), (64, 40), (60, 60)]:  # all pad to 64 x 64
-    predictor(photo(h, w))
-  assert predictor.num_traces == 1
-  predictor(photo(65, 64))  # 96 x 64: a new bucket
-  assert predictor.num_traces == 2
+    photo_predictor(photo(h, w))
+  assert photo_predictor.num_traces == 1
+  photo_predictor(photo(65, 64))  # 96 x 64: a new bucket
+  assert photo_predictor.num_traces == 2
 
 
-@pytest.mark.parametrize('blend', predict.BLENDS)
+@pytest.mark.parametrize('blend', predictor.BLENDS)
 def test_tiles_blend_to_the_untiled_prediction_away_from_borders(run, blend):
   image = photo(160, 224, seed=3)
-  whole = predict.Predictor(run.model, run.params, tile_size=1024)(image)
-  tiled = predict.Predictor(
+  whole = predictor.Predictor(run.model, run.params, tile_size=1024)(image)
+  tiled = predictor.Predictor(
     run.model, run.params, tile_size=96, overlap=0.5, batch_size=3, blend=blend
   )(image)
   assert tiled.shape == whole.shape == (160, 224)
@@ -128,43 +127,43 @@ def test_tiles_blend_to_the_untiled_prediction_away_from_borders(run, blend):
 
 
 def test_tile_geometry():
-  assert predict.tile_layout(100, 512, 64, 16) == (100, [0])
-  tile, starts = predict.tile_layout(3000, 512, 64, 16)
+  assert predictor.tile_layout(100, 512, 64, 16) == (100, [0])
+  tile, starts = predictor.tile_layout(3000, 512, 64, 16)
   # ceil((3000 - 64) / (512 - 64)) = 7 tiles, shrunk to round_up(ceil(2936 / 7) + 64, 16).
   assert tile == 496 and len(starts) == 7
   assert starts[0] == 0 and starts[-1] == 3000 - tile
   assert all(tile - (b - a) >= 64 for a, b in zip(starts, starts[1:], strict=False))
-  tile, starts = predict.tile_layout(1000, 256, 32, 16)
+  tile, starts = predictor.tile_layout(1000, 256, 32, 16)
   assert tile <= 256 and starts[-1] + tile == 1000
   assert all(tile - (b - a) >= 32 for a, b in zip(starts, starts[1:], strict=False))
-  w = predict.gaussian_weights(64, 96)
+  w = predictor.gaussian_weights(64, 96)
   assert w.shape == (64, 96) and w.max() == pytest.approx(1.0) and w.min() >= 1e-3
   assert w[32, 48] > w[0, 0]
 
 
 def test_cosine_weights_cross_fade_over_the_overlap():
-  w = predict.cosine_weights(40, 60, 8, 12)
+  w = predictor.cosine_weights(40, 60, 8, 12)
   assert w.shape == (40, 60) and w.dtype == np.float32 and w.min() >= 1e-3
   assert np.all(w[8:-8, 12:-12] == 1.0)  # outside the ramps every pixel counts whole
   assert w[0, 30] < 0.05 and w[20, 0] < 0.05  # a tile's own edge, where it lacks context
   # Two tiles of 60 columns overlapping by 12: their weights sum to 1 across the overlap,
   # so the blend is a pure cross-fade (hand-computed: 0.5 - 0.5 cos(pi (d + 0.5) / 12)).
-  row = predict.cosine_weights(1, 60, 0, 12)[0]
+  row = predictor.cosine_weights(1, 60, 0, 12)[0]
   left, right = row[48:], row[:12]
   np.testing.assert_allclose(left + right, 1.0, atol=1e-6)
   np.testing.assert_allclose(right[0], 0.5 - 0.5 * np.cos(np.pi * 0.5 / 12), rtol=1e-6)
   # No neighbour along an axis (ramp 0): flat along it.
-  assert np.all(predict.cosine_weights(5, 7, 0, 0) == 1.0)
+  assert np.all(predictor.cosine_weights(5, 7, 0, 0) == 1.0)
 
 
 def test_tiles_follow_the_layout_and_a_bad_blend_is_named(run):
-  predictor = predict.Predictor(run.model, run.params, tile_size=96, overlap=0.25)
-  th, ys, tw, xs = predictor.layout(160, 224)
+  photo_predictor = predictor.Predictor(run.model, run.params, tile_size=96, overlap=0.25)
+  th, ys, tw, xs = photo_predictor.layout(160, 224)
   assert (th, tw) == (96, 96) and ys[-1] + th == 160 and xs[-1] + tw == 224
-  assert predictor.pixels_predicted(160, 224) == len(ys) * len(xs) * 96 * 96 / (160 * 224)
-  assert predictor.layout(40, 50) == (64, [0], 64, [0])  # not tiled: one bucket-sized tile
+  assert photo_predictor.pixels_predicted(160, 224) == len(ys) * len(xs) * 96 * 96 / (160 * 224)
+  assert photo_predictor.layout(40, 50) == (64, [0], 64, [0])  # not tiled: one bucket-sized tile
   with pytest.raises(ValueError, match="blend must be one of.*'feather'"):
-    predict.Predictor(run.model, run.params, blend='feather')
+    predictor.Predictor(run.model, run.params, blend='feather')
 
 
 def _write_inputs(folder: Path) -> None:
@@ -305,12 +304,12 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
 
 
 def test_large_photos_report_progress_per_tile(run):
-  predictor = predict.Predictor(run.model, run.params, tile_size=32, overlap=0.25)
+  photo_predictor = predictor.Predictor(run.model, run.params, tile_size=32, overlap=0.25)
   image = photo(70, 90)
   done = []
-  prob = predictor(image, progress=done.append)
-  assert sum(done) == predictor.num_tiles(70, 90) > 4
-  np.testing.assert_array_equal(prob, predictor(image))
+  prob = photo_predictor(image, progress=done.append)
+  assert sum(done) == photo_predictor.num_tiles(70, 90) > 4
+  np.testing.assert_array_equal(prob, photo_predictor(image))
 
 
 def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
@@ -391,7 +390,7 @@ _TWO_DEVICES = """
 import os
 os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
 import jax, numpy as np
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import predictor
 from crackjax.models import get_model
 assert jax.local_device_count() == 2
 model = get_model('unet', widths=(4, 8, 16, 32, 64))

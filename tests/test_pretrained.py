@@ -19,7 +19,7 @@ from crackjax.experiment import build
 from crackjax.models import get_model, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
 from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 
 # torchvision's VGG16 configuration 'D': channels, 'M' a max-pool.
 VGG16_CFG = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')
@@ -139,11 +139,11 @@ def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
   config = compare.get_config('hed,smoke')  # width_scale 1/16
   experiment = build(config)
   create = jax.jit(
-    lambda key: state_lib.create_train_state(
+    lambda key: train_state.create_train_state(
       key, (32, 32, 3), experiment.model, experiment.optimizer
     )
   )
-  state = create(state_lib.init_key(0))  # one compilation, not one per initialiser
+  state = create(train_state.init_key(0))  # one compilation, not one per initialiser
   shapes = pretrained.source_shapes('hed', 'vgg16', {'params': state.params})
   extra = {'classifier.6.weight': np.zeros((10, 4), np.float32)}  # no place in HED
   path = tmp_path / 'vgg16.npz'

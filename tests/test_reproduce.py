@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 from crackjax.paper import jobs as campaign_jobs
-from crackjax.paper import records, report, report_stats, scheduler
-from crackjax.paper import runner as reproduce
-from crackjax.paper import tables as paper
+from crackjax.paper import records, report, report_stats, runner, scheduler, tables
 from crackjax.runs import identity
 from crackjax.trainer import loop, scoring
 from tests import fixtures
@@ -41,7 +39,7 @@ def _argv(workdir: Path, data: tuple[Path, Path], *extra: str) -> list[str]:
 
 
 def test_list_prints_every_row(capsys):
-  assert reproduce.main(['--list']) == 0
+  assert runner.main(['--list']) == 0
   # Tables V-VIII's 41 rows follow (tests/test_paper_tables_compare.py).
   lines = [
     line
@@ -66,7 +64,7 @@ def test_jobs_share_one_training_per_group():
   ]
   assert jobs[0].epochs == 20 and [r.key for r in jobs[0].rows] == ['wce_xie_e20', 'wce_xie_e5']
   all_jobs = campaign_jobs.select_jobs(1, [], [0])
-  assert len(all_jobs) == len(paper.training_groups(1)) == 8
+  assert len(all_jobs) == len(tables.training_groups(1)) == 8
   with pytest.raises(ValueError, match="'rsf'"):
     campaign_jobs.select_jobs(1, ['rsf'], [0])
 
@@ -94,16 +92,16 @@ def test_only_the_scheduler_keeps_off_the_gpus():
 
 def test_bad_flags_end_in_one_line():
   with pytest.raises(SystemExit, match='Not a trainable row of Table 1'):
-    reproduce.main(['--table=1', '--rows=nope', '--workdir=/tmp/unused'])
+    runner.main(['--table=1', '--rows=nope', '--workdir=/tmp/unused'])
   with pytest.raises(SystemExit, match='--table and --workdir are required'):
-    reproduce.main(['--table=1'])
+    runner.main(['--table=1'])
 
 
 def test_a_workdir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a folder')
   with pytest.raises(SystemExit) as e:
-    reproduce.main(['--table=1', '--rows=wce_xie_e5', f'--workdir={blocker / "campaign"}'])
+    runner.main(['--table=1', '--rows=wce_xie_e5', f'--workdir={blocker / "campaign"}'])
   assert str(e.value) == (
     f'python -m crackjax.paper.runner: cannot write --workdir={blocker / "campaign"}: '
     f'{blocker} is a file, not a folder.'
@@ -113,7 +111,7 @@ def test_a_workdir_that_cannot_be_written_is_one_line_before_any_job(tmp_path):
 
 def test_unknown_variant_is_one_line_without_traceback(tmp_path):
   with pytest.raises(SystemExit) as e:
-    reproduce.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])
+    runner.main(['--table=1', '--rows=wce_xie_e5', '--variant=smok', f'--workdir={tmp_path}'])
   # Named as typed (was: 'flag --config=/path/configs/table1.py:wce_xie_e5,smok: ...').
   assert str(e.value) == (
     "python -m crackjax.paper.runner: --variant=smok: Unknown config argument 'smok' for the "
@@ -135,7 +133,7 @@ def test_a_bad_set_override_is_named_as_typed(tmp_path, override, says):
   # for an override without '='.
   argv = ['--table=1', '--rows=wce_xie_e5', '--seeds=1', f'--workdir={tmp_path}']
   with pytest.raises(SystemExit) as e:
-    reproduce.main([*argv, f'--set={override}'])
+    runner.main([*argv, f'--set={override}'])
   assert str(e.value) == f'python -m crackjax.paper.runner: --set={override}: {says}'
 
 
@@ -151,7 +149,7 @@ def test_a_failing_job_in_process_is_one_line_and_the_next_goes_on(tmp_path, mon
   monkeypatch.setattr(loop, 'train_and_evaluate', broken)
   data = fixtures.smoke_data_dirs(tmp_path / 'data')
   workdir = tmp_path / 'campaign'
-  assert reproduce.main(_argv(workdir, data, '--seeds=1')) == 1
+  assert runner.main(_argv(workdir, data, '--seeds=1')) == 1
   out = capsys.readouterr().out
   assert len(calls) == 2  # the second job ran after the first failed
   log = workdir / 'table1' / 'wce_xie' / 'seed0' / 'worker.log'
@@ -184,7 +182,7 @@ def test_report_and_runner_name_a_record_that_lacks_keys(tmp_path):
   with pytest.raises(SystemExit, match=want):
     report.main([str(broken), f'--out={tmp_path / "r"}'])
   with pytest.raises(SystemExit, match=want):
-    reproduce.main(
+    runner.main(
       ['--table=1', '--rows=wce_xie_e5', f'--done={broken}', '--plan', f'--workdir={tmp_path}']
     )
   data = json.loads(results.read_text())
@@ -271,7 +269,7 @@ def test_report_and_runner_name_a_missing_or_mistyped_field(tmp_path, edit, says
   broken = _edited_export(tmp_path, edit)
   for main, argv in [
     (report.main, [str(broken), f'--out={tmp_path / "r"}']),
-    (reproduce.main, ['--table=1', f'--done={broken}', '--plan', f'--workdir={tmp_path}']),
+    (runner.main, ['--table=1', f'--done={broken}', '--plan', f'--workdir={tmp_path}']),
   ]:
     with pytest.raises(SystemExit, match=f'^[^\n]*{says}[^\n]*$'):
       main(argv)
@@ -403,7 +401,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
 
   monkeypatch.setattr(scoring.EpochEvaluator, '__call__', interrupted)
   with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit status 130
-    reproduce.main(_argv(workdir, data))
+    runner.main(_argv(workdir, data))
   assert stopped.value.code == 130
   first = workdir / 'table1' / 'wce_xie' / 'seed0'
   assert identity.evaluated_epochs(first) == [1, 2]
@@ -464,19 +462,19 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
 
   # A third run finds everything done.
   monkeypatch.setattr(scoring.EpochEvaluator, '__call__', real)
-  assert reproduce.main(_argv(workdir, data)) == 0
+  assert runner.main(_argv(workdir, data)) == 0
   assert _epoch_files(workdir) == after
 
   # Under another config it stops before anything, naming the field (it used to say
   # "4 of 4 jobs complete" and leave the results of the old config in place).
   with pytest.raises(SystemExit, match=r'learning_rate: 0.0003 -> 0.01'):
-    reproduce.main(_argv(workdir, data, '--set=learning_rate=0.01'))
+    runner.main(_argv(workdir, data, '--set=learning_rate=0.01'))
   assert _epoch_files(workdir) == after
 
   # A truncated record is set aside and redone from its checkpoint, never counted complete.
   last = workdir / 'table1' / 'wce_exp_0.75' / 'seed1' / 'epoch_005.json'
   last.write_text(last.read_text()[:200])
-  assert reproduce.main(_argv(workdir, data)) == 0
+  assert runner.main(_argv(workdir, data)) == 0
   assert json.loads(last.read_text())['epoch'] == 5
   assert last.with_name('epoch_005.json.damaged').exists()
 
@@ -512,7 +510,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
 
   # A machine that kept only the export skips what it holds (a campaign run in chunks).
   fresh = tmp_path / 'fresh'
-  assert reproduce.main([*_argv(fresh, data), f'--done={exported}']) == 0
+  assert runner.main([*_argv(fresh, data), f'--done={exported}']) == 0
   assert not fresh.exists() or not list(fresh.rglob('epoch_*.json'))
   assert records.complete_jobs(records.load([exported])) == {
     (1, f'table1:{g}', s, 5) for g in ('wce_xie', 'wce_exp_0.75') for s in (0, 1)
@@ -545,8 +543,8 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   data = fixtures.smoke_data_dirs(tmp_path / 'data')
   # 70 epochs: the workers cannot finish on their own within the wait below.
   argv = [a for a in _argv(tmp_path / 'c', data, '--parallel=2') if not a.startswith('--rows')]
-  runner = subprocess.Popen(
-    [sys.executable, '-m', 'crackjax.paper.runner', *argv, '--rows=wce_xie_e70'],
+  proc = subprocess.Popen(
+    [sys.executable, '-m', 'crackjax.paper.proc', *argv, '--rows=wce_xie_e70'],
     cwd=Path(__file__).resolve().parents[1],
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
@@ -554,13 +552,13 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   try:
     deadline = time.monotonic() + 180
     workers = []
-    while len(workers) < 2 and time.monotonic() < deadline and runner.poll() is None:
-      workers = _children(runner.pid)
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+      workers = _children(proc.pid)
       time.sleep(0.2)
     assert len(workers) == 2
   finally:
-    runner.kill()
-    runner.wait()
+    proc.kill()
+    proc.wait()
   deadline = time.monotonic() + 45
   while any(_alive(p) for p in workers) and time.monotonic() < deadline:
     time.sleep(0.2)

@@ -31,7 +31,7 @@ from crackjax import plugins
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
 from crackjax.models import hub, input_multiple, model_file, model_from_config
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 from crackjax.training.checkpoints import CheckpointError
 
 # ----------------------------------------------------------------------------- trained runs
@@ -88,8 +88,8 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     raise CheckpointError(f'{workdir / "config.json"} cannot be rebuilt: {problem}') from e
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
   restored = experiment.restore(workdir, step=step, mesh=one_device_mesh())
-  params = state_lib.local_params(restored)
-  batch_stats = state_lib.local_batch_stats(restored)
+  params = train_state.local_params(restored)
+  batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
   threshold, source = run_threshold(workdir, step)
   return Run(config, experiment.model, params, step, threshold, source, batch_stats)
@@ -126,7 +126,7 @@ def load_model(spec: str | Path) -> Run:
   )
 
 
-def inference_state(run: Run) -> state_lib.TrainState:
+def inference_state(run: Run) -> train_state.TrainState:
   """A TrainState holding a `Run`'s parameters (and BatchNorm statistics) on this process's
   first device, with no optimiser state: what scoring takes (crackjax-evaluate --model)."""
   import optax
@@ -136,9 +136,9 @@ def inference_state(run: Run) -> state_lib.TrainState:
   kwargs = dict(apply_fn=run.model.apply, params=params, tx=optax.identity())
   if run.batch_stats:
     batch_stats = jax.device_put(run.batch_stats, device)
-    state = state_lib.BatchNormTrainState.create(**kwargs, batch_stats=batch_stats)
+    state = train_state.BatchNormTrainState.create(**kwargs, batch_stats=batch_stats)
   else:
-    state = state_lib.TrainState.create(**kwargs)
+    state = train_state.TrainState.create(**kwargs)
   return state.replace(step=jax.numpy.asarray(run.step, jax.numpy.int32))
 
 

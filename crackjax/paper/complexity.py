@@ -69,7 +69,7 @@ from absl import flags
 from crackjax.config import flags as config_flags
 from crackjax.experiment import Experiment, build
 from crackjax.models import fused_logits
-from crackjax.paper import tables as paper
+from crackjax.paper import tables
 from crackjax.runs import exits, outputs
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
@@ -436,7 +436,7 @@ def report(
 def paper_size(table: int) -> tuple[int, int]:
   """(H, W) at which the paper counts a model of Tables V-VIII: Crack360 512x512, AigleRN its
   training crop, CrackForest and BJN260 480x320 (crackjax.paper.tables.SETTINGS)."""
-  size = paper.SETTINGS[paper.COMPARE_BASE[table]].input_size
+  size = tables.SETTINGS[tables.COMPARE_BASE[table]].input_size
   return tuple(size) if size else (320, 480)
 
 
@@ -445,7 +445,7 @@ def paper_rows(config: ml_collections.ConfigDict, model: nn.Module) -> list[dict
   every original-loss row of Tables V-VIII with this config's model (`model`; the dagger rows
   share them), each at the size the paper used for its table."""
   out = []
-  for table, rows in paper.COMPARE_TABLES.items():
+  for table, rows in tables.COMPARE_TABLES.items():
     for row in rows:
       if row.model != config.model.name or row.dagger:
         continue

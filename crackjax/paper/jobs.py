@@ -26,8 +26,7 @@ from typing import Any
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.paper import records
-from crackjax.paper import tables as paper
+from crackjax.paper import records, tables
 from crackjax.runs import identity
 
 # The program name of the config parser's command line (never shown: ml_collections reads the
@@ -48,7 +47,7 @@ class Job:
   """One training run: a training group of a table (its chosen rows, longest first), one seed."""
 
   table: int
-  rows: tuple[paper.Row, ...]
+  rows: tuple[tables.Row, ...]
   seed: int
 
   @property
@@ -75,17 +74,17 @@ def select_jobs(table: int, row_keys: Sequence[str], seeds: Sequence[int]) -> li
   Raises:
     ValueError: unknown table, unknown key or a reference row (the message lists the keys).
   """
-  if table not in paper.TABLES and table not in paper.COMPARE_TABLES:
-    tables = sorted(paper.TABLES) + sorted(paper.COMPARE_TABLES)
-    raise ValueError(f'--table must be one of {tables}, got {table}.')
-  rows = paper.rows_by_key(table)
+  if table not in tables.TABLES and table not in tables.COMPARE_TABLES:
+    known = sorted(tables.TABLES) + sorted(tables.COMPARE_TABLES)
+    raise ValueError(f'--table must be one of {known}, got {table}.')
+  rows = tables.rows_by_key(table)
   trainable = [k for k, r in rows.items() if not r.reference]
   unknown = [k for k in row_keys if k not in trainable]
   if unknown:
     raise ValueError(f'Not a trainable row of Table {table}: {unknown}; rows: {trainable}.')
   chosen = set(row_keys or trainable)
   jobs = []
-  for group_rows in paper.training_groups(table).values():
+  for group_rows in tables.training_groups(table).values():
     picked = tuple(r for r in group_rows if r.key in chosen)  # longest first
     jobs += [Job(table, picked, s) for s in seeds] if picked else []
   return jobs
@@ -101,7 +100,7 @@ def shortest_first(jobs: Sequence[Job]) -> list[Job]:
 def list_rows(table: int | None = None) -> str:
   """One line per row: table, key, epochs, training group and the paper's ODS F1 (%)."""
   lines = []
-  for t, rows in paper.TABLES.items():
+  for t, rows in tables.TABLES.items():
     if table not in (None, t):
       continue
     for r in rows:
@@ -109,7 +108,7 @@ def list_rows(table: int | None = None) -> str:
       epochs = '' if r.epochs is None else f'{r.epochs} epochs'
       lines.append(
         f'table{t}  {r.key:<28} {epochs:<10} paper ODS F1 {r.ods.f1.mean:6.2f}  '
-        f'({paper.SETTINGS[t].dataset}; {what})'
+        f'({tables.SETTINGS[t].dataset}; {what})'
       )
   lines += _list_compare_rows(table)
   return '\n'.join(lines)
@@ -119,7 +118,7 @@ def _list_compare_rows(table: int | None) -> list[str]:
   """The lines of `list_rows` for Tables V-VIII: one per row, like Tables I-IV's, plus the
   model, its loss and where its epochs come from."""
   lines = []
-  for t, rows in paper.COMPARE_TABLES.items():
+  for t, rows in tables.COMPARE_TABLES.items():
     if table not in (None, t):
       continue
     for r in rows:

@@ -30,7 +30,7 @@ from crackjax.evaluation.inference import predict_probabilities
 from crackjax.experiment import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 
 
 def score(
@@ -117,7 +117,7 @@ RECORD_FIELDS = (
 )
 
 
-def _state_facts(state: state_lib.TrainState) -> tuple[int, int]:
+def _state_facts(state: train_state.TrainState) -> tuple[int, int]:
   """The step of `state` and its number of trainable parameters (Tables V-VIII print them;
   BatchNorm statistics are not counted): what an evaluation record says of the state."""
   return int(jax.device_get(state.step)), sum(int(x.size) for x in jax.tree.leaves(state.params))
@@ -201,7 +201,7 @@ def evaluate_checkpoint(
   experiment: Experiment,
   workdir: str | Path,
   *,
-  state: state_lib.TrainState | None = None,
+  state: train_state.TrainState | None = None,
   split: str | None = None,
   train_seconds: float = math.nan,
   first_in_process: bool = False,
@@ -321,7 +321,7 @@ class EpochEvaluator:
     return None if epoch in done else epoch
 
   def __call__(
-    self, state: state_lib.TrainState, epoch: int, *, trained: bool = True
+    self, state: train_state.TrainState, epoch: int, *, trained: bool = True
   ) -> dict[str, Any] | None:
     """Scores `state` (the end of `epoch`), writes and returns its record (None while it is
     scored in the background). `trained`: whether the time since the last call was spent
@@ -417,7 +417,7 @@ class EpochEvaluator:
 def _predict_and_score(
   config: ml_collections.ConfigDict,
   model: nn.Module,
-  state: state_lib.TrainState,
+  state: train_state.TrainState,
   examples: Sequence[dict[str, Any]],
   *,
   desc: str,
@@ -465,15 +465,15 @@ def other_results_dir(config: ml_collections.ConfigDict, workdir: str | Path, sp
 
 def predict_examples(
   model: nn.Module,
-  state: state_lib.TrainState,
+  state: train_state.TrainState,
   examples: Sequence[dict[str, Any]],
   *,
   desc: str = 'predict',
 ) -> list[np.ndarray]:
   """The crack probability map of every example's image (`loader.eval_examples` records),
   predicted by `model` with `state`'s parameters, with a progress bar on process 0."""
-  params = state_lib.local_params(state)
-  batch_stats = state_lib.local_batch_stats(state)  # BatchNorm's running averages, or None
+  params = train_state.local_params(state)
+  batch_stats = train_state.local_batch_stats(state)  # BatchNorm's running averages, or None
   images = (ex['image'] for ex in examples)
   return list(
     tqdm.tqdm(

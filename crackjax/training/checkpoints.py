@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from crackjax.models import input_multiple
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 
 
 def checkpoint_manager(
@@ -291,7 +291,7 @@ def _saved_shapes(mngr: ocp.CheckpointManager, step: int) -> dict[str, tuple[int
 
 
 def _config_mismatch(
-  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
+  mngr: ocp.CheckpointManager, step: int, abstract: train_state.TrainState
 ) -> str | None:
   """How step `step`'s saved arrays differ from `abstract` (None: they agree).
 
@@ -312,8 +312,8 @@ def _config_mismatch(
 
 
 def _restore_step(
-  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
-) -> state_lib.TrainState:
+  mngr: ocp.CheckpointManager, step: int, abstract: train_state.TrainState
+) -> train_state.TrainState:
   """Restores `step` onto `abstract`.
 
   Raises:
@@ -351,8 +351,8 @@ def _discard_failed_reads() -> None:
 
 
 def _try_restore(
-  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
-) -> tuple[state_lib.TrainState | None, str]:
+  mngr: ocp.CheckpointManager, step: int, abstract: train_state.TrainState
+) -> tuple[train_state.TrainState | None, str]:
   """(restored state, '') or, for a step that cannot be read, (None, the one-line reason).
 
   Raises:
@@ -369,8 +369,8 @@ def _try_restore(
 
 
 def restore_step(
-  mngr: ocp.CheckpointManager, step: int, abstract: state_lib.TrainState
-) -> state_lib.TrainState:
+  mngr: ocp.CheckpointManager, step: int, abstract: train_state.TrainState
+) -> train_state.TrainState:
   """Restores exactly step `step` onto `abstract`, moving nothing.
 
   Raises:
@@ -401,8 +401,9 @@ def _set_aside(directory: Path, step: int) -> Path:
 
 
 def restore_latest_readable(
-  mngr: ocp.CheckpointManager, abstract: state_lib.TrainState | Callable[[], state_lib.TrainState]
-) -> state_lib.TrainState | None:
+  mngr: ocp.CheckpointManager,
+  abstract: train_state.TrainState | Callable[[], train_state.TrainState],
+) -> train_state.TrainState | None:
   """The newest checkpoint of `mngr` that can be read, restored onto `abstract`.
 
   Steps are tried newest first. A step that fails to restore is logged in one line, renamed
@@ -412,7 +413,8 @@ def restore_latest_readable(
   Args:
     mngr: the run's checkpoint manager.
     abstract: the abstract state to restore onto (shapes, dtypes, shardings; see
-      `state_lib.abstract_train_state`), or a function building it (called only if there is a step).
+      `train_state.abstract_train_state`), or a function building it (called only if there is
+      a step).
 
   Returns:
     The restored state, or None when the directory holds no checkpoint (and no step set
@@ -504,10 +506,10 @@ def existing_manager(workdir: str | Path, max_to_keep: int) -> ocp.CheckpointMan
 
 def restore(
   mngr: ocp.CheckpointManager,
-  abstract: Callable[[], state_lib.TrainState],
+  abstract: Callable[[], train_state.TrainState],
   *,
   step: int | None = None,
-) -> state_lib.TrainState:
+) -> train_state.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
   runner, prediction and export (through `crackjax.experiment.Experiment.restore`).
 
@@ -540,9 +542,9 @@ def restore(
 
 def restore_or_init(
   mngr: ocp.CheckpointManager,
-  abstract: Callable[[], state_lib.TrainState],
-  init: Callable[[], state_lib.TrainState],
-) -> state_lib.TrainState:
+  abstract: Callable[[], train_state.TrainState],
+  init: Callable[[], train_state.TrainState],
+) -> train_state.TrainState:
   """The newest readable checkpoint of `mngr` (`restore`) if there is one, else `init()` (a
   fresh state with its initial weights).
 

@@ -23,7 +23,7 @@ from crackjax import losses
 from crackjax.data import augment
 from crackjax.models import apply_model
 from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state as state_lib
+from crackjax.training import train_state
 from crackjax.training.train_state import TrainState
 
 
@@ -65,7 +65,7 @@ def train_step(
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
   image, mask = augment_fn(rng, batch['image'], batch['mask'])
 
-  batch_stats = state_lib.batch_stats_of(state)
+  batch_stats = train_state.batch_stats_of(state)
 
   def compute_loss(params):
     outputs, new_batch_stats = apply_model(

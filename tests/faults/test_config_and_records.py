@@ -359,8 +359,7 @@ def test_left_out_says_why_each_seed_is_missing(tmp_path):
 
 @pytest.mark.slow
 def test_the_runner_says_what_it_does_with_each_damaged_record(tmp_path, capsys, caplog):
-  from crackjax.paper import report
-  from crackjax.paper import runner as reproduce
+  from crackjax.paper import report, runner
   from crackjax.runs import identity
   from tests import fixtures
 
@@ -376,7 +375,7 @@ def test_the_runner_says_what_it_does_with_each_damaged_record(tmp_path, capsys,
     f'--workdir={workdir}',
     '--curve_protocols=strict',
   ]
-  assert reproduce.main(argv) == 0
+  assert runner.main(argv) == 0
   job = workdir / 'table1' / 'wce_exp_0.75' / 'seed0'
   assert identity.evaluated_epochs(job) == list(range(1, 11))
   capsys.readouterr()
@@ -388,7 +387,7 @@ def test_the_runner_says_what_it_does_with_each_damaged_record(tmp_path, capsys,
   others = {p.name: p.read_text() for p in job.glob('epoch_*.json')} | {}
   others = {k: v for k, v in others.items() if k not in {f'epoch_{e:03d}.json' for e in texts}}
   with caplog.at_level('WARNING'):
-    assert reproduce.main(argv) == 0
+    assert runner.main(argv) == 0
   out, err = capsys.readouterr()
   for e in (5, 9, 10):
     assert (

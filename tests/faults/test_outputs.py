@@ -24,8 +24,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.deploy import export, html_report, predict_command
-from crackjax.deploy import predictor as predict
+from crackjax.deploy import export, html_report, predict_command, predictor
 from crackjax.experiment import build
 from crackjax.paper import records, report, report_stats
 from crackjax.runs import identity, outputs
@@ -475,7 +474,7 @@ def test_evaluate_keeps_a_users_table_in_out(smoke_run, tmp_path):
 def test_an_evaluation_without_training_writes_strict_json(smoke_run, tmp_path):
   # --mode=eval, or a finished run relaunched: no training time, written null (was NaN).
   run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
-  scoring.evaluate_checkpoint(build(predict.read_config(run)), run)
+  scoring.evaluate_checkpoint(build(predictor.read_config(run)), run)
   assert strict_json((run / 'eval.json').read_text())['train_seconds'] is None
   # Every JSON file of the run, and every line of metrics.jsonl, is strict JSON.
   for path in run.glob('*.json'):
