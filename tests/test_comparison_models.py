@@ -1,7 +1,7 @@
 """Each comparison model trains at reduced width through launch.py (--mode=train), with its
 own loss and with its dagger config (the paper's exponential WCE); evaluation, prediction and
 export of the BatchNorm models with their running averages are tested in
-tests/test_batchnorm_state.py."""
+tests/test_batchnorm_train_state.py."""
 
 import numpy as np
 import pytest

@@ -109,7 +109,7 @@ _DEVICES_SCRIPT = textwrap.dedent("""
   from crackjax.training import checkpoints
   from crackjax.training import mesh as mesh_lib
   from crackjax.training import train_state
-  from tests.test_batchnorm_state import expected_running_mean, tiny_batch, tiny_state
+  from tests.test_batchnorm_train_state import expected_running_mean, tiny_batch, tiny_state
 
   assert jax.device_count() == 2, jax.devices()
   config = ml_collections.ConfigDict({'seed': 0})

@@ -444,7 +444,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   for e in range(1, 6):
     rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
     assert rec['epoch'] == e and rec['step'] == 3 * e
-    assert tuple(rec) == scoring.RECORD_FIELDS  # launch's record format (tests/test_train.py)
+    assert tuple(rec) == scoring.RECORD_FIELDS  # launch's record format (tests/test_trainer.py)
     # Both protocols at the rows' epoch, the cheap one for the curve in between.
     expected = {'strict', 'tolerance_thin_gt'} if e == 5 else {'strict'}
     assert set(rec['results']) == expected
