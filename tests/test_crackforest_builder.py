@@ -12,8 +12,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tests import fixtures
-from tfds_builders.common import DatasetError, DatasetNotFoundError
 from tfds_builders.crackforest import CrackForest, splits
+from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA_CANDIDATES = (

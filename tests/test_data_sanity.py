@@ -13,7 +13,7 @@ import pytest
 from crackjax.data import registry as data_registry
 from crackjax.trainer import data_stats
 from tests import fixtures
-from tfds_builders.common import CrackDataWarning, DatasetError
+from tfds_builders.errors import CrackDataWarning, DatasetError
 
 SIZE = (32, 48)
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'

@@ -16,8 +16,8 @@ import pytest
 from crackjax.data import registry as data_registry
 from crackjax.experiment import build as build_experiment
 from tests import fixtures
-from tfds_builders.common import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
+from tfds_builders.errors import CrackDataWarning, DatasetError, DatasetNotFoundError
 
 SIZE = (32, 48)
 
@@ -79,7 +79,7 @@ def test_formats_sizes_masks_and_default_split(tmp_path):
 
 def test_building_and_preparing_leaves_no_temporary_directory(tmp_path, monkeypatch):
   # TFDS's DatasetInfo.initialize_from_bucket makes an empty mkdtemp() per builder built before
-  # its data is prepared (common._LocalDatasetInfo turns it off).
+  # its data is prepared (contract._LocalDatasetInfo turns it off).
   images, masks = fixtures.make_fake_folder(tmp_path / 'f', n=3, size=SIZE)
   tmp = tmp_path / 'tmp'
   tmp.mkdir()

@@ -17,8 +17,8 @@ from crackjax.data import registry as data_registry
 from tests import fixtures
 from tfds_builders.aiglern import AigleRN, aiglern_dataset_builder
 from tfds_builders.bjn260 import BJN260, bjn260_dataset_builder
-from tfds_builders.common import DatasetError, DatasetNotFoundError
 from tfds_builders.crack360 import Crack360
+from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 REPO = Path(__file__).resolve().parents[1]
 

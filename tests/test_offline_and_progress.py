@@ -25,9 +25,9 @@ from crackjax.data import registry as data_registry
 from crackjax.runs import logs
 from crackjax.trainer import scoring
 from tests import fixtures
-from tfds_builders.common import DatasetNotFoundError
 from tfds_builders.crackforest import CrackForest
 from tfds_builders.crackforest import crackforest_dataset_builder as cfd
+from tfds_builders.errors import DatasetNotFoundError
 
 URL = 'https://github.com/cuilimeng/CrackForest-dataset/archive/refs/heads/master.zip'
 

@@ -34,10 +34,10 @@ from etils import epath
 from crackjax import plugins
 from tfds_builders.aiglern import AigleRN
 from tfds_builders.bjn260 import BJN260
-from tfds_builders.common import DatasetError, DatasetNotFoundError
 from tfds_builders.crack360 import Crack360
 from tfds_builders.crack_folder import CrackFolder
 from tfds_builders.crackforest import CrackForest
+from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ removed (case-insensitive), so ``Im_F01Aor.png``, ``Im_F01A.png`` and ``GT_AIGLE
 all have id ``F01A``. 38 images, 311x462 or 991x462 (W x H), grey or RGB (stored as RGB).
 
 Label polarity: copies differ (white cracks on black, or black on white), so the polarity is
-decided per mask: crack = the minority value ('auto' polarity of `common.binarize`);
+decided per mask: crack = the minority value ('auto' polarity of `reading.binarize`);
 non-binary masks (the archive's JPEG-compressed ones) are thresholded at half the range, with
 one warning per split giving their count and the first five file names.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import tensorflow_datasets as tfds
 
-from tfds_builders import common
+from tfds_builders import listing, paired_builder
 
 TRAIN_FRACTION = 0.6
 SPLIT_SEED = 0
@@ -60,10 +60,10 @@ def image_id(stem: str) -> str:
 
 
 def split_ids(ids: list[str]) -> tuple[list[str], list[str]]:
-  return common.random_split(ids, round(len(ids) * TRAIN_FRACTION), SPLIT_SEED)
+  return listing.random_split(ids, round(len(ids) * TRAIN_FRACTION), SPLIT_SEED)
 
 
-class AigleRN(common.PairedImageBuilder):
+class AigleRN(paired_builder.PairedImageBuilder):
   """AigleRN: 38 pavement images (311x462 or 991x462), 23 train / 15 test."""
 
   name = 'aiglern'
@@ -82,7 +82,7 @@ class AigleRN(common.PairedImageBuilder):
   """
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    pairs = common.find_pairs(
+    pairs = listing.find_pairs(
       self.manual_root(dl_manager), 'aiglern', layout=LAYOUT, image_key=image_id, mask_key=image_id
     )
     train, test = split_ids([p.name for p in pairs])

@@ -32,7 +32,7 @@ import numpy as np
 import PIL.Image
 import tensorflow_datasets as tfds
 
-from tfds_builders import common
+from tfds_builders import listing, paired_builder
 
 SIZE = (480, 320)  # (W, H) stored.
 TRAIN_FRACTION = 200 / 260
@@ -70,10 +70,10 @@ def resize_mask(mask: np.ndarray, size: tuple[int, int] = SIZE) -> np.ndarray:
 
 
 def split_names(names: list[str]) -> tuple[list[str], list[str]]:
-  return common.random_split(names, round(len(names) * TRAIN_FRACTION), SPLIT_SEED)
+  return listing.random_split(names, round(len(names) * TRAIN_FRACTION), SPLIT_SEED)
 
 
-class BJN260(common.PairedImageBuilder):
+class BJN260(paired_builder.PairedImageBuilder):
   """BJN260: 260 night-scene road images at 480x320, 200 train / 60 test."""
 
   name = 'bjn260'
@@ -90,7 +90,7 @@ class BJN260(common.PairedImageBuilder):
   """
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    pairs = common.find_pairs(self.manual_root(dl_manager), 'bjn260', layout=LAYOUT)
+    pairs = listing.find_pairs(self.manual_root(dl_manager), 'bjn260', layout=LAYOUT)
     train, test = split_names([p.name for p in pairs])
     return self.split_by_name(pairs, train=train, test=test)
 

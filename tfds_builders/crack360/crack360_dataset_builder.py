@@ -29,7 +29,7 @@ import re
 
 import tensorflow_datasets as tfds
 
-from tfds_builders import common
+from tfds_builders import listing, paired_builder
 
 HOMEPAGE = 'https://github.com/qinnzou/DeepCrack'
 LAYOUT = """\
@@ -52,7 +52,7 @@ def gt_key(stem: str) -> str:
   return re.sub(r'[_\-. ]?(gt|mask|label|lab)$', '', stem, flags=re.IGNORECASE) or stem
 
 
-class Crack360(common.PairedImageBuilder):
+class Crack360(paired_builder.PairedImageBuilder):
   """Crack360: train = CrackTree260 (260 images 800x600), test = CRKWH100 (100, 512x512)."""
 
   name = 'crack360'
@@ -73,7 +73,7 @@ class Crack360(common.PairedImageBuilder):
     root = self.manual_root(dl_manager)
     return {
       split: self._generate_examples(
-        common.find_pairs(root, key, layout=LAYOUT, what=f'{key} ', mask_key=gt_key), split=split
+        listing.find_pairs(root, key, layout=LAYOUT, what=f'{key} ', mask_key=gt_key), split=split
       )
       for split, key in SOURCES.items()
     }

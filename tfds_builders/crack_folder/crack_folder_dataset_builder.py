@@ -17,13 +17,13 @@
   A split whose masks hold no crack pixel at all, and nearly black or white images, are
   warned about (once per split).
 * Images with more than 8 bits (16-bit TIFF/PNG) are read by their actual range
-  (`common.full_range`: 12-bit data in a 16-bit file is scaled by 4095, not 65535).
+  (`reading.full_range`: 12-bit data in a 16-bit file is scaled by 4095, not 65535).
 * Splits: ``train_list`` / ``test_list`` text files (one name per line, with or without
   extension; blank lines and ``#`` comments ignored). With one list the other split is every
   remaining image; with both, images in neither are reported in a warning and left out. With
   none: sorted names permuted with ``numpy.random.default_rng(seed=0)``, the first
   ``round(0.8 n)`` (at least 1, at most n - 1) are train, the rest test.
-* Errors naming the file (`common.DatasetError`): missing or empty directory, an image without a
+* Errors naming the file (`errors.DatasetError`): missing or empty directory, an image without a
   mask or a mask without an image, two files with one name, unreadable/truncated file, size
   mismatch, a list naming an unknown image or an image in both lists.
 
@@ -48,8 +48,8 @@ import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders import common
-from tfds_builders.common import DatasetError, DatasetNotFoundError
+from tfds_builders import errors, listing, paired_builder, reading
+from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 TRAIN_FRACTION = 0.8
 SPLIT_SEED = 0
@@ -105,7 +105,7 @@ def folder_config(
     mask_polarity=mask_polarity or 'bright',
     mask_suffix=mask_suffix or '',
   )
-  files = common.fingerprint_files(
+  files = listing.fingerprint_files(
     p
     for p in (
       options['image_dir'],
@@ -137,7 +137,7 @@ def _read_list(path: str) -> list[str]:
     if line:
       name = os.path.basename(line)
       stem, ext = os.path.splitext(name)
-      names.append(stem if ext.lower() in common.IMAGE_EXTENSIONS else name)
+      names.append(stem if ext.lower() in listing.IMAGE_EXTENSIONS else name)
   if not names:
     raise DatasetError(f'Split list {path} names no image.')
   return names
@@ -165,7 +165,7 @@ def split_names(
       raise DatasetError(f'{", ".join(both[:10])} listed in both {train_list} and {test_list}.')
     unused = sorted(known - set(lists['train']) - set(lists['test']))
     if unused:
-      common.warn(
+      errors.warn(
         f'{len(unused)} image(s) are in neither {train_list} nor {test_list} and are '
         f'not used: {", ".join(unused[:10])}' + (' ...' if len(unused) > 10 else '')
       )
@@ -180,10 +180,10 @@ def split_names(
       f'Only {n} image; the default train/test split needs at least 2 (or give a train_list).'
     )
   n_train = min(n - 1, max(1, round(n * TRAIN_FRACTION)))
-  return common.random_split(names, n_train, SPLIT_SEED)
+  return listing.random_split(names, n_train, SPLIT_SEED)
 
 
-class CrackFolder(common.PairedImageBuilder):
+class CrackFolder(paired_builder.PairedImageBuilder):
   """A user's folder of crack images and masks (see the module docstring)."""
 
   name = 'crack_folder'
@@ -226,7 +226,7 @@ class CrackFolder(common.PairedImageBuilder):
       )
     super().__init__(**kwargs)
 
-  def _pairs(self) -> list[common.Pair]:
+  def _pairs(self) -> list[listing.Pair]:
     c = self.builder_config
     if c is None or not c.image_dir or not c.mask_dir:
       raise DatasetNotFoundError(
@@ -238,7 +238,7 @@ class CrackFolder(common.PairedImageBuilder):
     def mask_key(stem: str) -> str:
       return stem[: -len(suffix)] if suffix and stem.endswith(suffix) else stem
 
-    images = common.list_images(c.image_dir, 'image')
+    images = listing.list_images(c.image_dir, 'image')
     if os.path.abspath(c.image_dir) == os.path.abspath(c.mask_dir):
       if not suffix:
         raise DatasetError(
@@ -248,8 +248,8 @@ class CrackFolder(common.PairedImageBuilder):
       masks = {mask_key(s): p for s, p in images.items() if s.endswith(suffix)}
       images = {s: p for s, p in images.items() if not s.endswith(suffix)}
     else:
-      masks = common.list_images(c.mask_dir, 'mask', stem_key=mask_key)
-    return common.pair_by_stem(images, masks, image_dir=c.image_dir, mask_dir=c.mask_dir)
+      masks = listing.list_images(c.mask_dir, 'mask', stem_key=mask_key)
+    return listing.pair_by_stem(images, masks, image_dir=c.image_dir, mask_dir=c.mask_dir)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Files come from the config, not the manual dir.
@@ -273,9 +273,9 @@ class CrackFolder(common.PairedImageBuilder):
       '--config.data.folder.allow_majority_crack=True.'
     )
 
-  def load_pair(self, pair: common.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
+  def load_pair(self, pair: listing.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The config's mask threshold and polarity instead of the class defaults."""
     c = self.builder_config
-    image = common.load_rgb(pair.image_path)
-    mask = common.load_mask(pair.mask_path, threshold=c.mask_threshold, polarity=c.mask_polarity)
+    image = reading.load_rgb(pair.image_path)
+    mask = reading.load_mask(pair.mask_path, threshold=c.mask_threshold, polarity=c.mask_polarity)
     return image, mask

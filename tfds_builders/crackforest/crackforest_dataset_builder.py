@@ -43,9 +43,9 @@ import scipy.io
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders import common
-from tfds_builders.common import DatasetError, DatasetNotFoundError
+from tfds_builders import listing, paired_builder, reading
 from tfds_builders.crackforest import splits
+from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 # Archive of the default branch of the public repository; extracts to CrackForest-dataset-master/.
 _URL = 'https://github.com/cuilimeng/CrackForest-dataset/archive/refs/heads/master.zip'
@@ -171,12 +171,12 @@ def _find_image(root: epath.Path, stem: str) -> epath.Path:
   )
 
 
-def list_records(root: epath.Path) -> list[common.Pair]:
+def list_records(root: epath.Path) -> list[listing.Pair]:
   """The labelled examples (one per ``groundTruth/*.mat``, the pair's mask file), by stem."""
   stems = sorted(p.stem for p in (root / 'groundTruth').glob('*.mat'))
   if not stems:
     raise DatasetError(f'No .mat files in {root / "groundTruth"}.')
-  return [common.Pair(s, _find_image(root, s), root / 'groundTruth' / f'{s}.mat') for s in stems]
+  return [listing.Pair(s, _find_image(root, s), root / 'groundTruth' / f'{s}.mat') for s in stems]
 
 
 def load_crack_mask(path: epath.Path) -> np.ndarray:
@@ -199,7 +199,7 @@ def load_crack_mask(path: epath.Path) -> np.ndarray:
   return np.isin(segmentation, _CRACK_LABELS).astype(np.uint8)
 
 
-class CrackForest(common.PairedImageBuilder):
+class CrackForest(paired_builder.PairedImageBuilder):
   """CrackForest (CFD): 118 labelled 480x320 road images, 72 train / 46 test."""
 
   name = 'crackforest'
@@ -239,6 +239,6 @@ class CrackForest(common.PairedImageBuilder):
         ) from None
     return download_archive(dl_manager)
 
-  def load_pair(self, pair: common.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
+  def load_pair(self, pair: listing.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The JPEG as RGB, and the crack mask of the pair's ``.mat`` (``load_crack_mask``)."""
-    return common.load_rgb(pair.image_path), load_crack_mask(pair.mask_path)
+    return reading.load_rgb(pair.image_path), load_crack_mask(pair.mask_path)
