@@ -235,3 +235,18 @@ def test_the_training_loop_stays_small():
   # The loop is what a reader follows first (as the flax examples' train.py): under 300 lines,
   # its parts (step, state, checkpoints, mesh, prefetch) in their own modules.
   assert len((REPO / 'crackjax/trainer/loop.py').read_text().splitlines()) < 300
+
+
+def test_the_layout_in_the_docs_names_every_module():
+  # docs/architecture.md draws the layers with one line per module: a new module is added there.
+  doc = (REPO / 'docs' / 'architecture.md').read_text()
+  layout = doc[doc.index('## Layout') : doc.index('## The experiment')]
+  missing = [
+    str(p.relative_to(REPO))
+    for p in sorted((REPO / 'crackjax').rglob('*.py'))
+    if p.name != '__init__.py' and p.name not in layout
+  ]
+  assert not missing, missing
+  # The folders appear in the order of LAYERS, bottom first.
+  heads = [layout.index(f'--- {m.removeprefix("crackjax.")}') for m in LAYERS[2:-1]]
+  assert heads == sorted(heads)
