@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,58 @@ from crackjax import losses
 from crackjax.config import validation
 from crackjax.data import augment, loader
 from crackjax.data import registry as data_registry
-from crackjax.models import pretrained
+from crackjax.evaluation.eval_plan import EvalPlan
+from crackjax.models import input_multiple, pretrained
 from crackjax.runs import identity
 from crackjax.training import checkpoints, step, train_state
 from crackjax.training import mesh as mesh_lib
+from crackjax.training.checkpoints import RestoreSpec
+from crackjax.training.schedule import Schedule
+
+
+def schedule_of(config: ml_collections.ConfigDict) -> Schedule:
+  """When the run of `config` steps, logs, saves and evaluates."""
+  ev = config.eval
+  return Schedule(
+    steps_per_epoch=int(config.steps_per_epoch),
+    num_epochs=int(config.num_epochs),
+    log_every_steps=int(config.log_every_steps),
+    eval_every_epochs=int(ev.get('every_epochs', 0) or 0),
+    full_eval_epochs=tuple(ev.get('full_epochs', ()) or ()),
+  )
+
+
+def eval_plan_of(config: ml_collections.ConfigDict) -> EvalPlan:
+  """What an evaluation of `config`'s data scores and writes."""
+  ev = config.eval
+  # Plain JSON data, as a recorded config.json holds it (`EvalPlan.data_key`).
+  data = json.loads(json.dumps(config.data.to_dict(), default=str))
+  return EvalPlan(
+    dataset=config.data.name,
+    folder=data.get('folder'),
+    split=config.data.get('test_split', 'test'),
+    protocols=tuple(ev.protocols),
+    curve_protocols=tuple(ev.get('curve_protocols') or ()),
+    num_thresholds=ev.num_thresholds,
+    tail_thresholds=bool(ev.get('tail_thresholds', True)),
+    num_qualitative=int(ev.num_qualitative),
+    save_probability_maps=bool(ev.get('save_probability_maps', False)),
+    background_workers=int(ev.get('background_workers', 0) or 0),
+  )
+
+
+def restore_spec_of(config: ml_collections.ConfigDict, model: nn.Module) -> RestoreSpec:
+  """What a restore of `config`'s run needs: the image shape of its abstract state, read
+  from the config alone (never from the data): ``data.input_size`` if set, else a square of
+  about 256 pixels that `model` takes; and how many checkpoints are kept."""
+  size = config.get('data', {}).get('input_size')
+  if size:
+    shape = (int(size[0]), int(size[1]), 3)
+  else:
+    multiple = input_multiple(model)
+    side = multiple * -(-256 // multiple)
+    shape = (side, side, 3)
+  return RestoreSpec(image_shape=shape, max_to_keep=config.max_checkpoints_to_keep)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -53,6 +102,10 @@ class Experiment:
     augment_fn: ``(rng, images, masks) -> (images, masks)`` of ``config.augment``.
     optimizer: the optax transformation of the run (Adam at ``config.learning_rate``).
     protocols: the evaluation protocols of ``config.eval.protocols``.
+    schedule: steps, epochs and when to log, save and evaluate (`schedule_of`).
+    eval_plan: the split, protocols, grids and outputs of an evaluation (`eval_plan_of`).
+    restore_spec: the image shape of the abstract state and the checkpoints kept
+      (`restore_spec_of`).
   """
 
   config: ml_collections.ConfigDict
@@ -61,6 +114,9 @@ class Experiment:
   augment_fn: augment.AugmentFn
   optimizer: optax.GradientTransformation
   protocols: tuple[str, ...]
+  schedule: Schedule
+  eval_plan: EvalPlan
+  restore_spec: RestoreSpec
 
   # ------------------------------------------------------------------ identity and devices
 
@@ -135,7 +191,13 @@ class Experiment:
     """These parts (the same model object) on `config`'s data and protocols: scoring a run
     on another dataset or folder (crackjax-evaluate). Only ``data`` and ``eval`` may differ
     from this experiment's config; the model is not rebuilt."""
-    return dataclasses.replace(self, config=config, protocols=tuple(config.eval.protocols))
+    return dataclasses.replace(
+      self, config=config, protocols=tuple(config.eval.protocols), eval_plan=eval_plan_of(config)
+    )
+
+  def config_json(self) -> str:
+    """The config as the run records it (``<workdir>/config.json``)."""
+    return self.config.to_json_best_effort(indent=2)
 
   # ------------------------------------------------------------------------------ state
 
@@ -154,10 +216,10 @@ class Experiment:
     self, mesh: Mesh | None = None, image_shape: tuple[int, int, int] | None = None
   ):
     """Shapes, dtypes and shardings of the TrainState, for a restore (on `image_shape`,
-    default one read from the config alone, `checkpoints.restore_image_shape`: no data)."""
+    default one read from the config alone, `restore_spec_of`: no data)."""
     return train_state.abstract_train_state(
       int(self.config.seed),
-      image_shape or checkpoints.restore_image_shape(self.config, self.model),
+      image_shape or self.restore_spec.image_shape,
       mesh or self.mesh,
       self.model,
       self.optimizer,
@@ -165,15 +227,13 @@ class Experiment:
 
   def checkpoint_manager(self, workdir: str | Path, *, create: bool = True):
     """The orbax manager of ``<workdir>/checkpoints``."""
-    return checkpoints.checkpoint_manager(
-      workdir, self.config.max_checkpoints_to_keep, create=create
-    )
+    return checkpoints.checkpoint_manager(workdir, self.restore_spec.max_to_keep, create=create)
 
   def restore(self, workdir: str | Path, *, step: int | None = None, mesh: Mesh | None = None):
     """The TrainState of `step` (default the newest readable) of the run in `workdir`
     (`checkpoints.restore`, the one restore path)."""
     mesh = mesh or self.mesh
-    mngr = checkpoints.existing_manager(workdir, self.config.max_checkpoints_to_keep)
+    mngr = checkpoints.existing_manager(workdir, self.restore_spec.max_to_keep)
     return checkpoints.restore(mngr, functools.partial(self.abstract_state, mesh), step=step)
 
   def restore_or_init(self, workdir: str | Path, mngr):
@@ -223,6 +283,9 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     augment_fn=parts.augment_fn,
     optimizer=train_state.create_optimizer(config.learning_rate),
     protocols=tuple(config.eval.protocols),
+    schedule=schedule_of(config),
+    eval_plan=eval_plan_of(config),
+    restore_spec=restore_spec_of(config, parts.model),
   )
 
 

@@ -250,3 +250,30 @@ def test_the_layout_in_the_docs_names_every_module():
   # The folders appear in the order of LAYERS, bottom first.
   heads = [layout.index(f'--- {m.removeprefix("crackjax.")}') for m in LAYERS[2:-1]]
   assert heads == sorted(heads)
+
+
+def test_the_parts_take_narrow_inputs_not_the_config():
+  # experiment.build derives the Schedule, the EvalPlan and the RestoreSpec once: training/ and
+  # evaluation/ never see a ConfigDict, and the loop and scoring read no config field.
+  modules = _crackjax_modules()
+  importers = sorted(
+    name
+    for name, tree in modules.items()
+    if name.startswith(('crackjax.training.', 'crackjax.evaluation'))
+    and any(t == 'ml_collections' or t.startswith('ml_collections.') for t in _imported(tree))
+  )
+  assert not importers, importers
+  readers = []
+  for name in ('crackjax.trainer.loop', 'crackjax.trainer.scoring'):
+    tree = modules[name]
+    readers += [
+      f'{name}:{node.lineno}'
+      for node in ast.walk(tree)
+      if (isinstance(node, ast.Attribute) and node.attr == 'config')
+      or (isinstance(node, ast.Name) and node.id == 'config')
+    ]
+    readers += [f'{name} imports {t}' for t in _imported(tree) if t.startswith('ml_collections')]
+  assert not readers, readers
+  # The check sees a read: the loop as it read the schedule before.
+  planted = ast.parse('total = experiment.config.num_epochs * config.steps_per_epoch\n')
+  assert [n for n in ast.walk(planted) if isinstance(n, ast.Attribute) and n.attr == 'config']

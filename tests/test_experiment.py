@@ -134,3 +134,30 @@ def test_one_launch_builds_each_part_once(tmp_path):
   assert (tmp_path / 'run' / 'eval.json').is_file()
   assert (tmp_path / 'run' / 'epoch_001.json').is_file()  # the periodic evaluation ran
   assert _counts(r.stdout) == ONCE
+
+
+def test_the_narrow_inputs_are_read_from_the_config_once():
+  from configs import smoke
+  from crackjax.experiment import eval_plan_of, restore_spec_of, schedule_of
+
+  config = smoke.get_config()
+  config.steps_per_epoch, config.num_epochs, config.log_every_steps = 3, 4, 2
+  config.eval.every_epochs, config.eval.full_epochs = 2, (1,)
+  config.eval.protocols, config.eval.curve_protocols = ('strict', 'tolerance'), ('strict',)
+  experiment = build(config)
+  schedule, plan = experiment.schedule, experiment.eval_plan
+  assert schedule == schedule_of(config) and plan == eval_plan_of(config)
+  assert experiment.restore_spec == restore_spec_of(config, experiment.model)
+  assert schedule.total_steps == 12
+  assert [schedule.epoch_of(s) for s in (1, 3, 4, 12)] == [1, 1, 2, 4]
+  assert [s for s in range(1, 13) if schedule.saves_at(s)] == [3, 6, 9, 12]
+  assert [s for s in range(1, 13) if schedule.logs_at(s)] == [2, 4, 6, 8, 10, 12]
+  assert [e for e in range(1, 5) if schedule.evaluates(e)] == [2, 4]
+  assert [e for e in range(1, 5) if schedule.full_at(e)] == [1, 4]
+  assert plan.split == config.data.test_split and plan.protocols == ('strict', 'tolerance')
+  assert plan.with_protocols(('strict',)).protocols == ('strict',)
+  assert plan.thresholds_of('strict') == config.eval.num_thresholds
+  # Scoring elsewhere re-derives the plan from the other data's config.
+  other = config.copy_and_resolve_references()
+  other.eval.protocols = ('strict',)
+  assert experiment.on_other_data(other).eval_plan.protocols == ('strict',)

@@ -20,7 +20,7 @@ from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from configs import base
-from crackjax import evaluation
+from crackjax import evaluation, experiment
 from crackjax.data import registry as data_registry
 from crackjax.runs import logs
 from crackjax.trainer import scoring
@@ -176,7 +176,7 @@ def test_score_shows_a_bar_per_protocol(capsys):
   config = base.get_config()
   config.eval.protocols = ('strict', 'tolerance')
   config.eval.num_thresholds = 10
-  results = scoring.score(probs, gts, config)
+  results = scoring.score(probs, gts, experiment.eval_plan_of(config))
   err = capsys.readouterr().err
   assert 'strict protocol' in err and 'tolerance protocol' in err
   assert err.count('3/3') >= 2

@@ -10,7 +10,7 @@ import pytest
 from absl import logging as absl_logging
 
 from configs import base
-from crackjax import evaluation
+from crackjax import evaluation, experiment
 from crackjax.trainer import scoring
 
 
@@ -72,7 +72,8 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
   logged = []
   monkeypatch.setattr(absl_logging, 'info', lambda msg, *args: logged.append(msg % args))
   images = [np.stack([p] * 3, axis=-1) for p in probs]
-  scoring.write_eval_outputs(config, tmp_path, summary, results, images, probs, gts, names)
+  plan = experiment.eval_plan_of(config)
+  scoring.write_eval_outputs(plan, tmp_path, summary, results, images, probs, gts, names)
 
   # eval.json keeps the curve, the grid ODS and F1 at 0.5.
   written = json.loads((tmp_path / 'eval.json').read_text())

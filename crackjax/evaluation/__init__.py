@@ -158,6 +158,7 @@ Conventions (no NaN is ever produced)
 from __future__ import annotations
 
 from crackjax.evaluation.aggregate import at_threshold, evaluate
+from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.protocols import (
   FIXED_THRESHOLD,
   HIGH_TAIL_THRESHOLDS,
@@ -176,6 +177,7 @@ from crackjax.evaluation.thinning import thin
 
 __all__ = [
   'at_threshold',
+  'EvalPlan',
   'FIXED_THRESHOLD',
   'HIGH_TAIL_THRESHOLDS',
   'LOW_TAIL_THRESHOLDS',

@@ -356,7 +356,7 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
     print(
       f'{job.id}: epoch {epoch} has no evaluation: '
       f'{identity.why_not_evaluated(directory, epoch)}, and its checkpoint is no longer kept '
-      f'(the newest {experiment.config.max_checkpoints_to_keep} are); the report leaves it '
+      f'(the newest {experiment.restore_spec.max_to_keep} are); the report leaves it '
       f'out. To have it, move {directory} aside and run the runner again (the job trains '
       'afresh, with the same seed).',
       flush=True,
@@ -369,7 +369,7 @@ def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]
   then has no training time), saying why."""
   from crackjax.trainer import scoring
 
-  spe = experiment.config.steps_per_epoch
+  spe = experiment.schedule.steps_per_epoch
   kept = set(experiment.checkpoint_manager(directory).all_steps())
   evaluator = scoring.EpochEvaluator(experiment, directory)
   try:

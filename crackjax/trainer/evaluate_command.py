@@ -329,7 +329,7 @@ def _score_all(
       scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
-    out = scoring.other_results_dir(c, workdir, split)
+    out = scoring.other_results_dir(scored.eval_plan, workdir, split)
     if flat:  # --model: DIR/<dataset>_<split>, no run around it
       out = Path(workdir) / out.name
     record = scoring.evaluate_checkpoint(

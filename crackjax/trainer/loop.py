@@ -90,12 +90,12 @@ def train_and_evaluate(
   (`checkpoints.restore_latest_readable`).
 
   Args:
-    experiment: what to train (`crackjax.experiment.build`): its config, model, loss,
-      augmentation, optimiser, data and mesh.
+    experiment: what to train (`crackjax.experiment.build`): its model, loss,
+      augmentation, optimiser, data, mesh and schedule (the loop reads no config field).
     workdir: directory for checkpoints, logs and evaluation results.
     evaluate_after: run `evaluate_checkpoint` on the test split after training.
     on_epoch_end: called as `on_epoch_end(state, epoch)` after each epoch's checkpoint is
-      saved and (``config.eval.every_epochs``) its evaluation record written: a periodic
+      saved and (`Schedule.evaluates`) its evaluation record written: a periodic
       action, as clu's. It must be done with `state` when it returns (the next step
       donates it).
 
@@ -185,7 +185,7 @@ def _after_divergence(kept: str, workdir: Path) -> str:
 def _train_and_evaluate(
   experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
 ) -> TrainState:
-  config = experiment.config
+  schedule = experiment.schedule
   evaluator = EpochEvaluator(experiment, workdir)
   mesh = experiment.mesh
   # A save cut short (a killed process, a second Ctrl-C) leaves its temporary folder.
@@ -193,10 +193,10 @@ def _train_and_evaluate(
   mngr = experiment.checkpoint_manager(workdir)
   state = experiment.restore_or_init(workdir, mngr)
   start_step = int(jax.device_get(state.step))
-  total_steps = config.num_epochs * config.steps_per_epoch
+  total_steps = schedule.total_steps
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
+    (workdir / 'config.json').write_text(experiment.config_json())
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
   last = evaluate_after and start_step == total_steps
@@ -252,16 +252,16 @@ def _train_and_evaluate(
       step += 1
       log.add(step, metrics)
       bar.update(1)
-      if step % config.log_every_steps == 0:
+      if schedule.logs_at(step):
         log.flush()
         checkpoints.check_saves(mngr)  # a full disk stops training here, not an epoch later
-      if step % config.steps_per_epoch == 0 or step == total_steps:
+      if schedule.saves_at(step):
         log.flush()  # never checkpoint a state that followed a non-finite step
         checkpoints.save(mngr, step, state)
         saved_step = step
-        epoch = -(-step // config.steps_per_epoch)
+        epoch = schedule.epoch_of(step)
         # The last epoch's record comes from the full evaluation below, if there is one.
-        if evaluator.due(epoch) and not (evaluate_after and epoch == config.num_epochs):
+        if schedule.evaluates(epoch) and not (evaluate_after and epoch == schedule.num_epochs):
           evaluator(state, epoch)
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)

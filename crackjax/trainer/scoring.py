@@ -1,8 +1,10 @@
 """Evaluation of a trained model on a test split, and the files it leaves in the workdir.
 
 `evaluate_checkpoint` predicts every test image with the latest checkpoint (or a given
-state), scores the maps under every protocol of ``config.eval.protocols``
+state), scores the maps under every protocol of the experiment's `EvalPlan`
 (`crackjax.evaluation`, numpy only) and writes the reports (`crackjax.evaluation.plots`).
+Scoring reads the run's `Schedule` and `EvalPlan` (`crackjax.experiment.build` derives them),
+never the config's fields.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 import tqdm
 from absl import logging
@@ -26,6 +27,7 @@ from flax import linen as nn
 
 from crackjax import evaluation
 from crackjax.evaluation import plots
+from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.experiment import Experiment
 from crackjax.runs import identity
@@ -36,22 +38,21 @@ from crackjax.training import train_state
 def score(
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
-  config: ml_collections.ConfigDict,
+  plan: EvalPlan,
   *,
   workers: int = 1,
   progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
-  """`evaluation.evaluate` under every protocol of ``config.eval.protocols``, each on its grid.
+  """`evaluation.evaluate` under every protocol of `plan`, each on its grid.
 
-  Each grid has the protocol's uniform thresholds (``config.eval.num_thresholds`` where the
-  protocol follows it), 0.5 and, if ``config.eval.tail_thresholds`` (default True), the tail
-  thresholds near 0 and 1. Shows a progress bar per protocol over the images (process 0
-  only, on stderr, unless `progress` is False): the tolerance protocols can take most of a
-  second per image. `workers` processes count the images in parallel (`evaluation.evaluate`).
+  Each grid has the protocol's uniform thresholds (`EvalPlan.thresholds_of`), 0.5 and, if
+  `plan.tail_thresholds`, the tail thresholds near 0 and 1. Shows a progress bar per
+  protocol over the images (process 0 only, on stderr, unless `progress` is False): the
+  tolerance protocols can take most of a second per image. `workers` processes count the
+  images in parallel (`evaluation.evaluate`).
   """
   results = {}
-  for protocol in config.eval.protocols:
-    spec = evaluation.get_protocol(protocol)
+  for protocol in plan.protocols:
     with tqdm.tqdm(
       total=len(probs),
       desc=f'{protocol} protocol',
@@ -62,8 +63,8 @@ def score(
         probs,
         gts,
         protocol=protocol,
-        num_thresholds=spec.num_thresholds(config.eval.num_thresholds),
-        tail_thresholds=bool(config.eval.get('tail_thresholds', True)),
+        num_thresholds=plan.thresholds_of(protocol),
+        tail_thresholds=plan.tail_thresholds,
         progress=bar.update,
         workers=workers,
       )
@@ -124,7 +125,8 @@ def _state_facts(state: train_state.TrainState) -> tuple[int, int]:
 
 
 def _record(
-  config: ml_collections.ConfigDict,
+  epoch_of: Callable[[int], int],
+  dataset: str,
   facts: tuple[int, int],
   split: str,
   names: Sequence[str],
@@ -136,7 +138,8 @@ def _record(
   per_image: bool = False,
 ) -> dict[str, Any]:
   """The one evaluation record: eval.json (with the per-image rows) and epoch_<NNN>.json
-  (without) of launch, of `config.eval.every_epochs` and of the reproduction runner.
+  (without) of launch, of the periodic evaluation and of the reproduction runner; `epoch_of`:
+  the epoch of a step (`Schedule.epoch_of`).
 
   Keyed by dataset + split (the directory, `results_dir`, and the fields), step (and its
   epoch) and protocol (``results``). ``train_seconds`` is the wall time since the previous
@@ -145,9 +148,9 @@ def _record(
   """
   step, params = facts  # `_state_facts`
   return {
-    'epoch': -(-step // config.steps_per_epoch),
+    'epoch': epoch_of(step),
     'step': step,
-    'dataset': config.data.name,
+    'dataset': dataset,
     'split': split,
     'num_images': len(names),
     'protocols': list(results),
@@ -212,13 +215,13 @@ def evaluate_checkpoint(
   """Evaluates the experiment's latest checkpoint in `workdir` (or `state`) on the test split
   (or `split`).
 
-  Under every protocol of `config.eval.protocols` it writes, in `results_dir` (the workdir
+  Under every protocol of the experiment's `EvalPlan` it writes, in `results_dir` (the workdir
   for the run's own test split): `eval.json` (the evaluation record, `_record`, with the
   per-image results), the same record as `epoch_<NNN>.json` when the step ends an epoch,
   `eval_per_image.csv`, `pr_curve.png`, `qualitative.png` (the first
-  `config.eval.num_qualitative` test images), `threshold.json` (the ODS threshold of the
+  `num_qualitative` test images), `threshold.json` (the ODS threshold of the
   protocol that records one, 'strict', for later prediction) and, if
-  `config.eval.save_probability_maps`, `probs/<name>.png`.
+  `save_probability_maps`, `probs/<name>.png`.
 
   `operating_points` ({name: threshold}) adds, per protocol, P/R/F1 at those thresholds
   (`evaluation.at_threshold`) as ``results[protocol]['operating_points'][name]``;
@@ -228,15 +231,15 @@ def evaluate_checkpoint(
   Returns:
     The evaluation record (also written to eval.json).
   """
-  config = experiment.config
+  plan, schedule = experiment.eval_plan, experiment.schedule
   workdir = Path(workdir)
-  split = split or config.data.test_split
-  out = Path(out) if out is not None else results_dir(config, workdir, split)
+  split = split or plan.split
+  out = Path(out) if out is not None else results_dir(plan, workdir, split)
   if out != workdir:
     logging.info(
       "Scoring %s/%s, not the data the run was trained for: results in %s (the run's own "
       'eval.json and threshold.json stay as they are).',
-      config.data.name,
+      plan.dataset,
       split,
       out,
     )
@@ -245,10 +248,11 @@ def evaluate_checkpoint(
   t0 = time.perf_counter()
   examples = list(experiment.eval_examples(split))
   probs, gts, names, results = _predict_and_score(
-    config, experiment.model, state, examples, desc=f'predict {split}', workers=workers
+    plan, experiment.model, state, examples, desc=f'predict {split}', workers=workers
   )
   summary = _record(
-    config,
+    schedule.epoch_of,
+    plan.dataset,
     _state_facts(state),
     split,
     names,
@@ -264,22 +268,22 @@ def evaluate_checkpoint(
       result.setdefault('operating_points', {})[name] = point
   if jax.process_index() == 0:
     write_eval_outputs(
-      config, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
+      plan, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
     )
-    write_epoch_record(out, summary, config.steps_per_epoch)
+    write_epoch_record(out, summary, schedule.steps_per_epoch)
   return summary
 
 
 class EpochEvaluator:
-  """The periodic evaluation of `config.eval.every_epochs` (a periodic action, as clu's):
-  after every N-th epoch (and the last) it scores the test split and writes the epoch's
-  record (`_record`, `write_epoch_record`) in the run's results directory.
+  """The periodic evaluation of the run's `Schedule` (``eval_every_epochs``; a periodic
+  action, as clu's): after every N-th epoch (and the last) it scores the test split and writes
+  the epoch's record (`_record`, `write_epoch_record`) in the run's results directory.
 
-  At the epochs of ``config.eval.full_epochs`` and the last one it scores every protocol of
-  ``config.eval.protocols``; at the others those of ``config.eval.curve_protocols`` (default
-  the same), a cheaper set for F1-against-epoch curves. The test images are read once.
+  At the epochs of ``full_eval_epochs`` and the last one it scores every protocol of the
+  `EvalPlan`; at the others those of its ``curve_protocols`` (default the same), a cheaper set
+  for F1-against-epoch curves. The test images are read once.
 
-  With ``config.eval.background_workers`` = N >= 1 the maps are predicted in the training
+  With the plan's ``background_workers`` = N >= 1 the maps are predicted in the training
   loop (the accelerator's work) and scored in a background thread, the tolerance protocols
   counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
   on the host, which the accelerator need not wait for. At most one epoch is in flight (the
@@ -290,30 +294,28 @@ class EpochEvaluator:
 
   def __init__(self, experiment: Experiment, workdir: str | Path):
     self.experiment = experiment
-    config = self.config = experiment.config
-    self.split = config.data.test_split
-    self.directory = results_dir(config, workdir, self.split)
+    self.plan, self.schedule = experiment.eval_plan, experiment.schedule
+    self.split = self.plan.split
+    self.directory = results_dir(self.plan, workdir, self.split)
     self._examples: list[dict[str, Any]] | None = None
     self._clock, self._first = time.perf_counter(), True
-    self._workers = int(config.eval.get('background_workers', 0) or 0)
+    self._workers = self.plan.background_workers
     self._executor: concurrent.futures.ThreadPoolExecutor | None = None
     self._pending: tuple[int, concurrent.futures.Future] | None = None
 
   def due(self, epoch: int) -> bool:
-    every = int(self.config.eval.get('every_epochs', 0) or 0)
-    return every > 0 and (epoch % every == 0 or epoch == self.config.num_epochs)
+    return self.schedule.evaluates(epoch)
 
   def protocols_at(self, epoch: int) -> tuple[str, ...]:
-    ev = self.config.eval
-    curve = tuple(ev.get('curve_protocols') or ())
-    if not curve or epoch == self.config.num_epochs or epoch in tuple(ev.get('full_epochs', ())):
-      return tuple(ev.protocols)
+    curve = self.plan.curve_protocols
+    if not curve or self.schedule.full_at(epoch):
+      return self.plan.protocols
     return curve
 
   def missing(self, step: int) -> int | None:
     """The epoch that `step` ends if it is due and has no whole record (a process that died
     while evaluating it), else None."""
-    spe = self.config.steps_per_epoch
+    spe = self.schedule.steps_per_epoch
     if not step or step % spe or not self.due(step // spe):
       return None
     epoch = step // spe
@@ -332,8 +334,7 @@ class EpochEvaluator:
     t0 = time.perf_counter()
     if self._examples is None:
       self._examples = list(self.experiment.eval_examples(self.split))
-    scoring = self.config.copy_and_resolve_references()
-    scoring.eval.protocols = self.protocols_at(epoch)
+    scoring = self.plan.with_protocols(self.protocols_at(epoch))
     probs = predict_examples(
       self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
     )
@@ -345,7 +346,8 @@ class EpochEvaluator:
 
     def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
       record = _record(
-        self.config,
+        self.schedule.epoch_of,
+        self.plan.dataset,
         facts,
         self.split,
         names,
@@ -370,7 +372,7 @@ class EpochEvaluator:
 
   def _write(self, record: dict[str, Any], epoch: int) -> None:
     if jax.process_index() == 0:
-      write_epoch_record(self.directory, record, self.config.steps_per_epoch)
+      write_epoch_record(self.directory, record, self.schedule.steps_per_epoch)
     first = next(iter(record['results'].values()))
     seconds = record['train_seconds']
     logging.info(
@@ -415,7 +417,7 @@ class EpochEvaluator:
 
 
 def _predict_and_score(
-  config: ml_collections.ConfigDict,
+  plan: EvalPlan,
   model: nn.Module,
   state: train_state.TrainState,
   examples: Sequence[dict[str, Any]],
@@ -423,21 +425,21 @@ def _predict_and_score(
   desc: str,
   workers: int = 1,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[str], dict[str, dict[str, Any]]]:
-  """(probability maps, ground truths, names, `score` results under config.eval.protocols)."""
+  """(probability maps, ground truths, names, `score` results under `plan`'s protocols)."""
   probs = predict_examples(model, state, examples, desc=desc)
   gts = [ex['mask'][..., 0] for ex in examples]
-  return probs, gts, [ex['name'] for ex in examples], score(probs, gts, config, workers=workers)
+  return probs, gts, [ex['name'] for ex in examples], score(probs, gts, plan, workers=workers)
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:
   # What makes two evaluations score the same images: the dataset, its folders (for
-  # crack_folder) and the split; not where the prepared copy lives.
+  # crack_folder) and the split; not where the prepared copy lives (`EvalPlan.data_key`).
   data = json.loads(json.dumps(dict(data), default=str))
   return {'name': data.get('name'), 'folder': data.get('folder'), 'split': split}
 
 
-def results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: str) -> Path:
-  """Where an evaluation of `config`'s data `split` is written: the workdir itself for the
+def results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
+  """Where an evaluation of `plan`'s data `split` is written: the workdir itself for the
   test split of the data the run was trained on (its config.json), else
   ``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder),
   so that scoring a run elsewhere never replaces its own results or its threshold.json."""
@@ -446,18 +448,17 @@ def results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: s
   if not recorded.is_file():
     return workdir
   own = json.loads(recorded.read_text()).get('data', {})
-  key = _data_key(config.data.to_dict(), split)
-  if _data_key(own, own.get('test_split', 'test')) == key:
+  if _data_key(own, own.get('test_split', 'test')) == plan.data_key(split):
     return workdir
-  return other_results_dir(config, workdir, split)
+  return other_results_dir(plan, workdir, split)
 
 
-def other_results_dir(config: ml_collections.ConfigDict, workdir: str | Path, split: str) -> Path:
+def other_results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
   """``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder):
   where an evaluation beside the run's own results goes."""
-  name = f'{config.data.name}_{split}'
-  if config.data.name == 'crack_folder':
-    key = _data_key(config.data.to_dict(), split)
+  name = f'{plan.dataset}_{split}'
+  if plan.dataset == 'crack_folder':
+    key = plan.data_key(split)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
     name = f'{name}_{digest}'
   return Path(workdir) / 'eval' / name
@@ -509,7 +510,7 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
 
 
 def write_eval_outputs(
-  config: ml_collections.ConfigDict,
+  plan: EvalPlan,
   workdir: Path,
   summary: dict[str, Any],
   results: dict[str, dict[str, Any]],
@@ -524,9 +525,9 @@ def write_eval_outputs(
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
   plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
-  title = f'{config.data.name} {split}, step {step}'
+  title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
-  k = min(config.eval.num_qualitative, len(images))
+  k = min(plan.num_qualitative, len(images))
   if k:
     plots.plot_qualitative(
       workdir / 'qualitative.png',
@@ -537,7 +538,7 @@ def write_eval_outputs(
       threshold,
       f'{title}; prediction at the strict ODS threshold',
     )
-  if config.eval.save_probability_maps:
+  if plan.save_probability_maps:
     plots.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
   for protocol, r in results.items():

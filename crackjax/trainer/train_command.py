@@ -50,7 +50,7 @@ def run(experiment: Experiment, workdir: str | Path, mode: str) -> None:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
     # No checkpoint: say so before the lock would create the workdir.
-    checkpoints.existing_manager(workdir, experiment.config.max_checkpoints_to_keep)
+    checkpoints.existing_manager(workdir, experiment.restore_spec.max_to_keep)
     with identity.leader_lock(workdir):  # it writes eval.json and threshold.json
       scoring.evaluate_checkpoint(experiment, workdir)
   else:

@@ -12,6 +12,7 @@ refused with the fields that differ.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
 import logging as logging_lib
@@ -26,13 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import flax.linen as nn
 import jax
-import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from crackjax.models import input_multiple
 from crackjax.training import train_state
 
 
@@ -472,18 +470,20 @@ class NoCheckpointError(FileNotFoundError):
   directory and the steps it has."""
 
 
-def restore_image_shape(
-  config: ml_collections.ConfigDict, model: nn.Module
-) -> tuple[int, int, int]:
-  """An image shape to build the abstract state on, read from the config alone (never from the
-  data): ``data.input_size`` if set, else a square of about 256 pixels that `model` takes.
-  The models are fully convolutional, so their parameters do not depend on it."""
-  size = config.get('data', {}).get('input_size')
-  if size:
-    return (int(size[0]), int(size[1]), 3)
-  multiple = input_multiple(model)
-  side = multiple * -(-256 // multiple)
-  return (side, side, 3)
+@dataclasses.dataclass(frozen=True)
+class RestoreSpec:
+  """What a restore needs besides the model: derived once from the config by
+  `crackjax.experiment.build`.
+
+  Attributes:
+    image_shape: the (H, W, 3) the abstract state is built on, from the config alone (never
+      from the data); the models are fully convolutional, so their parameters do not
+      depend on it.
+    max_to_keep: the newest steps the manager keeps (``config.max_checkpoints_to_keep``).
+  """
+
+  image_shape: tuple[int, int, int]
+  max_to_keep: int
 
 
 def _no_checkpoint(directory: Path) -> NoCheckpointError:

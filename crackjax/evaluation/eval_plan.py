@@ -1,0 +1,57 @@
+"""What an evaluation scores and writes: `EvalPlan`, derived once from the config by
+`crackjax.experiment.build` (scoring reads these fields, never the config's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from crackjax.evaluation.protocols import get_protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalPlan:
+  """The data, protocols, grids and outputs of an evaluation.
+
+  Attributes:
+    dataset: the dataset's registered name (``config.data.name``).
+    folder: the image and mask folders of a ``crack_folder`` dataset as plain JSON data
+      (``config.data.folder``), None for the others: with `dataset` and the split, what
+      makes two evaluations score the same images (`data_key`).
+    split: the split scored by default (``config.data.test_split``).
+    protocols: every protocol scored (``config.eval.protocols``), the first one's ODS in the
+      log line and threshold.json from the first that writes one.
+    curve_protocols: the cheaper set of the periodic evaluation's other epochs
+      (``config.eval.curve_protocols``; empty: `protocols`).
+    num_thresholds: the uniform part of the grid of the protocols that follow the config
+      (``config.eval.num_thresholds``; None, and the other protocols: each protocol's own,
+      `thresholds_of`).
+    tail_thresholds: whether the grids add the thresholds near 0 and 1.
+    num_qualitative: test images in qualitative.png.
+    save_probability_maps: whether probs/<name>.png are written.
+    background_workers: processes counting the periodic evaluation beside training (0: in
+      the training loop).
+  """
+
+  dataset: str
+  folder: Any
+  split: str
+  protocols: tuple[str, ...]
+  curve_protocols: tuple[str, ...] = ()
+  num_thresholds: int | None = None
+  tail_thresholds: bool = True
+  num_qualitative: int = 0
+  save_probability_maps: bool = False
+  background_workers: int = 0
+
+  def thresholds_of(self, protocol: str) -> int:
+    """The number of uniform thresholds of `protocol`'s grid under this plan."""
+    return get_protocol(protocol).num_thresholds(self.num_thresholds)
+
+  def with_protocols(self, protocols: tuple[str, ...]) -> EvalPlan:
+    return dataclasses.replace(self, protocols=tuple(protocols))
+
+  def data_key(self, split: str) -> dict[str, Any]:
+    """What makes two evaluations score the same images: the dataset, its folders (for
+    crack_folder) and the split; not where the prepared copy lives."""
+    return {'name': self.dataset, 'folder': self.folder, 'split': split}
