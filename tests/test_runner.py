@@ -395,7 +395,8 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   real = scoring.EpochEvaluator.__call__
 
   def interrupted(self, state, epoch, **kwargs):
-    if epoch == 3 and self.config.seed == 0 and self.config.loss.weighting == 'xie':
+    config = self.experiment.config
+    if epoch == 3 and config.seed == 0 and config.loss.weighting == 'xie':
       raise KeyboardInterrupt
     return real(self, state, epoch, **kwargs)
 
@@ -544,7 +545,7 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   # 70 epochs: the workers cannot finish on their own within the wait below.
   argv = [a for a in _argv(tmp_path / 'c', data, '--parallel=2') if not a.startswith('--rows')]
   proc = subprocess.Popen(
-    [sys.executable, '-m', 'crackjax.paper.proc', *argv, '--rows=wce_xie_e70'],
+    [sys.executable, '-m', 'crackjax.paper.runner', *argv, '--rows=wce_xie_e70'],
     cwd=Path(__file__).resolve().parents[1],
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
