@@ -151,15 +151,13 @@ def model_card(
   run: Run, workdir: Path, *, name: str | None, licence: str | None, notes: str | None
 ) -> dict[str, Any]:
   """The card of `run`'s model (module docstring)."""
-  from crackjax import __version__
-
   c = run.config
   params = sum(int(np.prod(x.shape)) for x in _leaves(run.params))
   data = c.data.name
   return {
     'name': name or f'{c.model.name}-{data}-step{run.step}',
     'created': datetime.date.today().isoformat(),
-    'crackjax_version': __version__,
+    'crackjax_version': model_file.crackjax_version(),
     'model': {**c.model.to_dict(), 'parameters': params},
     'data': {
       'name': data,
