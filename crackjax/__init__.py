@@ -8,7 +8,12 @@ The folders are layers; a module imports only from its own folder or the ones be
 (docs/architecture.md draws them, tests/test_architecture.py checks them).
 """
 
-from crackjax.version import __version__
+import importlib.metadata
+
+try:
+  __version__ = importlib.metadata.version('crackjax')
+except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+  __version__ = '0+unknown'
 
 __all__ = ['Predictor', '__version__']
 

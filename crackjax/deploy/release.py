@@ -63,17 +63,23 @@ def _load_config_module(path: str):
 
 
 def select(config_path: str, work: str | Path) -> int:
-  """Prints the selection table; 0 if the config's CHOSEN is the best candidate, else 1."""
+  """Prints the selection table; 0 if the config's CHOSEN is the best of its CANDIDATES at the
+  last epoch (the other runs of LOSSES are printed for reference), else 1."""
   module = _load_config_module(config_path)
+  candidates = tuple(getattr(module, 'CANDIDATES', module.LOSSES))
   finals = {}
-  print(f'Validation ({PROTOCOL} ODS F1 per epoch) of the candidate losses, {config_path}:')
+  print(f'Validation ({PROTOCOL} ODS F1 per epoch) of the selection runs, {config_path}:')
   for loss in module.LOSSES:
     rows = epoch_scores(Path(work) / f'select_{loss}')
     finals[loss] = rows[-1]['ods_f1']
     per_epoch = ', '.join(f'epoch {r["epoch"]} (step {r["step"]}): {r["ods_f1"]:.4f}' for r in rows)
-    print(f'  {loss:10s} split {rows[-1]["split"]}: {per_epoch}')
-  best = max(finals, key=finals.get)
-  print(f'Best at the last epoch: {best} ({finals[best]:.4f}); the config chose {module.CHOSEN}.')
+    role = 'candidate' if loss in candidates else 'reference'
+    print(f'  {loss:10s} ({role}) split {rows[-1]["split"]}: {per_epoch}')
+  best = max(candidates, key=finals.get)
+  print(
+    f'Best candidate at the last epoch: {best} ({finals[best]:.4f}); the config chose '
+    f'{module.CHOSEN}.'
+  )
   if best != module.CHOSEN:
     print(
       f'{config_path}: CHOSEN = {module.CHOSEN!r} but {best!r} scored best on the validation '

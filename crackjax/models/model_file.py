@@ -102,10 +102,15 @@ class ModelFile:
     return self.meta['input']
 
 
-def _version() -> str:
-  from crackjax.version import __version__
+def crackjax_version() -> str:
+  # The installed distribution's version (crackjax.__version__ reads the same; importing the
+  # package from here would make an import cycle).
+  import importlib.metadata
 
-  return __version__
+  try:
+    return importlib.metadata.version('crackjax')
+  except importlib.metadata.PackageNotFoundError:
+    return '0+unknown'
 
 
 def flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, np.ndarray]:
@@ -185,7 +190,7 @@ def write(
     k: np.ascontiguousarray(v.astype(target) if _is_float(v.dtype) else v)
     for k, v in tensors.items()
   }
-  values = {'format': FORMAT_VERSION, 'requires': f'crackjax>={_version()}', **meta}
+  values = {'format': FORMAT_VERSION, 'requires': f'crackjax>={crackjax_version()}', **meta}
   missing = [f for f in FIELDS if f not in values]
   if missing:
     raise ValueError(f'model file metadata lacks {missing}.')
@@ -245,7 +250,7 @@ def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
   if not isinstance(version, int) or version > FORMAT_VERSION:
     raise ModelFileError(
       f'{path} is a crackjax model file of format {version}, newer than this crackjax '
-      f'({_version()}) reads (format {FORMAT_VERSION}); it needs {meta.get("requires")}: '
+      f'({crackjax_version()}) reads (format {FORMAT_VERSION}); it needs {meta.get("requires")}: '
       'pip install --upgrade crackjax.'
     )
   missing = [f for f in FIELDS if f not in meta]
