@@ -459,8 +459,10 @@ def _main(argv: Sequence[str] | None) -> None:
   fv = flag_values
   if not fv.out:
     sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
-  if bool(fv.workdir) == bool(fv.model):
-    sys.exit(f'{PROG}: give one of --workdir=RUN and --model=NAME|FILE|URL; usage: {USAGE}')
+  if not fv.workdir and not fv.model:
+    sys.exit(f'{PROG}: --workdir is required (or --model=NAME|FILE|URL); usage: {USAGE}')
+  if fv.workdir and fv.model:
+    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   problem = config_flags.unwritable(Path(fv.out).parent)

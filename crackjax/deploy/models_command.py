@@ -14,13 +14,12 @@ docs/models.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from crackjax.models import hub
-from crackjax.runs import exits
+from crackjax.runs import exits, outputs
 
 PROG = 'crackjax-models'
 
@@ -59,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     models = hub.released()
     if args.json:
-      print(json.dumps(models, indent=2))
+      print(outputs.dumps(models, indent=2))
       return 0
     if not models:
       print(f'{PROG}: this installation ships no released model.')

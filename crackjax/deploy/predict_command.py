@@ -511,11 +511,13 @@ def _main(argv: Sequence[str] | None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   inputs = config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
-  if bool(fv.workdir) == bool(fv.model) or not fv.out:
+  if (not fv.workdir and not fv.model) or not fv.out:
     sys.exit(
       f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '
       f'usage: {USAGE}'
     )
+  if fv.workdir and fv.model:
+    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
   if not inputs:
     sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
   if fv.model and fv.step is not None:

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crackjax.runs import outputs
+
 PROTOCOL = 'strict'
 
 
@@ -147,7 +149,7 @@ def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[s
   entry = registry_entry(file, name, held_out, **extra)
   shutil.copyfile(file, hub.RELEASED_DIR / entry['file'])
   models = [m for m in hub.released() if m['name'] != name] + [entry]
-  hub.REGISTRY.write_text(json.dumps({'models': models}, indent=2) + '\n')
+  hub.REGISTRY.write_text(outputs.dumps({'models': models}, indent=2) + '\n')
   return entry
 
 
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
     entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
-    print(json.dumps(entry, indent=2))
+    print(outputs.dumps(entry, indent=2))
     return 0
   print(best_epoch(args.workdir)['step'])
   return 0

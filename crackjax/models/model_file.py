@@ -37,6 +37,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from crackjax.runs import outputs
+
 FORMAT_VERSION = 1
 SUFFIX = '.safetensors'
 PREFIX = 'crackjax.'
@@ -146,10 +148,10 @@ def content_sha256(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str
   h = hashlib.sha256()
   for name in sorted(tensors):
     array = np.ascontiguousarray(tensors[name])
-    h.update(json.dumps([name, array.dtype.name, list(array.shape)]).encode())
+    h.update(outputs.dumps([name, array.dtype.name, list(array.shape)]).encode())
     h.update(array.tobytes())
   for key in sorted(k for k in metadata if k != CHECKSUM_KEY):
-    h.update(json.dumps([key, metadata[key]]).encode())
+    h.update(outputs.dumps([key, metadata[key]]).encode())
   return h.hexdigest()
 
 
@@ -194,7 +196,7 @@ def write(
   missing = [f for f in FIELDS if f not in values]
   if missing:
     raise ValueError(f'model file metadata lacks {missing}.')
-  metadata = {PREFIX + k: json.dumps(values[k], sort_keys=True) for k in FIELDS}
+  metadata = {PREFIX + k: outputs.dumps(values[k], sort_keys=True) for k in FIELDS}
   metadata[CHECKSUM_KEY] = content_sha256(tensors, metadata)
   path = Path(path)
   tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')

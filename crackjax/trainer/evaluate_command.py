@@ -248,8 +248,12 @@ def _main(argv: Sequence[str] | None) -> int:
   fv = flags.FlagValues()
   _define_flags(fv)
   config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
-  if bool(fv.workdir) == bool(fv.model):
-    sys.exit(f'{PROG}: give one of --workdir=RUN and --model=NAME|FILE|URL; usage: {USAGE}')
+  if not fv.workdir and not fv.model:
+    sys.exit(
+      f'{PROG}: --workdir=RUN is required (or --model=NAME|FILE|URL with --out=DIR); usage: {USAGE}'
+    )
+  if fv.workdir and fv.model:
+    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
   if fv.model and not fv.out:
     sys.exit(f'{PROG}: --model needs --out=DIR, where the records go; usage: {USAGE}')
   if fv.model and fv.step is not None:
