@@ -123,7 +123,7 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
 def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   """The threshold of the exported step and how it was chosen: the run's threshold.json when
   it was chosen at this step, else the strict ODS threshold of this step's epoch record on the
-  run's own test split (the same rule, `crackjax.evaluation.scoring`; a release exports the
+  run's own test split (the same rule, `crackjax.trainer.scoring`; a release exports the
   epoch that scored best on its validation part), else the run's fallback (0.5, said)."""
   saved = workdir / 'threshold.json'
   if saved.is_file():

@@ -144,6 +144,7 @@ NOT_WRITTEN = {
   ('crackjax/runs/identity.py', '_as_dict'): 'a config as plain data, read back at once',
   ('crackjax/runs/identity.py', 'differences'): 'values in a message',
   ('crackjax/trainer/scoring.py', '_data_key'): 'a comparison key',
+  ('crackjax/experiment.py', 'eval_plan_of'): 'the data folders as plain data, a comparison key',
   ('crackjax/trainer/scoring.py', 'other_results_dir'): 'a hash of a key',
   ('crackjax/paper/records.py', '_check_keys'): 'a value in a message',
   ('crackjax/paper/records.py', '_check_export_run'): 'a value in a message',
