@@ -396,9 +396,9 @@ assert jax.local_device_count() == 2
 model = get_model('unet', widths=(4, 8, 16, 32, 64))
 params = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))['params']
 image = np.random.default_rng(0).integers(0, 256, (70, 90, 3), dtype=np.uint8)
-both = predict.Predictor(model, params, tile_size=48, overlap=0.25)
+both = predictor.Predictor(model, params, tile_size=48, overlap=0.25)
 assert both.batch_size == 2
-one = predict.Predictor(model, params, tile_size=48, overlap=0.25, devices=jax.devices()[:1])
+one = predictor.Predictor(model, params, tile_size=48, overlap=0.25, devices=jax.devices()[:1])
 np.testing.assert_allclose(both(image), one(image), atol=1e-6)
 print('ok', both.batch_size)
 """
