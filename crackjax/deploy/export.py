@@ -338,18 +338,11 @@ def _check_out(out: Path, paths: Sequence[Path], format: str, overwrite: bool) -
 
 
 def export_model_file(
-  workdir: str | Path,
-  out: str | Path,
-  *,
-  step: int | None = None,
-  dtype: str = 'float32',
-  name: str | None = None,
-  licence: str | None = None,
-  notes: str | None = None,
-  overwrite: bool = False,
+  workdir: str | Path, out: str | Path, *, overwrite: bool = False, **options: Any
 ) -> tuple[Path, str, dict[str, Any]]:
-  """Writes a run's checkpoint as a model file (`crackjax.deploy.model_export`); returns
-  (the path, its SHA-256, its metadata). Same refusals as `export_run`."""
+  """Writes a run's checkpoint as a model file (`crackjax.deploy.model_export.export_model`,
+  whose keyword `options` it takes: step, dtype, name, licence, notes); returns (the path, its
+  SHA-256, its metadata). Same refusals as `export_run`."""
   from crackjax.deploy import model_export
 
   out = Path(out)
@@ -358,9 +351,7 @@ def export_model_file(
   if not workdir.is_dir():
     raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
   out.parent.mkdir(parents=True, exist_ok=True)
-  return model_export.export_model(
-    workdir, out, step=step, dtype=dtype, name=name, licence=licence, notes=notes
-  )
+  return model_export.export_model(workdir, out, **options)
 
 
 # ----------------------------------------------------------------------------- command line

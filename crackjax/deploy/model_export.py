@@ -219,21 +219,16 @@ def _round_bf16(tree: Any) -> Any:
   return np.asarray(tree).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
-def bfloat16_change(run: Run, max_images: int = 8) -> dict[str, Any]:
-  """Max |Δp| and strict F1 at the run's threshold of bfloat16-rounded against float32
-  parameters, on the first `max_images` images of the run's test split."""
+def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str, Any]:
+  """Max |Δp| and strict F1 at the run's threshold of `half` (the run's model with its
+  parameters rounded to bfloat16) against float32, on the first `max_images` images of the
+  run's test split."""
   from crackjax import evaluation
   from crackjax.experiment import build
 
   experiment = build(run.config, training=False)
   examples = list(experiment.eval_examples())[:max_images]
   full = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
-  half = Predictor(
-    run.model,
-    _round_bf16(run.params),
-    batch_stats=_round_bf16(run.batch_stats) if run.batch_stats else None,
-    threshold=run.threshold,
-  )
   probs32 = [full(ex['image']) for ex in examples]
   probs16 = [half(ex['image']) for ex in examples]
   gts = [ex['mask'][..., 0] for ex in examples]
@@ -268,14 +263,14 @@ def export_model(
   run = dataclasses.replace(run, threshold=threshold, threshold_source=chosen_by)
   card = model_card(run, workdir, name=name, licence=licence, notes=notes)
   predictor = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
-  if dtype == 'bfloat16':
-    card['bfloat16'] = bfloat16_change(run)
+  if dtype == 'bfloat16':  # what the file will predict: the parameters rounded
     predictor = Predictor(
       run.model,
       _round_bf16(run.params),
       batch_stats=_round_bf16(run.batch_stats) if run.batch_stats else None,
       threshold=run.threshold,
     )
+    card['bfloat16'] = bfloat16_change(run, predictor)
   card['self_check'] = self_check(predictor)
   multiple = input_multiple(run.model)
   meta = {

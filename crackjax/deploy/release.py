@@ -135,7 +135,7 @@ def _stored_dtype(loaded) -> str:
   leaf = loaded.params
   while isinstance(leaf, dict):
     leaf = next(iter(leaf.values()))
-  return 'bfloat16' if leaf.dtype.kind == 'V' or 'bfloat16' in str(leaf.dtype) else str(leaf.dtype)
+  return str(leaf.dtype)  # 'float32' or 'bfloat16' (ml_dtypes names it so)
 
 
 def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
