@@ -132,28 +132,49 @@ def clear_interrupt() -> None:
 
 
 @contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-  """Holds a Ctrl-C back until the block ends, then raises it.
+def interrupts_deferred(
+  signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> Iterator[None]:
+  """Holds Ctrl-C (and SIGTERM) back until the block ends, then delivers them.
 
-  For XLA's compilation: it runs on a thread of its own, and a Ctrl-C that ends the process
-  while it runs crashes the interpreter at exit (a segmentation fault in
-  `SingleDeviceSharding::Create`, exit status 139, jaxlib 0.10). Deferred, the Ctrl-C takes
-  effect when the compilation returns, seconds later. Outside the main thread (where Python
-  delivers no signals) it does nothing.
+  For code that a signal must not cut in two:
+  - XLA's compilation runs on a thread of its own, and a Ctrl-C that ends the process while
+    it runs crashes the interpreter at exit (a segmentation fault in
+    `SingleDeviceSharding::Create`, exit status 139, jaxlib 0.10);
+  - orbax's `CheckpointManager.save` starts threads that wait for signals from the rest of
+    the save; a KeyboardInterrupt between the two leaves them waiting forever (the process
+    then never exits: `threading._shutdown` joins them) and the step's temporary folder half
+    written, so the save on the way out fails with 'Directory not empty'.
+  Deferred, the signal takes effect when the block returns (seconds later), through the
+  handler that was in place: `watch_interrupts`' KeyboardInterrupt, the SIGTERM handler's
+  SystemExit. Outside the main thread (where Python delivers no signals) it does nothing.
   """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  received = []
+  received: list[int] = []
 
   def hold(signum, frame):
     received.append(signum)
-    _REQUESTED.set()
+    if signum == signal.SIGINT:
+      _REQUESTED.set()
 
-  previous = signal.signal(signal.SIGINT, hold)
+  previous = {s: signal.signal(s, hold) for s in signals}
   try:
     yield
   finally:
-    signal.signal(signal.SIGINT, previous)
-  if received:
-    raise KeyboardInterrupt
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+  for signum in dict.fromkeys(received):  # each signal once, in the order they came
+    _deliver(signum, previous[signum])
+
+
+def _deliver(signum: int, handler) -> None:
+  """Delivers a held signal as its handler `handler` (from `signal.signal`) would have."""
+  if callable(handler):
+    handler(signum, None)
+  elif handler == signal.SIG_DFL:
+    if signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    signal.raise_signal(signum)  # the default action (SIGTERM: the process ends)
+  # SIG_IGN (or None: a handler not installed from Python): nothing to deliver

@@ -31,6 +31,7 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
+from crackjax.runs import exits
 from crackjax.training import train_state
 
 
@@ -118,11 +119,20 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
     else 'no complete checkpoint was saved'
   )
   which = f'of step {step} ' if step is not None else ''
+  reason = _os_reason(error)
+  # The disk's own errors say what to do; another reason (orbax, another writer) is only named.
+  fix = 'Free space there (or make it writable) and' if _is_disk_reason(reason) else 'Then'
   return CheckpointSaveError(
-    f'cannot save the checkpoint {which}in {directory}: {_os_reason(error)}. Training '
-    f'stopped; {kept}. Free space there (or make it writable) and run the same command '
-    'again to resume.'
+    f'cannot save the checkpoint {which}in {directory}: {reason}. Training stopped; {kept}. '
+    f'{fix} run the same command again to resume.'
   )
+
+
+def _is_disk_reason(reason: str) -> bool:
+  """Whether `_os_reason`'s words are the disk's: full, over quota, too big, read-only, or
+  not permitted."""
+  codes = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
+  return any(reason.startswith(os.strerror(code)) for code in codes)
 
 
 def _is_abandoned_callback(exc_type, exc, tb) -> bool:
@@ -185,16 +195,20 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = Fa
     CheckpointSaveError: the one-line reason; the unfinished step's folders are removed.
   """
   _quiet_abandoned_writes()
-  finish_saves(mngr)  # the previous save (orbax waits for it anyway): its failure comes first
-  short = _short_of_space(Path(mngr.directory), state)
-  if short:
-    # Refused before orbax writes anything: a save that runs out of space midway fails in
-    # its background threads, whose late writes print tracebacks that nothing can catch.
-    raise _save_failed(mngr, step, OSError(errno.ENOSPC, short))
-  try:
-    mngr.save(step, args=ocp.args.StandardSave(state), force=force)
-  except Exception as e:  # noqa: BLE001 - orbax, TensorStore and the OS all mean: not saved
-    raise _save_failed(mngr, step, e) from None
+  # A Ctrl-C or SIGTERM waits until orbax has started the save: one inside `mngr.save` left
+  # its signal-waiting threads hanging (the process never exited) and the step's temporary
+  # folder half made (`exits.interrupts_deferred`).
+  with exits.interrupts_deferred():
+    finish_saves(mngr)  # the previous save (orbax waits for it anyway): its failure first
+    short = _short_of_space(Path(mngr.directory), state)
+    if short:
+      # Refused before orbax writes anything: a save that runs out of space midway fails in
+      # its background threads, whose late writes print tracebacks that nothing can catch.
+      raise _save_failed(mngr, step, OSError(errno.ENOSPC, short))
+    try:
+      mngr.save(step, args=ocp.args.StandardSave(state), force=force)
+    except Exception as e:  # noqa: BLE001 - orbax, TensorStore and the OS all mean: not saved
+      raise _save_failed(mngr, step, e) from None
 
 
 def check_saves(mngr: ocp.CheckpointManager) -> None:

@@ -482,6 +482,58 @@ def test_exits_end_in_one_line_with_the_status_of_the_cause(capsys):
     raise FileNotFoundError(errno.ENOENT, 'No such file or directory', 'x')
 
 
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
+  signum, tmp_path, monkeypatch
+):
+  # A Ctrl-C that landed inside orbax's CheckpointManager.save left the save's signal-waiting
+  # threads hanging, so launch.py never exited (CI: the Ctrl-C test timed out after 300 s),
+  # and its temporary folder half made ('Directory not empty' on the save on the way out).
+  mngr = ocp.CheckpointManager(tmp_path / 'checkpoints')
+  real_save = mngr.save
+  steps_saved = []
+
+  def save_hit_by_a_signal(step, *args, **kwargs):
+    signal.raise_signal(signum)  # arrives while orbax is starting the save
+    result = real_save(step, *args, **kwargs)
+    steps_saved.append(step)
+    return result
+
+  monkeypatch.setattr(mngr, 'save', save_hit_by_a_signal)
+  previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  exits.watch_interrupts()
+  from crackjax.config import flags as config_flags
+
+  config_flags.exit_on_sigterm()
+  exits.clear_interrupt()
+  try:
+    with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit):
+      checkpoints.save(mngr, 1, {'w': np.arange(4.0)})
+    assert steps_saved == [1]  # the signal took effect after orbax had the save in hand
+    assert exits.interrupt_requested() == (signum == signal.SIGINT)
+    checkpoints.finish_saves(mngr)
+    assert checkpoints.complete_steps(tmp_path / 'checkpoints') == [1]
+    assert not list((tmp_path / 'checkpoints').glob(f'*{checkpoints.TMP_SUFFIX}*'))
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+    exits.clear_interrupt()
+    mngr.close()
+
+
+def test_a_held_signal_without_a_python_handler_acts_as_its_default():
+  previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+  try:
+    with pytest.raises(KeyboardInterrupt), exits.interrupts_deferred():
+      signal.raise_signal(signal.SIGINT)
+      held = True
+    assert held
+  finally:
+    signal.signal(signal.SIGINT, previous)
+    exits.clear_interrupt()
+
+
 COMMANDS = {
   'crackjax-predict': 'crackjax.deploy.predict_command',
   'crackjax-export': 'crackjax.deploy.export',
