@@ -482,7 +482,6 @@ def test_exits_end_in_one_line_with_the_status_of_the_cause(capsys):
     raise FileNotFoundError(errno.ENOENT, 'No such file or directory', 'x')
 
 
-
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
 def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
   signum, tmp_path, monkeypatch
