@@ -94,7 +94,9 @@ def _interrupt(workdir, data_dirs, when: str, env=None) -> tuple[int, str]:
     stderr=subprocess.PIPE,
     stdout=subprocess.DEVNULL,
     text=True,
-    env=env,
+    # A process that does not end dumps its threads' stacks on SIGABRT (below): the report of
+    # a hang names where it waits.
+    env=dict(env if env is not None else os.environ, PYTHONFAULTHANDLER='1'),
   )
   reader = _Reader(proc)
   try:
@@ -106,7 +108,12 @@ def _interrupt(workdir, data_dirs, when: str, env=None) -> tuple[int, str]:
     else:
       reader.wait_for(when)
     proc.send_signal(signal.SIGINT)
-    status = proc.wait(timeout=300)
+    try:
+      status = proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+      proc.send_signal(signal.SIGABRT)
+      proc.wait(timeout=60)
+      pytest.fail(f'no exit within 300 s of the Ctrl-C; its threads:\n{reader.finish()[-6000:]}')
   finally:
     if proc.poll() is None:
       proc.kill()
