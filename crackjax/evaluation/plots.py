@@ -126,6 +126,23 @@ def plot_qualitative(
   fig.savefig(path, dpi=100)
 
 
+def qualitative_panel(
+  image: np.ndarray, gt: np.ndarray, prob: np.ndarray, threshold: float, max_height: int = 384
+) -> np.ndarray:
+  """One row of `plot_qualitative` as an RGB uint8 array (TensorBoard's qualitative images):
+  image | ground truth | probability | overlay at `threshold` (green TP, red FP, blue FN),
+  split by 4-pixel white bars; taller images are subsampled to at most `max_height` rows."""
+  gt = np.asarray(gt).astype(bool)
+  prob = np.clip(np.asarray(prob, np.float32), 0.0, 1.0)
+  photo = (np.clip(image, 0, 1) * 255).astype(np.uint8)
+  gray = [np.repeat(x[..., None], 3, axis=-1) for x in (gt.astype(np.uint8) * 255, prob * 255)]
+  parts = [photo, *(g.astype(np.uint8) for g in gray), overlay(image, gt, prob > threshold)]
+  bar = np.full((photo.shape[0], 4, 3), 255, np.uint8)
+  row = np.concatenate([x for part in parts for x in (part, bar)][:-1], axis=1)
+  stride = -(-row.shape[0] // max_height)
+  return row[::stride, ::stride]
+
+
 def save_probability_maps(
   directory: Path, probs: Sequence[np.ndarray], names: Sequence[str]
 ) -> None:
