@@ -55,7 +55,9 @@ def write_per_image_csv(
 
 def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
   """Precision-recall curve of every protocol with its ODS, OIS and threshold-0.5 points marked."""
-  fig = Figure(figsize=(5.5, 5))
+  # The legend goes below the axes (`outside`, constrained layout): inside it covered the
+  # curves, which run through every corner of the unit square.
+  fig = Figure(figsize=(5.5, 5.6 + 0.16 * len(results)), layout='constrained')
   ax = fig.subplots()
   # Iso-F1 contours make the ODS points readable at a glance.
   r = np.linspace(0.01, 1, 200)
@@ -81,8 +83,7 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
   ax.plot([], [], 'kx', label='threshold 0.5')
   ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel='recall', ylabel='precision', title=title)
   ax.grid(alpha=0.3)
-  ax.legend(loc='lower left', fontsize=7)
-  fig.tight_layout()
+  fig.legend(loc='outside lower center', fontsize=7, ncols=1)
   fig.savefig(path, dpi=120)
 
 
