@@ -93,7 +93,9 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     experiment = build(config, training=False)
   except ValueError as e:  # e.g. a plugin module of config.plugins that is not installed here
     problem = ' '.join(str(e).split())
-    raise CheckpointError(f"{workdir}'s config cannot be rebuilt: {problem}") from e
+    recorded = checkpoints.run_directory(workdir) / 'config.json'
+    where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
+    raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
   restored = experiment.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
   params = train_state.local_params(restored)
