@@ -200,15 +200,21 @@ class Experiment:
     return self.config.to_json_best_effort(indent=2)
 
   @functools.cached_property
+  def hparams(self) -> dict[str, Any]:
+    """The config as plain JSON data, as config.json holds it (TensorBoard's hyper-parameters,
+    each checkpoint's record)."""
+    return json.loads(self.config.to_json_best_effort())
+
+  @functools.cached_property
   def checkpoint_metadata(self) -> dict[str, Any]:
     """What each checkpoint step records of its run (`checkpoints.save`'s `metadata`): the
     config as config.json holds it, its model group and the image shape of the abstract
-    state, so that a ``checkpoints/`` folder alone rebuilds the run (`run_config`)."""
-    config = json.loads(self.config.to_json_best_effort())
+    state, so that a ``checkpoints/`` folder alone rebuilds the run
+    (`crackjax.deploy.predictor.read_config`)."""
     return {
       'format': 1,
-      'config': config,
-      'model': config.get('model'),
+      'config': self.hparams,
+      'model': self.hparams.get('model'),
       'image_shape': list(self.restore_spec.image_shape),
     }
 

@@ -244,7 +244,7 @@ def evaluate_checkpoint(
       out,
     )
   if state is None:
-    state = experiment.restore(workdir)
+    state = experiment.restore(workdir, inference=True)  # no optimiser state needed
   t0 = time.perf_counter()
   examples = list(experiment.eval_examples(split))
   probs, gts, names, results = _predict_and_score(
@@ -268,8 +268,8 @@ def evaluate_checkpoint(
       result.setdefault('operating_points', {})[name] = point
   if jax.process_index() == 0:
     images = [ex['image'] for ex in examples]
-    config = json.loads(experiment.config.to_json_best_effort())
-    write_eval_outputs(plan, out, summary, results, images, probs, gts, names, config)
+    hparams = experiment.hparams
+    write_eval_outputs(plan, out, summary, results, images, probs, gts, names, hparams)
     write_epoch_record(out, summary, schedule.steps_per_epoch)
   return summary
 
@@ -399,9 +399,9 @@ class EpochEvaluator:
         writer.write_scalars(record['step'], _eval_scalars(r), kind=f'eval_{self.split}_{protocol}')
       images = [ex['image'] for ex in self._examples]
       threshold = mask_threshold(results)
-      config = json.loads(self.experiment.config.to_json_best_effort())
+      hparams = self.experiment.hparams
       write_tensorboard_extras(
-        writer, self.plan, record, results, images, probs, gts, threshold, config
+        writer, self.plan, record, results, images, probs, gts, threshold, hparams
       )
     finally:
       writer.close()
