@@ -12,7 +12,7 @@ import optax
 import PIL.Image
 import pytest
 
-from crackjax.deploy import predict_command, predictor
+from crackjax.deploy import model_export, predict_command, predictor
 from crackjax.experiment import build
 from crackjax.trainer import evaluate_command
 from crackjax.training import checkpoints
@@ -71,6 +71,8 @@ def test_checkpoints_alone_through_the_commands(smoke_run, tmp_path, capsys):
   record = json.loads((copied.parent / 'eval' / 'crackforest_test' / 'eval.json').read_text())
   assert record['step'] == 6
   assert not (copied / 'eval').exists()  # the records go beside checkpoints/, not into it
+  path, _, meta = model_export.export_model(copied, tmp_path / 'model.safetensors')
+  assert path.is_file() and meta['card']['training']['step'] == 6
 
 
 def test_old_checkpoints_without_the_record_restore_through_config_json(smoke_run, tmp_path):
