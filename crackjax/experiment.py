@@ -199,6 +199,25 @@ class Experiment:
     """The config as the run records it (``<workdir>/config.json``)."""
     return self.config.to_json_best_effort(indent=2)
 
+  @functools.cached_property
+  def hparams(self) -> dict[str, Any]:
+    """The config as plain JSON data, as config.json holds it (TensorBoard's hyper-parameters,
+    each checkpoint's record)."""
+    return json.loads(self.config.to_json_best_effort())
+
+  @functools.cached_property
+  def checkpoint_metadata(self) -> dict[str, Any]:
+    """What each checkpoint step records of its run (`checkpoints.save`'s `metadata`): the
+    config as config.json holds it, its model group and the image shape of the abstract
+    state, so that a ``checkpoints/`` folder alone rebuilds the run
+    (`crackjax.deploy.predictor.read_config`)."""
+    return {
+      'format': 1,
+      'config': self.hparams,
+      'model': self.hparams.get('model'),
+      'image_shape': list(self.restore_spec.image_shape),
+    }
+
   # ------------------------------------------------------------------------------ state
 
   def init_state(self, image_shape: tuple[int, int, int] | None = None, *, mesh=None):
@@ -229,12 +248,30 @@ class Experiment:
     """The orbax manager of ``<workdir>/checkpoints``."""
     return checkpoints.checkpoint_manager(workdir, self.restore_spec.max_to_keep, create=create)
 
-  def restore(self, workdir: str | Path, *, step: int | None = None, mesh: Mesh | None = None):
-    """The TrainState of `step` (default the newest readable) of the run in `workdir`
-    (`checkpoints.restore`, the one restore path)."""
+  def restore(
+    self,
+    workdir: str | Path,
+    *,
+    step: int | None = None,
+    mesh: Mesh | None = None,
+    inference: bool = False,
+  ):
+    """The TrainState of `step` (default the newest readable) of the run in `workdir` (or of
+    the checkpoint folder `workdir`; `checkpoints.checkpoint_directory`), by
+    `checkpoints.restore`, the one restore path. `inference`: only the parameters (and
+    BatchNorm statistics) are read, not the optimiser state (`train_state.inference_state`)."""
     mesh = mesh or self.mesh
     mngr = checkpoints.existing_manager(workdir, self.restore_spec.max_to_keep)
-    return checkpoints.restore(mngr, functools.partial(self.abstract_state, mesh), step=step)
+    if not inference:
+      return checkpoints.restore(mngr, functools.partial(self.abstract_state, mesh), step=step)
+
+    def abstract():
+      return train_state.inference_fields(self.abstract_state(mesh))
+
+    part = checkpoints.restore(mngr, abstract, step=step)
+    return train_state.inference_state(
+      self.model.apply, part['params'], part.get('batch_stats'), part['step']
+    )
 
   def restore_or_init(self, workdir: str | Path, mngr):
     """The newest readable checkpoint of `mngr`, else a fresh state with the initial weights

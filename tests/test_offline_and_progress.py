@@ -29,7 +29,7 @@ from tfds_builders.crackforest import CrackForest
 from tfds_builders.crackforest import crackforest_dataset_builder as cfd
 from tfds_builders.errors import DatasetNotFoundError
 
-URL = 'https://github.com/cuilimeng/CrackForest-dataset/archive/refs/heads/master.zip'
+URL = cfd._URL  # the pinned commit's archive
 
 
 @pytest.fixture

@@ -40,9 +40,11 @@ def dataset_info(
   *,
   homepage: str | None = None,
   citation: str | None = None,
+  license: str | None = None,  # noqa: A002 - TFDS' own name for it
 ) -> tfds.core.DatasetInfo:
   """DatasetInfo shared by the crack builders: the contract's features, (image, mask) as
-  supervised keys, and records kept in the order written (sorted names)."""
+  supervised keys, and records kept in the order written (sorted names); `license`: the
+  dataset's terms of use, where it states them (``info.redistribution_info.license``)."""
   return _LocalDatasetInfo(
     builder=builder,
     description=description,
@@ -50,6 +52,7 @@ def dataset_info(
     supervised_keys=('image', 'mask'),
     homepage=homepage,
     citation=citation,
+    license=license,
     disable_shuffling=True,
   )
 

@@ -67,7 +67,13 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
     return (module and module.__doc__) or cls.__doc__ or ''
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return dataset_info(self, self.description(), homepage=self.HOMEPAGE, citation=self.CITATION)
+    return dataset_info(
+      self,
+      self.description(),
+      homepage=self.HOMEPAGE,
+      citation=self.CITATION,
+      license=getattr(self, 'LICENSE', None),
+    )
 
   @abc.abstractmethod
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):

@@ -54,6 +54,7 @@ from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy.predictor import BLENDS, Predictor, load_model, load_run, read_config
 from crackjax.runs import exits, logs, outputs
+from crackjax.training import checkpoints
 from crackjax.training.checkpoints import CheckpointError
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
@@ -504,6 +505,15 @@ _INTERRUPTED = (
 )
 
 
+def page_origin(fv: flags.FlagValues) -> str:
+  """The model as index.html names it: a run by its folder's name (pages get shared; the
+  absolute path says where the author keeps it), a model file by its file name."""
+  if fv.workdir:
+    return f'run {checkpoints.run_directory(fv.workdir).resolve().name}'
+  spec = str(fv.model)
+  return f'model {spec if "://" in spec else Path(spec).name}'
+
+
 def _main(argv: Sequence[str] | None) -> int:
   """Runs the command (argv without the program name); returns the exit status."""
   argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
@@ -626,7 +636,7 @@ def _main(argv: Sequence[str] | None) -> int:
     fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
     _write_csv(table, fields, rows)
     _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
-    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {origin}')
+    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
     try:
       stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
     except outputs.UnsafeOutputError as e:  # only a link planted during this prediction

@@ -31,7 +31,7 @@ from crackjax import plugins
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
 from crackjax.models import hub, input_multiple, model_file, model_from_config
-from crackjax.training import train_state
+from crackjax.training import checkpoints, train_state
 from crackjax.training.checkpoints import CheckpointError
 
 # ----------------------------------------------------------------------------- trained runs
@@ -51,27 +51,35 @@ class Run:
 
 
 def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
-  """The config a run was trained with (``<workdir>/config.json``, written by training).
+  """The config a run was trained with: ``<run>/config.json`` (written by training), else the
+  one its newest checkpoint step records (`checkpoints.run_metadata`: a run's ``checkpoints/``
+  folder copied alone). `workdir`: the run folder, or its checkpoint folder.
 
   Raises:
-    FileNotFoundError: no config.json, i.e. not a crackjax run directory.
+    FileNotFoundError: neither, i.e. not a crackjax run or checkpoint folder.
   """
-  path = Path(workdir) / 'config.json'
-  if not path.is_file():
-    raise FileNotFoundError(
-      f'{path} does not exist: {workdir} is not a crackjax run directory (the --workdir of '
-      'a launch.py training run).'
-    )
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+  path = checkpoints.run_directory(workdir) / 'config.json'
+  if path.is_file():
+    return ml_collections.ConfigDict(json.loads(path.read_text()))
+  recorded = checkpoints.run_metadata(workdir)
+  if recorded is not None:
+    return ml_collections.ConfigDict(recorded['config'])
+  raise FileNotFoundError(
+    f'{path} does not exist and no checkpoint in {checkpoints.checkpoint_directory(workdir)} '
+    f'records its config: {workdir} is not a crackjax run directory (the --workdir of a '
+    'launch.py training run) nor its checkpoints/ folder.'
+  )
 
 
 def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   """Restores the parameters of step `step` (default: the newest readable) of a training run.
 
-  The run's config.json is rebuilt as an experiment (`crackjax.experiment.build`, importing
-  its ``plugins``) and restored by `Experiment.restore` (the one restore path): without
-  `step`, a damaged newer checkpoint is set aside and an older one used; a requested `step`
-  that cannot be read is an error.
+  The run's config (`read_config`: config.json, or what its checkpoints record) is rebuilt
+  as an experiment (`crackjax.experiment.build`, importing its ``plugins``) and its
+  parameters and BatchNorm statistics restored, without the optimiser state, by
+  `Experiment.restore` (the one restore path): without `step`, a damaged newer checkpoint is
+  set aside and an older one used; a requested `step` that cannot be read is an error.
+  `workdir` may be the run's ``checkpoints/`` folder alone, wherever it was copied.
 
   Raises:
     FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
@@ -85,13 +93,15 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     experiment = build(config, training=False)
   except ValueError as e:  # e.g. a plugin module of config.plugins that is not installed here
     problem = ' '.join(str(e).split())
-    raise CheckpointError(f'{workdir / "config.json"} cannot be rebuilt: {problem}') from e
+    recorded = checkpoints.run_directory(workdir) / 'config.json'
+    where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
+    raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
-  restored = experiment.restore(workdir, step=step, mesh=one_device_mesh())
+  restored = experiment.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
   params = train_state.local_params(restored)
   batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
-  threshold, source = run_threshold(workdir, step)
+  threshold, source = run_threshold(checkpoints.run_directory(workdir), step)
   return Run(config, experiment.model, params, step, threshold, source, batch_stats)
 
 
@@ -129,17 +139,11 @@ def load_model(spec: str | Path) -> Run:
 def inference_state(run: Run) -> train_state.TrainState:
   """A TrainState holding a `Run`'s parameters (and BatchNorm statistics) on this process's
   first device, with no optimiser state: what scoring takes (crackjax-evaluate --model)."""
-  import optax
-
   device = jax.local_devices()[0]
   params = jax.device_put(run.params, device)
-  kwargs = dict(apply_fn=run.model.apply, params=params, tx=optax.identity())
-  if run.batch_stats:
-    batch_stats = jax.device_put(run.batch_stats, device)
-    state = train_state.BatchNormTrainState.create(**kwargs, batch_stats=batch_stats)
-  else:
-    state = train_state.TrainState.create(**kwargs)
-  return state.replace(step=jax.numpy.asarray(run.step, jax.numpy.int32))
+  batch_stats = jax.device_put(run.batch_stats, device) if run.batch_stats else None
+  step = jax.numpy.asarray(run.step, jax.numpy.int32)
+  return train_state.inference_state(run.model.apply, params, batch_stats, step)
 
 
 def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:

@@ -55,7 +55,9 @@ def write_per_image_csv(
 
 def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
   """Precision-recall curve of every protocol with its ODS, OIS and threshold-0.5 points marked."""
-  fig = Figure(figsize=(5.5, 5))
+  # The legend goes below the axes (`outside`, constrained layout): inside it covered the
+  # curves, which run through every corner of the unit square.
+  fig = Figure(figsize=(5.5, 5.6 + 0.16 * len(results)), layout='constrained')
   ax = fig.subplots()
   # Iso-F1 contours make the ODS points readable at a glance.
   r = np.linspace(0.01, 1, 200)
@@ -81,8 +83,7 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
   ax.plot([], [], 'kx', label='threshold 0.5')
   ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel='recall', ylabel='precision', title=title)
   ax.grid(alpha=0.3)
-  ax.legend(loc='lower left', fontsize=7)
-  fig.tight_layout()
+  fig.legend(loc='outside lower center', fontsize=7, ncols=1)
   fig.savefig(path, dpi=120)
 
 
@@ -124,6 +125,23 @@ def plot_qualitative(
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
+
+
+def qualitative_panel(
+  image: np.ndarray, gt: np.ndarray, prob: np.ndarray, threshold: float, max_height: int = 384
+) -> np.ndarray:
+  """One row of `plot_qualitative` as an RGB uint8 array (TensorBoard's qualitative images):
+  image | ground truth | probability | overlay at `threshold` (green TP, red FP, blue FN),
+  split by 4-pixel white bars; taller images are subsampled to at most `max_height` rows."""
+  gt = np.asarray(gt).astype(bool)
+  prob = np.clip(np.asarray(prob, np.float32), 0.0, 1.0)
+  photo = (np.clip(image, 0, 1) * 255).astype(np.uint8)
+  gray = [np.repeat(x[..., None], 3, axis=-1) for x in (gt.astype(np.uint8) * 255, prob * 255)]
+  parts = [photo, *(g.astype(np.uint8) for g in gray), overlay(image, gt, prob > threshold)]
+  bar = np.full((photo.shape[0], 4, 3), 255, np.uint8)
+  row = np.concatenate([x for part in parts for x in (part, bar)][:-1], axis=1)
+  stride = -(-row.shape[0] // max_height)
+  return row[::stride, ::stride]
 
 
 def save_probability_maps(

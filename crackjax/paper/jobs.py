@@ -382,7 +382,8 @@ def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]
         f'{why}.',
         flush=True,
       )
-      evaluator(experiment.restore(directory, step=epoch * spe), epoch, trained=False)
+      state = experiment.restore(directory, step=epoch * spe, inference=True)
+      evaluator(state, epoch, trained=False)
   finally:
     evaluator.close()
 

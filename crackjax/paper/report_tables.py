@@ -30,6 +30,11 @@ def _method(row: tables.Row) -> str:
   return f'{row.name} (β={row.beta:g}{gamma})'
 
 
+def method_label(row: tables.Row) -> str:
+  """The name the report's tables give `row` (its curves' legend uses it too)."""
+  return _method(row)
+
+
 def _welch_cells(a: Sequence[float], b: Sequence[float]) -> str:
   """'Δ | 95% CI | p' table cells of `welch(a, b)`, in points ('–' where undefined)."""
   w = welch(a, b)

@@ -1,13 +1,20 @@
-"""Training metrics to TensorBoard event files and a JSON-lines log (process 0 only)."""
+"""Training metrics to TensorBoard event files and a JSON-lines log (process 0 only); each
+evaluation's PR curves, qualitative panels and the run's hyper-parameters to TensorBoard."""
 
+import itertools
 import json
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
+import numpy as np
 
 from crackjax.runs import outputs
+
+_SERIAL = itertools.count()  # this process's writers, for their event files' names
 
 
 class MetricWriter:
@@ -37,7 +44,12 @@ class MetricWriter:
       if resume_step is not None:
         _drop_rows_after(path, resume_step)
       purge = None if resume_step is None else resume_step + 1
-      self._tb = SummaryWriter(str(workdir / 'tensorboard'), purge_step=purge)
+      # tensorboardX names a file by the second and the host only: a second writer of the
+      # same second (an evaluation's, beside training's) would replace the first one's file.
+      suffix = f'.{os.getpid()}.{next(_SERIAL)}'
+      self._tb = SummaryWriter(
+        str(workdir / 'tensorboard'), purge_step=purge, filename_suffix=suffix
+      )
       self._jsonl = open(path, 'a', encoding='utf-8')  # noqa: SIM115
 
   def write_scalars(self, step: int, scalars: Mapping[str, float], *, kind: str = 'train') -> None:
@@ -52,6 +64,47 @@ class MetricWriter:
     # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN).
     self._jsonl.write(outputs.dumps(record) + '\n')
     self._jsonl.flush()
+
+  def write_evaluation(
+    self,
+    step: int,
+    *,
+    curves: Mapping[str, Mapping[str, Sequence[float]]],
+    panels: Sequence[tuple[str, np.ndarray]] = (),
+    hparams: Mapping[str, Any] | None = None,
+    metrics: Sequence[str] = (),
+  ) -> None:
+    """What TensorBoard shows of one evaluation at `step`, beyond its scalars:
+
+    * `curves` ({tag: {'thresholds', 'precision', 'recall'}}): each a PR curve (the PR Curves
+      tab), its points in the evaluation's own grid order, by threshold. TensorBoard spaces
+      the thresholds of its tooltip evenly and shows counts, which the protocols do not
+      share (the tolerance protocols match predicted and ground-truth pixels apart): they are
+      0; eval.json has the exact thresholds.
+    * `panels` ([(tag, H x W x 3 uint8)]): qualitative images (the Images tab).
+    * `hparams`: the run's config (`flat_hparams`), recorded in this run itself (the HParams
+      tab), with `metrics`, the scalar tags it lists beside them.
+    """
+    if not self._active:
+      return
+    for tag, curve in curves.items():
+      order = np.argsort(np.asarray(curve['thresholds'], np.float64), kind='stable')
+      precision = np.asarray(curve['precision'], np.float64)[order]
+      recall = np.asarray(curve['recall'], np.float64)[order]
+      zeros = np.zeros_like(precision)
+      self._tb.add_pr_curve_raw(
+        tag, zeros, zeros, zeros, zeros, precision, recall, int(step), len(order)
+      )
+    for tag, image in panels:
+      self._tb.add_image(tag, np.asarray(image, np.uint8), int(step), dataformats='HWC')
+    if hparams:
+      from tensorboardX.summary import hparams as hparams_summaries
+
+      # In this run's own event file (tensorboardX's add_hparams makes a sub-run), so the
+      # HParams tab pairs the values with this run's scalars.
+      for summary in hparams_summaries(dict(hparams), {m: 0.0 for m in metrics}):
+        self._tb.file_writer.add_summary(summary, int(step))
+    self._tb.flush()
 
   def flush(self) -> None:
     if self._active:
@@ -86,3 +139,22 @@ def _drop_rows_after(path: Path, step: int) -> None:
     tmp = path.with_name(f'.{path.name}.tmp')
     tmp.write_text(''.join(f'{line}\n' for line in kept), encoding='utf-8')
     tmp.replace(path)
+
+
+HParam = bool | str | float | int  # what TensorBoard's HParams tab takes
+
+
+def flat_hparams(config: Mapping[str, Any], prefix: str = '') -> dict[str, HParam]:
+  """A config (nested plain dicts) as TensorBoard's hyper-parameters: dotted names
+  (``model.name``), numbers, booleans and strings as they are, anything else (a list, None)
+  as its JSON text."""
+  flat: dict[str, HParam] = {}
+  for key, value in config.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, Mapping):
+      flat.update(flat_hparams(value, f'{name}.'))
+    elif isinstance(value, bool | int | float | str):
+      flat[name] = value
+    else:
+      flat[name] = json.dumps(value, default=str)
+  return flat

@@ -270,7 +270,8 @@ def _main(argv: Sequence[str] | None) -> int:
       sys.exit(f'{PROG}: {" ".join(str(e).split())}')
     config, workdir, where = run.config, Path(fv.out), f'model {fv.model}'
   else:
-    workdir = Path(fv.workdir)
+    # RUN, RUN/checkpoints, or a checkpoints/ folder copied alone (its steps record the config).
+    workdir = checkpoints.run_directory(fv.workdir)
     try:
       config = predictor.read_config(workdir)
     except FileNotFoundError as e:
@@ -303,7 +304,7 @@ def _main(argv: Sequence[str] | None) -> int:
     threshold, source, what = run.threshold, run.threshold_source, f'model {fv.model}'
   else:
     try:
-      state = experiment.restore(workdir, step=fv.step)
+      state = experiment.restore(workdir, step=fv.step, inference=True)
     except (FileNotFoundError, checkpoints.CheckpointError) as e:
       sys.exit(f'{PROG}: {e}')
     threshold, source = predictor.run_threshold(workdir, int(state.step))

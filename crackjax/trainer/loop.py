@@ -122,7 +122,7 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
-def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
+def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> str:
   """Keeps what an interrupted loop can keep; returns what is kept, in words."""
   if isinstance(error, checkpoints.CheckpointSaveError):
     return ''  # the disk refused a save: do not try another; the message says what is kept
@@ -140,7 +140,7 @@ def _stop(error, state, step, start_step, saved_step, log, mngr) -> str:
       else:
         logging.warning('Saving checkpoint of step %d before exiting.', step)
         try:
-          checkpoints.save(mngr, step, state, force=True)
+          checkpoints.save(mngr, step, state, force=True, metadata=metadata)
         except checkpoints.CheckpointSaveError as e:
           logging.warning('%s', e)
   try:
@@ -257,7 +257,7 @@ def _train_and_evaluate(
         checkpoints.check_saves(mngr)  # a full disk stops training here, not an epoch later
       if schedule.saves_at(step):
         log.flush()  # never checkpoint a state that followed a non-finite step
-        checkpoints.save(mngr, step, state)
+        checkpoints.save(mngr, step, state, metadata=experiment.checkpoint_metadata)
         saved_step = step
         epoch = schedule.epoch_of(step)
         # The last epoch's record comes from the full evaluation below, if there is one.
@@ -269,7 +269,7 @@ def _train_and_evaluate(
   except BaseException as e:
     bar.close()  # ends the bar's line, so the lines below start on their own
     batches.close()  # stops the prefetch thread
-    kept = _stop(e, state, step, start_step, saved_step, log, mngr)
+    kept = _stop(e, state, step, start_step, saved_step, log, mngr, experiment.checkpoint_metadata)
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)

@@ -30,7 +30,7 @@ from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.experiment import Experiment
-from crackjax.runs import identity
+from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import train_state
 
@@ -244,7 +244,7 @@ def evaluate_checkpoint(
       out,
     )
   if state is None:
-    state = experiment.restore(workdir)
+    state = experiment.restore(workdir, inference=True)  # no optimiser state needed
   t0 = time.perf_counter()
   examples = list(experiment.eval_examples(split))
   probs, gts, names, results = _predict_and_score(
@@ -267,9 +267,9 @@ def evaluate_checkpoint(
       point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
       result.setdefault('operating_points', {})[name] = point
   if jax.process_index() == 0:
-    write_eval_outputs(
-      plan, out, summary, results, [ex['image'] for ex in examples], probs, gts, names
-    )
+    images = [ex['image'] for ex in examples]
+    hparams = experiment.hparams
+    write_eval_outputs(plan, out, summary, results, images, probs, gts, names, hparams)
     write_epoch_record(out, summary, schedule.steps_per_epoch)
   return summary
 
@@ -357,6 +357,8 @@ class EpochEvaluator:
         first_in_process=first,
       )
       self._write(record, epoch)
+      if jax.process_index() == 0:
+        self._write_tensorboard(record, results, probs, gts)
       return record
 
     if self._workers:
@@ -387,6 +389,22 @@ class EpochEvaluator:
       first['ods']['f1'],
       first['protocol'],
     )
+
+  def _write_tensorboard(self, record, results, probs, gts) -> None:
+    """The epoch's scalars (as the final evaluation's: an F1-against-epoch curve), PR curves,
+    qualitative panels and the run's hyper-parameters, to TensorBoard and metrics.jsonl."""
+    writer = MetricWriter(self.directory)
+    try:
+      for protocol, r in results.items():
+        writer.write_scalars(record['step'], _eval_scalars(r), kind=f'eval_{self.split}_{protocol}')
+      images = [ex['image'] for ex in self._examples]
+      threshold = mask_threshold(results)
+      hparams = self.experiment.hparams
+      write_tensorboard_extras(
+        writer, self.plan, record, results, images, probs, gts, threshold, hparams
+      )
+    finally:
+      writer.close()
 
   def finish(self) -> dict[str, Any] | None:
     """Waits for the epoch scored in the background, if any, and returns its record (written
@@ -487,6 +505,15 @@ def predict_examples(
   )
 
 
+def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
+  """The ODS threshold of the first protocol that records one (threshold.json's), else 0.5:
+  the threshold of the qualitative figures."""
+  for protocol, r in results.items():
+    if evaluation.get_protocol(protocol).writes_threshold_file:
+      return r['ods']['threshold']
+  return 0.5
+
+
 def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary) -> float:
   """Writes threshold.json from the first protocol that records one; returns the threshold."""
   for protocol, r in results.items():
@@ -509,6 +536,48 @@ def _write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary)
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
 
 
+def _eval_scalars(r: dict[str, Any]) -> dict[str, float]:
+  """The scalars of one protocol's result (TensorBoard and metrics.jsonl)."""
+  return {
+    'ods_f1': r['ods']['f1'],
+    'ods_precision': r['ods']['precision'],
+    'ods_recall': r['ods']['recall'],
+    'ois_f1': r['ois']['f1'],
+    'ap': r['ap'],
+    'fixed_f1': r['fixed']['f1'],
+    'fixed_precision': r['fixed']['precision'],
+    'fixed_recall': r['fixed']['recall'],
+  }
+
+
+def write_tensorboard_extras(
+  writer: MetricWriter,
+  plan: EvalPlan,
+  record: dict[str, Any],
+  results: dict[str, dict[str, Any]],
+  images: Sequence[np.ndarray],
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  threshold: float,
+  hparams: dict[str, Any] | None,
+) -> None:
+  """One evaluation's TensorBoard beyond scalars (`MetricWriter.write_evaluation`): each
+  protocol's PR curve, the first ``plan.num_qualitative`` images as image | ground truth |
+  probability | overlay at `threshold` panels, and the run's hyper-parameters."""
+  kind = f'eval_{record["split"]}'
+  curves = {f'{kind}_{p}/pr_curve': r['curve'] for p, r in results.items()}
+  k = min(plan.num_qualitative, len(images))
+  panels = [
+    (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
+    for i in range(k)
+  ]
+  metrics = [f'{kind}_{p}/{m}' for p in results for m in ('ods_f1', 'ois_f1', 'ap')]
+  flat = metric_writer.flat_hparams(hparams) if hparams else None
+  writer.write_evaluation(
+    record['step'], curves=curves, panels=panels, hparams=flat, metrics=metrics
+  )
+
+
 def write_eval_outputs(
   plan: EvalPlan,
   workdir: Path,
@@ -518,8 +587,11 @@ def write_eval_outputs(
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
   names: Sequence[str],
+  hparams: dict[str, Any] | None = None,
 ) -> None:
-  """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars."""
+  """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars, and
+  TensorBoard's PR curves, qualitative panels and `hparams` (the run's config as plain
+  data; `write_tensorboard_extras`)."""
   workdir.mkdir(parents=True, exist_ok=True)
   identity.write_json(workdir / 'eval.json', summary)
   step, split = summary['step'], summary['split']
@@ -541,21 +613,9 @@ def write_eval_outputs(
   if plan.save_probability_maps:
     plots.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
+  write_tensorboard_extras(writer, plan, summary, results, images, probs, gts, threshold, hparams)
   for protocol, r in results.items():
-    writer.write_scalars(
-      step,
-      {
-        'ods_f1': r['ods']['f1'],
-        'ods_precision': r['ods']['precision'],
-        'ods_recall': r['ods']['recall'],
-        'ois_f1': r['ois']['f1'],
-        'ap': r['ap'],
-        'fixed_f1': r['fixed']['f1'],
-        'fixed_precision': r['fixed']['precision'],
-        'fixed_recall': r['fixed']['recall'],
-      },
-      kind=f'eval_{split}_{protocol}',
-    )
+    writer.write_scalars(step, _eval_scalars(r), kind=f'eval_{split}_{protocol}')
     logging.info(
       'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
       'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',

@@ -7,6 +7,14 @@ of the package: training resumes, evaluation, the runner, prediction and export 
 through `restore` / `restore_or_init`. A damaged newest step is named, set aside and the newest
 readable one used (`restore_latest_readable`); a checkpoint of another model configuration is
 refused with the fields that differ.
+
+Each step also records the run that wrote it, in orbax's per-step custom metadata
+(``<step>/_CHECKPOINT_METADATA``, key ``'crackjax'``: the config, its model group, the image
+shape of the abstract state; `run_metadata`), so a ``checkpoints/`` folder copied alone can be
+rebuilt, predicted from and evaluated (``config.json`` beside it stays the readable copy;
+older steps without the record restore through it). Inference restores only the parameters
+(and BatchNorm statistics), not the optimiser state (`restore` with a dict, orbax's partial
+restore).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import contextlib
 import dataclasses
 import errno
 import gc
+import inspect
+import json
 import logging as logging_lib
 import os
 import re
@@ -42,6 +52,58 @@ def checkpoint_manager(
   the newest `max_to_keep` steps (``config.max_checkpoints_to_keep``)."""
   options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create)
   return ocp.CheckpointManager(Path(workdir).absolute() / 'checkpoints', options=options)
+
+
+#: The key of orbax's per-step custom metadata under which a step records its run.
+METADATA_KEY = 'crackjax'
+# orbax's file of a step's metadata (item handlers, timestamps, custom metadata).
+_STEP_METADATA_FILE = '_CHECKPOINT_METADATA'
+
+
+def checkpoint_directory(path: str | Path) -> Path:
+  """The checkpoint folder of `path`: a run's ``<path>/checkpoints``, or `path` itself when
+  it holds the steps (a run's ``checkpoints/`` folder given directly, or copied alone under
+  another name)."""
+  path = Path(path).absolute()
+  if not (path / 'checkpoints').is_dir() and complete_steps(path):
+    return path
+  return path / 'checkpoints'
+
+
+def run_directory(path: str | Path) -> Path:
+  """The run folder of `path`, where its records (config.json, threshold.json, eval/) are:
+  `path`, or its parent when `path` is a checkpoint folder named ``checkpoints``."""
+  path = Path(path)
+  directory = checkpoint_directory(path)
+  if directory == path.absolute() and path.absolute().name == 'checkpoints':
+    return path.absolute().parent
+  return path
+
+
+def step_metadata(directory: str | Path, step: int) -> dict[str, Any] | None:
+  """What step `step` of checkpoint folder `directory` records of its run (`save`'s
+  `metadata`), or None: a step saved before steps recorded it, or whose record is unreadable.
+  Read from orbax's metadata file directly: `CheckpointManager.metadata(step)` also reads
+  every item's metadata, and warns for an item it has no handler for yet."""
+  path = Path(directory) / str(step) / _STEP_METADATA_FILE
+  try:
+    custom = json.loads(path.read_text()).get('custom_metadata') or {}
+  except (OSError, ValueError, AttributeError):
+    return None
+  found = custom.get(METADATA_KEY) if isinstance(custom, dict) else None
+  return found if isinstance(found, dict) and isinstance(found.get('config'), dict) else None
+
+
+def run_metadata(path: str | Path, step: int | None = None) -> dict[str, Any] | None:
+  """The record of step `step` (default: the newest step that has one) of the checkpoints of
+  `path` (a run folder or its checkpoint folder; `checkpoint_directory`), or None."""
+  directory = checkpoint_directory(path)
+  steps = [step] if step is not None else sorted(complete_steps(directory), reverse=True)
+  for s in steps:
+    found = step_metadata(directory, s)
+    if found is not None:
+      return found
+  return None
 
 
 class CheckpointError(RuntimeError):
@@ -185,8 +247,18 @@ def _short_of_space(directory: Path, state: Any) -> str | None:
   )
 
 
-def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = False) -> None:
+def save(
+  mngr: ocp.CheckpointManager,
+  step: int,
+  state: Any,
+  *,
+  force: bool = False,
+  metadata: dict[str, Any] | None = None,
+) -> None:
   """Saves `state` as step `step` (asynchronously: training goes on while it is written).
+
+  `metadata` (JSON data: `Experiment.checkpoint_metadata`) is recorded with the step
+  (`METADATA_KEY` of orbax's custom metadata), so the step describes the run that wrote it.
 
   A failure of this save or of the one before it (orbax reports an asynchronous save's error
   at the next call) raises at once.
@@ -206,7 +278,8 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = Fa
       # its background threads, whose late writes print tracebacks that nothing can catch.
       raise _save_failed(mngr, step, OSError(errno.ENOSPC, short))
     try:
-      mngr.save(step, args=ocp.args.StandardSave(state), force=force)
+      custom = {METADATA_KEY: metadata} if metadata else None
+      mngr.save(step, args=ocp.args.StandardSave(state), force=force, custom_metadata=custom)
     except Exception as e:  # noqa: BLE001 - orbax, TensorStore and the OS all mean: not saved
       raise _save_failed(mngr, step, e) from None
 
@@ -312,6 +385,9 @@ def _config_mismatch(
   """
   saved = _saved_shapes(mngr, step)
   wanted = _leaf_shapes(abstract)
+  if isinstance(abstract, dict):  # a partial restore: compare what it reads, and the model's
+    keep = set(abstract) | {'params', 'batch_stats'}
+    saved = {k: v for k, v in saved.items() if k.split('/', 1)[0] in keep}
   for name, shape in wanted.items():
     if name not in saved:
       return f'{name} (shape {shape}) is not in the checkpoint'
@@ -341,7 +417,20 @@ def _restore_step(
       f'configuration: {mismatch}. Use the config the run was trained with (its config.json) '
       'or another --workdir.'
     )
+  if isinstance(abstract, dict):
+    return _restore_part(mngr, step, abstract)
   return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+
+
+def _restore_part(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]) -> Any:
+  """The fields of `abstract` (e.g. step, params, batch_stats) of step `step`, nothing else
+  read (orbax's partial restore: the optimiser state stays on disk)."""
+  restore_args = ocp.checkpoint_utils.construct_restore_args(abstract)
+  if 'partial_restore' in inspect.signature(ocp.args.PyTreeRestore).parameters:
+    args = ocp.args.PyTreeRestore(abstract, restore_args=restore_args, partial_restore=True)
+  else:  # an older orbax: an empty `transforms` drops what the target lacks
+    args = ocp.args.PyTreeRestore(abstract, restore_args=restore_args, transforms={})
+  return mngr.restore(step, args=args)
 
 
 def _discard_failed_reads() -> None:
@@ -507,15 +596,17 @@ def _no_checkpoint(directory: Path) -> NoCheckpointError:
 
 
 def existing_manager(workdir: str | Path, max_to_keep: int) -> ocp.CheckpointManager:
-  """The orbax manager of a run's existing ``<workdir>/checkpoints`` (nothing is created).
+  """The orbax manager of a run's existing ``<workdir>/checkpoints``, or of `workdir` itself
+  when it is a checkpoint folder (`checkpoint_directory`); nothing is created.
 
   Raises:
     NoCheckpointError: the run has no checkpoint folder.
   """
-  directory = Path(workdir).absolute() / 'checkpoints'
+  directory = checkpoint_directory(workdir)
   if not directory.is_dir():
     raise _no_checkpoint(directory)
-  return checkpoint_manager(workdir, max_to_keep, create=False)
+  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=False)
+  return ocp.CheckpointManager(directory, options=options)
 
 
 def restore(
@@ -534,7 +625,9 @@ def restore(
   Args:
     mngr: the run's checkpoint manager (`existing_manager`, or training's own).
     abstract: returns the abstract state to restore onto (shapes, dtypes, shardings: the
-      experiment's `abstract_state` on the mesh the state should live on).
+      experiment's `abstract_state` on the mesh the state should live on), or a dict of some
+      of its fields (``{'step', 'params', 'batch_stats'}``: inference), which restores just
+      those (a dict; the optimiser state is not read).
     step: the step to restore, or None for the newest readable one.
 
   Raises:

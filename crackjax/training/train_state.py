@@ -109,6 +109,28 @@ def abstract_train_state(
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
 
+def inference_fields(abstract: TrainState) -> dict[str, Any]:
+  """The fields of (abstract) state `abstract` that inference needs: step, params and, for a
+  BatchNorm model, batch_stats; not the optimiser state (a partial restore reads only these)."""
+  fields = {'step': abstract.step, 'params': abstract.params}
+  if batch_stats_of(abstract) is not None:
+    fields['batch_stats'] = abstract.batch_stats
+  return fields
+
+
+def inference_state(
+  apply_fn: Any, params: Any, batch_stats: Any = None, step: Any = 0
+) -> TrainState:
+  """A TrainState of `params` (and `batch_stats`) with no optimiser state (optax.identity):
+  what evaluation and prediction take, restored without the training's Adam moments."""
+  kwargs = dict(apply_fn=apply_fn, params=params, tx=optax.identity())
+  if batch_stats:
+    state = BatchNormTrainState.create(**kwargs, batch_stats=batch_stats)
+  else:
+    state = TrainState.create(**kwargs)
+  return state.replace(step=step)
+
+
 def init_train_state(
   seed: int,
   image_shape: tuple[int, int, int],

@@ -8,7 +8,8 @@ Layout read (that of the public repository ``cuilimeng/CrackForest-dataset``)::
 
 ``<root>`` is either the directory given as ``manual_dir`` itself or a sub-directory of it
 (e.g. the extracted ``CrackForest-dataset-master/`` folder of the GitHub archive); without a
-manual dir the GitHub archive of the default branch is downloaded. A manual dir that is given
+manual dir the GitHub archive of a pinned commit (``COMMIT``) is downloaded and its content
+checked (``CONTENT_SHA256``). A manual dir that is given
 but missing, empty or not the dataset is an error (never a silent download), and so is a failed
 download: one `DatasetNotFoundError` naming the URL and ``--config.data.manual_dir``, raised
 at once offline (a short connection probe of the host runs first, since TFDS retries a failed
@@ -32,6 +33,7 @@ at read time), and array_record files are read back with ``builder.as_data_sourc
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 import urllib.parse
@@ -47,9 +49,17 @@ from tfds_builders import listing, paired_builder, reading
 from tfds_builders.crackforest import splits
 from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
-# Archive of the default branch of the public repository; extracts to CrackForest-dataset-master/.
-_URL = 'https://github.com/cuilimeng/CrackForest-dataset/archive/refs/heads/master.zip'
+# The archive of one commit of the public repository (its newest, 10 May 2017), not of a
+# branch that could move; it extracts to CrackForest-dataset-<COMMIT>/.
+COMMIT = 'ed57c2d96754e6c7d105805cd29aeeb3a799f267'
+_URL = f'https://github.com/cuilimeng/CrackForest-dataset/archive/{COMMIT}.zip'
 _HOMEPAGE = 'https://github.com/cuilimeng/CrackForest-dataset'
+#: `content_sha256` of that commit: what the builder reads of a download is checked against it.
+#: Computed from a copy of the commit (every file's git blob id equal to the commit's tree);
+#: GitHub generates the zip itself, so its bytes are not pinned, the files in it are.
+CONTENT_SHA256 = 'e20ee663dccf8f86391c00f37c23434002d76faa1f6bba7faa3c01c6569df62d'
+# The dataset's own licence (its README, section 2).
+LICENSE = 'The dataset is made available for non-commercial research purposes only.'
 _CRACK_LABELS = (2, 4)
 _VALID_LABELS = frozenset({1, 2, 3, 4})
 _IMAGE_EXTENSIONS = ('.jpg', '.JPG', '.jpeg', '.png')
@@ -101,6 +111,36 @@ def find_dataset_root(directory: epath.PathLike) -> epath.Path:
     f'{directory} does not look like the CrackForest dataset: expected image/ and '
     'groundTruth/ in it or in one sub-folder (e.g. CrackForest-dataset-master/).'
   )
+
+
+def content_sha256(root: epath.PathLike) -> str:
+  """SHA-256 of what the builder reads of a CrackForest root: one line
+  ``<relative path> <sha256 of the file>`` per ``image/*.jpg`` and ``groundTruth/*.mat``,
+  sorted by path."""
+  root = epath.Path(root)
+  files = sorted([*root.glob('image/*.jpg'), *root.glob('groundTruth/*.mat')])
+  lines = [
+    f'{f.relative_to(root).as_posix()} {hashlib.sha256(f.read_bytes()).hexdigest()}\n'
+    for f in files
+  ]
+  return hashlib.sha256(''.join(lines).encode()).hexdigest()
+
+
+def check_download(root: epath.Path) -> epath.Path:
+  """`root` (a downloaded archive's dataset folder) if its content is the pinned commit's.
+
+  Raises:
+    DatasetError: another content (a changed or damaged download), naming the URL.
+  """
+  found = content_sha256(root)
+  if found != CONTENT_SHA256:
+    raise DatasetError(
+      f"The CrackForest archive downloaded from {_URL} is not commit {COMMIT[:12]}'s "
+      f'content (its image/*.jpg and groundTruth/*.mat have SHA-256 {found[:16]}..., expected '
+      f'{CONTENT_SHA256[:16]}...): delete {root} and prepare again, or pass '
+      '--config.data.manual_dir=DIR with a copy of the dataset.'
+    )
+  return root
 
 
 def download_failed_message(error: BaseException) -> str:
@@ -207,6 +247,7 @@ class CrackForest(paired_builder.PairedImageBuilder):
   RELEASE_NOTES = {'1.0.0': 'Initial release: crack = Segmentation in {2, 4}; 72/46 split.'}
   HOMEPAGE = _HOMEPAGE
   CITATION = _CITATION
+  LICENSE = LICENSE
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
   Without a manual dir the archive is downloaded from GitHub. Offline, pass
   --config.data.manual_dir=DIR where DIR is a copy of
@@ -216,18 +257,23 @@ class CrackForest(paired_builder.PairedImageBuilder):
   """
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    pairs = list_records(find_dataset_root(self._source(dl_manager)))
+    source, downloaded = self._source(dl_manager)
+    root = find_dataset_root(source)
+    if downloaded:
+      check_download(root)
+    pairs = list_records(root)
     train, test = splits.split_stems([p.name for p in pairs])
     return self.split_by_name(pairs, train=train, test=test)
 
-  def _source(self, dl_manager: tfds.download.DownloadManager) -> epath.Path:
-    """The manual dir if one was given (it must hold the dataset), else the downloaded archive.
+  def _source(self, dl_manager: tfds.download.DownloadManager) -> tuple[epath.Path, bool]:
+    """(the manual dir if one was given (it must hold the dataset), else the downloaded
+    archive; whether it was downloaded).
 
     Raises:
       DatasetNotFoundError: a given manual dir is missing or empty, or the download failed.
     """
     try:
-      return dl_manager.manual_dir
+      return dl_manager.manual_dir, False
     except AssertionError:  # Not given (TFDS' default <download_dir>/manual), missing or empty.
       # TFDS has no public "was a manual dir given?": compare with its default location.
       given = getattr(dl_manager, '_manual_dir', None)
@@ -237,7 +283,7 @@ class CrackForest(paired_builder.PairedImageBuilder):
           '--config.data.manual_dir at the dataset (DIR/image/*.jpg, DIR/groundTruth/*.mat), '
           'or leave it unset to download the dataset.'
         ) from None
-    return download_archive(dl_manager)
+    return download_archive(dl_manager), True
 
   def load_pair(self, pair: listing.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The JPEG as RGB, and the crack mask of the pair's ``.mat`` (``load_crack_mask``)."""
