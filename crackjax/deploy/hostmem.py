@@ -124,7 +124,7 @@ class PhotoMemory:
     if need <= free:
       return None
     return (
-      f'{path}: {width}x{height} ({width * height / 1e6:.0f} MP) needs about '
-      f'{need / 1e9:.1f} GB of memory to predict and measure, and {free / 1e9:.1f} GB are free '
+      f'{path}: {width}x{height} ({width * height / 1e6:.2g} MP) needs about '
+      f'{need / 1e9:.2g} GB of memory to predict and measure, and {free / 1e9:.2g} GB are free '
       'here; free some memory, or predict it where there is more (or cut it into parts)'
     )

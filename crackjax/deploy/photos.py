@@ -181,9 +181,9 @@ def find_inputs(
         for p in matches
         if p.is_file() and not owned.holds(p, _glob_root(spec)) and not owned.lists(p)
       ]
-      if not found and not owned.left_out:
+      if not found and not owned.anything():
         problems.append(f'{spec}: no such file, folder or matching files')
-    if owned.left_out:
+    if owned.anything():
       problems.append(f'{spec}: {owned.said()}')
     for item in found:
       key = item.path.resolve()
@@ -260,6 +260,10 @@ class _OwnOutputs:
           listed |= {p.resolve() for p in map_files(folder, name)}
       self._listed[folder] = listed
     return self._listed[folder]
+
+  def anything(self) -> bool:
+    """Whether something was left out since the last `said`."""
+    return bool(self.left_out) or self._out_seen
 
   def said(self) -> str:
     """The line on what was left out (and forgets it, for the next spec)."""
