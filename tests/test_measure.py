@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 from skimage.draw import circle_perimeter
+from skimage.morphology import skeletonize
 
 from crackjax.deploy import measure
 
@@ -442,7 +443,6 @@ def test_components_measured_in_one_pass_match_each_measured_alone():
   # The lengths of all components come from one pass over the skeleton (a photo of speckle
   # spent its time measuring each component in its bounding box); they are the same.
   from scipy import ndimage
-  from skimage.morphology import skeletonize
 
   rng = np.random.default_rng(3)
   for trial in range(20):
