@@ -1,4 +1,5 @@
-"""Host memory allocation tuned for XLA on the CPU (glibc's malloc).
+"""Host memory: allocation tuned for XLA on the CPU (glibc's malloc), and whether a photo's
+prediction fits the memory left (`PhotoMemory`, end of this module).
 
 XLA's CPU runtime allocates the buffers of every call of a compiled function anew (the
 temporaries of one U-Net forward pass on a 1024 x 1024 input are ~0.5 GB) and frees them at
@@ -50,10 +51,11 @@ def tune_malloc() -> bool:
 
 # ------------------------------------------------------------------------ memory of a photo
 
-#: Bytes a photo's pixel takes at the peak of crackjax-predict's work on it (measured on a
-#: 20 MP photo, docs/prediction.md "Large photos": the measuring's components, skeleton and
-#: the distance transform of a band of rows, with the photo and its mask held), rounded up.
-BYTES_PER_PIXEL = 24
+#: Bytes a photo's pixel takes at the peak of crackjax-predict's work on it, rounded up: the
+#: process's peak resident memory grew 36-48 bytes a pixel from 1 to 5 to 20 MP (a synthetic
+#: photo 26% crack in 3.3 million specks, the smoke model: 0.49, 0.68, 1.22 GB), most of it the
+#: measuring (components, skeleton, a band of the distance transform, the photo's mask).
+BYTES_PER_PIXEL = 48
 #: And per pixel of a batch of tiles: the model's own temporaries (a U-Net on a 1024 x 1024
 #: tile took ~0.5 GB, module docstring), rounded up.
 BYTES_PER_TILE_PIXEL = 600
@@ -124,7 +126,7 @@ class PhotoMemory:
     if need <= free:
       return None
     return (
-      f'{path}: {width}x{height} ({width * height / 1e6:.2g} MP) needs about '
-      f'{need / 1e9:.2g} GB of memory to predict and measure, and {free / 1e9:.2g} GB are free '
+      f'{path}: {width}x{height} ({width * height / 1e6:.3g} MP) needs about '
+      f'{need / 1e9:.3g} GB of memory to predict and measure, and {free / 1e9:.3g} GB are free '
       'here; free some memory, or predict it where there is more (or cut it into parts)'
     )

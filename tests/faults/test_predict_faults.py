@@ -235,8 +235,9 @@ def test_a_photo_that_will_not_fit_in_memory_is_skipped_with_a_line(
   assert table_names(out) == ['b_small']
   [line] = [line for line in err.splitlines() if 'a_big.png' in line]
   assert line.startswith(f'crackjax-predict: skipped {folder}/a_big.png: 400x300 (0.12 MP) needs ')
+  free = f'{hostmem.BYTES_PER_PIXEL * 10_000 / 1e9:.3g}'
   assert line.endswith(
-    'of memory to predict and measure, and 0.00024 GB are free here; free some memory, or '
+    f'of memory to predict and measure, and {free} GB are free here; free some memory, or '
     'predict it where there is more (or cut it into parts)'
   )
   assert hostmem.PhotoMemory().needs(12000, 9000) == hostmem.BYTES_PER_PIXEL * 108_000_000
