@@ -26,7 +26,13 @@ box, length, widths, orientation to the road given by --direction, type, and wit
 road_jpg and road_png). OUT/index.html is one self-contained page over it all (summary, a
 card per photo, sortable; crackjax/deploy/html_report.py). An unreadable file is reported,
 by name, and skipped; so are other files in the folders, counted; an animated image is
-predicted from its first frame, said; nothing is overwritten without --overwrite. Linked
+predicted from its first frame, said; nothing is overwritten without --overwrite; a photo
+that will not fit the memory left is skipped, said. Outputs of crackjax (--out inside an input
+folder, files an output folder's manifest lists) are never inputs; a photo named twice is
+predicted once. Each photo's maps are written whole (temporary name, rename) and it counts as
+done once its line is in OUT/.crackjax-predict.jsonl: after a full disk or Ctrl-C the same
+command again predicts exactly the photos not done, and its tables list them all. --out is
+held while the command runs (a second one into it ends in one line). Linked
 files and folders in an input folder are followed (a loop or a broken link is skipped with a
 line); outputs are written and removed only inside OUT: a symbolic link inside it is refused
 before anything is written (OUT itself may be one).
