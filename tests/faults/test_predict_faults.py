@@ -4,7 +4,8 @@ too large for the memory left.
 
 Each ends in the right result or in one line that names the file, flag or value; nothing a
 user made is lost. The photos are small: the commands run in-process on the session's smoke
-run.
+run; the main cases (outputs inside the inputs, a full disk, a held --out) in the fast tier, the
+rest in the slow one.
 """
 
 import csv
@@ -92,6 +93,7 @@ def test_an_out_inside_the_input_folder_is_never_read_as_input(smoke_run, folder
   assert any('left out 6 file(s)' in p for p in problems)
 
 
+@pytest.mark.slow
 def test_a_photo_named_twice_is_predicted_once(smoke_run, folder, capsys):
   out = folder.parent / 'out'
   argv = args(smoke_run, out, folder, folder / '002.png', folder / '002.png')
@@ -161,6 +163,7 @@ def test_a_full_disk_names_the_file_and_the_same_command_finishes_the_rest(
   assert 'measurements.csv exists; pass --overwrite' in one_line_exit(argv)
 
 
+@pytest.mark.slow
 def test_ctrl_c_between_a_photos_files_redoes_that_photo(smoke_run, folder, monkeypatch, capsys):
   out = folder.parent / 'out'
   argv = args(smoke_run, out, folder)
@@ -219,6 +222,7 @@ def test_two_predictions_into_one_out_the_second_ends_in_one_line(smoke_run, fol
 # ------------------------------------------------------------------------------ memory
 
 
+@pytest.mark.slow
 def test_a_photo_that_will_not_fit_in_memory_is_skipped_with_a_line(
   smoke_run, tmp_path, monkeypatch, capsys
 ):
@@ -243,6 +247,7 @@ def test_a_photo_that_will_not_fit_in_memory_is_skipped_with_a_line(
   assert hostmem.PhotoMemory().needs(12000, 9000) == hostmem.BYTES_PER_PIXEL * 108_000_000
 
 
+@pytest.mark.slow
 def test_a_large_photo_names_each_stage_after_its_tiles(smoke_run, tmp_path, capsys):
   PIL.Image.fromarray(photo(300, 400)).save(tmp_path / 'wide.png')
   out = tmp_path / 'out'
