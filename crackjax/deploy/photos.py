@@ -253,7 +253,8 @@ class _OwnOutputs:
         lines = []
       for line in lines:
         try:
-          name = json.loads(line).get('name')
+          entry = json.loads(line)
+          name = entry.get('name', entry.get('started'))
         except (ValueError, AttributeError):
           continue  # a line cut short by an interruption
         if isinstance(name, str):

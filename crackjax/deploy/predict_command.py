@@ -456,7 +456,7 @@ def _earlier(out: Path) -> list[str]:
   names = earlier_names(out / 'measurements.csv')
   unfinished = written.read_progress(out)
   if unfinished is not None:
-    names += list(unfinished[1])
+    names += [*unfinished[1], *unfinished[2]]
   return sorted({n for n in names if _own_name(n)})
 
 
@@ -513,9 +513,9 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
       resumed += 1
       continue
     existing = [t for t in targets if t.exists()]
-    # Maps without their line in a progress file that an earlier run of this command left are
-    # that run's, cut short (a Ctrl-C between them): predicted again. Others are not ours.
-    if existing and not fv.overwrite and not progress.resumed:
+    # Maps that an earlier run of this command began (its progress file says so) are its own,
+    # cut short (a Ctrl-C between them): predicted again. Others are not ours to replace.
+    if existing and not fv.overwrite and not progress.started(name):
       skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
       continue
     size = photo_size(path)  # from the header: a photo that will not fit is not decoded
@@ -533,6 +533,7 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
     predict_seconds += time.perf_counter() - t0
     height, width = photo.shape[:2]
     megapixels += height * width / 1e6
+    progress.start(name)
     with _stages(name, large=predictor.num_tiles(height, width) >= TILE_PROGRESS_FROM) as stage:
       stage('mask')
       mask = predictor.mask(prob, threshold)

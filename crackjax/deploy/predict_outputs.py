@@ -3,12 +3,12 @@
 Each map (probs/, masks/, overlays/) is written under a temporary name beside its place and
 renamed into it once whole, so a full disk or a Ctrl-C never leaves a cut-short file under a
 map's name. A photo counts as done once its line is in the progress file of --out
-(`Progress`, PROGRESS_FILE: JSON lines, appended after all of the photo's maps are in place,
-with its row of measurements.csv and of cracks.csv): the same command again predicts exactly
-the photos without that line, and its tables list every photo of the command, those done
-before included. A line cut short by an interruption does not count. The file begins with the
-prediction's settings (model, step, threshold, tiling, measuring flags): maps of other
-settings are never mixed into one table.
+(`Progress`, PROGRESS_FILE: JSON lines; one as its maps are begun, one after all of them are
+in place, with its rows of measurements.csv and cracks.csv): the same command again predicts
+exactly the photos without that line (writing again only maps it began itself), and its
+tables list every photo of the command, those done before included. A line cut short by an
+interruption does not count. The file begins with the prediction's settings (model, step,
+threshold, tiling, measuring flags): maps of other settings are never mixed into one table.
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ class Progress:
     self.path = Path(out) / PROGRESS_FILE
     self.settings = json.loads(outputs.dumps(dict(settings)))
     self.done: dict[str, dict[str, Any]] = {}
+    self.begun: set[str] = set()
     earlier = None if restart else read_progress(out)
-    self.resumed = earlier is not None  # an earlier run of this command left it unfinished
     if earlier is not None:
-      old, self.done = earlier
+      old, self.done, self.begun = earlier
       changed = [
         k for k in sorted(set(old) | set(self.settings)) if old.get(k) != self.settings.get(k)
       ]
@@ -112,26 +112,40 @@ class Progress:
     """Whether `name` was done (its line is here) and its maps are still all there."""
     return name in self.done and all(f.is_file() for f in map_files(out, name))
 
+  def started(self, name: str) -> bool:
+    """Whether this command began writing the maps of `name` (then maps of that name in
+    --out are its own, perhaps cut short, and may be written again)."""
+    return name in self.begun or name in self.done
+
+  def start(self, name: str) -> None:
+    """Records that the maps of `name` are about to be written."""
+    self._append({'started': name})
+    self.begun.add(name)
+
   def add(self, name: str, row: Mapping[str, Any], cracks: list[Mapping[str, Any]]) -> None:
     """Records `name` as done (after all its maps are in place)."""
-    line = outputs.dumps({'name': name, 'row': dict(row), 'cracks': [dict(c) for c in cracks]})
+    self._append({'name': name, 'row': dict(row), 'cracks': [dict(c) for c in cracks]})
+    self.done[name] = {'row': dict(row), 'cracks': [dict(c) for c in cracks]}
+
+  def _append(self, entry: Mapping[str, Any]) -> None:
     try:
       with self.path.open('a', encoding='utf-8') as f:
-        f.write(line + '\n')
+        f.write(outputs.dumps(dict(entry)) + '\n')
         f.flush()
     except OSError as e:
       raise _named(e, self.path) from e
-    self.done[name] = {'row': dict(row), 'cracks': [dict(c) for c in cracks]}
 
 
-def read_progress(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]] | None:
-  """(settings, done) of `out`'s progress file; None if there is none (or it is unreadable:
-  then nothing counts as done)."""
+def read_progress(
+  out: Path,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], set[str]] | None:
+  """(settings, done, started) of `out`'s progress file; None if there is none (or it is
+  unreadable: then nothing counts as done)."""
   try:
     lines = (Path(out) / PROGRESS_FILE).read_text(encoding='utf-8').splitlines()
   except (OSError, UnicodeDecodeError):
     return None
-  settings, done = None, {}
+  settings, done, started = None, {}, set()
   for line in lines:
     try:
       entry = json.loads(line)
@@ -143,7 +157,9 @@ def read_progress(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
       settings = entry['settings']
     elif isinstance(entry.get('name'), str) and isinstance(entry.get('row'), dict):
       done[entry['name']] = {'row': entry['row'], 'cracks': list(entry.get('cracks') or [])}
-  return None if settings is None else (settings, done)
+    elif isinstance(entry.get('started'), str):
+      started.add(entry['started'])
+  return None if settings is None else (settings, done, started)
 
 
 def finish(out: Path) -> None:

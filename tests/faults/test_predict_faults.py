@@ -189,6 +189,28 @@ def test_ctrl_c_between_a_photos_files_redoes_that_photo(smoke_run, folder, monk
   assert (out / 'overlays' / '002.jpg').is_file()
 
 
+@pytest.mark.slow
+def test_finishing_an_interrupted_run_keeps_a_users_file_in_out(
+  smoke_run, folder, monkeypatch, capsys
+):
+  # Only maps this command began are its own to write again: a file of the user's under a
+  # map's name stays, with or without an unfinished run beside it.
+  out = folder.parent / 'out'
+  (out / 'probs').mkdir(parents=True)
+  (out / 'probs' / '001.png').write_bytes(b'mine')
+  argv = args(smoke_run, out, folder)
+  failing_save(monkeypatch, 5, KeyboardInterrupt())  # 003's probs, after 002's four saves
+  with pytest.raises(SystemExit):
+    predict_command.main(argv)
+  monkeypatch.undo()
+  capsys.readouterr()
+  assert predict_command.main(argv) == 0
+  err = capsys.readouterr().err
+  assert f'skipped {folder}/001.png: {out}/probs/001.png exists (pass --overwrite)' in err
+  assert (out / 'probs' / '001.png').read_bytes() == b'mine'
+  assert table_names(out) == ['002', '003']
+
+
 # -------------------------------------------------------------------------------- one --out
 
 _HOLD = textwrap.dedent(
