@@ -212,6 +212,7 @@ class _OwnOutputs:
   folder; counted as they are left out, for one line a spec (`said`)."""
 
   def __init__(self, out: str | Path | None):
+    self.given = out  # as the user wrote it, for the line
     self.out = Path(out).resolve() if out is not None else None
     self._listed: dict[Path, set[Path]] = {}
     self.left_out: list[Path] = []
@@ -270,7 +271,7 @@ class _OwnOutputs:
     """The line on what was left out (and forgets it, for the next spec)."""
     parts = []
     if self._out_seen:
-      parts.append(f'--out={self.out}')
+      parts.append(f'--out={self.given}')
     if self.left_out:
       parts.append(
         f'{len(self.left_out)} file(s) an earlier crackjax command wrote (its {outputs.MANIFEST})'

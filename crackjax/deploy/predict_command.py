@@ -464,7 +464,7 @@ def _refuse_existing_tables(out: Path, tables: list[Path], overwrite: bool) -> N
   """Ends the command if `out` holds tables it may not replace: without --overwrite, only
   those of an unfinished prediction (the same command again finishes it)."""
   existing = [t for t in tables if t.exists()]
-  if existing and not overwrite and written.read_progress(out) is None:
+  if existing and not overwrite and not written.unfinished(out):
     sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')
 
 

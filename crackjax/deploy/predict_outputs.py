@@ -92,6 +92,8 @@ class Progress:
     self.done: dict[str, dict[str, Any]] = {}
     self.begun: set[str] = set()
     earlier = None if restart else read_progress(out)
+    if earlier is not None and not earlier[1] and not earlier[2]:
+      earlier = None  # nothing was begun (every photo skipped): nothing to finish
     if earlier is not None:
       old, self.done, self.begun = earlier
       changed = [
@@ -160,6 +162,13 @@ def read_progress(
     elif isinstance(entry.get('started'), str):
       started.add(entry['started'])
   return None if settings is None else (settings, done, started)
+
+
+def unfinished(out: Path) -> bool:
+  """Whether `out` holds a prediction begun and not finished (its tables, if any, are its
+  own, cut short: the same command again replaces them)."""
+  earlier = read_progress(out)
+  return earlier is not None and bool(earlier[1] or earlier[2])
 
 
 def finish(out: Path) -> None:
