@@ -480,3 +480,24 @@ def test_measuring_names_each_stage_as_it_begins():
   seen = []
   measure.measure_photo(mask, progress=seen.append)
   assert seen == list(measure.STAGES)
+
+
+def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
+  # Zhang-Suen thinning passes over the whole image once per pixel of the widest blob's
+  # half-width; thick components are thinned each in its own box, exactly as together.
+  from scipy import ndimage
+
+  monkeypatch.setattr(measure, '_THICK', 6)
+  rng = np.random.default_rng(5)
+  thick_seen = 0
+  for trial in range(30):
+    h, w = rng.integers(8, 120, 2)
+    field = ndimage.gaussian_filter(rng.standard_normal((h, w)), rng.uniform(0.5, 10))
+    mask = field > np.quantile(field, rng.uniform(0.2, 0.95))
+    labels, segments = ndimage.label(mask, structure=np.ones((3, 3), bool))
+    core = ndimage.binary_erosion(mask, np.ones((6, 6), bool))
+    thick_seen += bool(core.any() and segments > 1)
+    np.testing.assert_array_equal(
+      measure._skeletonize(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
+    )
+  assert thick_seen >= 5  # the split was exercised, beside thin components
