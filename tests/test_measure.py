@@ -498,6 +498,6 @@ def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
     core = ndimage.binary_erosion(mask, np.ones((6, 6), bool))
     thick_seen += bool(core.any() and segments > 1)
     np.testing.assert_array_equal(
-      measure._skeletonize(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
+      measure.skeleton_of(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
     )
   assert thick_seen >= 5  # the split was exercised, beside thin components
