@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 from skimage.draw import circle_perimeter
+from skimage.morphology import skeletonize
 
 from crackjax.deploy import measure
 
@@ -420,3 +421,83 @@ def test_min_length_bench_counts_components_and_their_length_by_hand():
   # L = 5: GT drops the 2-px piece (1 of 3 components, 2 of 82 px); prediction drops three of
   # six components (5 of 110 px); cracks per image 1 and 1 vs 1 and 2; ratios 1 and 2.
   assert rows[3] == '| 5 | 33.3% | 2.44% | 1.00 | 50.0% | 4.55% | 1.50 | 1.50 |'
+
+
+def _per_component_reference(mask, min_length):
+  """Each component's length measured in its own bounding box (the code before issue 38), of
+  those at least `min_length` long, in label order."""
+  from scipy import ndimage
+
+  labels, _ = ndimage.label(mask, structure=np.ones((3, 3), bool))
+  skeleton = skeletonize(mask)
+  found = []
+  for index, box in enumerate(ndimage.find_objects(labels), start=1):
+    bones = skeleton[box] & (labels[box] == index)
+    length = measure.skeleton_length(bones)
+    if bones.any() and length >= min_length:
+      found.append(length)
+  return found
+
+
+def test_components_measured_in_one_pass_match_each_measured_alone():
+  # The lengths of all components come from one pass over the skeleton (a photo of speckle
+  # spent its time measuring each component in its bounding box); they are the same.
+  from scipy import ndimage
+
+  rng = np.random.default_rng(3)
+  for trial in range(20):
+    h, w = rng.integers(5, 80, 2)
+    field = ndimage.gaussian_filter(rng.standard_normal((h, w)), rng.uniform(0.6, 3))
+    mask = field > np.quantile(field, rng.uniform(0.4, 0.9))
+    for min_length in (0.0, 6.0):
+      totals, cracks = measure.measure_photo(mask, min_length=min_length)
+      assert [c['length_px'] for c in cracks] == _per_component_reference(mask, min_length)
+      assert totals['length_px'] == measure.skeleton_length(skeletonize(mask)), trial
+
+
+def test_skeleton_distances_in_bands_are_the_whole_transforms(monkeypatch):
+  from scipy import ndimage
+
+  monkeypatch.setattr(measure, '_BAND_PIXELS', 300)  # bands of a few rows, margins exceeded
+  rng = np.random.default_rng(4)
+  for trial in range(20):
+    h, w = rng.integers(1, 100, 2)
+    field = ndimage.gaussian_filter(rng.standard_normal((h, w)), rng.uniform(0.5, 25))
+    mask = field > np.quantile(field, rng.uniform(0.05, 0.95))
+    if trial == 0:
+      mask[:] = True  # no background: the border bounds the crack
+    pixels = np.flatnonzero(mask)
+    if mask.all():
+      whole = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+    else:
+      whole = ndimage.distance_transform_edt(mask)
+    np.testing.assert_array_equal(measure.skeleton_distances(mask, pixels), whole.ravel()[pixels])
+
+
+def test_measuring_names_each_stage_as_it_begins():
+  mask = np.zeros((20, 30), bool)
+  mask[5, 2:28] = True
+  seen = []
+  measure.measure_photo(mask, progress=seen.append)
+  assert seen == list(measure.STAGES)
+
+
+def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
+  # Zhang-Suen thinning passes over the whole image once per pixel of the widest blob's
+  # half-width; thick components are thinned each in its own box, exactly as together.
+  from scipy import ndimage
+
+  monkeypatch.setattr(measure, '_THICK', 6)
+  rng = np.random.default_rng(5)
+  thick_seen = 0
+  for trial in range(30):
+    h, w = rng.integers(8, 120, 2)
+    field = ndimage.gaussian_filter(rng.standard_normal((h, w)), rng.uniform(0.5, 10))
+    mask = field > np.quantile(field, rng.uniform(0.2, 0.95))
+    labels, segments = ndimage.label(mask, structure=np.ones((3, 3), bool))
+    core = ndimage.binary_erosion(mask, np.ones((6, 6), bool))
+    thick_seen += bool(core.any() and segments > 1)
+    np.testing.assert_array_equal(
+      measure.skeleton_of(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
+    )
+  assert thick_seen >= 5  # the split was exercised, beside thin components

@@ -345,6 +345,11 @@ def test_command_line_errors(run_dir, tmp_path):
     ('--mm_per_pixel=0', 'mm_per_pixel must be > 0'),
     ('--overlap=1', r'--overlap=1.0: --overlap must be in \[0, 1\)'),
     ('--tile_size=0', '--tile_size=0: 0 is not a positive integer'),
+    # NaN passes every bound (no comparison with it holds): each pixel was non-crack, exit 0.
+    ('--threshold=nan', r'--threshold=nan: --threshold must be a number in \[0, 1\]'),
+    ('--min_length=nan', '--min_length must be a finite number >= 0'),
+    # Tiles smaller than what the model sees at once: 805 tiles of 16 px for --tile_size=7.
+    ('--tile_size=7', '--tile_size=7: --tile_size must be at least 128'),
     ('--batch_size=0', '--batch_size=0: 0 is not a positive integer'),
     ('--step=0', 'step must be >= 1'),
   ]:

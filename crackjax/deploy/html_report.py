@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -148,9 +149,11 @@ def write_index(
   buttons = ''.join(
     f'<button type="button" data-key="{key}">{label}</button>' for key, label in SORT_KEYS
   )
+  by_photo: dict[str, list[Mapping[str, Any]]] = {}
+  for crack in cracks:  # grouped once: a scan of all cracks per photo was quadratic
+    by_photo.setdefault(crack['name'], []).append(crack)
   cards = ''.join(
-    _card(row, [c for c in cracks if c['name'] == row['name']], thumbnails[row['name']])
-    for row in rows
+    _card(row, by_photo.get(row['name'], []), thumbnails[row['name']]) for row in rows
   )
   page = (
     '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -163,5 +166,12 @@ def write_index(
     f'<div class="cards" id="cards">{cards}</div><script>{_SCRIPT}</script></body></html>\n'
   )
   path = Path(out) / 'index.html'
-  path.write_text(page, encoding='utf-8')
+  # Whole or not at all: a full disk must not leave a page cut short under its name.
+  partial = path.with_name(path.name + '.partial')
+  try:
+    partial.write_text(page, encoding='utf-8')
+    os.replace(partial, path)
+  except OSError as e:
+    partial.unlink(missing_ok=True)
+    raise OSError(e.errno, e.strerror or str(e), str(path)) from e
   return path

@@ -26,7 +26,13 @@ box, length, widths, orientation to the road given by --direction, type, and wit
 road_jpg and road_png). OUT/index.html is one self-contained page over it all (summary, a
 card per photo, sortable; crackjax/deploy/html_report.py). An unreadable file is reported,
 by name, and skipped; so are other files in the folders, counted; an animated image is
-predicted from its first frame, said; nothing is overwritten without --overwrite. Linked
+predicted from its first frame, said; nothing is overwritten without --overwrite; a photo
+that will not fit the memory left is skipped, said. Outputs of crackjax (--out inside an input
+folder, files an output folder's manifest lists) are never inputs; a photo named twice is
+predicted once. Each photo's maps are written whole (temporary name, rename) and it counts as
+done once its line is in OUT/.crackjax-predict.jsonl: after a full disk or Ctrl-C the same
+command again predicts exactly the photos not done, and its tables list them all. --out is
+held while the command runs (a second one into it ends in one line). Linked
 files and folders in an input folder are followed (a loop or a broken link is skipped with a
 line); outputs are written and removed only inside OUT: a symbolic link inside it is refused
 before anything is written (OUT itself may be one).
@@ -34,249 +40,45 @@ before anything is written (OUT itself may be one).
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import dataclasses
-import glob
+import io
 import math
-import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import PIL.Image
-import PIL.ImageOps
 import tqdm
 from absl import flags
 
 from crackjax.config import flags as config_flags
 from crackjax.deploy import hostmem, html_report, measure
+from crackjax.deploy import predict_outputs as written
+from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as before the split)
+  DEFAULT_MAX_MEGAPIXELS,
+  IMAGE_EXTENSIONS,
+  PROGRESS_FILE,
+  Input,
+  UnreadableImageError,
+  find_inputs,
+  load_photo,
+  map_files,
+  output_names,
+  photo_size,
+)
 from crackjax.deploy.predictor import BLENDS, Predictor, load_model, load_run, read_config
-from crackjax.runs import exits, logs, outputs
+from crackjax.runs import exits, identity, logs, outputs
 from crackjax.training import checkpoints
 from crackjax.training.checkpoints import CheckpointError
 
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif')
-# PIL refuses images over twice its MAX_IMAGE_PIXELS (a guard against decompression bombs);
-# the same limit, in megapixels, is --max_megapixels's default.
-DEFAULT_MAX_MEGAPIXELS = 2 * PIL.Image.MAX_IMAGE_PIXELS / 1e6
 OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
 USAGE = (
   f'{PROG} (--model=NAME|FILE|URL | --workdir=RUN) --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
 )
-
-
-class UnreadableImageError(ValueError):
-  """A file that is not an image PIL can decode (the message names it and says why)."""
-
-
-def _distinct_figures(value: float, limit: float) -> tuple[str, str]:
-  """`value` and `limit` with the fewest decimals (at most 6) that still tell them apart, and
-  each at least to its first significant digit.
-
-  So a 4.0001 MP photo over a 4 MP limit does not read "4 MP is over the 4 MP limit", nor a
-  0.2 MP photo over a 0.001 MP limit "over the 0 MP limit".
-  """
-
-  def shown(x: float, decimals: int) -> str:
-    if 0 < abs(x) < 1:  # at least to the first significant digit
-      decimals = max(decimals, min(6, -math.floor(math.log10(abs(x)))))
-    text = f'{x:.{decimals}f}'
-    return text.rstrip('0').rstrip('.') if '.' in text else text  # 4.10 -> 4.1, 4.00 -> 4
-
-  decimals = next((d for d in range(7) if f'{value:.{d}f}' != f'{limit:.{d}f}'), 6)
-  return shown(value, decimals), shown(limit, decimals)
-
-
-def load_photo(
-  path: str | Path,
-  *,
-  max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-  notes: list[str] | None = None,
-) -> np.ndarray:
-  """An image file as H x W x 3 uint8 RGB, upright (EXIF orientation applied).
-
-  Grey, palette and RGBA images are converted to RGB (alpha dropped); 16-bit and other
-  high-bit-depth grey images are scaled by their actual range (the smallest bit depth that
-  holds their maximum, at least 8), so a 12-bit image is not stored almost black. An animated
-  image gives its first frame, with a line in `notes`.
-
-  Raises:
-    UnreadableImageError: the file cannot be decoded (truncated, not an image, ...) or has
-      more than `max_megapixels` million pixels (read from its header, before decoding).
-  """
-  # Our own limit (from the header, below) replaces PIL's, so that the message can name the
-  # flag that lifts it.
-  pil_limit, PIL.Image.MAX_IMAGE_PIXELS = PIL.Image.MAX_IMAGE_PIXELS, None
-  try:
-    with PIL.Image.open(path) as image:
-      megapixels = image.width * image.height / 1e6
-      if megapixels > max_megapixels:
-        size, limit = _distinct_figures(megapixels, max_megapixels)
-        raise UnreadableImageError(
-          f'{path}: {image.width}x{image.height} ({size} MP) is over the {limit} MP limit '
-          f'that guards against decompression bombs; pass '
-          f'--max_megapixels={int(megapixels) + 1} if the file is trusted'
-        )
-      frames = getattr(image, 'n_frames', 1)
-      image.load()  # PIL decodes lazily: force it so broken files fail here, by name.
-      image = PIL.ImageOps.exif_transpose(image)
-  except UnreadableImageError:
-    raise
-  except Exception as e:  # PIL raises OSError, SyntaxError, ValueError ... for bad files.
-    raise UnreadableImageError(f'{path}: cannot read image ({type(e).__name__}: {e})') from e
-  finally:
-    PIL.Image.MAX_IMAGE_PIXELS = pil_limit
-  if frames > 1 and notes is not None:
-    notes.append(f'{path} is animated ({frames} frames): predicted its first frame')
-  if image.width == 0 or image.height == 0:
-    raise UnreadableImageError(f'{path}: empty image ({image.width}x{image.height})')
-  if image.mode in ('I', 'I;16', 'I;16B', 'I;16L', 'F'):
-    grey = np.asarray(image).astype(np.float64)
-    top = max(float(grey.max(initial=0)), 1.0)
-    full = 255.0 if top <= 255 else float(2 ** int(np.ceil(np.log2(top + 1))) - 1)
-    grey = np.clip(np.round(grey * (255.0 / full)), 0, 255).astype(np.uint8)
-    return np.repeat(grey[..., None], 3, axis=2)
-  return np.asarray(image.convert('RGB'))
-
-
-@dataclasses.dataclass(frozen=True)
-class Input:
-  """An image to predict: its path, and its path under the folder it was found in (its file
-  name for a file or a glob match), which names its outputs."""
-
-  path: Path
-  relative: Path
-
-
-def find_inputs(specs: Sequence[str]) -> tuple[list[Input], list[str]]:
-  """Image files named by `specs` (files, folders, globs), in order, without duplicates.
-
-  Returns:
-    (inputs, problems): folders contribute their image files, subfolders included (sorted;
-    hidden files and folders left out); a spec that matches nothing, and the other files a
-    folder holds (counted, a few named), are problems, reported by the caller.
-  """
-  inputs: dict[Path, Input] = {}
-  problems = []
-  for spec in specs:
-    path = Path(os.path.expanduser(spec))
-    if path.is_dir():
-      visible = sorted(_folder_files(path, spec, problems))
-      found = [Input(p, p.relative_to(path)) for p in visible if _is_image(p)]
-      others = [p for p in visible if not _is_image(p)]
-      if not found:
-        problems.append(f'{spec}: folder holds no image files ({", ".join(IMAGE_EXTENSIONS)})')
-      elif others:
-        named = ', '.join(str(p.relative_to(path)) for p in others[:3])
-        more = ', ...' if len(others) > 3 else ''
-        problems.append(
-          f'{spec}: skipped {len(others)} file(s) that are not images ({named}{more})'
-        )
-    elif path.is_file():
-      found = [Input(path, Path(path.name))]
-    else:
-      matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
-      found = [Input(p, Path(p.name)) for p in matches if p.is_file()]
-      if not found:
-        problems.append(f'{spec}: no such file, folder or matching files')
-    for item in found:
-      inputs.setdefault(item.path.resolve(), item)
-  return list(inputs.values()), problems
-
-
-def _folder_files(root: Path, spec: str, problems: list[str]) -> list[Path]:
-  """The visible files under `root` (hidden files and folders left out), symbolically linked
-  files and folders followed, as most tools that take a folder of photos do. A link to a
-  folder searched already (a loop, or a folder inside `root`), a broken link and a folder that
-  cannot be read are skipped with a line in `problems`, never silently."""
-  files, broken, links = [], [], []
-  searched = {root.resolve()}
-  pending = [root]
-  while pending or links:
-    if not pending:
-      # Links last: a folder reached both directly and through a link is searched once, as
-      # itself, and the link is the one named.
-      link = links.pop(0)
-      real = link.resolve()
-      if real in searched or any(p in searched for p in real.parents):
-        problems.append(
-          f'{spec}: skipped the link {link.relative_to(root)} -> {os.readlink(link)}: that '
-          'folder is searched already (a loop, or a folder inside this one)'
-        )
-        continue
-      searched.add(real)
-      pending.append(link)
-    folder = pending.pop()
-    try:
-      entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError as e:
-      problems.append(f'{spec}: cannot read folder {folder} ({e.strerror or e}); skipped')
-      continue
-    for entry in entries:
-      if entry.name.startswith('.'):
-        continue
-      path = Path(entry.path)
-      if entry.is_dir():  # follows a link
-        (links if entry.is_symlink() else pending).append(path)
-      elif entry.is_file():
-        files.append(path)
-      elif entry.is_symlink():  # neither a file nor a folder behind it
-        broken.append(str(path.relative_to(root)))
-  if broken:
-    more = ', ...' if len(broken) > 3 else ''
-    problems.append(
-      f'{spec}: skipped {len(broken)} broken link(s) ({", ".join(sorted(broken)[:3])}{more})'
-    )
-  return files
-
-
-def _is_image(path: Path) -> bool:
-  return path.suffix.lower() in IMAGE_EXTENSIONS
-
-
-def output_names(inputs: Sequence[Input]) -> list[str]:
-  """Unique output names, in order: each input's relative path without its extension
-  ('road', 'north/road'). Where several share one (case ignored, as some file systems do),
-  those that differ in extension keep it ('road_jpg', 'road_png'); any still alike get their
-  folder's name in front, then a counter. The same inputs always get the same names."""
-
-  def key(name: str) -> str:
-    return name.lower()
-
-  def suffix(i: int) -> str:
-    return inputs[i].path.suffix.lstrip('.').lower()
-
-  names = [item.relative.with_suffix('').as_posix() for item in inputs]
-  # Extensions first, but only in a group whose extensions differ: road.jpg in two folders
-  # gets its folder ('north_road'), not 'north_road_jpg'.
-  suffixes: dict[str, set[str]] = {}
-  for i, n in enumerate(names):
-    suffixes.setdefault(key(n), set()).add(suffix(i))
-  names = [f'{n}_{suffix(i)}' if len(suffixes[key(n)]) > 1 else n for i, n in enumerate(names)]
-  counts: dict[str, int] = {}
-  for n in names:
-    counts[key(n)] = counts.get(key(n), 0) + 1
-  names = [
-    f'{inputs[i].path.parent.name}_{n}' if counts[key(n)] > 1 else n for i, n in enumerate(names)
-  ]
-  seen: dict[str, int] = {}
-  unique = []
-  for n in names:
-    seen[key(n)] = seen.get(key(n), 0) + 1
-    unique.append(n if seen[key(n)] == 1 else f'{n}_{seen[key(n)]}')
-  return unique
-
-
-def map_files(out: Path, name: str) -> list[Path]:
-  """The files crackjax-predict writes for output `name`: probability map, mask, overlay."""
-  return [
-    out / 'probs' / f'{name}.png',
-    out / 'masks' / f'{name}.png',
-    out / 'overlays' / f'{name}.jpg',
-  ]
 
 
 def earlier_names(table: Path) -> list[str]:
@@ -413,6 +215,26 @@ def _define_flags(fv: flags.FlagValues) -> None:
   # Every value is checked before any image, so a bad one never stops a run half-way. (The
   # tiling ones are checked again by Predictor, for Python users, in its own words.)
   flags.register_validator(
+    'threshold',
+    lambda v: v is None or 0 <= v <= 1,  # NaN passes the bounds above (no comparison holds)
+    message='--threshold must be a number in [0, 1] (crack where probability > it)',
+    flag_values=fv,
+  )
+  flags.register_validator(
+    'min_length',
+    lambda v: 0 <= v < math.inf,
+    message='--min_length must be a finite number >= 0 (pixels of skeleton)',
+    flag_values=fv,
+  )
+  flags.register_validator(
+    'tile_size',
+    lambda v: v < 1 or v >= MIN_TILE_SIZE,  # < 1: the bound's own message
+    message=f'--tile_size must be at least {MIN_TILE_SIZE} (MIN_TILE_SIZE, '
+    'crackjax/deploy/predict_command.py): a smaller tile gives the model less context than '
+    'it sees at once and is predicted many times over in the overlap',
+    flag_values=fv,
+  )
+  flags.register_validator(
     'overlap',
     lambda v: 0 <= v < 1,
     message='--overlap must be in [0, 1) (a fraction of --tile_size)',
@@ -432,9 +254,51 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
 
 
+#: The smallest --tile_size. The models see well over 100 px at once (a U-Net of four 2x
+#: poolings and two 3x3 convolutions a level: about 200 px), so a smaller tile gives each
+#: pixel less context than training did, and every tile is one more model call.
+MIN_TILE_SIZE = 128
+
 # A photo cut into at least this many tiles gets its own progress bar (an 80 MP photo took
 # two minutes on a 2-core CPU with none).
 TILE_PROGRESS_FROM = 8
+
+
+def _as_8bit(prob: np.ndarray) -> np.ndarray:
+  """The probability map as 8-bit grey (255 = 1), a band of rows at a time: no float copy of
+  a whole large map."""
+  result = np.empty(prob.shape, np.uint8)
+  rows = max(1, (1 << 22) // max(prob.shape[1], 1))
+  for y in range(0, prob.shape[0], rows):
+    band = np.clip(prob[y : y + rows], 0.0, 1.0) * 255.0
+    result[y : y + rows] = np.round(band)
+  return result
+
+
+@contextlib.contextmanager
+def _stages(name: str, *, large: bool) -> Iterator[Callable[[str], None]]:
+  """A line that names each stage after the tiles of a large photo (writing its maps,
+  measuring: minutes on a 100 MP photo), as `stage(what)` calls; nothing for a small one."""
+  if not large:
+    yield lambda what: None
+    return
+  with tqdm.tqdm(
+    total=len(STAGES), desc=f'{name}: after the tiles', leave=False, file=sys.stderr
+  ) as bar:
+    seen: list[str] = []
+
+    def stage(what: str) -> None:
+      if seen:
+        bar.update(1)
+      seen.append(what)
+      bar.set_postfix_str(what)
+
+    yield stage
+    bar.update(len(STAGES) - bar.n)
+
+
+#: What a large photo's stage bar counts (`_stages`): its maps, then `measure.STAGES`.
+STAGES = ('mask', 'probs/', 'masks/', 'overlays/', *measure.STAGES)
 
 
 def _predict(predictor: Predictor, photo: np.ndarray, name: str) -> np.ndarray:
@@ -478,18 +342,23 @@ def csv_text(cell: str) -> str:
   return cell
 
 
-def _write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
-  with open(path, 'w', newline='', encoding='utf-8') as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(
-      {k: ('' if v is None else csv_cell(v)) for k, v in row.items()} for row in rows
-    )
+def _csv_text(fields: Sequence[str], rows: Sequence[dict]) -> str:
+  buffer = io.StringIO(newline='')
+  writer = csv.DictWriter(buffer, fieldnames=fields)
+  writer.writeheader()
+  writer.writerows({k: ('' if v is None else csv_cell(v)) for k, v in row.items()} for row in rows)
+  return buffer.getvalue()
 
 
-def _write(path: Path, array: np.ndarray, **save_kwargs) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  PIL.Image.fromarray(array).save(path, **save_kwargs)
+def _thumbnail_of(overlay_file: Path) -> str:
+  """The page's thumbnail of a photo done before, from its overlay (decoded at a reduced
+  scale: a 108 MP overlay is not read whole for a 320 px picture)."""
+  with PIL.Image.open(overlay_file) as image:
+    side = html_report.THUMBNAIL_SIDE
+    image.draft('RGB', (side, side))
+    image = image.convert('RGB')
+    image.thumbnail((side, side))
+    return html_report.thumbnail_uri(np.asarray(image))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -500,8 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _INTERRUPTED = (
-  'interrupted (Ctrl-C); the photos done so far are in --out: run the same command again '
-  '(with --overwrite once it names the outputs already there).'
+  'interrupted (Ctrl-C); the photos done so far are in --out: run the same command again to '
+  'predict the others (those done are kept and listed in its tables).'
 )
 
 
@@ -538,12 +407,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except FileNotFoundError as e:
       sys.exit(f'{PROG}: {e}')
   origin = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
-  files, problems = find_inputs(inputs)
+  out = Path(fv.out)
+  files, problems = find_inputs(inputs, out=out)
   for problem in problems:
     print(f'{PROG}: {problem}', file=sys.stderr)
   if not files:
     sys.exit(f'{PROG}: no image files to predict.')
-  out = Path(fv.out)
   table = out / 'measurements.csv'
   tables = [table, out / 'cracks.csv', out / 'index.html']
   names = output_names(files)
@@ -552,13 +421,11 @@ def _main(argv: Sequence[str] | None) -> int:
   # elsewhere) must not carry a write or a delete outside it.
   try:
     outputs.check_inside(out, [*tables, *(f for n in names for f in map_files(out, n))])
-    earlier = [n for n in earlier_names(table) if _own_name(n)] if fv.overwrite else []
+    earlier = _earlier(out) if fv.overwrite else []
     outputs.check_inside(out, [f for n in earlier for f in map_files(out, n)])
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
-  existing = [t for t in tables if t.exists()]
-  if existing and not fv.overwrite:
-    sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')
+  _refuse_existing_tables(out, tables, fv.overwrite)
   problem = config_flags.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
@@ -584,8 +451,53 @@ def _main(argv: Sequence[str] | None) -> int:
     )
   except ValueError as e:  # the tiling flags, checked where Python users get the same check
     sys.exit(f'{PROG}: {e}')
+  # Two predictions into one --out would replace each other's tables and orphan the maps:
+  # --out is held as a training run holds its workdir (the second ends in one line).
+  try:
+    with identity.lock(out):
+      return _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
+  except identity.RunLockedError as e:
+    sys.exit(f'{PROG}: --out={out}: {e}')
+
+
+def _earlier(out: Path) -> list[str]:
+  """The names of the earlier prediction in `out` (its table, or its progress file while it
+  is unfinished): what --overwrite replaces whole."""
+  names = earlier_names(out / 'measurements.csv')
+  unfinished = written.read_progress(out)
+  if unfinished is not None:
+    names += [*unfinished[1], *unfinished[2]]
+  return sorted({n for n in names if _own_name(n)})
+
+
+def _refuse_existing_tables(out: Path, tables: list[Path], overwrite: bool) -> None:
+  """Ends the command if `out` holds tables it may not replace: without --overwrite, only
+  those of an unfinished prediction (the same command again finishes it)."""
+  existing = [t for t in tables if t.exists()]
+  if existing and not overwrite and not written.unfinished(out):
+    sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')
+
+
+def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) -> int:
+  """The photos, the tables and the summary, with --out held (`_main`)."""
+  _refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
   threshold = run.threshold if fv.threshold is None else fv.threshold
   source = run.threshold_source if fv.threshold is None else '--threshold'
+  settings = {
+    'model': origin,
+    'step': run.step,
+    'threshold': threshold,
+    'tile_size': fv.tile_size,
+    'overlap': fv.overlap,
+    'blend': fv.blend,
+    'mm_per_pixel': fv.mm_per_pixel,
+    'min_length': fv.min_length,
+    'direction': fv.direction,
+  }
+  try:
+    progress = written.Progress(out, settings, restart=fv.overwrite)
+  except written.SettingsDiffer as e:
+    sys.exit(f'{PROG}: {e}')
   print(
     f'{PROG}: {len(files)} image(s), {origin} step {run.step}, crack where '
     f'probability > {threshold:g} ({source})',
@@ -595,15 +507,31 @@ def _main(argv: Sequence[str] | None) -> int:
   # An --overwrite replaces the earlier prediction whole: its maps that this one does not
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
   rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
-  start, predict_seconds, megapixels = time.perf_counter(), 0.0, 0.0
+  start, predict_seconds, megapixels, resumed = time.perf_counter(), 0.0, 0.0, 0
+  memory = hostmem.PhotoMemory(predictor.batch_size * predictor.tile_size**2)
   for item, name in tqdm.tqdm(
     list(zip(files, names, strict=True)), unit='img', desc='predict', file=sys.stderr
   ):
     path = item.path
     targets = map_files(out, name)
+    if not fv.overwrite and progress.is_done(name, out):
+      # Done by an earlier run of this command (interrupted): kept, and in the tables.
+      done = progress.done[name]
+      rows.append(done['row'] | {'source': str(path)})
+      cracks += [{'name': name, **c} for c in done['cracks']]
+      thumbnails[name] = _thumbnail_of(targets[2])
+      resumed += 1
+      continue
     existing = [t for t in targets if t.exists()]
-    if existing and not fv.overwrite:
+    # Maps that an earlier run of this command began (its progress file says so) are its own,
+    # cut short (a Ctrl-C between them): predicted again. Others are not ours to replace.
+    if existing and not fv.overwrite and not progress.started(name):
       skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
+      continue
+    size = photo_size(path)  # from the header: a photo that will not fit is not decoded
+    too_big = size and size[0] * size[1] <= fv.max_megapixels * 1e6 and memory.refusal(path, *size)
+    if too_big:
+      skipped.append(too_big)
       continue
     try:
       photo = load_photo(path, max_megapixels=fv.max_megapixels, notes=notes)
@@ -613,53 +541,74 @@ def _main(argv: Sequence[str] | None) -> int:
     t0 = time.perf_counter()
     prob = _predict(predictor, photo, name)
     predict_seconds += time.perf_counter() - t0
-    megapixels += photo.shape[0] * photo.shape[1] / 1e6
-    mask = predictor.mask(prob, threshold)
-    _write(targets[0], np.round(np.clip(prob, 0.0, 1.0) * 255.0).astype(np.uint8))
-    _write(targets[1], mask.astype(np.uint8) * 255)
-    painted = overlay(photo, mask)
-    _write(targets[2], painted, quality=90)
-    thumbnails[name] = html_report.thumbnail_uri(painted)
-    row = {'name': name, 'source': str(path), 'height': photo.shape[0], 'width': photo.shape[1]}
-    totals, found = measure.measure_photo(
-      mask, mm_per_pixel=fv.mm_per_pixel, min_length=fv.min_length, direction=fv.direction
-    )
+    height, width = photo.shape[:2]
+    megapixels += height * width / 1e6
+    progress.start(name)
+    with _stages(name, large=predictor.num_tiles(height, width) >= TILE_PROGRESS_FROM) as stage:
+      stage('mask')
+      mask = predictor.mask(prob, threshold)
+      stage('probs/')
+      written.save_image(targets[0], _as_8bit(prob), 'PNG')
+      del prob
+      stage('masks/')
+      written.save_image(targets[1], mask.view(np.uint8) * np.uint8(255), 'PNG')
+      stage('overlays/')
+      painted = overlay(photo, mask)
+      del photo
+      written.save_image(targets[2], painted, 'JPEG', quality=90)
+      thumbnails[name] = html_report.thumbnail_uri(painted)
+      del painted
+      row = {'name': name, 'source': str(path), 'height': height, 'width': width}
+      totals, found = measure.measure_photo(
+        mask,
+        mm_per_pixel=fv.mm_per_pixel,
+        min_length=fv.min_length,
+        direction=fv.direction,
+        progress=stage,
+      )
+    row |= totals | {'cracks': len(found)}
+    progress.add(name, row, found)
     cracks += [{'name': name, **c} for c in found]
-    rows.append(row | totals | {'cracks': len(found)})
+    rows.append(row)
 
   for line in notes:
     print(f'{PROG}: note: {line}', file=sys.stderr)
   for line in skipped:
     print(f'{PROG}: skipped {line}', file=sys.stderr)
-  if rows:
-    out.mkdir(parents=True, exist_ok=True)
-    fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
-    _write_csv(table, fields, rows)
-    _write_csv(out / 'cracks.csv', ['name', *measure.CRACK_FIELDS], cracks)
-    html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
-    try:
-      stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
-    except outputs.UnsafeOutputError as e:  # only a link planted during this prediction
-      sys.exit(f'{PROG}: {e}')
-    if stale:
-      print(
-        f'{PROG}: removed the maps of {len(stale)} image(s) of the earlier prediction in {out} '
-        f'that this one does not hold ({", ".join(stale[:3])}{", ..." if len(stale) > 3 else ""}).',
-        file=sys.stderr,
-      )
-    print(measure.format_summary(measure.summarize(rows)))
-    print(crack_summary(cracks, fv.min_length))
-    seconds = time.perf_counter() - start
+  if not rows:
+    return 1
+  fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
+  written.write_text(tables[0], _csv_text(fields, rows))
+  written.write_text(tables[1], _csv_text(['name', *measure.CRACK_FIELDS], cracks))
+  html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
+  try:
+    stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
+  except outputs.UnsafeOutputError as e:  # only a link planted during this prediction
+    sys.exit(f'{PROG}: {e}')
+  # Recorded as crackjax's own: a later search of a folder holding OUT leaves them out.
+  own = [f for r in rows for f in map_files(out, r['name'])] + tables
+  outputs.record_outputs(out, [f.relative_to(out).as_posix() for f in own], PROG)
+  written.finish(out)
+  if stale:
     print(
-      f'{PROG}: wrote {len(rows)} image(s) to {out} (probs/, masks/, overlays/, '
-      f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
-      f'{seconds:.1f} s: '
-      f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
-      f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
-      'the rest.',
+      f'{PROG}: removed the maps of {len(stale)} image(s) of the earlier prediction in {out} '
+      f'that this one does not hold ({", ".join(stale[:3])}{", ..." if len(stale) > 3 else ""}).',
       file=sys.stderr,
     )
-  return 0 if rows else 1
+  print(measure.format_summary(measure.summarize(rows)))
+  print(crack_summary(cracks, fv.min_length))
+  seconds = time.perf_counter() - start
+  before = f' ({resumed} of them done by an earlier run of this command)' if resumed else ''
+  print(
+    f'{PROG}: wrote {len(rows)} image(s){before} to {out} (probs/, masks/, overlays/, '
+    f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
+    f'{seconds:.1f} s: '
+    f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
+    f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
+    'the rest.',
+    file=sys.stderr,
+  )
+  return 0
 
 
 if __name__ == '__main__':

@@ -404,12 +404,18 @@ class Predictor:
   ) -> np.ndarray:
     """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image;
     `progress(n)` is called as each batch of n tiles is done (a tqdm bar's ``update``)."""
-    image = as_float_image(image)
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+      image = as_float_image(image)
+    elif image.ndim != 3 or image.shape[2] != 3:
+      raise ValueError(f'expected an H x W x 3 image, got shape {image.shape}')
     h, w = image.shape[:2]
+    # A uint8 photo is padded as it is and each tile made float when it is predicted: a float
+    # copy of a whole 108 MP photo (and another of it padded) took 2.6 GB.
     padded = reflect_pad(image, *self.padded_shape(h, w))
     th, ys, tw, xs = self.layout(h, w)
     if len(ys) == len(xs) == 1:  # not tiled: the whole padded image in one call
-      return self._predict_batch([padded])[0, :h, :w]
+      return self._predict_batch([as_float_image(padded)])[0, :h, :w]
     if self.blend == 'gaussian':
       weights = gaussian_weights(th, tw)
     else:
@@ -419,13 +425,16 @@ class Predictor:
     corners = [(y, x) for y in ys for x in xs]
     for i in range(0, len(corners), self.batch_size):
       chunk = corners[i : i + self.batch_size]
-      probs = self._predict_batch([padded[y : y + th, x : x + tw] for y, x in chunk])
+      probs = self._predict_batch(
+        [as_float_image(padded[y : y + th, x : x + tw]) for y, x in chunk]
+      )
       for (y, x), prob in zip(chunk, probs, strict=True):
         total[y : y + th, x : x + tw] += prob * weights
         norm[y : y + th, x : x + tw] += weights
       if progress is not None:
         progress(len(chunk))
-    return (total / norm)[:h, :w]
+    del padded
+    return np.divide(total, norm, out=total)[:h, :w]
 
   def mask(self, prob: np.ndarray, threshold: float | None = None) -> np.ndarray:
     """Binary crack mask (bool): probability > threshold (default: the run's)."""

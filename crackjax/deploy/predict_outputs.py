@@ -1,0 +1,177 @@
+"""How `crackjax-predict` writes a photo's files so that half-written ones never count as done.
+
+Each map (probs/, masks/, overlays/) is written under a temporary name beside its place and
+renamed into it once whole, so a full disk or a Ctrl-C never leaves a cut-short file under a
+map's name. A photo counts as done once its line is in the progress file of --out
+(`Progress`, PROGRESS_FILE: JSON lines; one as its maps are begun, one after all of them are
+in place, with its rows of measurements.csv and cracks.csv): the same command again predicts
+exactly the photos without that line (writing again only maps it began itself), and its
+tables list every photo of the command, those done before included. A line cut short by an
+interruption does not count. The file begins with the prediction's settings (model, step,
+threshold, tiling, measuring flags): maps of other settings are never mixed into one table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+
+from crackjax.deploy.photos import PROGRESS_FILE, map_files
+from crackjax.runs import outputs
+
+#: A file being written is named so (beside its place) until it is whole.
+PARTIAL = '.partial'
+
+
+def partial_path(path: Path) -> Path:
+  return path.with_name(path.name + PARTIAL)
+
+
+def _named(error: OSError, path: Path) -> OSError:
+  """`error` naming `path` (PIL's writes raise it without a file name)."""
+  if error.filename:
+    return error
+  named = OSError(error.errno, error.strerror or str(error), str(path))
+  named.__cause__ = error
+  return named
+
+
+def write_whole(path: Path, save: Callable[[Path], None]) -> None:
+  """Writes `path` by `save(temporary)` and a rename: it never exists half-written. An error
+  of the disk names `path` (`cannot write O/probs/003.png: No space left on device`)."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  temporary = partial_path(path)
+  try:
+    save(temporary)
+    os.replace(temporary, path)
+  except BaseException as e:
+    with contextlib.suppress(OSError):
+      temporary.unlink()
+    if isinstance(e, OSError):
+      raise _named(e, path) from e
+    raise
+
+
+def save_image(path: Path, array: np.ndarray, format: str, **kwargs: Any) -> None:
+  """`array` as an image file at `path`, whole or not at all (`write_whole`)."""
+  write_whole(path, lambda p: PIL.Image.fromarray(array).save(p, format=format, **kwargs))
+
+
+def write_text(path: Path, text: str) -> None:
+  """`text` as `path` (UTF-8), whole or not at all."""
+  write_whole(path, lambda p: p.write_text(text, encoding='utf-8'))
+
+
+class SettingsDiffer(ValueError):
+  """--out holds an unfinished prediction of other settings (the message says which)."""
+
+
+class Progress:
+  """The progress file of a prediction in `out` (module docstring).
+
+  Attributes:
+    done: {name: {'row': ..., 'cracks': [...]}} of the photos done, by an earlier run of the
+      same command too.
+  """
+
+  def __init__(self, out: Path, settings: Mapping[str, Any], *, restart: bool):
+    """Opens (or with `restart`, starts) the progress file of `out` for `settings`.
+
+    Raises:
+      SettingsDiffer: the file was begun with other settings (and not `restart`).
+    """
+    self.path = Path(out) / PROGRESS_FILE
+    self.settings = json.loads(outputs.dumps(dict(settings)))
+    self.done: dict[str, dict[str, Any]] = {}
+    self.begun: set[str] = set()
+    earlier = None if restart else read_progress(out)
+    if earlier is not None and not earlier[1] and not earlier[2]:
+      earlier = None  # nothing was begun (every photo skipped): nothing to finish
+    if earlier is not None:
+      old, self.done, self.begun = earlier
+      changed = [
+        k for k in sorted(set(old) | set(self.settings)) if old.get(k) != self.settings.get(k)
+      ]
+      if changed:
+        shown = '; '.join(f'{k}: {old.get(k)} -> {self.settings.get(k)}' for k in changed[:3])
+        raise SettingsDiffer(
+          f'{out} holds an unfinished prediction made with other settings ({shown}): run it '
+          f'again with its own flags to finish it, pass --overwrite to start again, or choose '
+          f'another --out.'
+        )
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    if earlier is None:
+      write_text(self.path, outputs.dumps({'settings': self.settings}) + '\n')
+
+  def is_done(self, name: str, out: Path) -> bool:
+    """Whether `name` was done (its line is here) and its maps are still all there."""
+    return name in self.done and all(f.is_file() for f in map_files(out, name))
+
+  def started(self, name: str) -> bool:
+    """Whether this command began writing the maps of `name` (then maps of that name in
+    --out are its own, perhaps cut short, and may be written again)."""
+    return name in self.begun or name in self.done
+
+  def start(self, name: str) -> None:
+    """Records that the maps of `name` are about to be written."""
+    self._append({'started': name})
+    self.begun.add(name)
+
+  def add(self, name: str, row: Mapping[str, Any], cracks: list[Mapping[str, Any]]) -> None:
+    """Records `name` as done (after all its maps are in place)."""
+    self._append({'name': name, 'row': dict(row), 'cracks': [dict(c) for c in cracks]})
+    self.done[name] = {'row': dict(row), 'cracks': [dict(c) for c in cracks]}
+
+  def _append(self, entry: Mapping[str, Any]) -> None:
+    try:
+      with self.path.open('a', encoding='utf-8') as f:
+        f.write(outputs.dumps(dict(entry)) + '\n')
+        f.flush()
+    except OSError as e:
+      raise _named(e, self.path) from e
+
+
+def read_progress(
+  out: Path,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], set[str]] | None:
+  """(settings, done, started) of `out`'s progress file; None if there is none (or it is
+  unreadable: then nothing counts as done)."""
+  try:
+    lines = (Path(out) / PROGRESS_FILE).read_text(encoding='utf-8').splitlines()
+  except (OSError, UnicodeDecodeError):
+    return None
+  settings, done, started = None, {}, set()
+  for line in lines:
+    try:
+      entry = json.loads(line)
+    except ValueError:
+      continue  # the last line, cut short by an interruption: that photo is not done
+    if not isinstance(entry, dict):
+      continue
+    if settings is None and isinstance(entry.get('settings'), dict):
+      settings = entry['settings']
+    elif isinstance(entry.get('name'), str) and isinstance(entry.get('row'), dict):
+      done[entry['name']] = {'row': entry['row'], 'cracks': list(entry.get('cracks') or [])}
+    elif isinstance(entry.get('started'), str):
+      started.add(entry['started'])
+  return None if settings is None else (settings, done, started)
+
+
+def unfinished(out: Path) -> bool:
+  """Whether `out` holds a prediction begun and not finished (its tables, if any, are its
+  own, cut short: the same command again replaces them)."""
+  earlier = read_progress(out)
+  return earlier is not None and bool(earlier[1] or earlier[2])
+
+
+def finish(out: Path) -> None:
+  """Removes the progress file once the tables list every photo (the prediction is whole)."""
+  with contextlib.suppress(FileNotFoundError):
+    (Path(out) / PROGRESS_FILE).unlink()
