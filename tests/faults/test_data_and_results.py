@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,3 +75,95 @@ def test_each_setting_line_names_its_rows_when_the_rows_differ(tmp_path):
     '[160, 240], 100 steps/epoch',
   ]
   assert '(rows' not in markdown(runs, ['strict'])  # one setting: one line, as before
+
+
+# ---------------------------------------------------------------- 2: EXIF orientation
+
+# How a viewer shows stored pixels of each EXIF orientation (the EXIF 2.3 spec's words for
+# where the stored row 0 / column 0 go), written with numpy independently of Pillow; the test
+# stores the inverse of each so that every file shows the same upright picture.
+SHOWN = {
+  1: lambda a: a,
+  2: lambda a: a[:, ::-1],  # mirrored left-right
+  3: lambda a: a[::-1, ::-1],  # turned 180
+  4: lambda a: a[::-1],  # mirrored top-bottom
+  5: lambda a: a.swapaxes(0, 1),  # row 0 is the left side, column 0 the top
+  6: lambda a: np.rot90(a, -1),  # row 0 is the right side: turned a quarter clockwise
+  7: lambda a: a.swapaxes(0, 1)[::-1, ::-1],  # row 0 the right side, column 0 the bottom
+  8: lambda a: np.rot90(a, 1),  # row 0 is the left side: turned a quarter anticlockwise
+}
+STORED = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 8, 7: 7, 8: 6}  # the inverse of each, by SHOWN
+
+
+def _upright_picture() -> np.ndarray:
+  """A 6x10 (HxW) RGB picture with no symmetry: every pixel distinct."""
+  h, w = 6, 10
+  y, x = np.mgrid[:h, :w]
+  return np.stack([y * 40, x * 25, (y * w + x) * 4], axis=-1).astype(np.uint8)
+
+
+def _write_with_orientation(path: Path, upright: np.ndarray, orientation: int) -> Path:
+  import PIL.Image
+
+  stored = np.ascontiguousarray(SHOWN[STORED[orientation]](upright))
+  assert np.array_equal(SHOWN[orientation](stored), upright)  # the table is consistent
+  exif = PIL.Image.Exif()
+  exif[0x0112] = orientation
+  PIL.Image.fromarray(stored).save(path, exif=exif)
+  with PIL.Image.open(path) as check:  # Pillow wrote the tag
+    assert check.getexif().get(0x0112) == orientation
+  return path
+
+
+@pytest.mark.parametrize('orientation', range(1, 9))
+def test_images_and_masks_are_read_as_they_are_shown(tmp_path, orientation):
+  from tfds_builders import reading
+
+  picture = _upright_picture()
+  image = reading.load_rgb(_write_with_orientation(tmp_path / 'p.png', picture, orientation))
+  assert np.array_equal(np.asarray(image), picture)  # was: the stored pixels, sideways
+  from crackjax.deploy.predict_command import load_photo
+
+  assert np.array_equal(load_photo(tmp_path / 'p.png'), picture)  # as crackjax-predict reads it
+  mask = (picture[..., 2] > 100).astype(np.uint8) * 255
+  read = reading.load_mask(
+    _write_with_orientation(tmp_path / 'm.png', np.repeat(mask[..., None], 3, -1), orientation)
+  )
+  assert np.array_equal(read, mask // 255)
+
+
+def test_a_photo_stored_sideways_is_trained_and_scored_against_its_upright_mask(tmp_path):
+  """crack_folder (training, --mode=eval and crackjax-evaluate --folder read through it): a
+  square and a non-square photo with Orientation 6 and masks drawn on them as shown."""
+  from tests import fixtures
+  from tests.test_datasets_crack_folder import build, read
+
+  images, masks = tmp_path / 'images', tmp_path / 'masks'
+  images.mkdir(), masks.mkdir()
+  for name, size in (('square', (32, 32)), ('wide', (32, 48))):
+    picture = np.repeat((fixtures.folder_crack_mask(size) * 200 + 30)[..., None], 3, -1)
+    picture[..., 1] = np.arange(size[1], dtype=np.uint8)[None, :]  # no symmetry
+    _write_with_orientation(images / f'{name}.png', picture.astype(np.uint8), 6)
+    fixtures.write_image(masks / f'{name}.png', fixtures.folder_crack_mask(size) * 255)
+  builder = build(images, masks, tmp_path / 'tfds')
+  examples = read(builder, 'train') + read(builder, 'test')
+  assert len(examples) == 2  # was: the wide one stopped on a size mismatch
+  for e in examples:
+    # was: the square one scored rotated against its mask (recall 52 % vs 98 % upright)
+    assert np.array_equal(e['image'][..., 0] > 100, e['mask'][..., 0] == 1)
+
+
+def test_a_mask_of_the_stored_pixels_names_the_exif_orientation(tmp_path):
+  from tfds_builders import reading
+  from tfds_builders.errors import DatasetError
+
+  path = _write_with_orientation(tmp_path / 'p.png', _upright_picture(), 6)
+  image = reading.load_rgb(path)  # 6x10 upright, 10x6 stored
+  with pytest.raises(DatasetError) as e:
+    reading.check_same_size(image, np.zeros((10, 6), np.uint8), path, tmp_path / 'm.png')
+  assert str(e.value) == (
+    f'Mask {tmp_path / "m.png"} is 6x10 (WxH) but its image {path} is 10x6 as shown: its EXIF '
+    'orientation 6 turns its stored 6x10 pixels a quarter turn (images are read as viewers '
+    'show them). Save the mask turned the same way, or the image without the orientation tag '
+    '(e.g. PIL.ImageOps.exif_transpose) if the mask fits its stored pixels.'
+  )
