@@ -5,6 +5,7 @@ prepared dataset, an interrupted TFDS preparation."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,55 @@ def test_a_mask_of_the_stored_pixels_names_the_exif_orientation(tmp_path):
     'show them). Save the mask turned the same way, or the image without the orientation tag '
     '(e.g. PIL.ImageOps.exif_transpose) if the mask fits its stored pixels.'
   )
+
+
+# ------------------------------------------- 6: --mode=eval with a damaged newest checkpoint
+
+
+def _smoke_config(smoke_run: Path):
+  from tests import fixtures
+
+  root = smoke_run.parent / 'data'
+  config = fixtures.smoke_config((root / 'raw', root / 'tfds'))
+  config.eval.protocols = ('strict',)
+  return config
+
+
+@pytest.mark.slow  # seconds: two evaluations of the session's smoke run
+def test_evaluating_an_older_step_keeps_the_newest_results(smoke_run, tmp_path, caplog):
+  import shutil
+
+  from crackjax.experiment import build
+  from crackjax.trainer import train_command
+
+  workdir = tmp_path / 'run'
+  shutil.copytree(smoke_run, workdir)
+  (workdir / 'checkpoints' / '6' / 'default' / 'manifest.ocdbt').unlink()  # step 6 damaged
+  final = {n: (workdir / n).read_bytes() for n in ('eval.json', 'threshold.json')}
+  assert json.loads(final['eval.json'])['step'] == 6
+  caplog.set_level('WARNING')
+  train_command.run_or_exit(build(_smoke_config(smoke_run)), workdir, 'eval')
+  # was: eval.json and threshold.json of step 6 replaced by those of step 3
+  assert {n: (workdir / n).read_bytes() for n in final} == final
+  older = workdir / 'eval' / 'step_3'
+  assert json.loads((older / 'eval.json').read_text())['step'] == 3
+  assert json.loads((older / 'threshold.json').read_text())['step'] == 3
+  assert json.loads((workdir / 'epoch_001.json').read_text())['step'] == 3  # its own record
+  assert (
+    f'Evaluated step 3, older than step 6, whose results {workdir} holds (its newest checkpoint '
+    f"is damaged or gone): the results of step 3 are in {older}; the run's eval.json and "
+    'threshold.json stay those of step 6 (--overwrite replaces them).'
+  ) in caplog.text
+  train_command.run_or_exit(build(_smoke_config(smoke_run)), workdir, 'eval', overwrite=True)
+  assert json.loads((workdir / 'eval.json').read_text())['step'] == 3
+  assert json.loads((workdir / 'threshold.json').read_text())['step'] == 3
+
+
+def test_the_newest_evaluated_step_is_read_from_either_record(tmp_path):
+  from crackjax.trainer import scoring
+
+  assert scoring.newest_evaluated_step(tmp_path) is None
+  (tmp_path / 'eval.json').write_text('{"step": 4')  # damaged: replaced as before
+  assert scoring.newest_evaluated_step(tmp_path) is None
+  (tmp_path / 'threshold.json').write_text(json.dumps({'threshold': 0.4, 'step': 6}))
+  assert scoring.newest_evaluated_step(tmp_path) == 6
