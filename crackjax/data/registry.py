@@ -230,13 +230,14 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
   """
   builder = get_builder(data)
   if builder.is_prepared():
+    check_prepared(builder)
     return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
     if builder.is_prepared():
       # Another process prepared it while we waited for the lock: a fresh builder reads the
       # dataset info (splits, sizes) from disk.
-      return get_builder(data)
+      return check_prepared(get_builder(data))
     # Prepared here: the builder then holds the info itself and is returned as it is (one
     # construction per process).
     manual_dir = _expand(data.manual_dir)
@@ -258,6 +259,59 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
   return builder
 
 
+def _damaged(builder: tfds.core.DatasetBuilder, what: str) -> DatasetError:
+  """The one line for a prepared copy that cannot be read: its folder and how to rebuild it."""
+  return DatasetError(
+    f'The prepared dataset {builder.name} in {builder.data_dir} is damaged: {what}. Delete that '
+    f'folder (rm -r {builder.data_dir}) and run the same command again: it is prepared again '
+    'from its files (with --config.data.manual_dir where the dataset needs it).'
+  )
+
+
+def check_prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
+  """`builder` if every record file of its prepared copy holds the records its dataset_info
+  counts (an array_record file's footer, read without its records: milliseconds), else a
+  DatasetError naming the folder and how to rebuild it (`_damaged`): a file cut short (a
+  copy or a disk that ran out) used to end training or evaluation in a 'Corrupted
+  Riegeli/records file' traceback."""
+  if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
+    return builder
+  from array_record.python import array_record_module
+
+  for split in builder.info.splits.values():
+    for path, expected in zip(split.filepaths, split.shard_lengths, strict=False):
+      name = epath.Path(path).name
+      if not epath.Path(path).exists():
+        raise _damaged(builder, f'{name} is missing')
+      try:
+        found = array_record_module.ArrayRecordReader(os.fspath(path)).num_records()
+      except Exception as e:  # noqa: BLE001 - any failure to open it is the news
+        raise _damaged(builder, f'{name} cannot be read ({type(e).__name__}: {e})') from None
+      if found != expected:
+        raise _damaged(builder, f'{name} holds {found} of its {expected} records (cut short?)')
+  return builder
+
+
+class ReadableSource(Sequence):
+  """A split's random-access source whose unreadable records (a prepared file damaged after
+  `check_prepared`, e.g. a flipped byte) end in `_damaged`'s one line, not in array_record's
+  'Corrupted Riegeli/records file' traceback."""
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, split: str):
+    self._builder, self._source = builder, builder.as_data_source(split)
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def __getitem__(self, index):
+    try:
+      return self._source[index]
+    except RuntimeError as e:
+      if 'Riegeli' not in str(e) and 'ArrayRecord' not in str(e):
+        raise
+      raise _damaged(self._builder, f'a record cannot be read ({e})') from None
+
+
 def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
   """Prepares dataset ``data.name`` if needed and returns its builder; cheap once prepared.
 
@@ -274,7 +328,7 @@ def get_data_source(data: ml_collections.ConfigDict, split: str) -> Sequence[dic
 
   Records are dicts ``{'image': uint8 [H, W, 3], 'mask': uint8 [H, W, 1], 'name': bytes}``.
   """
-  return _prepared_builder(data).as_data_source(split)
+  return ReadableSource(_prepared_builder(data), split)
 
 
 def record_name(record: dict[str, Any]) -> str:

@@ -220,3 +220,105 @@ def test_the_newest_evaluated_step_is_read_from_either_record(tmp_path):
   assert scoring.newest_evaluated_step(tmp_path) is None
   (tmp_path / 'threshold.json').write_text(json.dumps({'threshold': 0.4, 'step': 6}))
   assert scoring.newest_evaluated_step(tmp_path) == 6
+
+
+# ------------------------------------------------------- 8: a damaged prepared dataset
+
+
+@pytest.fixture(scope='module')
+def prepared(tmp_path_factory):
+  """A fake CrackForest prepared once for this module: (raw, tfds) folders, not to be changed."""
+  from crackjax.data import registry
+  from tests import fixtures
+
+  dirs = fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
+  registry.prepare_dataset(fixtures.smoke_config(dirs).data)
+  return dirs
+
+
+def _damaged_copy(prepared, tmp_path: Path, how: str, split: str = 'test'):
+  """A copy of `prepared` whose `split` record file is cut short or has bytes flipped; returns
+  (its config, its version folder)."""
+  import shutil
+
+  from tests import fixtures
+
+  raw, tfds_dir = prepared
+  shutil.copytree(tfds_dir, tmp_path / 'tfds')
+  version = tmp_path / 'tfds' / 'crackforest' / '1.0.0'
+  path = version / f'crackforest-{split}.array_record-00000-of-00001'
+  data = bytearray(path.read_bytes())
+  if how == 'cut':
+    data = data[: len(data) * 3 // 4]  # its footer gone, as a copy cut short
+  else:
+    data[100:3000] = bytes(b ^ 0xFF for b in data[100:3000])  # the first record's chunk
+  path.write_bytes(bytes(data))
+  return fixtures.smoke_config((raw, tmp_path / 'tfds')), version
+
+
+def _rebuild(version: Path) -> str:
+  return (
+    f'Delete that folder (rm -r {version}) and run the same command again: it is prepared '
+    'again from its files (with --config.data.manual_dir where the dataset needs it).'
+  )
+
+
+def test_a_record_file_cut_short_is_named_before_anything_is_read(prepared, tmp_path):
+  from crackjax.data import registry
+
+  config, version = _damaged_copy(prepared, tmp_path, 'cut')
+  with pytest.raises(registry.DatasetError) as e:
+    registry.prepare_dataset(config.data)
+  assert str(e.value) == (
+    f'The prepared dataset crackforest in {version} is damaged: '
+    'crackforest-test.array_record-00000-of-00001 holds 0 of its 4 records (cut short?). '
+    + _rebuild(version)
+  )
+  (version / 'crackforest-test.array_record-00000-of-00001').unlink()
+  with pytest.raises(registry.DatasetError, match='-00001 is missing. Delete that folder'):
+    registry.prepare_dataset(config.data)
+
+
+def test_a_damaged_record_read_later_is_one_line_too(prepared, tmp_path):
+  from crackjax.data import loader, registry
+
+  config, version = _damaged_copy(prepared, tmp_path, 'flipped')
+  source = registry.get_data_source(config.data, 'test')  # its footer is whole
+  with pytest.raises(registry.DatasetError) as e:
+    list(loader.eval_examples(source))
+  assert str(e.value).startswith(
+    f'The prepared dataset crackforest in {version} is damaged: a record cannot be read '
+    '(Corrupted Riegeli/records file: '
+  )
+  assert str(e.value).endswith(_rebuild(version))
+  intact = registry.get_data_source(config.data, 'train')
+  assert len(list(loader.eval_examples(intact))) == 6  # the other split reads as before
+
+
+@pytest.mark.slow  # seconds: launch.py in a subprocess, twice
+@pytest.mark.parametrize('how, mode', [('cut', 'eval'), ('flipped', 'train')])
+def test_launch_on_a_damaged_dataset_ends_in_one_line(prepared, tmp_path, how, mode):
+  import subprocess
+  import sys
+
+  config, version = _damaged_copy(prepared, tmp_path, how, 'test' if mode == 'eval' else 'train')
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(REPO / 'launch.py'),
+      '--config=configs/smoke.py',
+      f'--workdir={tmp_path / "run"}',
+      f'--config.data.manual_dir={config.data.manual_dir}',
+      f'--config.data.data_dir={config.data.data_dir}',
+      f'--mode={mode}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert 'Traceback' not in proc.stderr  # was: a 9-10 frame 'Corrupted Riegeli' traceback
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(f'launch.py: The prepared dataset crackforest in {version} is damaged: ')
+  assert last.endswith(_rebuild(version))
