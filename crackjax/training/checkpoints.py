@@ -100,9 +100,12 @@ def complete_steps(directory: str | Path) -> list[int]:
 
 
 def _is_abandoned_write(record: logging_lib.LogRecord) -> bool:
-  """Whether `record` is asyncio's report of an orbax write task whose error nobody read."""
+  """Whether `record` is asyncio's report of an orbax write (a task, or the future that gathers
+  a save's writes: 'Future' / '_GatheringFuture exception was never retrieved', with a 3-frame
+  traceback, when the disk fills midway, e.g. by another writer) whose error nobody read: the
+  save's failure is `save`'s one line."""
   message = record.getMessage()
-  return 'Task exception was never retrieved' in message and 'orbax' in message
+  return 'exception was never retrieved' in message and ('orbax' in message or 'OCDBT' in message)
 
 
 def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseException):

@@ -322,3 +322,123 @@ def test_launch_on_a_damaged_dataset_ends_in_one_line(prepared, tmp_path, how, m
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith(f'launch.py: The prepared dataset crackforest in {version} is damaged: ')
   assert last.endswith(_rebuild(version))
+
+
+# ------------------------------------- 9: a disk filled by another writer during a save
+
+
+def test_asyncio_reports_of_a_failed_orbax_write_are_quiet(caplog):
+  """The 3-frame traceback asyncio logged when the disk filled midway through a save (its
+  future gathering the writes, not a task, whose report the filter already dropped)."""
+  import logging
+
+  from crackjax.training import checkpoints
+
+  checkpoints._quiet_abandoned_writes()
+  error = ValueError(
+    'RESOURCE_EXHAUSTED: Error writing "opt_state.0.nu.x/0" in OCDBT database at local file '
+    '"/w/checkpoints/6.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
+    "No space left on device [os_error_code='28']"
+  )
+  caplog.set_level('ERROR')
+  for kind in ('_GatheringFuture', 'Future', 'Task'):
+    logging.getLogger('asyncio').error(
+      '%s exception was never retrieved\nfuture: <%s finished exception=%r>',
+      kind,
+      kind,
+      error,
+      exc_info=(ValueError, error, None),
+    )
+  assert caplog.records == []  # was: '_GatheringFuture exception ...' and its traceback
+  logging.getLogger('asyncio').error('Future exception was never retrieved: something else')
+  assert len(caplog.records) == 1  # asyncio's other reports stay
+
+
+def _full(tmp_path: Path, name: str) -> Path:
+  """`tmp_path/name` as a link to /dev/full, where every write fails with ENOSPC."""
+  if not Path('/dev/full').exists():
+    pytest.skip('no /dev/full here')
+  (tmp_path / name).symlink_to('/dev/full')
+  return tmp_path / name
+
+
+def test_a_full_disk_under_the_metrics_and_records_names_the_file(tmp_path, monkeypatch):
+  import os
+
+  from crackjax.runs import exits, identity
+  from crackjax.runs.metric_writer import MetricWriter
+
+  _full(tmp_path, 'metrics.jsonl')
+  writer = MetricWriter(tmp_path)
+  with pytest.raises(SystemExit) as e, exits.one_line_exits('launch.py'):
+    writer.write_scalars(1, {'loss': 0.5})
+  assert e.value.code == (  # was: 'launch.py: cannot write: No space left on device; ...'
+    f'launch.py: cannot write {tmp_path / "metrics.jsonl"}: No space left on device; free some '
+    'space there and run the same command again.'
+  )
+  _full(tmp_path, f'.eval.json.{os.getpid()}.tmp')  # write_json's temporary file
+  with pytest.raises(OSError) as e:
+    identity.write_json(tmp_path / 'eval.json', {'step': 6})
+  assert e.value.filename == str(tmp_path / 'eval.json')
+  assert not (tmp_path / f'.eval.json.{os.getpid()}.tmp').exists()  # not left behind
+  assert not (tmp_path / 'eval.json').exists()
+
+
+_OTHER_WRITER = """
+import shutil, subprocess, sys
+from crackjax.training import checkpoints
+disk = sys.argv[1]
+real_save = checkpoints.save
+def save(mngr, step, state, **kw):
+  if step == 6:  # step 3 complete; another writer fills the disk once the check has passed
+    checkpoints.finish_saves(mngr)
+    free = shutil.disk_usage(mngr.directory).free
+    subprocess.run(f'head -c {max(free - 300_000, 0)} /dev/zero > {disk}/filler', shell=True)
+    checkpoints._short_of_space = lambda directory, state: None
+  return real_save(mngr, step, state, **kw)
+checkpoints.save = save
+from crackjax.trainer import train_command
+sys.argv = ['launch.py', *sys.argv[2:]]
+train_command.main('launch.py')
+"""
+
+
+@pytest.mark.slow  # seconds: launch.py on an 8 MB tmpfs
+def test_a_disk_filled_by_another_writer_during_a_save_ends_in_one_line_naming_it(
+  prepared, tmp_path
+):
+  import shutil
+  import subprocess
+  import sys
+  import textwrap
+
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  unshare = ['unshare', '--user', '--map-root-user', '--mount']
+  probe = subprocess.run([*unshare, 'sh', '-c', f'mount -t tmpfs tmpfs {disk}'], check=False)
+  if shutil.which('unshare') is None or probe.returncode:
+    pytest.skip('no tmpfs can be mounted here')
+  (tmp_path / 'driver.py').write_text(_OTHER_WRITER)
+  raw, tfds_dir = prepared
+  argv = (
+    f'{sys.executable} {tmp_path / "driver.py"} {disk} --config=configs/smoke.py '
+    f'--workdir={disk / "run"} --config.data.manual_dir={raw} --config.data.data_dir={tfds_dir} '
+    '--config.num_epochs=5 --mode=train'
+  )
+  script = textwrap.dedent(f"""
+    mount -t tmpfs -o size=8m tmpfs {disk} || exit 99
+    cd {REPO}
+    {argv} 2> {tmp_path}/err; echo $? > {tmp_path}/status
+    ls -a {disk}/run/checkpoints > {tmp_path}/ls
+  """)
+  subprocess.run([*unshare, 'bash', '-c', script], check=True, timeout=600)
+  err = (tmp_path / 'err').read_text()
+  assert (tmp_path / 'status').read_text().strip() == '1', err[-3000:]
+  assert 'Traceback' not in err and 'never retrieved' not in err, err[-3000:]
+  last = [line for line in err.replace('\r', '\n').splitlines() if line.strip()][-1]
+  assert last == (
+    f'launch.py: cannot save the checkpoint of step 6 in {disk / "run" / "checkpoints"}: No '
+    'space left on device. Training stopped; the last complete checkpoint, step 3, is kept. '
+    'Free space there (or make it writable) and run the same command again to resume.'
+  )
+  assert (tmp_path / 'ls').read_text().split() == ['.', '..', '3']
