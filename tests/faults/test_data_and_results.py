@@ -442,3 +442,43 @@ def test_a_disk_filled_by_another_writer_during_a_save_ends_in_one_line_naming_i
     'Free space there (or make it writable) and run the same command again to resume.'
   )
   assert (tmp_path / 'ls').read_text().split() == ['.', '..', '3']
+
+
+# ----------------------------------------- 10: a config that is not a ConfigDict; data_dir
+
+
+@pytest.mark.parametrize(
+  'returns, kind', [("{'learning_rate': 0.1}", 'dict'), ('[1]', 'list'), ('3', 'int')]
+)
+@pytest.mark.parametrize('overrides', [(), ('--config.learning_rate=0.3',)])
+def test_a_config_file_returning_no_config_dict_is_one_line(tmp_path, returns, kind, overrides):
+  from crackjax.config import flags as config_flags
+
+  path = tmp_path / 'mine.py'
+  path.write_text(f'def get_config():\n  return {returns}\n')
+  argv = ['launch.py', f'--config={path}', *overrides]
+  with pytest.raises(SystemExit) as e:
+    config_flags.parse_flags(config_flags.new_flag_values(argv), argv, prog='launch.py')
+  assert e.value.code == (  # was: an 8-frame AttributeError traceback in the validation
+    f"launch.py: --config={path}: the config file's get_config() returned a {kind}, not an "
+    'ml_collections.ConfigDict; return ml_collections.ConfigDict(...) (or start from '
+    'configs/base.py, as configs/crackforest_exp.py does).'
+  )
+
+
+@pytest.mark.parametrize('below', ['', 'sub/tfds'])
+def test_a_data_dir_that_is_a_file_names_the_flag(tmp_path, below):
+  from crackjax.config.validation import ConfigError, check_config
+  from tests import fixtures
+
+  (tmp_path / 'afile').write_text('not a folder')
+  config = fixtures.smoke_config((tmp_path / 'raw', tmp_path / 'afile' / below))
+  with pytest.raises(ConfigError) as e:
+    check_config(config)
+  where = 'is a file' if not below else f'is inside {tmp_path / "afile"}, a file'
+  assert str(e.value) == (  # was: launch.py: [Errno 17] File exists: 'PATH', naming no flag
+    f'--config.data.data_dir={config.data.data_dir} {where}, not a folder; name a folder '
+    '(created if missing) for the prepared datasets.'
+  )
+  config.data.data_dir = str(tmp_path / 'new' / 'tfds')  # a folder to be made: fine
+  check_config(config)
