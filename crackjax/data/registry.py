@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import shutil
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -247,16 +248,46 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
       builder.name,
       builder.data_dir,
     )
+    made = _folders_tfds_makes(builder)
+    existed = {p for p in made if p.exists()}
+    _remove_incomplete(builder)  # a preparation killed earlier (kill -9, a lost machine)
     try:
       builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
       )
-    except Exception as e:  # A builder's data error: re-raise with its message only.
-      error = _dataset_error(e)
+    except BaseException as e:  # Ctrl-C included: nothing half-made is left behind
+      _remove_incomplete(builder)
+      for folder in made:  # deepest first; only the empty ones this attempt made
+        if folder not in existed and folder.is_dir() and not any(folder.iterdir()):
+          folder.rmdir()
+      error = _dataset_error(e) if isinstance(e, Exception) else None
       if error is None:
         raise
+      # A builder's data error: re-raise with its message only.
       raise error from e
   return builder
+
+
+def _folders_tfds_makes(builder: tfds.core.DatasetBuilder) -> list[epath.Path]:
+  """The folders a preparation creates under ``data_dir`` (deepest first): the dataset's
+  (``<name>/[<config>/]``) and TFDS's download folders. A failed attempt left them empty, and
+  the next call warned of a variant folder without dataset_info.json."""
+  root = epath.Path(builder.data_dir_root)
+  chain, folder = [], epath.Path(builder.data_dir)
+  while folder != root and root in folder.parents:
+    chain.append(folder)
+    folder = folder.parent
+  downloads = root / 'downloads'
+  return [*chain, downloads / 'extracted', downloads / 'manual', downloads]
+
+
+def _remove_incomplete(builder: tfds.core.DatasetBuilder) -> None:
+  """Removes TFDS's temporary folders of an unfinished preparation of `builder`'s dataset
+  (``incomplete.*`` beside its version folder): only TFDS writes them, and with the file lock
+  held no other process is preparing this dataset."""
+  for path in epath.Path(builder.data_dir).parent.glob('incomplete.*'):
+    logging.info('Removing %s, left by a preparation that did not finish.', path)
+    shutil.rmtree(os.fspath(path), ignore_errors=True)
 
 
 def _damaged(builder: tfds.core.DatasetBuilder, what: str) -> DatasetError:

@@ -482,3 +482,67 @@ def test_a_data_dir_that_is_a_file_names_the_flag(tmp_path, below):
   )
   config.data.data_dir = str(tmp_path / 'new' / 'tfds')  # a folder to be made: fine
   check_config(config)
+
+
+# ----------------------------------------- 12: interrupted or failed dataset preparation
+
+
+def _everything(folder: Path) -> list[str]:
+  return sorted(str(p.relative_to(folder)) for p in folder.rglob('*'))
+
+
+def test_an_interrupted_preparation_leaves_nothing_and_the_next_one_prepares(tmp_path, monkeypatch):
+  from crackjax.data import registry
+  from tests import fixtures
+  from tfds_builders import reading
+
+  config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
+  real, calls = reading.load_rgb, []
+
+  def ctrl_c_at_the_fourth_image(path):
+    calls.append(path)
+    if len(calls) == 4:
+      raise KeyboardInterrupt
+    return real(path)
+
+  monkeypatch.setattr(reading, 'load_rgb', ctrl_c_at_the_fourth_image)
+  with pytest.raises(KeyboardInterrupt):
+    registry.prepare_dataset(config.data)
+  tfds_dir = Path(config.data.data_dir)
+  assert _everything(tfds_dir) == ['crackforest.lock']  # was: incomplete.* for good
+  monkeypatch.setattr(reading, 'load_rgb', real)
+  assert registry.prepare_dataset(config.data).info.splits['test'].num_examples == 4
+
+
+def test_a_killed_preparations_temporary_folder_is_removed_by_the_next(tmp_path):
+  from crackjax.data import registry
+  from tests import fixtures
+
+  config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
+  stale = Path(config.data.data_dir) / 'crackforest' / 'incomplete.KILLED_1.0.0'
+  stale.mkdir(parents=True)
+  (stale / 'crackforest-train.array_record-00000-of-00001').write_bytes(b'half')  # kill -9
+  registry.prepare_dataset(config.data)
+  assert not stale.exists()
+  assert [p.name for p in stale.parent.iterdir()] == ['1.0.0']
+
+
+def test_a_failed_attempt_leaves_no_empty_folders(tmp_path):
+  from crackjax.data import registry
+  from tests import fixtures
+
+  junk = tmp_path / 'junk'
+  junk.mkdir()
+  (junk / 'readme.txt').write_text('not the dataset')
+  config = fixtures.smoke_config((junk, tmp_path / 'tfds'))
+  for _ in range(2):
+    with pytest.raises(registry.DatasetNotFoundError, match='does not look like the CrackForest'):
+      registry.prepare_dataset(config.data)
+    # was: empty tfds/crackforest/ and tfds/downloads/extracted/, warned about next time
+    assert _everything(tmp_path / 'tfds') == ['crackforest.lock']
+  assert _everything(junk) == ['readme.txt']  # the user's folder untouched
+  (tmp_path / 'tfds' / 'downloads').mkdir()
+  (tmp_path / 'tfds' / 'downloads' / 'mine.zip').write_text('kept')
+  with pytest.raises(registry.DatasetNotFoundError):
+    registry.prepare_dataset(config.data)
+  assert (tmp_path / 'tfds' / 'downloads' / 'mine.zip').read_text() == 'kept'
