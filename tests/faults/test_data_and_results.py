@@ -546,3 +546,29 @@ def test_a_failed_attempt_leaves_no_empty_folders(tmp_path):
   with pytest.raises(registry.DatasetNotFoundError):
     registry.prepare_dataset(config.data)
   assert (tmp_path / 'tfds' / 'downloads' / 'mine.zip').read_text() == 'kept'
+
+
+# ------------------------------------------- smaller: plain TFDS without the manual files
+
+
+@pytest.mark.parametrize('name', ['crack360', 'aiglern', 'bjn260'])
+def test_plain_tfds_without_manual_files_shows_the_builders_instructions(tmp_path, name):
+  import textwrap
+
+  import tensorflow_datasets as tfds
+
+  import tfds_builders
+  from tfds_builders.errors import DatasetNotFoundError
+
+  builder = tfds.builder(name, data_dir=str(tmp_path))
+  with pytest.raises(DatasetNotFoundError) as e:
+    builder.download_and_prepare()
+  message = str(e.value)
+  assert 'instructions:)' not in message  # was: '... using instructions:).' as if none
+  instructions = textwrap.dedent(type(builder).MANUAL_DOWNLOAD_INSTRUCTIONS).strip()
+  assert message == (
+    f'Manual directory {tmp_path / "downloads" / "manual"} does not exist or is empty. Put the '
+    "dataset's files there, or pass their folder as DownloadConfig(manual_dir=DIR) (launch.py: "
+    f'--config.data.manual_dir=DIR), as follows:\n{instructions}'
+  )
+  assert tfds_builders  # registered by its import
