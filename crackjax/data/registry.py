@@ -307,6 +307,8 @@ def check_prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilde
   Riegeli/records file' traceback."""
   if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
     return builder
+  if '://' in os.fspath(builder.data_dir):  # a bucket: array_record's reader opens local files
+    return builder
   from array_record.python import array_record_module
 
   for split in builder.info.splits.values():
