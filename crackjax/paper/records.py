@@ -257,7 +257,7 @@ def _check_one_setting_per_row(runs: Sequence[tuple[dict[str, Any], str]]) -> No
     setting = run.get('setting') or {}
     if not any(v is not None for v in setting.values()):
       continue
-    key = json.dumps(setting, sort_keys=True)
+    key = outputs.dumps(setting, sort_keys=True)
     by_group.setdefault((run['table'], run['group']), {}).setdefault(key, []).append((run, source))
   for (_, group), settings in by_group.items():
     sides = list(settings.values())
@@ -278,9 +278,8 @@ def _side(members: Sequence[tuple[dict[str, Any], str]], fields: Sequence[str]) 
   seeds = ', '.join(str(s) for s in sorted({r['seed'] for r, _ in members}))
   sources = ', '.join(sorted({s for _, s in members}))
   setting = members[0][0]['setting']
-  return (
-    f'seed(s) {seeds} of {sources} ({", ".join(f"{k} {json.dumps(setting[k])}" for k in fields)})'
-  )
+  values = ', '.join(f'{k} {outputs.dumps(setting[k])}' for k in fields)
+  return f'seed(s) {seeds} of {sources} ({values})'
 
 
 def _same_key(x: Any) -> str:

@@ -148,7 +148,7 @@ def _is_abandoned_callback(exc_type, exc, tb) -> bool:
   return 'call_soon_threadsafe' in frames or '_check_closed' in frames
 
 
-def _quiet_abandoned_writes() -> None:
+def quiet_abandoned_writes() -> None:
   """Installs, once, the filters of a failed save's late reports, which `save` replaces by its
   one line: the other write tasks of that save fail too, and TensorStore reports each as
   unraisable (`PyErr_WriteUnraisable`, a bare 'Event loop is closed' traceback on stderr) and
@@ -197,7 +197,7 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any, *, force: bool = Fa
   Raises:
     CheckpointSaveError: the one-line reason; the unfinished step's folders are removed.
   """
-  _quiet_abandoned_writes()
+  quiet_abandoned_writes()
   # A Ctrl-C or SIGTERM waits until orbax has started the save: one inside `mngr.save` left
   # its signal-waiting threads hanging (the process never exited) and the step's temporary
   # folder half made (`exits.interrupts_deferred`).

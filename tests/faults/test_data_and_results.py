@@ -334,7 +334,7 @@ def test_asyncio_reports_of_a_failed_orbax_write_are_quiet(caplog):
 
   from crackjax.training import checkpoints
 
-  checkpoints._quiet_abandoned_writes()
+  checkpoints.quiet_abandoned_writes()
   error = ValueError(
     'RESOURCE_EXHAUSTED: Error writing "opt_state.0.nu.x/0" in OCDBT database at local file '
     '"/w/checkpoints/6.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
