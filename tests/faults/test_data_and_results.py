@@ -572,3 +572,26 @@ def test_plain_tfds_without_manual_files_shows_the_builders_instructions(tmp_pat
     f'--config.data.manual_dir=DIR), as follows:\n{instructions}'
   )
   assert tfds_builders  # registered by its import
+
+
+@pytest.mark.slow  # seconds: a run restored and scored
+def test_crackjax_evaluate_on_a_damaged_record_ends_in_one_line(smoke_run, tmp_path):
+  import shutil
+
+  from crackjax.trainer import evaluate_command
+
+  workdir = tmp_path / 'run'
+  shutil.copytree(smoke_run, workdir)
+  root = smoke_run.parent / 'data'
+  config, version = _damaged_copy((root / 'raw', root / 'tfds'), tmp_path, 'flipped')
+  recorded = json.loads((workdir / 'config.json').read_text())
+  recorded['data']['data_dir'] = config.data.data_dir  # the run's data, moved and damaged
+  (workdir / 'config.json').write_text(json.dumps(recorded))
+  with pytest.raises(SystemExit) as e:
+    evaluate_command.main([f'--workdir={workdir}', '--protocols=strict', '--workers=1'])
+  line = str(e.value.code)
+  assert line.startswith(
+    f'crackjax-evaluate: crackforest:test: The prepared dataset crackforest in {version} is '
+    'damaged: a record cannot be read (Corrupted Riegeli/records file: '
+  ), line
+  assert line.endswith(_rebuild(version))
