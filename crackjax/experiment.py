@@ -150,7 +150,7 @@ class Experiment:
     """The random-access source of `split`, opened once per split."""
     sources = self.__dict__.setdefault('_sources', {})
     if split not in sources:
-      sources[split] = self.builder.as_data_source(split)
+      sources[split] = data_registry.ReadableSource(self.builder, split)
     return sources[split]
 
   @property

@@ -45,7 +45,7 @@ def test_train_and_eval_on_own_folder(tmp_path):
   assert result['num_images'] == 2 and result['step'] == 6
   # (The layout of the metrics themselves is evaluation's business; see test_evaluation.)
   # The prepared folder lives under its own config name in data_dir/crack_folder/.
-  assert len(list((data_dir / 'crack_folder').glob('roads_*/1.0.0'))) == 1
+  assert len(list((data_dir / 'crack_folder').glob('roads_*/1.1.0'))) == 1
 
   # Evaluation alone, from the checkpoint, on the train split's whole (mixed-size) images.
   proc = launch(

@@ -140,8 +140,9 @@ def test_launch_with_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
     f'--config.data.data_dir={blocker / "tfds"}',
   )
   assert proc.returncode == 1
-  assert proc.stderr.strip().splitlines()[-1] == (
-    f"launch.py: [Errno 20] Not a directory: '{blocker / 'tfds'}'"
+  assert proc.stderr.strip().splitlines()[-1] == (  # was: [Errno 20] Not a directory: 'PATH'
+    f'launch.py: bad config: --config.data.data_dir={blocker / "tfds"} is inside {blocker}, a '
+    'file, not a folder; name a folder (created if missing) for the prepared datasets.'
   )
   assert 'Traceback' not in proc.stderr
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -270,9 +271,14 @@ def manual_dir_or_raise(dl_manager: tfds.download.DownloadManager, instructions:
   try:
     return dl_manager.manual_dir
   except AssertionError as e:
+    # TFDS' own words end in 'using instructions:' and its copy of them; ours follow at once
+    # (was: '... using instructions:).' and the instructions on the next lines, which read as
+    # if TFDS had none).
+    found = str(e.args[0] if e.args else e).split(' Create it and download', 1)[0].strip()
     raise DatasetNotFoundError(
-      f'The manual download directory is missing or empty ({e.args[0].splitlines()[0]}).\n'
-      f'{instructions}'
+      f"{found} Put the dataset's files there, or pass their folder as "
+      f'DownloadConfig(manual_dir=DIR) (launch.py: --config.data.manual_dir=DIR), as follows:\n'
+      f'{textwrap.dedent(instructions).strip()}'
     ) from None
 
 

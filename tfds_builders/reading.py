@@ -1,5 +1,8 @@
 """Reading one image or mask, validating loudly.
 
+* Every file is read as viewers show it (`upright`): a photo's EXIF orientation (a phone's
+  portrait shot is stored sideways with Orientation 6) is applied to images and masks alike,
+  as crackjax-predict does, so that a mask drawn on the photo as shown fits it.
 * `load_rgb` decodes an image fully (so truncated files fail here, naming the file) and
   converts it to RGB (grey, palette, RGBA and 16-bit images are accepted). Images with more
   than 8 bits are read by their actual range: values up to 1023 / 4095 / 16383 / 65535 are
@@ -16,19 +19,39 @@ from __future__ import annotations
 
 import numpy as np
 import PIL.Image
+import PIL.ImageOps
 from etils import epath
 
 from tfds_builders.errors import DatasetError
 from tfds_builders.split_report import note
 
+#: Where `upright` keeps the EXIF orientation it applied (1-8), for messages.
+ORIENTATION_INFO = 'crackjax_exif_orientation'
+#: The EXIF orientations that swap width and height (a quarter turn, with or without a flip).
+QUARTER_TURNS = (5, 6, 7, 8)
+
+
+def upright(image: PIL.Image.Image) -> PIL.Image.Image:
+  """``image`` as viewers show it: its EXIF orientation (2-8) applied by
+  `PIL.ImageOps.exif_transpose` (crackjax-predict turns photos the same way), the tag it
+  applied kept in ``info[ORIENTATION_INFO]``. An image without the tag is returned as it is."""
+  orientation = image.getexif().get(0x0112, 1)  # 0x0112: Orientation
+  if orientation not in range(2, 9):
+    return image
+  turned = PIL.ImageOps.exif_transpose(image)
+  turned.info[ORIENTATION_INFO] = orientation
+  return turned
+
 
 def read_pil(path: epath.PathLike, what: str = 'image') -> PIL.Image.Image:
-  """Opens and fully decodes ``path`` (PIL is lazy: force it so bad files fail here)."""
+  """Opens and fully decodes ``path`` (PIL is lazy: force it so bad files fail here), turned
+  `upright` by its EXIF orientation."""
   path = epath.Path(path)
   try:
     with path.open('rb') as f:
       image = PIL.Image.open(f)
       image.load()
+      image = upright(image)
   except Exception as e:  # OSError, SyntaxError, ValueError, DecompressionBombError ...
     raise DatasetError(f'Cannot read {what} {path}: {type(e).__name__}: {e}') from e
   if image.width == 0 or image.height == 0:
@@ -172,7 +195,17 @@ def check_same_size(
 ) -> None:
   """Raises DatasetError naming both files if ``mask`` (HxW) is not ``image``'s size."""
   if mask.shape != (image.height, image.width):
+    orientation = image.info.get(ORIENTATION_INFO, 1)
+    turned = ''
+    if orientation in QUARTER_TURNS:
+      # The image is stored sideways; a mask of its stored size was drawn on it unturned.
+      turned = (
+        f' as shown: its EXIF orientation {orientation} turns its stored '
+        f'{image.height}x{image.width} pixels a quarter turn (images are read as viewers show '
+        'them). Save the mask turned the same way, or the image without the orientation tag '
+        '(e.g. PIL.ImageOps.exif_transpose) if the mask fits its stored pixels'
+      )
     raise DatasetError(
       f'Mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} (WxH) but its image {image_path} '
-      f'is {image.width}x{image.height}.'
+      f'is {image.width}x{image.height}{turned}.'
     )

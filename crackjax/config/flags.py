@@ -32,6 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
@@ -260,6 +261,9 @@ def parse_flags(
     line = config_load_error(e, config_value) if config_value is not None else None
     if line:
       sys.exit(f'{prog}: --config={config_value}: {line}')
+    kind = _returned_kind(config_value, prog) if config_value is not None else None
+    if kind:  # an override of a field of a dict (or list ...): the file is the problem
+      sys.exit(f'{prog}: --config={config_value}: {_NOT_A_CONFIG_DICT.format(kind=kind)}')
     _exit_on_flag_error(e, flag_values, argv, prog)
     raise
   if config_value is not None:
@@ -275,7 +279,36 @@ def parse_flags(
     if config_value is not None:
       sys.exit(f'{prog}: --config={config_value}: {_RETURNED_NONE}')
     sys.exit(f'{prog}: --config=configs/<name>.py[:arg] is required.')
+  if config_value is not None and not _is_config_dict(flag_values['config'].value):
+    kind = type(flag_values['config'].value).__name__
+    sys.exit(f'{prog}: --config={config_value}: {_NOT_A_CONFIG_DICT.format(kind=kind)}')
   return remaining
+
+
+def _is_config_dict(value: object) -> bool:
+  return isinstance(value, ml_collections.ConfigDict | ml_collections.FrozenConfigDict)
+
+
+def _returned_kind(config_value: str, prog: str) -> str | None:
+  """The type's name of what the config file's get_config() returns when that is not a
+  ConfigDict (loaded again without the command line's overrides, which failed on it), else
+  None."""
+  argv = [prog, f'--config={config_value}']
+  try:
+    with _without_none_warning():
+      flag_values = new_flag_values(argv)
+      flag_values(argv)
+      value = flag_values['config'].value
+  except Exception:  # noqa: BLE001 - the file fails on its own: the caller says how
+    return None
+  return None if value is None or _is_config_dict(value) else type(value).__name__
+
+
+_NOT_A_CONFIG_DICT = (
+  "the config file's get_config() returned a {kind}, not an ml_collections.ConfigDict; return "
+  'ml_collections.ConfigDict(...) (or start from configs/base.py, as configs/crackforest_exp.py '
+  'does).'
+)
 
 
 _RETURNED_NONE = "the config file's get_config() returned None (a missing return?)."

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -237,9 +239,29 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   pretrained_path = (config.get('model_init') or {}).get('pretrained')
   if training and pretrained_path:  # here, not when the model is initialised after the data
     problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]
+  if training:  # a run rebuilt to predict or export reads no dataset
+    problems += [p for p in [_not_a_folder('data.data_dir', data.get('data_dir'))] if p]
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
+
+
+def _not_a_folder(field: str, value: Any) -> str | None:
+  """Why the folder of config field `field` cannot be one (a file there, or above it), or
+  None: checked with the config, before TFDS's '[Errno 17] File exists' named no flag."""
+  if not isinstance(value, str) or not value:
+    return None
+  path = Path(os.path.expanduser(value)).absolute()
+  existing = path
+  while not existing.exists() and existing != existing.parent:
+    existing = existing.parent
+  if existing.is_dir():
+    return None
+  where = 'is a file' if existing == path else f'is inside {existing}, a file'
+  return (
+    f'--config.{field}={value} {where}, not a folder; name a folder (created if missing) '
+    'for the prepared datasets.'
+  )
 
 
 def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import shutil
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -230,13 +231,14 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
   """
   builder = get_builder(data)
   if builder.is_prepared():
+    check_prepared(builder)
     return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
     if builder.is_prepared():
       # Another process prepared it while we waited for the lock: a fresh builder reads the
       # dataset info (splits, sizes) from disk.
-      return get_builder(data)
+      return check_prepared(get_builder(data))
     # Prepared here: the builder then holds the info itself and is returned as it is (one
     # construction per process).
     manual_dir = _expand(data.manual_dir)
@@ -246,16 +248,101 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
       builder.name,
       builder.data_dir,
     )
+    made = _folders_tfds_makes(builder)
+    existed = {p for p in made if p.exists()}
+    _remove_incomplete(builder)  # a preparation killed earlier (kill -9, a lost machine)
     try:
       builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
       )
-    except Exception as e:  # A builder's data error: re-raise with its message only.
-      error = _dataset_error(e)
+    except BaseException as e:  # Ctrl-C included: nothing half-made is left behind
+      _remove_incomplete(builder)
+      for folder in made:  # deepest first; only the empty ones this attempt made
+        if folder not in existed and folder.is_dir() and not any(folder.iterdir()):
+          folder.rmdir()
+      error = _dataset_error(e) if isinstance(e, Exception) else None
       if error is None:
         raise
+      # A builder's data error: re-raise with its message only.
       raise error from e
   return builder
+
+
+def _folders_tfds_makes(builder: tfds.core.DatasetBuilder) -> list[epath.Path]:
+  """The folders a preparation creates under ``data_dir`` (deepest first): the dataset's
+  (``<name>/[<config>/]``) and TFDS's download folders. A failed attempt left them empty, and
+  the next call warned of a variant folder without dataset_info.json."""
+  root = epath.Path(builder.data_dir_root)
+  chain, folder = [], epath.Path(builder.data_dir)
+  while folder != root and root in folder.parents:
+    chain.append(folder)
+    folder = folder.parent
+  downloads = root / 'downloads'
+  return [*chain, downloads / 'extracted', downloads / 'manual', downloads]
+
+
+def _remove_incomplete(builder: tfds.core.DatasetBuilder) -> None:
+  """Removes TFDS's temporary folders of an unfinished preparation of `builder`'s dataset
+  (``incomplete.*`` beside its version folder): only TFDS writes them, and with the file lock
+  held no other process is preparing this dataset."""
+  for path in epath.Path(builder.data_dir).parent.glob('incomplete.*'):
+    logging.info('Removing %s, left by a preparation that did not finish.', path)
+    shutil.rmtree(os.fspath(path), ignore_errors=True)
+
+
+def _damaged(builder: tfds.core.DatasetBuilder, what: str) -> DatasetError:
+  """The one line for a prepared copy that cannot be read: its folder and how to rebuild it."""
+  return DatasetError(
+    f'The prepared dataset {builder.name} in {builder.data_dir} is damaged: {what}. Delete that '
+    f'folder (rm -r {builder.data_dir}) and run the same command again: it is prepared again '
+    'from its files (with --config.data.manual_dir where the dataset needs it).'
+  )
+
+
+def check_prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
+  """`builder` if every record file of its prepared copy holds the records its dataset_info
+  counts (an array_record file's footer, read without its records: milliseconds), else a
+  DatasetError naming the folder and how to rebuild it (`_damaged`): a file cut short (a
+  copy or a disk that ran out) used to end training or evaluation in a 'Corrupted
+  Riegeli/records file' traceback."""
+  if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
+    return builder
+  if '://' in os.fspath(builder.data_dir):  # a bucket: array_record's reader opens local files
+    return builder
+  from array_record.python import array_record_module
+
+  for split in builder.info.splits.values():
+    for path, expected in zip(split.filepaths, split.shard_lengths, strict=False):
+      name = epath.Path(path).name
+      if not epath.Path(path).exists():
+        raise _damaged(builder, f'{name} is missing')
+      try:
+        found = array_record_module.ArrayRecordReader(os.fspath(path)).num_records()
+      except Exception as e:  # noqa: BLE001 - any failure to open it is the news
+        raise _damaged(builder, f'{name} cannot be read ({type(e).__name__}: {e})') from None
+      if found != expected:
+        raise _damaged(builder, f'{name} holds {found} of its {expected} records (cut short?)')
+  return builder
+
+
+class ReadableSource(Sequence):
+  """A split's random-access source whose unreadable records (a prepared file damaged after
+  `check_prepared`, e.g. a flipped byte) end in `_damaged`'s one line, not in array_record's
+  'Corrupted Riegeli/records file' traceback."""
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, split: str):
+    self._builder, self._source = builder, builder.as_data_source(split)
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def __getitem__(self, index):
+    try:
+      return self._source[index]
+    except RuntimeError as e:
+      if 'Riegeli' not in str(e) and 'ArrayRecord' not in str(e):
+        raise
+      raise _damaged(self._builder, f'a record cannot be read ({e})') from None
 
 
 def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
@@ -274,7 +361,7 @@ def get_data_source(data: ml_collections.ConfigDict, split: str) -> Sequence[dic
 
   Records are dicts ``{'image': uint8 [H, W, 3], 'mask': uint8 [H, W, 1], 'name': bytes}``.
   """
-  return _prepared_builder(data).as_data_source(split)
+  return ReadableSource(_prepared_builder(data), split)
 
 
 def record_name(record: dict[str, Any]) -> str:

@@ -241,7 +241,45 @@ def load(inputs: Iterable[str | Path]) -> list[dict[str, Any]]:
       runs += [(run, str(item)) for run in data['runs']]
     else:
       raise FileNotFoundError(f'No such file or directory: {item}.')
+  _check_one_setting_per_row(runs)
   return _dedupe(runs)
+
+
+def _check_one_setting_per_row(runs: Sequence[tuple[dict[str, Any], str]]) -> None:
+  """A ValueError naming the row and the fields that differ when the runs of one training group
+  (a row's seeds, or two copies of one seed) come from different settings (`setting_of`: model,
+  widths, input size, steps per epoch, batch, dtype): a row's mean over them would mix two
+  experiments (was: GPU seeds of widths 64..1024 and a CPU-scale seed of widths 8..128 averaged
+  into one row, the only note a differing eval time). A field one of them lacks (an older
+  export), or a run.json without its config, is unknown, not different."""
+  by_group: dict[tuple[int, str], dict[str, list[tuple[dict[str, Any], str]]]] = {}
+  for run, source in runs:
+    setting = run.get('setting') or {}
+    if not any(v is not None for v in setting.values()):
+      continue
+    key = outputs.dumps(setting, sort_keys=True)
+    by_group.setdefault((run['table'], run['group']), {}).setdefault(key, []).append((run, source))
+  for (_, group), settings in by_group.items():
+    sides = list(settings.values())
+    a = sides[0][0][0]['setting']
+    for members in sides[1:]:
+      b = members[0][0]['setting']
+      fields = [k for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+      if fields:
+        raise ValueError(
+          f'{group} mixes settings that one row would average: {_side(sides[0], fields)} but '
+          f"{_side(members, fields)}; report each setting on its own (one command per setting's "
+          'inputs, each with its own --out).'
+        )
+
+
+def _side(members: Sequence[tuple[dict[str, Any], str]], fields: Sequence[str]) -> str:
+  """'seed(s) 0, 1 of A.json (widths [...], ...)': the runs of one setting, in words."""
+  seeds = ', '.join(str(s) for s in sorted({r['seed'] for r, _ in members}))
+  sources = ', '.join(sorted({s for _, s in members}))
+  setting = members[0][0]['setting']
+  values = ', '.join(f'{k} {outputs.dumps(setting[k])}' for k in fields)
+  return f'seed(s) {seeds} of {sources} ({values})'
 
 
 def _same_key(x: Any) -> str:

@@ -80,8 +80,12 @@ def _describe_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
     net = (
       f'widths {s["widths"]}' if model == 'unet' else f'{model} (width_scale {s["width_scale"]})'
     )
+    # Several settings (rows of different scales; a row never mixes them, `records.load`
+    # refuses that): each line names the rows it is the setting of.
+    groups = sorted({r['group'] for r in runs if json.dumps(r['setting'], sort_keys=True) == text})
+    of = f' (rows {", ".join(groups)})' if len(settings) > 1 else ''
     lines.append(
-      f'- Setting: {net}, training input {s["input_size"] or "full images"}, '
+      f'- Setting{of}: {net}, training input {s["input_size"] or "full images"}, '
       f'{s["steps_per_epoch"]} steps/epoch, batch {s["batch_size"]}, {s["dtype"]}.'
     )
   commits = sorted({str(r['versions'].get('commit')) for r in runs})

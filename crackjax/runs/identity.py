@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 FINGERPRINT_FILE = 'fingerprint.json'
 LOCK_FILE = '.lock'
@@ -158,7 +158,12 @@ def write_json(path: str | Path, obj: Any, **dump_kwargs) -> None:
   killed process never leaves half a file."""
   path = Path(path)
   tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-  tmp.write_text(outputs.dumps(obj, indent=1, **dump_kwargs))
+  try:
+    with exits.naming(path):  # a full disk's line names the record, not a nameless write
+      tmp.write_text(outputs.dumps(obj, indent=1, **dump_kwargs))
+  except OSError:
+    tmp.unlink(missing_ok=True)  # no half-written temporary file left behind
+    raise
   tmp.replace(path)
 
 

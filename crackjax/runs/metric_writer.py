@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 _SERIAL = itertools.count()  # this process's writers, for their event files' names
 
@@ -61,9 +61,11 @@ class MetricWriter:
       value = float(value)
       record[name] = value
       self._tb.add_scalar(f'{kind}/{name}', value, int(step))
-    # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN).
-    self._jsonl.write(outputs.dumps(record) + '\n')
-    self._jsonl.flush()
+    # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN). A full
+    # disk's error names the file (`exits.naming`): a write names none.
+    with exits.naming(self._jsonl.name):
+      self._jsonl.write(outputs.dumps(record) + '\n')
+      self._jsonl.flush()
 
   def write_evaluation(
     self,
@@ -109,13 +111,15 @@ class MetricWriter:
   def flush(self) -> None:
     if self._active:
       self._tb.flush()
-      self._jsonl.flush()
+      with exits.naming(self._jsonl.name):
+        self._jsonl.flush()
 
   def close(self) -> None:
     if self._active:
-      self._tb.close()
-      self._jsonl.close()
       self._active = False
+      self._tb.close()
+      with exits.naming(self._jsonl.name):
+        self._jsonl.close()
 
 
 def _drop_rows_after(path: Path, step: int) -> None:

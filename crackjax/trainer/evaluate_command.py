@@ -337,15 +337,18 @@ def _score_all(
     out = scoring.other_results_dir(scored.eval_plan, workdir, split)
     if flat:  # --model: DIR/<dataset>_<split>, no run around it
       out = Path(workdir) / out.name
-    record = scoring.evaluate_checkpoint(
-      scored,
-      workdir,
-      state=state,
-      split=split,
-      operating_points={'run': threshold},
-      workers=workers,
-      out=out,
-    )
+    try:
+      record = scoring.evaluate_checkpoint(
+        scored,
+        workdir,
+        state=state,
+        split=split,
+        operating_points={'run': threshold},
+        workers=workers,
+        out=out,
+      )
+    except data_registry.DatasetError as e:  # a record of the prepared copy unreadable
+      sys.exit(f'{PROG}: {label}: {e}')
     mine = table_rows(label, record)
     rows += mine
     print(markdown(mine, f'{label} ({record["num_images"]} images, step {step}) -> {out}'))

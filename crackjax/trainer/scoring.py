@@ -211,6 +211,7 @@ def evaluate_checkpoint(
   operating_points: dict[str, float] | None = None,
   workers: int = 1,
   out: str | Path | None = None,
+  overwrite: bool = False,
 ) -> dict[str, Any]:
   """Evaluates the experiment's latest checkpoint in `workdir` (or `state`) on the test split
   (or `split`).
@@ -227,6 +228,11 @@ def evaluate_checkpoint(
   (`evaluation.at_threshold`) as ``results[protocol]['operating_points'][name]``;
   `workers`: processes that count the images (`score`). `out`: write there instead of
   `results_dir` (crackjax-evaluate: always beside the run's own results, `other_results_dir`).
+
+  A step older than the one whose results `results_dir` holds (the newest checkpoint damaged
+  and set aside, `checkpoints.restore_latest_readable`) writes its eval.json, threshold.json
+  and plots in `step_results_dir` instead, with a warning, so that the run's final results stay
+  those of its newest good evaluation; `overwrite` replaces them all the same.
 
   Returns:
     The evaluation record (also written to eval.json).
@@ -267,11 +273,47 @@ def evaluate_checkpoint(
       point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
       result.setdefault('operating_points', {})[name] = point
   if jax.process_index() == 0:
+    target = out
+    newer = newest_evaluated_step(out)
+    if newer is not None and newer > summary['step'] and not overwrite:
+      target = step_results_dir(out, summary['step'])
+      logging.warning(
+        'Evaluated step %d, older than step %d, whose results %s holds (its newest checkpoint '
+        "is damaged or gone): the results of step %d are in %s; the run's eval.json and "
+        'threshold.json stay those of step %d (--overwrite replaces them).',
+        summary['step'],
+        newer,
+        out,
+        summary['step'],
+        target,
+        newer,
+      )
     images = [ex['image'] for ex in examples]
     hparams = experiment.hparams
-    write_eval_outputs(plan, out, summary, results, images, probs, gts, names, hparams)
+    write_eval_outputs(plan, target, summary, results, images, probs, gts, names, hparams)
+    # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
     write_epoch_record(out, summary, schedule.steps_per_epoch)
   return summary
+
+
+def step_results_dir(directory: str | Path, step: int) -> Path:
+  """``<directory>/eval/step_<step>``: where an evaluation of a step older than the results
+  of `directory` goes (`evaluate_checkpoint`)."""
+  return Path(directory) / 'eval' / f'step_{step}'
+
+
+def newest_evaluated_step(directory: str | Path) -> int | None:
+  """The step whose evaluation `directory`'s eval.json or threshold.json records (the newer
+  of the two), or None: neither is there or readable (a damaged one is replaced as before)."""
+  steps = []
+  for name in ('eval.json', 'threshold.json'):
+    try:
+      step = json.loads((Path(directory) / name).read_text()).get('step')
+    except (OSError, ValueError, AttributeError):
+      continue
+    if isinstance(step, int) and not isinstance(step, bool):
+      steps.append(step)
+  return max(steps, default=None)
 
 
 class EpochEvaluator:

@@ -35,6 +35,13 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs and result
 MODES = ('train', 'eval', 'train_and_eval')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES), 'What to run.')
 flags.DEFINE_bool(
+  'overwrite',
+  False,
+  "--mode=eval: replace the run's eval.json and threshold.json even when they hold a newer "
+  'step than the checkpoint evaluated (its newest one damaged); without it that evaluation goes '
+  'to <workdir>/eval/step_<N>/.',
+)
+flags.DEFINE_bool(
   'distributed', False, 'Call jax.distributed.initialize() (auto-detected cluster environments).'
 )
 flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 (multi-host).')
@@ -43,16 +50,17 @@ flags.DEFINE_integer('process_id', None, 'Index of this process (multi-host).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def run(experiment: Experiment, workdir: str | Path, mode: str) -> None:
+def run(experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False) -> None:
   """Trains and/or evaluates `experiment` (`crackjax.experiment.build`) in `workdir` according
-  to `mode` (one of MODES)."""
+  to `mode` (one of MODES); `overwrite`: an evaluation of an older step than the run's results
+  replaces them (`scoring.evaluate_checkpoint`)."""
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
     # No checkpoint: say so before the lock would create the workdir.
     checkpoints.existing_manager(workdir, experiment.restore_spec.max_to_keep)
     with identity.leader_lock(workdir):  # it writes eval.json and threshold.json
-      scoring.evaluate_checkpoint(experiment, workdir)
+      scoring.evaluate_checkpoint(experiment, workdir, overwrite=overwrite)
   else:
     loop.train_and_evaluate(experiment, workdir, evaluate_after=mode == 'train_and_eval')
 
@@ -96,7 +104,7 @@ def _main(argv):
       if not isinstance(e, USER_ERRORS):
         raise exits.Stopped(_bad_config(e)) from None
       raise
-    run(experiment, FLAGS.workdir, FLAGS.mode)
+    run(experiment, FLAGS.workdir, FLAGS.mode, overwrite=FLAGS.overwrite)
 
 
 #: The errors a user can fix, each one line (exit status 1): absent or invalid data, another
@@ -120,11 +128,13 @@ _INTERRUPTED = (
 )
 
 
-def run_or_exit(experiment: Experiment, workdir: str | Path, mode: str) -> None:
+def run_or_exit(
+  experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False
+) -> None:
   """`run`, ending in one line and an exit status instead of a traceback for what a user can
   fix or did on purpose (`USER_ERRORS`, Ctrl-C, a full disk; `runs.exits`)."""
   with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
-    run(experiment, workdir, mode)
+    run(experiment, workdir, mode, overwrite=overwrite)
 
 
 def _bad_config(error: ValueError) -> str:

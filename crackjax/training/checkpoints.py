@@ -162,9 +162,12 @@ def complete_steps(directory: str | Path) -> list[int]:
 
 
 def _is_abandoned_write(record: logging_lib.LogRecord) -> bool:
-  """Whether `record` is asyncio's report of an orbax write task whose error nobody read."""
+  """Whether `record` is asyncio's report of an orbax write (a task, or the future that gathers
+  a save's writes: 'Future' / '_GatheringFuture exception was never retrieved', with a 3-frame
+  traceback, when the disk fills midway, e.g. by another writer) whose error nobody read: the
+  save's failure is `save`'s one line."""
   message = record.getMessage()
-  return 'Task exception was never retrieved' in message and 'orbax' in message
+  return 'exception was never retrieved' in message and ('orbax' in message or 'OCDBT' in message)
 
 
 def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseException):
@@ -207,7 +210,7 @@ def _is_abandoned_callback(exc_type, exc, tb) -> bool:
   return 'call_soon_threadsafe' in frames or '_check_closed' in frames
 
 
-def _quiet_abandoned_writes() -> None:
+def quiet_abandoned_writes() -> None:
   """Installs, once, the filters of a failed save's late reports, which `save` replaces by its
   one line: the other write tasks of that save fail too, and TensorStore reports each as
   unraisable (`PyErr_WriteUnraisable`, a bare 'Event loop is closed' traceback on stderr) and
@@ -266,7 +269,7 @@ def save(
   Raises:
     CheckpointSaveError: the one-line reason; the unfinished step's folders are removed.
   """
-  _quiet_abandoned_writes()
+  quiet_abandoned_writes()
   # A Ctrl-C or SIGTERM waits until orbax has started the save: one inside `mngr.save` left
   # its signal-waiting threads hanging (the process never exited) and the step's temporary
   # folder half made (`exits.interrupts_deferred`).

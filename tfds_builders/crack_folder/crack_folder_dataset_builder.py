@@ -31,7 +31,7 @@ Where the prepared data goes: the builder config is named ``<folder>_<hash>``, w
 hash covers the absolute paths, the options, the split lists, every file's name, size and
 modification time, and ``READER`` (the version of the way files are read). So different
 folders (or a folder whose files changed, or a newer reader) get their own directory
-``<data_dir>/crack_folder/<folder>_<hash>/1.0.0`` and never reuse stale data.
+``<data_dir>/crack_folder/<folder>_<hash>/1.1.0`` and never reuse stale data.
 """
 
 from __future__ import annotations
@@ -187,8 +187,13 @@ class CrackFolder(paired_builder.PairedImageBuilder):
   """A user's folder of crack images and masks (see the module docstring)."""
 
   name = 'crack_folder'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  # 1.1.0: a copy prepared by 1.0.0 holds phone photos sideways; a new version prepares the
+  # folders again instead of reusing it.
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {
+    '1.0.0': 'Initial release.',
+    '1.1.0': 'Images and masks read upright by their EXIF orientation, as viewers show them.',
+  }
   BUILDER_CONFIGS: list[CrackFolderConfig] = []
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
   Give the builder image_dir and mask_dir (from a launch.py config:
