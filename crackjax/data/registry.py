@@ -336,6 +336,12 @@ class ReadableSource(Sequence):
   def __len__(self) -> int:
     return len(self._source)
 
+  def __iter__(self):
+    # Sequence's own __iter__ stops at an IndexError; array_record raises ValueError past the
+    # end, so a plain `for record in source` ended in that error.
+    for index in range(len(self)):
+      yield self[index]
+
   def __getitem__(self, index):
     try:
       return self._source[index]

@@ -160,5 +160,5 @@ def flat_hparams(config: Mapping[str, Any], prefix: str = '') -> dict[str, HPara
     elif isinstance(value, bool | int | float | str):
       flat[name] = value
     else:
-      flat[name] = json.dumps(value, default=str)
+      flat[name] = outputs.dumps(value, default=str)
   return flat
