@@ -311,10 +311,33 @@ def _exit_on_flag_error(
         f'{prog}: {overrides[0]} overrides a config field, but no --config was given; pass '
         '--config=configs/<name>.py[:arg] first.'
       )
-    config_value = _config_value(argv)
-    if config_value is not None and 'must have a value other than None' in str(e):
-      sys.exit(f'{prog}: --config={config_value}: {_RETURNED_NONE}')
+    missing = re.search(r'Flag --(\w+) must have a value other than None', str(e))
+    if missing:
+      # absl's words for a required flag left out (mark_flag_as_required); for --config also
+      # a config file whose get_config() returned None.
+      sys.exit(_missing_flag_line(missing.group(1), _config_value(argv), prog))
     sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
+
+
+def _missing_flag_line(name: str, config_value: str | None, prog: str) -> str:
+  """The line for a required flag `name` that has no value."""
+  if name != 'config':
+    return f'{prog}: --{name} is required.\n{HELP_HINT}'
+  if config_value is not None:
+    return f'{prog}: --config={config_value}: {_RETURNED_NONE}'
+  return f'{prog}: --config=configs/<name>.py[:arg] is required.'
+
+
+def default_workdir(argv: Sequence[str], root: str | Path = 'workdirs') -> Path | None:
+  """The workdir of a command line that names none: ``workdirs/<config name>[_<arg>]`` under
+  the current folder (``--config=configs/crack360_exp.py:cpu`` -> ``workdirs/crack360_exp_cpu``),
+  so the same command resumes the same run; None without ``--config``."""
+  value = _config_value(argv)
+  if not value:
+    return None
+  path, _, arg = value.partition(':')
+  name = Path(path).stem + (f'_{arg}' if arg else '')
+  return Path(root) / re.sub(r'[^A-Za-z0-9._-]+', '_', name)
 
 
 def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:
