@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import smoke
+from crackjax.configs import smoke
 from crackjax.runs import identity
 
 REPO = Path(__file__).resolve().parents[1]

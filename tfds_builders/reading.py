@@ -18,8 +18,8 @@ import numpy as np
 import PIL.Image
 from etils import epath
 
-from tfds_builders.errors import DatasetError
-from tfds_builders.split_report import note
+from crackjax.tfds_builders.errors import DatasetError
+from crackjax.tfds_builders.split_report import note
 
 
 def read_pil(path: epath.PathLike, what: str = 'image') -> PIL.Image.Image:

@@ -33,12 +33,12 @@ from absl import logging
 from etils import epath
 
 from crackjax import plugins
-from tfds_builders.aiglern import AigleRN
-from tfds_builders.bjn260 import BJN260
-from tfds_builders.crack360 import Crack360
-from tfds_builders.crack_folder import CrackFolder
-from tfds_builders.crackforest import CrackForest
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders.aiglern import AigleRN
+from crackjax.tfds_builders.bjn260 import BJN260
+from crackjax.tfds_builders.crack360 import Crack360
+from crackjax.tfds_builders.crack_folder import CrackFolder
+from crackjax.tfds_builders.crackforest import CrackForest
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,9 +43,9 @@ import scipy.io
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders import listing, paired_builder, reading
-from tfds_builders.crackforest import splits
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders import listing, paired_builder, reading
+from crackjax.tfds_builders.crackforest import splits
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 # Archive of the default branch of the public repository; extracts to CrackForest-dataset-master/.
 _URL = 'https://github.com/cuilimeng/CrackForest-dataset/archive/refs/heads/master.zip'
