@@ -11,7 +11,7 @@ Laplace-smoothed (crackjax.losses.background_ratio), so q stays finite there.
 `:cpu` shrinks it for a 2-core CPU.
 """
 
-from configs import base
+from crackjax.configs import base
 
 
 def get_config(arg: str | None = None):

@@ -8,7 +8,7 @@ Full 480x320 images (multiples of 16) as input, 200 training / 60 test images.
 `:cpu` shrinks it for a 2-core CPU.
 """
 
-from configs import base
+from crackjax.configs import base
 
 
 def get_config(arg: str | None = None):

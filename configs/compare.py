@@ -34,8 +34,8 @@ RCF, SegNet, DeepCrack, DeepLab v3+ and CrackSeg; the run logs which and writes 
 
 import ml_collections
 
-from configs import base, paper_tables
 from crackjax import models
+from crackjax.configs import base, paper_tables
 from crackjax.paper import tables
 
 # The paper's exponential WCE on the fused map (the dagger rows of single-output models).

@@ -8,7 +8,7 @@ Training images (800x600) are randomly cropped to 512x512; testing uses the whol
 CRKWH100 images. `:cpu` shrinks it for a 2-core CPU.
 """
 
-from configs import base
+from crackjax.configs import base
 
 
 def get_config(arg: str | None = None):

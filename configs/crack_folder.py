@@ -10,7 +10,7 @@ image): training takes random crops of that size; evaluation always uses whole i
 `:cpu` shrinks the U-Net (widths 16...256, 2 epochs); `:smoke` is a seconds-long run (tests).
 """
 
-from configs import base
+from crackjax.configs import base
 
 
 def get_config(arg: str | None = None):

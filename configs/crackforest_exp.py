@@ -4,7 +4,7 @@
 epochs of 300 steps) and `:smoke` to seconds; see `base.VARIANTS`.
 """
 
-from configs import base
+from crackjax.configs import base
 
 
 def get_config(arg: str | None = None):

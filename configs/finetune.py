@@ -13,7 +13,7 @@ formats and checks are those of configs/crack_folder.py (docs/datasets.md). Over
 on the command line, e.g. `--config.num_epochs=5`.
 """
 
-from configs import crack_folder
+from crackjax.configs import crack_folder
 
 
 def get_config(arg: str | None = None):

@@ -6,7 +6,7 @@ and an optional size variant (`,cpu`, `,smoke`)."""
 
 import ml_collections
 
-from configs import base
+from crackjax.configs import base
 from crackjax.paper import tables
 
 

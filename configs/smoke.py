@@ -4,7 +4,7 @@ Equivalent to `configs/crackforest_exp.py:smoke`. Point manual_dir at a (fixture
 CrackForest archive, e.g. `--config.data.manual_dir=../shared/datasets/crackforest`.
 """
 
-from configs import crackforest_exp
+from crackjax.configs import crackforest_exp
 
 
 def get_config(arg: str | None = None):

@@ -8,7 +8,7 @@ dataset settings are crackjax/paper/tables.py's (SETTINGS[4]); an unknown key li
 ones.
 """
 
-from configs import paper_tables
+from crackjax.configs import paper_tables
 
 
 def get_config(arg: str | None = None):

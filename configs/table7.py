@@ -10,7 +10,7 @@ crackjax/paper/data/table7.csv; the keys, the assumed epochs and the dataset set
 are configs/compare.py's. An unknown key lists the valid ones.
 """
 
-from configs import compare
+from crackjax.configs import compare
 
 
 def get_config(arg: str | None = None):

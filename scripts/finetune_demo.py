@@ -36,7 +36,7 @@ PROTOCOLS = 'strict,tolerance_thin_gt'
 
 def crackforest_test_names(root: Path) -> list[str]:
   """The CrackForest test split's image names (tfds_builders/crackforest/splits.py)."""
-  from tfds_builders.crackforest import splits  # installed with crackjax
+  from crackjax.tfds_builders.crackforest import splits  # installed with crackjax
 
   return sorted(splits.CRACKFOREST_TEST)
 

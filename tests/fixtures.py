@@ -113,7 +113,7 @@ def fake_data_config(tmp_path: Path, **fake_kwargs) -> ml_collections.ConfigDict
     tmp_path: a fresh temporary directory (e.g. pytest's ``tmp_path``).
     **fake_kwargs: passed to `make_fake_crackforest`.
   """
-  from configs import base  # Imported here so that merely importing fixtures stays cheap.
+  from crackjax.configs import base  # Imported here so that merely importing fixtures stays cheap.
 
   tmp_path = Path(tmp_path)
   raw = tmp_path / 'raw'
@@ -136,7 +136,7 @@ def smoke_data_dirs(root: Path) -> tuple[Path, Path]:
 
 def smoke_config(data_dirs: tuple[Path, Path]) -> ml_collections.ConfigDict:
   """configs/smoke.py reading the fake CrackForest of `smoke_data_dirs`."""
-  from configs import smoke
+  from crackjax.configs import smoke
 
   raw, tfds_dir = data_dirs
   config = smoke.get_config()
@@ -247,7 +247,7 @@ def make_fake_folder(
 
 def fake_folder_config(tmp_path: Path, **folder_kwargs) -> ml_collections.ConfigDict:
   """configs/base.py pointed at a fake crack_folder under ``tmp_path`` (prepared in tfds/)."""
-  from configs import base
+  from crackjax.configs import base
 
   tmp_path = Path(tmp_path)
   images, masks = tmp_path / 'folder' / 'images', tmp_path / 'folder' / 'masks'

@@ -60,7 +60,7 @@ os.environ['JAX_PLATFORMS'] = 'cpu'
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from configs import smoke  # noqa: E402
+from crackjax.configs import smoke  # noqa: E402
 from crackjax.data import loader  # noqa: E402
 from crackjax.experiment import build  # noqa: E402
 from crackjax.trainer import loop  # noqa: E402

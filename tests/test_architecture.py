@@ -11,13 +11,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _module_name(path: Path) -> str:
   parts = path.relative_to(REPO).with_suffix('').parts
+  if parts[0] == 'tfds_builders':  # installed as crackjax.tfds_builders (pyproject.toml)
+    parts = ('crackjax', *parts)
   return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
+def _crackjax_files() -> list[Path]:
+  """The files of crackjax's modules: crackjax/ and tfds_builders/ (crackjax.tfds_builders)."""
+  return [*(REPO / 'crackjax').rglob('*.py'), *(REPO / 'tfds_builders').rglob('*.py')]
+
+
 def _crackjax_modules() -> dict[str, ast.Module]:
-  return {
-    _module_name(p): ast.parse(p.read_text(), str(p)) for p in (REPO / 'crackjax').rglob('*.py')
-  }
+  return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in _crackjax_files()}
 
 
 def _imported(tree: ast.Module) -> set[str]:
@@ -37,7 +42,7 @@ def _imported(tree: ast.Module) -> set[str]:
 
 
 def _module_names() -> list[str]:
-  return [_module_name(p) for p in (REPO / 'crackjax').rglob('*.py')]
+  return [_module_name(p) for p in _crackjax_files()]
 
 
 def test_no_import_cycle_in_crackjax():
@@ -107,7 +112,7 @@ def test_no_private_crackjax_name_used_outside_crackjax():
 def test_crackjax_does_not_import_configs_and_nothing_edits_sys_path():
   offenders = collections.defaultdict(list)
   for name, tree in _crackjax_modules().items():
-    if any(t == 'configs' or t.startswith('configs.') for t in _imported(tree)):
+    if any(t.startswith(('configs', 'crackjax.configs')) for t in _imported(tree)):
       offenders['imports configs'].append(name)
   for path in [*(REPO / 'crackjax').rglob('*.py'), *_outside_files()]:
     if 'sys.path.insert' in path.read_text() or 'sys.path.append' in path.read_text():
@@ -131,6 +136,7 @@ def test_one_restore_path():
 # a lower one. The package itself (`crackjax/__init__.py`, the lazy `crackjax.Predictor`) is the
 # top. Every folder is in one layer; there is no exception list.
 LAYERS = (
+  'crackjax.tfds_builders',  # the TFDS builders (the repository's tfds_builders/)
   'crackjax.plugins',  # the registration rule of every registry
   'crackjax.runs',  # what every command keeps to: identity, exits, outputs, logs, metrics
   'crackjax.models',

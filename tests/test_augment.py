@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import base
+from crackjax.configs import base
 from crackjax.data import augment as augment_lib
 
 ZERO = dict(

@@ -23,8 +23,8 @@ import orbax.checkpoint as ocp
 import pytest
 from flax.training import train_state as flax_train_state
 
-from configs import compare, smoke
 from crackjax import losses
+from crackjax.configs import compare, smoke
 from crackjax.deploy import export, predictor
 from crackjax.experiment import build
 from crackjax.models import model_variables

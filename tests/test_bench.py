@@ -9,7 +9,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from configs import crackforest_exp
+from crackjax.configs import crackforest_exp
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = (4, 8, 16, 32, 64)
@@ -197,7 +197,7 @@ def test_torch_cuda_without_a_gpu_is_a_clear_error():
 
 
 def test_torch_comparison_says_which_configs_it_cannot_run():
-  from configs import compare
+  from crackjax.configs import compare
 
   bench = _load_bench()
   assert bench.torch_unsupported(crackforest_exp.get_config()) is None

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import tensorflow_datasets as tfds
 
+from crackjax.tfds_builders.crackforest import CrackForest
+from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cfd
+from crackjax.tfds_builders.errors import DatasetError
 from tests import fixtures
-from tfds_builders.crackforest import CrackForest
-from tfds_builders.crackforest import crackforest_dataset_builder as cfd
-from tfds_builders.errors import DatasetError
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_CRACKFOREST = Path('/work/shared/datasets/crackforest')

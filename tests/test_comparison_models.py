@@ -6,7 +6,7 @@ tests/test_batchnorm_train_state.py."""
 import numpy as np
 import pytest
 
-from configs import compare
+from crackjax.configs import compare
 from crackjax.deploy import predictor
 from tests import fixtures
 

@@ -7,7 +7,7 @@ import ml_collections
 import pytest
 from jax import lax
 
-from configs import compare, smoke
+from crackjax.configs import compare, smoke
 from crackjax.experiment import build
 from crackjax.models import MODELS, input_multiple, model_from_config
 from crackjax.paper import complexity

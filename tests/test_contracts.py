@@ -27,9 +27,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import base, compare
 from crackjax import evaluation, losses, models
 from crackjax.config import validation
+from crackjax.configs import base, compare
 from crackjax.data import registry as data_registry
 from crackjax.experiment import build
 from crackjax.models import pretrained

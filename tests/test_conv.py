@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import smoke
+from crackjax.configs import smoke
 from crackjax.experiment import build
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2

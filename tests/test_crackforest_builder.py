@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from crackjax.tfds_builders.crackforest import CrackForest, splits
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 from tests import fixtures
-from tfds_builders.crackforest import CrackForest, splits
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA_CANDIDATES = (
@@ -96,7 +96,7 @@ def test_registered_and_reads_without_tensorflow(fake_build):
   # A fresh interpreter: build + read must not import TensorFlow (it is not even installed
   # here, but the check also holds where it is).
   code = (
-    'import sys, tensorflow_datasets as tfds, tfds_builders\n'
+    'import sys, tensorflow_datasets as tfds, crackjax.tfds_builders\n'
     f'b = tfds.builder("crackforest", data_dir={str(builder.data_dir_root)!r})\n'
     'src = b.as_data_source("train"); src[0]["image"]\n'
     'src = tfds.data_source("crackforest", split="test", '

@@ -11,9 +11,9 @@ import PIL.Image
 import pytest
 
 from crackjax.data import registry as data_registry
+from crackjax.tfds_builders.errors import CrackDataWarning, DatasetError
 from crackjax.trainer import data_stats
 from tests import fixtures
-from tfds_builders.errors import CrackDataWarning, DatasetError
 
 SIZE = (32, 48)
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'

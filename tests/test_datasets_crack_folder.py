@@ -15,9 +15,9 @@ import pytest
 
 from crackjax.data import registry as data_registry
 from crackjax.experiment import build as build_experiment
+from crackjax.tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
+from crackjax.tfds_builders.errors import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tests import fixtures
-from tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
-from tfds_builders.errors import CrackDataWarning, DatasetError, DatasetNotFoundError
 
 SIZE = (32, 48)
 

@@ -14,11 +14,11 @@ import pytest
 import tensorflow_datasets as tfds
 
 from crackjax.data import registry as data_registry
+from crackjax.tfds_builders.aiglern import AigleRN, aiglern_dataset_builder
+from crackjax.tfds_builders.bjn260 import BJN260, bjn260_dataset_builder
+from crackjax.tfds_builders.crack360 import Crack360
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 from tests import fixtures
-from tfds_builders.aiglern import AigleRN, aiglern_dataset_builder
-from tfds_builders.bjn260 import BJN260, bjn260_dataset_builder
-from tfds_builders.crack360 import Crack360
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,7 +182,7 @@ def test_bjn260_mask_resize_is_any_overlap():
   ],
 )
 def test_configs(name, dataset, beta, epochs):
-  config = importlib.import_module(f'configs.{name}').get_config()
+  config = importlib.import_module(f'crackjax.configs.{name}').get_config()
   assert config.data.name == dataset and config.data.name in data_registry.DATASETS
   assert (config.loss.weighting, config.loss.beta, config.num_epochs) == ('exp', beta, epochs)
   for h_w in [config.data.input_size] if config.data.input_size else []:
@@ -196,7 +196,7 @@ def test_configs(name, dataset, beta, epochs):
 
 @pytest.mark.parametrize('name', ['aiglern_exp', 'crack360_exp', 'bjn260_exp'])
 def test_manual_files_absent_clear_error(tmp_path, name):
-  data = importlib.import_module(f'configs.{name}').get_config().data
+  data = importlib.import_module(f'crackjax.configs.{name}').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
   with pytest.raises(data_registry.DatasetNotFoundError) as excinfo:
     data_registry.get_data_source(data, 'train')
@@ -234,7 +234,7 @@ def test_launch_reports_missing_manual_files(tmp_path):
 
 
 def test_prepare_dataset_fails_fast(tmp_path):
-  data = importlib.import_module('configs.aiglern_exp').get_config().data
+  data = importlib.import_module('crackjax.configs.aiglern_exp').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
   with pytest.raises(data_registry.DatasetNotFoundError, match='CrackDataset'):
     data_registry.prepare_dataset(data)
@@ -251,7 +251,7 @@ def test_aiglern_crack_free_crops_give_finite_loss():
 
   from crackjax import losses
 
-  config = importlib.import_module('configs.aiglern_exp').get_config()
+  config = importlib.import_module('crackjax.configs.aiglern_exp').get_config()
   loss_fn = losses.loss_from_config(config.loss)
   labels = jnp.zeros((2, 448, 304, 1))
   logits = jnp.zeros_like(labels)

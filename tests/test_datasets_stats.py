@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import base
+from crackjax.configs import base
 from crackjax.data import registry as data_registry
 from crackjax.trainer import data_stats
 from tests import fixtures

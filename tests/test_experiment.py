@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 # the validation pass and a builder's opening of a split. Prints the counts as JSON at exit.
 _COUNTERS = textwrap.dedent("""
     import atexit, collections, dataclasses, json, sys
-    import tfds_builders.crackforest as crackforest
+    import crackjax.tfds_builders.crackforest as crackforest
     from crackjax import models
     from crackjax.config import validation
     from crackjax.data import registry as data_registry
@@ -69,7 +69,7 @@ def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
   import collections
   import dataclasses
 
-  import tfds_builders.crackforest as crackforest
+  import crackjax.tfds_builders.crackforest as crackforest
   from crackjax import models
   from crackjax.config import validation
   from crackjax.data import registry as data_registry
@@ -137,7 +137,7 @@ def test_one_launch_builds_each_part_once(tmp_path):
 
 
 def test_the_narrow_inputs_are_read_from_the_config_once():
-  from configs import smoke
+  from crackjax.configs import smoke
   from crackjax.experiment import eval_plan_of, restore_spec_of, schedule_of
 
   config = smoke.get_config()

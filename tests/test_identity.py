@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import smoke
+from crackjax.configs import smoke
 from crackjax.runs import identity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_a_second_process_is_kept_out_until_the_holder_dies(tmp_path):
     holder.wait(timeout=30)
     with identity.lock(tmp_path):
       with identity.lock(tmp_path):  # re-entrant in one process
-        assert f'pid {os.getpid()} ' in (tmp_path / identity.LOCK_FILE).read_text()
+        assert f'pid {os.getpid()} ' in (tmp_path / identity.HOLDER_FILE).read_text()
   finally:
     holder.kill()
     holder.wait()
@@ -141,7 +141,16 @@ def test_the_lock_names_whole_arguments(tmp_path, monkeypatch):
   argv = ['/usr/bin/launch.py', '--config=configs/smoke.py', f'--workdir={long_path}', '--y=1']
   monkeypatch.setattr(sys, 'argv', argv)
   with identity.lock(tmp_path):
-    held = (tmp_path / identity.LOCK_FILE).read_text()
+    held = (tmp_path / identity.HOLDER_FILE).read_text()
   assert held.rstrip().endswith('(launch.py --config=configs/smoke.py ...)')
   assert identity.short_command(argv[:2]) == 'launch.py --config=configs/smoke.py'
   assert identity.short_command(argv, limit=1000) == ' '.join(['launch.py', *argv[1:]])
+
+
+def test_crackjax_imports_without_fcntl():
+  # Windows has no fcntl: the locks use filelock, so crackjax (and its Predictor) still import.
+  code = "import sys; sys.modules['fcntl'] = None; import crackjax; crackjax.Predictor; print('ok')"
+  done = subprocess.run(
+    [sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO, timeout=300
+  )
+  assert done.returncode == 0 and done.stdout.strip() == 'ok', done.stderr[-2000:]

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import base
 from crackjax import losses
+from crackjax.configs import base
 
 
 def test_background_ratio_is_laplace_smoothed():

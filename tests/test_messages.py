@@ -41,7 +41,7 @@ def test_a_data_warning_is_one_line_without_the_source_line(monkeypatch):
   import warnings
 
   from crackjax.runs import logs
-  from tfds_builders.errors import CrackDataWarning
+  from crackjax.tfds_builders.errors import CrackDataWarning
 
   monkeypatch.setattr(warnings, 'formatwarning', warnings.formatwarning)  # restored after
   logs.quiet_third_party_logs()

@@ -19,15 +19,15 @@ from absl import logging as absl_logging
 from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from configs import base
 from crackjax import evaluation, experiment
+from crackjax.configs import base
 from crackjax.data import registry as data_registry
 from crackjax.runs import logs
+from crackjax.tfds_builders.crackforest import CrackForest
+from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cfd
+from crackjax.tfds_builders.errors import DatasetNotFoundError
 from crackjax.trainer import scoring
 from tests import fixtures
-from tfds_builders.crackforest import CrackForest
-from tfds_builders.crackforest import crackforest_dataset_builder as cfd
-from tfds_builders.errors import DatasetNotFoundError
 
 URL = cfd._URL  # the pinned commit's archive
 

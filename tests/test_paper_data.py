@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import compare
+from crackjax.configs import compare
 from crackjax.losses import side
 from crackjax.paper import tables
 
@@ -53,7 +53,7 @@ def test_the_files_are_package_data():
 def test_the_row_keys_are_the_configs(table):
   # Every trainable row's key is a config argument of configs/table<T>.py, with its epochs,
   # and an unknown key lists exactly those keys.
-  module = importlib.import_module(f'configs.table{table}')
+  module = importlib.import_module(f'crackjax.configs.table{table}')
   trainable = [r for r in tables.table_rows(table) if not r.reference]
   with pytest.raises(ValueError, match='Unknown row') as e:
     module.get_config('no_such_row')
@@ -98,7 +98,8 @@ def hook(event, args):
 
 sys.addaudithook(hook)
 modules = [f'crackjax.paper.{p.stem}' for p in sorted(Path('crackjax/paper').glob('*.py'))]
-modules += ['configs.compare', 'configs.paper_tables'] + [f'configs.table{t}' for t in range(1, 9)]
+modules += ['crackjax.configs.compare', 'crackjax.configs.paper_tables']
+modules += [f'crackjax.configs.table{t}' for t in range(1, 9)]
 for m in modules:
   importlib.import_module(m)
 from crackjax.paper import tables
@@ -156,7 +157,7 @@ def test_the_dagger_loss_is_the_one_the_configs_use():
         continue
       fields = {k: getattr(r, k) for k in dagger}
       assert fields == {**dagger, 'beta': r.beta}, r.key
-      c = importlib.import_module(f'configs.table{table}').get_config(r.key)
+      c = importlib.import_module(f'crackjax.configs.table{table}').get_config(r.key)
       assert c.loss.beta == r.beta
       assert {k: c.loss[k] for k in dagger if k in c.loss} | {'beta': r.beta} == {
         k: v for k, v in fields.items() if k in c.loss

@@ -15,7 +15,7 @@ from crackjax.config import validation
 from crackjax.paper import tables as paper_tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
-TABLE_MODULES = {t: importlib.import_module(f'configs.table{t}') for t in (1, 2, 3, 4)}
+TABLE_MODULES = {t: importlib.import_module(f'crackjax.configs.table{t}') for t in (1, 2, 3, 4)}
 
 TRAINABLE = [(t, r.key) for t, rows in paper_tables.TABLES.items() for r in rows if not r.reference]
 

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from configs import compare, paper_tables
 from crackjax import losses
 from crackjax.config import validation
+from crackjax.configs import compare, paper_tables
 from crackjax.models import MODELS, model_group
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report, report_stats, report_tables, runner, tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
-TABLE_MODULES = {t: importlib.import_module(f'configs.table{t}') for t in (5, 6, 7, 8)}
+TABLE_MODULES = {t: importlib.import_module(f'crackjax.configs.table{t}') for t in (5, 6, 7, 8)}
 ROWS = [(t, r.key) for t, rows in tables.COMPARE_TABLES.items() for r in rows]
 
 # Epochs per row (see crackjax.paper.tables: U-Net rows from Tables I-IV; originals the second
@@ -169,7 +169,9 @@ def test_unet_rows_are_table_1_to_4_rows(table):
     # The config is the Table I-IV row's.
     assert (
       TABLE_MODULES[table].get_config(key).to_dict()
-      == importlib.import_module(f'configs.table{table - 4}').get_config(unet_row).to_dict()
+      == importlib.import_module(f'crackjax.configs.table{table - 4}')
+      .get_config(unet_row)
+      .to_dict()
     )
 
 
@@ -457,7 +459,7 @@ def test_report_shows_the_comparison_tables(tmp_path):
 
 def test_one_variant_system_for_every_model():
   # configs/base.py VARIANTS shrinks every model alike, by the overrides its entry declares.
-  from configs import base
+  from crackjax.configs import base
 
   smoke = compare.get_config('crackseg,smoke')
   assert smoke.model.width_scale == MODELS['crackseg'].small['smoke']['width_scale'] == 1 / 16

@@ -22,9 +22,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import smoke
 from crackjax import evaluation, losses, models, plugins
 from crackjax.config import validation
+from crackjax.configs import smoke
 from crackjax.data import registry as data_registry
 from tests import fixtures
 
@@ -76,7 +76,7 @@ TOY_PLUGIN = textwrap.dedent('''
 TOY_CONFIG = textwrap.dedent("""
     import ml_collections
 
-    from configs import smoke
+    from crackjax.configs import smoke
 
 
     def get_config():
@@ -92,7 +92,7 @@ TOY_CONFIG = textwrap.dedent("""
 
 # What the plugin used to be: the config file registering the model itself.
 IN_CONFIG_FILE = textwrap.dedent("""
-    from configs import smoke
+    from crackjax.configs import smoke
     from crackjax import models
     from crackjax.models.unet import UNet
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from configs import compare
+from crackjax.configs import compare
 from crackjax.experiment import build
 from crackjax.models import get_model, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB

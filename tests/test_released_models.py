@@ -80,7 +80,7 @@ def crackforest_test(tmp_path_factory):
     pytest.skip('the CrackForest archive is not on this machine (../shared/datasets/crackforest)')
   import tensorflow_datasets as tfds
 
-  import tfds_builders
+  from crackjax import tfds_builders
 
   builder = tfds_builders.CrackForest(data_dir=str(tmp_path_factory.mktemp('tfds')))
   builder.download_and_prepare(

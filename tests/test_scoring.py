@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from absl import logging as absl_logging
 
-from configs import base
 from crackjax import evaluation, experiment
+from crackjax.configs import base
 from crackjax.trainer import scoring
 
 

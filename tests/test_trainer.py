@@ -248,7 +248,7 @@ def test_buffers_deleted():
 _KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
-    from configs import smoke
+    from crackjax.configs import smoke
     from crackjax.trainer import loop
     from crackjax.training import step as step_lib
     from crackjax.data import loader

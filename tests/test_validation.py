@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from configs import base, smoke
 from crackjax.config import validation
+from crackjax.configs import base, smoke
 from crackjax.experiment import build
 from tests import fixtures
 

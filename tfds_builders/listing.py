@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders.contract import normalise
-from tfds_builders.errors import DatasetError, DatasetNotFoundError, warn
+from crackjax.tfds_builders.contract import normalise
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError, warn
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
 # Folder names (normalised: lower case, letters and digits only) that hold images / masks.

@@ -17,11 +17,11 @@ import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders.contract import dataset_info, example
-from tfds_builders.errors import CrackDataWarning, DatasetError
-from tfds_builders.listing import Pair, manual_dir_or_raise
-from tfds_builders.reading import check_same_size, load_mask, load_rgb
-from tfds_builders.split_report import CONDITIONS, SplitReport, reporting_to
+from crackjax.tfds_builders.contract import dataset_info, example
+from crackjax.tfds_builders.errors import CrackDataWarning, DatasetError
+from crackjax.tfds_builders.listing import Pair, manual_dir_or_raise
+from crackjax.tfds_builders.reading import check_same_size, load_mask, load_rgb
+from crackjax.tfds_builders.split_report import CONDITIONS, SplitReport, reporting_to
 
 
 class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):

@@ -22,8 +22,8 @@ import PIL.Image
 import PIL.ImageOps
 from etils import epath
 
-from tfds_builders.errors import DatasetError
-from tfds_builders.split_report import note
+from crackjax.tfds_builders.errors import DatasetError
+from crackjax.tfds_builders.split_report import note
 
 #: Where `upright` keeps the EXIF orientation it applied (1-8), for messages.
 ORIENTATION_INFO = 'crackjax_exif_orientation'

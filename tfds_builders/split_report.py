@@ -17,8 +17,8 @@ import numpy as np
 import PIL.Image
 from etils import epath
 
-from tfds_builders.errors import CrackDataWarning
-from tfds_builders.listing import Pair
+from crackjax.tfds_builders.errors import CrackDataWarning
+from crackjax.tfds_builders.listing import Pair
 
 MAJORITY_CRACK = 0.5
 # Mean brightness (0-255) of a stored image below / above which it is reported.

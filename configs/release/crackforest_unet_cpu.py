@@ -17,7 +17,7 @@ Config arguments:
   select_<loss>: the short selection runs (2 epochs) of each candidate loss in LOSSES.
 """
 
-from configs import crackforest_exp
+from crackjax.configs import crackforest_exp
 
 # The losses of the selection runs (the holistic loss's fields, configs/base.py): the paper's
 # baseline (Xie's weighting, run for reference only), its best adaptive WCE of Table I and its

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import difflib
+import importlib.util
 import logging
 import os
 import re
@@ -183,7 +184,49 @@ def config_file_problem(value: str) -> str | None:
   if Path(path).is_dir():
     return f'{path} is a folder; name a config file in it, e.g. {Path(path) / "<name>.py"}.'
   close = _close_path(Path(path))
+  parts = Path(path).parts
+  if close is None and len(parts) > 1 and parts[0] == 'configs':
+    # From another folder: the close one among the configs crackjax ships, named as typed.
+    shipped = shipped_configs_dir()
+    found = _close_path(shipped.joinpath(*parts[1:]))
+    if found:
+      close = str(Path('configs', Path(found).relative_to(shipped)))
   return f'{path} does not exist' + (f'; did you mean {close}?' if close else '.')
+
+
+def shipped_configs_dir() -> Path:
+  """The folder of the configs crackjax ships, `crackjax.configs`: the repository's configs/ in
+  a source tree, crackjax/configs/ in site-packages for an installed wheel (found, not
+  imported: crackjax's code never imports a config)."""
+  spec = importlib.util.find_spec('crackjax.configs')
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError('crackjax.configs is not installed (a damaged install?)')
+  return Path(next(iter(spec.submodule_search_locations)))
+
+
+def shipped_config(value: str) -> str | None:
+  """``--config=configs/<name>.py[:arg]`` naming no file under the current folder: the same
+  value for the config crackjax ships (an absolute path), if it has that file; else None."""
+  path, colon, arg = value.partition(':')
+  parts = Path(path).parts
+  if Path(path).is_absolute() or len(parts) < 2 or parts[0] != 'configs' or Path(path).exists():
+    return None
+  shipped = shipped_configs_dir().joinpath(*parts[1:])
+  return f'{shipped}{colon}{arg}' if shipped.is_file() else None
+
+
+def _with_config_value(argv: Sequence[str], value: str) -> list[str]:
+  """`argv` with its last ``--config`` value replaced by `value`."""
+  argv = list(argv)
+  for i in reversed(range(1, len(argv))):
+    match = re.match(r'^(--?config)(=|$)', argv[i])
+    if match and match.group(2):
+      argv[i] = f'{match.group(1)}={value}'
+      break
+    if match and i + 1 < len(argv):
+      argv[i + 1] = value
+      break
+  return argv
 
 
 def _frames(error: BaseException) -> Iterator[traceback.FrameSummary]:
@@ -250,6 +293,17 @@ def parse_flags(
     print(help_text(flag_values, prog, usage))
     sys.exit(0)
   config_value = _config_value(argv) if 'config' in flag_values else None
+  shipped = shipped_config(config_value) if config_value is not None else None
+  if shipped is not None:
+    # configs/<name>.py from another folder than the repository's: crackjax's own copy.
+    print(
+      f'{prog}: no {config_value.split(":", 1)[0]} under the current folder: using the config '
+      f'crackjax ships, {shipped.split(":", 1)[0]}.',
+      file=sys.stderr,
+      flush=True,
+    )
+    argv = _with_config_value(argv, shipped)
+    config_value = shipped
   if config_value is not None:
     problem = config_file_problem(config_value)
     if problem:
@@ -344,10 +398,33 @@ def _exit_on_flag_error(
         f'{prog}: {overrides[0]} overrides a config field, but no --config was given; pass '
         '--config=configs/<name>.py[:arg] first.'
       )
-    config_value = _config_value(argv)
-    if config_value is not None and 'must have a value other than None' in str(e):
-      sys.exit(f'{prog}: --config={config_value}: {_RETURNED_NONE}')
+    missing = re.search(r'Flag --(\w+) must have a value other than None', str(e))
+    if missing:
+      # absl's words for a required flag left out (mark_flag_as_required); for --config also
+      # a config file whose get_config() returned None.
+      sys.exit(_missing_flag_line(missing.group(1), _config_value(argv), prog))
     sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
+
+
+def _missing_flag_line(name: str, config_value: str | None, prog: str) -> str:
+  """The line for a required flag `name` that has no value."""
+  if name != 'config':
+    return f'{prog}: --{name} is required.\n{HELP_HINT}'
+  if config_value is not None:
+    return f'{prog}: --config={config_value}: {_RETURNED_NONE}'
+  return f'{prog}: --config=configs/<name>.py[:arg] is required.'
+
+
+def default_workdir(argv: Sequence[str], root: str | Path = 'workdirs') -> Path | None:
+  """The workdir of a command line that names none: ``workdirs/<config name>[_<arg>]`` under
+  the current folder (``--config=configs/crack360_exp.py:cpu`` -> ``workdirs/crack360_exp_cpu``),
+  so the same command resumes the same run; None without ``--config``."""
+  value = _config_value(argv)
+  if not value:
+    return None
+  path, _, arg = value.partition(':')
+  name = Path(path).stem + (f'_{arg}' if arg else '')
+  return Path(root) / re.sub(r'[^A-Za-z0-9._-]+', '_', name)
 
 
 def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:

@@ -10,35 +10,36 @@ function here takes the config's `data` group (configs/base.py), e.g.
 files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
 
 Preparation with several processes: every process calls `get_data_source`; the first to take
-an exclusive ``fcntl`` lock on ``<data_dir>/<dataset>.lock`` prepares the dataset, the others
-block on the lock and then find it prepared. With a data_dir that is not shared between hosts,
-each host prepares its own (identical, deterministic) copy. `python launch.py` prepares
-before anything else, so a missing or broken file stops the run before a model is compiled.
+an exclusive lock (`filelock`, on every platform) on ``<data_dir>/<dataset>.lock`` prepares the
+dataset, the others block on the lock and then find it prepared. With a data_dir that is not
+shared between hosts, each host prepares its own (identical, deterministic) copy.
+`python launch.py` prepares before anything else, so a missing or broken file stops the run
+before a model is compiled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import shutil
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import filelock
 import ml_collections
 import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
 from crackjax import plugins
-from tfds_builders.aiglern import AigleRN
-from tfds_builders.bjn260 import BJN260
-from tfds_builders.crack360 import Crack360
-from tfds_builders.crack_folder import CrackFolder
-from tfds_builders.crackforest import CrackForest
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders.aiglern import AigleRN
+from crackjax.tfds_builders.bjn260 import BJN260
+from crackjax.tfds_builders.crack360 import Crack360
+from crackjax.tfds_builders.crack_folder import CrackFolder
+from crackjax.tfds_builders.crackforest import CrackForest
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,14 +213,11 @@ def _dataset_error(e: BaseException | None) -> DatasetError | None:
 
 @contextlib.contextmanager
 def _file_lock(path: epath.Path) -> Iterator[None]:
-  """Exclusive inter-process lock (POSIX flock), so that only one process prepares."""
+  """Exclusive inter-process lock (`filelock`: flock on POSIX, msvcrt on Windows; the system
+  drops it when its holder dies), so that only one process prepares; the others wait."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  with open(os.fspath(path), 'a') as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+  with filelock.FileLock(os.fspath(path)):
+    yield
 
 
 def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:

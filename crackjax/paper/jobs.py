@@ -146,9 +146,10 @@ def without_complete(
 
 
 def configs_dir(flag_value: str | None = None) -> Path:
-  """The directory of configs/table<T>.py: the flag, else the `configs` folder beside the
-  crackjax package (the repository, or site-packages for an installed wheel)."""
-  return Path(flag_value) if flag_value else Path(__file__).resolve().parents[2] / 'configs'
+  """The directory of configs/table<T>.py: the flag, else the configs crackjax ships
+  (`crackjax.config.flags.shipped_configs_dir`: the repository's configs/ or the installed
+  crackjax/configs/)."""
+  return Path(flag_value) if flag_value else config_flags.shipped_configs_dir()
 
 
 def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagValues | Exception:

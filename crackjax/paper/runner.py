@@ -28,7 +28,7 @@ when N <= GPUs) and share a GPU with ``XLA_PYTHON_CLIENT_MEM_FRACTION`` = 0.9 / 
 it). Timings of side-by-side jobs are recorded as such (``run.json``: ``side_by_side``).
 
 The configs come from the config files (``configs/table<T>.py:<row>[,<variant>]`` plus
-``--set`` overrides), found next to the crackjax package (``--configs_dir``), so a run here is
+``--set`` overrides), found among the configs crackjax ships (``--configs_dir``), so a run here is
 exactly `python launch.py --config=configs/table1.py:<row>` with the seed set.
 
 Tables V-VIII (the comparison models, `crackjax.paper.tables.COMPARE_TABLES`) run the same way,
@@ -114,7 +114,7 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'configs_dir',
     None,
-    'Directory of the table<T>.py config files (default: beside crackjax).',
+    'Directory of the table<T>.py config files (default: the configs crackjax ships).',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(

@@ -5,7 +5,8 @@ augmentation, model, loss, seed, optimisation) and drops those that do not (path
 of epochs, logging, evaluation), so a run may be moved, extended to more epochs or evaluated
 differently, but never resumed under another computation: `check_identity` stops with the
 fields that differ, old -> new. `lock` keeps a second process out of a workdir while one
-trains or evaluates there; the kernel drops the lock when its holder dies, even by kill -9.
+trains or evaluates there (`filelock`, on every platform); the system drops the lock when its
+holder dies, even by kill -9.
 Records are written atomically (`write_json`) and checked when read (`read_record`): a damaged
 one is named and set aside, never counted.
 """
@@ -13,7 +14,6 @@ one is named and set aside, never counted.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import platform
@@ -23,10 +23,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import filelock
+
 from crackjax.runs import exits, outputs
 
 FINGERPRINT_FILE = 'fingerprint.json'
+#: The file whose system lock holds a workdir (`lock`).
 LOCK_FILE = '.lock'
+#: Who holds it (pid, host, since when, command), for the message of a second process: a file
+#: of its own, since Windows does not let another process read a locked file.
+HOLDER_FILE = '.lock.holder'
 
 # Config fields (dotted; a prefix covers a group) that do not change what is computed.
 NOT_IDENTITY = (
@@ -252,34 +258,37 @@ def lock(workdir: str | Path) -> Iterator[None]:
     yield
     return
   workdir.mkdir(parents=True, exist_ok=True)
-  path = workdir / LOCK_FILE
-  handle = open(path, 'a+')  # noqa: SIM115 (held until the context ends)
+  held = filelock.FileLock(os.fspath(workdir / LOCK_FILE))
+  holder_file = workdir / HOLDER_FILE
   try:
-    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    handle.close()
-    holder = path.read_text().strip() or 'another process'
+    held.acquire(blocking=False)
+  except filelock.Timeout:
+    holder = _read_holder(holder_file) or 'another process'
     raise RunLockedError(
       f'{workdir} is in use by {holder}. Wait for it to end or stop it; a second process '
       'there would mix two runs.'
     ) from None
-  handle.seek(0)
-  handle.truncate()
   command = short_command(sys.argv)
-  handle.write(
+  holder_file.write_text(
     f'pid {os.getpid()} on {platform.node()} since {time.strftime("%Y-%m-%d %H:%M:%S")} '
     f'({command})\n'
   )
-  handle.flush()
-  _HELD[workdir] = handle
+  _HELD[workdir] = held
   try:
     yield
   finally:
     del _HELD[workdir]
-    handle.seek(0)
-    handle.truncate()
-    fcntl.flock(handle, fcntl.LOCK_UN)
-    handle.close()
+    with contextlib.suppress(OSError):
+      holder_file.unlink()
+    held.release()
+
+
+def _read_holder(path: Path) -> str:
+  """The holder's line (`HOLDER_FILE`), or '' when it is absent or being written."""
+  try:
+    return path.read_text().strip()
+  except OSError:
+    return ''
 
 
 def short_command(argv: Sequence[str], limit: int = 200) -> str:

@@ -71,8 +71,9 @@ class DemoteNoise(logging.Filter):
     return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
-# Warnings addressed to the user about their data (tfds_builders.errors.CrackDataWarning): the
-# message names the file and the fix, so Python's source line after it is noise.
+# Warnings addressed to the user about their data
+# (crackjax.tfds_builders.errors.CrackDataWarning): the message names the file and the fix,
+# so Python's source line after it is noise.
 _PLAIN_WARNINGS = ('CrackDataWarning',)
 
 

@@ -185,7 +185,7 @@ def _in_this_command(message: str) -> str:
 
 def _all_images_list(images: Path, workdir: Path) -> Path:
   """A test_list naming every image of `images`, so the whole folder is the test split."""
-  from tfds_builders.listing import IMAGE_EXTENSIONS
+  from crackjax.tfds_builders.listing import IMAGE_EXTENSIONS
 
   names = sorted(p.stem for p in images.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
   text = '\n'.join(names) + '\n'

@@ -5,6 +5,7 @@
   python launch.py --config=configs/crackforest_exp.py:cpu --workdir=/tmp/cfd \
       --config.data.manual_dir=../shared/datasets/crackforest
   python launch.py --config=configs/crackforest_exp.py --workdir=workdirs/cfd_exp --mode=eval
+  python launch.py --config=configs/crackforest_exp.py  # workdir: workdirs/crackforest_exp
 
 It parses the flags, builds the experiment once (`crackjax.experiment.build`: every config
 problem, then absent data, then images that do not fit, each one clear line) and hands it to
@@ -31,7 +32,12 @@ from crackjax.training import checkpoints, step
 
 FLAGS = flags.FLAGS
 config_flags.define_config_flag(FLAGS)
-flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs and results.')
+flags.DEFINE_string(
+  'workdir',
+  None,
+  'Directory for checkpoints, logs and results; default workdirs/<config name>[_<arg>] under '
+  'the current folder (the same command resumes there).',
+)
 MODES = ('train', 'eval', 'train_and_eval')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES), 'What to run.')
 flags.DEFINE_bool(
@@ -47,7 +53,7 @@ flags.DEFINE_bool(
 flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 (multi-host).')
 flags.DEFINE_integer('num_processes', None, 'Number of processes (multi-host).')
 flags.DEFINE_integer('process_id', None, 'Index of this process (multi-host).')
-flags.mark_flags_as_required(['config', 'workdir'])
+flags.mark_flags_as_required(['config'])
 
 
 def run(experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False) -> None:
@@ -80,6 +86,15 @@ def _main(argv):
       coordinator_address=FLAGS.coordinator_address,
       num_processes=FLAGS.num_processes,
       process_id=FLAGS.process_id,
+    )
+  if FLAGS.workdir is None:
+    # The first line says where the run goes, so the user can find it and resume it.
+    FLAGS.workdir = str(config_flags.default_workdir(sys.argv))
+    print(
+      f'{PROG[0]}: no --workdir given: the run is in {FLAGS.workdir} (the same command '
+      'resumes there).',
+      file=sys.stderr,
+      flush=True,
     )
   config_flags.exit_on_sigterm()  # a checkpoint is saved on the way out
   exits.watch_interrupts()  # and on Ctrl-C, even one a library swallowed

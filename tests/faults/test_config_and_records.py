@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from absl import flags
 
 from crackjax import experiment
 from crackjax.config import flags as config_flags
@@ -199,6 +200,34 @@ def test_every_field_of_the_model_and_loss_is_checked_against_its_declared_defau
   assert validation.type_problems('loss', {'beta': 1}, {'beta': 1.0}) == []  # an int is a number
 
 
+def test_a_required_flag_left_out_is_named_as_such():
+  # absl says 'Flag --workdir must have a value other than None', which was once taken for a
+  # config file whose get_config() returned None.
+  argv = ['prog', '--config=configs/smoke.py']
+  flag_values = config_flags.new_flag_values(argv)
+  flags.DEFINE_string('out', None, 'where', flag_values=flag_values)
+  flags.mark_flag_as_required('out', flag_values=flag_values)
+  with pytest.raises(SystemExit) as e:
+    config_flags.parse_flags(flag_values, argv, prog='prog')
+  assert e.value.code == f'prog: --out is required.\n{config_flags.HELP_HINT}'
+  assert _exit_line() == 'prog: --config=configs/<name>.py[:arg] is required.'
+
+
+@pytest.mark.parametrize(
+  ('argv', 'workdir'),
+  [
+    (['--config=configs/crack360_exp.py'], 'workdirs/crack360_exp'),
+    (['--config', 'configs/table1.py:wce_xie_e5', '--mode=eval'], 'workdirs/table1_wce_xie_e5'),
+    (['--config=/x/configs/release/crackforest_unet_cpu.py'], 'workdirs/crackforest_unet_cpu'),
+    (['--config=configs/compare.py:a/b c'], 'workdirs/compare_a_b_c'),
+    (['--mode=eval'], None),
+  ],
+)
+def test_the_default_workdir_is_named_after_the_config(argv, workdir):
+  got = config_flags.default_workdir(['launch.py', *argv])
+  assert (None if got is None else got.as_posix()) == workdir
+
+
 # -------------------------------------------------------------------- whole commands (slow)
 
 
@@ -236,6 +265,30 @@ def test_launch_with_a_wrong_tuple_type_leaves_the_workdir_untouched(tmp_path):
   ]
   assert sorted(p.name for p in workdir.iterdir()) == ['notes.txt']  # no fingerprint.json
   assert (workdir / 'notes.txt').read_text() == 'mine'
+
+
+@pytest.mark.slow
+def test_launch_without_a_workdir_says_its_default_and_reaches_the_dataset(tmp_path):
+  # The design card's command, as written: no --workdir.
+  env = {**os.environ, 'PYTHONPATH': str(REPO)}
+  command = [
+    sys.executable,
+    str(REPO / 'launch.py'),
+    f'--config={REPO / "configs" / "crack360_exp.py"}',
+    f'--config.data.data_dir={tmp_path / "tfds"}',
+  ]
+  for _ in range(2):  # the same command, the same workdir
+    out = subprocess.run(
+      command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+    assert out.returncode == 1
+    lines = _own_lines(out.stderr)
+    assert lines[0] == (
+      'launch.py: no --workdir given: the run is in workdirs/crack360_exp (the same command '
+      'resumes there).'
+    )
+    assert lines[1].startswith("launch.py: Dataset 'crack360' needs files you download")
+  assert not (tmp_path / 'workdirs').exists()  # nothing made before the data is there
 
 
 # ------------------------------------------------------------ damaged runner records (fast)

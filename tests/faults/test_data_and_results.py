@@ -118,7 +118,7 @@ def _write_with_orientation(path: Path, upright: np.ndarray, orientation: int) -
 
 @pytest.mark.parametrize('orientation', range(1, 9))
 def test_images_and_masks_are_read_as_they_are_shown(tmp_path, orientation):
-  from tfds_builders import reading
+  from crackjax.tfds_builders import reading
 
   picture = _upright_picture()
   image = reading.load_rgb(_write_with_orientation(tmp_path / 'p.png', picture, orientation))
@@ -155,8 +155,8 @@ def test_a_photo_stored_sideways_is_trained_and_scored_against_its_upright_mask(
 
 
 def test_a_mask_of_the_stored_pixels_names_the_exif_orientation(tmp_path):
-  from tfds_builders import reading
-  from tfds_builders.errors import DatasetError
+  from crackjax.tfds_builders import reading
+  from crackjax.tfds_builders.errors import DatasetError
 
   path = _write_with_orientation(tmp_path / 'p.png', _upright_picture(), 6)
   image = reading.load_rgb(path)  # 6x10 upright, 10x6 stored
@@ -493,8 +493,8 @@ def _everything(folder: Path) -> list[str]:
 
 def test_an_interrupted_preparation_leaves_nothing_and_the_next_one_prepares(tmp_path, monkeypatch):
   from crackjax.data import registry
+  from crackjax.tfds_builders import reading
   from tests import fixtures
-  from tfds_builders import reading
 
   config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
   real, calls = reading.load_rgb, []
@@ -557,8 +557,8 @@ def test_plain_tfds_without_manual_files_shows_the_builders_instructions(tmp_pat
 
   import tensorflow_datasets as tfds
 
-  import tfds_builders
-  from tfds_builders.errors import DatasetNotFoundError
+  from crackjax import tfds_builders
+  from crackjax.tfds_builders.errors import DatasetNotFoundError
 
   builder = tfds.builder(name, data_dir=str(tmp_path))
   with pytest.raises(DatasetNotFoundError) as e:

@@ -355,7 +355,7 @@ def _files(workdir: Path) -> dict[str, float]:
   return {
     str(p.relative_to(workdir)): p.stat().st_mtime_ns
     for p in workdir.rglob('*')
-    if p.is_file() and p.name != identity.LOCK_FILE
+    if p.is_file() and p.name not in (identity.LOCK_FILE, identity.HOLDER_FILE)
   }
 
 

@@ -1,5 +1,5 @@
 """AigleRN TFDS builder (registered as 'aiglern'); see aiglern_dataset_builder."""
 
-from tfds_builders.aiglern.aiglern_dataset_builder import AigleRN
+from crackjax.tfds_builders.aiglern.aiglern_dataset_builder import AigleRN
 
 __all__ = ['AigleRN']

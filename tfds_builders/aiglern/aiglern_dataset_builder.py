@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import tensorflow_datasets as tfds
 
-from tfds_builders import listing, paired_builder
+from crackjax.tfds_builders import listing, paired_builder
 
 TRAIN_FRACTION = 0.6
 SPLIT_SEED = 0

@@ -1,5 +1,5 @@
 """BJN260 TFDS builder (registered as 'bjn260'); see bjn260_dataset_builder."""
 
-from tfds_builders.bjn260.bjn260_dataset_builder import BJN260
+from crackjax.tfds_builders.bjn260.bjn260_dataset_builder import BJN260
 
 __all__ = ['BJN260']

@@ -32,7 +32,7 @@ import numpy as np
 import PIL.Image
 import tensorflow_datasets as tfds
 
-from tfds_builders import listing, paired_builder
+from crackjax.tfds_builders import listing, paired_builder
 
 SIZE = (480, 320)  # (W, H) stored.
 TRAIN_FRACTION = 200 / 260

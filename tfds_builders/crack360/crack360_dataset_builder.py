@@ -29,7 +29,7 @@ import re
 
 import tensorflow_datasets as tfds
 
-from tfds_builders import listing, paired_builder
+from crackjax.tfds_builders import listing, paired_builder
 
 HOMEPAGE = 'https://github.com/qinnzou/DeepCrack'
 LAYOUT = """\

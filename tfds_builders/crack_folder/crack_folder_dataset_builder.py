@@ -48,8 +48,8 @@ import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders import errors, listing, paired_builder, reading
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders import errors, listing, paired_builder, reading
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 TRAIN_FRACTION = 0.8
 SPLIT_SEED = 0

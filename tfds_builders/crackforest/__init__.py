@@ -1,5 +1,5 @@
 """CrackForest TFDS builder (registered as 'crackforest'); see crackforest_dataset_builder."""
 
-from tfds_builders.crackforest.crackforest_dataset_builder import CrackForest
+from crackjax.tfds_builders.crackforest.crackforest_dataset_builder import CrackForest
 
 __all__ = ['CrackForest']

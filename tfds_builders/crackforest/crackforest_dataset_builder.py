@@ -45,9 +45,9 @@ import scipy.io
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tfds_builders import listing, paired_builder, reading
-from tfds_builders.crackforest import splits
-from tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders import listing, paired_builder, reading
+from crackjax.tfds_builders.crackforest import splits
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 # The archive of one commit of the public repository (its newest, 10 May 2017), not of a
 # branch that could move; it extracts to CrackForest-dataset-<COMMIT>/.

@@ -1,0 +1,135 @@
+"""What the wheel installs and how an install finds its configs: only `crackjax*` packages
+(the repository's configs/ and tfds_builders/ become crackjax.configs and
+crackjax.tfds_builders), the shipped configs found from any folder, the metadata a user and a
+type checker read."""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import crackjax
+from crackjax.config import flags as config_flags
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / 'pyproject.toml').read_text())
+
+
+def _package_folders() -> set[str]:
+  """Every folder that holds Python files, by the name it is installed under."""
+  names = set()
+  for top, installed in (('crackjax', 'crackjax'), ('configs', 'crackjax.configs')):
+    names |= {
+      '.'.join([installed, *p.parent.relative_to(REPO / top).parts])
+      for p in (REPO / top).rglob('*.py')
+    }
+  names |= {
+    '.'.join(['crackjax.tfds_builders', *p.parent.relative_to(REPO / 'tfds_builders').parts])
+    for p in (REPO / 'tfds_builders').rglob('*.py')
+  }
+  return names
+
+
+def test_the_wheel_installs_only_the_crackjax_namespace():
+  setuptools = PYPROJECT['tool']['setuptools']
+  packages = set(setuptools['packages'])
+  assert all(p == 'crackjax' or p.startswith('crackjax.') for p in packages), packages
+  # Every folder of code is listed (a new one must be added, or the wheel lacks it).
+  assert _package_folders() <= packages, _package_folders() - packages
+  assert setuptools['package-dir'] == {
+    'crackjax.configs': 'configs',
+    'crackjax.tfds_builders': 'tfds_builders',
+  }
+
+
+def test_the_source_tree_has_the_installed_names():
+  # In a clone, crackjax.configs and crackjax.tfds_builders are the repository's folders.
+  import crackjax.configs
+  import crackjax.tfds_builders
+
+  assert Path(crackjax.configs.__file__).parent.resolve() == REPO / 'configs'
+  assert Path(crackjax.tfds_builders.__file__).parent.resolve() == REPO / 'tfds_builders'
+  assert config_flags.shipped_configs_dir().resolve() == REPO / 'configs'
+
+
+def test_the_builders_under_their_old_top_level_name_are_refused():
+  # Under two names TFDS would register every builder twice.
+  done = subprocess.run(
+    [sys.executable, '-c', 'import tfds_builders'],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+    timeout=120,
+    env={**os.environ, 'PYTHONPATH': str(REPO)},
+  )
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1] == (
+    'ImportError: import crackjax.tfds_builders, not tfds_builders: the builders are part of '
+    'crackjax (import crackjax.tfds_builders registers them with TFDS).'
+  )
+
+
+def test_a_shipped_config_is_found_from_another_folder(tmp_path, monkeypatch, capsys):
+  # crackjax-train --config=configs/smoke.py:... from a folder without configs/: the shipped
+  # copy, said on stderr; its `from crackjax.configs import ...` works.
+  monkeypatch.chdir(tmp_path)
+  argv = ['prog', '--config=configs/smoke.py', '--config.num_epochs=3']
+  flag_values = config_flags.new_flag_values(argv)
+  config_flags.parse_flags(flag_values, argv, prog='prog')
+  assert flag_values.config.num_epochs == 3
+  assert flag_values.config.data.name == 'crackforest'
+  shipped = config_flags.shipped_configs_dir() / 'smoke.py'
+  assert capsys.readouterr().err.splitlines() == [
+    f'prog: no configs/smoke.py under the current folder: using the config crackjax ships, '
+    f'{shipped}.'
+  ]
+  # A file of that name in the current folder is the user's, and wins.
+  (tmp_path / 'configs').mkdir()
+  (tmp_path / 'configs' / 'smoke.py').write_text(
+    'import ml_collections\n\n\ndef get_config():\n  return ml_collections.ConfigDict({"x": 1})\n'
+  )
+  flag_values = config_flags.new_flag_values(argv[:2])
+  config_flags.parse_flags(flag_values, argv[:2], prog='prog')
+  assert flag_values.config.x == 1
+  assert capsys.readouterr().err == ''
+
+
+def test_a_missing_config_from_another_folder_names_a_close_shipped_one(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert config_flags.config_file_problem('configs/smoek.py:cpu') == (
+    'configs/smoek.py does not exist; did you mean configs/smoke.py?'
+  )
+  assert config_flags.shipped_config('configs/release/crackforest_unet_cpu.py:x') == (
+    f'{config_flags.shipped_configs_dir() / "release" / "crackforest_unet_cpu.py"}:x'
+  )
+  assert config_flags.shipped_config('configs/nothing.py') is None
+  assert config_flags.shipped_config('/abs/configs/smoke.py') is None
+
+
+def test_the_metadata_a_user_and_a_type_checker_read():
+  project = PYPROJECT['project']
+  assert project['license'] == 'Apache-2.0'
+  assert 'Apache License' in (REPO / 'LICENSE').read_text().splitlines()[1]
+  assert 'Version 2.0, January 2004' in (REPO / 'LICENSE').read_text()
+  assert (REPO / 'crackjax' / 'py.typed').is_file()
+  assert 'py.typed' in PYPROJECT['tool']['setuptools']['package-data']['crackjax']
+  assert crackjax.__version__ in (project['version'], '0+unknown')
+  assert f'## {project["version"]}' in (REPO / 'CHANGELOG.md').read_text()
+  assert 'tensorboard' in project['optional-dependencies']
+
+
+@pytest.mark.parametrize('name', ['orbax-checkpoint', 'grain', 'tensorflow-datasets'])
+def test_the_libraries_whose_apis_move_have_an_upper_bound_the_install_meets(name):
+  (requirement,) = [
+    Requirement(r) for r in PYPROJECT['project']['dependencies'] if Requirement(r).name == name
+  ]
+  assert any(s.operator == '<' for s in requirement.specifier), requirement
+  assert requirement.specifier.contains(importlib.metadata.version(name)), (
+    name,
+    importlib.metadata.version(name),
+  )
