@@ -61,8 +61,8 @@ def test_snippet_runs_as_written_and_writes_under_home(builder, tmp_path):
 
 def test_download_is_a_pinned_commit():
   assert re.fullmatch(r'[0-9a-f]{40}', cfd.COMMIT)
-  assert cfd._URL.endswith(f'/archive/{cfd.COMMIT}.zip')
-  assert 'refs/heads' not in cfd._URL
+  assert cfd.URL.endswith(f'/archive/{cfd.COMMIT}.zip')
+  assert 'refs/heads' not in cfd.URL
 
 
 @pytest.mark.skipif(not REAL_CRACKFOREST.is_dir(), reason='the real CrackForest is not here')
@@ -95,7 +95,7 @@ def test_a_download_of_other_content_is_refused(downloads, tmp_path):
     builder.download_and_prepare()
   messages = [str(e) for e in _causes(raised.value) if isinstance(e, DatasetError)]
   assert messages and f'is not commit {cfd.COMMIT[:12]}' in messages[0], messages
-  assert cfd._URL in messages[0] and '--config.data.manual_dir' in messages[0]
+  assert cfd.URL in messages[0] and '--config.data.manual_dir' in messages[0]
 
 
 def test_a_download_of_the_pinned_content_prepares(downloads, tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ from crackjax.tfds_builders.errors import DatasetNotFoundError
 from crackjax.trainer import scoring
 from tests import fixtures
 
-URL = cfd._URL  # the pinned commit's archive
+URL = cfd.URL  # the pinned commit's archive
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 # The archive of one commit of the public repository (its newest, 10 May 2017), not of a
 # branch that could move; it extracts to CrackForest-dataset-<COMMIT>/.
 COMMIT = 'ed57c2d96754e6c7d105805cd29aeeb3a799f267'
-_URL = f'https://github.com/cuilimeng/CrackForest-dataset/archive/{COMMIT}.zip'
+URL = f'https://github.com/cuilimeng/CrackForest-dataset/archive/{COMMIT}.zip'
 _HOMEPAGE = 'https://github.com/cuilimeng/CrackForest-dataset'
 #: `content_sha256` of that commit: what the builder reads of a download is checked against it.
 #: Computed from a copy of the commit (every file's git blob id equal to the commit's tree);
@@ -135,7 +135,7 @@ def check_download(root: epath.Path) -> epath.Path:
   found = content_sha256(root)
   if found != CONTENT_SHA256:
     raise DatasetError(
-      f"The CrackForest archive downloaded from {_URL} is not commit {COMMIT[:12]}'s "
+      f"The CrackForest archive downloaded from {URL} is not commit {COMMIT[:12]}'s "
       f'content (its image/*.jpg and groundTruth/*.mat have SHA-256 {found[:16]}..., expected '
       f'{CONTENT_SHA256[:16]}...): delete {root} and prepare again, or pass '
       '--config.data.manual_dir=DIR with a copy of the dataset.'
@@ -144,9 +144,9 @@ def check_download(root: epath.Path) -> epath.Path:
 
 
 def download_failed_message(error: BaseException) -> str:
-  """The one-line message for a download of ``_URL`` that failed with ``error``."""
+  """The one-line message for a download of ``URL`` that failed with ``error``."""
   return (
-    f'Could not download CrackForest from {_URL} ({type(error).__name__}: '
+    f'Could not download CrackForest from {URL} ({type(error).__name__}: '
     f'{_short_reason(error)}). Offline? Get the archive (or a copy of {_HOMEPAGE}) and pass '
     '--config.data.manual_dir=DIR.'
   )
@@ -184,18 +184,18 @@ def probe_connection(url: str, timeout: float = PROBE_TIMEOUT_S) -> None:
 
 
 def download_archive(dl_manager: tfds.download.DownloadManager) -> epath.Path:
-  """Downloads and extracts ``_URL``; a failure is one `DatasetNotFoundError`, fast offline.
+  """Downloads and extracts ``URL``; a failure is one `DatasetNotFoundError`, fast offline.
 
   Raises:
     DatasetNotFoundError: the host cannot be reached (after at most ``PROBE_TIMEOUT_S``), or
       the download or extraction failed; the message names the URL and the manual_dir flag.
   """
   try:
-    probe_connection(_URL)
+    probe_connection(URL)
   except OSError as e:
     raise DatasetNotFoundError(download_failed_message(e)) from None
   try:
-    return epath.Path(dl_manager.download_and_extract(_URL))
+    return epath.Path(dl_manager.download_and_extract(URL))
   except Exception as e:  # requests' ConnectionError, TFDS' download or checksum errors, ...
     raise DatasetNotFoundError(download_failed_message(e)) from e
 
