@@ -10,6 +10,7 @@ inject it in process through the same entry point (`train_command.run_or_exit`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -427,9 +428,32 @@ _FAKE_WORKER = textwrap.dedent("""
     Path(sys.argv[1], sys.argv[-1].split('=')[1].replace(':', '_')).write_text('saved')
     sys.exit(1)
   signal.signal(signal.SIGTERM, saved)
-  print('ready', flush=True)
+  Path(sys.argv[1], 'ready_' + sys.argv[-1].split('=')[1].replace(':', '_')).write_text('')
   time.sleep(120)
 """)
+
+
+@contextlib.contextmanager
+def _ctrl_c_once_ready(folder: Path, workers: int):
+  """Sends this process SIGINT once `workers` fake workers are ready (their SIGTERM handler
+  in place), unless the block has ended: a fixed delay raced their imports on a cold or
+  loaded machine (a worker still importing died of the runner's SIGTERM without saving)."""
+  done = threading.Event()
+
+  def wait_then_interrupt():
+    end = time.monotonic() + 120
+    while len(list(folder.glob('ready_*'))) < workers and time.monotonic() < end:
+      if done.wait(0.05):
+        return
+    os.kill(os.getpid(), signal.SIGINT)
+
+  thread = threading.Thread(target=wait_then_interrupt, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
 
 
 @pytest.mark.slow
@@ -437,21 +461,16 @@ def test_ctrl_c_in_the_runner_lets_each_worker_save(tmp_path):
   from crackjax.paper import jobs as jobs_lib
 
   jobs = jobs_lib.select_jobs(1, [], [0])[:2]
-  timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
-  timer.start()
-  try:
-    with pytest.raises(exits.Interrupted) as stopped:
-      scheduler.run_workers(
-        jobs,
-        [sys.executable, '-c', _FAKE_WORKER, str(tmp_path)],
-        tmp_path / 'campaign',
-        parallel=2,
-        gpus=[],
-        deadline=None,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-      )
-  finally:
-    timer.cancel()
+  with pytest.raises(exits.Interrupted) as stopped, _ctrl_c_once_ready(tmp_path, len(jobs)):
+    scheduler.run_workers(
+      jobs,
+      [sys.executable, '-c', _FAKE_WORKER, str(tmp_path)],
+      tmp_path / 'campaign',
+      parallel=2,
+      gpus=[],
+      deadline=None,
+      env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
   saved = sorted(p.name for p in tmp_path.glob('1_*'))
   assert saved == sorted(j.id.replace(':', '_') for j in jobs), saved
   assert str(stopped.value) == (
