@@ -461,16 +461,21 @@ def test_ctrl_c_in_the_runner_lets_each_worker_save(tmp_path):
   from crackjax.paper import jobs as jobs_lib
 
   jobs = jobs_lib.select_jobs(1, [], [0])[:2]
-  with pytest.raises(exits.Interrupted) as stopped, _ctrl_c_once_ready(tmp_path, len(jobs)):
-    scheduler.run_workers(
-      jobs,
-      [sys.executable, '-c', _FAKE_WORKER, str(tmp_path)],
-      tmp_path / 'campaign',
-      parallel=2,
-      gpus=[],
-      deadline=None,
-      env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
+  try:
+    with pytest.raises(exits.Interrupted) as stopped, _ctrl_c_once_ready(tmp_path, len(jobs)):
+      scheduler.run_workers(
+        jobs,
+        [sys.executable, '-c', _FAKE_WORKER, str(tmp_path)],
+        tmp_path / 'campaign',
+        parallel=2,
+        gpus=[],
+        deadline=None,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+      )
+  finally:  # shown only if the test fails: what each fake worker printed
+    for log in sorted((tmp_path / 'campaign').rglob('worker.log')):
+      print(f'---- {log}\n{log.read_text()[-3000:]}')
+    print('files:', sorted(p.name for p in tmp_path.iterdir()))
   saved = sorted(p.name for p in tmp_path.glob('1_*'))
   assert saved == sorted(j.id.replace(':', '_') for j in jobs), saved
   assert str(stopped.value) == (
