@@ -117,6 +117,7 @@ def run_workers(
   pending = list(jobs)
   running: dict[int, tuple[Job, subprocess.Popen, Any]] = {}
   status: dict[str, str] = {}
+  exits.clear_interrupt()
   try:
     _schedule(pending, running, status, command, workdir, parallel, gpus, deadline, env)
   except KeyboardInterrupt:
@@ -149,6 +150,11 @@ def _stop_workers(running: dict[int, tuple[Job, subprocess.Popen, Any]], status)
 def _schedule(pending, running, status, command, workdir, parallel, gpus, deadline, env) -> None:
   stopping = False
   while pending or running:
+    # A Ctrl-C whose KeyboardInterrupt landed in a finalizer was swallowed there ('Exception
+    # ignored in ...'); `exits.watch_interrupts` remembered it. Seen in the slow tier: the
+    # runner went on until its workers had finished.
+    if exits.interrupt_requested():
+      raise KeyboardInterrupt
     now = time.monotonic()
     if deadline is not None and now >= deadline and not stopping:
       stopping = True

@@ -439,6 +439,10 @@ def _ctrl_c_once_ready(folder: Path, workers: int):
   in place), unless the block has ended: a fixed delay raced their imports on a cold or
   loaded machine (a worker still importing died of the runner's SIGTERM without saving)."""
   done = threading.Event()
+  # Ctrl-C as the runner's command takes it (`exits.watch_interrupts`: a KeyboardInterrupt
+  # swallowed by a finalizer is remembered), whatever an earlier test of this worker left.
+  previous = signal.getsignal(signal.SIGINT)
+  exits.watch_interrupts()
 
   def wait_then_interrupt():
     end = time.monotonic() + 120
@@ -454,6 +458,8 @@ def _ctrl_c_once_ready(folder: Path, workers: int):
   finally:
     done.set()
     thread.join()
+    signal.signal(signal.SIGINT, previous)
+    exits.clear_interrupt()
 
 
 @pytest.mark.slow
