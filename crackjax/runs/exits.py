@@ -33,6 +33,8 @@ _ADVICE = {
   errno.EFBIG: 'free some space there or raise the file size limit',
   errno.EROFS: 'make it writable or choose another folder',
 }
+#: The errors of the disk rather than of the program (full, over quota, too big, read-only).
+DISK_ERRNOS = tuple(_ADVICE)
 
 
 class Stopped(Exception):

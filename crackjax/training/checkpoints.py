@@ -196,7 +196,7 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
 def _is_disk_reason(reason: str) -> bool:
   """Whether `_os_reason`'s words are the disk's: full, over quota, too big, read-only, or
   not permitted."""
-  codes = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
+  codes = (*exits.DISK_ERRNOS, errno.EACCES, errno.EPERM)  # a save only writes: these too
   return any(reason.startswith(os.strerror(code)) for code in codes)
 
 
