@@ -98,3 +98,34 @@ def test_flat_hparams():
     'x': 'null',
     'on': True,
   }
+
+
+def test_a_sliced_split_name_is_a_clean_tag_without_log_lines(tmp_path, caplog):
+  """A split such as 'train[58:]' (the release configs' validation part) is spelt as
+  TensorBoard takes it, the same tag tensorboardX would make, without its INFO line per tag
+  and step ("Summary name ... is illegal")."""
+  from tensorboardX.summary import _clean_tag
+
+  writer = metric_writer.MetricWriter(tmp_path)
+  kind = 'eval_train[58:]_strict'
+  with caplog.at_level('INFO'):
+    writer.write_scalars(3, {'ods_f1': 0.5}, kind=kind)
+    writer.write_evaluation(
+      3,
+      curves={
+        f'{kind}/pr_curve': {
+          'thresholds': [0.1, 0.9],
+          'precision': [0.2, 1.0],
+          'recall': [1.0, 0.1],
+        }
+      },
+      panels=[('eval_train[58:]/qualitative_0', np.zeros((4, 6, 3), np.uint8))],
+      hparams={'lr': 0.1},
+      metrics=[f'{kind}/ods_f1'],
+    )
+    writer.close()
+  assert 'is illegal' not in caplog.text
+  tags = {v.tag for e in read_events(tmp_path / 'tensorboard') for v in e.summary.value}
+  assert {'eval_train_58___strict/ods_f1', 'eval_train_58___strict/pr_curve'} <= tags
+  assert 'eval_train_58__/qualitative_0' in tags
+  assert metric_writer.tag(f'{kind}/ods_f1') == _clean_tag(f'{kind}/ods_f1')

@@ -4,6 +4,7 @@ evaluation's PR curves, qualitative panels and the run's hyper-parameters to Ten
 import itertools
 import json
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +16,15 @@ import numpy as np
 from crackjax.runs import exits, outputs
 
 _SERIAL = itertools.count()  # this process's writers, for their event files' names
+# The characters TensorBoard takes in a tag (tensorboardX's own rule): a split such as
+# 'train[58:]' is spelt 'train_58__' here, as tensorboardX would, without its INFO line per tag
+# and step ("Summary name ... is illegal").
+_NOT_IN_TAGS = re.compile(r'[^-/\w\.]')
+
+
+def tag(name: str) -> str:
+  """`name` as a TensorBoard tag: each character it does not take becomes '_'."""
+  return _NOT_IN_TAGS.sub('_', name).lstrip('/')
 
 
 class MetricWriter:
@@ -60,7 +70,7 @@ class MetricWriter:
     for name, value in scalars.items():
       value = float(value)
       record[name] = value
-      self._tb.add_scalar(f'{kind}/{name}', value, int(step))
+      self._tb.add_scalar(tag(f'{kind}/{name}'), value, int(step))
     # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN). A full
     # disk's error names the file (`exits.naming`): a write names none.
     with exits.naming(self._jsonl.name):
@@ -89,22 +99,22 @@ class MetricWriter:
     """
     if not self._active:
       return
-    for tag, curve in curves.items():
+    for name, curve in curves.items():
       order = np.argsort(np.asarray(curve['thresholds'], np.float64), kind='stable')
       precision = np.asarray(curve['precision'], np.float64)[order]
       recall = np.asarray(curve['recall'], np.float64)[order]
       zeros = np.zeros_like(precision)
       self._tb.add_pr_curve_raw(
-        tag, zeros, zeros, zeros, zeros, precision, recall, int(step), len(order)
+        tag(name), zeros, zeros, zeros, zeros, precision, recall, int(step), len(order)
       )
-    for tag, image in panels:
-      self._tb.add_image(tag, np.asarray(image, np.uint8), int(step), dataformats='HWC')
+    for name, image in panels:
+      self._tb.add_image(tag(name), np.asarray(image, np.uint8), int(step), dataformats='HWC')
     if hparams:
       from tensorboardX.summary import hparams as hparams_summaries
 
       # In this run's own event file (tensorboardX's add_hparams makes a sub-run), so the
       # HParams tab pairs the values with this run's scalars.
-      for summary in hparams_summaries(dict(hparams), {m: 0.0 for m in metrics}):
+      for summary in hparams_summaries(dict(hparams), {tag(m): 0.0 for m in metrics}):
         self._tb.file_writer.add_summary(summary, int(step))
     self._tb.flush()
 
