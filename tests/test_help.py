@@ -174,6 +174,7 @@ def test_crackjax_train_is_the_launch_command():
   [
     ('bench/gpu_perf.sh', ['STAGES', 'TINY', 'BUDGET_S']),
     ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
+    ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
   ],
 )
 def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):

@@ -79,10 +79,31 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
   return out
 
 
+def record_scores(record: dict[str, Any], name: str) -> dict[str, Any]:
+  """One evaluation record (eval.json, epoch_<NNN>.json) as a card's scores entry: dataset,
+  split, images, the record's `name`, per protocol ODS/OIS/AP and, where the record has them,
+  the first three images' rows."""
+  protocols = {}
+  for protocol, result in record['results'].items():
+    summary = _summary(result)
+    if result.get('per_image'):
+      summary['first_images'] = [
+        {k: row[k] for k in ('name', 'threshold', 'f1', 'fixed_f1') if k in row}
+        for row in result['per_image'][:3]
+      ]
+    protocols[protocol] = summary
+  return {
+    'dataset': record['dataset'],
+    'split': record['split'],
+    'num_images': record['num_images'],
+    'record': name,
+    'protocols': protocols,
+  }
+
+
 def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
   """Every evaluation record of `step` in the run (one per dataset and split, the one with
-  the most protocols kept), as the card's scores: dataset, split, images, per protocol
-  ODS/OIS/AP and, where the record has them, the first three images' rows."""
+  the most protocols kept), as the card's scores (`record_scores`)."""
   paths = [workdir / 'eval.json', *sorted(workdir.glob('epoch_*.json'))]
   paths += sorted(workdir.glob('eval/*/eval.json'))
   found: dict[tuple[str, str], dict[str, Any]] = {}
@@ -95,28 +116,13 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
       continue  # a damaged record is not a score
     if record.get('step') != step:
       continue
-    key = (record['dataset'], record['split'])
-    entry = found.setdefault(
-      key,
-      {
-        'dataset': record['dataset'],
-        'split': record['split'],
-        'num_images': record['num_images'],
-        'record': str(path.relative_to(workdir)),
-        'protocols': {},
-      },
-    )
-    for protocol, result in record['results'].items():
-      summary = _summary(result)
-      if result.get('per_image'):
-        summary['first_images'] = [
-          {k: row[k] for k in ('name', 'threshold', 'f1', 'fixed_f1') if k in row}
-          for row in result['per_image'][:3]
-        ]
+    scores = record_scores(record, str(path.relative_to(workdir)))
+    entry = found.setdefault((scores['dataset'], scores['split']), {**scores, 'protocols': {}})
+    for protocol, summary in scores['protocols'].items():
       old = entry['protocols'].get(protocol)
       if old is None or ('first_images' in summary and 'first_images' not in old):
         entry['protocols'][protocol] = summary
-        entry['record'] = str(path.relative_to(workdir))
+        entry['record'] = scores['record']
   return list(found.values())
 
 

@@ -5,9 +5,15 @@
       (status 1) unless the config's CHOSEN is the best candidate at the last epoch.
   python -m crackjax.deploy.release best-step --workdir=RUN
       prints the step whose epoch record has the best validation ODS F1 (the epoch exported).
+  python -m crackjax.deploy.release show --workdir=RUN
+      prints every epoch's validation ODS F1 and threshold, the best one marked.
   python -m crackjax.deploy.release register --file=F --name=NAME --held_out=SPLIT
       copies the model file F into the package (crackjax/models/released/NAME.safetensors) and
       writes its registry entry (`registry_entry`), its scores those of its card on SPLIT.
+  python -m crackjax.deploy.release rescore --file=F --record=EVAL_JSON
+      puts the file's own scores (EVAL_JSON of `crackjax-evaluate --model=F`) and this
+      machine's self check into its card, keeping the run's scores they replace
+      (scripts/release_gpu.sh: a bfloat16 file made on a GPU, scored on the CPU).
 
 The selection reads the records `launch.py` wrote (epoch_<NNN>.json, `eval.every_epochs=1`),
 so what the release stands on is on disk beside the runs, not in this module.
@@ -16,6 +22,7 @@ so what the release stands on is on disk beside the runs, not in this module.
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import json
 import sys
@@ -182,6 +189,72 @@ def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
   return int(bad > 0)
 
 
+def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
+  """Rewrites the model file `file` with its own scores and this machine's self check in its
+  card; returns the new card.
+
+  A file exported in bfloat16, or on a GPU, predicts slightly differently from the run whose
+  records filled its card (float32 parameters; the GPU's convolution arithmetic). Its card
+  must hold what the file itself gives where the package is tested, so `record` (the eval.json
+  of ``crackjax-evaluate --model=file``, with per-image rows) replaces the card's scores of
+  its dataset and split, the replaced entry kept as ``card['run_scores']``, and the self
+  check is recomputed here. The parameters are not touched; the file is written atomically.
+
+  Raises:
+    ValueError: `record` is not an evaluation of this file's model (another number of
+      parameters or another step) or has no per-image rows.
+  """
+  import jax
+
+  from crackjax.deploy import model_export
+  from crackjax.deploy.predictor import Predictor
+  from crackjax.models import model_file
+
+  file, record = Path(file), Path(record)
+  loaded = model_file.read(file)
+  got = json.loads(record.read_text())
+  card = dict(loaded.card)
+  mine = (card['model']['parameters'], card['training']['step'])
+  if (got.get('params'), got.get('step')) != mine:
+    raise ValueError(
+      f'{record} evaluates a model of {got.get("params")} parameters at step '
+      f'{got.get("step")}, not {file} ({mine[0]} parameters, step {mine[1]}).'
+    )
+  if not all(r.get('per_image') for r in got['results'].values()):
+    raise ValueError(f'{record} has no per-image rows (write it with crackjax-evaluate).')
+  key = (got['dataset'], got['split'])
+  kept = [s for s in card['scores'] if (s['dataset'], s['split']) != key]
+  replaced = [s for s in card['scores'] if (s['dataset'], s['split']) == key]
+  card['scores'] = [*kept, model_export.record_scores(got, record.name)]
+  if replaced:
+    card['run_scores'] = {
+      'note': (
+        "the run's own evaluation of this step (float32 parameters, on the machine that "
+        'trained it), which the scores of the file itself replaced'
+      ),
+      'scores': replaced,
+    }
+  predictor = Predictor.from_pretrained(str(file))
+  card['self_check'] = model_export.self_check(predictor)
+  card['rescored'] = {
+    'by': 'python -m crackjax.deploy.release rescore',
+    'date': datetime.date.today().isoformat(),
+    'platform': f'{jax.devices()[0].platform} ({jax.devices()[0].device_kind})',
+    'dataset': got['dataset'],
+    'split': got['split'],
+  }
+  meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
+  meta['card'] = card
+  model_file.write(
+    file,
+    params=loaded.params,
+    batch_stats=loaded.batch_stats,
+    meta=meta,
+    dtype=_stored_dtype(loaded),
+  )
+  return card
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m crackjax.deploy.release', description=__doc__)
   sub = parser.add_subparsers(dest='command', required=True)
@@ -190,24 +263,51 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument('--work', required=True)
   p = sub.add_parser('best-step', help='the step of the best validation epoch')
   p.add_argument('--workdir', required=True)
+  p = sub.add_parser('show', help="every epoch's validation ODS F1, the best marked")
+  p.add_argument('--workdir', required=True)
   p = sub.add_parser('register', help='ship a model file in the package')
   p.add_argument('--file', required=True)
   p.add_argument('--name', required=True)
   p.add_argument('--held_out', default='test')
   p.add_argument('--config', help='the config file the model was trained with')
   p.add_argument('--command', dest='made_by', help='the command that made it')
+  p = sub.add_parser('rescore', help="a model file's own scores and self check into its card")
+  p.add_argument('--file', required=True)
+  p.add_argument('--record', required=True)
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
   args = parser.parse_args(argv)
   if args.command == 'check':
     return check(args.file, args.record)
+  if args.command == 'rescore':
+    try:
+      card = rescore(args.file, args.record)
+    except (ValueError, OSError) as e:  # ModelFileError is a ValueError
+      print(f'{parser.prog}: {e}', file=sys.stderr)
+      return 1
+    for entry in card['scores']:
+      for protocol, r in entry['protocols'].items():
+        print(
+          f'{args.file}: {entry["dataset"]} {entry["split"]} {protocol}: ODS F1 '
+          f'{r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+        )
+    return 0
   if args.command == 'select':
     return select(args.config, args.work)
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
     entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
     print(outputs.dumps(entry, indent=2))
+    return 0
+  if args.command == 'show':
+    best = best_epoch(args.workdir)
+    for r in epoch_scores(args.workdir):
+      mark = '  <- best' if r['epoch'] == best['epoch'] else ''
+      print(
+        f'  epoch {r["epoch"]:3d} (step {r["step"]}) {r["split"]}: {PROTOCOL} ODS F1 '
+        f'{r["ods_f1"]:.4f} at {r["threshold"]:.2f}{mark}'
+      )
     return 0
   print(best_epoch(args.workdir)['step'])
   return 0

@@ -1,0 +1,161 @@
+"""The release helpers (crackjax/deploy/release.py) that scripts/release_cpu.sh and
+scripts/release_gpu.sh run: the epoch table and the best step, and `rescore`, which puts a
+model file's own scores and this machine's self check into its card."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crackjax.deploy import export, model_export
+from crackjax.deploy import release as release_lib
+from crackjax.deploy.predictor import Predictor
+from crackjax.models import model_file
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _epoch_record(folder: Path, epoch: int, f1: float, threshold: float) -> None:
+  record = {
+    'epoch': epoch,
+    'step': 300 * epoch,
+    'split': 'train[58:]',
+    'results': {'strict': {'ods': {'f1': f1, 'threshold': threshold}}},
+  }
+  (folder / f'epoch_{epoch:03d}.json').write_text(json.dumps(record))
+
+
+def test_show_marks_the_best_epoch_and_best_step_prints_its_step(tmp_path, capsys):
+  for epoch, f1 in ((1, 0.5), (2, 0.7), (3, 0.7), (4, 0.6)):
+    _epoch_record(tmp_path, epoch, f1, 0.9)
+  assert release_lib.main(['show', f'--workdir={tmp_path}']) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 4
+  # Of two equal scores the earlier epoch wins (the shorter training).
+  assert lines[1].endswith('<- best') and 'epoch   2 (step 600)' in lines[1]
+  assert not any(line.endswith('<- best') for i, line in enumerate(lines) if i != 1)
+  assert release_lib.main(['best-step', f'--workdir={tmp_path}']) == 0
+  assert capsys.readouterr().out.strip() == '600'
+
+
+@pytest.fixture
+def half(smoke_run, tmp_path) -> Path:
+  """The smoke run exported with bfloat16 parameters."""
+  out = tmp_path / 'half.safetensors'
+  export.export_model_file(smoke_run, out, dtype='bfloat16', name='half')
+  return out
+
+
+def _own_record(smoke_run: Path, tmp_path: Path, f1: float) -> Path:
+  """The smoke run's eval.json (crackforest test, step 6, with per-image rows) with its
+  strict ODS F1 set to `f1`: a record the card does not hold yet."""
+  record = json.loads((smoke_run / 'eval.json').read_text())
+  record['results']['strict']['ods']['f1'] = f1
+  path = tmp_path / 'check' / 'eval.json'
+  path.parent.mkdir()
+  path.write_text(json.dumps(record))
+  return path
+
+
+def test_rescore_puts_the_files_own_scores_and_self_check_in_its_card(smoke_run, half, tmp_path):
+  before = model_file.read(half)
+  (old,) = [s for s in before.card['scores'] if s['split'] == 'test']
+  record = _own_record(smoke_run, tmp_path, 0.123456)
+
+  card = release_lib.rescore(half, record)
+
+  after = model_file.read(half)  # verifies the new checksum
+  assert after.card == card
+  (new,) = [s for s in card['scores'] if s['split'] == 'test']
+  assert new['protocols']['strict']['ods']['f1'] == 0.123456
+  assert len(new['protocols']['strict']['first_images']) == 3
+  assert card['run_scores']['scores'] == [old]
+  assert card['rescored']['platform'].startswith('cpu') and card['rescored']['split'] == 'test'
+  # The parameters are untouched and still bfloat16; everything else of the file is kept.
+  for key, value in model_file.flatten(before.params, 'p').items():
+    got = model_file.flatten(after.params, 'p')[key]
+    assert str(got.dtype) == 'bfloat16' and np.array_equal(got, value), key
+  assert after.meta['threshold'] == before.meta['threshold']
+  assert after.meta['config'] == before.meta['config']
+  assert card['bfloat16'] == before.card['bfloat16']
+  assert card['self_check'] == model_export.self_check(Predictor.from_pretrained(str(half)))
+  # What the release registers is the file's own score.
+  entry = release_lib.registry_entry(half, 'half', 'test')
+  assert entry['scores']['strict']['ods'] == 0.123456 and entry['dtype'] == 'bfloat16'
+
+
+def test_rescore_refuses_a_record_of_another_model_in_one_line(smoke_run, half, tmp_path):
+  record = _own_record(smoke_run, tmp_path, 0.5)
+  data = json.loads(record.read_text())
+  data['step'] = 3
+  record.write_text(json.dumps(data))
+  unchanged = half.read_bytes()
+  done = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'crackjax.deploy.release',
+      'rescore',
+      f'--file={half}',
+      f'--record={record}',
+    ],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+  )
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines() == [
+    f'python -m crackjax.deploy.release: {record} evaluates a model of {data["params"]} '
+    f'parameters at step 3, not {half} ({data["params"]} parameters, step 6).'
+  ]
+  assert half.read_bytes() == unchanged
+
+
+@pytest.mark.slow
+def test_release_gpu_script_tiny_on_fake_crackforest(tmp_path):
+  """scripts/release_gpu.sh with the `tiny` config, its GPU stages and the CPU's finish, on a
+  fake CrackForest (about 40 s): the bfloat16 file comes back beside the run's records, and
+  its card holds the file's own test scores."""
+  raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=10, size=(64, 96))
+  env = dict(
+    os.environ,
+    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get('PATH', '')]),
+    TINY='1',
+    STAGES='train export finish',
+    DATA=str(raw),
+    OUT=str(tmp_path / 'out'),
+    WORK=str(tmp_path / 'work'),
+  )
+  env.pop('TFDS_DATA_DIR', None)
+  done = subprocess.run(
+    ['bash', 'scripts/release_gpu.sh'],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+    env=env,
+    timeout=400,
+  )
+  log = done.stdout + done.stderr
+  assert done.returncode == 0, log[-4000:]
+  assert 'train exit code 0' in log and '<- best' in log and 'is illegal' not in log
+  out = tmp_path / 'out'
+  assert sorted(p.name for p in out.iterdir()) == [
+    'crackforest-unet.safetensors',
+    'log.txt',
+    'release_run.tar.gz',
+  ]
+  card = model_file.read(out / 'crackforest-unet.safetensors').card
+  (test,) = [s for s in card['scores'] if s['split'] == 'test']
+  own = json.loads((tmp_path / 'work' / 'check' / 'crackforest_test' / 'eval.json').read_text())
+  for protocol in ('strict', 'tolerance_thin_gt'):
+    assert test['protocols'][protocol]['ods']['f1'] == own['results'][protocol]['ods']['f1']
+  assert card['run_scores']['scores'][0]['split'] == 'test' and 'bfloat16' in card
+  # TFDS prepared its data under WORK, not in the home folder.
+  assert (tmp_path / 'work' / 'tfds' / 'crackforest').is_dir()
