@@ -245,3 +245,11 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   assert got.keys() == want.keys()
   for name in want:
     np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_the_file_is_as_readable_as_any_new_file(exported, tmp_path):
+  """safetensors alone writes 0600 (its owner only); a model file is for sharing, so it gets
+  the mode of any file created here (umask applied)."""
+  plain = tmp_path / 'plain.txt'
+  plain.write_text('x')
+  assert (exported.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)

@@ -202,10 +202,19 @@ def write(
   tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
   try:
     save_file(tensors, str(tmp), metadata=metadata)
+    # safetensors creates its file readable by its owner alone (0600); a model file is for
+    # sharing (a colleague, a web server), so it gets the mode any new file gets here.
+    os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, path)
   finally:
     tmp.unlink(missing_ok=True)
   return file_sha256(path)
+
+
+def _umask() -> int:
+  mask = os.umask(0)  # the only way to read it is to set it: set it straight back
+  os.umask(mask)
+  return mask
 
 
 def _header(path: Path) -> dict[str, Any]:
