@@ -25,7 +25,8 @@
 #   register: the file copied into the package with its registry entry (release register).
 # Environment knobs: STAGES, TINY=1, TRAIN_MINUTES=6, DATA=.data/crackforest (the CrackForest
 # archive), OUT=<the device tool's output folder>, WORK=/tmp/release_gpu, FILE (finish,
-# register; default $OUT/crackforest-unet.safetensors), BACKGROUND_WORKERS=4.
+# register; default $OUT/crackforest-unet.safetensors), BACKGROUND_WORKERS=4, EXTRA (more
+# launch.py flags, for a CPU try: EXTRA="--config.steps_per_epoch=4 --config.num_epochs=2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --help prints the comment above; the settings are environment variables, not arguments.
@@ -69,7 +70,7 @@ if has train; then
   set +e
   timeout --signal=TERM --kill-after=90 "$limit" python3 launch.py --config="$CONFIG$ARG" \
     --workdir="$RUN" --config.data.manual_dir="$DATA" --config.data.data_dir="$TFDS_DATA_DIR" \
-    --config.eval.background_workers="$BACKGROUND_WORKERS"
+    --config.eval.background_workers="$BACKGROUND_WORKERS" ${EXTRA:-}
   code=$?
   set -e
   echo "train exit code $code"

@@ -54,7 +54,10 @@ def epoch_scores(workdir: str | Path, protocol: str = PROTOCOL) -> list[dict[str
       }
     )
   if not rows:
-    raise FileNotFoundError(f'{workdir} holds no epoch_*.json record (eval.every_epochs=0?).')
+    raise FileNotFoundError(
+      f'{workdir} holds no epoch_*.json record: no epoch was scored (the run ended before its '
+      'first epoch did, or eval.every_epochs=0).'
+    )
   return rows
 
 
@@ -300,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
     print(outputs.dumps(entry, indent=2))
     return 0
+  if args.command in ('show', 'best-step'):
+    try:
+      epoch_scores(args.workdir)
+    except FileNotFoundError as e:
+      print(f'{parser.prog} {args.command}: {e}', file=sys.stderr)
+      return 1
   if args.command == 'show':
     best = best_epoch(args.workdir)
     for r in epoch_scores(args.workdir):
