@@ -19,7 +19,10 @@
 #                  ../shared/datasets/crackforest)
 #   bench_b8_bf16  bench/train_step.py batch 8 bf16 + PyTorch eager and torch.compile, same GPU;
 #                  --fresh_memory: the step's steady-state device peak, read in a fresh process
-#                  that loads the step from the compilation cache (no compiling, no autotuning)
+#                  that loads the step from the compilation cache (no compiling, no autotuning);
+#                  --profile_steps: 5 more steps traced, the device time by kind of kernel and
+#                  the top kernels in the log (bench/trace_summary.py), the trace's Perfetto
+#                  file beside it (every bench_* stage)
 #   fps_bf16       python -m crackjax.paper.complexity, bf16, inference FPS batch 1 and 8
 #   table_row      Table I row wce_exp_0.75_e10 (paper setting, f32, 10 epochs): launch.py to
 #                  eval.json with breakdown (bench/launch_breakdown.py; no compilation cache)
@@ -76,6 +79,7 @@ if [ "$TINY" = 1 ]; then
     --config.steps_per_epoch=6 --config.num_epochs=2 --config.log_every_steps=2
     --bench_steps=2 --bench_after --host_batches=3 --profile_steps=4,8)
   PREDICT=(--large_hw=600,800 --num_large=1 --num_small=2 --tile_size=256 --overlap=0,0.125)
+  PROFILE_STEPS=1
   SCALE=20  # expected stage times are divided by this
   BUDGET_S=${BUDGET_S:-1800}
 else
@@ -89,6 +93,7 @@ else
   LOOP=(--config=configs/crackforest_exp.py --config.steps_per_epoch=300 --config.num_epochs=1
     --bench_steps=20 --bench_after --host_batches=50 --profile_steps=100,120)
   PREDICT=(--num_large=3 --num_small=60 --tile_size=1024,2048 --overlap=0,0.125)
+  PROFILE_STEPS=5
   SCALE=1
   BUDGET_S=${BUDGET_S:-560}
 fi
@@ -173,7 +178,12 @@ bench() {  # bench NAME DTYPE BATCH
   # the rest.
   stage "$name" 150 240 env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 "$PY" bench/train_step.py --config=configs/crackforest_exp.py \
     ${MODEL[@]+"${MODEL[@]}"} --config.model.dtype="$dtype" --hw=$HW --batch="$batch" "${STEPS[@]}" \
-    "${TORCH[@]}" --fresh_memory --json="$RES/$name.json"
+    "${TORCH[@]}" --fresh_memory --profile_steps="$PROFILE_STEPS" --profile_dir="$WORK/${name}_profile" \
+    --json="$RES/$name.json"
+  # The trace's Perfetto file comes back for a second look (the kernel table is in the log).
+  find "$WORK/${name}_profile" -name 'perfetto_trace.json.gz' -size -8M \
+    -exec cp {} "$RES/${name}.perfetto_trace.json.gz" \; 2>/dev/null
+  pack
 }
 
 fps() {  # fps NAME DTYPE

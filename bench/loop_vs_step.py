@@ -33,7 +33,6 @@ Usage (config and overrides as for launch.py; the workdir must be new or empty):
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import itertools
 import json
@@ -52,14 +51,17 @@ from crackjax.runs import outputs
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_train_step_bench():
-  """bench/train_step.py as a module (bench/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(
-    'bench_train_step', REPO / 'bench' / 'train_step.py'
-  )
+def load_bench(name: str):
+  """bench/<name>.py as a module (bench/ is not a package)."""
+  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_train_step_bench():
+  """bench/train_step.py as a module."""
+  return load_bench('train_step')
 
 
 # ----------------------------------------------------------------------------- host pipeline
@@ -202,59 +204,11 @@ def run_loop(
 # ----------------------------------------------------------------------------- profile
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-  total, end = 0.0, float('-inf')
-  for a, b in sorted(intervals):
-    if b <= end:
-      continue
-    total += b - max(a, end)
-    end = b
-  return total
-
-
 def device_idle(profile_dir: str | Path) -> dict | None:
-  """Device busy / idle time in the newest Perfetto trace under `profile_dir`.
-
-  Busy = the union of the events on the device processes ('/device:...') of the trace,
-  their stream threads only where there are any; the window runs from the first to the last
-  device event. None where the trace has no device tracks (the CPU backend).
-  """
-  files = sorted(
-    Path(profile_dir).glob('**/perfetto_trace.json.gz'), key=lambda p: p.stat().st_mtime
-  )
-  if not files:
-    return None
-  data = json.loads(gzip.open(files[-1]).read())
-  events = data['traceEvents'] if isinstance(data, dict) else data
-  devices, threads = {}, {}
-  for e in events:
-    if e.get('ph') != 'M':
-      continue
-    name = (e.get('args') or {}).get('name', '')
-    if e.get('name') == 'process_name' and name.startswith('/device:'):
-      devices[e['pid']] = name
-    elif e.get('name') == 'thread_name':
-      threads[(e['pid'], e.get('tid'))] = name
-  spans = [
-    (e, threads.get((e['pid'], e.get('tid')), ''))
-    for e in events
-    if e.get('ph') == 'X' and e.get('pid') in devices
-  ]
-  if not spans:
-    return None
-  streams = [(e, t) for e, t in spans if 'stream' in t.lower()]
-  chosen = streams or spans
-  intervals = [(float(e['ts']), float(e['ts']) + float(e.get('dur', 0))) for e, _ in chosen]
-  window = max(b for _, b in intervals) - min(a for a, _ in intervals)
-  busy = _union_length(intervals)
-  return {
-    'trace': str(files[-1]),
-    'devices': sorted(set(devices.values())),
-    'tracks': 'streams' if streams else 'all device tracks',
-    'window_ms': window / 1e3,
-    'busy_ms': busy / 1e3,
-    'idle_fraction': 1.0 - busy / window if window > 0 else 0.0,
-  }
+  """Device busy / idle time in the newest Perfetto trace under `profile_dir`
+  (bench/trace_summary.py's `device_idle`). None where the trace has no device tracks (the
+  CPU backend)."""
+  return load_bench('trace_summary').device_idle(profile_dir)
 
 
 # ----------------------------------------------------------------------------- main

@@ -39,6 +39,12 @@ the end, as the training loop runs), and:
   first, which still holds its share; a cache miss there is reported as such (its peak then
   includes compilation again).
 
+* **Profile** (`--profile_steps=N`): N more steps after the timed ones, traced with
+  `jax.profiler` into `--profile_dir`; the device time per step by kind of kernel (cuDNN's
+  convolution passes, other GEMMs, transposes, reductions, XLA's fusions, copies) and the top
+  kernels (bench/trace_summary.py, from the trace's Perfetto file). The CPU backend records
+  no device tracks: there the profile says so.
+
 PyTorch (never a dependency; `import torch` is checked in a subprocess): the same U-Net,
 loss and Adam, in a separate process per mode after the JAX run, on `--torch_device`
 (auto: CUDA when torch sees a GPU, else the CPU), in the config's precision: float32
@@ -57,7 +63,8 @@ Usage (the config and its ``--config.*`` overrides as for launch.py)::
     python bench/train_step.py --config=configs/crackforest_exp.py \
         [--config.model.widths='(16, 32, 64, 128, 256)'] [--config.model.conv_impl=xla] \
         [--config.model.dtype=bfloat16] [--hw=320,480] [--batch=2] [--steps=5] [--warmup=1] \
-        [--torch_device=auto|cpu|cuda] [--torch_compile] [--fresh_memory] [--json=PATH]
+        [--torch_device=auto|cpu|cuda] [--torch_compile] [--fresh_memory] [--json=PATH] \
+        [--profile_steps=5 --profile_dir=DIR]
 """
 
 from __future__ import annotations
@@ -141,9 +148,13 @@ def cache_status(events: list[str]) -> str:
 MEMORY_PHASES = ('before_compile', 'after_compile', 'after_warmup', 'after_steps')
 
 
-def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
+def bench_jax(
+  experiment, hw, batch, steps, warmup, profile_steps: int = 0, profile_dir: str | None = None
+) -> dict:
   """Compiles and times the train step of `experiment` (`crackjax.experiment.build`) on
-  batches of `batch` images of `hw`; returns the figures (see the module doc)."""
+  batches of `batch` images of `hw`; returns the figures (see the module doc). With
+  `profile_steps`, that many more steps are traced into `profile_dir` after the timed ones
+  and summarised by kernel (bench/trace_summary.py) under 'profile'."""
   import flax
   import jax
 
@@ -195,6 +206,18 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
   pipelined_s = (time.perf_counter() - t0) / steps
   loss = float(metrics['loss'])
   phases['after_steps'] = complexity.device_memory(device)
+  profile = None
+  if profile_steps:
+    # After the timed steps, so the trace costs them nothing; dispatched back to back as
+    # the training loop runs them.
+    profile_dir = profile_dir or tempfile.mkdtemp(prefix='bench_profile_')
+    jax.profiler.start_trace(profile_dir, create_perfetto_trace=True)
+    for _ in range(profile_steps):
+      state, metrics = compiled(state, data)
+    jax.block_until_ready((state, metrics))
+    jax.profiler.stop_trace()
+    summary = _load_bench('trace_summary').kernels(profile_dir, profile_steps, top=25)
+    profile = {'dir': profile_dir, 'steps': profile_steps, 'kernels': summary}
 
   median = statistics.median(times)
   model_fields = {k: v for k, v in config.model.items() if k != 'name'}
@@ -230,12 +253,23 @@ def bench_jax(experiment, hw, batch, steps, warmup) -> dict:
     'jaxpr_flops_per_step': jaxpr_flops,
     'xla_flops_per_step': xla,
     'xla_cross_check': complexity.cross_check(flops, xla),
+    'profile': profile,
   }
   if 'conv_impl' in config.model:
     result['conv_impl'] = f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})'
   if 'widths' in config.model:
     result['widths'] = list(config.model.widths)
   return result
+
+
+def _load_bench(name: str):
+  """bench/<name>.py as a module (bench/ is not a package)."""
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def prepare_fresh_cache() -> str:
@@ -411,6 +445,9 @@ def report(
     *_fresh_lines(fresh),
     f'jax host RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM; host memory)',
   ]
+  if jr.get('profile'):
+    lines += _load_bench('trace_summary').report_lines(jr['profile']['kernels'])
+    lines.append(f'  trace: {jr["profile"]["dir"]}')
   for tr in torch_results or []:
     name = tr['mode'] if tr['mode'].startswith('torch.compile') else f'torch {tr["mode"]}'
     if 'error' in tr:
@@ -469,6 +506,17 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'the steady-state peak',
     flag_values=fv,
   )
+  flags.DEFINE_integer(
+    'profile_steps',
+    0,
+    'after the timed steps, trace this many more (jax.profiler) and print the device time '
+    'per step by kind of kernel and the top kernels (bench/trace_summary.py); 0: no trace',
+    lower_bound=0,
+    flag_values=fv,
+  )
+  flags.DEFINE_string(
+    'profile_dir', None, 'where the trace goes (default: a new temporary folder)', flag_values=fv
+  )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
   flags.DEFINE_bool(
     'jax_fresh_worker', False, 'internal: the fresh process of --fresh_memory', flag_values=fv
@@ -522,7 +570,9 @@ def main(argv=None) -> dict:
     experiment = build(config)
   except ValueError as e:
     sys.exit(f'{prog}: bad config: {" / ".join(str(e).splitlines())}')
-  jr = bench_jax(experiment, hw, fv.batch, fv.steps, fv.warmup)
+  # The fresh process of --fresh_memory measures memory only: it traces nothing.
+  profile_steps = 0 if fv.jax_fresh_worker else fv.profile_steps
+  jr = bench_jax(experiment, hw, fv.batch, fv.steps, fv.warmup, profile_steps, fv.profile_dir)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
   if fv.jax_fresh_worker:

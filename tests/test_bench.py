@@ -45,11 +45,18 @@ def test_train_step_bench_tiny(capsys, tmp_path):
       '--warmup=0',
       '--torch_device=cpu',
       f'--json={tmp_path / "r.json"}',
+      '--profile_steps=1',
+      f'--profile_dir={tmp_path / "profile"}',
       *([] if with_torch else ['--notorch']),
     ]
   )
   out = capsys.readouterr().out
   jr = result['jax']
+  # The profile: one traced step's Perfetto file; the CPU backend records no device tracks.
+  assert jr['profile']['steps'] == 1 and jr['profile']['dir'] == str(tmp_path / 'profile')
+  assert list((tmp_path / 'profile').glob('**/perfetto_trace.json.gz'))
+  if jax.default_backend() == 'cpu':
+    assert jr['profile']['kernels'] is None and 'profile: no device tracks' in out
   assert math.isfinite(jr['median_s']) and jr['median_s'] > 0
   assert math.isfinite(jr['loss'])
   assert jr['images_per_s'] > 0 and jr['peak_rss_mb'] > 0 and jr['compile_s'] > 0

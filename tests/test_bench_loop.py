@@ -79,6 +79,68 @@ def test_device_idle_from_a_trace(tmp_path):
   assert lvs.device_idle(tmp_path / 'cpu') is None
 
 
+def test_kernels_by_kind_and_name_from_a_trace(tmp_path):
+  """bench/trace_summary.py's kernel table: device time per step by kernel and by kind, from
+  the stream tracks only (XLA's module track spans the kernels it holds)."""
+  ts = _load('trace_summary')
+  names = {
+    'sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc': 30,
+    'sm90_xmma_dgrad_implicit_gemm_bf16bf16': 20,
+    'sm90_xmma_wgrad_implicit_gemm_bf16bf16': 25,
+    'loop_add_fusion': 5,
+    'input_reduce_fusion_3': 10,
+    'nchwToNhwcKernel': 4,
+    'cutlass3x_sm90_tensorop_gemm_bf16': 6,
+    'some_new_kernel': 0,
+  }
+  spans, at = [], 0
+  for _step in range(2):
+    for name, dur in names.items():
+      spans.append((1, at, dur, name))
+      at += dur
+  events = [{'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}}]
+  events += [
+    {'ph': 'M', 'pid': 1, 'tid': 1, 'name': 'thread_name', 'args': {'name': 'Stream #7'}},
+    {'ph': 'M', 'pid': 1, 'tid': 2, 'name': 'thread_name', 'args': {'name': 'XLA Modules'}},
+    {'ph': 'X', 'pid': 1, 'tid': 2, 'ts': 0, 'dur': at + 100, 'name': 'jit_step'},
+  ]
+  events += [
+    {'ph': 'X', 'pid': 1, 'tid': tid, 'ts': t, 'dur': d, 'name': n} for tid, t, d, n in spans
+  ]
+  folder = tmp_path / 'plugins' / 'profile' / 'run'
+  folder.mkdir(parents=True)
+  with gzip.open(folder / 'perfetto_trace.json.gz', 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  r = ts.kernels(tmp_path, steps=2, top=3)
+  assert r['kernel_ms_per_step'] == pytest.approx(0.1) and r['launches_per_step'] == 8
+  assert r['idle_fraction'] == pytest.approx(0.0) and r['distinct_kernels'] == 8
+  assert [k['name'][:14] for k in r['top']] == [
+    'sm90_xmma_fpro',
+    'sm90_xmma_wgra',
+    'sm90_xmma_dgra',
+  ]
+  assert r['top'][0]['ms_per_step'] == pytest.approx(0.03) and r['top'][0]['share'] == 0.3
+  kinds = {c['kind']: c['share'] for c in r['categories']}
+  assert kinds == pytest.approx(
+    {
+      'convolution forward (fprop)': 0.30,
+      'convolution weight gradient (wgrad)': 0.25,
+      'convolution data gradient (dgrad)': 0.20,
+      'reductions': 0.10,
+      'other cuDNN / CUTLASS / GEMM': 0.06,
+      'XLA fusions (elementwise)': 0.05,
+      'layout transposes': 0.04,
+      'other': 0.0,
+    }
+  )
+  text = '\n'.join(ts.report_lines(r))
+  assert '30.0%' in text and 'convolution forward (fprop)' in text
+  assert ts.kernels(tmp_path / 'absent', steps=1) is None
+  assert ts.report_lines(None) == [
+    'profile: no device tracks in the trace (the CPU backend records none)'
+  ]
+
+
 @pytest.mark.slow
 def test_loop_vs_step_on_fake_crackforest(tmp_path, capsys):
   raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path / 'data')
