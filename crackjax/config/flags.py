@@ -473,9 +473,11 @@ def exit_on_sigterm() -> None:
   inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
   still ends a process that does not finish."""
 
+  from crackjax.runs import exits
+
   def handler(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SystemExit(f'Received signal {signum}')
+    raise exits.Terminated(f'Received signal {signum}')
 
   signal.signal(signal.SIGTERM, handler)
 

@@ -52,6 +52,13 @@ class Interrupted(KeyboardInterrupt):
   and how to go on (`one_line_exits` prints it, exit status 130)."""
 
 
+class Terminated(SystemExit):
+  """SIGTERM (a time limit, `kill`), as `crackjax.config.flags.exit_on_sigterm` raises it:
+  ``Received signal 15``, and after the training loop kept what it could, its line saying
+  what was kept (`one_line_exits` prints it after the program's name, status 1). Where no
+  `one_line_exits` is around, it ends the process as the SystemExit it is."""
+
+
 def disk_error(error: OSError) -> str | None:
   """The one-line explanation of an OSError that the disk caused (full, over quota,
   read-only), with what to do; None for other OSErrors."""
@@ -99,7 +106,8 @@ def one_line_exits(
     interrupted: the line for a Ctrl-C that reached here without a `Stopped` of its own.
 
   `Stopped` prints its line with its own status; KeyboardInterrupt prints `interrupted` and
-  exits 130; an OSError of the disk (full, over quota, read-only) names the file and what to
+  exits 130; SIGTERM (`Terminated`) its own line, or `interrupted` worded for SIGTERM, and exits
+  1; an OSError of the disk (full, over quota, read-only) names the file and what to
   do. Anything else is a bug and keeps its traceback.
   """
   try:
@@ -108,6 +116,11 @@ def one_line_exits(
     _end(prog, str(e), e.code)
   except KeyboardInterrupt as e:
     _end(prog, str(e) or interrupted, INTERRUPTED)
+  except Terminated as e:
+    message = str(e.code)
+    if message.startswith('Received signal'):  # nothing more specific said what was kept
+      message = interrupted.replace('interrupted (Ctrl-C)', 'stopped by SIGTERM', 1)
+    _end(prog, message, 1)
   except OSError as e:
     message = disk_error(e)
     if message is not None:

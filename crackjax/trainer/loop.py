@@ -154,15 +154,18 @@ def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) 
 _AGAIN = 'run the same command again'
 
 
-def _after_interrupt(step: int, start_step: int, total_steps: int, kept: str) -> str:
+def _after_interrupt(
+  step: int, start_step: int, total_steps: int, kept: str, what: str = 'interrupted (Ctrl-C)'
+) -> str:
   where = f'at step {step} of {total_steps}'
   if step == start_step:
     where = f'before step {step + 1} of {total_steps} finished'
   if not kept:
-    return f'interrupted (Ctrl-C) {where}; no checkpoint was saved yet: {_AGAIN} to start.'
-  return (
-    f'interrupted (Ctrl-C) {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.'
-  )
+    return f'{what} {where}; no checkpoint was saved yet: {_AGAIN} to start.'
+  return f'{what} {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.'
+
+
+_SIGTERM = 'stopped by SIGTERM (a time limit or kill)'
 
 
 def _after_divergence(kept: str, workdir: Path) -> str:
@@ -278,6 +281,9 @@ def _train_and_evaluate(
       raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
     if isinstance(e, KeyboardInterrupt):
       raise exits.Interrupted(_after_interrupt(step, start_step, total_steps, kept)) from None
+    if isinstance(e, exits.Terminated):
+      line = _after_interrupt(step, start_step, total_steps, kept, _SIGTERM)
+      raise exits.Terminated(line) from None
     raise
   batches.close()
   bar.close()

@@ -86,8 +86,8 @@ def _last_line(text: str) -> str:
   return [line for line in re.split(r'[\r\n]', text) if line.strip()][-1]
 
 
-def _interrupt(workdir, data_dirs, when: str, env=None) -> tuple[int, str]:
-  """Starts launch.py (100 epochs of 3 steps), sends SIGINT once stderr matches `when`
+def _interrupt(workdir, data_dirs, when: str, env=None, signum=signal.SIGINT) -> tuple[int, str]:
+  """Starts launch.py (100 epochs of 3 steps), sends `signum` once stderr matches `when`
   (or, for 'checkpoint 3', once step 3's checkpoint is complete), returns (status, stderr)."""
   proc = subprocess.Popen(
     _launch_argv(workdir, data_dirs, '--config.num_epochs=100', '--mode=train'),
@@ -108,13 +108,13 @@ def _interrupt(workdir, data_dirs, when: str, env=None) -> tuple[int, str]:
         time.sleep(0.05)
     else:
       reader.wait_for(when)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     try:
       status = proc.wait(timeout=300)
     except subprocess.TimeoutExpired:
       proc.send_signal(signal.SIGABRT)
       proc.wait(timeout=60)
-      pytest.fail(f'no exit within 300 s of the Ctrl-C; its threads:\n{reader.finish()[-6000:]}')
+      pytest.fail(f'no exit within 300 s of {signum!r}; its threads:\n{reader.finish()[-6000:]}')
   finally:
     if proc.poll() is None:
       proc.kill()
@@ -157,6 +157,42 @@ def test_ctrl_c_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_pa
   # What it names is what a relaunch resumes from.
   mngr = checkpoints.existing_manager(workdir, 2)
   assert mngr.latest_step() == kept
+
+
+@pytest.mark.slow
+def test_sigterm_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_path):
+  """A time limit's SIGTERM (a cluster's, or scripts/release_gpu.sh's `timeout`) ends in one
+  line naming the step and the checkpoint kept, as Ctrl-C does (it said 'Received signal
+  15')."""
+  workdir = tmp_path / 'run'
+  status, err = _interrupt(workdir, data_dirs, 'checkpoint 3', signum=signal.SIGTERM)
+  assert status == 1, err[-3000:]
+  assert TRACEBACK not in err
+  line = _last_line(err)
+  found = re.fullmatch(
+    r'launch\.py: stopped by SIGTERM \(a time limit or kill\) at step (\d+) of 300; the '
+    rf'checkpoint of step (\d+) in {re.escape(str(workdir / "checkpoints"))} is kept: run the '
+    r'same command again to resume from it\.',
+    line,
+  )
+  assert found, line
+  kept = int(found.group(2))
+  assert kept >= 3 and checkpoints.existing_manager(workdir, 2).latest_step() == kept
+
+
+def test_a_sigterm_outside_the_loop_says_what_is_kept(capsys):
+  """SIGTERM where the loop did not word it (data preparation, the final evaluation): the
+  command's Ctrl-C line, worded for SIGTERM, status 1."""
+  with pytest.raises(SystemExit) as e:
+    with exits.one_line_exits(
+      'launch.py', interrupted='interrupted (Ctrl-C); every checkpoint saved so far is kept.'
+    ):
+      raise exits.Terminated('Received signal 15')
+  assert e.value.code == 'launch.py: stopped by SIGTERM; every checkpoint saved so far is kept.'
+  with pytest.raises(SystemExit) as e:
+    with exits.one_line_exits('launch.py'):
+      raise exits.Terminated('stopped by SIGTERM (a time limit or kill) at step 4 of 9; ...')
+  assert e.value.code == 'launch.py: stopped by SIGTERM (a time limit or kill) at step 4 of 9; ...'
 
 
 def _poisoned_at(step_to_poison: int):
