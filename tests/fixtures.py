@@ -438,3 +438,33 @@ def abstract_outputs_in_both_modes(model: Any, hw: tuple[int, int], batch: int =
     )
     outputs.append(out)
   return outputs
+
+
+def run_gpu_script(script: str, tmp_path: Path, timeout: int = 400, **env: str | None):
+  """Runs one of the one-call GPU scripts (scripts/*.sh) from the repository as on the device
+  machine, on this CPU: its OUT and WORK under `tmp_path`, this interpreter first on PATH,
+  the settings `env` (environment variables; a value of None removes one). Returns
+  (the CompletedProcess, its stdout + stderr)."""
+  import subprocess
+  import sys
+
+  full = dict(
+    os.environ,
+    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get('PATH', '')]),
+    OUT=str(tmp_path / 'out'),
+    WORK=str(tmp_path / 'work'),
+  )
+  for key, value in env.items():
+    if value is None:
+      full.pop(key, None)
+    else:
+      full[key] = value
+  done = subprocess.run(
+    ['bash', script],
+    capture_output=True,
+    text=True,
+    cwd=Path(__file__).resolve().parents[1],
+    env=full,
+    timeout=timeout,
+  )
+  return done, done.stdout + done.stderr

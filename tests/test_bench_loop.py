@@ -321,9 +321,9 @@ def test_reproduce_gpu_script_smoke_chunk_on_fake_crackforest(tmp_path):
   smoke variant of one row, one seed, on a fake CrackForest (about 45 s): the job completes
   and the chunk's export and report come back."""
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=10, size=(64, 96))
-  env = dict(
-    os.environ,
-    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get('PATH', '')]),
+  _, out = fixtures.run_gpu_script(
+    'scripts/reproduce_gpu.sh',
+    tmp_path,
     CAMPAIGN='fake_campaign',  # no results/<campaign>.json: nothing counts as done
     VARIANT='smoke',
     ROWS='wce_xie_e5',
@@ -331,19 +331,8 @@ def test_reproduce_gpu_script_smoke_chunk_on_fake_crackforest(tmp_path):
     PARALLEL='1',
     MINUTES='3',
     DATA=str(raw),
-    OUT=str(tmp_path / 'out'),
-    WORK=str(tmp_path / 'work'),
+    BACKGROUND_WORKERS=None,
   )
-  env.pop('BACKGROUND_WORKERS', None)
-  proc = subprocess.run(
-    ['bash', 'scripts/reproduce_gpu.sh'],
-    capture_output=True,
-    text=True,
-    cwd=REPO,
-    env=env,
-    timeout=400,
-  )
-  out = proc.stdout + proc.stderr
   assert '1 of 1 jobs complete.' in out and 'reproduce exit code 0' in out, out[-4000:]
   export = json.loads((tmp_path / 'out' / 'fake_campaign.json').read_text())
   assert len(export['runs']) == 1, export

@@ -5,7 +5,6 @@ model file's own scores and this machine's self check into its card."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,25 +123,14 @@ def test_release_gpu_script_tiny_on_fake_crackforest(tmp_path):
   fake CrackForest (about 40 s): the bfloat16 file comes back beside the run's records, and
   its card holds the file's own test scores."""
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=10, size=(64, 96))
-  env = dict(
-    os.environ,
-    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get('PATH', '')]),
+  done, log = fixtures.run_gpu_script(
+    'scripts/release_gpu.sh',
+    tmp_path,
     TINY='1',
     STAGES='train export finish',
     DATA=str(raw),
-    OUT=str(tmp_path / 'out'),
-    WORK=str(tmp_path / 'work'),
+    TFDS_DATA_DIR=None,
   )
-  env.pop('TFDS_DATA_DIR', None)
-  done = subprocess.run(
-    ['bash', 'scripts/release_gpu.sh'],
-    capture_output=True,
-    text=True,
-    cwd=REPO,
-    env=env,
-    timeout=400,
-  )
-  log = done.stdout + done.stderr
   assert done.returncode == 0, log[-4000:]
   assert 'train exit code 0' in log and '<- best' in log and 'is illegal' not in log
   out = tmp_path / 'out'

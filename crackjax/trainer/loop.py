@@ -154,18 +154,19 @@ def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) 
 _AGAIN = 'run the same command again'
 
 
-def _after_interrupt(
-  step: int, start_step: int, total_steps: int, kept: str, what: str = 'interrupted (Ctrl-C)'
-) -> str:
+def _after_interrupt(error, step: int, start_step: int, total_steps: int, kept: str):
+  """The one-line exception that ends a loop stopped by Ctrl-C or SIGTERM; None otherwise."""
+  if not isinstance(error, (KeyboardInterrupt, exits.Terminated)):
+    return None
+  what, kind = 'stopped by SIGTERM (a time limit or kill)', exits.Terminated
+  if isinstance(error, KeyboardInterrupt):
+    what, kind = 'interrupted (Ctrl-C)', exits.Interrupted
   where = f'at step {step} of {total_steps}'
   if step == start_step:
     where = f'before step {step + 1} of {total_steps} finished'
   if not kept:
-    return f'{what} {where}; no checkpoint was saved yet: {_AGAIN} to start.'
-  return f'{what} {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.'
-
-
-_SIGTERM = 'stopped by SIGTERM (a time limit or kill)'
+    return kind(f'{what} {where}; no checkpoint was saved yet: {_AGAIN} to start.')
+  return kind(f'{what} {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.')
 
 
 def _after_divergence(kept: str, workdir: Path) -> str:
@@ -279,11 +280,8 @@ def _train_and_evaluate(
     writer.close()
     if isinstance(e, step_lib.NonFiniteError):
       raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
-    if isinstance(e, KeyboardInterrupt):
-      raise exits.Interrupted(_after_interrupt(step, start_step, total_steps, kept)) from None
-    if isinstance(e, exits.Terminated):
-      line = _after_interrupt(step, start_step, total_steps, kept, _SIGTERM)
-      raise exits.Terminated(line) from None
+    if (stopped := _after_interrupt(e, step, start_step, total_steps, kept)) is not None:
+      raise stopped from None
     raise
   batches.close()
   bar.close()

@@ -138,14 +138,26 @@ def test_ctrl_c_during_the_first_compilation_ends_in_one_line(data_dirs, tmp_pat
 
 
 @pytest.mark.slow
-def test_ctrl_c_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_path):
+@pytest.mark.parametrize(
+  'signum,status,said',
+  [
+    (signal.SIGINT, exits.INTERRUPTED, r'interrupted \(Ctrl-C\)'),
+    # A time limit's SIGTERM (a cluster's, or scripts/release_gpu.sh's `timeout`): it said
+    # 'Received signal 15'.
+    (signal.SIGTERM, 1, r'stopped by SIGTERM \(a time limit or kill\)'),
+  ],
+  ids=['SIGINT', 'SIGTERM'],
+)
+def test_a_signal_mid_training_keeps_a_checkpoint_and_says_which(
+  data_dirs, tmp_path, signum, status, said
+):
   workdir = tmp_path / 'run'
-  status, err = _interrupt(workdir, data_dirs, 'checkpoint 3')
-  assert status == exits.INTERRUPTED, err[-3000:]
+  code, err = _interrupt(workdir, data_dirs, 'checkpoint 3', signum=signum)
+  assert code == status, err[-3000:]
   assert TRACEBACK not in err
   line = _last_line(err)
   found = re.fullmatch(
-    r'launch\.py: interrupted \(Ctrl-C\) at step (\d+) of 300; the checkpoint of step (\d+) '
+    rf'launch\.py: {said} at step (\d+) of 300; the checkpoint of step (\d+) '
     rf'in {re.escape(str(workdir / "checkpoints"))} is kept: run the same command again to '
     r'resume from it\.',
     line,
@@ -157,27 +169,6 @@ def test_ctrl_c_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_pa
   # What it names is what a relaunch resumes from.
   mngr = checkpoints.existing_manager(workdir, 2)
   assert mngr.latest_step() == kept
-
-
-@pytest.mark.slow
-def test_sigterm_mid_training_keeps_a_checkpoint_and_says_which(data_dirs, tmp_path):
-  """A time limit's SIGTERM (a cluster's, or scripts/release_gpu.sh's `timeout`) ends in one
-  line naming the step and the checkpoint kept, as Ctrl-C does (it said 'Received signal
-  15')."""
-  workdir = tmp_path / 'run'
-  status, err = _interrupt(workdir, data_dirs, 'checkpoint 3', signum=signal.SIGTERM)
-  assert status == 1, err[-3000:]
-  assert TRACEBACK not in err
-  line = _last_line(err)
-  found = re.fullmatch(
-    r'launch\.py: stopped by SIGTERM \(a time limit or kill\) at step (\d+) of 300; the '
-    rf'checkpoint of step (\d+) in {re.escape(str(workdir / "checkpoints"))} is kept: run the '
-    r'same command again to resume from it\.',
-    line,
-  )
-  assert found, line
-  kept = int(found.group(2))
-  assert kept >= 3 and checkpoints.existing_manager(workdir, 2).latest_step() == kept
 
 
 def test_a_sigterm_outside_the_loop_says_what_is_kept(capsys):
