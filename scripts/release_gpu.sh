@@ -50,6 +50,15 @@ export TFDS_DATA_DIR=${TFDS_DATA_DIR:-$WORK/tfds}
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT" "$WORK"
+# The run's records (not its checkpoints, too large to come back) are packed on the way out,
+# whatever stage failed: the epoch table and the logs come back even without a model file.
+pack_records() {
+  [ -d "$RUN" ] || return 0
+  (cd "$WORK" && find "$NAME" -path "$NAME/checkpoints" -prune -o -type f \
+    \( -name '*.json' -o -name '*.jsonl' -o -name '*.csv' -o -name '*.md' -o -name '*.log' -o -name '*.png' \) -print0 |
+    tar -czf "$OUT/release_run.tar.gz" --null -T -) || true
+}
+if has train || has export; then trap pack_records EXIT; fi
 exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "release_gpu.sh: STAGES='$STAGES' config $CONFIG$ARG, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%F %T UTC')"
 
@@ -91,9 +100,6 @@ if has export; then
   size=$(stat -c %s "$FILE")
   echo "$FILE: $size bytes"
   [ "$size" -le $((16 * 1024 * 1024)) ] || echo "WARNING: $FILE is over 16 MiB: it will not come back from the device machine."
-  (cd "$WORK" && find "$NAME" -path "$NAME/checkpoints" -prune -o -type f \
-    \( -name '*.json' -o -name '*.jsonl' -o -name '*.csv' -o -name '*.md' -o -name '*.log' -o -name '*.png' \) -print0 |
-    tar -czf "$OUT/release_run.tar.gz" --null -T -)
 fi
 
 if has finish; then
