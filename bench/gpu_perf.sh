@@ -181,7 +181,7 @@ bench() {  # bench NAME DTYPE BATCH
     "${TORCH[@]}" --fresh_memory --profile_steps="$PROFILE_STEPS" --profile_dir="$WORK/${name}_profile" \
     --json="$RES/$name.json"
   # The trace's Perfetto file comes back for a second look (the kernel table is in the log).
-  find "$WORK/${name}_profile" -name 'perfetto_trace.json.gz' -size -8M \
+  find "$WORK/${name}_profile" -name 'perfetto_trace.json.gz' -size -8192k \
     -exec cp {} "$RES/${name}.perfetto_trace.json.gz" \; 2>/dev/null
   pack
 }

@@ -22,12 +22,13 @@ from pathlib import Path
 
 # (kind, pattern on the kernel's name), the first match wins. Names as XLA and cuDNN give them
 # on Hopper, e.g. 'sm90_xmma_fprop_implicit_gemm_bf16bf16_...', 'loop_add_fusion',
-# 'input_reduce_fusion_3', 'cutlass3x_sm90_tensorop_gemm_...', 'nchwToNhwcKernel'.
+# 'input_reduce_fusion_3', 'cutlass3x_sm90_tensorop_gemm_...', 'nchwToNhwcKernel' ('conv' but
+# not 'convert': a dtype conversion, e.g. 'loop_convert_fusion', is an elementwise fusion).
 CATEGORIES: tuple[tuple[str, str], ...] = (
   ('convolution forward (fprop)', r'fprop'),
   ('convolution data gradient (dgrad)', r'dgrad'),
   ('convolution weight gradient (wgrad)', r'wgrad'),
-  ('other cuDNN / CUTLASS / GEMM', r'xmma|cutlass|gemm|cudnn|conv|sm\d\d_'),
+  ('other cuDNN / CUTLASS / GEMM', r'xmma|cutlass|gemm|cudnn|conv(?!ert)|sm\d\d_'),
   ('layout transposes', r'transpose|nchw|nhwc'),
   ('reductions', r'reduc'),
   ('XLA fusions (elementwise)', r'fusion|^loop_|^input_|^wrapped_'),

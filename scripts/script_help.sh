@@ -1,15 +1,15 @@
-# Sourced by the one-call GPU scripts (bench/gpu_perf.sh, scripts/reproduce_gpu.sh), first
-# thing:   script_help "usage: ..." "$@"
+# Sourced by the one-call GPU scripts (bench/gpu_perf.sh, scripts/reproduce_gpu.sh,
+# scripts/release_gpu.sh), first thing:   script_help "usage: ..." "$@"
 # --help / -h prints the usage line and the calling script's header comment (line 2 up to its
-# `set -u`), then exits 0, before any setup; any other argument is refused (exit 2): their
-# settings are environment variables.
+# first `set -` line: `set -u`, `set -euo pipefail`), then exits 0, before any setup; any
+# other argument is refused (exit 2): their settings are environment variables.
 script_help() {
   local usage=$1
   shift
   case "${1:-}" in
     -h|--help)
       echo "$usage"
-      sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p;}' "$0"
+      sed -n '2,/^set -/{/^set -/d;s/^# \{0,1\}//;p;}' "$0"
       exit 0 ;;
     "") ;;
     *)

@@ -87,7 +87,8 @@ def test_kernels_by_kind_and_name_from_a_trace(tmp_path):
     'sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc': 30,
     'sm90_xmma_dgrad_implicit_gemm_bf16bf16': 20,
     'sm90_xmma_wgrad_implicit_gemm_bf16bf16': 25,
-    'loop_add_fusion': 5,
+    'loop_add_fusion': 3,
+    'loop_convert_fusion': 2,  # a dtype conversion, not a convolution
     'input_reduce_fusion_3': 10,
     'nchwToNhwcKernel': 4,
     'cutlass3x_sm90_tensorop_gemm_bf16': 6,
@@ -112,8 +113,8 @@ def test_kernels_by_kind_and_name_from_a_trace(tmp_path):
   with gzip.open(folder / 'perfetto_trace.json.gz', 'wt') as f:
     json.dump({'traceEvents': events}, f)
   r = ts.kernels(tmp_path, steps=2, top=3)
-  assert r['kernel_ms_per_step'] == pytest.approx(0.1) and r['launches_per_step'] == 8
-  assert r['idle_fraction'] == pytest.approx(0.0) and r['distinct_kernels'] == 8
+  assert r['kernel_ms_per_step'] == pytest.approx(0.1) and r['launches_per_step'] == 9
+  assert r['idle_fraction'] == pytest.approx(0.0) and r['distinct_kernels'] == 9
   assert [k['name'][:14] for k in r['top']] == [
     'sm90_xmma_fpro',
     'sm90_xmma_wgra',

@@ -185,6 +185,9 @@ def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):
   assert proc.returncode == 0 and proc.stdout.startswith('usage: '), proc.stdout + proc.stderr
   for knob in knobs:
     assert knob in proc.stdout
+  # The header comment only, not the code after it (release_gpu.sh's `set -euo pipefail`
+  # once let it print the whole script).
+  assert 'script_help "usage' not in proc.stdout and not proc.stdout.count('\nset -')
   assert not list(tmp_path.iterdir())  # no output or work folder: the setup did not run
   proc = subprocess.run(
     ['bash', script, '--rows=x'], capture_output=True, text=True, cwd=REPO, env=env, timeout=30

@@ -247,9 +247,19 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
     np.testing.assert_array_equal(got[name], want[name])
 
 
-def test_the_file_is_as_readable_as_any_new_file(exported, tmp_path):
+@pytest.mark.parametrize('umask', [0o022, 0o077])
+def test_the_file_is_as_readable_as_any_new_file(exported, tmp_path, umask):
   """safetensors alone writes 0600 (its owner only); a model file is for sharing, so it gets
-  the mode of any file created here (umask applied)."""
-  plain = tmp_path / 'plain.txt'
-  plain.write_text('x')
-  assert (exported.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
+  the mode of any file created under the same umask."""
+  import os
+
+  loaded = model_file.read(exported)
+  meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
+  previous = os.umask(umask)
+  try:
+    model_file.write(tmp_path / 'm.safetensors', params=loaded.params, batch_stats=None, meta=meta)
+    (tmp_path / 'plain.txt').write_text('x')
+  finally:
+    os.umask(previous)
+  assert (tmp_path / 'm.safetensors').stat().st_mode & 0o777 == 0o666 & ~umask
+  assert (tmp_path / 'plain.txt').stat().st_mode & 0o777 == 0o666 & ~umask

@@ -58,7 +58,7 @@ def _own_record(smoke_run: Path, tmp_path: Path, f1: float) -> Path:
   record = json.loads((smoke_run / 'eval.json').read_text())
   record['results']['strict']['ods']['f1'] = f1
   path = tmp_path / 'check' / 'eval.json'
-  path.parent.mkdir()
+  path.parent.mkdir(parents=True)
   path.write_text(json.dumps(record))
   return path
 
@@ -88,6 +88,12 @@ def test_rescore_puts_the_files_own_scores_and_self_check_in_its_card(smoke_run,
   # What the release registers is the file's own score.
   entry = release_lib.registry_entry(half, 'half', 'test')
   assert entry['scores']['strict']['ods'] == 0.123456 and entry['dtype'] == 'bfloat16'
+  # A second rescore (the finish stage run again) keeps the run's scores, not the first
+  # rescore's.
+  card = release_lib.rescore(half, _own_record(smoke_run, tmp_path / 'again', 0.5))
+  assert card['run_scores']['scores'] == [old]
+  (new,) = [s for s in card['scores'] if s['split'] == 'test']
+  assert new['protocols']['strict']['ods']['f1'] == 0.5
 
 
 def test_rescore_refuses_a_record_of_another_model_in_one_line(smoke_run, half, tmp_path):
@@ -115,6 +121,10 @@ def test_rescore_refuses_a_record_of_another_model_in_one_line(smoke_run, half, 
     f'parameters at step 3, not {half} ({data["params"]} parameters, step 6).'
   ]
   assert half.read_bytes() == unchanged
+  # A record without results (or per-image rows) is refused too.
+  record.write_text(json.dumps({**data, 'step': 6, 'results': {}}))
+  with pytest.raises(ValueError, match='no per-image rows'):
+    release_lib.rescore(half, record)
 
 
 @pytest.mark.slow

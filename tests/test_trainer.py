@@ -14,7 +14,7 @@ import pytest
 
 from crackjax.data import loader
 from crackjax.experiment import build
-from crackjax.runs import identity
+from crackjax.runs import exits, identity
 from crackjax.trainer import loop, scoring, train_command
 from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
@@ -174,13 +174,18 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
       real(config, source, start_step=start_step, **kwargs), start_step + 1
     ):
       if step == 5:
-        raise SystemExit('Received signal 15')
+        raise exits.Terminated('Received signal 15')  # as exit_on_sigterm's handler does
       yield batch
 
   monkeypatch.setattr(loader, 'create_train_iterator', interrupted)
   workdir = tmp_path / 'term'
-  with pytest.raises(SystemExit):
+  with pytest.raises(exits.Terminated) as e:
     loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
+  # The loop words it: which step, which checkpoint is kept.
+  assert e.value.code == (
+    f'stopped by SIGTERM (a time limit or kill) at step 4 of 6; the checkpoint of step 4 in '
+    f'{workdir / "checkpoints"} is kept: run the same command again to resume from it.'
+  )
   steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
   assert steps == [
     3,

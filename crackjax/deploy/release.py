@@ -200,8 +200,11 @@ def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
   records filled its card (float32 parameters; the GPU's convolution arithmetic). Its card
   must hold what the file itself gives where the package is tested, so `record` (the eval.json
   of ``crackjax-evaluate --model=file``, with per-image rows) replaces the card's scores of
-  its dataset and split, the replaced entry kept as ``card['run_scores']``, and the self
-  check is recomputed here. The parameters are not touched; the file is written atomically.
+  its dataset and split, the replaced entry kept as ``card['run_scores']`` (by the first
+  rescore only: a second one keeps the run's), and the self check is recomputed here. The
+  record is matched to the file by its number of parameters and step only: the run's own
+  eval.json of that step would pass too, so the script evaluates the file itself. The
+  parameters are not touched; the file is written atomically.
 
   Raises:
     ValueError: `record` is not an evaluation of this file's model (another number of
@@ -223,13 +226,14 @@ def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
       f'{record} evaluates a model of {got.get("params")} parameters at step '
       f'{got.get("step")}, not {file} ({mine[0]} parameters, step {mine[1]}).'
     )
-  if not all(r.get('per_image') for r in got['results'].values()):
+  if not got.get('results') or not all(r.get('per_image') for r in got['results'].values()):
     raise ValueError(f'{record} has no per-image rows (write it with crackjax-evaluate).')
   key = (got['dataset'], got['split'])
   kept = [s for s in card['scores'] if (s['dataset'], s['split']) != key]
   replaced = [s for s in card['scores'] if (s['dataset'], s['split']) == key]
   card['scores'] = [*kept, model_export.record_scores(got, record.name)]
-  if replaced:
+  # A second rescore replaces the file's own scores: the run's stay as the first one kept them.
+  if replaced and 'run_scores' not in card:
     card['run_scores'] = {
       'note': (
         "the run's own evaluation of this step (float32 parameters, on the machine that "
@@ -288,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
       card = rescore(args.file, args.record)
     except (ValueError, OSError) as e:  # ModelFileError is a ValueError
       print(f'{parser.prog}: {e}', file=sys.stderr)
+      return 1
+    except KeyError as e:  # a hand-made card or record
+      print(f'{parser.prog}: {args.file} or {args.record} lacks the field {e}.', file=sys.stderr)
       return 1
     for entry in card['scores']:
       for protocol, r in entry['protocols'].items():

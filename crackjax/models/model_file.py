@@ -212,7 +212,16 @@ def write(
 
 
 def _umask() -> int:
-  mask = os.umask(0)  # the only way to read it is to set it: set it straight back
+  """This process's umask: from /proc where Linux shows it; elsewhere by setting it and
+  setting it straight back (a file another thread creates in between would miss it)."""
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('Umask:'):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  mask = os.umask(0)
   os.umask(mask)
   return mask
 
