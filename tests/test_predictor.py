@@ -74,6 +74,33 @@ def test_load_run_and_threshold(run, run_dir, caplog, monkeypatch):
   assert 'was chosen for step 6, not step 3' in older.threshold_source
 
 
+def test_an_older_step_takes_its_epoch_records_threshold(run_dir, tmp_path):
+  """A step with an epoch record (eval.every_epochs) has its own threshold, chosen by the same
+  rule as threshold.json (strict ODS on the run's test split): crackjax-evaluate / -predict /
+  -export of that step use it, not 0.5."""
+  run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))
+  record = {
+    'epoch': 1,
+    'step': 3,
+    'dataset': 'crackforest',
+    'split': 'test',
+    'results': {'strict': {'ods': {'f1': 0.4, 'threshold': 0.73}}},
+  }
+  (run_dir / 'epoch_001.json').write_text(json.dumps(record))
+  threshold, source = predictor.run_threshold(run_dir, 3)
+  assert threshold == 0.73
+  assert source == 'ODS F1 on the test split, strict protocol, crackforest, step 3 (epoch_001.json)'
+  assert predictor.load_run(run_dir, step=3).threshold == 0.73
+  # threshold.json still decides for its own step; a step with neither keeps 0.5, said.
+  assert (
+    predictor.load_run(run_dir).threshold
+    == json.loads((run_dir / 'threshold.json').read_text())['threshold']
+  )
+  (run_dir / 'epoch_001.json').write_text('{damaged')
+  threshold, source = predictor.run_threshold(run_dir, 3)
+  assert threshold == 0.5 and 'was chosen for step 6, not step 3' in source
+
+
 def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))  # the shared run stays as it is
   own = ('eval.json', 'threshold.json', 'eval_per_image.csv', 'pr_curve.png')

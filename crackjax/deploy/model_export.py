@@ -25,7 +25,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from crackjax.deploy.predictor import PAD_BUCKET, Predictor, Run, load_run, pad_multiple
+from crackjax.deploy.predictor import (
+  PAD_BUCKET,
+  Predictor,
+  Run,
+  epoch_threshold,
+  load_run,
+  pad_multiple,
+)
 from crackjax.models import input_multiple, model_file
 
 # The licence of each dataset's images and labels, as its publisher states it (the card, the
@@ -130,7 +137,8 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   """The threshold of the exported step and how it was chosen: the run's threshold.json when
   it was chosen at this step, else the strict ODS threshold of this step's epoch record on the
   run's own test split (the same rule, `crackjax.trainer.scoring`; a release exports the
-  epoch that scored best on its validation part), else the run's fallback (0.5, said)."""
+  epoch that scored best on its validation part), else the run's fallback (0.5, said). The
+  wording names no path of this machine: it goes into the file."""
   saved = workdir / 'threshold.json'
   if saved.is_file():
     chosen = json.loads(saved.read_text())
@@ -138,19 +146,7 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
       return float(chosen['threshold']), (
         f'{chosen["chosen_by"]}, {chosen.get("dataset")}, step {chosen["step"]}'
       )
-  for path in sorted(workdir.glob('epoch_*.json')):
-    try:
-      record = json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError):
-      continue
-    strict = record.get('results', {}).get('strict')
-    if record.get('step') == run.step and record.get('split') == run.config.data.test_split:
-      if strict:
-        return float(strict['ods']['threshold']), (
-          f'ODS F1 on the {record["split"]} split, strict protocol, {record["dataset"]}, '
-          f'step {run.step} ({path.name})'
-        )
-  return run.threshold, run.threshold_source
+  return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
 
 
 def model_card(

@@ -146,18 +146,40 @@ def inference_state(run: Run) -> train_state.TrainState:
   return train_state.inference_state(run.model.apply, params, batch_stats, step)
 
 
-def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
-  """The run's threshold.json threshold for the parameters of `step`, and where it comes from.
+def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
+  """The strict ODS threshold of the run's epoch record of `step` and its source, if any."""
+  for path in sorted(workdir.glob('epoch_*.json')):
+    try:
+      record = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+      continue  # a damaged record chooses nothing
+    strict = (record.get('results') or {}).get('strict')
+    if record.get('step') == step and strict:
+      return float(strict['ods']['threshold']), (
+        f'ODS F1 on the {record["split"]} split, strict protocol, {record["dataset"]}, '
+        f'step {step} ({path.name})'
+      )
+  return None
 
-  A threshold chosen at another step is not applied (it was chosen for other parameters): the
-  default 0.5 is used, and the returned source says so.
+
+def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
+  """The run's threshold for the parameters of `step`, and where it comes from.
+
+  threshold.json when it was chosen at `step`; else the strict ODS threshold of the epoch
+  record of `step` (epoch_<NNN>.json, on the run's own test split: the rule threshold.json
+  follows, `crackjax.trainer.scoring`; a release exports the epoch that scored best on its
+  validation part); else the default 0.5, and the returned source says why. A threshold
+  chosen at another step is never applied: it was chosen for other parameters.
   """
   path = Path(workdir) / 'threshold.json'
-  if not path.is_file():
-    return 0.5, 'default 0.5 (the run has no threshold.json)'
-  saved = json.loads(path.read_text())
-  chosen_at = saved.get('step')
-  if chosen_at is not None and int(chosen_at) != step:
+  saved = json.loads(path.read_text()) if path.is_file() else None
+  chosen_at = saved.get('step') if saved else None
+  if saved is None or (chosen_at is not None and int(chosen_at) != step):
+    epoch = epoch_threshold(Path(workdir), step)
+    if epoch is not None:
+      return epoch
+    if saved is None:
+      return 0.5, 'default 0.5 (the run has no threshold.json)'
     return 0.5, (
       f'default 0.5: {path} was chosen for step {chosen_at}, not step {step}; evaluate this '
       'step or pass --threshold'
