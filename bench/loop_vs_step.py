@@ -51,17 +51,15 @@ from crackjax.runs import outputs
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_bench(name: str):
-  """bench/<name>.py as a module (bench/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
+def load_train_step_bench():
+  """bench/train_step.py as a module (bench/ is not a package; its `load_bench` loads the
+  others)."""
+  spec = importlib.util.spec_from_file_location(
+    'bench_train_step', REPO / 'bench' / 'train_step.py'
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
-
-
-def load_train_step_bench():
-  """bench/train_step.py as a module."""
-  return load_bench('train_step')
 
 
 # ----------------------------------------------------------------------------- host pipeline
@@ -208,7 +206,7 @@ def device_idle(profile_dir: str | Path) -> dict | None:
   """Device busy / idle time in the newest Perfetto trace under `profile_dir`
   (bench/trace_summary.py's `device_idle`). None where the trace has no device tracks (the
   CPU backend)."""
-  return load_bench('trace_summary').device_idle(profile_dir)
+  return load_train_step_bench().load_bench('trace_summary').device_idle(profile_dir)
 
 
 # ----------------------------------------------------------------------------- main

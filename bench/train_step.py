@@ -216,7 +216,7 @@ def bench_jax(
       state, metrics = compiled(state, data)
     jax.block_until_ready((state, metrics))
     jax.profiler.stop_trace()
-    summary = _load_bench('trace_summary').kernels(profile_dir, profile_steps, top=25)
+    summary = load_bench('trace_summary').kernels(profile_dir, profile_steps, top=25)
     profile = {'dir': profile_dir, 'steps': profile_steps, 'kernels': summary}
 
   median = statistics.median(times)
@@ -262,7 +262,7 @@ def bench_jax(
   return result
 
 
-def _load_bench(name: str):
+def load_bench(name: str):
   """bench/<name>.py as a module (bench/ is not a package)."""
   import importlib.util
 
@@ -446,7 +446,7 @@ def report(
     f'jax host RSS:     {jr["peak_rss_mb"]:.0f} MB (process peak RSS, VmHWM; host memory)',
   ]
   if jr.get('profile'):
-    lines += _load_bench('trace_summary').report_lines(jr['profile']['kernels'])
+    lines += load_bench('trace_summary').report_lines(jr['profile']['kernels'])
     lines.append(f'  trace: {jr["profile"]["dir"]}')
   for tr in torch_results or []:
     name = tr['mode'] if tr['mode'].startswith('torch.compile') else f'torch {tr["mode"]}'

@@ -63,7 +63,10 @@ def epoch_scores(workdir: str | Path, protocol: str = PROTOCOL) -> list[dict[str
 
 def best_epoch(workdir: str | Path, protocol: str = PROTOCOL) -> dict[str, Any]:
   """The epoch record row with the highest ODS F1 (the earliest among equals)."""
-  rows = epoch_scores(workdir, protocol)
+  return _best(epoch_scores(workdir, protocol))
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
   return max(rows, key=lambda r: (r['ods_f1'], -r['epoch']))
 
 
@@ -310,22 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
     print(outputs.dumps(entry, indent=2))
     return 0
-  if args.command in ('show', 'best-step'):
-    try:
-      epoch_scores(args.workdir)
-    except FileNotFoundError as e:
-      print(f'{parser.prog} {args.command}: {e}', file=sys.stderr)
-      return 1
+  try:  # show, best-step
+    rows = epoch_scores(args.workdir)
+  except FileNotFoundError as e:
+    print(f'{parser.prog} {args.command}: {e}', file=sys.stderr)
+    return 1
+  best = _best(rows)
   if args.command == 'show':
-    best = best_epoch(args.workdir)
-    for r in epoch_scores(args.workdir):
+    for r in rows:
       mark = '  <- best' if r['epoch'] == best['epoch'] else ''
       print(
         f'  epoch {r["epoch"]:3d} (step {r["step"]}) {r["split"]}: {PROTOCOL} ODS F1 '
         f'{r["ods_f1"]:.4f} at {r["threshold"]:.2f}{mark}'
       )
     return 0
-  print(best_epoch(args.workdir)['step'])
+  print(best['step'])
   return 0
 
 
