@@ -34,7 +34,7 @@ from jax.sharding import Mesh
 
 from crackjax import losses
 from crackjax.config import validation
-from crackjax.data import augment, loader
+from crackjax.data import augment, loader, mixture
 from crackjax.data import registry as data_registry
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.models import input_multiple, pretrained
@@ -133,12 +133,15 @@ class Experiment:
   # ------------------------------------------------------------------------------- data
 
   @functools.cached_property
-  def builder(self) -> tfds.core.DatasetBuilder:
-    """The prepared TFDS builder of ``config.data`` (prepared here on first use).
+  def builder(self) -> tfds.core.DatasetBuilder | list[tfds.core.DatasetBuilder]:
+    """The prepared TFDS builder of ``config.data`` (prepared here on first use); a mixture
+    of datasets (`crackjax.data.mixture`): its members' builders.
 
     Raises:
       data.registry.DatasetError: absent or unusable data (the message names what and where).
     """
+    if mixture.is_mixture(self.config.data):
+      return mixture.prepare(self.config.data)
     return data_registry.prepare_dataset(self.config.data)
 
   def prepare_data(self) -> tfds.core.DatasetBuilder:
@@ -150,7 +153,11 @@ class Experiment:
     """The random-access source of `split`, opened once per split."""
     sources = self.__dict__.setdefault('_sources', {})
     if split not in sources:
-      sources[split] = data_registry.ReadableSource(self.builder, split)
+      if mixture.is_mixture(self.config.data):
+        self.prepare_data()
+        sources[split] = mixture.open_split(self.config.data, split)
+      else:
+        sources[split] = data_registry.ReadableSource(self.builder, split)
     return sources[split]
 
   @property
@@ -174,7 +181,11 @@ class Experiment:
   def check_data(self) -> None:
     """Raises `validation.ConfigError` if the train images do not fit ``data.input_size``
     (decodes every train image once)."""
-    validation.check_data(self.config, validation.train_image_sizes(self.train_source), self.model)
+    if mixture.is_mixture(self.config.data):
+      sizes = {(1, 1): len(self.train_source)}  # any size fits a mixture (mirrored up)
+    else:
+      sizes = validation.train_image_sizes(self.train_source)
+    validation.check_data(self.config, sizes, self.model)
 
   def train_iterator(self, start_step: int = 0, **kwargs):
     """This process's part of global batches `start_step`, `start_step` + 1, ... of the train

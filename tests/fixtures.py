@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -347,6 +348,59 @@ def make_fake_bjn260(root: Path, n: int = 6, size: tuple[int, int] = BJN_SIZE) -
     name = f'IMG_201805{i + 1:02d}_2130{i:02d}.png'
     write_image(base / 'img' / name, image)
     write_image(base / 'gt' / name, mask)
+  return root
+
+
+# The folder names of the public split-folder datasets' copies (tfds_builders/split_folders.py).
+PUBLIC_SET_FOLDERS = {
+  'deepcrack': 'DeepCrack',
+  'crack500': 'Crack500',
+  'gaps384': 'GAPs384',
+  'aiglern_trimm': 'AigleRN-TRIMM',
+}
+PUBLIC_SIZE = (40, 56)  # (H, W): the public crops are ~128-240 pixels a side.
+
+
+def make_fake_public_set(
+  root: Path,
+  name: str,
+  *,
+  layout: str = 'cropped',
+  counts: dict[str, int] | None = None,
+  size: tuple[int, int] = PUBLIC_SIZE,
+) -> Path:
+  """A fake copy of public dataset `name` (a key of PUBLIC_SET_FOLDERS) under ``root``; returns
+  ``root``.
+
+  layout 'cropped': ``Datasets/<Set>/{train,valid,test}/<n>.jpg`` + ``{split}_lab/<n>.jpg`` (the
+  Lightweight-Modular-Model copy: JPEG masks); 'authors': ``<Set>/{train,test}_img/<n>.jpg`` +
+  ``{split}_lab/<n>.png`` (DeepCrack's own); 'crop': ``<Set>/{train,val,test}crop/<n>.jpg`` +
+  ``<n>_mask.png`` side by side (CRACK500's own). Names ``<split>_<i>``; every second crop is
+  transposed (the copies hold both orientations). counts: images per split (default 3 each;
+  'authors' has no validation split).
+  """
+  root = Path(root)
+  folder = PUBLIC_SET_FOLDERS[name]
+  splits = {'cropped': ('train', 'valid', 'test'), 'authors': ('train', 'test')}.get(
+    layout, ('train', 'val', 'test')
+  )
+  for split in splits:
+    for i in range((counts or {}).get(split, 3)):
+      shape = size if i % 2 == 0 else size[::-1]
+      image, mask = fake_pair(shape, zlib.crc32(f'{name}{split}{i}'.encode()) % 1000)
+      stem = f'{split}_{i}'
+      if layout == 'cropped':
+        base = root / 'Datasets' / folder
+        write_image(base / split / f'{stem}.jpg', image, quality=95)
+        write_image(base / f'{split}_lab' / f'{stem}.jpg', mask, quality=90)
+      elif layout == 'authors':
+        write_image(root / folder / f'{split}_img' / f'{stem}.jpg', image, quality=95)
+        write_image(root / folder / f'{split}_lab' / f'{stem}.png', mask)
+      elif layout == 'crop':
+        write_image(root / folder / f'{split}crop' / f'{stem}.jpg', image, quality=95)
+        write_image(root / folder / f'{split}crop' / f'{stem}_mask.png', mask)
+      else:
+        raise ValueError(layout)
   return root
 
 

@@ -316,6 +316,10 @@ DATASET_FIXTURES: dict[str, Callable[[Path], dict[str, Any]]] = {
   },
   'bjn260': lambda root: {'manual_dir': str(fixtures.make_fake_bjn260(root, n=4))},
   'crack_folder': _crack_folder,
+  **{
+    name: (lambda root, name=name: {'manual_dir': str(fixtures.make_fake_public_set(root, name))})
+    for name in fixtures.PUBLIC_SET_FOLDERS
+  },
 }
 
 

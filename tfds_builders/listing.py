@@ -146,7 +146,7 @@ def random_split(names: Sequence[str], n_train: int, seed: int = 0) -> tuple[lis
 # ----------------------------------------------------------------------------- locating
 
 
-def _walk_dirs(root: epath.Path, max_depth: int) -> Iterable[epath.Path]:
+def walk_dirs(root: epath.Path, max_depth: int) -> Iterable[epath.Path]:
   yield root
   if max_depth == 0:
     return
@@ -155,7 +155,7 @@ def _walk_dirs(root: epath.Path, max_depth: int) -> Iterable[epath.Path]:
   except OSError:
     return
   for child in children:
-    yield from _walk_dirs(child, max_depth - 1)
+    yield from walk_dirs(child, max_depth - 1)
 
 
 def _has_images(directory: epath.Path) -> bool:
@@ -202,7 +202,7 @@ def find_dataset_dirs(
       return d, gts[0]
     return None
 
-  for d in _walk_dirs(root, max_depth):
+  for d in walk_dirs(root, max_depth):
     name = normalise(d.name)
     if name == key:
       found = image_and_gt(d)

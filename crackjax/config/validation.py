@@ -27,7 +27,7 @@ import numpy as np
 from flax import linen as nn
 
 from crackjax import losses, models, plugins
-from crackjax.data import augment
+from crackjax.data import augment, mixture
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
 from crackjax.models import input_multiple, model_from_config, pretrained
@@ -156,7 +156,9 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   _built(lambda: plugins.import_plugins(config), problems)
   problems += _plugin_problems(config)
   data = config.data
-  if data.name not in data_registry.DATASETS:
+  if mixture.is_mixture(data):
+    problems += mixture.problems(data)
+  elif data.name not in data_registry.DATASETS:
     problems.append(
       f'config.data.name={data.name!r} is not a dataset; known: {sorted(data_registry.DATASETS)}.'
     )
@@ -341,6 +343,17 @@ def check_data(
       f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
     )
   multiple = input_multiple(model)
+  if mixture.is_mixture(config.data):
+    # A mixture's train records are mirrored up to the crop size (data.loader._pad_to): any
+    # size fits, but the crop size is the one shape the train step sees.
+    size = config.data.get('input_size')
+    if size is None:
+      raise ConfigError(
+        'A mixture of datasets needs config.data.input_size=(H, W): its members differ in size.'
+      )
+    if size[0] % multiple or size[1] % multiple:
+      raise ConfigError(f'config.data.input_size={tuple(size)} must be multiples of {multiple}.')
+    return
   min_h = min(h for h, _ in sizes)
   min_w = min(w for _, w in sizes)
   fits = (min_h // multiple * multiple, min_w // multiple * multiple)

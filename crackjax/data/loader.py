@@ -17,7 +17,9 @@ import grain
 import jax
 import ml_collections
 import numpy as np
+import PIL.Image
 
+from crackjax.data import mixture
 from crackjax.data.registry import record_name
 
 # Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
@@ -35,7 +37,28 @@ def crop_size(config: ml_collections.ConfigDict) -> tuple[int, int] | None:
   return int(size[0]), int(size[1])
 
 
-def _load_example(
+def _rescale(image: np.ndarray, mask: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+  """Image (bilinear) and mask (nearest) resized by `scale` (a mixture member's crop rule)."""
+  if scale == 1.0:
+    return image, mask
+  h, w = image.shape[:2]
+  size = (max(1, round(w * scale)), max(1, round(h * scale)))
+  image = np.asarray(PIL.Image.fromarray(image).resize(size, PIL.Image.BILINEAR))
+  mask = np.asarray(PIL.Image.fromarray(mask[..., 0]).resize(size, PIL.Image.NEAREST))[..., None]
+  return image, mask
+
+
+def _pad_to(image: np.ndarray, mask: np.ndarray, size: tuple[int, int]):
+  """Both mirrored at their bottom and right edges up to at least `size` (H, W): a mixture's
+  members include photos smaller than the common crop (CRACK500's 121-pixel side)."""
+  (h, w), (th, tw) = image.shape[:2], size
+  pad = ((0, max(0, th - h)), (0, max(0, tw - w)), (0, 0))
+  if pad[0][1] == 0 and pad[1][1] == 0:
+    return image, mask
+  return np.pad(image, pad, mode='symmetric'), np.pad(mask, pad, mode='symmetric')
+
+
+def load_example(
   source: Sequence[dict[str, Any]],
   record_index: int,
   position: int,
@@ -44,11 +67,18 @@ def _load_example(
   input_size: tuple[int, int] | None,
   noise_std: float,
 ) -> dict[str, np.ndarray]:
-  """Reads one training record; crop and noise are seeded by (seed, stream position)."""
+  """Reads one training record; crop and noise are seeded by (seed, stream position).
+
+  A record of a mixture (`mixture.MixedSource`) is first resized by its member's ``scale`` and
+  mirrored up to the crop size where it is smaller."""
   record = source[record_index]
   image = np.asarray(record['image'])
   mask = np.asarray(record['mask'])
   rng = np.random.default_rng((seed, position))
+  if isinstance(source, mixture.MixedSource):
+    image, mask = _rescale(image, mask, source.scales[record['member']])
+    if input_size is not None:
+      image, mask = _pad_to(image, mask, input_size)
   if input_size is not None and input_size != image.shape[:2]:
     (h, w), (th, tw) = image.shape[:2], input_size
     if th > h or tw > w:
@@ -78,6 +108,20 @@ def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     'image': np.stack([ex['image'] for ex in examples]),
     'mask': np.stack([ex['mask'] for ex in examples]),
   }
+
+
+def mixed_stream(source: mixture.MixedSource, seed: int) -> grain.MapDataset:
+  """Stream position -> record index of a mixture: each member's records shuffled and
+  repeated on their own (seed ``(seed, member)``), interleaved in the proportions of the
+  members' weights (`grain.MapDataset.mix`: deterministic, so position k is the same record in
+  every process and after a resume)."""
+  members = []
+  for k, (n, offset) in enumerate(zip(source.lengths, source.offsets, strict=True)):
+    if n == 0:
+      raise ValueError(f'Mixture member {source.names[k]!r} has an empty train split.')
+    stream = grain.MapDataset.range(n).shuffle(seed=seed + 7919 * (k + 1)).repeat()
+    members.append(stream.map(lambda i, offset=offset: offset + i))
+  return grain.MapDataset.mix(members, weights=source.weights)
 
 
 def create_train_iterator(
@@ -127,7 +171,7 @@ def create_train_iterator(
   def load(group: list[tuple[int, int]]) -> dict[str, np.ndarray]:
     return _stack(
       [
-        _load_example(
+        load_example(
           source, record, position, seed=seed, input_size=input_size, noise_std=noise_std
         )
         for position, record in group
@@ -135,7 +179,10 @@ def create_train_iterator(
     )
 
   # Stream position g -> record index; shuffle-then-repeat reshuffles every epoch.
-  ds = grain.MapDataset.range(len(source)).shuffle(seed=seed).repeat()
+  if isinstance(source, mixture.MixedSource):
+    ds = mixed_stream(source, seed)
+  else:
+    ds = grain.MapDataset.range(len(source)).shuffle(seed=seed).repeat()
   ds = ds.map_with_index(lambda position, record: (position, record))
   # Local groups: group m = positions [m*B_local, (m+1)*B_local); global batch k is groups
   # k*P .. k*P+P-1, so this process takes every P-th group starting at start_step*P + p.

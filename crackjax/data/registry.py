@@ -35,11 +35,15 @@ from etils import epath
 
 from crackjax import plugins
 from crackjax.tfds_builders.aiglern import AigleRN
+from crackjax.tfds_builders.aiglern_trimm import AigleRNTrimm
 from crackjax.tfds_builders.bjn260 import BJN260
 from crackjax.tfds_builders.crack360 import Crack360
+from crackjax.tfds_builders.crack500 import Crack500
 from crackjax.tfds_builders.crack_folder import CrackFolder
 from crackjax.tfds_builders.crackforest import CrackForest
+from crackjax.tfds_builders.deepcrack import DeepCrack
 from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
+from crackjax.tfds_builders.gaps384 import GAPs384
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +86,12 @@ DATASETS: dict[str, DatasetEntry] = {
   'aiglern': DatasetEntry(builder=AigleRN),
   'crack360': DatasetEntry(builder=Crack360),
   'bjn260': DatasetEntry(builder=BJN260),
+  # Public crack datasets with their own split folders (tfds_builders/split_folders.py): the
+  # general model's training mixture (configs/release/roads_unet_cpu.py).
+  'deepcrack': DatasetEntry(builder=DeepCrack),
+  'crack500': DatasetEntry(builder=Crack500),
+  'gaps384': DatasetEntry(builder=GAPs384),
+  'aiglern_trimm': DatasetEntry(builder=AigleRNTrimm),
   # Your own images: config.data.folder (configs/base.py).
   'crack_folder': DatasetEntry(
     builder=CrackFolder,

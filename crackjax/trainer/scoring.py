@@ -26,6 +26,7 @@ from absl import logging
 from flax import linen as nn
 
 from crackjax import evaluation
+from crackjax.data import mixture
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
@@ -116,6 +117,53 @@ RECORD_FIELDS = (
   'first_in_process',
   'results',
 )
+
+
+def member_results(
+  names: Sequence[str],
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  plan: EvalPlan,
+  *,
+  workers: int = 1,
+) -> dict[str, dict[str, Any]] | None:
+  """Each member's own results on an evaluation of a mixture of datasets (records named
+  ``<member>/<name>``, `crackjax.data.mixture`): ``{member: {'num_images', 'results':
+  {protocol: summary}}}``; None when the images are not a mixture's."""
+  groups: dict[str, list[int]] = {}
+  for i, name in enumerate(names):
+    member, _ = mixture.member_of_name(name)
+    if member is None:
+      return None
+    groups.setdefault(member, []).append(i)
+  out = {}
+  for member, rows in groups.items():
+    results = score(
+      [probs[i] for i in rows], [gts[i] for i in rows], plan, workers=workers, progress=False
+    )
+    out[member] = {
+      'num_images': len(rows),
+      'results': {p: protocol_summary(r) for p, r in results.items()},
+    }
+  return out
+
+
+def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | None) -> dict:
+  """`record` with its members' results (`member_results`) and the selection score of a
+  mixture: the mean over the members of the first protocol's ODS F1, so that every dataset
+  counts alike however many images it has (the pooled ``results`` weigh them by pixels)."""
+  if not members:
+    return record
+  protocol = next(iter(record['results']))
+  f1s = [m['results'][protocol]['ods']['f1'] for m in members.values()]
+  return {
+    **record,
+    'datasets': members,
+    'selection': {
+      'metric': f'mean over the datasets of the {protocol} ODS F1',
+      'value': float(np.mean(f1s)),
+    },
+  }
 
 
 def _state_facts(state: train_state.TrainState) -> tuple[int, int]:
@@ -268,6 +316,7 @@ def evaluate_checkpoint(
     first_in_process=first_in_process,
     per_image=True,
   )
+  summary = with_members(summary, member_results(names, probs, gts, plan, workers=workers))
   for protocol, result in summary['results'].items():
     for name, t in (operating_points or {}).items():
       point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
@@ -398,6 +447,8 @@ class EpochEvaluator:
         train_seconds=train_seconds,
         first_in_process=first,
       )
+      members = member_results(names, probs, gts, scoring, workers=self._workers or 1)
+      record = with_members(record, members)
       self._write(record, epoch)
       if jax.process_index() == 0:
         self._write_tensorboard(record, results, probs, gts)

@@ -1,0 +1,165 @@
+"""Training on several datasets at once: ``config.data.name = 'mixture'`` and ``config.data.mix``.
+
+``config.data.mix`` maps each member dataset (a key of `crackjax.data.registry.DATASETS`) to
+its fields (`MEMBER_FIELDS`): its sampling ``weight``, its ``manual_dir``, the member's own
+``train_split`` / ``valid_split`` / ``test_split`` and its crop rule (``scale``: the factor the
+member's images are resized by before the random crop; 1.0 = as stored). The mixture's splits
+are the members' splits side by side: ``train`` (sampled by weight, `MixedSource.weights`),
+``valid`` and ``test``; its records are named ``<member>/<name>``, so an evaluation of the
+mixture can also be scored per member (`member_of_name`).
+
+Every member is prepared into ``config.data.data_dir`` as the dataset it is (a member is the
+same prepared copy a single-dataset run of it reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from crackjax.data import registry
+
+MIXTURE = 'mixture'
+#: A member's fields and their defaults.
+MEMBER_FIELDS: dict[str, Any] = {
+  'weight': 1.0,
+  'manual_dir': None,
+  'train_split': 'train',
+  'valid_split': 'valid',
+  'test_split': 'test',
+  'scale': 1.0,
+}
+#: The mixture's split names -> the member field that names each member's own split.
+SPLITS = {'train': 'train_split', 'valid': 'valid_split', 'test': 'test_split'}
+SEPARATOR = '/'
+
+
+def is_mixture(data: ml_collections.ConfigDict | dict) -> bool:
+  """Whether the config's ``data`` group is a mixture of datasets."""
+  return data.get('name') == MIXTURE
+
+
+def member_fields(data: ml_collections.ConfigDict) -> dict[str, dict[str, Any]]:
+  """``{member: its fields}`` (defaults filled in), in the order of ``data.mix``."""
+  mix = data.get('mix') or {}
+  return {name: {**MEMBER_FIELDS, **dict(fields or {})} for name, fields in mix.items()}
+
+
+def problems(data: ml_collections.ConfigDict) -> list[str]:
+  """What is wrong with a mixture's ``data`` group, one line each (empty if nothing)."""
+  out = []
+  members = member_fields(data)
+  if not members:
+    return [
+      "config.data.name='mixture' needs config.data.mix: {dataset: {weight, manual_dir, ...}}."
+    ]
+  for name, fields in members.items():
+    where = f'config.data.mix.{name}'
+    if name not in registry.DATASETS:
+      out.append(f'{where}: {name!r} is not a dataset; known: {sorted(registry.DATASETS)}.')
+    unknown = sorted(set(fields) - set(MEMBER_FIELDS))
+    if unknown:
+      out.append(f'{where} has field(s) {unknown}; a member takes {sorted(MEMBER_FIELDS)}.')
+    for key in ('weight', 'scale'):
+      value = fields[key]
+      if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        out.append(f'{where}.{key}={value!r} must be a number > 0.')
+  return out
+
+
+def member_data(data: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+  """The ``data`` group of member `name` alone: what a single-dataset run of it would have
+  (its name, manual dir and splits; the mixture's data_dir, input size and noise)."""
+  fields = member_fields(data)[name]
+  own = ml_collections.ConfigDict(
+    {k: v for k, v in data.to_dict().items() if k != 'mix'}, type_safe=False
+  )
+  own.name = name
+  own.manual_dir = fields['manual_dir']
+  own.train_split = fields['train_split']
+  own.test_split = fields['test_split']
+  return own
+
+
+def member_of_name(name: str) -> tuple[str | None, str]:
+  """('deepcrack', '11125-1-0') of a mixture record's name 'deepcrack/11125-1-0'; (None, name)
+  for a name without a member."""
+  member, sep, rest = name.partition(SEPARATOR)
+  return (member, rest) if sep else (None, name)
+
+
+class MixedSource(Sequence):
+  """The members' sources of one split, one after the other, as one random-access source.
+
+  Record ``i`` is member ``k``'s record ``i - offsets[k]``, named ``<member>/<name>``, with
+  ``'member'`` = k. `weights` (normalised) and `scales` are the members' sampling weights and
+  crop rules, in member order.
+  """
+
+  def __init__(
+    self,
+    names: Sequence[str],
+    sources: Sequence[Sequence[dict[str, Any]]],
+    weights: Sequence[float],
+    scales: Sequence[float],
+  ):
+    self.names = list(names)
+    self.sources = list(sources)
+    self.lengths = [len(s) for s in self.sources]
+    self.offsets = [int(x) for x in np.cumsum([0, *self.lengths[:-1]])]
+    total = float(sum(weights))
+    self.weights = [float(w) / total for w in weights]
+    self.scales = [float(s) for s in scales]
+
+  def __len__(self) -> int:
+    return sum(self.lengths)
+
+  def __iter__(self):
+    for index in range(len(self)):
+      yield self[index]
+
+  def locate(self, index: int) -> tuple[int, int]:
+    """(member k, index in member k's source) of record `index`."""
+    if not 0 <= index < len(self):
+      raise IndexError(index)
+    k = int(np.searchsorted(self.offsets, index, side='right')) - 1
+    return k, index - self.offsets[k]
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    k, i = self.locate(index)
+    record = dict(self.sources[k][i])
+    record['name'] = f'{self.names[k]}{SEPARATOR}{registry.record_name(record)}'
+    record['member'] = k
+    return record
+
+
+def prepare(data: ml_collections.ConfigDict) -> list[Any]:
+  """Prepares every member (once; `registry.prepare_dataset`) and returns their builders."""
+  return [registry.prepare_dataset(member_data(data, name)) for name in member_fields(data)]
+
+
+def open_split(data: ml_collections.ConfigDict, split: str) -> MixedSource:
+  """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role.
+
+  Raises:
+    ValueError: `split` is not one of the mixture's splits.
+  """
+  if split not in SPLITS:
+    raise ValueError(
+      f'A mixture of datasets has the splits {sorted(SPLITS)}, not {split!r} (each member '
+      'names its own in config.data.mix.<member>.{train,valid,test}_split).'
+    )
+  members = member_fields(data)
+  sources = [
+    registry.get_data_source(member_data(data, name), fields[SPLITS[split]])
+    for name, fields in members.items()
+  ]
+  return MixedSource(
+    list(members),
+    sources,
+    [f['weight'] for f in members.values()],
+    [f['scale'] for f in members.values()],
+  )
