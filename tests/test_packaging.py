@@ -133,3 +133,13 @@ def test_the_libraries_whose_apis_move_have_an_upper_bound_the_install_meets(nam
     name,
     importlib.metadata.version(name),
   )
+
+
+def test_importlib_resources_stays_declared():
+  # tensorflow-datasets 4.9.x imports it (through etils) but declares it only for Python < 3.9
+  # (tensorflow/datasets#11212): without the line a new environment prepares no dataset.
+  names = {Requirement(r).name for r in PYPROJECT['project']['dependencies']}
+  assert 'importlib_resources' in names or 'importlib-resources' in names
+  text = (REPO / 'pyproject.toml').read_text()
+  assert 'tensorflow/datasets issue #11212' in text
+  assert "No module named 'importlib_resources'" in (REPO / 'docs/troubleshooting.md').read_text()
