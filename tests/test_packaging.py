@@ -4,6 +4,7 @@ crackjax.tfds_builders), the shipped configs found from any folder, the metadata
 type checker read."""
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -143,3 +144,23 @@ def test_importlib_resources_stays_declared():
   text = (REPO / 'pyproject.toml').read_text()
   assert 'tensorflow/datasets issue #11212' in text
   assert "No module named 'importlib_resources'" in (REPO / 'docs/troubleshooting.md').read_text()
+
+
+def test_the_released_models_licence_notice_ships_and_names_every_model():
+  # The wheel's metadata says Apache-2.0 (the code); the model files carry their training
+  # data's licence, in a notice beside them that is a licence file of the distribution.
+  notice = 'crackjax/models/released/LICENSE-MODELS.md'
+  assert notice in PYPROJECT['project']['license-files']
+  assert 'released/LICENSE-MODELS.md' in PYPROJECT['tool']['setuptools']['package-data'][
+    'crackjax.models'
+  ]
+  text = (REPO / notice).read_text()
+  released = REPO / 'crackjax' / 'models' / 'released'
+  names = [m['name'] for p in released.glob('*.json') for m in json.loads(p.read_text())['models']]
+  assert names
+  for name in names:
+    assert f'`{name}`' in text, name
+  assert 'non-commercial research only' in text
+  # The README's first lines say which licence covers what.
+  head = '\n'.join((REPO / 'README.md').read_text().splitlines()[:12])
+  assert 'Apache-2.0' in head and 'LICENSE-MODELS.md' in head
