@@ -10,6 +10,7 @@ import pytest
 
 from crackjax.deploy import export, models_command, predict_command
 from crackjax.paper import complexity, report, runner
+from crackjax.runs import docs
 from crackjax.trainer import data_stats, evaluate_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +60,12 @@ COMMANDS = [
     lambda: models_command.main(['--help']),
     'usage: crackjax-models',
     ['--json'],
+  ),
+  (
+    'docs',
+    lambda: docs.main(['--help']),
+    'usage: crackjax-docs',
+    ['--path', 'page'],
   ),
   (
     'data stats',

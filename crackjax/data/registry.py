@@ -34,7 +34,7 @@ from absl import logging
 from etils import epath
 
 from crackjax import plugins
-from crackjax.runs import file_locks
+from crackjax.runs import docs, file_locks
 from crackjax.tfds_builders.aiglern import AigleRN
 from crackjax.tfds_builders.bjn260 import BJN260
 from crackjax.tfds_builders.crack360 import Crack360
@@ -98,7 +98,7 @@ DATASETS: dict[str, DatasetEntry] = {
     },
     missing='your folders: pass --config.data.folder.images=DIR '
     '--config.data.folder.masks=DIR (images and masks matched by file name; see '
-    'docs/datasets.md).',
+    f'{docs.doc("datasets.md")}).',
   ),
 }
 
