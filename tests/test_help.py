@@ -182,6 +182,7 @@ def test_crackjax_train_is_the_launch_command():
     ('bench/gpu_perf.sh', ['STAGES', 'TINY', 'BUDGET_S']),
     ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
     ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
+    ('scripts/wheel_smoke.sh', ['PYTHON', 'CRACKFOREST_DIR', 'KEEP']),
   ],
 )
 def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):
