@@ -10,6 +10,7 @@ import pytest
 
 from crackjax.deploy import export, models_command, predict_command
 from crackjax.paper import complexity, report, runner
+from crackjax.runs import docs
 from crackjax.trainer import data_stats, evaluate_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +60,12 @@ COMMANDS = [
     lambda: models_command.main(['--help']),
     'usage: crackjax-models',
     ['--json'],
+  ),
+  (
+    'docs',
+    lambda: docs.main(['--help']),
+    'usage: crackjax-docs',
+    ['--path', 'page'],
   ),
   (
     'data stats',
@@ -175,6 +182,7 @@ def test_crackjax_train_is_the_launch_command():
     ('bench/gpu_perf.sh', ['STAGES', 'TINY', 'BUDGET_S']),
     ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
     ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
+    ('scripts/wheel_smoke.sh', ['PYTHON', 'CRACKFOREST_DIR', 'KEEP']),
   ],
 )
 def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):

@@ -4,7 +4,9 @@ crackjax.tfds_builders), the shipped configs found from any folder, the metadata
 type checker read."""
 
 import importlib.metadata
+import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -44,6 +46,7 @@ def test_the_wheel_installs_only_the_crackjax_namespace():
   assert setuptools['package-dir'] == {
     'crackjax.configs': 'configs',
     'crackjax.tfds_builders': 'tfds_builders',
+    'crackjax.docs': 'docs',  # data only: the pages
   }
 
 
@@ -133,3 +136,65 @@ def test_the_libraries_whose_apis_move_have_an_upper_bound_the_install_meets(nam
     name,
     importlib.metadata.version(name),
   )
+
+
+def test_importlib_resources_stays_declared():
+  # tensorflow-datasets 4.9.x imports it (through etils) but declares it only for Python < 3.9
+  # (tensorflow/datasets#11212): without the line a new environment prepares no dataset.
+  names = {Requirement(r).name for r in PYPROJECT['project']['dependencies']}
+  assert 'importlib_resources' in names or 'importlib-resources' in names
+  text = (REPO / 'pyproject.toml').read_text()
+  assert 'tensorflow/datasets issue #11212' in text
+  assert "No module named 'importlib_resources'" in (REPO / 'docs/troubleshooting.md').read_text()
+
+
+def test_the_released_models_licence_notice_ships_and_names_every_model():
+  # The wheel's metadata says Apache-2.0 (the code); the model files carry their training
+  # data's licence, in a notice beside them that is a licence file of the distribution.
+  notice = 'crackjax/models/released/LICENSE-MODELS.md'
+  assert notice in PYPROJECT['project']['license-files']
+  assert (
+    'released/LICENSE-MODELS.md'
+    in PYPROJECT['tool']['setuptools']['package-data']['crackjax.models']
+  )
+  text = (REPO / notice).read_text()
+  released = REPO / 'crackjax' / 'models' / 'released'
+  names = [m['name'] for p in released.glob('*.json') for m in json.loads(p.read_text())['models']]
+  assert names
+  for name in names:
+    assert f'`{name}`' in text, name
+  assert 'non-commercial research only' in text
+  # The README's first lines say which licence covers what.
+  head = '\n'.join((REPO / 'README.md').read_text().splitlines()[:12])
+  assert 'Apache-2.0' in head and 'LICENSE-MODELS.md' in head
+
+
+def test_the_docs_ship_as_package_data_and_crackjax_docs_prints_them(capsys, monkeypatch, tmp_path):
+  from crackjax.runs import docs
+
+  # The wheel carries docs/*.md as crackjax/docs/ (a hint naming docs/X.md leads somewhere).
+  setuptools = PYPROJECT['tool']['setuptools']
+  assert 'crackjax.docs' in setuptools['packages']
+  assert '*.md' in setuptools['package-data']['crackjax.docs']
+  assert PYPROJECT['project']['scripts']['crackjax-docs'] == 'crackjax.runs.docs:main'
+  # Every page a message names through docs.doc exists.
+  named = set()
+  for path in (REPO / 'crackjax').rglob('*.py'):
+    named |= set(re.findall(r"""docs\.doc\(['"]([^'"#]+)""", path.read_text()))
+  assert named and all((REPO / 'docs' / page).is_file() for page in named), named
+  # In a source tree a message says docs/X.md; the command lists and prints the pages.
+  assert docs.doc('models.md') == 'docs/models.md'
+  assert docs.main([]) == 0
+  listing = capsys.readouterr().out
+  assert str(REPO / 'docs') in listing and 'troubleshooting' in listing
+  assert docs.main(['troubleshooting', '--path']) == 0
+  assert Path(capsys.readouterr().out.strip()) == REPO / 'docs' / 'troubleshooting.md'
+  assert docs.main(['docs/models.md']) == 0
+  assert capsys.readouterr().out == (REPO / 'docs' / 'models.md').read_text()
+  assert docs.main(['nosuch']) == 1
+  assert "no page 'nosuch'" in capsys.readouterr().err
+  # Installed (a wheel's layout: crackjax/docs/), a message names the installed file.
+  (tmp_path / 'crackjax' / 'docs').mkdir(parents=True)
+  (tmp_path / 'crackjax' / 'docs' / 'models.md').write_text('# Models\n')
+  monkeypatch.setattr(docs, '_PACKAGE', tmp_path / 'crackjax')
+  assert docs.doc('models.md') == str(tmp_path / 'crackjax' / 'docs' / 'models.md')

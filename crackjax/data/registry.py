@@ -10,8 +10,9 @@ function here takes the config's `data` group (configs/base.py), e.g.
 files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
 
 Preparation with several processes: every process calls `get_data_source`; the first to take
-an exclusive lock (`filelock`, on every platform) on ``<data_dir>/<dataset>.lock`` prepares the
-dataset, the others block on the lock and then find it prepared. With a data_dir that is not
+an exclusive lock (`crackjax.runs.file_locks`, on every platform) on ``<data_dir>/<dataset>.lock``
+prepares the dataset, the others block on the lock and then find it prepared; the lock's file
+is removed when it is released. With a data_dir that is not
 shared between hosts, each host prepares its own (identical, deterministic) copy.
 `python launch.py` prepares before anything else, so a missing or broken file stops the run
 before a model is compiled.
@@ -27,13 +28,13 @@ import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import filelock
 import ml_collections
 import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
 from crackjax import plugins
+from crackjax.runs import docs, file_locks
 from crackjax.tfds_builders.aiglern import AigleRN
 from crackjax.tfds_builders.aiglern_trimm import AigleRNTrimm
 from crackjax.tfds_builders.bjn260 import BJN260
@@ -107,7 +108,7 @@ DATASETS: dict[str, DatasetEntry] = {
     },
     missing='your folders: pass --config.data.folder.images=DIR '
     '--config.data.folder.masks=DIR (images and masks matched by file name; see '
-    'docs/datasets.md).',
+    f'{docs.doc("datasets.md")}).',
   ),
 }
 
@@ -223,10 +224,12 @@ def _dataset_error(e: BaseException | None) -> DatasetError | None:
 
 @contextlib.contextmanager
 def _file_lock(path: epath.Path) -> Iterator[None]:
-  """Exclusive inter-process lock (`filelock`: flock on POSIX, msvcrt on Windows; the system
-  drops it when its holder dies), so that only one process prepares; the others wait."""
+  """Exclusive inter-process lock (flock on POSIX, filelock's msvcrt lock on Windows; the system
+  drops it when its holder dies), so that only one process prepares; the others wait. Its file
+  is removed when it is released, also after a failed or interrupted preparation (was: a stray
+  ``<dataset>.lock`` in data_dir after every command; `file_locks` says why that is safe)."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  with filelock.FileLock(os.fspath(path)):
+  with file_locks.exclusive(os.fspath(path)):
     yield
 
 

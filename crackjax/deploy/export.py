@@ -59,7 +59,7 @@ from jax import export as jax_export
 from crackjax.config import flags as config_flags
 from crackjax.deploy.predictor import Run, load_model, load_run, pad_multiple, predict_step
 from crackjax.models import hub, input_multiple, model_file, model_from_config
-from crackjax.runs import exits, logs, outputs
+from crackjax.runs import docs, exits, logs, outputs
 from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx', 'model')
@@ -359,7 +359,7 @@ def export_model_file(
 PROG = 'crackjax-export'
 USAGE = (
   f'{PROG} (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE [--format=jax|onnx|model] '
-  '[flags]  (docs/export.md)'
+  f'[flags]  ({docs.doc("export.md")})'
 )
 
 
@@ -493,7 +493,7 @@ def _main(argv: Sequence[str] | None) -> None:
     for line in meta['load']
   ]
   print('Load it with:\n  ' + '\n  '.join(recipe))
-  print('See docs/export.md.')
+  print(f'See {docs.doc("export.md")}.')
 
 
 def _main_model(fv: flags.FlagValues) -> None:
@@ -525,7 +525,7 @@ def _main_model(fv: flags.FlagValues) -> None:
       )
   if not card['scores']:
     print('  no evaluation of this step in the run: the card has no scores (crackjax-evaluate).')
-  print(f'Use it: crackjax-predict --model={out} --out=DIR PHOTOS...  (docs/export.md)')
+  print(f'Use it: crackjax-predict --model={out} --out=DIR PHOTOS...  ({docs.doc("export.md")})')
 
 
 if __name__ == '__main__':

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crackjax.models import hub
-from crackjax.runs import exits, outputs
+from crackjax.runs import docs, exits, outputs
 
 PROG = 'crackjax-models'
 
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(models))
     print(
       f'\nUse one by name: crackjax-predict --model={models[0]["name"]} --out=DIR PHOTOS... '
-      '(docs/models.md says how each was made).'
+      f'({docs.doc("models.md")} says how each was made).'
     )
     return 0
 

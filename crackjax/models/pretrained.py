@@ -59,7 +59,7 @@ from absl import logging
 from crackjax.models import MODELS, hub, model_file
 from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
-from crackjax.runs import outputs
+from crackjax.runs import docs, outputs
 
 LAYOUTS = ('vgg16', 'vgg16_bn', 'resnet50', 'crackjax')
 NORMALIZATIONS = ('auto', 'torchvision', 'caffe', 'none')
@@ -276,7 +276,7 @@ def detect_layout(keys: Sequence[str]) -> str:
   raise PretrainedError(
     f'Unrecognised names {sorted(keys)[:6]}: expected torchvision VGG16 / VGG16-BN '
     "('features.0.weight', ...), ResNet-50 ('conv1.weight', 'layer1.0.conv1.weight', ...) or "
-    "crackjax paths ('params/conv1_1/kernel', ...); see docs/pretrained.md."
+    f"crackjax paths ('params/conv1_1/kernel', ...); see {docs.doc('pretrained.md')}."
   )
 
 
@@ -346,7 +346,8 @@ def not_a_file(path: str | Path) -> str | None:
   if not path.is_file():
     return (
       f'config.model_init.pretrained={str(path)!r}: no such file (a local .npz of named arrays '
-      "or a .safetensors model file, a released model's name or a URL; see docs/pretrained.md)."
+      "or a .safetensors model file, a released model's name or a URL; see "
+      f'{docs.doc("pretrained.md")}).'
     )
   return None
 

@@ -37,7 +37,7 @@ from typing import Any
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.runs import exits, identity, logs, outputs
+from crackjax.runs import docs, exits, identity, logs, outputs
 
 PROG = 'crackjax-evaluate'
 USAGE = (
@@ -83,14 +83,14 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'folder',
     [],
     'a labelled folder, IMAGES_DIR:MASKS_DIR (masks matched by file name, crack = white; '
-    'docs/datasets.md), every image scored; repeatable',
+    f'{docs.doc("datasets.md")}), every image scored; repeatable',
     flag_values=fv,
   )
   flags.DEFINE_multi_string(
     'manual_dir',
     [],
-    "DATASET=DIR: where a registered dataset's downloaded files are (docs/datasets.md); the "
-    "run's own dataset keeps its config's",
+    "DATASET=DIR: where a registered dataset's downloaded files are "
+    f"({docs.doc('datasets.md')}); the run's own dataset keeps its config's",
     flag_values=fv,
   )
   flags.DEFINE_enum(

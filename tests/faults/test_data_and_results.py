@@ -509,7 +509,7 @@ def test_an_interrupted_preparation_leaves_nothing_and_the_next_one_prepares(tmp
   with pytest.raises(KeyboardInterrupt):
     registry.prepare_dataset(config.data)
   tfds_dir = Path(config.data.data_dir)
-  assert _everything(tfds_dir) == ['crackforest.lock']  # was: incomplete.* for good
+  assert _everything(tfds_dir) == []  # was: incomplete.* (and crackforest.lock) for good
   monkeypatch.setattr(reading, 'load_rgb', real)
   assert registry.prepare_dataset(config.data).info.splits['test'].num_examples == 4
 
@@ -525,6 +525,8 @@ def test_a_killed_preparations_temporary_folder_is_removed_by_the_next(tmp_path)
   registry.prepare_dataset(config.data)
   assert not stale.exists()
   assert [p.name for p in stale.parent.iterdir()] == ['1.0.0']
+  # The preparation's lock file goes with it (was: crackforest.lock left in data_dir).
+  assert not list(Path(config.data.data_dir).glob('*.lock'))
 
 
 def test_a_failed_attempt_leaves_no_empty_folders(tmp_path):
@@ -539,7 +541,7 @@ def test_a_failed_attempt_leaves_no_empty_folders(tmp_path):
     with pytest.raises(registry.DatasetNotFoundError, match='does not look like the CrackForest'):
       registry.prepare_dataset(config.data)
     # was: empty tfds/crackforest/ and tfds/downloads/extracted/, warned about next time
-    assert _everything(tmp_path / 'tfds') == ['crackforest.lock']
+    assert _everything(tmp_path / 'tfds') == []  # also no crackforest.lock
   assert _everything(junk) == ['readme.txt']  # the user's folder untouched
   (tmp_path / 'tfds' / 'downloads').mkdir()
   (tmp_path / 'tfds' / 'downloads' / 'mine.zip').write_text('kept')
