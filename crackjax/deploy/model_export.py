@@ -149,6 +149,52 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
 
 
+def dataset_licence(name: str) -> str:
+  """The terms of use of dataset `name`: `DATA_LICENCES`, else its builder's ``LICENSE``."""
+  from crackjax.data import registry
+
+  if name in DATA_LICENCES:
+    return DATA_LICENCES[name]
+  entry = registry.DATASETS.get(name)
+  return getattr(entry.builder, 'LICENSE', None) or "see the dataset's publisher"
+
+
+def _data_card(c, licence: str | None) -> dict[str, Any]:
+  """The card's ``data``: the dataset, its licence and splits; for a mixture, every member
+  with its licence, weight and splits, and the rule that the strictest licence governs."""
+  from crackjax.data import mixture
+
+  if not mixture.is_mixture(c.data):
+    return {
+      'name': c.data.name,
+      'licence': licence or dataset_licence(c.data.name),
+      'train_split': c.data.train_split,
+      'test_split': c.data.test_split,
+    }
+  members = [
+    {
+      'name': name,
+      'licence': dataset_licence(name),
+      **{k: v for k, v in fields.items() if k != 'manual_dir'},
+    }
+    for name, fields in mixture.member_fields(c.data).items()
+  ]
+  strict = [m['name'] for m in members if 'non-commercial' in m['licence'].lower()]
+  default = (
+    f'the strictest licence of its training datasets governs: non-commercial research only '
+    f'({", ".join(strict)})'
+    if strict
+    else "the strictest licence of its training datasets governs (see 'datasets')"
+  )
+  return {
+    'name': 'mixture',
+    'licence': licence or default,
+    'train_split': 'train',
+    'test_split': c.data.test_split,
+    'datasets': members,
+  }
+
+
 def model_card(
   run: Run, workdir: Path, *, name: str | None, licence: str | None, notes: str | None
 ) -> dict[str, Any]:
@@ -161,12 +207,7 @@ def model_card(
     'created': datetime.date.today().isoformat(),
     'crackjax_version': model_file.crackjax_version(),
     'model': {**c.model.to_dict(), 'parameters': params},
-    'data': {
-      'name': data,
-      'licence': licence or DATA_LICENCES.get(data, "see the dataset's publisher"),
-      'train_split': c.data.train_split,
-      'test_split': c.data.test_split,
-    },
+    'data': _data_card(c, licence),
     'training': {
       'step': run.step,
       'epoch': -(-run.step // c.steps_per_epoch),
@@ -199,6 +240,9 @@ MACHINE_PATHS = (
 def portable_config(config) -> dict[str, Any]:
   """The run's config as JSON, without `MACHINE_PATHS`."""
   out = json.loads(config.to_json_best_effort())
+  for member in (out.get('data', {}).get('mix') or {}).values():  # a mixture's members
+    if isinstance(member, dict) and 'manual_dir' in member:
+      member['manual_dir'] = None
   for field in MACHINE_PATHS:
     node = out
     *parents, leaf = field.split('.')

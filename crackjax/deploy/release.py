@@ -44,13 +44,22 @@ def epoch_scores(workdir: str | Path, protocol: str = PROTOCOL) -> list[dict[str
   for path in sorted(Path(workdir).glob('epoch_*.json')):
     record = json.loads(path.read_text())
     ods = record['results'][protocol]['ods']
+    # A mixture of datasets is selected on its members' mean ODS F1 (record['selection']:
+    # every dataset alike), its threshold stays the pooled one.
+    selection = record.get('selection') or {}
     rows.append(
       {
         'epoch': record['epoch'],
         'step': record['step'],
         'split': record['split'],
-        'ods_f1': ods['f1'],
+        'ods_f1': selection.get('value', ods['f1']),
+        'pooled_f1': ods['f1'],
         'threshold': ods['threshold'],
+        'datasets': {
+          name: d['results'][protocol]['ods']['f1']
+          for name, d in (record.get('datasets') or {}).items()
+          if protocol in d['results']
+        },
       }
     )
   if not rows:
@@ -322,6 +331,14 @@ def main(argv: list[str] | None = None) -> int:
   if args.command == 'show':
     for r in rows:
       mark = '  <- best' if r['epoch'] == best['epoch'] else ''
+      if r['datasets']:  # a mixture: the mean selects, the pooled threshold is stored
+        members = ', '.join(f'{k} {v:.4f}' for k, v in r['datasets'].items())
+        print(
+          f'  epoch {r["epoch"]:3d} (step {r["step"]}) {r["split"]}: mean {PROTOCOL} ODS F1 '
+          f'{r["ods_f1"]:.4f} ({members}); pooled {r["pooled_f1"]:.4f} at '
+          f'{r["threshold"]:.2f}{mark}'
+        )
+        continue
       print(
         f'  epoch {r["epoch"]:3d} (step {r["step"]}) {r["split"]}: {PROTOCOL} ODS F1 '
         f'{r["ods_f1"]:.4f} at {r["threshold"]:.2f}{mark}'

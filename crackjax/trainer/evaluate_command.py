@@ -136,6 +136,7 @@ def data_configs(
 ):
   """(label, data config, split) per data argument; ValueError naming a malformed one.
   `mask_polarity`: the --folder masks' polarity (default the run's config)."""
+  from crackjax.data import mixture
   from crackjax.data import registry as data_registry
 
   out = []
@@ -147,8 +148,12 @@ def data_configs(
         f'--data={spec}: unknown dataset {name!r}; known: {sorted(data_registry.DATASETS)}'
       )
     if name and name != config.data.name:
-      c.data.name = name
-      c.data.manual_dir = manual_dirs.get(name)
+      if name in mixture.member_fields(config.data):
+        # A member of the run's mixture of datasets: its own data group (manual dir, splits).
+        c.data = mixture.member_data(c.data, name)
+      else:
+        c.data.name = name
+        c.data.manual_dir = manual_dirs.get(name)
     if c.data.name in manual_dirs:  # also the run's own dataset, e.g. on another machine
       c.data.manual_dir = manual_dirs[c.data.name]
     out.append((f'{c.data.name}:{split}', c, split))
