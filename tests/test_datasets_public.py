@@ -207,3 +207,16 @@ def test_mixture_trains_and_records_each_dataset_every_epoch(tmp_path):
     assert record['selection']['value'] == pytest.approx(np.mean(f1s))
   threshold = json.loads((tmp_path / 'run' / 'threshold.json').read_text())
   assert threshold['split'] == 'valid' and threshold['dataset'] == 'mixture'
+  # Its model file's card names every dataset with its licence (the strictest governs) and
+  # keeps none of this machine's folders.
+  from crackjax.deploy import export
+  from crackjax.models import model_file
+
+  export.export_model_file(tmp_path / 'run', tmp_path / 'mix.safetensors', name='mix')
+  loaded = model_file.read(tmp_path / 'mix.safetensors')
+  data = loaded.card['data']
+  assert [d['name'] for d in data['datasets']] == ['crack500', 'crackforest', 'deepcrack']
+  assert all(d['licence'] for d in data['datasets'])
+  assert 'non-commercial research only (crackforest)' in data['licence']
+  assert all(m['manual_dir'] is None for m in loaded.meta['config']['data']['mix'].values())
+  assert loaded.threshold['threshold'] == threshold['threshold']

@@ -92,3 +92,20 @@ def test_a_folder_of_dark_cracks_is_told_the_flag_of_this_command(smoke_run, tmp
   assert '--mask_polarity=dark' in message and '--config.data' not in message, message
   assert '\n' not in message
   assert evaluate_command.main([*argv, '--mask_polarity=dark']) == 0
+
+
+def test_data_arguments_keep_a_sliced_split_and_a_mixture_member_its_own_data(tmp_path):
+  from crackjax.configs.release import roads_unet_cpu
+
+  config = roads_unet_cpu.get_config('smoke')
+  config.data.mix.deepcrack.manual_dir = '/copies/Datasets'
+  targets = evaluate_command.data_configs(
+    config, ['deepcrack:test[:6]', 'crackforest:test'], [], {'crackforest': '/cfd'}, tmp_path
+  )
+  (label, c, split), (label2, c2, split2) = targets
+  # The first ':' ends the dataset's name (was: 'unknown dataset crackforest:test[').
+  assert (label, split) == ('deepcrack:test[:6]', 'test[:6]')
+  # A member of the run's mixture: its own data group, its manual dir from the run's config.
+  assert c.data.name == 'deepcrack' and 'mix' not in c.data
+  assert c.data.manual_dir == '/copies/Datasets'
+  assert (label2, split2, c2.data.manual_dir) == ('crackforest:test', 'test', '/cfd')

@@ -157,3 +157,57 @@ def test_release_gpu_script_tiny_on_fake_crackforest(tmp_path):
   assert card['run_scores']['scores'][0]['split'] == 'test' and 'bfloat16' in card
   # TFDS prepared its data under WORK, not in the home folder.
   assert (tmp_path / 'work' / 'tfds' / 'crackforest').is_dir()
+
+
+def test_show_and_best_step_of_a_mixture_select_on_the_datasets_mean(tmp_path, capsys):
+  # Epoch 2 has the better pooled F1 (more pixels of the big dataset), epoch 1 the better mean
+  # over the datasets: the mean selects, the pooled threshold is shown.
+  for epoch, pooled, members in ((1, 0.60, (0.5, 0.7)), (2, 0.65, (0.3, 0.8))):
+    record = {
+      'epoch': epoch,
+      'step': 1000 * epoch,
+      'split': 'valid',
+      'results': {'strict': {'ods': {'f1': pooled, 'threshold': 0.4}}},
+      'datasets': {
+        name: {'num_images': 3, 'results': {'strict': {'ods': {'f1': f1}}}}
+        for name, f1 in zip(('small', 'big'), members, strict=True)
+      },
+      'selection': {'metric': 'mean', 'value': float(np.mean(members))},
+    }
+    (tmp_path / f'epoch_{epoch:03d}.json').write_text(json.dumps(record))
+  assert release_lib.main(['best-step', f'--workdir={tmp_path}']) == 0
+  assert capsys.readouterr().out.strip() == '1000'
+  assert release_lib.main(['show', f'--workdir={tmp_path}']) == 0
+  first = capsys.readouterr().out.splitlines()[0]
+  assert 'mean strict ODS F1 0.6000 (small 0.5000, big 0.7000); pooled 0.6000 at 0.40' in first
+  assert first.endswith('<- best')
+
+
+def test_rescore_keeps_two_copies_of_one_set_apart_and_the_entry_lists_each_set(
+  smoke_run, half, tmp_path
+):
+  # The general model's card holds DeepCrack's test crops and its whole test photos: same
+  # dataset and split, told apart by `copy`; F1 at the stored threshold travels along.
+  crops = _own_record(smoke_run, tmp_path / 'crops', 0.25)
+  record = json.loads(crops.read_text())
+  record['results']['strict']['operating_points'] = {
+    'run': {'precision': 0.5, 'recall': 0.1, 'f1': 0.1667, 'threshold': 0.43}
+  }
+  crops.write_text(json.dumps(record))
+  photos = _own_record(smoke_run, tmp_path / 'photos', 0.75)
+  release_lib.rescore(half, crops, 'crops')
+  card = release_lib.rescore(half, photos, 'photos')
+  tests = [s for s in card['scores'] if s['split'] == 'test']
+  assert [s.get('copy') for s in tests] == [None, 'crops', 'photos']
+  at_t = tests[1]['protocols']['strict']['at_stored_threshold']
+  assert at_t == {'precision': 0.5, 'recall': 0.1, 'f1': 0.1667, 'threshold': 0.43}
+  entry = release_lib.registry_entry(half, 'half', 'test')
+  sets = {s['set']: s for s in entry['scores_by_set']}
+  assert set(sets) == {'crackforest test', 'crackforest test (crops)', 'crackforest test (photos)'}
+  assert sets['crackforest test (crops)']['ods']['strict'] == 0.25
+  assert sets['crackforest test (crops)']['at_threshold'] == {'strict': 0.1667}
+  assert sets['crackforest test (photos)']['ods']['strict'] == 0.75
+  from crackjax.deploy import models_command
+
+  row = models_command.table([{**entry, 'size': 1}]).splitlines()[-1]
+  assert 'crackforest (crops) 25.0 (16.7 at t)' in row

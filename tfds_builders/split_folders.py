@@ -79,8 +79,9 @@ def find_split_folders(
 ) -> dict[str, tuple[epath.Path, epath.Path | None]]:
   """The split folders of the dataset named by one of `keys` (normalised) under `root`.
 
-  The dataset's folder is the one whose name is a key and that holds split folders; `root`
-  itself if it holds them directly.
+  The dataset's folder is the one whose name is a key and that holds split folders (any of
+  them: a copy of the test photos alone is a dataset with a test split); `root` itself if it
+  holds them directly.
 
   Raises:
     DatasetNotFoundError: no such folder, or several (the message lists them).
@@ -89,11 +90,9 @@ def find_split_folders(
   if not root.is_dir():
     raise DatasetNotFoundError(f'{root} does not exist. Expected layout:\n{layout}')
   candidates = [
-    d
-    for d in listing.walk_dirs(root, max_depth)
-    if normalise(d.name) in keys and split_folders(d).get('train')
+    d for d in listing.walk_dirs(root, max_depth) if normalise(d.name) in keys and split_folders(d)
   ]
-  if not candidates and split_folders(root).get('train'):
+  if not candidates and split_folders(root):
     candidates = [root]
   if len(candidates) == 1:
     return split_folders(candidates[0])

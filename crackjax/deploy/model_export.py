@@ -83,13 +83,17 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     out['fixed'] = {k: result['fixed'][k] for k in keep if k in result['fixed']}
   if 'ois_mean_f1' in result:
     out['ois_mean_f1'] = result['ois_mean_f1']
+  stored = (result.get('operating_points') or {}).get('run')
+  if stored:  # crackjax-evaluate's P/R/F1 at the model's stored threshold (the calibration)
+    out['at_stored_threshold'] = {k: stored[k] for k in keep if k in stored}
   return out
 
 
-def record_scores(record: dict[str, Any], name: str) -> dict[str, Any]:
+def record_scores(record: dict[str, Any], name: str, copy: str | None = None) -> dict[str, Any]:
   """One evaluation record (eval.json, epoch_<NNN>.json) as a card's scores entry: dataset,
-  split, images, the record's `name`, per protocol ODS/OIS/AP and, where the record has them,
-  the first three images' rows."""
+  split, `copy` (which copy of the dataset, where two are scored: e.g. 'crops' and 'photos'),
+  images, the record's `name`, per protocol ODS/OIS/AP, P/R/F1 at the stored threshold and,
+  where the record has them, the first three images' rows."""
   protocols = {}
   for protocol, result in record['results'].items():
     summary = _summary(result)
@@ -102,6 +106,7 @@ def record_scores(record: dict[str, Any], name: str) -> dict[str, Any]:
   return {
     'dataset': record['dataset'],
     'split': record['split'],
+    **({'copy': copy} if copy else {}),
     'num_images': record['num_images'],
     'record': name,
     'protocols': protocols,

@@ -43,6 +43,13 @@ def table(models: Sequence[dict[str, Any]]) -> str:
       for protocol, s in m['scores'].items()
     )
     where = m.get('scored_on', '')
+    if m.get('scores_by_set'):  # several test sets: strict ODS F1 (F1 at its threshold) each
+      where = 'their test splits: ' + ', '.join(
+        f'{s["set"].replace(" test", "")} {_percent(s["ods"].get("strict"))}'
+        f' ({_percent(s["at_threshold"].get("strict"))} at t)'
+        for s in m['scores_by_set']
+      )
+      scores = 'strict ODS F1 (F1 at the stored threshold)'
     lines.append(
       f'| {m["name"]} | {model} | {m["parameters"]:,} | {m["size"] / 2**20:.1f} MiB | '
       f'{m["data"]} ({m["licence"]}) | {scores}{" on " + where if where else ""} |'

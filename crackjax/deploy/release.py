@@ -116,7 +116,9 @@ def select(config_path: str, work: str | Path) -> int:
 
 def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
   """The registry entry of a model file (crackjax-models lists it): its size and SHA-256, its
-  model, and from its card the data, licence and the scores on the `held_out` split.
+  model, and from its card the data, licence and the scores on the `held_out` split (the first
+  such entry of the card; a card scored on several sets' `held_out` splits, as the general
+  model's, also gives each set's ODS F1 and F1 at the stored threshold, ``scores_by_set``).
 
   Raises:
     ValueError: the card has no scores on `held_out`.
@@ -131,6 +133,25 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
     splits = sorted({s['split'] for s in card['scores']})
     raise ValueError(f'{path}: its card has no scores on split {held_out!r} (only {splits}).')
   scores = held[0]
+  by_set = (
+    {
+      'scores_by_set': [
+        {
+          'set': f'{h["dataset"]} {h["split"]}{_copy(h)}',
+          'num_images': h['num_images'],
+          'ods': {p: r['ods']['f1'] for p, r in h['protocols'].items()},
+          'at_threshold': {
+            p: r['at_stored_threshold']['f1']
+            for p, r in h['protocols'].items()
+            if 'at_stored_threshold' in r
+          },
+        }
+        for h in held
+      ]
+    }
+    if len(held) > 1
+    else {}
+  )
   return {
     'name': name,
     'file': f'{name}{model_file.SUFFIX}',
@@ -141,7 +162,11 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
     'widths': card['model'].get('widths'),
     'dtype': str(_stored_dtype(loaded)),
     'parameters': card['model']['parameters'],
-    'data': card['data']['name'],
+    'data': (
+      ' + '.join(d['name'] for d in card['data']['datasets'])
+      if card['data'].get('datasets')
+      else card['data']['name']
+    ),
     'licence': card['data']['licence'],
     'scored_on': f'{scores["dataset"]} {scores["split"]} ({scores["num_images"]} images)',
     'scores': {
@@ -149,8 +174,13 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
       for protocol, r in scores['protocols'].items()
     },
     'threshold': loaded.threshold['threshold'],
+    **by_set,
     **extra,
   }
+
+
+def _copy(entry: dict[str, Any]) -> str:
+  return f' ({entry["copy"]})' if entry.get('copy') else ''
 
 
 def _stored_dtype(loaded) -> str:
@@ -204,7 +234,11 @@ def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
   return int(bad > 0)
 
 
-def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
+def _key(scores: dict[str, Any]) -> tuple:
+  return scores['dataset'], scores['split'], scores.get('copy')
+
+
+def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> dict[str, Any]:
   """Rewrites the model file `file` with its own scores and this machine's self check in its
   card; returns the new card.
 
@@ -216,7 +250,9 @@ def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
   rescore only: a second one keeps the run's), and the self check is recomputed here. The
   record is matched to the file by its number of parameters and step only: the run's own
   eval.json of that step would pass too, so the script evaluates the file itself. The
-  parameters are not touched; the file is written atomically.
+  parameters are not touched; the file is written atomically. `copy` names which copy of the
+  dataset the record scored where a card holds two (the general model's 'crops' and
+  'photos' of DeepCrack and CRACK500), so that neither replaces the other.
 
   Raises:
     ValueError: `record` is not an evaluation of this file's model (another number of
@@ -240,10 +276,10 @@ def rescore(file: str | Path, record: str | Path) -> dict[str, Any]:
     )
   if not got.get('results') or not all(r.get('per_image') for r in got['results'].values()):
     raise ValueError(f'{record} has no per-image rows (write it with crackjax-evaluate).')
-  key = (got['dataset'], got['split'])
-  kept = [s for s in card['scores'] if (s['dataset'], s['split']) != key]
-  replaced = [s for s in card['scores'] if (s['dataset'], s['split']) == key]
-  card['scores'] = [*kept, model_export.record_scores(got, record.name)]
+  key = (got['dataset'], got['split'], copy)
+  kept = [s for s in card['scores'] if _key(s) != key]
+  replaced = [s for s in card['scores'] if _key(s) == key]
+  card['scores'] = [*kept, model_export.record_scores(got, record.name, copy)]
   # A second rescore replaces the file's own scores: the run's stay as the first one kept them.
   if replaced and 'run_scores' not in card:
     card['run_scores'] = {
@@ -293,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
   p = sub.add_parser('rescore', help="a model file's own scores and self check into its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
+  p.add_argument('--copy', help="which copy of the dataset the record scored (e.g. 'photos')")
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
@@ -301,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     return check(args.file, args.record)
   if args.command == 'rescore':
     try:
-      card = rescore(args.file, args.record)
+      card = rescore(args.file, args.record, args.copy)
     except (ValueError, OSError) as e:  # ModelFileError is a ValueError
       print(f'{parser.prog}: {e}', file=sys.stderr)
       return 1
@@ -311,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     for entry in card['scores']:
       for protocol, r in entry['protocols'].items():
         print(
-          f'{args.file}: {entry["dataset"]} {entry["split"]} {protocol}: ODS F1 '
+          f'{args.file}: {entry["dataset"]} {entry["split"]}{_copy(entry)} {protocol}: ODS F1 '
           f'{r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
         )
     return 0

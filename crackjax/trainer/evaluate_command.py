@@ -93,6 +93,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     f"({docs.doc('datasets.md')}); the run's own dataset keeps its config's",
     flag_values=fv,
   )
+  flags.DEFINE_string(
+    'data_dir',
+    None,
+    "where the --data datasets are prepared (default: the run's config.data.data_dir; a model "
+    'file: ~/tensorflow_datasets or $TFDS_DATA_DIR)',
+    flag_values=fv,
+  )
   flags.DEFINE_enum(
     'mask_polarity',
     None,
@@ -141,7 +148,8 @@ def data_configs(
 
   out = []
   for spec in data or ([] if folders else ['test']):
-    name, _, split = spec.rpartition(':') if ':' in spec else ('', '', spec)
+    # The first ':' ends the name: a sliced split has its own (crackforest:test[:6]).
+    name, _, split = spec.partition(':') if ':' in spec else ('', '', spec)
     c = config.copy_and_resolve_references()
     if name and name not in data_registry.DATASETS:
       raise ValueError(
@@ -295,6 +303,9 @@ def _main(argv: Sequence[str] | None) -> int:
     targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
+  if fv.data_dir:
+    for _, c, _ in targets:
+      c.data.data_dir = fv.data_dir
   folder = Path(fv.out) if fv.out else workdir / 'eval'
   if len(targets) > 1:  # the cross-dataset table: checked before the long work
     try:

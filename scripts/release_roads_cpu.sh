@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Makes the released general model `roads-unet-cpu` (docs/models.md) on a CPU, in stages:
+#   train    : launch.py with configs/release/roads_unet_cpu.py (five public datasets mixed; every
+#              epoch scored on their validation parts). Resumes from its last checkpoint;
+#              TRAIN_MINUTES=N stops it after N minutes (SIGTERM: the checkpoints are kept, the
+#              scored epochs are the candidates; the same command resumes later).
+#   export   : the epoch with the best mean validation ODS F1 over the datasets, exported as a
+#              model file (its threshold: the pooled validation strict ODS threshold).
+#   score    : the model file scored once on every public test split (strict, tolerance_thin_gt;
+#              F1 at its stored threshold beside ODS), each record put into its card.
+#   register : the file and its registry entry into the package.
+# STAGES="train export score register" (default: all). WORK=dir (default workdirs/release),
+# CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
+# cropped copies' Datasets/ folder (https://github.com/Omaralmaqtari/Lightweight-Modular-Model),
+# PHOTOS (optional)=a folder with DeepCrack/{test_img,test_lab} and CRACK500/{test_img,test_lab}
+# (the authors' whole test photos, scored as a second copy of those two sets), DATA_DIR=where
+# the datasets are prepared (default ~/tensorflow_datasets; the photos go to $WORK/tfds_photos).
+# A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STAGES=${STAGES:-train export score register}
+WORK=${WORK:-workdirs/release}
+CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
+PUBLIC=${PUBLIC:?set PUBLIC to the cropped copies\' Datasets/ folder}
+CONFIG=configs/release/roads_unet_cpu.py${ARG:+:$ARG}
+TEST_SPLIT=${TEST_SPLIT:-test}
+NAME=roads-unet-cpu
+RUN="$WORK/$NAME"
+FILE="$WORK/$NAME.safetensors"
+PROTOCOLS=strict,tolerance_thin_gt
+SETS=(crackforest deepcrack crack500 gaps384 aiglern_trimm)
+read -r -a MIX_FLAGS <<<"$(python -c "from crackjax.configs.release import roads_unet_cpu as r; print(' '.join(r.manual_dir_flags('$CRACKFOREST', '$PUBLIC')))")"
+COMMON=("${MIX_FLAGS[@]}")
+[[ -n "${DATA_DIR:-}" ]] && COMMON+=(--config.data.data_dir="$DATA_DIR")
+[[ -n "${EXTRA:-}" ]] && COMMON+=($EXTRA)
+MANUAL=()
+for s in "${SETS[@]}"; do
+  if [[ $s == crackforest ]]; then MANUAL+=(--manual_dir="$s=$CRACKFOREST"); else MANUAL+=(--manual_dir="$s=$PUBLIC"); fi
+done
+
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has train; then
+  cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}")
+  if [[ -n "${TRAIN_MINUTES:-}" ]]; then
+    status=0
+    timeout --signal=TERM --kill-after=120 "$((TRAIN_MINUTES * 60))" "${cmd[@]}" || status=$?
+    # 124: the time limit's SIGTERM ended it (checkpoint kept); anything else is a failure.
+    [[ $status == 0 || $status == 124 || $status == 1 && -f "$RUN/epoch_001.json" ]] || exit "$status"
+  else
+    "${cmd[@]}"
+  fi
+  python -m crackjax.deploy.release show --workdir="$RUN"
+fi
+if has export; then
+  STEP=$(python -m crackjax.deploy.release best-step --workdir="$RUN")
+  echo "Exporting step $STEP (the best mean validation ODS F1 of $RUN)."
+  crackjax-export --workdir="$RUN" --step="$STEP" --format=model --name="$NAME" --out="$FILE" \
+    --overwrite --notes="Made by scripts/release_roads_cpu.sh with $CONFIG; docs/models.md."
+fi
+if has score; then
+  # Every set's test split, scored once by the file itself (crackforest first: the registry's
+  # primary entry), then the authors' whole photos of DeepCrack and CRACK500 where given.
+  data=()
+  for s in "${SETS[@]}"; do data+=(--data="$s:$TEST_SPLIT"); done
+  crackjax-evaluate --model="$FILE" "${data[@]}" --protocols="$PROTOCOLS" --out="$WORK/score" \
+    --overwrite "${MANUAL[@]}" ${DATA_DIR:+--data_dir="$DATA_DIR"}
+  for s in "${SETS[@]}"; do
+    copy=(); [[ $s == deepcrack || $s == crack500 ]] && copy=(--copy=crops)
+    python -m crackjax.deploy.release rescore --file="$FILE" --record="$(ls -d "$WORK/score/${s}_"*/)eval.json" "${copy[@]}"
+  done
+  if [[ -n "${PHOTOS:-}" ]]; then
+    crackjax-evaluate --model="$FILE" --data="deepcrack:$TEST_SPLIT" --data="crack500:$TEST_SPLIT" \
+      --protocols="$PROTOCOLS" --out="$WORK/score_photos" --overwrite \
+      --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" --data_dir="$WORK/tfds_photos"
+    for s in deepcrack crack500; do
+      python -m crackjax.deploy.release rescore --file="$FILE" \
+        --record="$(ls -d "$WORK/score_photos/${s}_"*/)eval.json" --copy=photos
+    done
+  fi
+fi
+if has register; then
+  python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
+    --config="$CONFIG" --command="bash scripts/release_roads_cpu.sh"
+fi
