@@ -1,0 +1,40 @@
+"""bench/threshold_rules.py: the mask rules a released model's threshold is compared with."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / 'bench' / 'threshold_rules.py'
+
+
+@pytest.fixture(scope='module')
+def rules():
+  spec = importlib.util.spec_from_file_location('bench_threshold_rules', PATH)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_rules_on_a_map_whose_best_threshold_is_not_the_stored_one(rules):
+  gt = np.zeros((32, 32), np.float32)
+  gt[10:14, :] = 1
+  # Cracks at 0.4, background at 0.1: any threshold in [0.1, 0.4) is perfect, 0.93 finds none.
+  prob = np.where(gt > 0, 0.4, 0.1).astype(np.float32)
+  scores = rules.rule_scores([prob], [gt], stored=0.93)
+  assert scores['stored']['f1'] == 0.0
+  assert scores['0.5']['f1'] == 0.0
+  assert scores['ods']['f1'] == pytest.approx(1.0)
+  # Otsu's threshold (0.1-0.4) lies below its floor, half the stored 0.93: the floor holds and
+  # nothing is crack; under a stored 0.3 (floor 0.15) Otsu separates the two levels.
+  assert scores['otsu']['f1'] == 0.0
+  assert rules.rule_scores([prob], [gt], stored=0.3)['otsu']['f1'] == pytest.approx(1.0)
+
+
+def test_otsu_masks_leave_a_flat_map_empty(rules):
+  flat = np.full((8, 8), 0.2, np.float32)
+  (mask,) = rules.otsu_masks([flat], floor=0.4)
+  assert not mask.any()
