@@ -55,6 +55,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -529,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     sets.append((spec, 'data', (dataset, split)))
   models = load_models(fv.models, fv.mtscrack_onnx)
   record: dict[str, Any] = {
-    'command': 'python ' + ' '.join([PROG, *argv[1:]]),
+    'command': shlex.join(['python', PROG, *argv[1:]]),  # quoted as a shell takes it
     'commit': _commit(),
     'machine': _machine(),
     'date': datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC'),
