@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 import platform
 import shlex
@@ -67,7 +66,7 @@ import numpy as np
 from absl import flags
 
 from crackjax.config import flags as config_flags
-from crackjax.runs import logs
+from crackjax.runs import logs, outputs
 
 PROG = 'bench/peer_mtscrack.py'
 USAGE = (
@@ -595,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       secs = ', '.join(f'{k} {v:.0f} s' for k, v in m['seconds'].items())
       print(f'  {model}: {scores}{fp_text} ({secs})', flush=True)
     # Written after every set, so that a long run interrupted keeps what it measured.
-    Path(f'{out}.json').write_text(json.dumps(record, indent=2) + '\n')
+    Path(f'{out}.json').write_text(outputs.dumps(record, indent=2) + '\n')
     Path(f'{out}.md').write_text(markdown(record))
   print(markdown(record))
   print(f'{PROG}: wrote {out}.json and {out}.md')
