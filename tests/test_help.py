@@ -121,6 +121,12 @@ COMMANDS = [
     'usage: bench/launch_breakdown.py',
     ['--workdir', '--prepare_first'],
   ),
+  (
+    'bench peer_mtscrack',
+    lambda: _bench('peer_mtscrack')(['--help']),
+    'usage: bench/peer_mtscrack.py --models=',
+    ['--models', '--mtscrack_onnx', '--set', '--data', '--max_images', '--fp_window'],
+  ),
 ]
 
 
@@ -183,6 +189,7 @@ def test_crackjax_train_is_the_launch_command():
     ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
     ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
     ('scripts/wheel_smoke.sh', ['PYTHON', 'CRACKFOREST_DIR', 'KEEP']),
+    ('scripts/peer_table.sh', ['MODELS', 'MTS_ONNX', 'MTS_DIR', 'MAX_IMAGES']),
   ],
 )
 def test_shell_scripts_help_starts_nothing(script, knobs, tmp_path):
