@@ -7,7 +7,8 @@
 #   export   : the epoch with the best mean validation ODS F1 over the datasets, exported as a
 #              model file (its threshold: the pooled validation strict ODS threshold).
 #   score    : the model file scored once on every public test split (strict, tolerance_thin_gt;
-#              F1 at its stored threshold beside ODS), each record put into its card.
+#              F1 at its stored threshold beside ODS), each record put into its card; with
+#              PHOTOS, also the whole test photos and false positives on their crack-free parts.
 #   register : the file and its registry entry into the package.
 # STAGES="train export score register" (default: all). WORK=dir (default workdirs/release),
 # CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
@@ -78,6 +79,12 @@ if has score; then
         --record="$(ls -d "$WORK/score_photos/${s}_"*/)eval.json" --copy=photos
     done
   fi
+fi
+if has score && [[ -n "${PHOTOS:-}" ]]; then
+  # False positives on crack-free patches of the whole test photos (issue 43 item 6).
+  python -m crackjax.deploy.release fp --file="$FILE" \
+    --set="DeepCrack photos=$PHOTOS/DeepCrack/test_img:$PHOTOS/DeepCrack/test_lab" \
+    --set="CRACK500 photos=$PHOTOS/CRACK500/test_img:$PHOTOS/CRACK500/test_lab"
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

@@ -211,3 +211,21 @@ def test_rescore_keeps_two_copies_of_one_set_apart_and_the_entry_lists_each_set(
 
   row = models_command.table([{**entry, 'size': 1}]).splitlines()[-1]
   assert 'crackforest (crops) 25.0 (16.7 at t)' in row
+
+
+def test_fp_puts_false_positives_on_crack_free_patches_into_the_card(half, tmp_path, capsys):
+  # Two photos whose masks are empty: each is a crack-free patch, whole.
+  images, masks = tmp_path / 'images', tmp_path / 'masks'
+  for i in range(2):
+    image, _ = fixtures.fake_pair((32, 48), i)
+    fixtures.write_image(images / f'p{i}.png', image)
+    fixtures.write_image(masks / f'p{i}.png', np.zeros((32, 48), np.uint8))
+  code = release_lib.main(['fp', f'--file={half}', f'--set=clean roads={images}:{masks}'])
+  assert code == 0
+  assert 'clean roads:' in capsys.readouterr().out
+  card = model_file.read(half).card  # checksum verified
+  entry = card['false_positives']['sets']['clean roads']
+  assert entry['whole_images'] == 2 and entry['images'] == 2
+  assert entry['megapixels'] == pytest.approx(2 * 32 * 48 / 1e6)
+  assert entry['length_per_mp'] == pytest.approx(entry['length_px'] / entry['megapixels'])
+  assert entry['threshold'] == model_file.read(half).threshold['threshold']

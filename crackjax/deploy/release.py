@@ -26,8 +26,11 @@ import datetime
 import importlib.util
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from crackjax.runs import outputs
 
@@ -298,6 +301,14 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
     'dataset': got['dataset'],
     'split': got['split'],
   }
+  _rewrite_card(file, loaded, card)
+  return card
+
+
+def _rewrite_card(file: Path, loaded, card: dict[str, Any]) -> None:
+  """Writes `file` again (atomically) with `card`; parameters and other metadata kept."""
+  from crackjax.models import model_file
+
   meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
   meta['card'] = card
   model_file.write(
@@ -307,7 +318,66 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
     meta=meta,
     dtype=_stored_dtype(loaded),
   )
-  return card
+
+
+def false_positives(
+  file: str | Path, folders: dict[str, tuple[str, str]], max_patches: int = 200
+) -> dict[str, Any]:
+  """Puts the model's false-positive crack length per megapixel on crack-free patches into its
+  card (``card['false_positives']``, `crackjax.deploy.crack_free`): per labelled folder
+  ``{label: (images, masks)}``, the crack-free windows of its photos (and its photos whose
+  masks are empty), at most `max_patches` of them, each predicted as a photo of its own at the
+  file's stored threshold. Returns the card's new entry."""
+  from crackjax.deploy import crack_free
+  from crackjax.deploy.predictor import Predictor
+  from crackjax.models import model_file
+  from crackjax.tfds_builders import listing, reading
+  from crackjax.tfds_builders.errors import CrackDataWarning
+
+  file = Path(file)
+  predictor = Predictor.from_pretrained(str(file))
+  sets = {}
+  for label, (images, masks) in folders.items():
+    pairs = listing.pair_by_stem(
+      listing.list_images(images),
+      listing.list_images(masks, 'mask', stem_key=listing_mask_key),
+      image_dir=images,
+      mask_dir=masks,
+    )
+    with warnings.catch_warnings():
+      # JPEG masks are thresholded at half the range, as the builders do (said there).
+      warnings.simplefilter('ignore', CrackDataWarning)
+      triples = [
+        (p.name, np.asarray(reading.load_rgb(p.image_path)), reading.load_mask(p.mask_path))
+        for p in pairs
+      ]
+    patches, counts = crack_free.crack_free_patches(triples, max_patches=max_patches)
+    result = crack_free.fp_length_per_mp(predictor, [image for _, image in patches])
+    sets[label] = {**counts, **result}
+    print(
+      f'{file.name}: {label}: {result["length_per_mp"]:.0f} px of predicted crack per MP on '
+      f'{result["images"]} crack-free patches ({result["images_with_fp"]} with any)'
+    )
+  entry = {
+    'what': (
+      'skeleton length (px) of the mask at the stored threshold per megapixel of crack-free '
+      f'patches: {crack_free.WINDOW} px windows of labelled test photos with no labelled crack '
+      f'within {crack_free.MARGIN} px, at most {max_patches} per set, each predicted alone '
+      '(an upper bound: a window may hold an unlabelled hairline)'
+    ),
+    'sets': sets,
+  }
+  loaded = model_file.read(file)
+  card = {**loaded.card, 'false_positives': entry}
+  _rewrite_card(file, loaded, card)
+  return entry
+
+
+def listing_mask_key(stem: str) -> str:
+  """A mask's name without its ``_mask`` / ``_gt`` / ``_lab`` suffix (the public copies)."""
+  from crackjax.tfds_builders.split_folders import mask_key
+
+  return mask_key(stem)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,12 +400,26 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
   p.add_argument('--copy', help="which copy of the dataset the record scored (e.g. 'photos')")
+  p = sub.add_parser('fp', help="false positives on crack-free patches into a file's card")
+  p.add_argument('--file', required=True)
+  p.add_argument(
+    '--set', action='append', required=True, help='LABEL=IMAGES_DIR:MASKS_DIR (repeatable)'
+  )
+  p.add_argument('--max_patches', type=int, default=200)
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
   args = parser.parse_args(argv)
   if args.command == 'check':
     return check(args.file, args.record)
+  if args.command == 'fp':
+    folders = {}
+    for spec in args.set:
+      label, _, dirs = spec.partition('=')
+      images, _, masks = dirs.partition(':')
+      folders[label] = (images, masks)
+    false_positives(args.file, folders, args.max_patches)
+    return 0
   if args.command == 'rescore':
     try:
       card = rescore(args.file, args.record, args.copy)
