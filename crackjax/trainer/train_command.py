@@ -27,7 +27,7 @@ from crackjax.experiment import Experiment
 from crackjax.experiment import build as build_experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
-from crackjax.trainer import loop, scoring
+from crackjax.trainer import before_after, loop, scoring
 from crackjax.training import checkpoints, step
 
 FLAGS = flags.FLAGS
@@ -66,7 +66,8 @@ def run(experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bo
     # No checkpoint: say so before the lock would create the workdir.
     checkpoints.existing_manager(workdir, experiment.restore_spec.max_to_keep)
     with identity.leader_lock(workdir):  # it writes eval.json and threshold.json
-      scoring.evaluate_checkpoint(experiment, workdir, overwrite=overwrite)
+      record = scoring.evaluate_checkpoint(experiment, workdir, overwrite=overwrite)
+    before_after.report(workdir, record)  # a fine-tuning's table, with this evaluation
   else:
     loop.train_and_evaluate(experiment, workdir, evaluate_after=mode == 'train_and_eval')
 
