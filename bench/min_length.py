@@ -155,7 +155,8 @@ def _folder(fv, lengths: Sequence[float]) -> int:
     pred.append(component_lengths(model.mask(model(photo))))
   print(
     f'{fv.folder}: {len(pairs)} images; model {fv.model}, threshold {model.threshold:g} (the '
-    f"file's); {sum(map(len, gt))} ground-truth and {sum(map(len, pred))} predicted components."
+    f"file's); {sum(map(len, gt))} ground-truth and {sum(map(len, pred))} predicted components; "
+    f'ground-truth length {np.mean([x.sum() for x in gt]):.0f} px per image.'
   )
   print(table(gt, pred, lengths))
   return 0
