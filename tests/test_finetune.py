@@ -73,7 +73,7 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
 ):
   from crackjax.deploy import predictor
   from crackjax.experiment import build
-  from crackjax.trainer import before_after, evaluate_command, loop
+  from crackjax.trainer import before_after, evaluate_command, train_command
 
   folder = roads(tmp_path / 'roads')
   config = finetune_config(exported, folder, tmp_path / 'tfds')
@@ -83,12 +83,13 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
     experiment.start_model.threshold == model_file.read_metadata(exported)['threshold']['threshold']
   )
   run = tmp_path / 'run'
-  loop.train_and_evaluate(experiment, run)
+  train_command.run(experiment, run, 'train_and_eval')
   printed = capsys.readouterr().out
 
   before = json.loads((run / 'before' / 'eval.json').read_text())
   after = json.loads((run / 'eval.json').read_text())
-  assert before['step'] == 0 and after['step'] == 2
+  # before: the file's own step (the smoke run's 6), after: the fine-tuning's.
+  assert before['step'] == 6 and after['step'] == 2
   assert before['num_images'] == after['num_images'] == len(HELD_OUT)
   assert sorted(r['name'] for r in before['results']['strict']['per_image']) == HELD_OUT
   stored = before['results']['strict']['operating_points']['stored']
@@ -120,9 +121,18 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   assert cells[3].startswith(f'{100 * ods_after["f1"]:.1f} ')
   assert 'after 2 steps' in table and 'smoke' in table
 
-  # The finished run, launched again, prints the table again without training or scoring.
-  loop.train_and_evaluate(build(config), run)
+  # The finished run, launched again, prints the table again without training or scoring;
+  # --mode=eval scores the run again and prints it with that evaluation.
+  stamp = (run / 'before' / 'eval.json').stat().st_mtime_ns
+  train_command.run(build(config), run, 'train_and_eval')
   assert table.strip() in capsys.readouterr().out
+  train_command.run(build(config), run, 'eval')
+  assert table.strip() in capsys.readouterr().out
+  assert (run / 'before' / 'eval.json').stat().st_mtime_ns == stamp
+  # Training alone (--mode=train) scores nothing, so has no table.
+  other = tmp_path / 'train_only'
+  train_command.run(build(config), other, 'train')
+  assert not (other / 'before').exists() and not (other / before_after.TABLE_FILE).exists()
 
 
 def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
@@ -198,4 +208,4 @@ def test_the_recipe_through_launch_prints_the_table(exported, tmp_path):
   assert rows == ['tolerance_thin_gt']
   assert '| strict |' in table and 'after 4 steps' in table
   before = json.loads((run / 'before' / 'eval.json').read_text())
-  assert before['step'] == 0 and before['protocols'] == ['strict', 'tolerance_thin_gt']
+  assert before['step'] == 6 and before['protocols'] == ['strict', 'tolerance_thin_gt']

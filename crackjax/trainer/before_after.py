@@ -5,13 +5,15 @@ any config with ``model_init.pretrained`` naming a released model, a .safetensor
 URL) is scored twice on its test split, the photos of the user's folder held out from training
 (crack_folder's test split: ``test_list``, or the fixed 80/20 split's 20%):
 
-* before training, the initial weights, i.e. the model file as shipped (`score_start`): its
+* before training, the model file as shipped, the run's initial weights (`score_start`): its
   ODS F1 (best threshold) and its F1 at the threshold the file stores, under every protocol of
   the run; written to ``<workdir>/before/`` (eval.json, eval_per_image.csv, pr_curve.png, ...,
-  the files of any evaluation);
+  the files of any evaluation), once;
 * after training, the run's own final evaluation (``<workdir>/eval.json``).
 
-`report` then prints one table of both and writes it to ``<workdir>/before_after.md``. The
+`report` then prints one table of both and writes it to ``<workdir>/before_after.md``
+(launch.py does both around training, `train_command.run`; its --mode=eval prints the table
+again with the new evaluation). The
 run's threshold.json is its strict ODS threshold on these same photos, so the after column's
 F1 is also its F1 at the threshold crackjax-predict will use: chosen on the held-out photos,
 an optimistic operating point when they are few, as the before column's ODS F1 is.
@@ -20,14 +22,12 @@ an optimistic operating point when they are few, as the before column's ODS F1 i
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import jax
 from absl import logging
 
-from crackjax import evaluation
 from crackjax.experiment import Experiment
 from crackjax.trainer import scoring
 
@@ -39,45 +39,34 @@ TABLE_FILE = 'before_after.md'
 STORED = 'stored'
 
 
-def score_start(experiment: Experiment, workdir: str | Path, state) -> dict[str, Any] | None:
-  """Scores `state`, the run's initial weights, on its test split (`experiment.start_model`'s
-  stored threshold as the operating point ``'stored'``) and writes the evaluation's files in
-  ``<workdir>/before/``; returns the record. None (nothing done) for a run that does not
-  start from a model file."""
+def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] | None:
+  """Scores the model file the run starts from (`experiment.start_model`), as shipped, on the
+  run's test split, with its stored threshold as the operating point ``'stored'``, and writes
+  the evaluation's files in ``<workdir>/before/``; returns the record. The file is read as
+  crackjax-evaluate --model reads it (`predictor.load_model`), so the scores are that
+  command's on the same photos. None (nothing done) for a run that does not start from a
+  model file, or whose record is there already (a resumed run)."""
   start = experiment.start_model
-  if start is None:
+  if start is None or read_before(workdir) is not None:
     return None
-  plan = experiment.eval_plan
-  t0 = time.perf_counter()
-  examples = list(experiment.eval_examples(plan.split))
-  probs, gts, names, results = scoring._predict_and_score(
-    plan, experiment.model, state, examples, desc='predict, before fine-tuning'
+  from crackjax.deploy import predictor
+
+  state = predictor.inference_state(predictor.load_model(start.spec))
+  record = scoring.evaluate_state(
+    experiment,
+    state,
+    Path(workdir) / BEFORE_DIR,
+    operating_points={STORED: start.threshold},
+    extra={'start_model': {'spec': start.spec, 'name': start.name, 'threshold': start.threshold}},
+    desc='predict, before fine-tuning',
   )
-  record = scoring._record(
-    experiment.schedule.epoch_of,
-    plan.dataset,
-    scoring._state_facts(state),
-    plan.split,
-    names,
-    results,
-    eval_seconds=time.perf_counter() - t0,
-    per_image=True,
-  )
-  record['start_model'] = {'spec': start.spec, 'name': start.name, 'threshold': start.threshold}
-  for protocol, result in record['results'].items():
-    point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=start.threshold)
-    result['operating_points'] = {STORED: point}
-  if jax.process_index() == 0:
-    out = Path(workdir) / BEFORE_DIR
-    images = [ex['image'] for ex in examples]
-    scoring.write_eval_outputs(plan, out, record, results, images, probs, gts, names)
   first = next(iter(record['results'].values()))
   logging.info(
     'Before fine-tuning (%s as shipped) on the %d %s images: ODS F1 %.4f, F1 %.4f at its '
     'stored threshold %g (%s protocol).',
     start.name,
-    len(names),
-    plan.split,
+    record['num_images'],
+    record['split'],
     first['ods']['f1'],
     first['operating_points'][STORED]['f1'],
     start.threshold,

@@ -3,9 +3,7 @@
 `train_and_evaluate` holds the workdir's lock, checks the run's identity, resumes from the
 latest checkpoint, runs `step.make_train_step`'s step over the prefetched batches, writes the
 per-step metrics (`runs.metric_writer`), saves a checkpoint per epoch and on the way out of an
-interruption, and scores epochs and the final state (`evaluation.scoring`); a fine-tuning (a
-run starting from a model file) also scores its initial weights and prints both
-(`before_after`).
+interruption, and scores epochs and the final state (`evaluation.scoring`).
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from absl import logging
 from crackjax.experiment import Experiment
 from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.trainer import before_after
 from crackjax.trainer.scoring import EpochEvaluator, evaluate_checkpoint
 from crackjax.training import checkpoints
 from crackjax.training import step as step_lib
@@ -96,9 +93,7 @@ def train_and_evaluate(
     experiment: what to train (`crackjax.experiment.build`): its model, loss,
       augmentation, optimiser, data, mesh and schedule (the loop reads no config field).
     workdir: directory for checkpoints, logs and evaluation results.
-    evaluate_after: run `evaluate_checkpoint` on the test split after training; a run that
-      starts from a model file (`Experiment.start_model`) is then also scored before its
-      first step, and the table of both printed (`before_after`).
+    evaluate_after: run `evaluate_checkpoint` on the test split after training.
     on_epoch_end: called as `on_epoch_end(state, epoch)` after each epoch's checkpoint is
       saved and (`Schedule.evaluates`) its evaluation record written: a periodic
       action, as clu's. It must be done with `state` when it returns (the next step
@@ -217,7 +212,6 @@ def _train_and_evaluate(
       start_step,
       total_steps,
     )
-    before_after.report(workdir)  # a fine-tuning's table again
     return state
   missing = evaluator.missing(start_step)
   if missing is not None and not last:
@@ -229,10 +223,6 @@ def _train_and_evaluate(
     )
     evaluator(state, missing, trained=False)
 
-  if evaluate_after and start_step == 0 and experiment.start_model is not None:
-    # A fine-tuning: the model file as shipped, scored on the same held-out photos as the
-    # run's final evaluation (`before_after`), before the first step donates its weights.
-    before_after.score_start(experiment, workdir, state)
   step_fn = experiment.train_step(state)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
@@ -299,12 +289,11 @@ def _train_and_evaluate(
   evaluator.close()  # the last epoch scored in the background; its error, if any, here
   if evaluate_after:
     trained = step != start_step
-    record = evaluate_checkpoint(
+    evaluate_checkpoint(
       experiment,
       workdir,
       state=state,
       train_seconds=evaluator.seconds_since_last() if trained else float('nan'),
       first_in_process=evaluator.first,
     )
-    before_after.report(workdir, record)  # a fine-tuning: the model file before, the run after
   return state
