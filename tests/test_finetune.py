@@ -209,3 +209,31 @@ def test_the_recipe_through_launch_prints_the_table(exported, tmp_path):
   assert '| strict |' in table and 'after 4 steps' in table
   before = json.loads((run / 'before' / 'eval.json').read_text())
   assert before['step'] == 6 and before['protocols'] == ['strict', 'tolerance_thin_gt']
+
+
+def test_the_table_is_of_the_same_images_only(tmp_path, capsys):
+  from crackjax.trainer import before_after
+
+  def record(names, **extra):
+    point = {'f1': 0.5, 'threshold': 0.5}
+    rows = [{'name': n} for n in names]
+    strict = {'ods': point, 'per_image': rows, 'operating_points': {'stored': point}}
+    return {
+      'dataset': 'crack_folder',
+      'split': 'test',
+      'num_images': len(names),
+      'step': 3,
+      'results': {'strict': strict},
+      **extra,
+    }
+
+  (tmp_path / 'before').mkdir()
+  start = {'start_model': {'name': 'm', 'spec': 'm', 'threshold': 0.9}}
+  (tmp_path / 'before' / 'eval.json').write_text(json.dumps(record(['a', 'b'], **start)))
+  (tmp_path / 'eval.json').write_text(json.dumps(record(['a', 'c'])))
+  assert before_after.report(tmp_path) is None  # other photos: no table
+  assert not (tmp_path / before_after.TABLE_FILE).exists()
+  (tmp_path / 'eval.json').write_text(json.dumps(record(['b', 'a'])))
+  text = before_after.report(tmp_path)
+  assert text and text in capsys.readouterr().out
+  assert (tmp_path / before_after.TABLE_FILE).read_text() == text + '\n'

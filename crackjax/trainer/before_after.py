@@ -13,10 +13,10 @@ URL) is scored twice on its test split, the photos of the user's folder held out
 
 `report` then prints one table of both and writes it to ``<workdir>/before_after.md``
 (launch.py does both around training, `train_command.run`; its --mode=eval prints the table
-again with the new evaluation). The
-run's threshold.json is its strict ODS threshold on these same photos, so the after column's
-F1 is also its F1 at the threshold crackjax-predict will use: chosen on the held-out photos,
-an optimistic operating point when they are few, as the before column's ODS F1 is.
+again with the new evaluation). The run's threshold.json is its strict ODS threshold on these
+same photos, so the after column's F1 is also its F1 at the threshold crackjax-predict will
+use: chosen on the held-out photos, an optimistic operating point when they are few, as the
+before column's ODS F1 is.
 """
 
 from __future__ import annotations
@@ -126,17 +126,20 @@ def report(workdir: str | Path, after: dict[str, Any] | None = None) -> str | No
     after = _read(workdir / 'eval.json')
   if not before or not after:
     return None
-  if (before.get('dataset'), before.get('split'), before.get('num_images')) != (
-    after.get('dataset'),
-    after.get('split'),
-    after.get('num_images'),
-  ):
+  if _images(before) != _images(after):
     return None
   text = table(before, after)
   if jax.process_index() == 0:
     print('\n' + text + '\n', flush=True)
     _write_text(workdir / TABLE_FILE, text + '\n')
   return text
+
+
+def _images(record: dict[str, Any]) -> tuple:
+  """What a record scored: its dataset, split and image names (their count without rows)."""
+  rows = next(iter(record['results'].values()), {}).get('per_image')
+  names = sorted(r['name'] for r in rows) if rows else record.get('num_images')
+  return record.get('dataset'), record.get('split'), names
 
 
 def _write_text(path: Path, text: str) -> None:
