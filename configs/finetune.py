@@ -11,6 +11,11 @@ of the paper's step size (1e-4 instead of 3e-4; a few dozen photos, and weights 
 detect cracks), random 160x240 crops (`--config.data.input_size` to change). The split,
 formats and checks are those of configs/crack_folder.py (docs/datasets.md). Override anything
 on the command line, e.g. `--config.num_epochs=5`.
+
+The test split is the held-out part of the folder (`--config.data.folder.test_list=test.txt`,
+or the fixed 80/20 split's 20%): the run scores the model as shipped on it before the first
+step, and itself after the last, under 'strict' and 'tolerance_thin_gt', and prints both
+(crackjax/trainer/before_after.py; also <workdir>/before_after.md).
 """
 
 from crackjax.configs import crack_folder
@@ -35,4 +40,7 @@ def get_config(arg: str | None = None):
   c.steps_per_epoch = 100
   c.num_epochs = 3
   c.data.input_size = (160, 240)
+  # The before / after table's protocols: pixel for pixel, and the BSDS tolerance against
+  # thinned ground truth (docs/evaluation.md); 'tolerance' too would double the scoring time.
+  c.eval.protocols = ('strict', 'tolerance_thin_gt')
   return c

@@ -90,6 +90,22 @@ def restore_spec_of(config: ml_collections.ConfigDict, model: nn.Module) -> Rest
   return RestoreSpec(image_shape=shape, max_to_keep=config.max_checkpoints_to_keep)
 
 
+@dataclasses.dataclass(frozen=True)
+class StartModel:
+  """The model file a fine-tuning starts from (`Experiment.start_model`).
+
+  Attributes:
+    spec: ``config.model_init.pretrained`` as given (a released name, a path or a URL).
+    name: the name its card gives (the spec when it has none).
+    threshold: the threshold the file stores (crack where probability > it): the released
+      model's own operating point, what a user of the file as shipped gets.
+  """
+
+  spec: str
+  name: str
+  threshold: float
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Experiment:
   """The parts of one run, built once from a validated config (`build`).
@@ -228,6 +244,24 @@ class Experiment:
       'model': self.hparams.get('model'),
       'image_shape': list(self.restore_spec.image_shape),
     }
+
+  @functools.cached_property
+  def start_model(self) -> StartModel | None:
+    """The model file this run's weights start from (``config.model_init.pretrained`` naming
+    a released model, a .safetensors file or a URL: a fine-tuning), with the threshold the
+    file stores; None for a run from scratch or from a .npz. Read on first use (the file is
+    resolved as its weights are: a URL comes from the download cache)."""
+    spec = (self.config.get('model_init') or {}).get('pretrained')
+    if not spec or not pretrained.is_model_file(spec):
+      return None
+    from crackjax.models import hub, model_file
+
+    meta = model_file.read_metadata(hub.resolve(spec))
+    return StartModel(
+      spec=str(spec),
+      name=str(meta.get('card', {}).get('name') or spec),
+      threshold=float(meta['threshold']['threshold']),
+    )
 
   # ------------------------------------------------------------------------------ state
 

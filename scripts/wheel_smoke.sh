@@ -97,6 +97,7 @@ step "fine-tuning, 2 steps" crackjax-train --config=configs/finetune.py:$MODEL -
   --config.data.folder.images=pairs/images --config.data.folder.masks=pairs/masks \
   --config.num_epochs=1 --config.steps_per_epoch=2
 test -s ft/eval.json
+test -s ft/before_after.md  # the model as shipped and the run, on the held-out photos
 locks=$(find "$tmp/tfds" -name '*.lock')
 [ -z "$locks" ] || { echo "wheel_smoke: FAILED: lock files left: $locks" >&2; exit 1; }
 echo "wheel_smoke: passed in $((SECONDS - t0)) s ($(basename "$wheel"))"

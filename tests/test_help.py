@@ -106,8 +106,8 @@ COMMANDS = [
   (
     'bench min_length',
     lambda: _bench('min_length')(['--help']),
-    'usage: bench/min_length.py --workdir=RUN',
-    ['--workdir', '--split', '--lengths'],
+    'usage: bench/min_length.py (--workdir=RUN [--split=test] | --model=NAME|FILE|URL',
+    ['--workdir', '--split', '--lengths', '--model', '--folder', '--mask_suffix', '--limit'],
   ),
   (
     'bench matching_vs_correspond',

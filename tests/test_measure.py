@@ -42,6 +42,8 @@ def test_empty_mask():
     'max_width_px': 0.0,
     'mean_width_mm': None,
     'max_width_mm': None,
+    'speckles': 0,
+    'speckle_pixels': 0,
   }
   _no_nan(result)
   _no_nan(measure.measure_cracks(_blank(), mm_per_pixel=0.5))
@@ -130,7 +132,7 @@ def test_two_lines_add():
   mask = _blank()
   mask[10, 5:55] = True  # 50 pixels: 49.
   mask[40, 30:50] = True  # 20 pixels: 19.
-  result = measure.measure_cracks(mask)
+  result = measure.measure_cracks(mask, min_length=0)  # every component
   assert result['segments'] == 2
   assert result['crack_pixels'] == 70
   assert result['length_px'] == pytest.approx(49.0 + 19.0)
@@ -139,7 +141,7 @@ def test_two_lines_add():
 def test_isolated_pixel_has_no_length():
   mask = _blank()
   mask[30, 30] = True
-  result = measure.measure_cracks(mask)
+  result = measure.measure_cracks(mask, min_length=0)  # every component
   assert result['length_px'] == 0.0
   assert result['segments'] == 1
   assert result['mean_width_px'] == 1.0
@@ -149,8 +151,68 @@ def test_diagonal_touch_is_one_segment():
   mask = _blank()
   mask[10, 10:20] = True
   mask[11, 20:30] = True  # Touches the first line only diagonally at (10, 19)-(11, 20).
-  result = measure.measure_cracks(mask)
+  result = measure.measure_cracks(mask, min_length=0)  # every component
   assert result['segments'] == 1
+
+
+def test_speckle_is_left_out_of_the_measurements():
+  """The speckle filter (measure.DEFAULT_MIN_LENGTH): components whose skeleton is shorter
+  count in nothing but `speckles` / `speckle_pixels`."""
+  crack = _blank()
+  crack[10, 5:55] = True  # 50 px: length 49, a crack
+  crack[30:36, 20:26] = True  # a 6 x 6 blob: skeleton of a few px, speckle
+  speckle = _blank()
+  speckle[50, 40:50] = True  # 10 px: length 9, speckle
+  speckle[5, 80] = speckle[60, 90] = True  # single pixels: length 0
+  mask = crack | speckle
+  result = measure.measure_cracks(mask)
+  blob = 36
+  assert result['segments'] == 1 and result['speckles'] == 4
+  assert result['crack_pixels'] == 50 and result['speckle_pixels'] == blob + 10 + 2
+  assert result['crack_ratio'] == pytest.approx(50 / (H * W))
+  assert result['length_px'] == pytest.approx(49.0)
+  assert result['mean_width_px'] == result['max_width_px'] == 1.0  # not the blob's
+  # The same numbers as the crack alone, and 0 keeps every component.
+  alone = measure.measure_cracks(crack)
+  assert {k: v for k, v in result.items() if 'speckle' not in k} == {
+    k: v for k, v in alone.items() if 'speckle' not in k
+  }
+  everything = measure.measure_cracks(mask, min_length=0)
+  assert everything['segments'] == 5 and everything['speckles'] == 0
+  assert everything['crack_pixels'] == int(mask.sum())
+  assert everything['length_px'] == pytest.approx(measure.skeleton_length(skeletonize(mask)))
+  # The threshold is the constant's, in pixels of skeleton: a 20-px line is 19 long.
+  line = _blank()
+  line[20, 10:31] = True  # 21 px: length 20
+  assert measure.DEFAULT_MIN_LENGTH == 20.0
+  assert measure.measure_cracks(line)['segments'] == 1
+  line[20, 30] = False  # 20 px: length 19
+  assert measure.measure_cracks(line)['speckles'] == 1
+  assert measure.measure_cracks(line, min_length=19)['segments'] == 1
+
+
+def test_the_photo_row_and_the_crack_rows_leave_out_the_same_speckle():
+  mask = _blank()
+  mask[10, 5:55] = True
+  mask[40, 30:45] = True  # 15 px: speckle at 20, a crack at 10
+  for min_length in (None, 10.0, 0.0):
+    totals, cracks = measure.measure_photo(mask, min_length=min_length)
+    assert totals['segments'] == len(cracks)
+    assert totals['length_px'] == pytest.approx(sum(c['length_px'] for c in cracks))
+    assert totals['crack_pixels'] + totals['speckle_pixels'] == int(mask.sum())
+  assert measure.measure_photo(mask)[0]['segments'] == 1
+  with pytest.raises(ValueError, match='min_length must be'):
+    measure.measure_cracks(mask, min_length=-1)
+
+
+def test_summary_counts_the_speckles_left_out():
+  rows = [{**ROW_A, 'speckles': 30}, {**ROW_B, 'speckles': 1}]
+  summary = measure.summarize(rows)
+  assert summary['speckles'] == 31
+  assert measure.format_summary(summary) == (
+    '2 images: crack length 2,402 px (120.1 mm) in 3 segments (31 speckles left out); mean '
+    'crack ratio 2.00%; widest 5.0 px (0.25 mm)'
+  )
 
 
 def test_skeleton_length_l_corner():
@@ -417,10 +479,30 @@ def test_min_length_bench_counts_components_and_their_length_by_hand():
   gt = [np.asarray([30.0]), np.asarray([50.0, 2.0])]
   pred = [np.asarray([30.0, 3.0, 1.0, 1.0]), np.asarray([50.0, 25.0])]
   rows = bench.table(gt, pred, [0, 5]).splitlines()
-  assert rows[2] == '| 0 | 0.0% | 0.00% | 1.50 | 0.0% | 0.00% | 3.00 | 2.50 |'  # 4/1, 2/2
+  assert rows[2] == '| 0 | 0.0% | 0.00% | 1.50 | 0.0% | 0.00% | 3.00 | 55 | 2.50 |'  # 4/1, 2/2
   # L = 5: GT drops the 2-px piece (1 of 3 components, 2 of 82 px); prediction drops three of
-  # six components (5 of 110 px); cracks per image 1 and 1 vs 1 and 2; ratios 1 and 2.
-  assert rows[3] == '| 5 | 33.3% | 2.44% | 1.00 | 50.0% | 4.55% | 1.50 | 1.50 |'
+  # six components (5 of 110 px); cracks per image 1 and 1 vs 1 and 2; ratios 1 and 2; the
+  # predicted length per image (30 + 75) / 2.
+  assert rows[3] == '| 5 | 33.3% | 2.44% | 1.00 | 50.0% | 4.55% | 1.50 | 52 | 1.50 |'
+
+
+def test_min_length_bench_on_a_folder_with_a_released_model(tmp_path, capsys):
+  """--model=NAME --folder=IMAGES:MASKS: a model file's prediction, as crackjax-predict's."""
+  from tests import fixtures
+
+  bench = _min_length_bench()
+  images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=3, size=(32, 48))
+  (masks / 'img_02.png').rename(masks / 'img_02_x.png')  # no mask of its name: left out
+  assert [i.name for i, _ in bench.folder_pairs(images, masks)] == ['img_00.jpg', 'img_01.jpg']
+  folder = f'--folder={images}:{masks}'
+  args = ['--model=crackforest-unet-cpu', folder, '--lengths=0,20', '--limit=1']
+  assert bench.main(args) == 0
+  out = capsys.readouterr().out
+  assert out.startswith(f'{images}:{masks}: 1 images; model crackforest-unet-cpu, threshold ')
+  rows = [line for line in out.splitlines() if line.startswith('| ')]
+  assert [r.split('|')[1].strip() for r in rows[1:]] == ['0', '20']
+  with pytest.raises(SystemExit, match='give --workdir=RUN, or --model with --folder'):
+    bench.main(['--model=crackforest-unet-cpu'])
 
 
 def _per_component_reference(mask, min_length):
@@ -451,8 +533,12 @@ def test_components_measured_in_one_pass_match_each_measured_alone():
     mask = field > np.quantile(field, rng.uniform(0.4, 0.9))
     for min_length in (0.0, 6.0):
       totals, cracks = measure.measure_photo(mask, min_length=min_length)
-      assert [c['length_px'] for c in cracks] == _per_component_reference(mask, min_length)
-      assert totals['length_px'] == measure.skeleton_length(skeletonize(mask)), trial
+      reference = _per_component_reference(mask, min_length)
+      assert [c['length_px'] for c in cracks] == reference
+      if min_length == 0:
+        assert totals['length_px'] == measure.skeleton_length(skeletonize(mask)), trial
+      assert totals['length_px'] == pytest.approx(sum(reference)), trial
+      assert totals['segments'] == len(cracks)
 
 
 def test_skeleton_distances_in_bands_are_the_whole_transforms(monkeypatch):

@@ -241,6 +241,9 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   rows = list(csv.DictReader((out / 'measurements.csv').open()))
   assert sorted(r['name'] for r in rows) == sorted(sizes)
   assert all(r['length_mm'] != '' and float(r['crack_ratio']) >= 0 for r in rows)
+  # Speckle (components under --min_length) is left out of the row and counted apart: its
+  # segments are the cracks of cracks.csv.
+  assert all(r['segments'] == r['cracks'] and int(r['speckles']) >= 0 for r in rows)
   # The 12-bit image is read by its range, not as a nearly black 16-bit one.
   assert predict_command.load_photo(folder / 'deep.png').max() > 200
 

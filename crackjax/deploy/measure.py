@@ -20,17 +20,22 @@ Conventions (pixel units; the `_mm` values are the same times `mm_per_pixel`):
   (w + 1) / 2, so 2 d - 1 = w; a 1-pixel line has width 1. Pixels beyond the image border are
   not background (a crack running off the photo is not cut at the border), except in a mask
   that has no background pixel at all, where the border bounds the crack.
-* Segments are the 8-connected components of the mask.
+* Segments are the 8-connected components of the mask. A component whose skeleton is shorter
+  than `min_length` pixels (default `DEFAULT_MIN_LENGTH`, crackjax-predict's --min_length) is
+  speckle, not a crack: it is left out of every measurement (pixels, ratio, segments, length,
+  widths, the per-crack rows) and counted apart (`speckles`, `speckle_pixels`). The mask
+  itself is not changed.
 
 Per crack (`measure_each_crack`, one row per crack in crackjax-predict's cracks.csv): a crack is
 an 8-connected component whose skeleton is at least `min_length` pixels long (shorter ones are
-speckle), with its bounding box, length, widths, orientation to the road, type and, given the
-pixel size, severity (`CRACK_FIELDS` documents each column). `measure_photo` gives both from
-one skeleton and one distance transform (crackjax-predict: the costly part on a large photo,
-done once), in time and memory near linear in the mask's pixels: every component's length in
-one pass over the skeleton (one by one only for the cracks), thick components thinned apart
-(`skeleton_of`), the distance transform a band of rows at a time (`skeleton_distances`). A
-20 MP mask 26% crack in 3.3 million specks took 58 s and 1.67 GB before, 7 s and 0.76 GB.
+speckle, `DEFAULT_MIN_LENGTH`), with its bounding box, length, widths, orientation to the
+road, type and, given the pixel size, severity (`CRACK_FIELDS` documents each column).
+`measure_photo` gives both from one skeleton and one distance transform (crackjax-predict: the
+costly part on a large photo, done once), in time and memory near linear in the mask's
+pixels: every component's length in one pass over the skeleton (one by one only for the
+cracks), thick components thinned apart (`skeleton_of`), the distance transform a band of rows
+at a time (`skeleton_distances`). A 20 MP mask 26% crack in 3.3 million specks took 58 s and
+1.67 GB before, 7 s and 0.76 GB.
 """
 
 from __future__ import annotations
@@ -52,8 +57,16 @@ _SIZE_FIELDS: tuple[str, ...] = (
   'mean_width_mm',
   'max_width_mm',
 )
-# Keys of `measure_cracks`' result, in CSV order.
-MEASURE_FIELDS: tuple[str, ...] = ('crack_pixels', 'crack_ratio', 'segments', *_SIZE_FIELDS)
+# Keys of `measure_cracks`' result, in CSV order: the cracks (components at least `min_length`
+# long), then what was left out as speckle.
+MEASURE_FIELDS: tuple[str, ...] = (
+  'crack_pixels',
+  'crack_ratio',
+  'segments',
+  *_SIZE_FIELDS,
+  'speckles',
+  'speckle_pixels',
+)
 # Column order of a per-photo CSV: the photo's name, then the measurements.
 CSV_FIELDS: tuple[str, ...] = ('name', *MEASURE_FIELDS)
 
@@ -100,9 +113,13 @@ def skeleton_length(skeleton: np.ndarray) -> float:
 
 
 def measure_cracks(
-  mask: np.ndarray, *, mm_per_pixel: float | None = None
+  mask: np.ndarray, *, mm_per_pixel: float | None = None, min_length: float | None = None
 ) -> dict[str, float | int | None]:
-  """Crack measurements of one binary crack mask.
+  """Crack measurements of one binary crack mask, speckle left out.
+
+  The cracks are the 8-connected components whose skeleton is at least `min_length` pixels
+  long (default `DEFAULT_MIN_LENGTH`; 0: every component); the shorter ones are speckle,
+  counted in `speckles` and `speckle_pixels` and in nothing else.
 
   Length is the length of the mask's skeleton (`skimage.morphology.skeletonize`) along its
   8-connected graph: 1 per horizontal/vertical pair of adjacent skeleton pixels, sqrt(2) per
@@ -118,17 +135,22 @@ def measure_cracks(
   Args:
     mask: H x W (or H x W x 1) bool or 0/1 array, crack = True.
     mm_per_pixel: size of a pixel in millimetres; without it the `_mm` values are None.
+    min_length: components whose skeleton is shorter (pixels) are speckle, not cracks.
 
   Returns:
     Plain Python numbers: `crack_pixels` (int), `crack_ratio` (crack pixels / all pixels),
-    `segments` (int, 8-connected components of the mask), `length_px`, `length_mm`,
-    `mean_width_px`, `max_width_px`, `mean_width_mm`, `max_width_mm`.
+    `segments` (int, the cracks: 8-connected components at least `min_length` long),
+    `length_px`, `length_mm`, `mean_width_px`, `max_width_px`, `mean_width_mm`,
+    `max_width_mm`, all of the cracks; `speckles` (int, the shorter components) and
+    `speckle_pixels` (int, their pixels).
 
   Raises:
-    ValueError: `mask` has another shape, is empty or not binary, or `mm_per_pixel` is not > 0.
+    ValueError: `mask` has another shape, is empty or not binary, `mm_per_pixel` is not > 0
+      or `min_length` is not >= 0.
   """
   _check_mm_per_pixel(mm_per_pixel)
-  return _totals(_analyse(mask), mm_per_pixel)
+  _check_per_crack(min_length, 'vertical')
+  return _totals(_analyse(mask), mm_per_pixel, _min_length(min_length))
 
 
 def measure_photo(
@@ -140,7 +162,8 @@ def measure_photo(
   progress: Callable[[str], object] | None = None,
 ) -> tuple[dict[str, float | int | None], list[dict[str, Any]]]:
   """`measure_cracks` and `measure_each_crack` of one mask from one skeleton and one distance
-  transform (the costly part on a large photo): (the photo's row, its cracks' rows).
+  transform (the costly part on a large photo): (the photo's row, its cracks' rows), both
+  without the components shorter than `min_length` (default `DEFAULT_MIN_LENGTH`).
   `progress(stage)` is called as each of `STAGES` begins (minutes on a 100 MP photo)."""
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, direction)
@@ -148,7 +171,7 @@ def measure_photo(
   if progress is not None:
     progress(STAGES[-1])
   return (
-    _totals(analysis, mm_per_pixel),
+    _totals(analysis, mm_per_pixel, _min_length(min_length)),
     _per_crack(analysis, mm_per_pixel, _min_length(min_length), direction),
   )
 
@@ -311,14 +334,33 @@ def _in_mm(value: float, mm_per_pixel: float | None) -> float | None:
   return None if mm_per_pixel is None else float(value * mm_per_pixel)
 
 
-def _totals(a: _Analysis, mm_per_pixel: float | None) -> dict[str, float | int | None]:
+def _cracks(a: _Analysis, min_length: float) -> np.ndarray:
+  """Which labels (index = label, 0 the background: False) are cracks: the components whose
+  skeleton is at least `min_length` long; with 0, every component."""
+  lengths = a.axial + math.sqrt(2) * a.diagonal
+  keep = lengths >= min_length
+  keep[0] = False
+  return keep
+
+
+def _totals(
+  a: _Analysis, mm_per_pixel: float | None, min_length: float
+) -> dict[str, float | int | None]:
   m = a.mask
-  crack_pixels = int(np.count_nonzero(m))
-  length_px = float(int(a.axial.sum()) + math.sqrt(2) * int(a.diagonal.sum()))
-  if a.bones.size:
-    mean_width, max_width = float(a.widths.mean()), float(a.widths.max())
+  keep = _cracks(a, min_length)
+  all_pixels = int(np.count_nonzero(m))
+  if keep[1:].all():  # nothing left out: no per-component pass over the pixels
+    crack_pixels, axial, diagonal, widths = all_pixels, a.axial, a.diagonal, a.widths
+  else:
+    crack_pixels = int(np.bincount(a.labels.ravel(), minlength=a.segments + 1)[keep].sum())
+    axial, diagonal = a.axial[keep], a.diagonal[keep]
+    widths = a.widths[keep[a.labels.ravel()[a.bones]]]
+  length_px = float(int(axial.sum()) + math.sqrt(2) * int(diagonal.sum()))
+  if widths.size:
+    mean_width, max_width = float(widths.mean()), float(widths.max())
   else:
     mean_width = max_width = 0.0
+  segments = int(np.count_nonzero(keep))
 
   def mm(value: float) -> float | None:
     return _in_mm(value, mm_per_pixel)
@@ -326,13 +368,15 @@ def _totals(a: _Analysis, mm_per_pixel: float | None) -> dict[str, float | int |
   return {
     'crack_pixels': crack_pixels,
     'crack_ratio': crack_pixels / m.size,
-    'segments': a.segments,
+    'segments': segments,
     'length_px': length_px,
     'length_mm': mm(length_px),
     'mean_width_px': mean_width,
     'max_width_px': max_width,
     'mean_width_mm': mm(mean_width),
     'max_width_mm': mm(max_width),
+    'speckles': a.segments - segments,
+    'speckle_pixels': all_pixels - crack_pixels,
   }
 
 
@@ -349,7 +393,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
   Returns:
     `images` (count), `length_px` (total), `length_mm` (total, None unless every row has it),
-    `mean_crack_ratio` (mean of the per-image ratios), `segments` (total), `max_width_px` and
+    `mean_crack_ratio` (mean of the per-image ratios), `segments` (total), `speckles` (total
+    of the components left out as speckle; 0 where a row has none), `max_width_px` and
     `max_width_mm` (largest over the images; mm None unless every row has it). All zeros for no
     rows.
   """
@@ -361,6 +406,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     'length_mm': None if None in lengths_mm else float(sum(lengths_mm)),
     'mean_crack_ratio': float(np.mean([_number(r['crack_ratio']) for r in rows])) if rows else 0.0,
     'segments': int(sum(int(_number(r['segments'])) for r in rows)),
+    'speckles': int(sum(int(_number(r.get('speckles')) or 0) for r in rows)),
     'max_width_px': max((_number(r['max_width_px']) for r in rows), default=0.0),
     'max_width_mm': None if None in widths_mm else max(widths_mm, default=0.0),
   }
@@ -369,8 +415,9 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def format_summary(summary: Mapping[str, Any]) -> str:
   """One human-readable line of a `summarize` result.
 
-  E.g. '12 images: crack length 3,402 px (170.1 mm) in 57 segments; mean crack ratio 1.84%;
-  widest 9.0 px (0.45 mm)'; the millimetre parts are left out where they are None.
+  E.g. '12 images: crack length 3,402 px (170.1 mm) in 57 segments (412 speckles left out);
+  mean crack ratio 1.84%; widest 9.0 px (0.45 mm)'; the millimetre parts are left out where
+  they are None, the speckles where there are none.
   """
   n, segments = summary['images'], summary['segments']
   length = f'{summary["length_px"]:,.0f} px'
@@ -379,21 +426,29 @@ def format_summary(summary: Mapping[str, Any]) -> str:
   width = f'{summary["max_width_px"]:.1f} px'
   if summary.get('max_width_mm') is not None:
     width += f' ({summary["max_width_mm"]:.2f} mm)'
+  speckles = summary.get('speckles') or 0
+  left_out = f' ({speckles} speckle{"" if speckles == 1 else "s"} left out)' if speckles else ''
   return (
     f'{n} image{"" if n == 1 else "s"}: crack length {length} in {segments} '
-    f'segment{"" if segments == 1 else "s"}; mean crack ratio '
+    f'segment{"" if segments == 1 else "s"}{left_out}; mean crack ratio '
     f'{100 * summary["mean_crack_ratio"]:.2f}%; widest {width}'
   )
 
 
 # ------------------------------------------------------------------------------ per crack
 
-#: Components whose skeleton is shorter than this many pixels are not counted as cracks. On
-#: the 118 CrackForest ground-truth masks (480 x 320, 335 components, 96,623 px of crack),
-#: components shorter than 20 px are 29% of the components but 0.57% of the crack length (10
-#: px: 21% and 0.19%; 30 px: 33% and 0.83%), so 20 px drops labelling fragments and the
-#: speckle of a prediction at little cost to real cracks. A length in pixels: scale it with
-#: the photo's resolution (`--min_length`).
+#: The speckle filter, the one place it is set: an 8-connected component whose skeleton is
+#: shorter than this many pixels is speckle, not a crack, and is left out of every measurement
+#: (measurements.csv's pixels, ratio, segments, length and widths, and cracks.csv's rows; it is
+#: counted apart in `speckles` / `speckle_pixels`); the saved mask and overlay keep it (they
+#: are the model's output, as evaluation scores it). A length, not an area: a long thin crack
+#: of few pixels stays, a blob without length goes. On the 118 CrackForest ground-truth masks
+#: (480 x 320, 335 components, 96,623 px of crack), components shorter than 20 px are 29% of
+#: the components but 0.57% of the crack length (10 px: 21% and 0.19%; 30 px: 33% and
+#: 0.83%), so 20 px drops labelling fragments and the speckle of a prediction at little cost
+#: to real cracks (docs/prediction.md measures it on predictions, CRACK500's included). A
+#: length in pixels: scale it with the photo's resolution (crackjax-predict's --min_length;
+#: 0 keeps every component).
 DEFAULT_MIN_LENGTH = 20.0
 
 #: Crack types: the main axis within 30 degrees of the driving direction is longitudinal,
@@ -521,10 +576,8 @@ def _per_crack(
 
   # The length of every component at once (`_edges_by_component`): only the cracks, those at
   # least min_length long, are looked at one by one.
-  lengths = a.axial + math.sqrt(2) * a.diagonal
   has_bones = np.bincount(labels.ravel()[a.bones], minlength=a.segments + 1) > 0
-  cracks = np.flatnonzero(has_bones & (lengths >= min_length))
-  cracks = cracks[cracks > 0]
+  cracks = np.flatnonzero(has_bones & _cracks(a, min_length))
   # Bounding boxes of the cracks alone: find_objects over every label made a Python tuple per
   # component (160 MB for the 800,000 specks of a 5 MP photo).
   numbering = np.zeros(a.segments + 1, np.int32)

@@ -17,7 +17,8 @@ size:
   OUT/masks/<name>.png     crack mask (255 = crack) at the run's threshold (threshold.json,
                            the strict-protocol ODS threshold) or --threshold
   OUT/overlays/<name>.jpg  the photo with crack pixels in red
-one row per image in OUT/measurements.csv (crack ratio, length, widths, segments, cracks)
+one row per image in OUT/measurements.csv (crack ratio, length, widths, segments, cracks, and
+the speckles left out of them: components shorter than --min_length px, kept in the mask)
 and one row per crack in OUT/cracks.csv (a component at least --min_length px long: bounding
 box, length, widths, orientation to the road given by --direction, type, and with
 --mm_per_pixel the LTPP severity; see crackjax/deploy/measure.py), then prints a summary.
@@ -192,8 +193,9 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_float(
     'min_length',
     measure.DEFAULT_MIN_LENGTH,
-    'a connected crack component shorter than this (skeleton, pixels) is speckle, not a crack '
-    'of cracks.csv (crackjax/deploy/measure.py: DEFAULT_MIN_LENGTH, how it was chosen)',
+    'a connected crack component shorter than this (skeleton, pixels) is speckle, not a crack: '
+    'left out of measurements.csv and cracks.csv, kept in the mask (0: every component; '
+    'crackjax/deploy/measure.py: DEFAULT_MIN_LENGTH, how it was chosen)',
     lower_bound=0.0,
     flag_values=fv,
   )

@@ -345,6 +345,48 @@ def evaluate_checkpoint(
   return summary
 
 
+def evaluate_state(
+  experiment: Experiment,
+  state: train_state.TrainState,
+  out: str | Path,
+  *,
+  operating_points: dict[str, float] | None = None,
+  extra: dict[str, Any] | None = None,
+  desc: str = 'predict',
+) -> dict[str, Any]:
+  """Scores `state`, parameters that are no checkpoint of the run (e.g. the model file a
+  fine-tuning starts from, `trainer.before_after`), on the experiment's test split under every
+  protocol of its `EvalPlan`, and writes that evaluation's files in `out` (eval.json with the
+  per-image rows and `extra`'s keys, eval_per_image.csv, the plots, threshold.json), as
+  `evaluate_checkpoint` does, but no epoch record and nothing of the run's own results.
+  `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
+  plan = experiment.eval_plan
+  t0 = time.perf_counter()
+  examples = list(experiment.eval_examples(plan.split))
+  probs, gts, names, results = _predict_and_score(
+    plan, experiment.model, state, examples, desc=desc
+  )
+  summary = _record(
+    experiment.schedule.epoch_of,
+    plan.dataset,
+    _state_facts(state),
+    plan.split,
+    names,
+    results,
+    eval_seconds=time.perf_counter() - t0,
+    per_image=True,
+  )
+  summary.update(extra or {})
+  for protocol, result in summary['results'].items():
+    for name, t in (operating_points or {}).items():
+      point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
+      result.setdefault('operating_points', {})[name] = point
+  if jax.process_index() == 0:
+    images = [ex['image'] for ex in examples]
+    write_eval_outputs(plan, Path(out), summary, results, images, probs, gts, names)
+  return summary
+
+
 def step_results_dir(directory: str | Path, step: int) -> Path:
   """``<directory>/eval/step_<step>``: where an evaluation of a step older than the results
   of `directory` goes (`evaluate_checkpoint`)."""

@@ -27,7 +27,7 @@ from crackjax.experiment import Experiment
 from crackjax.experiment import build as build_experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
-from crackjax.trainer import loop, scoring
+from crackjax.trainer import before_after, loop, scoring
 from crackjax.training import checkpoints, step
 
 FLAGS = flags.FLAGS
@@ -59,16 +59,25 @@ flags.mark_flags_as_required(['config'])
 def run(experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False) -> None:
   """Trains and/or evaluates `experiment` (`crackjax.experiment.build`) in `workdir` according
   to `mode` (one of MODES); `overwrite`: an evaluation of an older step than the run's results
-  replaces them (`scoring.evaluate_checkpoint`)."""
+  replaces them (`scoring.evaluate_checkpoint`). A fine-tuning (`Experiment.start_model`) is
+  scored before training too, and prints its before / after table (`before_after`)."""
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
   if mode == 'eval':
     # No checkpoint: say so before the lock would create the workdir.
     checkpoints.existing_manager(workdir, experiment.restore_spec.max_to_keep)
     with identity.leader_lock(workdir):  # it writes eval.json and threshold.json
-      scoring.evaluate_checkpoint(experiment, workdir, overwrite=overwrite)
+      record = scoring.evaluate_checkpoint(experiment, workdir, overwrite=overwrite)
+    before_after.report(workdir, record)  # a fine-tuning's table, with this evaluation
+  elif mode == 'train':
+    loop.train_and_evaluate(experiment, workdir, evaluate_after=False)
   else:
-    loop.train_and_evaluate(experiment, workdir, evaluate_after=mode == 'train_and_eval')
+    # A fine-tuning (a run starting from a model file): the file as shipped scored on the
+    # test split first, once, then the table of it and the trained run (`before_after`).
+    with identity.leader_lock(workdir):
+      before_after.score_start(experiment, workdir)
+    loop.train_and_evaluate(experiment, workdir)
+    before_after.report(workdir)
 
 
 # The command's name in its messages: launch.py or crackjax-train, as the user typed it.

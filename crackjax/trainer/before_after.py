@@ -1,0 +1,148 @@
+"""Before and after a fine-tuning, on the same held-out photos.
+
+A run that starts from a model file (`Experiment.start_model`: ``configs/finetune.py:MODEL``, or
+any config with ``model_init.pretrained`` naming a released model, a .safetensors file or a
+URL) is scored twice on its test split, the photos of the user's folder held out from training
+(crack_folder's test split: ``test_list``, or the fixed 80/20 split's 20%):
+
+* before training, the model file as shipped, the run's initial weights (`score_start`): its
+  ODS F1 (best threshold) and its F1 at the threshold the file stores, under every protocol of
+  the run; written to ``<workdir>/before/`` (eval.json, eval_per_image.csv, pr_curve.png, ...,
+  the files of any evaluation), once;
+* after training, the run's own final evaluation (``<workdir>/eval.json``).
+
+`report` then prints one table of both and writes it to ``<workdir>/before_after.md``
+(launch.py does both around training, `train_command.run`; its --mode=eval prints the table
+again with the new evaluation). The run's threshold.json is its strict ODS threshold on these
+same photos, so the after column's F1 is also its F1 at the threshold crackjax-predict will
+use: chosen on the held-out photos, an optimistic operating point when they are few, as the
+before column's ODS F1 is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+from absl import logging
+
+from crackjax.experiment import Experiment
+from crackjax.trainer import scoring
+
+#: Where the scores of the initial weights go, under the workdir.
+BEFORE_DIR = 'before'
+#: The table of both, in the workdir.
+TABLE_FILE = 'before_after.md'
+#: The operating point of the model file's stored threshold, in before/eval.json.
+STORED = 'stored'
+
+
+def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] | None:
+  """Scores the model file the run starts from (`experiment.start_model`), as shipped, on the
+  run's test split, with its stored threshold as the operating point ``'stored'``, and writes
+  the evaluation's files in ``<workdir>/before/``; returns the record. The file is read as
+  crackjax-evaluate --model reads it (`predictor.load_model`), so the scores are that
+  command's on the same photos. None (nothing done) for a run that does not start from a
+  model file, or whose record is there already (a resumed run)."""
+  start = experiment.start_model
+  if start is None or read_before(workdir) is not None:
+    return None
+  from crackjax.deploy import predictor
+
+  state = predictor.inference_state(predictor.load_model(start.spec))
+  record = scoring.evaluate_state(
+    experiment,
+    state,
+    Path(workdir) / BEFORE_DIR,
+    operating_points={STORED: start.threshold},
+    extra={'start_model': {'spec': start.spec, 'name': start.name, 'threshold': start.threshold}},
+    desc='predict, before fine-tuning',
+  )
+  first = next(iter(record['results'].values()))
+  logging.info(
+    'Before fine-tuning (%s as shipped) on the %d %s images: ODS F1 %.4f, F1 %.4f at its '
+    'stored threshold %g (%s protocol).',
+    start.name,
+    record['num_images'],
+    record['split'],
+    first['ods']['f1'],
+    first['operating_points'][STORED]['f1'],
+    start.threshold,
+    first['protocol'],
+  )
+  return record
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+  try:
+    record = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) and 'results' in record else None
+
+
+def read_before(workdir: str | Path) -> dict[str, Any] | None:
+  """The record `score_start` wrote in `workdir`, or None."""
+  record = _read(Path(workdir) / BEFORE_DIR / 'eval.json')
+  return record if record is not None and 'start_model' in record else None
+
+
+def table(before: dict[str, Any], after: dict[str, Any]) -> str:
+  """The before / after table (Markdown, F1 in percent with its threshold) of two records
+  of the same images: `score_start`'s and the run's final evaluation."""
+  start = before['start_model']
+  lines = [
+    f'Fine-tuning {start["name"]}: {after["num_images"]} held-out images '
+    f'({after["dataset"]} {after["split"]} split), F1 in percent (threshold)',
+    '',
+    f'| protocol | before: at its stored threshold | before: best threshold (ODS) '
+    f'| after {after["step"]} steps: best threshold (ODS) |',
+    '|---|---|---|---|',
+  ]
+
+  def cell(point: dict[str, Any]) -> str:
+    return f'{100 * point["f1"]:.1f} (t={point["threshold"]:.3g})'
+
+  for protocol, b in before['results'].items():
+    a = after['results'].get(protocol)
+    stored = b.get('operating_points', {}).get(STORED)
+    lines.append(
+      f'| {protocol} | {cell(stored) if stored else ""} | {cell(b["ods"])} '
+      f'| {cell(a["ods"]) if a else "not scored"} |'
+    )
+  return '\n'.join(lines)
+
+
+def report(workdir: str | Path, after: dict[str, Any] | None = None) -> str | None:
+  """Prints the before / after table of the run in `workdir` and writes it to
+  ``<workdir>/before_after.md``; `after`: the final evaluation's record (default the run's
+  eval.json). Returns the table; None (nothing printed) for a run without both records or
+  whose records are not of the same images."""
+  workdir = Path(workdir)
+  before = read_before(workdir)
+  if after is None:
+    after = _read(workdir / 'eval.json')
+  if not before or not after:
+    return None
+  if _images(before) != _images(after):
+    return None
+  text = table(before, after)
+  if jax.process_index() == 0:
+    print('\n' + text + '\n', flush=True)
+    _write_text(workdir / TABLE_FILE, text + '\n')
+  return text
+
+
+def _images(record: dict[str, Any]) -> tuple:
+  """What a record scored: its dataset, split and image names (their count without rows)."""
+  rows = next(iter(record['results'].values()), {}).get('per_image')
+  names = sorted(r['name'] for r in rows) if rows else record.get('num_images')
+  return record.get('dataset'), record.get('split'), names
+
+
+def _write_text(path: Path, text: str) -> None:
+  tmp = path.with_name(f'.{path.name}.tmp')
+  tmp.write_text(text)
+  tmp.replace(path)
