@@ -141,6 +141,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'instead of --workdir: a released model (crackjax-models), a model file or its URL',
     flag_values=fv,
   )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=fv,
+  )
   flags.DEFINE_string('out', None, 'output folder (created)', flag_values=fv)
   flags.DEFINE_float(
     'threshold',
@@ -433,7 +440,11 @@ def _main(argv: Sequence[str] | None) -> int:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()
   try:
-    run = load_model(fv.model) if fv.model else load_run(fv.workdir, step=fv.step)
+    run = (
+      load_model(fv.model, allow_plugins=fv.allow_plugins)
+      if fv.model
+      else load_run(fv.workdir, step=fv.step)
+    )
   except (OSError, ValueError, CheckpointError) as e:
     # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
     # newer model file (model_file.ModelFileError).

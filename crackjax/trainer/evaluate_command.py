@@ -72,6 +72,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'needs --out',
     flag_values=fv,
   )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=fv,
+  )
   flags.DEFINE_multi_string(
     'data',
     [],
@@ -278,7 +285,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
   if fv.model:
     try:
-      run = predictor.load_model(fv.model)
+      run = predictor.load_model(fv.model, allow_plugins=fv.allow_plugins)
     except (OSError, ValueError) as e:
       sys.exit(f'{PROG}: {" ".join(str(e).split())}')
     config, workdir, where = run.config, Path(fv.out), f'model {fv.model}'
