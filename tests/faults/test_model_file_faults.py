@@ -343,3 +343,57 @@ def test_crackjax_predict_as_a_process_never_imports_the_named_module(
     capture_output=True, text=True, timeout=300, cwd=REPO, env=env,
   )  # fmt: skip
   assert proc.returncode == 0 and marker.exists(), proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------ the download cache
+
+
+def test_a_damaged_cached_copy_is_moved_aside_and_downloaded_again_once(exported, tmp_path, capsys):
+  import shutil
+
+  from tests.test_model_file import flip_byte, serve
+
+  served = tmp_path / 'served'
+  served.mkdir()
+  shutil.copyfile(exported, served / 'smoke.safetensors')
+  with serve(served) as base:
+    url = f'{base}/smoke.safetensors'
+    cached = hub.resolve(url, progress=False)
+    flip_byte(cached, cached.stat().st_size - 3)
+    assert hub.resolve(url, progress=False) == cached
+    err = capsys.readouterr().err
+    assert f'the cached copy of {url} is damaged' in err and 'downloading it again' in err
+    assert model_file.read(cached).sha256 == model_file.read(exported).sha256
+    (aside,) = cached.parent.glob('*.damaged-*')
+  flip_byte(cached, cached.stat().st_size - 3)  # the server is gone: one try, one line
+  with pytest.raises(OSError, match=f'cannot download {url}'):
+    hub.resolve(url, progress=False)
+  assert 'moved aside' in capsys.readouterr().err and not cached.exists()
+
+
+@pytest.mark.parametrize('how', ['a file', 'read-only'])
+def test_a_cache_that_cannot_hold_a_download_names_the_variable(
+  exported, tmp_path, monkeypatch, how
+):
+  import errno
+  import pathlib
+
+  if how == 'a file':
+    (tmp_path / 'cachefile').write_text('x')
+    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path / 'cachefile'))
+  else:
+    real = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+      if self.is_relative_to(tmp_path / 'cache'):  # this test's $CRACKJAX_CACHE
+        raise OSError(errno.EROFS, 'Read-only file system', str(self))
+      return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, 'mkdir', mkdir)
+  fixtures.write_image(tmp_path / 'photos' / 'a.png', np.full((40, 56, 3), 128, np.uint8))
+  url = 'http://127.0.0.1:9/smoke.safetensors'  # never reached
+  with pytest.raises(SystemExit) as e:
+    predict_command.main([f'--model={url}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')])
+  line = e.value.code
+  assert '\n' not in line and f'${hub.CACHE_ENV}=' in line and f'set {hub.CACHE_ENV}' in line
+  assert ('Not a directory' if how == 'a file' else 'Read-only file system') in line
