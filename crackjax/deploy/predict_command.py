@@ -271,6 +271,13 @@ MIN_TILE_SIZE = 128
 TILE_PROGRESS_FROM = 8
 
 
+def call_pixels(predictor: Predictor, width: int, height: int) -> int:
+  """The pixels of one model call on a `width` x `height` photo: a batch of its tiles, or the
+  photo whole at its padded size when it is not tiled (never more than the photo needs)."""
+  th, ys, tw, xs = predictor.layout(height, width)
+  return th * tw * min(predictor.batch_size, len(ys) * len(xs))
+
+
 def _as_8bit(prob: np.ndarray) -> np.ndarray:
   """The probability map as 8-bit grey (255 = 1), a band of rows at a time: no float copy of
   a whole large map."""
@@ -519,7 +526,7 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
   rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
   start, predict_seconds, megapixels, resumed = time.perf_counter(), 0.0, 0.0, 0
-  memory = hostmem.PhotoMemory(predictor.batch_size * predictor.tile_size**2)
+  memory = hostmem.PhotoMemory(lambda w, h: call_pixels(predictor, w, h))
   for item, name in tqdm.tqdm(
     list(zip(files, names, strict=True)), unit='img', desc='predict', file=sys.stderr
   ):

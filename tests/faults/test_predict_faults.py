@@ -276,3 +276,42 @@ def test_a_large_photo_names_each_stage_after_its_tiles(smoke_run, tmp_path, cap
   assert 'wide: after the tiles' in err
   for stage in ('probs/', 'overlays/', 'skeleton', 'widths', 'cracks'):
     assert stage in err
+
+
+def test_the_memory_estimate_uses_the_photo_not_a_huge_tile_size(monkeypatch):
+  """--tile_size=100000 refused a 0.15 MP photo as needing about 6e+03 GB (issue 44)."""
+  import jax.numpy as jnp
+
+  from crackjax.deploy.predictor import Predictor
+
+  class Tiny:  # only what Predictor reads of a model here
+    input_multiple = 16
+
+    def apply(self, variables, images):
+      return jnp.zeros_like(images[..., :1])
+
+  predictor = Predictor(Tiny(), {}, tile_size=100_000)
+  memory = hostmem.PhotoMemory(lambda w, h: predictor_command_pixels(predictor, w, h))
+  need = memory.needs(480, 320)
+  assert need < 1e9, need  # the photo padded to 480x320 at most, not 100000^2 pixels
+  assert need == hostmem.BYTES_PER_PIXEL * 480 * 320 + hostmem.BYTES_PER_TILE_PIXEL * 480 * 320
+  # A tiled photo: one batch of its tiles.
+  tiled = Predictor(Tiny(), {}, tile_size=256)
+  th, _, tw, _ = tiled.layout(2000, 3000)
+  assert predictor_command_pixels(tiled, 3000, 2000) == th * tw * tiled.batch_size
+
+
+def predictor_command_pixels(predictor, w, h):
+  return predict_command.call_pixels(predictor, w, h)
+
+
+def test_an_address_space_limit_is_memory_not_free(monkeypatch):
+  """Under `ulimit -v` a 40 MP photo ended in numpy's _ArrayMemoryError: RLIMIT_AS was not
+  read (issue 44)."""
+  import resource
+
+  monkeypatch.setattr(resource, 'getrlimit', lambda which: (hostmem.resident_bytes() + 10**6, -1))
+  free = hostmem.available_bytes()
+  assert free is not None and free < 10**6 + 1  # at most what the limit leaves
+  memory = hostmem.PhotoMemory()
+  assert 'needs about' in memory.refusal('big.jpg', 8000, 5000)
