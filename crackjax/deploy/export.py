@@ -440,7 +440,7 @@ def _parse_hw(text: str | None) -> tuple[int, int] | None:
 def main(argv: Sequence[str] | None = None) -> None:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
     return _main(argv)
 
 

@@ -378,7 +378,7 @@ def _thumbnail_of(overlay_file: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
     return _main(argv)
 
 

@@ -289,7 +289,7 @@ def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the command (argv without the program name); returns the exit status. A held run
   (training, another evaluation), Ctrl-C or a full disk end it in one line (`runs.exits`)."""
-  with exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
+  with exits.interruptible(), exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
     return _main(argv)
 
 

@@ -315,3 +315,48 @@ def test_an_address_space_limit_is_memory_not_free(monkeypatch):
   assert free is not None and free < 10**6 + 1  # at most what the limit leaves
   memory = hostmem.PhotoMemory()
   assert 'needs about' in memory.refusal('big.jpg', 8000, 5000)
+
+
+SIGINT_UNDER_IGNORING_PARENT = """
+import os, signal, sys, time
+from crackjax.deploy import predict_command
+
+def work(argv):
+  os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C or `kill -INT` would
+  time.sleep(20)
+  return 0
+
+predict_command._main = work
+sys.exit(predict_command.main([]))
+"""
+
+
+def test_predict_under_a_parent_ignoring_sigint_is_stopped_by_it(tmp_path):
+  """A parent that ignores SIGINT (trap '' INT, nohup) passed that on: crackjax-predict could
+  not be stopped by SIGINT (issue 44)."""
+  import signal
+
+  proc = subprocess.run(
+    [sys.executable, '-c', SIGINT_UNDER_IGNORING_PARENT],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=REPO,
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+  )
+  assert proc.returncode == 130, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith('crackjax-predict: interrupted (Ctrl-C)')
+
+
+def test_the_sigint_handler_of_the_caller_is_put_back(monkeypatch):
+  import signal
+
+  seen = []
+  monkeypatch.setattr(predict_command, '_main', lambda argv: seen.append(signal.getsignal(2)))
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    predict_command.main([])
+    assert seen == [signal.default_int_handler]
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, previous)
