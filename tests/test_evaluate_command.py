@@ -121,7 +121,7 @@ def test_a_folder_path_holding_a_colon_needs_no_escape_and_has_one(tmp_path, mon
   monkeypatch.chdir(tmp_path)
   for name in ('a', 'a:b', 'b:c', 'c'):
     (tmp_path / name).mkdir()
-  with pytest.raises(ValueError, match=r"in 2 ways; write the colons .* as \\:"):
+  with pytest.raises(ValueError, match=r'in 2 ways; write the colons .* as \\:'):
     evaluate_command.split_folder('a:b:c')
   assert evaluate_command.split_folder('a\\:b:c') == ('a:b', 'c')
   assert evaluate_command.split_folder('a:b\\:c') == ('a', 'b:c')

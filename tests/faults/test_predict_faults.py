@@ -360,3 +360,24 @@ def test_the_sigint_handler_of_the_caller_is_put_back(monkeypatch):
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def test_an_output_folder_without_its_manifest_as_input_gets_a_note(tmp_path):
+  """Its manifest deleted, an output folder given as input had its maps predicted as photos
+  without a word (issue 44): they still are (the manifest is how outputs are told), said."""
+  out = tmp_path / 'pred'
+  for kind, suffix in photos.MAP_KINDS:
+    (out / kind).mkdir(parents=True)
+    PIL.Image.fromarray(photo()).save(out / kind / f'road{suffix}')
+  (out / 'measurements.csv').write_text('name\nroad\n')
+  found, problems = photos.find_inputs([str(out)])
+  assert len(found) == 3
+  (note,) = [p for p in problems if p.startswith('note: ')]
+  assert f'{out} looks like the output of crackjax-predict' in note
+  assert outputs.MANIFEST in note and 'its 3 map(s) are predicted as photos' in note
+  # Its map folder alone too; a plain folder of photos gets no such note.
+  assert [p for p in photos.find_inputs([str(out / 'probs')])[1] if 'its 1 map(s)' in p]
+  plain = tmp_path / 'photos'
+  plain.mkdir()
+  PIL.Image.fromarray(photo()).save(plain / 'a.png')
+  assert photos.find_inputs([str(plain)])[1] == []
