@@ -328,9 +328,14 @@ def _main(argv: Sequence[str] | None) -> int:
     except FileNotFoundError as e:
       sys.exit(f'{PROG}: {e}')
     where = f'{workdir / "config.json"}'
+  # A model file's recorded config may lack what a build reads (an altered file): its field
+  # named, not a traceback.
+  broken = (ValueError, KeyError, AttributeError, TypeError) if fv.model else (ValueError,)
   try:
     experiment = build(config, training=False)
-  except ValueError as e:
+  except broken as e:
+    if not isinstance(e, ValueError):
+      e = f'its crackjax.config cannot be rebuilt ({type(e).__name__}: {e}); the file was altered'
     sys.exit(f'{PROG}: {where}: {" ".join(str(e).split())}')
   protocols = tuple(fv.protocols or config.eval.protocols)
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]

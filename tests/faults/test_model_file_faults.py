@@ -397,3 +397,9 @@ def test_a_cache_that_cannot_hold_a_download_names_the_variable(
   line = e.value.code
   assert '\n' not in line and f'${hub.CACHE_ENV}=' in line and f'set {hub.CACHE_ENV}' in line
   assert ('Not a directory' if how == 'a file' else 'Read-only file system') in line
+
+
+def test_evaluate_names_a_recorded_config_it_cannot_rebuild(exported, tmp_path):
+  path = forge(exported, tmp_path / 'noconfig.safetensors', meta={'config': {}})
+  line = run_command('evaluate', path, tmp_path)
+  one_line(line, path, 'its crackjax.config cannot be rebuilt')
