@@ -267,7 +267,7 @@ def _load_error_line(error: BaseException, value: str) -> str | None:
     line = config_load_error(error, value)
     if line:
       return line
-    error = error.__cause__ or error.__context__
+    error = error.__cause__  # `raise ... from`, as ml_collections' _ErrorConfig raises
   return None
 
 

@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
-from crackjax.models import hub, input_multiple, model_file, model_schema
+from crackjax.models import hub, input_multiple, model_file
 from crackjax.training import checkpoints, train_state
 from crackjax.training.checkpoints import CheckpointError
 
@@ -122,7 +122,7 @@ def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
   """
   path = hub.resolve(spec)
   loaded = model_file.read(path)
-  model = model_schema.checked_model(loaded, allow_plugins=tuple(allow_plugins))
+  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins))
   config = ml_collections.ConfigDict(loaded.config)
   # The model group checked against the tensors is the one every later build uses.
   config.model = ml_collections.ConfigDict(loaded.model)

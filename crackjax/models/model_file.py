@@ -30,7 +30,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +345,47 @@ def as_float32(tree: Any) -> Any:
   if tree is None:
     return None
   return tree.astype(np.float32) if _is_float(tree.dtype) else tree
+
+
+def checked_model(loaded: ModelFile, *, allow_plugins: Sequence[str] = (), how: str | None = None):
+  """The linen Module a model file describes, once its plugins are
+  allowed (`crackjax.plugins.model_file_plugins`: never imported on the file's word alone),
+  its model group fits the model's registry entry and every tensor fits the model's variables
+  (`crackjax.models.model_schema`).
+
+  Raises:
+    ModelFileError: one line naming the file and each problem (a plugin not allowed too).
+  """
+  import ml_collections
+
+  from crackjax import plugins
+  from crackjax.models import model_from_config
+
+  path = loaded.path
+  names = [*loaded.meta['plugins'], *(loaded.config.get('plugins') or ())]
+  try:
+    plugins.model_file_plugins(str(path), names, allow_plugins, how=how)
+  except ValueError as e:
+    raise ModelFileError(str(e)) from e
+  problems = model_schema.model_problems(loaded.model)
+  if problems:
+    raise ModelFileError(model_schema.refusal(path, problems))
+  try:
+    model = model_from_config(ml_collections.ConfigDict(loaded.model))
+    expected = model_schema.expected_variables(model)
+  except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
+    detail = ' '.join(str(e).split())[:300]
+    raise ModelFileError(
+      model_schema.refusal(
+        path, [f'crackjax.model cannot be built here ({type(e).__name__}: {detail})']
+      )
+    ) from e
+  tensors = flatten(loaded.params, 'params')
+  tensors.update(flatten(loaded.batch_stats or {}, 'batch_stats'))
+  problems = model_schema.tensor_problems(tensors, expected)
+  if problems:
+    problems[0] = (
+      f'its tensors do not fit crackjax.model ({loaded.model.get("name")!r}): {problems[0]}'
+    )
+    raise ModelFileError(model_schema.refusal(path, problems))
+  return model

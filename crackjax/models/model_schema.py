@@ -5,7 +5,7 @@ each field of `SCHEMA` has a type and range, and a file that breaks any is refus
 naming the file and every field at fault (``crackjax.threshold.threshold=nan: expected a
 finite number in [0, 1]``). `check_tensors` then builds the model the metadata describes
 (``crackjax.model``, its fields judged by the defaults its registry entry declares, as configs
-are: `crackjax.config.validation.type_problems`) and compares every tensor's name, dtype and
+are: `type_problems`, which config validation uses too) and compares every tensor's name, dtype and
 shape with the model's variables (`jax.eval_shape` of its init: no weights are made).
 
 Why a small declarative schema in code rather than a library: the checks the file needs are
@@ -27,12 +27,8 @@ from typing import Any
 Rule = Callable[[Any], str | None]
 
 
-def _int(v: Any) -> bool:
-  return isinstance(v, int) and not isinstance(v, bool)
-
-
 def integer(minimum: int) -> Rule:
-  return lambda v: None if _int(v) and v >= minimum else f'an integer >= {minimum}'
+  return lambda v: None if _is_int(v) and v >= minimum else f'an integer >= {minimum}'
 
 
 def string(v: Any) -> str | None:
@@ -122,10 +118,66 @@ def metadata_problems(meta: Mapping[str, Any], prefix: str = 'crackjax.') -> lis
   return out
 
 
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _expected(default: Any) -> tuple[Callable[[Any], bool], str] | None:
+  """What a field whose declared default is `default` must hold: (a test of a value, its
+  wording), or None where the default says nothing (None, a mapping, an empty tuple's
+  elements). A tuple of positive integers by default (widths, blocks, dilation rates) must
+  stay positive."""
+  if isinstance(default, bool):
+    return (lambda v: isinstance(v, bool)), 'True or False'
+  if _is_int(default):
+    return _is_int, 'an integer'
+  if isinstance(default, float):
+    return _is_number, 'a number'
+  if isinstance(default, str):
+    return (lambda v: isinstance(v, str)), 'a string'
+  if not isinstance(default, tuple | list):
+    return None
+  if default and all(_is_int(d) for d in default):
+    if all(d > 0 for d in default):
+      item, what = (lambda v: _is_int(v) and v > 0), 'positive integers'
+    else:
+      item, what = _is_int, 'integers'
+  elif default and all(_is_number(d) for d in default):
+    item, what = _is_number, 'numbers'
+  elif default and all(isinstance(d, str) for d in default):
+    item, what = (lambda v: isinstance(v, str)), 'strings'
+  else:
+    return (lambda v: isinstance(v, tuple | list)), 'a tuple'
+  # A non-empty default: a model needs at least one (e.g. one U-Net stage).
+  return (lambda v: isinstance(v, tuple | list) and len(v) > 0 and all(map(item, v))), (
+    f'a tuple of {what}'
+  )
+
+
+def type_problems(group: str, values: Any, defaults: dict[str, Any]) -> list[str]:
+  """A problem per field of `values` (the config group ``config.<group>``) whose value is
+  not of the kind its declared default is (`defaults`: a model entry's ``config``, a loss
+  factory's keyword defaults), e.g. ``config.model.widths=('abc',): expected a tuple of
+  positive integers.`` ml_collections types a number or string given on the command line
+  by the field's default, but takes any elements into a tuple field (``--config.model.
+  widths=abc`` is ``('abc',)``), and a config file may set anything; caught here, before the
+  workdir is written, instead of as a JAX error in the first step."""
+  problems = []
+  for field, value in values.items():
+    kind = _expected(defaults.get(field)) if field in defaults else None
+    if kind is not None and not kind[0](value):
+      shown = tuple(value) if isinstance(value, list) else value
+      problems.append(f'config.{group}.{field}={shown!r}: expected {kind[1]}.')
+  return problems
+
+
 def model_problems(model: Mapping[str, Any], prefix: str = 'crackjax.') -> list[str]:
   """A line per field of the ``crackjax.model`` group not of the kind its registry entry
-  declares (`crackjax.config.validation.type_problems`), or an unknown model name."""
-  from crackjax.config.validation import type_problems
+  declares (`type_problems`), or an unknown model name."""
   from crackjax.models import MODELS
 
   entry = MODELS.get(model.get('name'))
@@ -143,12 +195,20 @@ def expected_variables(model) -> dict[str, Any]:
   import jax.numpy as jnp
 
   from crackjax.models import input_multiple
-  from crackjax.models.pretrained import flat_variables
 
   multiple = input_multiple(model)
   side = multiple * -(-256 // multiple)
   images = jax.ShapeDtypeStruct((1, side, side, 3), jnp.float32)
-  return flat_variables(jax.eval_shape(model.init, jax.random.key(0), images))
+  variables = jax.eval_shape(model.init, jax.random.key(0), images)
+
+  def flat(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+      path = f'{prefix}/{key}' if prefix else str(key)
+      out.update(flat(value, path) if isinstance(value, Mapping) else {path: value})
+    return out
+
+  return flat(variables, '')
 
 
 def tensor_problems(tensors: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
@@ -169,44 +229,3 @@ def tensor_problems(tensors: Mapping[str, Any], expected: Mapping[str, Any]) -> 
     ) or got.dtype.name not in ('float32', 'bfloat16', want.dtype.name):
       out.append(f'tensor {n} has dtype {got.dtype.name}; the model needs {want.dtype.name}')
   return out
-
-
-def checked_model(loaded, *, allow_plugins: Sequence[str] = (), how: str | None = None):
-  """The linen Module a model file (`model_file.ModelFile`) describes, once its plugins are
-  allowed (`crackjax.plugins.model_file_plugins`: never imported on the file's word alone),
-  its model group fits the model's registry entry and every tensor fits the model's variables.
-
-  Raises:
-    ModelFileError: one line naming the file and each problem (a plugin not allowed too).
-  """
-  import ml_collections
-
-  from crackjax import plugins
-  from crackjax.models import model_file, model_from_config
-
-  path = loaded.path
-  names = [*loaded.meta['plugins'], *(loaded.config.get('plugins') or ())]
-  try:
-    plugins.model_file_plugins(str(path), names, allow_plugins, how=how)
-  except ValueError as e:
-    raise model_file.ModelFileError(str(e)) from e
-  problems = model_problems(loaded.model)
-  if problems:
-    raise model_file.ModelFileError(refusal(path, problems))
-  try:
-    model = model_from_config(ml_collections.ConfigDict(loaded.model))
-    expected = expected_variables(model)
-  except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
-    detail = ' '.join(str(e).split())[:300]
-    raise model_file.ModelFileError(
-      refusal(path, [f'crackjax.model cannot be built here ({type(e).__name__}: {detail})'])
-    ) from e
-  tensors = model_file.flatten(loaded.params, 'params')
-  tensors.update(model_file.flatten(loaded.batch_stats or {}, 'batch_stats'))
-  problems = tensor_problems(tensors, expected)
-  if problems:
-    problems[0] = (
-      f'its tensors do not fit crackjax.model ({loaded.model.get("name")!r}): {problems[0]}'
-    )
-    raise model_file.ModelFileError(refusal(path, problems))
-  return model

@@ -56,7 +56,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from crackjax.models import MODELS, hub, model_file, model_schema
+from crackjax.models import MODELS, hub, model_file
 from crackjax.models.backbones import PretrainedLayout
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
 from crackjax.runs import docs, outputs
@@ -331,7 +331,7 @@ def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
     loaded = model_file.read(hub.resolve(spec))
     # Its tensors against its own model; its plugins only if the run's config imported them
     # (config.plugins): a model file never imports code.
-    model_schema.checked_model(loaded, how=FINETUNE_PLUGINS)
+    model_file.checked_model(loaded, how=FINETUNE_PLUGINS)
   except (OSError, ValueError) as e:
     raise PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
   arrays = model_file.flatten(model_file.as_float32(loaded.params), 'params')
