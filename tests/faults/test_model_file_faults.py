@@ -59,7 +59,9 @@ def forge(src: Path, dst: Path, *, meta=None, tensors=None, drop=()) -> Path:
 
 
 def a_kernel(src: Path) -> str:
-  return next(n for n in model_file.flatten(model_file.read(src).params, 'params') if 'kernel' in n)
+  """The first 3x3 kernel by name (safetensors hands tensors back in no fixed order)."""
+  params = model_file.flatten(model_file.read(src).params, 'params')
+  return min(n for n, a in params.items() if n.endswith('kernel') and a.shape[0] == 3)
 
 
 # (case id, what to change, words the line must hold)
