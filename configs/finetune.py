@@ -20,6 +20,11 @@ step, and itself after the last, under 'strict' and 'tolerance_thin_gt', and pri
 
 from crackjax.configs import crack_folder
 
+FINETUNE_PLUGINS = (
+  'import them at the top of a config file of your own (a copy of configs/finetune.py): your '
+  'code, your decision'
+)
+
 
 def get_config(arg: str | None = None):
   if not arg:
@@ -29,12 +34,24 @@ def get_config(arg: str | None = None):
       '(crackjax-models lists the released models).'
     )
   # Imported here: the file is read only when a fine-tuning config is asked for.
-  from crackjax.models import hub, model_file
+  from crackjax import plugins
+  from crackjax.models import hub, model_file, model_schema
 
-  meta = model_file.read_metadata(hub.resolve(arg))
+  path = hub.resolve(arg)
+  meta = model_file.read_metadata(path)  # every field's type and range checked
+  # A model file never imports code: plugins it names must be imported by your own config.
+  names = [*meta['plugins'], *(meta['config'].get('plugins') or ())]
+  plugins.model_file_plugins(str(path), names, how=FINETUNE_PLUGINS)
+  problems = model_schema.model_problems(meta['model'])
+  if problems:
+    raise model_file.ModelFileError(model_schema.refusal(path, problems))
   c = crack_folder.get_config()
+  if names:
+    c.plugins = tuple(dict.fromkeys(names))  # imported already (above): importing is a no-op
   c.model.update(meta['model'])
-  c.loss.update(meta['card']['training']['loss'])
+  loss = meta['card'].get('training', {}).get('loss')
+  if loss:
+    c.loss.update(loss)
   c.model_init.pretrained = arg
   c.learning_rate = 1e-4
   c.steps_per_epoch = 100

@@ -68,6 +68,52 @@ def import_plugins(config: Mapping[str, Any]) -> None:
       ) from e
 
 
+#: The opt-in that lets a model file's plugins be imported, as each place names it.
+ALLOW_FLAG = '--allow_plugins'
+ALLOW_ARGUMENT = 'allow_plugins'
+
+
+def model_file_plugins(
+  where: str, names: Sequence[str], allowed: Sequence[str] = (), *, how: str | None = None
+) -> None:
+  """The rule for the plugins a model file names: a model file never imports code.
+
+  A name is used if this process has already imported that module (the user did, or the
+  user's own config's ``plugins``) or if the user allowed it (`allowed`: ``--allow_plugins``,
+  ``Predictor.from_pretrained(..., allow_plugins=...)``), and only then imported; the file
+  alone never causes an import. Released models name none.
+
+  Args:
+    where: the file, for the message.
+    names: the modules the file names (its ``crackjax.plugins`` and its config's ``plugins``).
+    allowed: the modules the user allows to be imported.
+    how: the way to allow them, for the message (default: pass the flag or the argument).
+
+  Raises:
+    ValueError: one line naming the file, the modules not imported and the way to allow them.
+  """
+  missing = [n for n in dict.fromkeys(names) if n not in sys.modules and n not in allowed]
+  if missing:
+    how = how or (
+      f'pass {ALLOW_FLAG}={",".join(missing)} (Python: {ALLOW_ARGUMENT}={missing!r} of '
+      'Predictor.from_pretrained / load_model)'
+    )
+    raise ValueError(
+      f'{where} needs plugin module(s) {missing} (its crackjax.plugins), which this process has '
+      'not imported; a model file never imports the code it names. If you trust the file and '
+      f'its plugins, import them first or {how}.'
+    )
+  for name in names:
+    if name not in sys.modules:
+      try:
+        importlib.import_module(name)
+      except Exception as e:  # the plugin's own failure, told as the file's need
+        raise ValueError(
+          f'{where} needs plugin module {name!r}, which cannot be imported '
+          f'({type(e).__name__}: {e}); install it or put it on PYTHONPATH.'
+        ) from e
+
+
 def register(table: dict[str, Any], kind: str, name: str, entry: Any, module: str) -> Any:
   """Adds `entry` (a frozen dataclass with a ``module`` field) to the registry `table` as
   registered by `module`, and returns it as registered: the one rule of every registry's

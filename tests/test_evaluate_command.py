@@ -109,3 +109,34 @@ def test_data_arguments_keep_a_sliced_split_and_a_mixture_member_its_own_data(tm
   assert c.data.name == 'deepcrack' and 'mix' not in c.data
   assert c.data.manual_dir == '/copies/Datasets'
   assert (label2, split2, c2.data.manual_dir) == ('crackforest:test', 'test', '/cfd')
+
+
+def test_a_folder_path_holding_a_colon_needs_no_escape_and_has_one(tmp_path, monkeypatch):
+  """--folder=IMAGES:MASKS split at the first ':' broke a path holding one (issue 44)."""
+  images, masks = tmp_path / 'site:2024' / 'images', tmp_path / 'masks'
+  images.mkdir(parents=True)
+  masks.mkdir()
+  assert evaluate_command.split_folder(f'{images}:{masks}') == (str(images), str(masks))
+  # Two ways to split into folders ('a' + 'b:c', 'a:b' + 'c'): the escape decides.
+  monkeypatch.chdir(tmp_path)
+  for name in ('a', 'a:b', 'b:c', 'c'):
+    (tmp_path / name).mkdir()
+  with pytest.raises(ValueError, match=r'in 2 ways; write the colons .* as \\:'):
+    evaluate_command.split_folder('a:b:c')
+  assert evaluate_command.split_folder('a\\:b:c') == ('a:b', 'c')
+  assert evaluate_command.split_folder('a:b\\:c') == ('a', 'b:c')
+  with pytest.raises(ValueError, match='expected IMAGES_DIR:MASKS_DIR'):
+    evaluate_command.split_folder(str(images).replace(':', '\\:'))
+
+
+def test_out_takes_the_records_with_one_data_argument(smoke_run, tmp_path, capsys):
+  """--out was ignored, silently, with one data argument (issue 44)."""
+  run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
+  images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=2)
+  out = tmp_path / 'scores'
+  argv = [f'--workdir={run}', f'--folder={images}:{masks}', '--protocols=strict', f'--out={out}']
+  assert evaluate_command.main([*argv, '--workers=1']) == 0
+  (record,) = out.glob('*/eval.json')
+  assert json.loads(record.read_text())['num_images'] == 2
+  assert not (run / 'eval').exists() or not list((run / 'eval').glob('*/eval.json'))
+  assert str(record.parent) in capsys.readouterr().out

@@ -257,6 +257,20 @@ def config_load_error(error: BaseException, value: str) -> str | None:
   )
 
 
+def _load_error_line(error: BaseException, value: str) -> str | None:
+  """`config_load_error` of `error` or of an error it was raised from: ml_collections keeps
+  an OSError of the config file (a model file not found by configs/finetune.py) and raises
+  it, wrapped, when a --config.x override first touches the config."""
+  seen: set[int] = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    line = config_load_error(error, value)
+    if line:
+      return line
+    error = error.__cause__  # `raise ... from`, as ml_collections' _ErrorConfig raises
+  return None
+
+
 class _DropNoneWarning(logging.Filter):
   """ml_collections warns on its own line when get_config() returns None; the one-line
   error says it instead."""
@@ -312,7 +326,7 @@ def parse_flags(
     with _without_none_warning():
       remaining = flag_values(argv)
   except Exception as e:  # noqa: BLE001 - anything the config file raised is named, else re-raised
-    line = config_load_error(e, config_value) if config_value is not None else None
+    line = _load_error_line(e, config_value) if config_value is not None else None
     if line:
       sys.exit(f'{prog}: --config={config_value}: {line}')
     kind = _returned_kind(config_value, prog) if config_value is not None else None

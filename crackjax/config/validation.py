@@ -32,6 +32,10 @@ from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
 from crackjax.models import input_multiple, model_from_config, pretrained
 
+# The kinds of config.model and config.loss fields, by their declared defaults: shared with
+# the model file's schema, which checks a file's crackjax.model the same way.
+from crackjax.models.model_schema import type_problems
+
 
 class ConfigError(ValueError):
   """The config cannot be run; the message lists every problem, one per line."""
@@ -67,63 +71,6 @@ def _positive(
     what = 'an integer' if integer else 'a number'
     return [f'config.{field}={value!r} must be {what} >= {minimum}.']
   return []
-
-
-def _is_int(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-  return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _expected(default: Any) -> tuple[Callable[[Any], bool], str] | None:
-  """What a field whose declared default is `default` must hold: (a test of a value, its
-  wording), or None where the default says nothing (None, a mapping, an empty tuple's
-  elements). A tuple of positive integers by default (widths, blocks, dilation rates) must
-  stay positive."""
-  if isinstance(default, bool):
-    return (lambda v: isinstance(v, bool)), 'True or False'
-  if _is_int(default):
-    return _is_int, 'an integer'
-  if isinstance(default, float):
-    return _is_number, 'a number'
-  if isinstance(default, str):
-    return (lambda v: isinstance(v, str)), 'a string'
-  if not isinstance(default, tuple | list):
-    return None
-  if default and all(_is_int(d) for d in default):
-    if all(d > 0 for d in default):
-      item, what = (lambda v: _is_int(v) and v > 0), 'positive integers'
-    else:
-      item, what = _is_int, 'integers'
-  elif default and all(_is_number(d) for d in default):
-    item, what = _is_number, 'numbers'
-  elif default and all(isinstance(d, str) for d in default):
-    item, what = (lambda v: isinstance(v, str)), 'strings'
-  else:
-    return (lambda v: isinstance(v, tuple | list)), 'a tuple'
-  # A non-empty default: a model needs at least one (e.g. one U-Net stage).
-  return (lambda v: isinstance(v, tuple | list) and len(v) > 0 and all(map(item, v))), (
-    f'a tuple of {what}'
-  )
-
-
-def type_problems(group: str, values: Any, defaults: dict[str, Any]) -> list[str]:
-  """A problem per field of `values` (the config group ``config.<group>``) whose value is
-  not of the kind its declared default is (`defaults`: a model entry's ``config``, a loss
-  factory's keyword defaults), e.g. ``config.model.widths=('abc',): expected a tuple of
-  positive integers.`` ml_collections types a number or string given on the command line
-  by the field's default, but takes any elements into a tuple field (``--config.model.
-  widths=abc`` is ``('abc',)``), and a config file may set anything; caught here, before the
-  workdir is written, instead of as a JAX error in the first step."""
-  problems = []
-  for field, value in values.items():
-    kind = _expected(defaults.get(field)) if field in defaults else None
-    if kind is not None and not kind[0](value):
-      shown = tuple(value) if isinstance(value, list) else value
-      problems.append(f'config.{group}.{field}={shown!r}: expected {kind[1]}.')
-  return problems
 
 
 def _loss_defaults(name: Any) -> dict[str, Any]:

@@ -228,6 +228,7 @@ def export_run(
   hw: Sequence[int] | None = None,
   opset: int = DEFAULT_OPSET,
   overwrite: bool = False,
+  allow_plugins: Sequence[str] = (),
 ) -> Path:
   """Writes a run's inference function to `out` and its description to ``<out>.json``.
 
@@ -245,6 +246,8 @@ def export_run(
       default None, symbolic H and W. The batch size is always symbolic.
     opset: ONNX opset (format 'onnx' only).
     overwrite: replace existing files; without it an existing `out` or sidecar is an error.
+    allow_plugins: with `model`, the plugin modules the file names that may be imported
+      (`crackjax.deploy.predictor.load_model`: a file never imports code on its own word).
 
   Returns:
     `out` as a Path.
@@ -269,7 +272,7 @@ def export_run(
   out, sidecar = Path(out), sidecar_path(out)
   _check_out(out, [out, sidecar], format, overwrite)
   if model is not None:
-    run = load_model(model)
+    run = load_model(model, allow_plugins=allow_plugins)
     source = {'model_file': str(hub.resolve(model))}
   else:
     workdir = Path(workdir)
@@ -373,6 +376,13 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     'Instead of --workdir: a model file by released name, path or URL (formats jax, onnx).',
     flag_values=flag_values,
   )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=flag_values,
+  )
   flags.DEFINE_string(
     'out',
     None,
@@ -430,7 +440,7 @@ def _parse_hw(text: str | None) -> tuple[int, int] | None:
 def main(argv: Sequence[str] | None = None) -> None:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
     return _main(argv)
 
 
@@ -466,6 +476,7 @@ def _main(argv: Sequence[str] | None) -> None:
       fv.workdir,
       fv.out,
       model=fv.model,
+      allow_plugins=fv.allow_plugins,
       step=fv.step,
       platforms=fv.platforms,
       format=fv.format,

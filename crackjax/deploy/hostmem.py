@@ -24,6 +24,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Callable
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -71,7 +72,8 @@ def _read_int(path: str) -> int | None:
 
 def available_bytes() -> int | None:
   """Memory this process may still take: the system's MemAvailable (/proc/meminfo), lowered
-  to what the process's cgroup limit leaves (v2 memory.max - memory.current, v1
+  to what its address-space limit leaves (RLIMIT_AS, `ulimit -v`: numpy's allocations fail
+  there first) and to what the process's cgroup limit leaves (v2 memory.max - memory.current, v1
   memory.limit_in_bytes - memory.usage_in_bytes: a container's limit is not in MemAvailable);
   None where none of them can be read (another system)."""
   found = []
@@ -81,6 +83,9 @@ def available_bytes() -> int | None:
         found.append(int(line.split()[1]) * 1024)
   except (OSError, ValueError, IndexError):
     pass
+  address_space = _address_space_left()
+  if address_space is not None:
+    found.append(address_space)
   for limit, usage in (
     ('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory.current'),
     ('/sys/fs/cgroup/memory/memory.limit_in_bytes', '/sys/fs/cgroup/memory/memory.usage_in_bytes'),
@@ -89,6 +94,21 @@ def available_bytes() -> int | None:
     if most is not None and used is not None and most < 1 << 60:  # 'max' / no limit: None
       found.append(max(0, most - used))
   return min(found) if found else None
+
+
+def _address_space_left() -> int | None:
+  """What the process's address-space limit (RLIMIT_AS, `ulimit -v`) leaves above its
+  virtual size now; None without a limit (or where it cannot be read)."""
+  try:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+      return None
+    pages = int(open('/proc/self/statm').read().split()[0])  # noqa: SIM115
+  except (ImportError, OSError, ValueError, IndexError):
+    return None
+  return max(0, soft - pages * os.sysconf('SC_PAGE_SIZE'))
 
 
 def resident_bytes() -> int:
@@ -106,15 +126,19 @@ class PhotoMemory:
   before it is decoded: a 108 MP photo under a 3 GB limit ended in numpy's
   _ArrayMemoryError traceback after minutes of work."""
 
-  def __init__(self, tile_pixels: int = 0):
+  def __init__(self, tile_pixels: int | Callable[[int, int], int] = 0):
+    """`tile_pixels`: the pixels of one model call (a batch of tiles), or a function of the
+    photo's (width, height) giving them: a photo smaller than the tile is predicted whole, at
+    its own padded size (a --tile_size=100000 refused a 0.15 MP photo as needing 6e+03 GB)."""
     # Memory the process holds above this (an earlier photo's, kept by tune_malloc) is free
     # for the next photo, though not for the system.
     self._baseline = resident_bytes()
-    self._tile_bytes = BYTES_PER_TILE_PIXEL * tile_pixels
+    self._tile_pixels = tile_pixels if callable(tile_pixels) else (lambda w, h: tile_pixels)
 
   def needs(self, width: int, height: int) -> int:
     """The bytes a `width` x `height` photo needs (an estimate, `BYTES_PER_PIXEL`)."""
-    return BYTES_PER_PIXEL * width * height + self._tile_bytes
+    tiles = BYTES_PER_TILE_PIXEL * self._tile_pixels(width, height)
+    return BYTES_PER_PIXEL * width * height + tiles
 
   def refusal(self, path: str | os.PathLike, width: int, height: int) -> str | None:
     """The line for a photo that will not fit (None if it fits, or the memory is unknown)."""

@@ -164,6 +164,12 @@ def find_inputs(
       visible = [p for p in visible if not owned.lists(p)]
       found = [Input(p, p.relative_to(path)) for p in visible if _is_image(p)]
       others = [p for p in visible if not _is_image(p)]
+      for root, n in _unlisted_outputs(found, path).items():
+        problems.append(
+          f'note: {root} looks like the output of crackjax-predict (probs/, masks/, overlays/, '
+          f'measurements.csv) but has no {outputs.MANIFEST}: its {n} map(s) are predicted as '
+          "photos; name the photos' folder instead, or delete those maps"
+        )
       if not found:
         problems.append(f'{spec}: folder holds no image files ({", ".join(IMAGE_EXTENSIONS)})')
       elif others:
@@ -197,6 +203,24 @@ def find_inputs(
       'photo is predicted once'
     )
   return list(inputs.values()), problems
+
+
+def _unlisted_outputs(found: Sequence[Input], searched: Path) -> dict[Path, int]:
+  """{output folder: maps found in it} for the inputs under a folder laid out as
+  crackjax-predict's output (a map folder beside measurements.csv) whose manifest is gone:
+  the manifest is how outputs are told from photos, so these are only said, not left out."""
+  kinds = {kind for kind, _ in MAP_KINDS}
+  counts: dict[Path, int] = {}
+  for item in found:
+    for folder in item.path.parents:
+      if folder == searched.parent:
+        break
+      root = folder.parent
+      if folder.name in kinds and (root / 'measurements.csv').is_file():
+        if not (root / outputs.MANIFEST).exists():
+          counts[root] = counts.get(root, 0) + 1
+        break
+  return counts
 
 
 def _glob_root(spec: str) -> Path:

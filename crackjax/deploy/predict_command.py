@@ -142,6 +142,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'instead of --workdir: a released model (crackjax-models), a model file or its URL',
     flag_values=fv,
   )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=fv,
+  )
   flags.DEFINE_string('out', None, 'output folder (created)', flag_values=fv)
   flags.DEFINE_float(
     'threshold',
@@ -266,6 +273,13 @@ MIN_TILE_SIZE = 128
 TILE_PROGRESS_FROM = 8
 
 
+def call_pixels(predictor: Predictor, width: int, height: int) -> int:
+  """The pixels of one model call on a `width` x `height` photo: a batch of its tiles, or the
+  photo whole at its padded size when it is not tiled (never more than the photo needs)."""
+  th, ys, tw, xs = predictor.layout(height, width)
+  return th * tw * min(predictor.batch_size, len(ys) * len(xs))
+
+
 def _as_8bit(prob: np.ndarray) -> np.ndarray:
   """The probability map as 8-bit grey (255 = 1), a band of rows at a time: no float copy of
   a whole large map."""
@@ -366,7 +380,7 @@ def _thumbnail_of(overlay_file: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
+  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
     return _main(argv)
 
 
@@ -435,7 +449,11 @@ def _main(argv: Sequence[str] | None) -> int:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()
   try:
-    run = load_model(fv.model) if fv.model else load_run(fv.workdir, step=fv.step)
+    run = (
+      load_model(fv.model, allow_plugins=fv.allow_plugins)
+      if fv.model
+      else load_run(fv.workdir, step=fv.step)
+    )
   except (OSError, ValueError, CheckpointError) as e:
     # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
     # newer model file (model_file.ModelFileError).
@@ -510,7 +528,7 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
   rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
   start, predict_seconds, megapixels, resumed = time.perf_counter(), 0.0, 0.0, 0
-  memory = hostmem.PhotoMemory(predictor.batch_size * predictor.tile_size**2)
+  memory = hostmem.PhotoMemory(lambda w, h: call_pixels(predictor, w, h))
   for item, name in tqdm.tqdm(
     list(zip(files, names, strict=True)), unit='img', desc='predict', file=sys.stderr
   ):

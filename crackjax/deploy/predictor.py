@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax import plugins
 from crackjax.evaluation.inference import predict_step
 from crackjax.experiment import build, one_device_mesh
-from crackjax.models import hub, input_multiple, model_file, model_from_config
+from crackjax.models import hub, input_multiple, model_file
 from crackjax.training import checkpoints, train_state
 from crackjax.training.checkpoints import CheckpointError
 
@@ -105,24 +104,28 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   return Run(config, experiment.model, params, step, threshold, source, batch_stats)
 
 
-def load_model(spec: str | Path) -> Run:
+def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
   """A model file (`crackjax.models.model_file`) by released name, path or URL
   (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
   parameters (float32 on the host), BatchNorm statistics and threshold.
 
+  Nothing the file names is imported on its word: a plugin module it needs is used only if
+  this process imported it already or `allow_plugins` names it (``--allow_plugins``;
+  `crackjax.plugins.model_file_plugins`). Every field and tensor is checked first
+  (`crackjax.models.model_schema`).
+
   Raises:
     hub.ModelNotFoundError: the spec names no released model, file or URL.
-    model_file.ModelFileError: a damaged, altered or newer file (one line naming it).
+    model_file.ModelFileError: a damaged, altered, newer or malformed file, one whose tensors
+      do not fit its model, or one needing plugins not allowed (one line naming it).
     OSError: a download that failed.
   """
   path = hub.resolve(spec)
   loaded = model_file.read(path)
+  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins))
   config = ml_collections.ConfigDict(loaded.config)
-  plugins.import_plugins({'plugins': loaded.meta['plugins']})
-  try:
-    model = model_from_config(ml_collections.ConfigDict(loaded.model))
-  except ValueError as e:
-    raise model_file.ModelFileError(f'{path}: its model cannot be built here: {e}') from e
+  # The model group checked against the tensors is the one every later build uses.
+  config.model = ml_collections.ConfigDict(loaded.model)
   threshold = loaded.threshold
   source = f'{path} ({threshold.get("chosen_by", "stored in the model file")})'
   return Run(
@@ -342,6 +345,10 @@ class Predictor:
       raise ValueError(f'overlap must be in [0, 1), got {overlap}')
     if tile_size < 1 or (batch_size is not None and batch_size < 1):
       raise ValueError(f'tile_size and batch_size must be >= 1, got {tile_size}, {batch_size}')
+    if isinstance(threshold, bool) or not (
+      isinstance(threshold, int | float | np.floating) and 0.0 <= threshold <= 1.0
+    ):  # NaN fails the comparison: every mask would be empty
+      raise ValueError(f'threshold must be a number in [0, 1], got {threshold!r}')
     if blend not in BLENDS:
       raise ValueError(f'blend must be one of {sorted(BLENDS)}, got {blend!r}')
     self.blend = blend
@@ -380,12 +387,17 @@ class Predictor:
     return cls(run.model, run.params, **kwargs)
 
   @classmethod
-  def from_pretrained(cls, spec: str | Path, **kwargs) -> Predictor:
+  def from_pretrained(
+    cls, spec: str | Path, *, allow_plugins: Sequence[str] = (), **kwargs
+  ) -> Predictor:
     """A model file's predictor: `spec` is a released model's name (crackjax-models lists
     them), a path to a ``.safetensors`` model file (crackjax-export --format=model) or an
     http(s) URL of one (downloaded once into ``$CRACKJAX_CACHE``, `crackjax.models.hub`).
-    The file's threshold is the default of `mask`; `kwargs` are the constructor's."""
-    run = load_model(spec)
+    The file's threshold is the default of `mask`; `kwargs` are the constructor's.
+
+    `allow_plugins`: the plugin modules the file names that may be imported (a file never
+    imports code on its own word; released models need none, `load_model`)."""
+    run = load_model(spec, allow_plugins=allow_plugins)
     kwargs.setdefault('threshold', run.threshold)
     kwargs.setdefault('batch_stats', run.batch_stats)
     return cls(run.model, run.params, **kwargs)

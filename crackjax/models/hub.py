@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -118,25 +119,75 @@ def cached_path(url: str) -> Path:
   return cache_dir() / 'models' / digest / name
 
 
+def cache_problem(url: str, error: OSError) -> str:
+  """The one line for a cache that cannot hold the download of `url` (a file where the folder
+  should be, a read-only or unwritable place), naming $CRACKJAX_CACHE and the way out."""
+  where = os.environ.get(CACHE_ENV)
+  named = f'${CACHE_ENV}={where}' if where else f'the default cache (${CACHE_ENV} is not set)'
+  reason = error.strerror or str(error)
+  return (
+    f'cannot keep the download of {url} in {cache_dir()} ({named}): {reason}'
+    f'{f" ({error.filename})" if error.filename else ""}; set {CACHE_ENV} to a folder you can '
+    f'write, e.g. export {CACHE_ENV}=$HOME/.cache/crackjax, or download the file yourself and '
+    'pass its path.'
+  )
+
+
+def _cached_problem(path: Path, sha256: str | None) -> str | None:
+  """Why the cached copy `path` cannot be used (damaged, or not the pinned file), or None."""
+  if sha256 and model_file.file_sha256(path) != sha256:
+    return f'its sha256 is not the pinned {sha256}'
+  try:
+    model_file.read(path)
+  except model_file.ModelFileError as e:
+    return ' '.join(str(e).replace(str(path), 'it').split())
+  return None
+
+
+def _set_aside(target: Path, url: str, problem: str) -> None:
+  """Moves a damaged cached copy aside (kept for a look, never used again) and says so."""
+  aside = target.with_name(f'{target.name}.damaged-{int(time.time())}')
+  try:
+    os.replace(target, aside)
+  except OSError as e:
+    raise OSError(cache_problem(url, e)) from e
+  print(
+    f'crackjax: the cached copy of {url} is damaged ({problem}); moved aside to {aside}, '
+    'downloading it again.',
+    file=sys.stderr,
+    flush=True,
+  )
+
+
 def download(url: str, *, sha256: str | None = None, progress: bool = True) -> Path:
   """The cached model file of `url`, downloaded first if the cache lacks it (module docstring).
+  A cached copy that is damaged (or not the pinned file) is moved aside, said, and downloaded
+  again, once.
 
   Raises:
     model_file.ModelFileError: the download's checksum differs (nothing is kept).
-    OSError: the download failed (naming the URL and the reason).
+    OSError: the download failed (naming the URL and the reason), or the cache cannot hold it
+      (naming $CRACKJAX_CACHE, `cache_problem`).
   """
   bare, fragment = urllib.parse.urldefrag(url)
   if fragment.startswith('sha256='):
     sha256 = sha256 or fragment.removeprefix('sha256=')
   target = cached_path(url)
   if target.is_file():
-    return target
-  target.parent.mkdir(parents=True, exist_ok=True)
+    problem = _cached_problem(target, sha256)
+    if problem is None:
+      return target
+    _set_aside(target, bare, problem)
   tmp = target.with_name(f'.{target.name}.download-{os.getpid()}')
+  try:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    out = open(tmp, 'wb')  # noqa: SIM115 - closed below, after the download
+  except OSError as e:
+    raise OSError(cache_problem(bare, e)) from e
   h = hashlib.sha256()
   try:
     try:
-      with urllib.request.urlopen(bare, timeout=60) as response, open(tmp, 'wb') as f:
+      with urllib.request.urlopen(bare, timeout=60) as response, out as f:
         total = int(response.headers.get('Content-Length') or 0) or None
         import tqdm
 
@@ -166,5 +217,6 @@ def download(url: str, *, sha256: str | None = None, progress: bool = True) -> P
       raise model_file.ModelFileError(str(e).replace(str(tmp), bare)) from e
     os.replace(tmp, target)
   finally:
+    out.close()
     tmp.unlink(missing_ok=True)
   return target

@@ -30,13 +30,14 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from crackjax.models import model_schema
 from crackjax.runs import outputs
 
 FORMAT_VERSION = 1
@@ -233,7 +234,13 @@ def _header(path: Path) -> dict[str, Any]:
       size = int.from_bytes(f.read(8), 'little')
       if not 0 < size <= path.stat().st_size - 8:
         raise ValueError(f'header size {size}')
-      return json.loads(f.read(size))
+      header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+      raise ValueError(f'the header is a JSON {type(header).__name__}, not an object')
+    metadata = header.get('__metadata__') or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+      raise ValueError('its __metadata__ is not an object of strings')
+    return header
   except (ValueError, UnicodeDecodeError) as e:
     raise ModelFileError(
       f'{path} is not a crackjax model file (a safetensors file): its header cannot be read '
@@ -256,7 +263,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
   return _decode(path, raw)
 
 
-def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
+def _decode(path: Path, raw: Mapping[str, str], *, check: bool = True) -> dict[str, Any]:
   if PREFIX + 'format' not in raw:
     raise ModelFileError(
       f'{path} is a safetensors file but not a crackjax model file (no {PREFIX}format '
@@ -267,7 +274,10 @@ def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
   except json.JSONDecodeError as e:
     raise ModelFileError(f'{path}: damaged metadata ({e}); the file was altered.') from e
   version = meta.get('format')
-  if not isinstance(version, int) or version > FORMAT_VERSION:
+  problems = model_schema.metadata_problems({'format': version})
+  if problems:  # a string "1" is a damaged file, not a newer one
+    raise ModelFileError(model_schema.refusal(path, problems))
+  if version > FORMAT_VERSION:
     raise ModelFileError(
       f'{path} is a crackjax model file of format {version}, newer than this crackjax '
       f'({crackjax_version()}) reads (format {FORMAT_VERSION}); it needs {meta.get("requires")}: '
@@ -276,7 +286,17 @@ def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
   missing = [f for f in FIELDS if f not in meta]
   if missing:
     raise ModelFileError(f'{path}: the model file lacks {missing}; the file was altered.')
+  if check:
+    check_metadata(path, meta)
   return meta
+
+
+def check_metadata(path: Path, meta: Mapping[str, Any]) -> None:
+  """Raises ModelFileError, one line naming the file and each field at fault, unless every
+  field has the type and range of `model_schema.SCHEMA`."""
+  problems = model_schema.metadata_problems(meta)
+  if problems:
+    raise ModelFileError(model_schema.refusal(path, problems))
 
 
 def read(path: str | Path) -> ModelFile:
@@ -293,7 +313,7 @@ def read(path: str | Path) -> ModelFile:
   if not path.is_file():
     raise FileNotFoundError(f'{path}: no such model file.')
   raw_meta = _header(path).get('__metadata__') or {}
-  meta = _decode(path, raw_meta)
+  meta = _decode(path, raw_meta, check=False)  # checked after the checksum: damage first
   data = path.read_bytes()
   try:
     entries = safetensors.deserialize(data)
@@ -312,6 +332,7 @@ def read(path: str | Path) -> ModelFile:
       f'{path}: checksum mismatch, the content was altered or damaged (stored sha256 '
       f'{stored}, content {computed}); download or export it again.'
     )
+  check_metadata(path, meta)
   batch_stats = unflatten(tensors, 'batch_stats') or None
   return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed)
 
@@ -324,3 +345,47 @@ def as_float32(tree: Any) -> Any:
   if tree is None:
     return None
   return tree.astype(np.float32) if _is_float(tree.dtype) else tree
+
+
+def checked_model(loaded: ModelFile, *, allow_plugins: Sequence[str] = (), how: str | None = None):
+  """The linen Module a model file describes, once its plugins are
+  allowed (`crackjax.plugins.model_file_plugins`: never imported on the file's word alone),
+  its model group fits the model's registry entry and every tensor fits the model's variables
+  (`crackjax.models.model_schema`).
+
+  Raises:
+    ModelFileError: one line naming the file and each problem (a plugin not allowed too).
+  """
+  import ml_collections
+
+  from crackjax import plugins
+  from crackjax.models import model_from_config
+
+  path = loaded.path
+  names = [*loaded.meta['plugins'], *(loaded.config.get('plugins') or ())]
+  try:
+    plugins.model_file_plugins(str(path), names, allow_plugins, how=how)
+  except ValueError as e:
+    raise ModelFileError(str(e)) from e
+  problems = model_schema.model_problems(loaded.model)
+  if problems:
+    raise ModelFileError(model_schema.refusal(path, problems))
+  try:
+    model = model_from_config(ml_collections.ConfigDict(loaded.model))
+    expected = model_schema.expected_variables(model)
+  except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
+    detail = ' '.join(str(e).split())[:300]
+    raise ModelFileError(
+      model_schema.refusal(
+        path, [f'crackjax.model cannot be built here ({type(e).__name__}: {detail})']
+      )
+    ) from e
+  tensors = flatten(loaded.params, 'params')
+  tensors.update(flatten(loaded.batch_stats or {}, 'batch_stats'))
+  problems = model_schema.tensor_problems(tensors, expected)
+  if problems:
+    problems[0] = (
+      f'its tensors do not fit crackjax.model ({loaded.model.get("name")!r}): {problems[0]}'
+    )
+    raise ModelFileError(model_schema.refusal(path, problems))
+  return model

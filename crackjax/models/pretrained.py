@@ -317,6 +317,9 @@ def is_model_file(spec: str | Path) -> bool:
   return hub.is_url(text) or hub.entry(text) is not None or text.endswith(model_file.SUFFIX)
 
 
+FINETUNE_PLUGINS = "name them in the run's config.plugins (c.plugins = ('my_plugin',))"
+
+
 def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
   """A model file's variables as crackjax-layout named arrays (``params/...``,
   ``batch_stats/...``, float32): fine-tuning starts from a released or exported model.
@@ -326,6 +329,9 @@ def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
   """
   try:
     loaded = model_file.read(hub.resolve(spec))
+    # Its tensors against its own model; its plugins only if the run's config imported them
+    # (config.plugins): a model file never imports code.
+    model_file.checked_model(loaded, how=FINETUNE_PLUGINS)
   except (OSError, ValueError) as e:
     raise PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
   arrays = model_file.flatten(model_file.as_float32(loaded.params), 'params')

@@ -132,6 +132,22 @@ def one_line_exits(
     _end(prog, str(e), 1)
 
 
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+  """Ctrl-C (SIGINT) raises KeyboardInterrupt inside the block even where the parent process
+  ignores it (a shell's ``trap '' INT``, ``nohup``: an ignored signal stays ignored in the
+  child, and Python then installs no handler of its own); the handler before is put back
+  after. Outside the main thread (where Python takes no signals) it does nothing."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 # Set by a Ctrl-C that `watch_interrupts` or `interrupts_deferred` saw, until `clear_interrupt`.
 _REQUESTED = threading.Event()
 

@@ -14,8 +14,10 @@ table with several; F1 @run t is then at the model file's threshold.
 Each data argument is scored under every protocol of --protocols (default: the run's own
 ``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
 ``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
-of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
-`crackjax.trainer.scoring`), never in place of the run's own eval.json or threshold.json. A short
+of it (no split; a folder whose path holds ':' needs nothing, `split_folder`). Results go to
+``RUN/eval/<dataset>_<split>/``, or ``OUT/<dataset>_<split>/`` with --out (eval.json and the
+usual plots, `crackjax.trainer.scoring`), never in place of the run's own eval.json or
+threshold.json. A short
 table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
 own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
 cross-dataset table is written as ``--out``/cross_dataset.md and .csv (and listed in its
@@ -72,6 +74,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'needs --out',
     flag_values=fv,
   )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=fv,
+  )
   flags.DEFINE_multi_string(
     'data',
     [],
@@ -113,7 +122,10 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
   flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
   flags.DEFINE_string(
-    'out', None, 'where the cross-dataset table goes (default: RUN/eval)', flag_values=fv
+    'out',
+    None,
+    'where the records (DIR/<dataset>_<split>/) and the cross-dataset table go (default: RUN/eval)',
+    flag_values=fv,
   )
   flags.DEFINE_bool(
     'overwrite',
@@ -166,9 +178,7 @@ def data_configs(
       c.data.manual_dir = manual_dirs[c.data.name]
     out.append((f'{c.data.name}:{split}', c, split))
   for spec in folders:
-    images, sep, masks = spec.partition(':')
-    if not sep or not images or not masks:
-      raise ValueError(f'--folder={spec}: expected IMAGES_DIR:MASKS_DIR')
+    images, masks = split_folder(spec)
     for path in (images, masks):
       if not Path(path).expanduser().is_dir():
         raise ValueError(f'--folder={spec}: {path} is not a folder')
@@ -182,6 +192,34 @@ def data_configs(
       c.data.folder.mask_polarity = mask_polarity
     out.append((f'folder:{images}', c, 'test'))
   return out
+
+
+def split_folder(spec: str) -> tuple[str, str]:
+  """(images, masks) of ``--folder=IMAGES_DIR:MASKS_DIR``. A folder whose path holds ':'
+  needs nothing: the ':' that leaves two existing folders is the separator; where several
+  would, write the folders' own colons as '\\:'.
+
+  Raises:
+    ValueError: not two folders, or ambiguous (naming the escape).
+  """
+  marker = '\x00'
+  text = spec.replace('\\:', marker)  # an escaped colon belongs to a path
+  cuts = [i for i, c in enumerate(text) if c == ':']
+  if not cuts:
+    raise ValueError(f'--folder={spec}: expected IMAGES_DIR:MASKS_DIR')
+  pairs = [(text[:i].replace(marker, ':'), text[i + 1 :].replace(marker, ':')) for i in cuts]
+  both = [
+    (a, b) for a, b in pairs if a and b and all(Path(p).expanduser().is_dir() for p in (a, b))
+  ]
+  if len(both) > 1:
+    raise ValueError(
+      f'--folder={spec}: it splits into two folders in {len(both)} ways; write the colons of '
+      "the folders' own paths as \\: (e.g. --folder='a\\:b:masks')"
+    )
+  images, masks = both[0] if both else pairs[0]
+  if not images or not masks:
+    raise ValueError(f'--folder={spec}: expected IMAGES_DIR:MASKS_DIR')
+  return images, masks
 
 
 def _in_this_command(message: str) -> str:
@@ -251,7 +289,7 @@ def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the command (argv without the program name); returns the exit status. A held run
   (training, another evaluation), Ctrl-C or a full disk end it in one line (`runs.exits`)."""
-  with exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
+  with exits.interruptible(), exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
     return _main(argv)
 
 
@@ -278,7 +316,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
   if fv.model:
     try:
-      run = predictor.load_model(fv.model)
+      run = predictor.load_model(fv.model, allow_plugins=fv.allow_plugins)
     except (OSError, ValueError) as e:
       sys.exit(f'{PROG}: {" ".join(str(e).split())}')
     config, workdir, where = run.config, Path(fv.out), f'model {fv.model}'
@@ -290,9 +328,14 @@ def _main(argv: Sequence[str] | None) -> int:
     except FileNotFoundError as e:
       sys.exit(f'{PROG}: {e}')
     where = f'{workdir / "config.json"}'
+  # A model file's recorded config may lack what a build reads (an altered file): its field
+  # named, not a traceback.
+  broken = (ValueError, KeyError, AttributeError, TypeError) if fv.model else (ValueError,)
   try:
     experiment = build(config, training=False)
-  except ValueError as e:
+  except broken as e:
+    if not isinstance(e, ValueError):
+      e = f'its crackjax.config cannot be rebuilt ({type(e).__name__}: {e}); the file was altered'
     sys.exit(f'{PROG}: {where}: {" ".join(str(e).split())}')
   protocols = tuple(fv.protocols or config.eval.protocols)
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
@@ -328,16 +371,18 @@ def _main(argv: Sequence[str] | None) -> int:
   step = int(state.step)
   print(f'{PROG}: {what} step {step}; run threshold {threshold:g} ({source})', flush=True)
   with identity.leader_lock(workdir):  # it writes RUN/eval/...: one writer of a run at a time
+    records = Path(fv.out) if fv.out else None  # --out: the records go there, not into RUN
     rows = _score_all(
-      experiment, workdir, state, targets, protocols, threshold, fv.workers, bool(fv.model)
+      experiment, workdir, state, targets, protocols, threshold, fv.workers, records
     )
     return _cross_table(rows, targets, what, folder, step, threshold, source)
 
 
 def _score_all(
-  experiment, workdir, state, targets, protocols, threshold, workers, flat=False
+  experiment, workdir, state, targets, protocols, threshold, workers, records=None
 ) -> list:
-  """Scores each data argument beside the run's own results; prints its table."""
+  """Scores each data argument beside the run's own results (in `records`/<dataset>_<split>
+  when given: --out); prints its table."""
   from crackjax.data import registry as data_registry
   from crackjax.trainer import scoring
 
@@ -351,8 +396,8 @@ def _score_all(
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     out = scoring.other_results_dir(scored.eval_plan, workdir, split)
-    if flat:  # --model: DIR/<dataset>_<split>, no run around it
-      out = Path(workdir) / out.name
+    if records is not None:  # --out=DIR: DIR/<dataset>_<split>
+      out = Path(records) / out.name
     try:
       record = scoring.evaluate_checkpoint(
         scored,

@@ -113,6 +113,17 @@ def test_a_config_file_that_raises_is_one_line_naming_where(tmp_path, monkeypatc
   assert line == f'prog: --config={config}: ' + says.replace('CFG', str(config))
 
 
+@pytest.mark.parametrize('overrides', [(), ('--config.num_epochs=2',)])
+def test_an_os_error_of_the_config_file_is_named_with_overrides_too(monkeypatch, overrides):
+  """configs/finetune.py:<unknown name>: ml_collections keeps the not-found error until an
+  override touches the config; it was then told as 'get_config() returned a _ErrorConfig'."""
+  monkeypatch.chdir(REPO)
+  monkeypatch.delitem(sys.modules, 'config_config', raising=False)
+  line = _exit_line('--config=configs/finetune.py:no-such-model', *overrides)
+  assert "loading the config file raised ModelNotFoundError: --model 'no-such-model'" in line
+  assert 'configs/finetune.py, line' in line and '_ErrorConfig' not in line
+
+
 @pytest.mark.parametrize(
   ('config', 'says'),
   [

@@ -276,3 +276,108 @@ def test_a_large_photo_names_each_stage_after_its_tiles(smoke_run, tmp_path, cap
   assert 'wide: after the tiles' in err
   for stage in ('probs/', 'overlays/', 'skeleton', 'widths', 'cracks'):
     assert stage in err
+
+
+def test_the_memory_estimate_uses_the_photo_not_a_huge_tile_size(monkeypatch):
+  """--tile_size=100000 refused a 0.15 MP photo as needing about 6e+03 GB (issue 44)."""
+  import jax.numpy as jnp
+
+  from crackjax.deploy.predictor import Predictor
+
+  class Tiny:  # only what Predictor reads of a model here
+    input_multiple = 16
+
+    def apply(self, variables, images):
+      return jnp.zeros_like(images[..., :1])
+
+  predictor = Predictor(Tiny(), {}, tile_size=100_000)
+  memory = hostmem.PhotoMemory(lambda w, h: predictor_command_pixels(predictor, w, h))
+  need = memory.needs(480, 320)
+  assert need < 1e9, need  # the photo padded to 480x320 at most, not 100000^2 pixels
+  assert need == hostmem.BYTES_PER_PIXEL * 480 * 320 + hostmem.BYTES_PER_TILE_PIXEL * 480 * 320
+  # A tiled photo: one batch of its tiles.
+  tiled = Predictor(Tiny(), {}, tile_size=256)
+  th, _, tw, _ = tiled.layout(2000, 3000)
+  assert predictor_command_pixels(tiled, 3000, 2000) == th * tw * tiled.batch_size
+
+
+def predictor_command_pixels(predictor, w, h):
+  return predict_command.call_pixels(predictor, w, h)
+
+
+def test_an_address_space_limit_is_memory_not_free(monkeypatch):
+  """Under `ulimit -v` a 40 MP photo ended in numpy's _ArrayMemoryError: RLIMIT_AS was not
+  read (issue 44)."""
+  import resource
+
+  monkeypatch.setattr(resource, 'getrlimit', lambda which: (hostmem.resident_bytes() + 10**6, -1))
+  free = hostmem.available_bytes()
+  assert free is not None and free < 10**6 + 1  # at most what the limit leaves
+  memory = hostmem.PhotoMemory()
+  assert 'needs about' in memory.refusal('big.jpg', 8000, 5000)
+
+
+SIGINT_UNDER_IGNORING_PARENT = """
+import os, signal, sys, time
+from crackjax.deploy import predict_command
+
+def work(argv):
+  os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C or `kill -INT` would
+  time.sleep(20)
+  return 0
+
+predict_command._main = work
+sys.exit(predict_command.main([]))
+"""
+
+
+def test_predict_under_a_parent_ignoring_sigint_is_stopped_by_it(tmp_path):
+  """A parent that ignores SIGINT (trap '' INT, nohup) passed that on: crackjax-predict could
+  not be stopped by SIGINT (issue 44)."""
+  import signal
+
+  proc = subprocess.run(
+    [sys.executable, '-c', SIGINT_UNDER_IGNORING_PARENT],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=REPO,
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+  )
+  assert proc.returncode == 130, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith('crackjax-predict: interrupted (Ctrl-C)')
+
+
+def test_the_sigint_handler_of_the_caller_is_put_back(monkeypatch):
+  import signal
+
+  seen = []
+  monkeypatch.setattr(predict_command, '_main', lambda argv: seen.append(signal.getsignal(2)))
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    predict_command.main([])
+    assert seen == [signal.default_int_handler]
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_output_folder_without_its_manifest_as_input_gets_a_note(tmp_path):
+  """Its manifest deleted, an output folder given as input had its maps predicted as photos
+  without a word (issue 44): they still are (the manifest is how outputs are told), said."""
+  out = tmp_path / 'pred'
+  for kind, suffix in photos.MAP_KINDS:
+    (out / kind).mkdir(parents=True)
+    PIL.Image.fromarray(photo()).save(out / kind / f'road{suffix}')
+  (out / 'measurements.csv').write_text('name\nroad\n')
+  found, problems = photos.find_inputs([str(out)])
+  assert len(found) == 3
+  (note,) = [p for p in problems if p.startswith('note: ')]
+  assert f'{out} looks like the output of crackjax-predict' in note
+  assert outputs.MANIFEST in note and 'its 3 map(s) are predicted as photos' in note
+  # Its map folder alone too; a plain folder of photos gets no such note.
+  assert [p for p in photos.find_inputs([str(out / 'probs')])[1] if 'its 1 map(s)' in p]
+  plain = tmp_path / 'photos'
+  plain.mkdir()
+  PIL.Image.fromarray(photo()).save(plain / 'a.png')
+  assert photos.find_inputs([str(plain)])[1] == []
