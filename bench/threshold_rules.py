@@ -7,6 +7,9 @@ with ``--protocols``, tolerance_thin_gt) F1 is computed, pooled per set, under e
 * ``0.5``: the usual default;
 * ``otsu``: a threshold per photo, Otsu's on its probability map (skimage), never below the
   stored one's half (so a crack-free photo's noise is not split in two classes);
+* ``mean``: with ``--choose_on=SET ...`` (validation parts), the one threshold that maximises
+  the mean over those sets of their F1 (every dataset alike; the stored threshold of a mixture is
+  chosen on the pooled validation parts, which weighs them by crack pixels);
 * ``ods``: the set's own best single threshold (an oracle: it looks at the set's labels).
 
 ``ods`` minus ``stored`` is the calibration cost of shipping one threshold. A temperature fitted
@@ -18,6 +21,7 @@ prepares it)::
 
     python bench/threshold_rules.py --model=roads-unet-cpu --data_dir=DIR \\
         --set=deepcrack:test --set=crack500:test --manual_dir=deepcrack=.../Datasets ... \\
+        [--choose_on=deepcrack:valid --choose_on=crack500:valid ...] \\
         [--max_images=300] [--out=results/threshold_rules.json]
 
 ``--max_images`` takes every k-th photo of a larger set (deterministic), said in the output.
@@ -53,17 +57,34 @@ def otsu_masks(probs: list[np.ndarray], floor: float) -> list[np.ndarray]:
 
 
 def rule_scores(
-  probs: list[np.ndarray], gts: list[np.ndarray], stored: float, protocol: str = 'strict'
+  probs: list[np.ndarray],
+  gts: list[np.ndarray],
+  stored: float,
+  protocol: str = 'strict',
+  mean: float | None = None,
 ) -> dict[str, dict[str, float]]:
-  """P/R/F1 of each rule (module docstring) on one set, pooled over its photos."""
+  """P/R/F1 of each rule (module docstring) on one set, pooled over its photos; ``mean``: the
+  threshold of the mean rule, where one was chosen."""
   ods = evaluation.evaluate(probs, gts, protocol=protocol)['ods']
   masks = otsu_masks(probs, stored / 2)
-  return {
+  out = {
     'stored': evaluation.at_threshold(probs, gts, protocol=protocol, threshold=stored),
     '0.5': evaluation.at_threshold(probs, gts, protocol=protocol, threshold=0.5),
     'otsu': evaluation.at_threshold(masks, gts, protocol=protocol, threshold=0.5),
-    'ods': {k: ods[k] for k in ('precision', 'recall', 'f1', 'threshold')},
   }
+  if mean is not None:
+    out['mean'] = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=mean)
+  out['ods'] = {k: ods[k] for k in ('precision', 'recall', 'f1', 'threshold')}
+  return out
+
+
+def mean_rule_threshold(sets: list[tuple[list[np.ndarray], list[np.ndarray]]]) -> dict:
+  """The strict threshold maximising the mean over `sets` ((probs, gts) each) of their F1, and
+  that mean; every set's curve is on the same grid (`evaluation.evaluate`)."""
+  curves = [evaluation.evaluate(p, g, protocol='strict')['curve'] for p, g in sets]
+  f1 = np.mean([c['f1'] for c in curves], axis=0)
+  best = int(np.argmax(f1))
+  return {'threshold': float(curves[0]['thresholds'][best]), 'mean_f1': float(f1[best])}
 
 
 def _source(spec: str, manual: dict[str, str], data_dir: str | None):
@@ -77,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--model', required=True, help='a released model name or a model file')
   parser.add_argument('--set', action='append', required=True, help='DATASET:SPLIT, repeatable')
+  parser.add_argument(
+    '--choose_on', action='append', default=[], help='DATASET:SPLIT of the mean rule, repeatable'
+  )
   parser.add_argument('--manual_dir', action='append', default=[], help='DATASET=DIR')
   parser.add_argument('--data_dir', default=None)
   parser.add_argument('--protocols', default='strict')
@@ -92,10 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     'date': time.strftime('%Y-%m-%d'),
     'sets': {},
   }
-  print(f'{args.model}: stored threshold {model.threshold:g}. Strict F1 (%) per rule:')
-  print('| set | images | protocol | stored | 0.5 | otsu | ods (its t) |')
-  print('|---|---|---|---|---|---|---|')
-  for spec in args.set:
+
+  def predicted(spec: str):
     source = _source(spec, manual, args.data_dir)
     indices = list(range(len(source)))
     if args.max_images and len(indices) > args.max_images:
@@ -106,14 +128,31 @@ def main(argv: list[str] | None = None) -> int:
       record = source[i]
       probs.append(model(np.asarray(record['image'])))
       gts.append(np.asarray(record['mask'])[..., 0])
-    report['sets'][spec] = {'images': len(indices), 'of': len(source), 'protocols': {}}
+    return probs, gts, len(source)
+
+  mean = None
+  if args.choose_on:
+    chosen = mean_rule_threshold([predicted(spec)[:2] for spec in args.choose_on])
+    report['mean_rule'] = {'chosen_on': args.choose_on, **chosen}
+    mean = chosen['threshold']
+    print(
+      f'mean rule: threshold {mean:g} (mean strict F1 {100 * chosen["mean_f1"]:.1f} on '
+      f'{", ".join(args.choose_on)})'
+    )
+  rules = ('stored', '0.5', 'otsu', *(('mean',) if mean is not None else ()))
+  print(f'{args.model}: stored threshold {model.threshold:g}. F1 (%) per rule:')
+  print(f'| set | images | protocol | {" | ".join(rules)} | ods (its t) |')
+  print('|---|---|---|' + '---|' * len(rules) + '---|')
+  for spec in args.set:
+    probs, gts, total = predicted(spec)
+    report['sets'][spec] = {'images': len(probs), 'of': total, 'protocols': {}}
     for protocol in args.protocols.split(','):
-      scores = rule_scores(probs, gts, model.threshold, protocol)
+      scores = rule_scores(probs, gts, model.threshold, protocol, mean)
       report['sets'][spec]['protocols'][protocol] = scores
-      cells = ' | '.join(f'{100 * scores[r]["f1"]:.1f}' for r in ('stored', '0.5', 'otsu'))
+      cells = ' | '.join(f'{100 * scores[r]["f1"]:.1f}' for r in rules)
       ods = scores['ods']
       print(
-        f'| {spec} | {len(indices)} of {len(source)} | {protocol} | {cells} | '
+        f'| {spec} | {len(probs)} of {total} | {protocol} | {cells} | '
         f'{100 * ods["f1"]:.1f} ({ods["threshold"]:g}) |',
         flush=True,
       )

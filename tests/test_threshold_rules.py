@@ -38,3 +38,23 @@ def test_otsu_masks_leave_a_flat_map_empty(rules):
   flat = np.full((8, 8), 0.2, np.float32)
   (mask,) = rules.otsu_masks([flat], floor=0.4)
   assert not mask.any()
+
+
+def test_mean_rule_weighs_every_set_alike(rules):
+  # Set a: 64 crack pixels at 0.3 over a background of 0.1; set b: 512 at 0.8 over 0.6. A
+  # threshold in [0.1, 0.3) finds a's cracks and all of b (b's F1 2/3); one in [0.6, 0.8) is
+  # perfect on b and finds nothing of a. Pooled, b's pixels win (F1 0.94 against 0.44); the
+  # mean rule serves both: mean F1 (1 + 2/3) / 2 against (0 + 1) / 2.
+  def one(lo, hi, rows):
+    gt = np.zeros((32, 32), np.float32)
+    gt[:rows] = 1
+    return [np.where(gt > 0, hi, lo).astype(np.float32)], [gt]
+
+  a, b = one(0.1, 0.3, 2), one(0.6, 0.8, 16)
+  chosen = rules.mean_rule_threshold([a, b])
+  assert 0.1 <= chosen['threshold'] < 0.3
+  assert chosen['mean_f1'] == pytest.approx((1 + 2 / 3) / 2)
+  from crackjax import evaluation
+
+  pooled = evaluation.evaluate(a[0] + b[0], a[1] + b[1], protocol='strict')['ods']
+  assert 0.6 <= pooled['threshold'] < 0.8 and pooled['f1'] == pytest.approx(2 * 512 / (512 + 576))
