@@ -126,15 +126,29 @@ def split_pairs(
 class SplitFolderBuilder(paired_builder.PairedImageBuilder, skip_registration=True):
   """A public dataset with its own split folders (the module docstring's layouts).
 
-  A subclass sets, besides `PairedImageBuilder`'s attributes, ``KEYS`` (its folder's names,
+  A subclass sets ``name``, ``HOMEPAGE``, ``CITATION``, ``KEYS`` (its folder's names,
   normalised), ``LAYOUT`` (shown when the folders are not found), ``LICENSE`` (the terms of
-  use, kept in the DatasetInfo) and ``MANUAL_DOWNLOAD_INSTRUCTIONS``.
+  use, kept in the DatasetInfo) and ``SOURCE`` (where to get it); its
+  ``MANUAL_DOWNLOAD_INSTRUCTIONS`` are made from them, its docstring's words before ':' as
+  the dataset's title.
   """
 
   KEYS: ClassVar[tuple[str, ...]] = ()
   LAYOUT: ClassVar[str] = ''
   LICENSE: ClassVar[str] = ''
+  #: Where to get the files, for the instructions (`instructions`).
+  SOURCE: ClassVar[str] = ''
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES: ClassVar[dict[str, str]] = {'1.0.0': 'Initial release: the source splits.'}
   MANUAL_DIR_REQUIRED = True
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    if cls.SOURCE:  # a dataset (not a further base): its instructions from its declarations
+      title = cls.__doc__.split(':')[0] if cls.__doc__ else cls.name
+      cls.MANUAL_DOWNLOAD_INSTRUCTIONS = instructions(
+        title, cls.SOURCE, cls.LAYOUT, f'tfds_builders/{cls.name}/README.md'
+      )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> Mapping:
     folders = find_split_folders(self.manual_root(dl_manager), self.KEYS, layout=self.LAYOUT)

@@ -15,8 +15,6 @@ Splits: the source's own. Masks: white on black.
 
 from __future__ import annotations
 
-import tensorflow_datasets as tfds
-
 from crackjax.tfds_builders import split_folders
 
 HOMEPAGE = 'https://www.irit.fr/~Sylvie.Chambon/Crack_Detection_Database.html'
@@ -46,13 +44,9 @@ class AigleRNTrimm(split_folders.SplitFolderBuilder):
   """AigleRN-TRIMM crops: the source's train / valid / test folders."""
 
   name = 'aiglern_trimm'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release: the source splits.'}
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('aiglerntrimm',)
   LAYOUT = LAYOUT
   LICENSE = LICENSE
-  MANUAL_DOWNLOAD_INSTRUCTIONS = split_folders.instructions(
-    'AigleRN-TRIMM', split_folders.LMM_SOURCE, LAYOUT, 'tfds_builders/aiglern_trimm/README.md'
-  )
+  SOURCE = split_folders.LMM_SOURCE

@@ -17,8 +17,6 @@ Cracks are wide: 20-40 px bands at 640x360. Splits: the source's own. Masks: whi
 
 from __future__ import annotations
 
-import tensorflow_datasets as tfds
-
 from crackjax.tfds_builders import split_folders
 
 HOMEPAGE = 'https://github.com/fyangneil/pavement-crack-detection'
@@ -57,16 +55,9 @@ class Crack500(split_folders.SplitFolderBuilder):
   """CRACK500: the source's train / valid / test folders."""
 
   name = 'crack500'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release: the source splits.'}
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('crack500',)
   LAYOUT = LAYOUT
   LICENSE = LICENSE
-  MANUAL_DOWNLOAD_INSTRUCTIONS = split_folders.instructions(
-    'CRACK500',
-    f'the authors (links in {HOMEPAGE}) or {split_folders.LMM_SOURCE}',
-    LAYOUT,
-    'tfds_builders/crack500/README.md',
-  )
+  SOURCE = f'the authors (links in {HOMEPAGE}) or {split_folders.LMM_SOURCE}'

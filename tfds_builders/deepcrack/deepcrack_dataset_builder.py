@@ -16,8 +16,6 @@ the authors' test photos. Splits: the source's own. Masks: white on black.
 
 from __future__ import annotations
 
-import tensorflow_datasets as tfds
-
 from crackjax.tfds_builders import split_folders
 
 HOMEPAGE = 'https://github.com/yhlleo/DeepCrack'
@@ -48,16 +46,9 @@ class DeepCrack(split_folders.SplitFolderBuilder):
   """DeepCrack: the source's train / (valid) / test folders."""
 
   name = 'deepcrack'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release: the source splits.'}
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('deepcrack',)
   LAYOUT = LAYOUT
   LICENSE = LICENSE
-  MANUAL_DOWNLOAD_INSTRUCTIONS = split_folders.instructions(
-    'DeepCrack',
-    f'{HOMEPAGE} (dataset/) or {split_folders.LMM_SOURCE}',
-    LAYOUT,
-    'tfds_builders/deepcrack/README.md',
-  )
+  SOURCE = f'{HOMEPAGE} (dataset/) or {split_folders.LMM_SOURCE}'

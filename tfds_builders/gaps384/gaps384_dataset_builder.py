@@ -14,8 +14,6 @@ cracks on asphalt. Splits: the source's own. Masks: white on black.
 
 from __future__ import annotations
 
-import tensorflow_datasets as tfds
-
 from crackjax.tfds_builders import split_folders
 
 HOMEPAGE = 'https://github.com/fyangneil/pavement-crack-detection'
@@ -48,13 +46,9 @@ class GAPs384(split_folders.SplitFolderBuilder):
   """GAPs384 crops: the source's train / valid / test folders."""
 
   name = 'gaps384'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release: the source splits.'}
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('gaps384',)
   LAYOUT = LAYOUT
   LICENSE = LICENSE
-  MANUAL_DOWNLOAD_INSTRUCTIONS = split_folders.instructions(
-    'GAPs384', split_folders.LMM_SOURCE, LAYOUT, 'tfds_builders/gaps384/README.md'
-  )
+  SOURCE = split_folders.LMM_SOURCE
