@@ -12,7 +12,8 @@ scripts/peer_table.sh runs it on the sets of docs/models.md ("Side by side with 
 
 Models (`--models`, comma-separated): ``mtscrack`` (the peer; needs `--mtscrack_onnx` and
 onnxruntime, ``pip install onnxruntime`` or ``pip install -e '.[onnx]'``) and any released
-model's name, model file or URL (`crackjax.Predictor.from_pretrained`).
+model's name, model file or URL (`crackjax.Predictor.from_pretrained`), or NAME=FILE (a model file
+shown as NAME: a release scored before it is registered).
 
 MTSCrack's file (zfsu3722/MTS-Based-Lightweight-Pavement-Crack-Detection-Model,
 ``model/mtscrack_neural_eris_static.onnx``, which its README names as the exported model ready
@@ -70,7 +71,7 @@ from crackjax.runs import logs, outputs
 
 PROG = 'bench/peer_mtscrack.py'
 USAGE = (
-  f'{PROG} --models=NAME|FILE,mtscrack [--mtscrack_onnx=FILE] '
+  f'{PROG} --models=NAME|FILE|NAME=FILE,mtscrack [--mtscrack_onnx=FILE] '
   '(--set=NAME=IMAGES_DIR:MASKS_DIR | --data=DATASET:SPLIT) ... [flags]'
 )
 PEER = 'mtscrack'
@@ -191,8 +192,10 @@ class Ours:
   def __init__(self, spec: str):
     from crackjax.deploy.predictor import Predictor
 
-    self.name = spec
-    self.predictor = Predictor.from_pretrained(spec)
+    # NAME=FILE: a model file shown under its release name (scored before it is registered).
+    name, _, path = spec.partition('=') if '=' in spec else (spec, '', spec)
+    self.name = name
+    self.predictor = Predictor.from_pretrained(path)
     self.threshold = self.predictor.threshold
     self.rule = f'probability > {self.threshold:g} (stored in the model file)'
 
