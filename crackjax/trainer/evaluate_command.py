@@ -14,7 +14,8 @@ table with several; F1 @run t is then at the model file's threshold.
 Each data argument is scored under every protocol of --protocols (default: the run's own
 ``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
 ``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
-of it (no split). Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
+of it (no split), read straight from its files (`crackjax.data.folder_stream`: no copy).
+Results go to ``RUN/eval/<dataset>_<split>/`` (eval.json and the usual plots,
 `crackjax.trainer.scoring`), never in place of the run's own eval.json or threshold.json. A short
 table per data argument is printed: per protocol ODS and OIS P/R/F1, AP, and F1 at the run's
 own threshold (its threshold.json, the deployed operating point) and at 0.5; with several, the
