@@ -19,7 +19,8 @@ Usage (from the repository root)::
     # The code before the change: a worktree of its commit, its crackjax first on the path.
     git worktree add /tmp/crackjax-base BASE_COMMIT
     python bench/evaluate_folder.py --ns=100 --code=/tmp/crackjax-base
-    python bench/evaluate_folder.py --ns=50 --predict  # crackjax-predict on N photos too
+    # crackjax-predict on N photos (copies, not links) instead:
+    python bench/evaluate_folder.py --ns=100,1000 --synthetic=64x96 --predict --no_evaluate
 
 Prints one Markdown row per N (and writes them as JSON with ``--json``).
 """
@@ -83,16 +84,23 @@ def synthetic_pairs(work: Path, n: int = 40, h: int = 320, w: int = 480) -> list
   return out
 
 
-def replicate(pairs, n: int, folder: Path) -> tuple[Path, Path]:
-  """A folder of `n` pairs, links to `pairs` in turn (``r<k>_<stem>``)."""
+def replicate(pairs, n: int, folder: Path, copy: bool = False) -> tuple[Path, Path]:
+  """A folder of `n` pairs, links to `pairs` in turn (``r<k>_<stem>``), or copies (`copy`:
+  crackjax-predict predicts a file that several links name once)."""
   images, masks = folder / 'images', folder / 'masks'
   for d in (images, masks):
     d.mkdir(parents=True, exist_ok=True)
   for k in range(n):
     image, mask = pairs[k % len(pairs)]
     stem = f'r{k:05d}_{image.stem}'
-    (images / f'{stem}{image.suffix}').symlink_to(image.resolve())
-    (masks / f'{stem}.png').symlink_to(mask.resolve())
+    for source, target in (
+      (image, images / f'{stem}{image.suffix}'),
+      (mask, masks / f'{stem}.png'),
+    ):
+      if copy:
+        shutil.copyfile(source, target)
+      else:
+        target.symlink_to(source.resolve())
   return images, masks
 
 
@@ -145,7 +153,7 @@ def main() -> None:
       pairs, source = synthetic_pairs(work, h=h, w=w), f'synthetic {h}x{w}'
     print(f'# {source}; code {code} ({commit}); {platform.node()}; load {os.getloadavg()}')
     for n in (int(x) for x in args.ns.split(',')):
-      images, masks = replicate(pairs, n, work / f'n{n}')
+      images, masks = replicate(pairs, n, work / f'n{n}', copy=args.predict)
       env = {**os.environ, 'PYTHONPATH': str(code), 'TFDS_DATA_DIR': str(work / f'tfds{n}')}
       env['JAX_PLATFORMS'] = env.get('JAX_PLATFORMS', 'cpu')
       load = os.getloadavg()[0]
