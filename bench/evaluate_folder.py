@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import PIL.Image
 
+from crackjax.runs import outputs
+
 REPO = Path(__file__).resolve().parents[1]
 # The measured process first checks that it imports the crackjax of --code (PYTHONPATH).
 CHECK = (
@@ -200,7 +202,7 @@ def main() -> None:
       shutil.rmtree(work / f'n{n}')
       shutil.rmtree(work / f'out{n}', ignore_errors=True)
   if args.json:
-    Path(args.json).write_text(json.dumps(rows, indent=1) + '\n')
+    Path(args.json).write_text(outputs.dumps(rows, indent=1) + '\n')
 
 
 def _size_mb(path: Path) -> float:
