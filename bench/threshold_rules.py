@@ -26,7 +26,6 @@ prepares it)::
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -39,6 +38,7 @@ from crackjax import evaluation
 from crackjax.configs import base
 from crackjax.data import registry
 from crackjax.deploy.predictor import Predictor
+from crackjax.runs import outputs
 
 
 def otsu_masks(probs: list[np.ndarray], floor: float) -> list[np.ndarray]:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
       )
   if args.out:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + '\n')
+    Path(args.out).write_text(outputs.dumps(report, indent=1) + '\n')
   return 0
 
 
