@@ -1,8 +1,9 @@
 """Evaluation of a trained model on a test split, and the files it leaves in the workdir.
 
 `evaluate_checkpoint` predicts every test image with the latest checkpoint (or a given
-state), scores the maps under every protocol of the experiment's `EvalPlan`
-(`crackjax.evaluation`, numpy only) and writes the reports (`crackjax.evaluation.plots`).
+state) and scores it under every protocol of the experiment's `EvalPlan`
+(`crackjax.evaluation`, numpy only), one photo at a time (`stream_score`: counts kept, maps
+dropped), then writes the reports (`crackjax.evaluation.plots`).
 Scoring reads the run's `Schedule` and `EvalPlan` (`crackjax.experiment.build` derives them),
 never the config's fields.
 """
@@ -746,21 +747,6 @@ def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, dict[st
       'results': {p: protocol_summary(r) for p, r in results.items()},
     }
   return out
-
-
-def _predict_and_score(
-  plan: EvalPlan,
-  model: nn.Module,
-  state: train_state.TrainState,
-  examples: Sequence[dict[str, Any]],
-  *,
-  desc: str,
-  workers: int = 1,
-) -> tuple[list[np.ndarray], list[np.ndarray], list[str], dict[str, dict[str, Any]]]:
-  """(probability maps, ground truths, names, `score` results under `plan`'s protocols)."""
-  probs = predict_examples(model, state, examples, desc=desc)
-  gts = [ex['mask'][..., 0] for ex in examples]
-  return probs, gts, [ex['name'] for ex in examples], score(probs, gts, plan, workers=workers)
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:
