@@ -130,14 +130,21 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
   def report_split(self, report: SplitReport) -> None:
     """One `CrackDataWarning` per condition of ``report``; `DatasetError` for masks that are
     mostly crack if `refuse_majority_crack`."""
-    for condition in CONDITIONS:
-      if condition in report.notes and condition != 'majority_crack':
-        warnings.warn(report.message(condition), CrackDataWarning, stacklevel=2)
-    empty = report.empty_message()
-    if empty:
-      warnings.warn(empty, CrackDataWarning, stacklevel=2)
-    if 'majority_crack' in report.notes:
-      message = f'{report.message("majority_crack")}. {self.majority_crack_advice()}'
-      if self.refuse_majority_crack():
-        raise DatasetError(message)
-      warnings.warn(message, CrackDataWarning, stacklevel=2)
+    report_split(report, self.refuse_majority_crack(), self.majority_crack_advice())
+
+
+def report_split(report: SplitReport, refuse_majority_crack: bool, advice: str) -> None:
+  """`PairedImageBuilder.report_split` for any reader of a split (a folder read without a
+  builder too): one `CrackDataWarning` per condition of ``report``, `DatasetError` for masks
+  that are mostly crack if `refuse_majority_crack` (`advice` after the files)."""
+  for condition in CONDITIONS:
+    if condition in report.notes and condition != 'majority_crack':
+      warnings.warn(report.message(condition), CrackDataWarning, stacklevel=3)
+  empty = report.empty_message()
+  if empty:
+    warnings.warn(empty, CrackDataWarning, stacklevel=3)
+  if 'majority_crack' in report.notes:
+    message = f'{report.message("majority_crack")}. {advice}'
+    if refuse_majority_crack:
+      raise DatasetError(message)
+    warnings.warn(message, CrackDataWarning, stacklevel=3)

@@ -19,7 +19,7 @@ from crackjax.evaluation.protocols import (
   get_protocol,
 )
 
-__all__ = ['at_threshold', 'evaluate']
+__all__ = ['at_threshold', 'evaluate', 'from_counts', 'point_from_counts']
 
 
 def _prf(
@@ -325,7 +325,27 @@ def evaluate(
   probs, gts = _check_images(probs, gts)
   thresholds = spec.thresholds(num_thresholds, bool(tail_thresholds))
   counts = _counts(spec, probs, gts, thresholds, progress, workers)
+  return from_counts(protocol, counts, num_thresholds, tail_thresholds)
 
+
+def from_counts(
+  protocol: str, counts: ThresholdCounts, num_thresholds: int, tail_thresholds: bool = True
+) -> dict[str, Any]:
+  """The result of :func:`evaluate` from the images' per-threshold counts on `protocol`'s
+  grid (``get_protocol(protocol).thresholds(num_thresholds, tail_thresholds)``), each array
+  of shape (num_images, T) in image order: what a scoring that keeps counts instead of maps
+  (`crackjax.evaluation.streaming`) aggregates at the end. `num_thresholds` as resolved (an
+  int). Everything :func:`evaluate` returns follows from the counts alone."""
+  spec = get_protocol(protocol)
+  num_thresholds = _resolve_num_thresholds(spec, num_thresholds)
+  thresholds = spec.thresholds(num_thresholds, bool(tail_thresholds))
+  if counts.num_pred.ndim != 2 or counts.num_pred.shape[1] != thresholds.size:
+    raise ValueError(
+      f'counts of shape {counts.num_pred.shape} do not fit the {protocol} grid of '
+      f'{thresholds.size} thresholds'
+    )
+  if not len(counts.num_pred):
+    raise ValueError('no images to evaluate')
   ods, curve = _ods(counts)  # one threshold for the whole dataset
   ods_grid = _point(curve, thresholds, ods)
   ods_result, ap = _ods_and_ap(spec.bsds, thresholds, curve, ods_grid)
@@ -335,7 +355,7 @@ def evaluate(
   return {
     'protocol': protocol,
     'protocol_description': spec.description,
-    'num_images': len(probs),
+    'num_images': len(chosen),
     'num_thresholds': num_thresholds,
     'tail_thresholds': bool(tail_thresholds),
     'grid_size': int(thresholds.size),
@@ -365,6 +385,12 @@ def at_threshold(
   spec = get_protocol(protocol)
   probs, gts = _check_images(probs, gts)
   counts = spec.counts(probs, gts, np.array([float(threshold)]))
+  return point_from_counts(counts, threshold)
+
+
+def point_from_counts(counts: ThresholdCounts, threshold: float) -> dict[str, float]:
+  """:func:`at_threshold`'s result from the images' counts at that one threshold (arrays of
+  shape (num_images, 1)): pooled over the images."""
   p, r, f1 = _prf(*(np.sum(c, axis=0) for c in counts))
   return {
     'threshold': float(threshold),

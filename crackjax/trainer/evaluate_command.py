@@ -14,7 +14,8 @@ table with several; F1 @run t is then at the model file's threshold.
 Each data argument is scored under every protocol of --protocols (default: the run's own
 ``eval.protocols``): `--data=DATASET:SPLIT` a registered dataset (crackjax.data.registry;
 ``test`` alone is the run's own dataset), `--folder=IMAGES:MASKS` a labelled folder, every image
-of it (no split; a folder whose path holds ':' needs nothing, `split_folder`). Results go to
+of it (no split; a folder whose path holds ':' needs nothing, `split_folder`), read straight
+from its files (`crackjax.data.folder_stream`: no copy). Results go to
 ``RUN/eval/<dataset>_<split>/``, or ``OUT/<dataset>_<split>/`` with --out (eval.json and the
 usual plots, `crackjax.trainer.scoring`), never in place of the run's own eval.json or
 threshold.json. A short
@@ -29,7 +30,6 @@ metrics are counted in `--workers` processes (default: every core): per-image wo
 from __future__ import annotations
 
 import csv
-import hashlib
 import os
 import sys
 from collections.abc import Sequence
@@ -186,8 +186,9 @@ def data_configs(
     c.data.name = 'crack_folder'
     c.data.folder.images = str(Path(images).expanduser().resolve())
     c.data.folder.masks = str(Path(masks).expanduser().resolve())
+    # Every image, read straight from the folder (`data.folder_stream`): no split, no copy.
     c.data.folder.train_list = None
-    c.data.folder.test_list = str(_all_images_list(Path(c.data.folder.images), workdir))
+    c.data.folder.test_list = None
     if mask_polarity:
       c.data.folder.mask_polarity = mask_polarity
     out.append((f'folder:{images}', c, 'test'))
@@ -232,20 +233,6 @@ def _in_this_command(message: str) -> str:
     '--config.data.folder.allow_majority_crack=True.',
     '',
   )
-
-
-def _all_images_list(images: Path, workdir: Path) -> Path:
-  """A test_list naming every image of `images`, so the whole folder is the test split."""
-  from crackjax.tfds_builders.listing import IMAGE_EXTENSIONS
-
-  names = sorted(p.stem for p in images.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
-  text = '\n'.join(names) + '\n'
-  digest = hashlib.sha1(f'{images}\n{text}'.encode()).hexdigest()[:8]
-  path = Path(workdir) / 'eval' / 'lists' / f'{images.name}_{digest}.txt'
-  path.parent.mkdir(parents=True, exist_ok=True)
-  if not path.exists():
-    path.write_text(text)
-  return path
 
 
 def table_rows(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -383,6 +370,7 @@ def _score_all(
 ) -> list:
   """Scores each data argument beside the run's own results (in `records`/<dataset>_<split>
   when given: --out); prints its table."""
+  from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
   from crackjax.trainer import scoring
 
@@ -391,8 +379,12 @@ def _score_all(
   for label, c, split in targets:
     c.eval.protocols = protocols
     scored = experiment.on_other_data(c)
+    examples = total = None
     try:
-      scored.prepare_data()
+      if label.startswith('folder:'):  # streamed from its files, nothing prepared
+        total, examples = folder_stream.folder_examples(c.data)
+      else:
+        scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     out = scoring.other_results_dir(scored.eval_plan, workdir, split)
@@ -407,9 +399,11 @@ def _score_all(
         operating_points={'run': threshold},
         workers=workers,
         out=out,
+        examples=examples,
+        num_examples=total,
       )
-    except data_registry.DatasetError as e:  # a record of the prepared copy unreadable
-      sys.exit(f'{PROG}: {label}: {e}')
+    except data_registry.DatasetError as e:  # a photo of the folder, a prepared record unreadable
+      sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     mine = table_rows(label, record)
     rows += mine
     print(markdown(mine, f'{label} ({record["num_images"]} images, step {step}) -> {out}'))

@@ -1,8 +1,9 @@
 """Evaluation of a trained model on a test split, and the files it leaves in the workdir.
 
 `evaluate_checkpoint` predicts every test image with the latest checkpoint (or a given
-state), scores the maps under every protocol of the experiment's `EvalPlan`
-(`crackjax.evaluation`, numpy only) and writes the reports (`crackjax.evaluation.plots`).
+state) and scores it under every protocol of the experiment's `EvalPlan`
+(`crackjax.evaluation`, numpy only), one photo at a time (`stream_score`: counts kept, maps
+dropped), then writes the reports (`crackjax.evaluation.plots`).
 Scoring reads the run's `Schedule` and `EvalPlan` (`crackjax.experiment.build` derives them),
 never the config's fields.
 """
@@ -10,12 +11,15 @@ never the config's fields.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import hashlib
 import json
 import math
+import queue
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from crackjax.data import mixture
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
+from crackjax.evaluation.streaming import StreamScorer
 from crackjax.experiment import Experiment
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
@@ -260,6 +265,8 @@ def evaluate_checkpoint(
   workers: int = 1,
   out: str | Path | None = None,
   overwrite: bool = False,
+  examples: Iterable[dict[str, Any]] | None = None,
+  num_examples: int | None = None,
 ) -> dict[str, Any]:
   """Evaluates the experiment's latest checkpoint in `workdir` (or `state`) on the test split
   (or `split`).
@@ -276,6 +283,12 @@ def evaluate_checkpoint(
   (`evaluation.at_threshold`) as ``results[protocol]['operating_points'][name]``;
   `workers`: processes that count the images (`score`). `out`: write there instead of
   `results_dir` (crackjax-evaluate: always beside the run's own results, `other_results_dir`).
+
+  The photos are read, predicted and scored one at a time (`stream_score`: counts kept, maps
+  dropped; memory does not grow with the split), from the split's source or from `examples`
+  (`loader.eval_examples`' records, e.g. straight from a folder; `num_examples` of them, for
+  the progress bar). eval.json is written last: an evaluation interrupted before it leaves
+  the folder's earlier eval.json (if any) as it was.
 
   A step older than the one whose results `results_dir` holds (the newest checkpoint damaged
   and set aside, `checkpoints.restore_latest_readable`) writes its eval.json, threshold.json
@@ -300,46 +313,64 @@ def evaluate_checkpoint(
   if state is None:
     state = experiment.restore(workdir, inference=True)  # no optimiser state needed
   t0 = time.perf_counter()
-  examples = list(experiment.eval_examples(split))
-  probs, gts, names, results = _predict_and_score(
-    plan, experiment.model, state, examples, desc=f'predict {split}', workers=workers
+  facts = _state_facts(state)
+  target = out
+  newer = newest_evaluated_step(out) if jax.process_index() == 0 else None
+  if newer is not None and newer > facts[0] and not overwrite:
+    target = step_results_dir(out, facts[0])
+    logging.warning(
+      'Evaluated step %d, older than step %d, whose results %s holds (its newest checkpoint '
+      "is damaged or gone): the results of step %d are in %s; the run's eval.json and "
+      'threshold.json stay those of step %d (--overwrite replaces them).',
+      facts[0],
+      newer,
+      out,
+      facts[0],
+      target,
+      newer,
+    )
+  if examples is None:
+    examples, num_examples = experiment.eval_examples(split), len(experiment.source(split))
+  scored = stream_score(
+    plan,
+    experiment.model,
+    state,
+    examples,
+    total=num_examples,
+    desc=f'score {split}',
+    workers=workers,
+    operating_points=operating_points,
+    probs_dir=target / 'probs' if plan.save_probability_maps else None,
   )
   summary = _record(
     schedule.epoch_of,
     plan.dataset,
-    _state_facts(state),
+    facts,
     split,
-    names,
-    results,
+    scored.names,
+    scored.results,
     eval_seconds=time.perf_counter() - t0,
     train_seconds=train_seconds,
     first_in_process=first_in_process,
     per_image=True,
   )
-  summary = with_members(summary, member_results(names, probs, gts, plan, workers=workers))
-  for protocol, result in summary['results'].items():
-    for name, t in (operating_points or {}).items():
-      point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
-      result.setdefault('operating_points', {})[name] = point
+  summary = with_members(summary, scored.members)
+  _add_points(summary, scored.points)
   if jax.process_index() == 0:
-    target = out
-    newer = newest_evaluated_step(out)
-    if newer is not None and newer > summary['step'] and not overwrite:
-      target = step_results_dir(out, summary['step'])
-      logging.warning(
-        'Evaluated step %d, older than step %d, whose results %s holds (its newest checkpoint '
-        "is damaged or gone): the results of step %d are in %s; the run's eval.json and "
-        'threshold.json stay those of step %d (--overwrite replaces them).',
-        summary['step'],
-        newer,
-        out,
-        summary['step'],
-        target,
-        newer,
-      )
-    images = [ex['image'] for ex in examples]
+    images, gts, probs = scored.first
     hparams = experiment.hparams
-    write_eval_outputs(plan, target, summary, results, images, probs, gts, names, hparams)
+    write_eval_outputs(
+      plan,
+      target,
+      summary,
+      scored.results,
+      images,
+      probs,
+      gts,
+      scored.names,
+      hparams,
+      probs_saved=True,
+    )
     # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
     write_epoch_record(out, summary, schedule.steps_per_epoch)
   return summary
@@ -362,29 +393,41 @@ def evaluate_state(
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
   plan = experiment.eval_plan
   t0 = time.perf_counter()
-  examples = list(experiment.eval_examples(plan.split))
-  probs, gts, names, results = _predict_and_score(
-    plan, experiment.model, state, examples, desc=desc
+  scored = stream_score(
+    plan,
+    experiment.model,
+    state,
+    experiment.eval_examples(plan.split),
+    total=len(experiment.source(plan.split)),
+    desc=desc,
+    operating_points=operating_points,
+    probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
   )
   summary = _record(
     experiment.schedule.epoch_of,
     plan.dataset,
     _state_facts(state),
     plan.split,
-    names,
-    results,
+    scored.names,
+    scored.results,
     eval_seconds=time.perf_counter() - t0,
     per_image=True,
   )
   summary.update(extra or {})
-  for protocol, result in summary['results'].items():
-    for name, t in (operating_points or {}).items():
-      point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=t)
-      result.setdefault('operating_points', {})[name] = point
+  _add_points(summary, scored.points)
   if jax.process_index() == 0:
-    images = [ex['image'] for ex in examples]
-    write_eval_outputs(plan, Path(out), summary, results, images, probs, gts, names)
+    images, gts, probs = scored.first
+    write_eval_outputs(
+      plan, Path(out), summary, scored.results, images, probs, gts, scored.names, probs_saved=True
+    )
   return summary
+
+
+def _add_points(summary: dict[str, Any], points: dict[str, dict[str, dict[str, float]]]) -> None:
+  """Each protocol's operating points (`StreamScorer.results`) into its results, if any."""
+  for protocol, result in summary['results'].items():
+    for name, point in points.get(protocol, {}).items():
+      result.setdefault('operating_points', {})[name] = point
 
 
 def step_results_dir(directory: str | Path, step: int) -> Path:
@@ -569,19 +612,141 @@ class EpochEvaluator:
     return self._first
 
 
-def _predict_and_score(
+@dataclasses.dataclass
+class Streamed:
+  """What `stream_score` keeps of a split: the names in order, `score`'s results, the
+  operating points ({protocol: {name: P/R/F1}}), the members' results of a mixture
+  (`member_results`' form, or None) and the first ``plan.num_qualitative`` (images, ground
+  truths, maps) for the figures. No other map."""
+
+  names: list[str]
+  results: dict[str, dict[str, Any]]
+  points: dict[str, dict[str, dict[str, float]]]
+  members: dict[str, dict[str, Any]] | None
+  first: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+
+
+def read_ahead(items: Iterable[Any], size: int = 2) -> Iterator[Any]:
+  """`items` read by a background thread, up to `size` ahead (decoding the next photo while
+  this one is predicted); an error of `items` is raised here, at the item it belongs to.
+  Closing the generator stops the thread after the item it is reading."""
+  slots: queue.Queue = queue.Queue(maxsize=size)
+  stop = threading.Event()
+  end = object()
+
+  def put(item: Any) -> bool:
+    while not stop.is_set():
+      try:
+        slots.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        continue
+    return False
+
+  def produce() -> None:
+    try:
+      for item in items:
+        if not put((item, None)):
+          return
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer
+      put((end, e))
+      return
+    put((end, None))
+
+  thread = threading.Thread(target=produce, name='crackjax-read-ahead', daemon=True)
+  thread.start()
+  try:
+    while True:
+      item, error = slots.get()
+      if error is not None:
+        raise error
+      if item is end:
+        return
+      yield item
+  finally:
+    stop.set()
+    thread.join()
+
+
+def stream_score(
   plan: EvalPlan,
   model: nn.Module,
   state: train_state.TrainState,
-  examples: Sequence[dict[str, Any]],
+  examples: Iterable[dict[str, Any]],
   *,
-  desc: str,
+  total: int | None = None,
+  desc: str = 'score',
   workers: int = 1,
-) -> tuple[list[np.ndarray], list[np.ndarray], list[str], dict[str, dict[str, Any]]]:
-  """(probability maps, ground truths, names, `score` results under `plan`'s protocols)."""
-  probs = predict_examples(model, state, examples, desc=desc)
-  gts = [ex['mask'][..., 0] for ex in examples]
-  return probs, gts, [ex['name'] for ex in examples], score(probs, gts, plan, workers=workers)
+  operating_points: dict[str, float] | None = None,
+  probs_dir: Path | None = None,
+) -> Streamed:
+  """Predicts and scores `examples` (`loader.eval_examples`' records) one at a time under
+  every protocol of `plan`: the results of `score` (and of `member_results`,
+  `evaluation.at_threshold` at `operating_points`) on the same images, to the last bit, with
+  memory that does not grow with their number (`evaluation.streaming.StreamScorer`: counts
+  kept, maps dropped). The next photo is read while one is predicted (`read_ahead`), and the
+  tolerance protocols count on `workers` processes while the next ones are predicted. One
+  progress bar (process 0, stderr): photos scored, photos/s and the time left of `total`.
+  `probs_dir`: each map written there as it comes (`plots.save_probability_maps`), on
+  process 0.
+
+  Raises:
+    ValueError: no example (`evaluate`'s 'no images to evaluate'), or a bad map.
+  """
+  params = train_state.local_params(state)
+  batch_stats = train_state.local_batch_stats(state)  # BatchNorm's running averages, or None
+  keep = plan.num_qualitative
+  names: list[str] = []
+  first: tuple[list, list, list] = ([], [], [])
+  main = jax.process_index() == 0
+  grids = {p: plan.thresholds_of(p) for p in plan.protocols}
+  with (
+    tqdm.tqdm(total=total, desc=desc, unit='photo', disable=not main) as bar,
+    StreamScorer(
+      grids,
+      tail_thresholds=plan.tail_thresholds,
+      operating_points=operating_points,
+      workers=workers,
+      progress=bar.update,
+    ) as scorer,
+  ):
+    reading = read_ahead(examples)
+    try:
+      for ex in reading:
+        [prob] = predict_probabilities(params, model, [ex['image']], batch_stats=batch_stats)
+        gt = ex['mask'][..., 0]
+        scorer.add(prob, gt)
+        names.append(ex['name'])
+        if len(first[0]) < keep:
+          for kept, x in zip(first, (ex['image'], gt, prob), strict=True):
+            kept.append(x)
+        if probs_dir is not None and main:
+          plots.save_probability_maps(probs_dir, [prob], [ex['name']])
+    finally:
+      reading.close()
+    if not names:
+      raise ValueError('no images to evaluate')
+    results, points = scorer.results()
+    members = _members_of(names, scorer)
+  return Streamed(names, results, points, members, first)
+
+
+def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, dict[str, Any]] | None:
+  """`member_results` from the counts a `StreamScorer` kept."""
+  groups: dict[str, list[int]] = {}
+  for i, name in enumerate(names):
+    member, _ = mixture.member_of_name(name)
+    if member is None:
+      return None
+    groups.setdefault(member, []).append(i)
+  out = {}
+  for member, rows in groups.items():
+    results, _ = scorer.results(rows)
+    out[member] = {
+      'num_images': len(rows),
+      'results': {p: protocol_summary(r) for p, r in results.items()},
+    }
+  return out
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:
@@ -723,12 +888,15 @@ def write_eval_outputs(
   gts: Sequence[np.ndarray],
   names: Sequence[str],
   hparams: dict[str, Any] | None = None,
+  *,
+  probs_saved: bool = False,
 ) -> None:
-  """eval.json, threshold.json, the CSV, the plots, optional maps and the eval scalars, and
-  TensorBoard's PR curves, qualitative panels and `hparams` (the run's config as plain
-  data; `write_tensorboard_extras`)."""
+  """threshold.json, the CSV, the plots, optional maps and the eval scalars, TensorBoard's PR
+  curves, qualitative panels and `hparams` (the run's config as plain data;
+  `write_tensorboard_extras`), and eval.json last, so that an eval.json there is a whole
+  evaluation's. `images`, `probs` and `gts` may be the first ``plan.num_qualitative`` only
+  (with their `names`) when `probs_saved` (the maps already written as they came)."""
   workdir.mkdir(parents=True, exist_ok=True)
-  identity.write_json(workdir / 'eval.json', summary)
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
   plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
@@ -745,7 +913,7 @@ def write_eval_outputs(
       threshold,
       f'{title}; prediction at the strict ODS threshold',
     )
-  if plan.save_probability_maps:
+  if plan.save_probability_maps and not probs_saved:
     plots.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
   write_tensorboard_extras(writer, plan, summary, results, images, probs, gts, threshold, hparams)
@@ -768,3 +936,4 @@ def write_eval_outputs(
       r['fixed']['recall'],
     )
   writer.close()
+  identity.write_json(workdir / 'eval.json', summary)

@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
-from crackjax.tfds_builders import errors, listing, paired_builder, reading
+from crackjax.tfds_builders import errors, listing, paired_builder, reading, split_report
 from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 TRAIN_FRACTION = 0.8
@@ -232,29 +233,7 @@ class CrackFolder(paired_builder.PairedImageBuilder):
     super().__init__(**kwargs)
 
   def _pairs(self) -> list[listing.Pair]:
-    c = self.builder_config
-    if c is None or not c.image_dir or not c.mask_dir:
-      raise DatasetNotFoundError(
-        'crack_folder needs image_dir and mask_dir (launch.py: --config.data.folder.images=DIR '
-        '--config.data.folder.masks=DIR).'
-      )
-    suffix = c.mask_suffix
-
-    def mask_key(stem: str) -> str:
-      return stem[: -len(suffix)] if suffix and stem.endswith(suffix) else stem
-
-    images = listing.list_images(c.image_dir, 'image')
-    if os.path.abspath(c.image_dir) == os.path.abspath(c.mask_dir):
-      if not suffix:
-        raise DatasetError(
-          f'Images and masks are both in {c.image_dir}; set a mask_suffix '
-          '(e.g. "_mask") so they can be told apart.'
-        )
-      masks = {mask_key(s): p for s, p in images.items() if s.endswith(suffix)}
-      images = {s: p for s, p in images.items() if not s.endswith(suffix)}
-    else:
-      masks = listing.list_images(c.mask_dir, 'mask', stem_key=mask_key)
-    return listing.pair_by_stem(images, masks, image_dir=c.image_dir, mask_dir=c.mask_dir)
+    return folder_pairs(self.builder_config)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Files come from the config, not the manual dir.
@@ -270,17 +249,73 @@ class CrackFolder(paired_builder.PairedImageBuilder):
     return not self.builder_config.allow_majority_crack
 
   def majority_crack_advice(self) -> str:
-    if self.builder_config.allow_majority_crack:
-      return 'Kept: allow_majority_crack is set.'
-    return (
-      'Black cracks on white? Set --config.data.folder.mask_polarity=dark (or auto: crack = '
-      'the minority of each mask). If cracks really cover most of these images, set '
-      '--config.data.folder.allow_majority_crack=True.'
-    )
+    return majority_crack_advice(self.builder_config)
 
   def load_pair(self, pair: listing.Pair) -> tuple[PIL.Image.Image, np.ndarray]:
     """The config's mask threshold and polarity instead of the class defaults."""
-    c = self.builder_config
-    image = reading.load_rgb(pair.image_path)
-    mask = reading.load_mask(pair.mask_path, threshold=c.mask_threshold, polarity=c.mask_polarity)
-    return image, mask
+    return load_folder_pair(self.builder_config, pair)
+
+
+def folder_pairs(c: CrackFolderConfig | None) -> list[listing.Pair]:
+  """The (image, mask) pairs of a folder config, sorted by name (`listing.pair_by_stem`)."""
+  if c is None or not c.image_dir or not c.mask_dir:
+    raise DatasetNotFoundError(
+      'crack_folder needs image_dir and mask_dir (launch.py: --config.data.folder.images=DIR '
+      '--config.data.folder.masks=DIR).'
+    )
+  suffix = c.mask_suffix
+
+  def mask_key(stem: str) -> str:
+    return stem[: -len(suffix)] if suffix and stem.endswith(suffix) else stem
+
+  images = listing.list_images(c.image_dir, 'image')
+  if os.path.abspath(c.image_dir) == os.path.abspath(c.mask_dir):
+    if not suffix:
+      raise DatasetError(
+        f'Images and masks are both in {c.image_dir}; set a mask_suffix '
+        '(e.g. "_mask") so they can be told apart.'
+      )
+    masks = {mask_key(s): p for s, p in images.items() if s.endswith(suffix)}
+    images = {s: p for s, p in images.items() if not s.endswith(suffix)}
+  else:
+    masks = listing.list_images(c.mask_dir, 'mask', stem_key=mask_key)
+  return listing.pair_by_stem(images, masks, image_dir=c.image_dir, mask_dir=c.mask_dir)
+
+
+def majority_crack_advice(c: CrackFolderConfig) -> str:
+  if c.allow_majority_crack:
+    return 'Kept: allow_majority_crack is set.'
+  return (
+    'Black cracks on white? Set --config.data.folder.mask_polarity=dark (or auto: crack = '
+    'the minority of each mask). If cracks really cover most of these images, set '
+    '--config.data.folder.allow_majority_crack=True.'
+  )
+
+
+def load_folder_pair(
+  c: CrackFolderConfig, pair: listing.Pair
+) -> tuple[PIL.Image.Image, np.ndarray]:
+  """One pair read with the config's mask threshold and polarity."""
+  image = reading.load_rgb(pair.image_path)
+  mask = reading.load_mask(pair.mask_path, threshold=c.mask_threshold, polarity=c.mask_polarity)
+  return image, mask
+
+
+def read_folder(
+  c: CrackFolderConfig, pairs: list[listing.Pair], label: str
+) -> Iterator[tuple[listing.Pair, PIL.Image.Image, np.ndarray]]:
+  """Each pair read and checked as the builder prepares it ((pair, RGB image, uint8 HxW mask,
+  1 = crack), in order), without storing anything: the same errors naming the files, and the
+  same warnings once at the end (`paired_builder.report_split`, `label` their prefix). A mask
+  that is mostly crack stops it at once (unless allow_majority_crack), with the builder's
+  message, instead of after the whole folder."""
+  report = split_report.SplitReport(label)
+  for pair in pairs:
+    with split_report.reporting_to(report):
+      image, mask = load_folder_pair(c, pair)
+      reading.check_same_size(image, mask, pair.image_path, pair.mask_path)
+      report.check(image, mask, pair)
+    if 'majority_crack' in report.notes and not c.allow_majority_crack:
+      paired_builder.report_split(report, True, majority_crack_advice(c))
+    yield pair, image, mask
+  paired_builder.report_split(report, not c.allow_majority_crack, majority_crack_advice(c))

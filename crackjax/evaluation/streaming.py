@@ -1,0 +1,166 @@
+"""Scoring images as they come: each image's per-threshold counts are kept, never its map.
+
+`StreamScorer` takes (probability map, ground truth) pairs one at a time, counts them under
+every protocol on its grid (and at the operating points, `aggregate.at_threshold`'s counts)
+and drops the maps; `results` then aggregates the counts (`aggregate.from_counts`) into
+exactly what `aggregate.evaluate` returns on the same images. What it holds grows by a few
+kilobytes a photo (the protocols' count rows, ``4 x grid`` int64 each), not by its map.
+
+The protocols worth it (``Protocol.parallel``: the tolerance protocols, ~0.3-0.4 s a photo)
+are counted in `workers` spawned processes while the caller predicts the next photos; at
+most ``max_pending`` photos are in flight (a bounded queue: the caller waits when it is
+full), and their counts are taken in image order. The others (strict: milliseconds) are
+counted at once in the calling thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from crackjax.evaluation.aggregate import from_counts, point_from_counts
+from crackjax.evaluation.protocols import ThresholdCounts, _check_pair, get_protocol
+
+__all__ = ['StreamScorer', 'count_image']
+
+# One protocol's work on one image: its count function, its grid, the operating points.
+_Job = tuple[Callable[..., ThresholdCounts], np.ndarray, tuple[float, ...]]
+
+
+def count_image(
+  jobs: Sequence[_Job], prob: np.ndarray, gt: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Per job, the image's counts on the job's grid, int64 (4, T) (the `ThresholdCounts`
+  fields in order), and at each operating point, int64 (4, P), each point counted alone as
+  `aggregate.at_threshold` does. Module-level: the worker processes unpickle it by name."""
+  out = []
+  for counts, grid, points in jobs:
+    row = np.stack([a[0] for a in counts([prob], [gt], grid)])
+    at = [np.stack([a[0, 0] for a in counts([prob], [gt], np.array([t]))]) for t in points]
+    out.append((row, np.stack(at, axis=1) if at else np.zeros((4, 0), np.int64)))
+  return out
+
+
+class StreamScorer:
+  """Counts images under `protocols` as they are `add`-ed; `results` aggregates them.
+
+  Args:
+    protocols: {protocol: the size of its grid's uniform part} (`EvalPlan.thresholds_of`).
+    tail_thresholds: whether the grids add the tail thresholds (`evaluate`'s argument).
+    operating_points: {name: threshold}: per protocol, P/R/F1 pooled at each threshold
+      (`aggregate.at_threshold`), in `results`' second part.
+    workers: processes counting the parallel protocols (1: all in this thread).
+    progress: called with 1 as each image's counts are complete (a tqdm bar's ``update``).
+    max_pending: photos in flight to the workers before `add` waits (default 2 per worker).
+  """
+
+  def __init__(
+    self,
+    protocols: Mapping[str, int],
+    *,
+    tail_thresholds: bool = True,
+    operating_points: Mapping[str, float] | None = None,
+    workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+    max_pending: int | None = None,
+  ):
+    self.protocols = {p: int(n) for p, n in protocols.items()}
+    self.tail_thresholds = bool(tail_thresholds)
+    self.points = dict(operating_points or {})
+    for name, t in self.points.items():
+      if not 0.0 <= float(t) <= 1.0:
+        raise ValueError(f'threshold must be in [0, 1], got {t} ({name})')
+    self.progress = progress
+    self.num_images = 0
+    self._local: list[str] = []
+    self._remote: list[str] = []
+    self._jobs: dict[str, _Job] = {}
+    for protocol, n in self.protocols.items():
+      spec = get_protocol(protocol)
+      grid = spec.thresholds(n, self.tail_thresholds)
+      self._jobs[protocol] = (spec.counts, grid, tuple(float(t) for t in self.points.values()))
+      (self._remote if workers > 1 and spec.parallel else self._local).append(protocol)
+    self._rows: dict[str, list[np.ndarray]] = {p: [] for p in self.protocols}
+    self._at: dict[str, list[np.ndarray]] = {p: [] for p in self.protocols}
+    self._pending: collections.deque = collections.deque()
+    self._max_pending = max_pending or 2 * workers
+    self._pool = None
+    if self._remote:
+      context = multiprocessing.get_context('spawn')  # the parent may run JAX's threads
+      self._pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+
+  def __enter__(self) -> StreamScorer:
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
+
+  def close(self) -> None:
+    """Stops the worker processes (the photos in flight are dropped)."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True, cancel_futures=True)
+      self._pool = None
+    self._pending.clear()
+
+  def add(self, prob: Any, gt: Any) -> None:
+    """Counts one image (validated as `evaluate` does; errors name it by its index)."""
+    prob, gt = _check_pair(self.num_images, prob, gt)
+    self.num_images += 1
+    local = count_image([self._jobs[p] for p in self._local], prob, gt)
+    future = None
+    if self._remote:
+      future = self._pool.submit(count_image, [self._jobs[p] for p in self._remote], prob, gt)
+    self._pending.append((local, future))
+    while self._pending and (
+      len(self._pending) > self._max_pending
+      or self._pending[0][1] is None
+      or self._pending[0][1].done()
+    ):
+      self._take()
+
+  def _take(self) -> None:
+    local, future = self._pending.popleft()
+    remote = future.result() if future is not None else []
+    for protocol, (row, at) in zip(self._local + self._remote, local + remote, strict=True):
+      self._rows[protocol].append(row)
+      self._at[protocol].append(at)
+    if self.progress is not None:
+      self.progress(1)
+
+  def finish(self) -> None:
+    """Waits for the photos in flight."""
+    while self._pending:
+      self._take()
+
+  def counts(self, protocol: str, rows: Sequence[int] | None = None) -> ThresholdCounts:
+    """The (num_images, T) counts of `protocol` (of the images `rows` only, if given)."""
+    self.finish()
+    stacked = np.stack(self._rows[protocol]) if self._rows[protocol] else np.zeros((0, 4, 0))
+    if rows is not None:
+      stacked = stacked[np.asarray(rows, np.intp)]
+    return ThresholdCounts(*(stacked[:, k, :] for k in range(4)))
+
+  def results(
+    self, rows: Sequence[int] | None = None
+  ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, float]]]]:
+    """({protocol: `evaluate`'s result}, {protocol: {point name: `at_threshold`'s result}})
+    of every image so far (of `rows` only, if given: e.g. one dataset of a mixture)."""
+    self.finish()
+    results, points = {}, {}
+    for protocol, n in self.protocols.items():
+      results[protocol] = from_counts(
+        protocol, self.counts(protocol, rows), n, self.tail_thresholds
+      )
+      at = np.stack(self._at[protocol])
+      if rows is not None:
+        at = at[np.asarray(rows, np.intp)]
+      points[protocol] = {
+        name: point_from_counts(ThresholdCounts(*(at[:, k, i : i + 1] for k in range(4))), t)
+        for i, (name, t) in enumerate(self.points.items())
+      }
+    return results, points
