@@ -86,9 +86,12 @@ def _last_line(text: str) -> str:
   return [line for line in re.split(r'[\r\n]', text) if line.strip()][-1]
 
 
-def _interrupt(workdir, data_dirs, when: str, env=None, signum=signal.SIGINT) -> tuple[int, str]:
-  """Starts launch.py (100 epochs of 3 steps), sends `signum` once stderr matches `when`
-  (or, for 'checkpoint 3', once step 3's checkpoint is complete), returns (status, stderr)."""
+def _interrupt(
+  workdir, data_dirs, when: str, env=None, signum=signal.SIGINT, settle: float = 0.0
+) -> tuple[int, str]:
+  """Starts launch.py (100 epochs of 3 steps), sends `signum` `settle` seconds after stderr
+  matches `when` (or, for 'checkpoint 3', once step 3's checkpoint is complete), returns
+  (status, stderr)."""
   proc = subprocess.Popen(
     _launch_argv(workdir, data_dirs, '--config.num_epochs=100', '--mode=train'),
     cwd=REPO,
@@ -108,6 +111,7 @@ def _interrupt(workdir, data_dirs, when: str, env=None, signum=signal.SIGINT) ->
         time.sleep(0.05)
     else:
       reader.wait_for(when)
+    time.sleep(settle)
     proc.send_signal(signum)
     try:
       status = proc.wait(timeout=300)
@@ -126,7 +130,10 @@ def test_ctrl_c_during_the_first_compilation_ends_in_one_line(data_dirs, tmp_pat
   # An empty compilation cache, so that the first step really compiles when Ctrl-C comes: a
   # Ctrl-C then used to crash the interpreter at exit (SIGSEGV in jaxlib's compile thread).
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / 'no-cache'))
-  status, err = _interrupt(tmp_path / 'run', data_dirs, r'train:\s+0%', env=env)
+  # Half a second after the bar shows, so the Ctrl-C lands in the first step's compilation (some
+  # seconds here), not in the instant between the bar's first print and the loop (a loaded CI
+  # machine sent it there once: the command's general Ctrl-C line, not the loop's).
+  status, err = _interrupt(tmp_path / 'run', data_dirs, r'train:\s+0%', env=env, settle=0.5)
   assert status == exits.INTERRUPTED, err[-3000:]
   assert TRACEBACK not in err and 'Segmentation fault' not in err
   assert re.fullmatch(
