@@ -135,22 +135,32 @@ def member_results(
   """Each member's own results on an evaluation of a mixture of datasets (records named
   ``<member>/<name>``, `crackjax.data.mixture`): ``{member: {'num_images', 'results':
   {protocol: summary}}}``; None when the images are not a mixture's."""
+  return _by_member(
+    names,
+    lambda rows: score(
+      [probs[i] for i in rows], [gts[i] for i in rows], plan, workers=workers, progress=False
+    ),
+  )
+
+
+def _by_member(
+  names: Sequence[str], results_of: Callable[[list[int]], dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, Any]] | None:
+  """`member_results`' form from `results_of(rows)`, the results of the images at `rows`:
+  the images grouped by the member their name starts with (None: not a mixture's)."""
   groups: dict[str, list[int]] = {}
   for i, name in enumerate(names):
     member, _ = mixture.member_of_name(name)
     if member is None:
       return None
     groups.setdefault(member, []).append(i)
-  out = {}
-  for member, rows in groups.items():
-    results = score(
-      [probs[i] for i in rows], [gts[i] for i in rows], plan, workers=workers, progress=False
-    )
-    out[member] = {
+  return {
+    member: {
       'num_images': len(rows),
-      'results': {p: protocol_summary(r) for p, r in results.items()},
+      'results': {p: protocol_summary(r) for p, r in results_of(rows).items()},
     }
-  return out
+    for member, rows in groups.items()
+  }
 
 
 def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | None) -> dict:
@@ -733,20 +743,7 @@ def stream_score(
 
 def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, dict[str, Any]] | None:
   """`member_results` from the counts a `StreamScorer` kept."""
-  groups: dict[str, list[int]] = {}
-  for i, name in enumerate(names):
-    member, _ = mixture.member_of_name(name)
-    if member is None:
-      return None
-    groups.setdefault(member, []).append(i)
-  out = {}
-  for member, rows in groups.items():
-    results, _ = scorer.results(rows)
-    out[member] = {
-      'num_images': len(rows),
-      'results': {p: protocol_summary(r) for p, r in results.items()},
-    }
-  return out
+  return _by_member(names, lambda rows: scorer.results(rows)[0])
 
 
 def _data_key(data: Any, split: str) -> dict[str, Any]:
