@@ -65,12 +65,12 @@ def _env() -> dict[str, str]:
 # data (absent, unreadable) exits with the first line of its message, no traceback.
 PREPARE_CODE = """\
 import sys
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import logs
 from crackjax.data import registry as data_registry
-from crackjax.experiment import build
+from crackjax.experiment.build import build
 logs.quiet_third_party_logs()
-fv, _ = config_flags.parse_command('prepare', sys.argv[1:])
+fv, _ = cli.parse_command('prepare', sys.argv[1:])
 try:
   build(fv.config).prepare_data()
 except (data_registry.DatasetError, OSError, ValueError) as e:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -284,14 +284,14 @@ def _define_flags(fv: flags.FlagValues) -> None:
 def main(argv=None) -> dict:
   """Runs the three measurements and prints the report (argv without the program name)."""
   prog = 'bench/loop_vs_step.py'
-  fv, _ = config_flags.parse_command(prog, argv, _define_flags)
+  fv, _ = cli.parse_command(prog, argv, _define_flags)
   config = fv.config
   profile = tuple(int(v) for v in fv.profile_steps) or None
   if profile is not None and (len(profile) != 2 or not 0 <= profile[0] < profile[1]):
     sys.exit(f'{prog}: --profile_steps takes A,B with 0 <= A < B, got {fv.profile_steps}')
 
   from crackjax.data import registry as data_registry
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
   try:
     experiment = build(config)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import logs
 
 PROG = 'bench/matching_vs_correspond.py'
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if not fv.workdir:
     sys.exit(f'{PROG}: --workdir=RUN is required; usage: {USAGE}')
   unknown = sorted(set(fv.protocols) - set(PROTOCOLS))
@@ -134,12 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
       f'{PROG}: needs correspondPixels from the pyEdgeEval package ({e}): pip install --no-deps '
       '--target DIR pyedgeeval==0.2.8, then PYTHONPATH=DIR.'
     )
-  from crackjax.deploy import predictor
-  from crackjax.experiment import build
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
   from crackjax.trainer import scoring
 
   workdir = Path(fv.workdir)
-  experiment = build(predictor.read_config(workdir), training=False)
+  experiment = build(restored.read_config(workdir), training=False)
   examples = list(experiment.eval_examples())
   if fv.num_images:
     examples = examples[: fv.num_images]

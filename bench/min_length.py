@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import logs
 
 PROG = 'bench/min_length.py'
@@ -93,22 +93,22 @@ def main(argv: Sequence[str] | None = None) -> int:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if bool(fv.workdir) == bool(fv.model) or bool(fv.model) != bool(fv.folder):
     sys.exit(f'{PROG}: give --workdir=RUN, or --model with --folder; usage: {USAGE}')
   lengths = [float(x) for x in fv.lengths]
   if fv.model:
     return _folder(fv, lengths)
-  from crackjax.deploy import predictor
-  from crackjax.experiment import build
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
   from crackjax.trainer import scoring
 
   workdir = Path(fv.workdir)
-  experiment = build(predictor.read_config(workdir), training=False)
+  experiment = build(restored.read_config(workdir), training=False)
   config = experiment.config
   examples = list(experiment.eval_examples(fv.split))
   state = experiment.restore(workdir)
-  threshold, source = predictor.run_threshold(workdir, int(state.step))
+  threshold, source = restored.run_threshold(workdir, int(state.step))
   probs = scoring.predict_examples(experiment.model, state, examples)
   gt = [component_lengths(ex['mask'][..., 0] > 0.5) for ex in examples]
   pred = [component_lengths(p > threshold) for p in probs]

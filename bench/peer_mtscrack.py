@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import logs, outputs
 
 PROG = 'bench/peer_mtscrack.py'
@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if not fv.set and not fv.data:
     sys.exit(f'{PROG}: give at least one --set or --data; usage: {USAGE}')
   from crackjax import evaluation

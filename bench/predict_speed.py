@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.deploy import hostmem
 from crackjax.runs import outputs
 
@@ -126,19 +126,20 @@ def _time(photo_predictor, images) -> float:
 def main(argv=None) -> dict:
   """Runs the benchmark, prints the report and returns its figures."""
   default = f'{REPO / "configs" / "crackforest_exp.py"}:cpu'
-  fv, _ = config_flags.parse_command(PROG, argv, _define_flags, default_config=default)
+  fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
   from crackjax.deploy import predictor
-  from crackjax.experiment import build
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
 
   try:
     experiment = build(fv.config)
   except ValueError as e:
     sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
   if fv.workdir:
-    run = predictor.load_run(fv.workdir)
+    run = restored.load_run(fv.workdir)
     model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
     batch_stats = run.batch_stats
   else:

@@ -18,8 +18,9 @@ import numpy as np
 import PIL.Image
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.deploy import predict_command, predictor
+from crackjax.experiment import restored
 
 PROG = 'bench/tile_fidelity.py'
 
@@ -38,10 +39,10 @@ def main(argv=None) -> list[dict]:
   flags.DEFINE_list(
     'blends', list(predictor.BLENDS), 'tile blends to compare (Predictor blend=)', flag_values=fv
   )
-  config_flags.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
+  cli.parse_flags(fv, argv, prog=PROG, usage=f'{PROG} --workdir=RUN --image=PHOTO [flags]')
   if not fv.workdir or not fv.image:
     sys.exit(f'{PROG}: --workdir and --image are required')
-  run = predictor.load_run(fv.workdir)
+  run = restored.load_run(fv.workdir)
   photo = predict_command.load_photo(fv.image)
   if fv.scale != 1.0:
     size = (round(photo.shape[1] * fv.scale), round(photo.shape[0] * fv.scale))

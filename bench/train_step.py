@@ -1,8 +1,8 @@
 """Wall time of crackjax's jitted train step, and of PyTorch's on the same device.
 
 Builds the model and Adam state the way training does
-(`crackjax.training.train_state.init_train_state`, `make_mesh`, `global_batch`,
-`crackjax.training.step.make_train_step`), feeds one random batch of the configured shape (images
+(`crackjax.engine.train_state.init_train_state`, `make_mesh`, `global_batch`,
+`crackjax.engine.step.make_train_step`), feeds one random batch of the configured shape (images
 uniform in [0, 1], masks ~2% crack), compiles, runs `--warmup` steps and then times `--steps`
 steps, blocking on the result of each. The step is the full training step: on-device augmentation,
 forward, loss, backward and the Adam update. Any model of `crackjax.models.MODELS` can be
@@ -83,7 +83,7 @@ from pathlib import Path
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,10 +158,10 @@ def bench_jax(
   import flax
   import jax
 
+  from crackjax.engine import mesh as mesh_lib
+  from crackjax.engine import prefetch
   from crackjax.models.conv import resolve_impl
   from crackjax.paper import complexity
-  from crackjax.training import mesh as mesh_lib
-  from crackjax.training import prefetch
 
   config = experiment.config
   mesh = experiment.mesh
@@ -541,7 +541,7 @@ def main(argv=None) -> dict:
   """
   prog = 'bench/train_step.py'
   default = str(REPO / 'configs' / 'crackforest_exp.py')
-  fv, argv = config_flags.parse_command(prog, argv, _define_flags, default_config=default)
+  fv, argv = cli.parse_command(prog, argv, _define_flags, default_config=default)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw)
   if len(hw) != 2:
@@ -563,7 +563,7 @@ def main(argv=None) -> dict:
     print(outputs.dumps(r))
     return {'jax': None, 'torch': r, 'torch_compile': None, 'jax_fresh': None}
 
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
   cache_dir = prepare_fresh_cache() if fv.fresh_memory and not fv.jax_fresh_worker else None
   try:

@@ -17,7 +17,7 @@ set), DeepCrack its unweighted sigmoid CE on every side output and the fused map
 the plain CE, CrackSeg the plain CE of its binary softmax classifier, U-CliqueNet the plain
 two-class CE (assumed: its paper's loss could not be read; crackjax/models/ucliquenet.py).
 SegNet, DeepCrack, DeepLab v3+, CrackSeg and U-CliqueNet have BatchNorm: their running averages
-train, checkpoint and evaluate with them (crackjax/training/checkpoints.py). The dagger variant
+train, checkpoint and evaluate with them (crackjax/engine/checkpoints.py). The dagger variant
 uses β = 0.75 (the CrackForest wce_exp setting of Table I); the per-row β of Tables V-VIII, and the
 other four datasets, come with the row configs of the reproduction harness (`table_row_config`,
 used by configs/table5.py ... table8.py). Everything else (data, augmentation, Adam 3e-4, batch 2,

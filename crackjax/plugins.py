@@ -8,13 +8,13 @@ config that uses it names that module in its optional field ``plugins``, a tuple
 module names (``c.plugins = ('my_models',)``; absent from configs/base.py, so configs without
 plugins keep their JSON and their run fingerprint). Every command that builds an experiment
 from a config imports them first (`import_plugins`, called by
-`crackjax.config.validation.check_config`): training, and prediction, export and
+`crackjax.experiment.validation.check_config`): training, and prediction, export and
 crackjax-evaluate, which rebuild the experiment from a run's config.json and so find the
 plugin by its name alone, in a fresh process. docs/architecture.md has a recipe for each kind.
 
 Registering in the config file itself is not enough: a config file is loaded from its path,
 not imported by name, so a later process reading config.json could not register the entry
-again. `crackjax.config.validation.check_config` reports such an entry (`unrebuildable`)
+again. `crackjax.experiment.validation.check_config` reports such an entry (`unrebuildable`)
 before anything runs.
 """
 

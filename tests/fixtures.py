@@ -155,7 +155,7 @@ def shared_smoke_run(base_temp: Path) -> Path:
   Read it; never write it (copy it first: shutil.copytree), since other tests read it at
   the same time.
   """
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
   from crackjax.trainer import loop
 
   base_temp = Path(base_temp)

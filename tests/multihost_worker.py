@@ -62,10 +62,10 @@ import numpy as np  # noqa: E402
 
 from crackjax.configs import smoke  # noqa: E402
 from crackjax.data import loader  # noqa: E402
-from crackjax.experiment import build  # noqa: E402
+from crackjax.engine import checkpoints, train_state  # noqa: E402
+from crackjax.engine import mesh as mesh_lib  # noqa: E402
+from crackjax.experiment.build import build  # noqa: E402
 from crackjax.trainer import loop  # noqa: E402
-from crackjax.training import checkpoints, train_state  # noqa: E402
-from crackjax.training import mesh as mesh_lib  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 

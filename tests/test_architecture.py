@@ -71,9 +71,9 @@ def test_no_import_cycle_in_crackjax():
   assert not cycles, cycles
   # The check sees real edges: the loop imports the experiment, scoring and the step.
   assert {
-    'crackjax.experiment',
+    'crackjax.experiment.build',
     'crackjax.trainer.scoring',
-    'crackjax.training.step',
+    'crackjax.engine.step',
   } <= graph['crackjax.trainer.loop']
 
 
@@ -128,7 +128,7 @@ def test_one_restore_path():
     for p in (REPO / 'crackjax').rglob('*.py')
     if 'StandardRestore' in p.read_text() or 'restore_latest_readable(' in p.read_text()
   )
-  assert users == ['crackjax/training/checkpoints.py']
+  assert users == ['crackjax/engine/checkpoints.py']
 
 
 # The layers of docs/architecture.md, bottom first: each is a folder of crackjax (a package
@@ -143,15 +143,20 @@ LAYERS = (
   'crackjax.losses',
   'crackjax.data',
   'crackjax.evaluation',  # protocols, metrics, inference, plots: functions of arrays
-  'crackjax.training',  # step, state, checkpoints, mesh, prefetch
-  'crackjax.config',  # flags, validation
-  'crackjax.experiment',
-  'crackjax.deploy',  # prediction and export (crackjax-evaluate scores model files through it)
-  'crackjax.trainer',  # the loop, scoring records, the train, evaluate and data-stats commands
+  'crackjax.engine',  # step, state, checkpoints, mesh, prefetch, schedule
+  'crackjax.experiment',  # config -> parts (build, validation), workdir -> run (restored)
+  'crackjax.cli',  # the command scaffold: --config, flags, one-line exits
+  'crackjax.deploy',  # prediction and export: photos and files from a restored run
+  'crackjax.trainer',  # the loop, scoring and records, the train, evaluate and data-stats commands
   'crackjax.paper',
   'crackjax',
 )
-INDEPENDENT = (('crackjax.deploy', 'crackjax.paper'),)
+# Folders side by side: neither imports the other (deploy/ and trainer/ are siblings above
+# experiment/, which restores runs for both; paper/ trains, it does not deploy).
+INDEPENDENT = (
+  ('crackjax.deploy', 'crackjax.trainer'),
+  ('crackjax.deploy', 'crackjax.paper'),
+)
 
 
 def _folder_of(module: str) -> str:
@@ -214,8 +219,8 @@ def test_no_import_cycle_between_folders():
     if folder not in state:
       visit(folder, [folder])
   assert not cycles, cycles
-  # The check sees real edges: the trainer imports the experiment and training's parts.
-  assert {'crackjax.experiment', 'crackjax.training'} <= graph['crackjax.trainer']
+  # The check sees real edges: the trainer imports the experiment and the engine's parts.
+  assert {'crackjax.experiment', 'crackjax.engine'} <= graph['crackjax.trainer']
 
 
 def test_layer_check_sees_an_upward_import():
@@ -258,13 +263,13 @@ def test_the_layout_in_the_docs_names_every_module():
 
 
 def test_the_parts_take_narrow_inputs_not_the_config():
-  # experiment.build derives the Schedule, the EvalPlan and the RestoreSpec once: training/ and
+  # experiment.build derives the Schedule, the EvalPlan and the RestoreSpec once: engine/ and
   # evaluation/ never see a ConfigDict, and the loop and scoring read no config field.
   modules = _crackjax_modules()
   importers = sorted(
     name
     for name, tree in modules.items()
-    if name.startswith(('crackjax.training.', 'crackjax.evaluation'))
+    if name.startswith(('crackjax.engine.', 'crackjax.evaluation'))
     and any(t == 'ml_collections' or t.startswith('ml_collections.') for t in _imported(tree))
   )
   assert not importers, importers

@@ -26,12 +26,13 @@ from flax.training import train_state as flax_train_state
 from crackjax import losses
 from crackjax.configs import compare, smoke
 from crackjax.deploy import export, predictor
-from crackjax.experiment import build
+from crackjax.engine import checkpoints, train_state
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine import step as step_lib
+from crackjax.experiment import restored
+from crackjax.experiment.build import build
 from crackjax.models import model_variables
 from crackjax.trainer import scoring
-from crackjax.training import checkpoints, train_state
-from crackjax.training import mesh as mesh_lib
-from crackjax.training import step as step_lib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,10 +106,10 @@ _DEVICES_SCRIPT = textwrap.dedent("""
   import jax, ml_collections, numpy as np
   from crackjax import losses
   from crackjax.trainer import loop
-  from crackjax.training import step as step_lib
-  from crackjax.training import checkpoints
-  from crackjax.training import mesh as mesh_lib
-  from crackjax.training import train_state
+  from crackjax.engine import step as step_lib
+  from crackjax.engine import checkpoints
+  from crackjax.engine import mesh as mesh_lib
+  from crackjax.engine import train_state
   from tests.test_batchnorm_train_state import expected_running_mean, tiny_batch, tiny_state
 
   assert jax.device_count() == 2, jax.devices()
@@ -188,7 +189,7 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, restored.opt_state, old.opt_state)
   assert train_state.batch_stats_of(restored) is None
 
-  run = predictor.load_run(tmp_path)
+  run = restored.load_run(tmp_path)
   assert run.step == 7 and run.batch_stats is None
   jax.tree.map(np.testing.assert_array_equal, run.params, params)
 
@@ -255,7 +256,7 @@ def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, t
   [probs] = scoring.predict_examples(build(config).model, state, [{'image': image}])
   np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
 
-  run = predictor.load_run(workdir)
+  run = restored.load_run(workdir)
   jax.tree.map(np.testing.assert_array_equal, run.batch_stats, state.batch_stats)
   photo_predictor = predictor.Predictor.from_workdir(workdir)
   np.testing.assert_allclose(photo_predictor(image), expected, rtol=1e-5, atol=1e-6)

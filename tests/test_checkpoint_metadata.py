@@ -12,10 +12,11 @@ import optax
 import PIL.Image
 import pytest
 
-from crackjax.deploy import model_export, predict_command, predictor
-from crackjax.experiment import build
+from crackjax.deploy import model_export, predict_command
+from crackjax.engine import checkpoints
+from crackjax.experiment import restored
+from crackjax.experiment.build import build
 from crackjax.trainer import evaluate_command
-from crackjax.training import checkpoints
 
 
 def _copy_checkpoints(run: Path, where: Path) -> Path:
@@ -30,7 +31,7 @@ def _leaves_equal(a, b) -> bool:
 
 def test_every_step_records_the_run(smoke_run):
   config = json.loads((smoke_run / 'config.json').read_text())
-  shape = build(predictor.read_config(smoke_run), training=False).restore_spec.image_shape
+  shape = build(restored.read_config(smoke_run), training=False).restore_spec.image_shape
   for step in (3, 6):
     recorded = checkpoints.step_metadata(smoke_run / 'checkpoints', step)
     assert recorded['config'] == config
@@ -40,18 +41,18 @@ def test_every_step_records_the_run(smoke_run):
 
 
 def test_checkpoints_alone_predict_as_the_run(smoke_run, tmp_path):
-  whole = predictor.load_run(smoke_run)
+  whole = restored.load_run(smoke_run)
   copied = _copy_checkpoints(smoke_run, tmp_path / 'elsewhere')
   assert not (copied.parent / 'config.json').exists()
   for given in (copied.parent, copied):  # the folder holding checkpoints/, or checkpoints/ itself
-    alone = predictor.load_run(given)
+    alone = restored.load_run(given)
     assert alone.step == whole.step == 6
     assert alone.config.to_dict() == whole.config.to_dict()
     assert _leaves_equal(alone.params, whole.params)
     assert 'no threshold.json' in alone.threshold_source  # it stayed with the run
   # A copy under another name, the steps directly inside it.
   renamed = Path(shutil.copytree(copied, tmp_path / 'my_model'))
-  assert predictor.load_run(renamed).step == 6
+  assert restored.load_run(renamed).step == 6
 
 
 def test_checkpoints_alone_through_the_commands(smoke_run, tmp_path, capsys):
@@ -82,14 +83,14 @@ def test_old_checkpoints_without_the_record_restore_through_config_json(smoke_ru
     data.pop('custom_metadata', None)  # as a step saved before steps recorded their run
     meta.write_text(json.dumps(data))
   assert checkpoints.run_metadata(run) is None
-  assert predictor.load_run(run).step == 6
+  assert restored.load_run(run).step == 6
   alone = _copy_checkpoints(run, tmp_path / 'elsewhere')
   with pytest.raises(FileNotFoundError, match='no checkpoint in .* records its config'):
-    predictor.read_config(alone)
+    restored.read_config(alone)
 
 
 def test_inference_does_not_read_the_optimiser_state(smoke_run):
-  experiment = build(predictor.read_config(smoke_run), training=False)
+  experiment = build(restored.read_config(smoke_run), training=False)
   # Another optimiser: its state has another structure than the saved Adam moments.
   other = dataclasses.replace(experiment, optimizer=optax.sgd(0.1))
   with pytest.raises(checkpoints.CheckpointError, match='opt_state'):

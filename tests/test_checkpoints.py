@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from crackjax.data import loader
-from crackjax.deploy import predictor
-from crackjax.experiment import Experiment, build
+from crackjax.engine import checkpoints
+from crackjax.experiment import restored
+from crackjax.experiment.build import Experiment, build
 from crackjax.runs import identity
 from crackjax.trainer import loop
-from crackjax.training import checkpoints
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,13 +206,13 @@ def test_predict_load_run_falls_back(run_copy, caplog):
   truncate_arrays(run_copy / 'checkpoints' / '6')
   # An explicitly requested damaged step is an error, and nothing is moved.
   with pytest.raises(checkpoints.CheckpointError) as e:
-    predictor.load_run(run_copy, step=6)
+    restored.load_run(run_copy, step=6)
   assert_one_line(str(e.value))
   assert 'Checkpoint step 6 in' in str(e.value) and 'cannot be read' in str(e.value)
   assert not set_aside(run_copy, 6)
 
   with caplog.at_level(logging.WARNING):
-    run = predictor.load_run(run_copy)
+    run = restored.load_run(run_copy)
   assert run.step == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -232,7 +232,7 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   config.data.input_size = None
   assert int(build(config).restore(trained).step) == 6
   assert int(build(config).restore(trained, step=3).step) == 3
-  assert predictor.load_run(trained, step=3).step == 3
+  assert restored.load_run(trained, step=3).step == 3
   with pytest.raises(checkpoints.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
     build(config).restore(trained, step=4)
 

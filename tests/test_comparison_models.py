@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from crackjax.configs import compare
-from crackjax.deploy import predictor
+from crackjax.experiment import restored
 from tests import fixtures
 
 SIDE_OUTPUTS = {'hed', 'rcf', 'deepcrack'}  # deep supervision: a loss per side output
@@ -42,7 +42,7 @@ def test_trains_through_launch(model, dagger, data_dirs, tmp_path):
   if model == 'segnet' and not dagger:  # the median-frequency weights, per batch
     assert all(r['w_crack'] > 1 > r['w_background'] for r in rows)
   assert not (workdir / 'eval.json').exists()  # --mode=train
-  run = predictor.load_run(workdir)
+  run = restored.load_run(workdir)
   if model in BATCH_NORM:  # the running averages were trained and checkpointed
     mean = run.batch_stats['conv1_1' if model != 'deeplabv3plus' else 'conv1']['bn']['mean']
     assert np.all(np.isfinite(mean)) and np.any(mean != 0)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from crackjax.deploy import predictor
+from crackjax.experiment import restored
 from crackjax.models import model_from_config
 from crackjax.models.crackseg import CrackSeg
 from crackjax.models.deeplabv3plus import DeepLabV3Plus
@@ -198,7 +198,7 @@ def test_trains_through_launch(model, dagger, data_dirs, tmp_path):
   assert init['pretrained'] is None and init['loaded'] == [] and init['total_values'] > 0
   assert 'from scratch' in proc.stderr
   assert json.loads((workdir / 'config.json').read_text())['model_init']['pretrained'] is None
-  run = predictor.load_run(workdir)  # BatchNorm running averages trained and checkpointed
+  run = restored.load_run(workdir)  # BatchNorm running averages trained and checkpointed
   mean = run.batch_stats['head_bn' if model == 'ucliquenet' else 'conv1']
   mean = mean['mean'] if 'mean' in mean else mean['bn']['mean']
   assert np.all(np.isfinite(mean)) and np.any(mean != 0)

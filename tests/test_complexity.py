@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 from crackjax.configs import compare, smoke
-from crackjax.experiment import build
+from crackjax.experiment.build import build
 from crackjax.models import MODELS, input_multiple, model_from_config
 from crackjax.paper import complexity
 

@@ -28,13 +28,13 @@ import numpy as np
 import pytest
 
 from crackjax import evaluation, losses, models
-from crackjax.config import validation
 from crackjax.configs import base, compare
 from crackjax.data import registry as data_registry
-from crackjax.experiment import build
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine import train_state
+from crackjax.experiment import validation
+from crackjax.experiment.build import build
 from crackjax.models import pretrained
-from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state
 from tests import fixtures
 
 MODEL_NAMES = sorted(models.MODELS)

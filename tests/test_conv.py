@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from crackjax.configs import smoke
-from crackjax.experiment import build
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine import prefetch
+from crackjax.experiment.build import build
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
-from crackjax.training import mesh as mesh_lib
-from crackjax.training import prefetch
 
 
 def _xla_weight_grad(x, g):

@@ -14,7 +14,7 @@ import PIL.Image
 import pytest
 
 from crackjax.data import registry as data_registry
-from crackjax.experiment import build as build_experiment
+from crackjax.experiment.build import build as build_experiment
 from crackjax.tfds_builders.crack_folder import CrackFolder, crack_folder_dataset_builder
 from crackjax.tfds_builders.errors import CrackDataWarning, DatasetError, DatasetNotFoundError
 from tests import fixtures

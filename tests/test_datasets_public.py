@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from crackjax.config import validation
 from crackjax.configs import base
 from crackjax.configs.release import roads_unet_cpu
 from crackjax.data import loader, mixture
 from crackjax.data import registry as data_registry
+from crackjax.experiment import validation
 from crackjax.trainer import scoring
 from tests import fixtures
 
@@ -176,7 +176,7 @@ def test_member_results_score_each_dataset_and_select_on_their_mean():
   names = ['a/x', 'a/y', 'b/x', 'b/y']
   config = base.get_config()
   config.eval.protocols = ('strict',)
-  from crackjax.experiment import eval_plan_of
+  from crackjax.experiment.build import eval_plan_of
 
   plan = eval_plan_of(config)
   members = scoring.member_results(names, probs, gts, plan)
@@ -193,7 +193,7 @@ def test_member_results_score_each_dataset_and_select_on_their_mean():
 @pytest.mark.slow
 def test_mixture_trains_and_records_each_dataset_every_epoch(tmp_path):
   config = _mixture_config(tmp_path)
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
   from crackjax.trainer.loop import train_and_evaluate
 
   experiment = build(config)

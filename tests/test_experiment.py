@@ -1,5 +1,5 @@
 """The experiment is built once: one validation pass, one model, one dataset builder and one
-source per split, whoever asks for them (crackjax/experiment.py)."""
+source per split, whoever asks for them (crackjax/experiment/build.py)."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.experiment import build
+from crackjax.experiment.build import build
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ _COUNTERS = textwrap.dedent("""
     import atexit, collections, dataclasses, json, sys
     import crackjax.tfds_builders.crackforest as crackforest
     from crackjax import models
-    from crackjax.config import validation
+    from crackjax.experiment import validation
     from crackjax.data import registry as data_registry
 
     COUNTS = collections.Counter()
@@ -71,8 +71,8 @@ def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
 
   import crackjax.tfds_builders.crackforest as crackforest
   from crackjax import models
-  from crackjax.config import validation
   from crackjax.data import registry as data_registry
+  from crackjax.experiment import validation
 
   counts = collections.Counter()
 
@@ -138,7 +138,7 @@ def test_one_launch_builds_each_part_once(tmp_path):
 
 def test_the_narrow_inputs_are_read_from_the_config_once():
   from crackjax.configs import smoke
-  from crackjax.experiment import eval_plan_of, restore_spec_of, schedule_of
+  from crackjax.experiment.build import eval_plan_of, restore_spec_of, schedule_of
 
   config = smoke.get_config()
   config.steps_per_epoch, config.num_epochs, config.log_every_steps = 3, 4, 2

@@ -12,6 +12,7 @@ import pytest
 
 from crackjax.deploy import export, predictor
 from crackjax.evaluation import inference
+from crackjax.experiment import restored
 
 # Sizes the round trip is checked on: two batch sizes and two spatial sizes, one file.
 SHAPES = ((2, 32, 48, 3), (1, 64, 80, 3))
@@ -25,7 +26,7 @@ def run_dir(smoke_run):
 
 @pytest.fixture(scope='module')
 def run(run_dir):
-  return predictor.load_run(run_dir)
+  return restored.load_run(run_dir)
 
 
 def _images():

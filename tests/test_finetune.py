@@ -71,8 +71,8 @@ def finetune_config(model: Path, folder: Path, data_dir: Path, protocols=('stric
 def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   exported, tmp_path, capsys
 ):
-  from crackjax.deploy import predictor
-  from crackjax.experiment import build
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
   from crackjax.trainer import before_after, evaluate_command, train_command
 
   folder = roads(tmp_path / 'roads')
@@ -109,7 +109,7 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   shipped = record['results']['strict']
   assert shipped['ods']['f1'] == pytest.approx(before['results']['strict']['ods']['f1'])
   assert shipped['operating_points']['run']['f1'] == pytest.approx(stored['f1'])
-  assert predictor.load_model(exported).threshold == stored['threshold']
+  assert restored.load_model(exported).threshold == stored['threshold']
 
   table = (run / before_after.TABLE_FILE).read_text()
   assert table.strip() in printed
@@ -136,7 +136,7 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
 
 
 def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
   config = fixtures.fake_folder_config(tmp_path)
   assert build(config).start_model is None

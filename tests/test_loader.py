@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from crackjax.data import registry as data_registry
-from crackjax.experiment import build
+from crackjax.experiment.build import build
 from tests import fixtures
 
 SIZE = (32, 48)

@@ -1,14 +1,14 @@
-"""One-line messages: the config flag's errors (crackjax/config/flags.py) and data warnings
+"""One-line messages: the config flag's errors (crackjax/cli.py) and data warnings
 (crackjax/runs/logs.py), in process."""
 
 import pytest
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 
 
 def _parse(*args: str):
   argv = ['prog', *args]
-  return config_flags.parse_flags(config_flags.new_flag_values(argv), argv, prog='prog')
+  return cli.parse_flags(cli.new_flag_values(argv), argv, prog='prog')
 
 
 def test_overrides_without_config_name_the_missing_config():
@@ -28,10 +28,10 @@ def test_an_unknown_flag_is_still_named_as_one():
 
 
 def test_a_config_and_its_overrides_parse():
-  flag_values = config_flags.new_flag_values(
+  flag_values = cli.new_flag_values(
     ['prog', '--config=configs/smoke.py', '--config.learning_rate=0.1']
   )
-  config_flags.parse_flags(
+  cli.parse_flags(
     flag_values, ['prog', '--config=configs/smoke.py', '--config.learning_rate=0.1'], prog='prog'
   )
   assert flag_values.config.learning_rate == 0.1

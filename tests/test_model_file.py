@@ -229,7 +229,7 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   """--config.model_init.pretrained=FILE: a new run's first parameters are the file's."""
   import jax
 
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
   from crackjax.models import pretrained
 
   config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))

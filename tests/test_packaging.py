@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import crackjax
-from crackjax.config import flags as config_flags
+from crackjax import cli
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / 'pyproject.toml').read_text())
@@ -57,7 +57,7 @@ def test_the_source_tree_has_the_installed_names():
 
   assert Path(crackjax.configs.__file__).parent.resolve() == REPO / 'configs'
   assert Path(crackjax.tfds_builders.__file__).parent.resolve() == REPO / 'tfds_builders'
-  assert config_flags.shipped_configs_dir().resolve() == REPO / 'configs'
+  assert cli.shipped_configs_dir().resolve() == REPO / 'configs'
 
 
 def test_the_builders_under_their_old_top_level_name_are_refused():
@@ -82,11 +82,11 @@ def test_a_shipped_config_is_found_from_another_folder(tmp_path, monkeypatch, ca
   # copy, said on stderr; its `from crackjax.configs import ...` works.
   monkeypatch.chdir(tmp_path)
   argv = ['prog', '--config=configs/smoke.py', '--config.num_epochs=3']
-  flag_values = config_flags.new_flag_values(argv)
-  config_flags.parse_flags(flag_values, argv, prog='prog')
+  flag_values = cli.new_flag_values(argv)
+  cli.parse_flags(flag_values, argv, prog='prog')
   assert flag_values.config.num_epochs == 3
   assert flag_values.config.data.name == 'crackforest'
-  shipped = config_flags.shipped_configs_dir() / 'smoke.py'
+  shipped = cli.shipped_configs_dir() / 'smoke.py'
   assert capsys.readouterr().err.splitlines() == [
     f'prog: no configs/smoke.py under the current folder: using the config crackjax ships, '
     f'{shipped}.'
@@ -96,22 +96,22 @@ def test_a_shipped_config_is_found_from_another_folder(tmp_path, monkeypatch, ca
   (tmp_path / 'configs' / 'smoke.py').write_text(
     'import ml_collections\n\n\ndef get_config():\n  return ml_collections.ConfigDict({"x": 1})\n'
   )
-  flag_values = config_flags.new_flag_values(argv[:2])
-  config_flags.parse_flags(flag_values, argv[:2], prog='prog')
+  flag_values = cli.new_flag_values(argv[:2])
+  cli.parse_flags(flag_values, argv[:2], prog='prog')
   assert flag_values.config.x == 1
   assert capsys.readouterr().err == ''
 
 
 def test_a_missing_config_from_another_folder_names_a_close_shipped_one(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  assert config_flags.config_file_problem('configs/smoek.py:cpu') == (
+  assert cli.config_file_problem('configs/smoek.py:cpu') == (
     'configs/smoek.py does not exist; did you mean configs/smoke.py?'
   )
-  assert config_flags.shipped_config('configs/release/crackforest_unet_cpu.py:x') == (
-    f'{config_flags.shipped_configs_dir() / "release" / "crackforest_unet_cpu.py"}:x'
+  assert cli.shipped_config('configs/release/crackforest_unet_cpu.py:x') == (
+    f'{cli.shipped_configs_dir() / "release" / "crackforest_unet_cpu.py"}:x'
   )
-  assert config_flags.shipped_config('configs/nothing.py') is None
-  assert config_flags.shipped_config('/abs/configs/smoke.py') is None
+  assert cli.shipped_config('configs/nothing.py') is None
+  assert cli.shipped_config('/abs/configs/smoke.py') is None
 
 
 def test_the_metadata_a_user_and_a_type_checker_read():

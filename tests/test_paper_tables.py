@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.config import validation
+from crackjax.experiment import validation
 from crackjax.paper import tables as paper_tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'

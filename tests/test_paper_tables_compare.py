@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from crackjax import losses
-from crackjax.config import validation
 from crackjax.configs import compare, paper_tables
+from crackjax.experiment import validation
 from crackjax.models import MODELS, model_group
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report, report_stats, report_tables, runner, tables

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from crackjax import evaluation, losses, models, plugins
-from crackjax.config import validation
 from crackjax.configs import smoke
 from crackjax.data import registry as data_registry
+from crackjax.experiment import validation
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,10 +16,11 @@ import PIL.Image
 import pytest
 
 import crackjax
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.deploy import measure, predict_command, predictor
 from crackjax.evaluation import inference
-from crackjax.experiment import build
+from crackjax.experiment import restored
+from crackjax.experiment.build import build
 from crackjax.trainer import scoring
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def run_dir(smoke_run):
 
 @pytest.fixture(scope='module')
 def run(run_dir):
-  return predictor.load_run(run_dir)
+  return restored.load_run(run_dir)
 
 
 def photo(h, w, seed=0):
@@ -64,12 +65,12 @@ def test_load_run_and_threshold(run, run_dir, caplog, monkeypatch):
     assert predictor.Predictor.from_workdir(run_dir).threshold == saved['threshold']
   assert not caplog.records, [r.getMessage() for r in caplog.records]
   with pytest.raises(FileNotFoundError, match='not a crackjax run directory'):
-    predictor.load_run(run_dir.parent)
+    restored.load_run(run_dir.parent)
   with pytest.raises(FileNotFoundError, match=r'No checkpoint of step 5.*\[3, 6\]'):
-    predictor.load_run(run_dir, step=5)
+    restored.load_run(run_dir, step=5)
   assert 'step 6, crackforest, test' in run.threshold_source
   # The threshold was chosen for step 6's parameters: step 3 does not get it silently.
-  older = predictor.load_run(run_dir, step=3)
+  older = restored.load_run(run_dir, step=3)
   assert older.threshold == 0.5
   assert 'was chosen for step 6, not step 3' in older.threshold_source
 
@@ -87,17 +88,17 @@ def test_an_older_step_takes_its_epoch_records_threshold(run_dir, tmp_path):
     'results': {'strict': {'ods': {'f1': 0.4, 'threshold': 0.73}}},
   }
   (run_dir / 'epoch_001.json').write_text(json.dumps(record))
-  threshold, source = predictor.run_threshold(run_dir, 3)
+  threshold, source = restored.run_threshold(run_dir, 3)
   assert threshold == 0.73
   assert source == 'ODS F1 on the test split, strict protocol, crackforest, step 3 (epoch_001.json)'
-  assert predictor.load_run(run_dir, step=3).threshold == 0.73
+  assert restored.load_run(run_dir, step=3).threshold == 0.73
   # threshold.json still decides for its own step; a step with neither keeps 0.5, said.
   assert (
-    predictor.load_run(run_dir).threshold
+    restored.load_run(run_dir).threshold
     == json.loads((run_dir / 'threshold.json').read_text())['threshold']
   )
   (run_dir / 'epoch_001.json').write_text('{damaged')
-  threshold, source = predictor.run_threshold(run_dir, 3)
+  threshold, source = restored.run_threshold(run_dir, 3)
   assert threshold == 0.5 and 'was chosen for step 6, not step 3' in source
 
 
@@ -105,7 +106,7 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))  # the shared run stays as it is
   own = ('eval.json', 'threshold.json', 'eval_per_image.csv', 'pr_curve.png')
   before = {f: (run_dir / f).read_bytes() for f in own}
-  config = predictor.read_config(run_dir)
+  config = restored.read_config(run_dir)
   config.data.test_split = 'train'  # other images than the run's own test split
   scoring.evaluate_checkpoint(build(config), run_dir)
   out = run_dir / 'eval' / 'crackforest_train'
@@ -113,7 +114,7 @@ def test_scoring_other_data_keeps_the_runs_own_results(run_dir, tmp_path):
   assert json.loads((out / 'threshold.json').read_text())['split'] == 'train'
   assert {f: (run_dir / f).read_bytes() for f in own} == before
   saved = json.loads(before['threshold.json'])
-  assert predictor.load_run(run_dir).threshold == saved['threshold'] and saved['split'] == 'test'
+  assert restored.load_run(run_dir).threshold == saved['threshold'] and saved['split'] == 'test'
 
 
 def test_any_size_is_reflection_padded_and_cropped_back(run):
@@ -352,9 +353,9 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   assert str(e.value) == (
     f'crackjax-predict: cannot write --out={out}: {tmp_path / "file.txt"} is a file, not a folder.'
   )
-  assert config_flags.unwritable(tmp_path / 'new' / 'out') is None
+  assert cli.unwritable(tmp_path / 'new' / 'out') is None
   assert not (tmp_path / 'new').exists()  # nothing is created to find out
-  assert config_flags.unwritable(tmp_path) is None
+  assert cli.unwritable(tmp_path) is None
   assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 

@@ -15,11 +15,11 @@ import pytest
 from jax import lax
 
 from crackjax.configs import compare
-from crackjax.experiment import build
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine import train_state
+from crackjax.experiment.build import build
 from crackjax.models import get_model, pretrained
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
-from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state
 
 # torchvision's VGG16 configuration 'D': channels, 'M' a max-pool.
 VGG16_CFG = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')

@@ -29,9 +29,9 @@ import PIL.Image
 import pytest
 
 from crackjax import evaluation, losses, models
-from crackjax.config import validation
 from crackjax.data import registry as data_registry
-from crackjax.experiment import build
+from crackjax.experiment import validation
+from crackjax.experiment.build import build
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]

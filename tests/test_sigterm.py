@@ -13,9 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 _SCRIPT = textwrap.dedent("""
   import os, signal, time
-  from crackjax.config import flags as config_flags
+  from crackjax import cli
 
-  config_flags.exit_on_sigterm()
+  cli.exit_on_sigterm()
   try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)

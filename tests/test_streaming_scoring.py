@@ -75,10 +75,10 @@ def test_a_bad_map_is_named_by_its_index():
 
 
 def _restored(run):
-  from crackjax.deploy import predictor
-  from crackjax.experiment import build
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
 
-  experiment = build(predictor.read_config(run))
+  experiment = build(restored.read_config(run))
   return experiment, experiment.restore(run, inference=True)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from tensorboardX.proto import event_pb2, plugin_hparams_pb2
 
-from crackjax.experiment import build
+from crackjax.experiment.build import build
 from crackjax.runs import metric_writer
 from crackjax.trainer import loop
 from tests import fixtures

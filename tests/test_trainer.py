@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from crackjax.data import loader
-from crackjax.experiment import build
+from crackjax.engine import checkpoints
+from crackjax.engine import step as step_lib
+from crackjax.experiment.build import build
 from crackjax.runs import exits, identity
 from crackjax.trainer import loop, scoring, train_command
-from crackjax.training import checkpoints
-from crackjax.training import step as step_lib
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -255,9 +255,9 @@ _KILLED_RUN = textwrap.dedent("""
     from pathlib import Path
     from crackjax.configs import smoke
     from crackjax.trainer import loop
-    from crackjax.training import step as step_lib
+    from crackjax.engine import step as step_lib
     from crackjax.data import loader
-    from crackjax.experiment import build
+    from crackjax.experiment.build import build
 
     config = smoke.get_config()
     config.data.manual_dir, config.data.data_dir = {raw!r}, {tfds!r}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.config import validation
 from crackjax.configs import base, smoke
-from crackjax.experiment import build
+from crackjax.experiment import validation
+from crackjax.experiment.build import build
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]

@@ -136,7 +136,7 @@ def create_train_iterator(
 
   Args:
     config: reads data (name, train_split, input_size, noise_std), seed, batch_size.
-    source: the train split's source (`crackjax.experiment.Experiment.train_source`).
+    source: the train split's source (`crackjax.experiment.build.Experiment.train_source`).
     start_step: number of the first global batch to yield (the training step to resume at).
     process_index: this process (default ``jax.process_index()``).
     process_count: number of processes (default ``jax.process_count()``).

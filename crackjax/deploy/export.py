@@ -56,11 +56,12 @@ import ml_collections
 from absl import flags
 from jax import export as jax_export
 
-from crackjax.config import flags as config_flags
-from crackjax.deploy.predictor import Run, load_model, load_run, pad_multiple, predict_step
+from crackjax import cli
+from crackjax.deploy.predictor import pad_multiple, predict_step
+from crackjax.engine.checkpoints import CheckpointError
+from crackjax.experiment.restored import Run, load_model, load_run
 from crackjax.models import hub, input_multiple, model_file, model_from_config
 from crackjax.runs import docs, exits, logs, outputs
-from crackjax.training.checkpoints import CheckpointError
 
 FORMATS = ('jax', 'onnx', 'model')
 DEFAULT_PLATFORMS = ('cpu', 'cuda')
@@ -237,7 +238,7 @@ def export_run(
       with `model`.
     out: the file to write (suggested suffixes: ``.jaxexport``, ``.onnx``).
     model: instead of a run, a model file's released name, path or URL
-      (`crackjax.deploy.predictor.load_model`); formats 'jax' and 'onnx' only.
+      (`crackjax.experiment.restored.load_model`); formats 'jax' and 'onnx' only.
     step: checkpoint step to export (default: the latest).
     platforms: `jax.export` platforms to lower for ('cpu', 'cuda', 'rocm', 'tpu'); the
       file runs on any of them. Ignored for ONNX.
@@ -247,7 +248,7 @@ def export_run(
     opset: ONNX opset (format 'onnx' only).
     overwrite: replace existing files; without it an existing `out` or sidecar is an error.
     allow_plugins: with `model`, the plugin modules the file names that may be imported
-      (`crackjax.deploy.predictor.load_model`: a file never imports code on its own word).
+      (`crackjax.experiment.restored.load_model`: a file never imports code on its own word).
 
   Returns:
     `out` as a Path.
@@ -456,7 +457,7 @@ def _main(argv: Sequence[str] | None) -> None:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   flag_values = flags.FlagValues()
   _define_flags(flag_values)
-  config_flags.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
+  cli.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
   fv = flag_values
   if not fv.out:
     sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
@@ -466,7 +467,7 @@ def _main(argv: Sequence[str] | None) -> None:
     sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
-  problem = config_flags.unwritable(Path(fv.out).parent)
+  problem = cli.unwritable(Path(fv.out).parent)
   if problem:  # before the run is restored and traced
     sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
   if fv.format == 'model':

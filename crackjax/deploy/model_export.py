@@ -25,14 +25,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from crackjax.deploy.predictor import (
-  PAD_BUCKET,
-  Predictor,
-  Run,
-  epoch_threshold,
-  load_run,
-  pad_multiple,
-)
+from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple
+from crackjax.experiment.restored import Run, epoch_threshold, load_run
 from crackjax.models import input_multiple, model_file
 
 # The licence of each dataset's images and labels, as its publisher states it (the card, the
@@ -275,7 +269,7 @@ def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str,
   parameters rounded to bfloat16) against float32, on the first `max_images` images of the
   run's test split."""
   from crackjax import evaluation
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
   experiment = build(run.config, training=False)
   examples = list(experiment.eval_examples())[:max_images]

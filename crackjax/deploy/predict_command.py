@@ -55,7 +55,7 @@ import PIL.Image
 import tqdm
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.deploy import hostmem, html_report, measure
 from crackjax.deploy import predict_outputs as written
 from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as before the split)
@@ -70,10 +70,11 @@ from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as befo
   output_names,
   photo_size,
 )
-from crackjax.deploy.predictor import BLENDS, Predictor, load_model, load_run, read_config
+from crackjax.deploy.predictor import BLENDS, Predictor
+from crackjax.engine import checkpoints
+from crackjax.engine.checkpoints import CheckpointError
+from crackjax.experiment.restored import load_model, load_run, read_config
 from crackjax.runs import exits, identity, logs, outputs
-from crackjax.training import checkpoints
-from crackjax.training.checkpoints import CheckpointError
 
 OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
@@ -405,7 +406,7 @@ def _main(argv: Sequence[str] | None) -> int:
   logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
   fv = flags.FlagValues()
   _define_flags(fv)
-  inputs = config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
+  inputs = cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
   if (not fv.workdir and not fv.model) or not fv.out:
     sys.exit(
       f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '
@@ -442,7 +443,7 @@ def _main(argv: Sequence[str] | None) -> int:
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
   _refuse_existing_tables(out, tables, fv.overwrite)
-  problem = config_flags.unwritable(out)
+  problem = cli.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
   if fv.tune_malloc:

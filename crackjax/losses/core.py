@@ -186,7 +186,7 @@ def holistic_loss(
 
 # ----------------------------------------------------------------------------- train-step losses
 # A train-step loss is built from the config's `loss` group and handed to the train step
-# (crackjax.training.step.make_train_step), which calls it as `loss_fn(outputs, labels)`:
+# (crackjax.engine.step.make_train_step), which calls it as `loss_fn(outputs, labels)`:
 #   outputs: what the model returned (logits [B, H, W, 1], or a dict with 'logits' and side
 #     outputs, see crackjax.models),
 #   labels: the (augmented) binary masks [B, H, W, 1] of the global batch,

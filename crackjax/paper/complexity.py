@@ -66,8 +66,8 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
-from crackjax.experiment import Experiment, build
+from crackjax import cli
+from crackjax.experiment.build import Experiment, build
 from crackjax.models import fused_logits
 from crackjax.paper import tables
 from crackjax.runs import exits, outputs
@@ -497,7 +497,7 @@ _INTERRUPTED = 'interrupted (Ctrl-C); nothing was written: run the same command 
 def _main(argv: Sequence[str] | None) -> dict:
   """Prints the complexity report of ``--config`` (argv without the program name)."""
   prog = PROG
-  fv, _ = config_flags.parse_command(prog, argv, _define_flags)
+  fv, _ = cli.parse_command(prog, argv, _define_flags)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:

@@ -25,7 +25,7 @@ from typing import Any
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.paper import records, tables
 from crackjax.runs import identity
 
@@ -147,9 +147,9 @@ def without_complete(
 
 def configs_dir(flag_value: str | None = None) -> Path:
   """The directory of configs/table<T>.py: the flag, else the configs crackjax ships
-  (`crackjax.config.flags.shipped_configs_dir`: the repository's configs/ or the installed
+  (`crackjax.cli.shipped_configs_dir`: the repository's configs/ or the installed
   crackjax/configs/)."""
-  return Path(flag_value) if flag_value else config_flags.shipped_configs_dir()
+  return Path(flag_value) if flag_value else cli.shipped_configs_dir()
 
 
 def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagValues | Exception:
@@ -158,7 +158,7 @@ def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagV
   lacks is an AttributeError or KeyError that names the last part of its path only; anything
   else a flags.Error that names the flag (``--config=...`` or ``--config.<override>``)."""
   argv = [_ARGV0, f'--config={path}:{arg}', *(f'--config.{o}' for o in overrides)]
-  fv = config_flags.new_flag_values(argv)
+  fv = cli.new_flag_values(argv)
   try:
     fv(argv)
   except (AttributeError, KeyError, flags.Error) as e:
@@ -186,8 +186,8 @@ def _config_error(
   message = str(error)
   for o in overrides:
     if message.startswith(f'flag --config.{o}: '):
-      return f'--set={o}: {config_flags.exception_line(message[len(f"flag --config.{o}: ") :])}'
-  detail = config_flags.exception_line(
+      return f'--set={o}: {cli.exception_line(message[len(f"flag --config.{o}: ") :])}'
+  detail = cli.exception_line(
     message.split(': ', 1)[1] if message.startswith('flag --') else message
   )
   detail = detail.removeprefix('Error whilst parsing config file: ')
@@ -420,7 +420,7 @@ def prepare(jobs: Sequence[Job], configs: Mapping[str, Any], workdir: str | Path
     data_registry.DatasetError, OSError: a dataset that cannot be prepared (the message names
       the path).
   """
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
   experiments = {k: build(c) for k, c in configs.items()}
   for job in jobs:

@@ -41,7 +41,7 @@ from typing import Any
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.paper import records
 from crackjax.paper.report_figures import plot_curves
 from crackjax.paper.report_stats import compare_results, left_out
@@ -134,7 +134,7 @@ def _main(argv: Sequence[str] | None) -> int:
     "chunk's time limit, which the next chunk redoes from scratch).",
     flag_values=fv,
   )
-  inputs = config_flags.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
+  inputs = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
   if not inputs:
     sys.exit(f'usage: {USAGE}')
   try:
@@ -160,7 +160,7 @@ def _main(argv: Sequence[str] | None) -> int:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')
   targets = [('--out', out)] + ([('--export', Path(fv.export).parent)] if fv.export else [])
   for flag, folder in targets:
-    problem = config_flags.unwritable(folder)
+    problem = cli.unwritable(folder)
     if problem:
       sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
   if fv.export and Path(fv.export).exists() and not fv.overwrite:

@@ -52,7 +52,7 @@ from typing import Any
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.paper import jobs, records, scheduler
 from crackjax.runs import exits, identity
 
@@ -203,7 +203,7 @@ def _parse(full: Sequence[str]) -> flags.FlagValues:
   """The flags of the command line `full` (help, or a flag error, exits)."""
   fv = flags.FlagValues()
   define_flags(fv)
-  rest = config_flags.parse_flags(fv, full, prog=PROG, usage=USAGE)
+  rest = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)
   if len(rest) > 1:
     sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
   return fv
@@ -223,7 +223,7 @@ def _check(fv: flags.FlagValues) -> None:
     sys.exit(f'{PROG}: --table and --workdir are required (or --list).')
   if fv.seeds < 1 or fv.parallel < 1:
     sys.exit(f'{PROG}: --seeds and --parallel must be >= 1.')
-  problem = config_flags.unwritable(fv.workdir)
+  problem = cli.unwritable(fv.workdir)
   if problem:
     sys.exit(f'{PROG}: cannot write --workdir={fv.workdir}: {problem}.')
 
@@ -301,9 +301,9 @@ def _work(fv: flags.FlagValues, todo: Sequence[jobs.Job], config_of: ConfigOf) -
   job = next((j for j in todo if j.id == fv.job), None)
   if job is None:
     sys.exit(f'{PROG}: unknown job {fv.job!r}.')
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
 
-  config_flags.exit_on_sigterm()
+  cli.exit_on_sigterm()
   try:
     status = jobs.run_job(job, fv.workdir, build(config_of(job)), side_by_side=fv.parallel)
   except (identity.RunMismatchError, identity.RunLockedError, ValueError) as e:

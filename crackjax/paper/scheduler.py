@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.paper.jobs import Job, run_job
 from crackjax.runs import exits, identity
 
@@ -206,7 +206,7 @@ def last_log_line(path: Path, limit: int = 200) -> str:
   characters."""
   try:
     lines = [ln.strip() for ln in path.read_text(errors='replace').splitlines() if ln.strip()]
-    lines = [ln for ln in lines if ln != config_flags.HELP_HINT]
+    lines = [ln for ln in lines if ln != cli.HELP_HINT]
   except OSError:
     return 'no log'
   last = lines[-1] if lines else 'empty log'
@@ -330,7 +330,7 @@ def run_here(jobs: Sequence[Job], experiments: Mapping[str, Any], workdir: str) 
   Returns:
     job id -> 'done', 'skipped' or 'failed (...)'.
   """
-  config_flags.exit_on_sigterm()
+  cli.exit_on_sigterm()
   status = {}
   for job in jobs:
     try:

@@ -53,7 +53,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Terminated(SystemExit):
-  """SIGTERM (a time limit, `kill`), as `crackjax.config.flags.exit_on_sigterm` raises it:
+  """SIGTERM (a time limit, `kill`), as `crackjax.cli.exit_on_sigterm` raises it:
   ``Received signal 15``, and after the training loop kept what it could, its line saying
   what was kept (`one_line_exits` prints it after the program's name, status 1). Where no
   `one_line_exits` is around, it ends the process as the SystemExit it is."""

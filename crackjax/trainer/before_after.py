@@ -28,7 +28,7 @@ from typing import Any
 import jax
 from absl import logging
 
-from crackjax.experiment import Experiment
+from crackjax.experiment.build import Experiment
 from crackjax.trainer import scoring
 
 #: Where the scores of the initial weights go, under the workdir.
@@ -43,15 +43,15 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
   """Scores the model file the run starts from (`experiment.start_model`), as shipped, on the
   run's test split, with its stored threshold as the operating point ``'stored'``, and writes
   the evaluation's files in ``<workdir>/before/``; returns the record. The file is read as
-  crackjax-evaluate --model reads it (`predictor.load_model`), so the scores are that
+  crackjax-evaluate --model reads it (`restored.load_model`), so the scores are that
   command's on the same photos. None (nothing done) for a run that does not start from a
   model file, or whose record is there already (a resumed run)."""
   start = experiment.start_model
   if start is None or read_before(workdir) is not None:
     return None
-  from crackjax.deploy import predictor
+  from crackjax.experiment import restored
 
-  state = predictor.inference_state(predictor.load_model(start.spec))
+  state = restored.inference_state(restored.load_model(start.spec))
   record = scoring.evaluate_state(
     experiment,
     state,

@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.data import registry as data_registry
 from crackjax.runs import exits, logs, outputs
 
@@ -180,7 +180,7 @@ def _main(argv: Sequence[str] | None) -> int:
     flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
     flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
-  fv, _ = config_flags.parse_command(PROG, argv, define_flags)
+  fv, _ = cli.parse_command(PROG, argv, define_flags)
   logs.quiet_third_party_logs()  # TFDS' routine warnings hidden, data warnings one line each
   data = fv.config.data
   try:

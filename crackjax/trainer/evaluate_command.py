@@ -38,7 +38,7 @@ from typing import Any
 
 from absl import flags
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.runs import docs, exits, identity, logs, outputs
 
 PROG = 'crackjax-evaluate'
@@ -285,7 +285,7 @@ def _main(argv: Sequence[str] | None) -> int:
   logs.quiet_third_party_logs()
   fv = flags.FlagValues()
   _define_flags(fv)
-  config_flags.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
   if not fv.workdir and not fv.model:
     sys.exit(
       f'{PROG}: --workdir=RUN is required (or --model=NAME|FILE|URL with --out=DIR); usage: {USAGE}'
@@ -297,13 +297,13 @@ def _main(argv: Sequence[str] | None) -> int:
   if fv.model and fv.step is not None:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
-  from crackjax.deploy import predictor
-  from crackjax.experiment import build
-  from crackjax.training import checkpoints
+  from crackjax.engine import checkpoints
+  from crackjax.experiment import restored
+  from crackjax.experiment.build import build
 
   if fv.model:
     try:
-      run = predictor.load_model(fv.model, allow_plugins=fv.allow_plugins)
+      run = restored.load_model(fv.model, allow_plugins=fv.allow_plugins)
     except (OSError, ValueError) as e:
       sys.exit(f'{PROG}: {" ".join(str(e).split())}')
     config, workdir, where = run.config, Path(fv.out), f'model {fv.model}'
@@ -311,7 +311,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # RUN, RUN/checkpoints, or a checkpoints/ folder copied alone (its steps record the config).
     workdir = checkpoints.run_directory(fv.workdir)
     try:
-      config = predictor.read_config(workdir)
+      config = restored.read_config(workdir)
     except FileNotFoundError as e:
       sys.exit(f'{PROG}: {e}')
     where = f'{workdir / "config.json"}'
@@ -346,14 +346,14 @@ def _main(argv: Sequence[str] | None) -> int:
     if foreign and not fv.overwrite:
       sys.exit(outputs.replace_advice(PROG, folder, foreign))
   if fv.model:
-    state = predictor.inference_state(run)
+    state = restored.inference_state(run)
     threshold, source, what = run.threshold, run.threshold_source, f'model {fv.model}'
   else:
     try:
       state = experiment.restore(workdir, step=fv.step, inference=True)
     except (FileNotFoundError, checkpoints.CheckpointError) as e:
       sys.exit(f'{PROG}: {e}')
-    threshold, source = predictor.run_threshold(workdir, int(state.step))
+    threshold, source = restored.run_threshold(workdir, int(state.step))
     what = f'run {workdir}'
   step = int(state.step)
   print(f'{PROG}: {what} step {step}; run threshold {threshold:g} ({source})', flush=True)

@@ -18,14 +18,14 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from crackjax.experiment import Experiment
+from crackjax.engine import checkpoints
+from crackjax.engine import step as step_lib
+from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
+from crackjax.engine.train_state import TrainState
+from crackjax.experiment.build import Experiment
 from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.trainer.scoring import EpochEvaluator, evaluate_checkpoint
-from crackjax.training import checkpoints
-from crackjax.training import step as step_lib
-from crackjax.training.prefetch import prefetch_to_device, release_freed_host_memory
-from crackjax.training.train_state import TrainState
 
 
 class _MetricLog:

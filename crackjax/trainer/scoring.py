@@ -31,14 +31,14 @@ from flax import linen as nn
 
 from crackjax import evaluation
 from crackjax.data import mixture
+from crackjax.engine import train_state
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.evaluation.streaming import StreamScorer
-from crackjax.experiment import Experiment
+from crackjax.experiment.build import Experiment
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.training import train_state
 
 
 def score(

@@ -21,17 +21,17 @@ from pathlib import Path
 import jax
 from absl import app, flags, logging
 
-from crackjax.config import flags as config_flags
+from crackjax import cli
 from crackjax.data import registry as data_registry
-from crackjax.experiment import Experiment
-from crackjax.experiment import build as build_experiment
+from crackjax.engine import checkpoints, step
+from crackjax.experiment.build import Experiment
+from crackjax.experiment.build import build as build_experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
 from crackjax.trainer import before_after, loop, scoring
-from crackjax.training import checkpoints, step
 
 FLAGS = flags.FLAGS
-config_flags.define_config_flag(FLAGS)
+cli.define_config_flag(FLAGS)
 flags.DEFINE_string(
   'workdir',
   None,
@@ -98,16 +98,16 @@ def _main(argv):
     )
   if FLAGS.workdir is None:
     # The first line says where the run goes, so the user can find it and resume it.
-    FLAGS.workdir = str(config_flags.default_workdir(sys.argv))
+    FLAGS.workdir = str(cli.default_workdir(sys.argv))
     print(
       f'{PROG[0]}: no --workdir given: the run is in {FLAGS.workdir} (the same command '
       'resumes there).',
       file=sys.stderr,
       flush=True,
     )
-  config_flags.exit_on_sigterm()  # a checkpoint is saved on the way out
+  cli.exit_on_sigterm()  # a checkpoint is saved on the way out
   exits.watch_interrupts()  # and on Ctrl-C, even one a library swallowed
-  problem = config_flags.unwritable(FLAGS.workdir)
+  problem = cli.unwritable(FLAGS.workdir)
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
@@ -171,4 +171,4 @@ def _bad_config(error: ValueError) -> str:
 def main(prog: str = 'crackjax-train') -> None:
   """The command (`python launch.py` and the `crackjax-train` console script)."""
   PROG[0] = prog
-  app.run(_main, flags_parser=functools.partial(config_flags.parse_flags, FLAGS, prog=prog))
+  app.run(_main, flags_parser=functools.partial(cli.parse_flags, FLAGS, prog=prog))

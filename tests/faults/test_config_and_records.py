@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from crackjax import experiment
-from crackjax.config import flags as config_flags
-from crackjax.config.validation import ConfigError
+from crackjax import cli
+from crackjax.experiment import build as experiment
+from crackjax.experiment.validation import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _parse(*args: str):
   argv = ['prog', *args]
-  flag_values = config_flags.new_flag_values(argv)
-  config_flags.parse_flags(flag_values, argv, prog='prog')
+  flag_values = cli.new_flag_values(argv)
+  cli.parse_flags(flag_values, argv, prog='prog')
   return flag_values
 
 
@@ -142,8 +142,7 @@ def test_a_bad_config_argument_stays_one_line(monkeypatch, config, says):
   monkeypatch.chdir(REPO)
   line = _exit_line(f'--config={config}')
   assert line == (
-    f'prog: flag --config={config}: Error whilst parsing config file: {says}\n'
-    f'{config_flags.HELP_HINT}'
+    f'prog: flag --config={config}: Error whilst parsing config file: {says}\n{cli.HELP_HINT}'
   )
 
 
@@ -196,7 +195,7 @@ def test_a_wrong_type_in_a_tuple_field_is_a_config_error(monkeypatch, config, ov
 
 
 def test_every_field_of_the_model_and_loss_is_checked_against_its_declared_default():
-  from crackjax.config import validation
+  from crackjax.experiment import validation
 
   problems = validation.type_problems(
     'model',
@@ -215,12 +214,12 @@ def test_a_required_flag_left_out_is_named_as_such():
   # absl says 'Flag --workdir must have a value other than None', which was once taken for a
   # config file whose get_config() returned None.
   argv = ['prog', '--config=configs/smoke.py']
-  flag_values = config_flags.new_flag_values(argv)
+  flag_values = cli.new_flag_values(argv)
   flags.DEFINE_string('out', None, 'where', flag_values=flag_values)
   flags.mark_flag_as_required('out', flag_values=flag_values)
   with pytest.raises(SystemExit) as e:
-    config_flags.parse_flags(flag_values, argv, prog='prog')
-  assert e.value.code == f'prog: --out is required.\n{config_flags.HELP_HINT}'
+    cli.parse_flags(flag_values, argv, prog='prog')
+  assert e.value.code == f'prog: --out is required.\n{cli.HELP_HINT}'
   assert _exit_line() == 'prog: --config=configs/<name>.py[:arg] is required.'
 
 
@@ -235,7 +234,7 @@ def test_a_required_flag_left_out_is_named_as_such():
   ],
 )
 def test_the_default_workdir_is_named_after_the_config(argv, workdir):
-  got = config_flags.default_workdir(['launch.py', *argv])
+  got = cli.default_workdir(['launch.py', *argv])
   assert (None if got is None else got.as_posix()) == workdir
 
 

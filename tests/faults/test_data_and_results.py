@@ -186,7 +186,7 @@ def _smoke_config(smoke_run: Path):
 def test_evaluating_an_older_step_keeps_the_newest_results(smoke_run, tmp_path, caplog):
   import shutil
 
-  from crackjax.experiment import build
+  from crackjax.experiment.build import build
   from crackjax.trainer import train_command
 
   workdir = tmp_path / 'run'
@@ -332,7 +332,7 @@ def test_asyncio_reports_of_a_failed_orbax_write_are_quiet(caplog):
   future gathering the writes, not a task, whose report the filter already dropped)."""
   import logging
 
-  from crackjax.training import checkpoints
+  from crackjax.engine import checkpoints
 
   checkpoints.quiet_abandoned_writes()
   error = ValueError(
@@ -386,7 +386,7 @@ def test_a_full_disk_under_the_metrics_and_records_names_the_file(tmp_path, monk
 
 _OTHER_WRITER = """
 import shutil, subprocess, sys
-from crackjax.training import checkpoints
+from crackjax.engine import checkpoints
 disk = sys.argv[1]
 real_save = checkpoints.save
 def save(mngr, step, state, **kw):
@@ -452,13 +452,13 @@ def test_a_disk_filled_by_another_writer_during_a_save_ends_in_one_line_naming_i
 )
 @pytest.mark.parametrize('overrides', [(), ('--config.learning_rate=0.3',)])
 def test_a_config_file_returning_no_config_dict_is_one_line(tmp_path, returns, kind, overrides):
-  from crackjax.config import flags as config_flags
+  from crackjax import cli
 
   path = tmp_path / 'mine.py'
   path.write_text(f'def get_config():\n  return {returns}\n')
   argv = ['launch.py', f'--config={path}', *overrides]
   with pytest.raises(SystemExit) as e:
-    config_flags.parse_flags(config_flags.new_flag_values(argv), argv, prog='launch.py')
+    cli.parse_flags(cli.new_flag_values(argv), argv, prog='launch.py')
   assert e.value.code == (  # was: an 8-frame AttributeError traceback in the validation
     f"launch.py: --config={path}: the config file's get_config() returned a {kind}, not an "
     'ml_collections.ConfigDict; return ml_collections.ConfigDict(...) (or start from '
@@ -468,7 +468,7 @@ def test_a_config_file_returning_no_config_dict_is_one_line(tmp_path, returns, k
 
 @pytest.mark.parametrize('below', ['', 'sub/tfds'])
 def test_a_data_dir_that_is_a_file_names_the_flag(tmp_path, below):
-  from crackjax.config.validation import ConfigError, check_config
+  from crackjax.experiment.validation import ConfigError, check_config
   from tests import fixtures
 
   (tmp_path / 'afile').write_text('not a folder')

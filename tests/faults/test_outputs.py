@@ -24,8 +24,9 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.deploy import export, html_report, predict_command, predictor
-from crackjax.experiment import build
+from crackjax.deploy import export, html_report, predict_command
+from crackjax.experiment import restored
+from crackjax.experiment.build import build
 from crackjax.paper import records, report, report_stats
 from crackjax.runs import identity, outputs
 from crackjax.trainer import evaluate_command, scoring
@@ -144,7 +145,10 @@ NOT_WRITTEN = {
   ('crackjax/runs/identity.py', '_as_dict'): 'a config as plain data, read back at once',
   ('crackjax/runs/identity.py', 'differences'): 'values in a message',
   ('crackjax/trainer/scoring.py', '_data_key'): 'a comparison key',
-  ('crackjax/experiment.py', 'eval_plan_of'): 'the data folders as plain data, a comparison key',
+  (
+    'crackjax/experiment/build.py',
+    'eval_plan_of',
+  ): 'the data folders as plain data, a comparison key',
   ('crackjax/trainer/scoring.py', 'other_results_dir'): 'a hash of a key',
   ('crackjax/paper/records.py', '_check_keys'): 'a value in a message',
   ('crackjax/paper/records.py', '_check_export_run'): 'a value in a message',
@@ -475,7 +479,7 @@ def test_evaluate_keeps_a_users_table_in_out(smoke_run, tmp_path):
 def test_an_evaluation_without_training_writes_strict_json(smoke_run, tmp_path):
   # --mode=eval, or a finished run relaunched: no training time, written null (was NaN).
   run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
-  scoring.evaluate_checkpoint(build(predictor.read_config(run)), run)
+  scoring.evaluate_checkpoint(build(restored.read_config(run)), run)
   assert strict_json((run / 'eval.json').read_text())['train_seconds'] is None
   # Every JSON file of the run, and every line of metrics.jsonl, is strict JSON.
   for path in run.glob('*.json'):

@@ -29,11 +29,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from crackjax.data import loader
-from crackjax.experiment import build
+from crackjax.engine import checkpoints
+from crackjax.experiment.build import build
 from crackjax.paper import scheduler
 from crackjax.runs import exits, identity
 from crackjax.trainer import evaluate_command, loop, train_command
-from crackjax.training import checkpoints
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -573,9 +573,9 @@ def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
   monkeypatch.setattr(mngr, 'save', save_hit_by_a_signal)
   previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   exits.watch_interrupts()
-  from crackjax.config import flags as config_flags
+  from crackjax import cli
 
-  config_flags.exit_on_sigterm()
+  cli.exit_on_sigterm()
   exits.clear_interrupt()
   try:
     with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit):

@@ -41,8 +41,8 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
+from crackjax.engine import train_state
 from crackjax.runs import exits
-from crackjax.training import train_state
 
 
 def checkpoint_manager(
@@ -619,7 +619,7 @@ def restore(
   step: int | None = None,
 ) -> train_state.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
-  runner, prediction and export (through `crackjax.experiment.Experiment.restore`).
+  runner, prediction and export (through `crackjax.experiment.build.Experiment.restore`).
 
   Without `step`, the newest readable step; a damaged newer one is set aside and an older one
   used (`restore_latest_readable`). A requested `step` that cannot be read is an error. Reads

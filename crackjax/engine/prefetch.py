@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from crackjax.training.mesh import global_batch
+from crackjax.engine.mesh import global_batch
 
 
 class _ProducerError:

@@ -9,7 +9,7 @@ loader, the periodic and the final evaluation).
 
 Every consumer takes the experiment instead of the config: launch.py, the training loop (its
 jitted step is `Experiment.train_step`), evaluation (`evaluation.scoring`), scoring on other
-data (crackjax-evaluate), prediction and export of a restored run (`deploy.predictor.load_run`:
+data (crackjax-evaluate), prediction and export of a restored run (`experiment.restored.load_run`:
 `build(config.json, training=False)`, then `Experiment.restore`), the reproduction runner's
 jobs and the benches. This is the pattern of scenic's and big_vision's trainers: build the
 parts once at the top, hand them down; nothing below rebuilds them from the config.
@@ -33,16 +33,16 @@ import tensorflow_datasets as tfds
 from jax.sharding import Mesh
 
 from crackjax import losses
-from crackjax.config import validation
 from crackjax.data import augment, loader, mixture
 from crackjax.data import registry as data_registry
+from crackjax.engine import checkpoints, step, train_state
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine.checkpoints import RestoreSpec
+from crackjax.engine.schedule import Schedule
 from crackjax.evaluation.eval_plan import EvalPlan
+from crackjax.experiment import validation
 from crackjax.models import input_multiple, pretrained
 from crackjax.runs import identity
-from crackjax.training import checkpoints, step, train_state
-from crackjax.training import mesh as mesh_lib
-from crackjax.training.checkpoints import RestoreSpec
-from crackjax.training.schedule import Schedule
 
 
 def schedule_of(config: ml_collections.ConfigDict) -> Schedule:
@@ -237,7 +237,7 @@ class Experiment:
     """What each checkpoint step records of its run (`checkpoints.save`'s `metadata`): the
     config as config.json holds it, its model group and the image shape of the abstract
     state, so that a ``checkpoints/`` folder alone rebuilds the run
-    (`crackjax.deploy.predictor.read_config`)."""
+    (`crackjax.experiment.restored.read_config`)."""
     return {
       'format': 1,
       'config': self.hparams,

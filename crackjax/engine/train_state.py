@@ -27,7 +27,7 @@ from flax import struct
 from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh
 
-from crackjax.training import mesh as mesh_lib
+from crackjax.engine import mesh as mesh_lib
 
 TrainState = flax_train_state.TrainState
 

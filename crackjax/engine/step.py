@@ -21,10 +21,10 @@ from jax.sharding import Mesh
 
 from crackjax import losses
 from crackjax.data import augment
+from crackjax.engine import mesh as mesh_lib
+from crackjax.engine import train_state
+from crackjax.engine.train_state import TrainState
 from crackjax.models import apply_model
-from crackjax.training import mesh as mesh_lib
-from crackjax.training import train_state
-from crackjax.training.train_state import TrainState
 
 
 class NonFiniteError(FloatingPointError):

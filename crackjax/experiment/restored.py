@@ -1,0 +1,186 @@
+"""A trained run restored for inference: from its workdir, a bare ``checkpoints/`` folder or a
+model file.
+
+* `load_run(workdir)`: the run's recorded config (`read_config`: config.json, else what its
+  checkpoints record) rebuilt as an experiment (`crackjax.experiment.build`, importing its
+  ``plugins``), its parameters restored through `Experiment.restore` (the one restore path)
+  and the threshold chosen at that step (`run_threshold`).
+* `load_model(spec)`: a model file by released name, path or URL, as the same `Run`.
+
+`crackjax.deploy.predictor.Predictor`, crackjax-predict, crackjax-export and
+crackjax-evaluate take their runs from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+
+from crackjax.engine import checkpoints, train_state
+from crackjax.engine.checkpoints import CheckpointError
+from crackjax.experiment.build import build, one_device_mesh
+from crackjax.models import hub, model_file
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """What a training run left in its workdir, restored for inference."""
+
+  config: ml_collections.ConfigDict
+  model: nn.Module
+  params: Any  # host numpy arrays
+  step: int
+  threshold: float  # crack where probability > threshold
+  threshold_source: str
+  batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
+
+
+def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
+  """The config a run was trained with: ``<run>/config.json`` (written by training), else the
+  one its newest checkpoint step records (`checkpoints.run_metadata`: a run's ``checkpoints/``
+  folder copied alone). `workdir`: the run folder, or its checkpoint folder.
+
+  Raises:
+    FileNotFoundError: neither, i.e. not a crackjax run or checkpoint folder.
+  """
+  path = checkpoints.run_directory(workdir) / 'config.json'
+  if path.is_file():
+    return ml_collections.ConfigDict(json.loads(path.read_text()))
+  recorded = checkpoints.run_metadata(workdir)
+  if recorded is not None:
+    return ml_collections.ConfigDict(recorded['config'])
+  raise FileNotFoundError(
+    f'{path} does not exist and no checkpoint in {checkpoints.checkpoint_directory(workdir)} '
+    f'records its config: {workdir} is not a crackjax run directory (the --workdir of a '
+    'launch.py training run) nor its checkpoints/ folder.'
+  )
+
+
+def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
+  """Restores the parameters of step `step` (default: the newest readable) of a training run.
+
+  The run's config (`read_config`: config.json, or what its checkpoints record) is rebuilt
+  as an experiment (`crackjax.experiment.build`, importing its ``plugins``) and its
+  parameters and BatchNorm statistics restored, without the optimiser state, by
+  `Experiment.restore` (the one restore path): without `step`, a damaged newer checkpoint is
+  set aside and an older one used; a requested `step` that cannot be read is an error.
+  `workdir` may be the run's ``checkpoints/`` folder alone, wherever it was copied.
+
+  Raises:
+    FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
+      message names the directory and the steps there are).
+    state.CheckpointError: no readable checkpoint, the requested step cannot be read, or the
+      checkpoint does not match config.json's model (one-line message naming the directory).
+  """
+  workdir = Path(workdir)
+  config = read_config(workdir)
+  try:
+    experiment = build(config, training=False)
+  except ValueError as e:  # e.g. a plugin module of config.plugins that is not installed here
+    problem = ' '.join(str(e).split())
+    recorded = checkpoints.run_directory(workdir) / 'config.json'
+    where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
+    raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
+  # One device: prediction runs the parameters as host arrays (Predictor spreads them).
+  restored = experiment.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
+  params = train_state.local_params(restored)
+  batch_stats = train_state.local_batch_stats(restored)
+  step = int(jax.device_get(restored.step))
+  threshold, source = run_threshold(checkpoints.run_directory(workdir), step)
+  return Run(config, experiment.model, params, step, threshold, source, batch_stats)
+
+
+def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
+  """A model file (`crackjax.models.model_file`) by released name, path or URL
+  (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
+  parameters (float32 on the host), BatchNorm statistics and threshold.
+
+  Nothing the file names is imported on its word: a plugin module it needs is used only if
+  this process imported it already or `allow_plugins` names it (``--allow_plugins``;
+  `crackjax.plugins.model_file_plugins`). Every field and tensor is checked first
+  (`crackjax.models.model_schema`).
+
+  Raises:
+    hub.ModelNotFoundError: the spec names no released model, file or URL.
+    model_file.ModelFileError: a damaged, altered, newer or malformed file, one whose tensors
+      do not fit its model, or one needing plugins not allowed (one line naming it).
+    OSError: a download that failed.
+  """
+  path = hub.resolve(spec)
+  loaded = model_file.read(path)
+  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins))
+  config = ml_collections.ConfigDict(loaded.config)
+  # The model group checked against the tensors is the one every later build uses.
+  config.model = ml_collections.ConfigDict(loaded.model)
+  threshold = loaded.threshold
+  source = f'{path} ({threshold.get("chosen_by", "stored in the model file")})'
+  return Run(
+    config,
+    model,
+    model_file.as_float32(loaded.params),
+    int(loaded.card.get('training', {}).get('step', 0)),
+    float(threshold['threshold']),
+    source,
+    model_file.as_float32(loaded.batch_stats),
+  )
+
+
+def inference_state(run: Run) -> train_state.TrainState:
+  """A TrainState holding a `Run`'s parameters (and BatchNorm statistics) on this process's
+  first device, with no optimiser state: what scoring takes (crackjax-evaluate --model)."""
+  device = jax.local_devices()[0]
+  params = jax.device_put(run.params, device)
+  batch_stats = jax.device_put(run.batch_stats, device) if run.batch_stats else None
+  step = jax.numpy.asarray(run.step, jax.numpy.int32)
+  return train_state.inference_state(run.model.apply, params, batch_stats, step)
+
+
+def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
+  """The strict ODS threshold of the run's epoch record of `step` and its source, if any."""
+  for path in sorted(workdir.glob('epoch_*.json')):
+    try:
+      record = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+      continue  # a damaged record chooses nothing
+    strict = (record.get('results') or {}).get('strict')
+    if record.get('step') == step and strict:
+      return float(strict['ods']['threshold']), (
+        f'ODS F1 on the {record["split"]} split, strict protocol, {record["dataset"]}, '
+        f'step {step} ({path.name})'
+      )
+  return None
+
+
+def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
+  """The run's threshold for the parameters of `step`, and where it comes from.
+
+  threshold.json when it was chosen at `step`; else the strict ODS threshold of the epoch
+  record of `step` (epoch_<NNN>.json, on the run's own test split: the rule threshold.json
+  follows, `crackjax.trainer.scoring`; a release exports the epoch that scored best on its
+  validation part); else the default 0.5, and the returned source says why. A threshold
+  chosen at another step is never applied: it was chosen for other parameters.
+  """
+  path = Path(workdir) / 'threshold.json'
+  saved = json.loads(path.read_text()) if path.is_file() else None
+  chosen_at = saved.get('step') if saved else None
+  if saved is None or (chosen_at is not None and int(chosen_at) != step):
+    epoch = epoch_threshold(Path(workdir), step)
+    if epoch is not None:
+      return epoch
+    if saved is None:
+      return 0.5, 'default 0.5 (the run has no threshold.json)'
+    return 0.5, (
+      f'default 0.5: {path} was chosen for step {chosen_at}, not step {step}; evaluate this '
+      'step or pass --threshold'
+    )
+  where = ', '.join(str(saved[k]) for k in ('dataset', 'split') if saved.get(k))
+  at = f', step {chosen_at}' if chosen_at is not None else ''
+  chosen_by = saved.get('chosen_by', 'saved by evaluation')
+  return float(saved['threshold']), f'{path} ({chosen_by}{at}{", " + where if where else ""})'
