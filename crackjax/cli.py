@@ -1,41 +1,40 @@
-"""One way for every command to take its configuration: ``--config=configs/x.py[:arg]``
-plus ``--config.field=value`` overrides (ml_collections' config_flags, `lock_config=True`,
-so a mistyped field is an error), with errors worded for the command line.
+"""The command scaffold: how every command takes its flags and its config, and how it ends.
 
-launch.py, `python -m crackjax.paper.complexity`, `python -m crackjax.trainer.data_stats` and
-the bench scripts all use it::
+* `Command` (prog, usage, flags, one-line exits, Ctrl-C): a command's frame; its `run`
+  parses the command line and calls the command's body.
+* ``--config=configs/x.py[:arg]`` plus ``--config.field=value`` overrides (ml_collections'
+  config_flags, `lock_config=True`, so a mistyped field is an error), with errors worded for
+  the command line (`parse_flags`); the config file itself is found and diagnosed by
+  `crackjax.runs.config_files`.
+* ``--help`` lists the command's own flags (`help_text`); `unwritable` checks an output
+  folder before any work; `exit_on_sigterm` turns SIGTERM into a checkpointed stop.
 
-    def define_flags(fv):  # the command's own flags (absl.flags)
-      flags.DEFINE_integer('repeats', 10, '...', flag_values=fv)
-
-    fv, _ = config_flags.parse_command('python -m crackjax.paper.complexity', argv, define_flags)
-    config = fv.config
-
-(launch.py, which runs under absl.app, calls `define_config_flag(flags.FLAGS)` and passes
-`parse_flags` to `app.run`.) Commands without a config (crackjax-predict, crackjax-export)
-use `parse_flags` alone for the same one-line errors.
-
-Config files are plain Python (`configs/`): their `get_config(arg)` builds a ConfigDict.
+launch.py (``crackjax-train``), which runs under absl.app, calls `define_config_flag(flags.FLAGS)`
+and passes `parse_flags` to `app.run`; the bench scripts call `parse_command`. Config files
+are plain Python (`configs/`): their `get_config(arg)` builds a ConfigDict.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import difflib
-import importlib.util
+import dataclasses
 import logging
 import os
 import re
 import signal
 import sys
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
+
+from crackjax.runs import config_files, exits
+
+T = TypeVar('T')
 
 #: The line after a flag error's message: a hint, not the error (the runner's failure line,
 #: taken from a worker's log, skips it).
@@ -76,24 +75,13 @@ def _unquote(detail: str) -> str:
   return detail
 
 
-def exception_line(message: str) -> str:
-  """The error of a message that holds a traceback (ml_collections puts the config file's
-  into its flag error): the exception's line, without its type where that is a ValueError or
-  KeyError (their text says it all); a message without one, on one line."""
-  lines = [line.strip() for line in message.splitlines() if line.strip()]
-  if not any(line.startswith('Traceback (most recent call last)') for line in lines):
-    return ' '.join(lines)
-  kind, _, detail = lines[-1].partition(': ')
-  return detail if kind in ('ValueError', 'KeyError') and detail else lines[-1]
-
-
 def _without_traceback(message: str) -> str:
   """A flag error without the config file's traceback: its first line and the exception at
   the end ('Unknown config argument ...')."""
   if 'Traceback (most recent call last)' not in message:
     return message
   first = next(line for line in message.splitlines() if line.strip())
-  return f'{first.rstrip(":")}: {exception_line(message)}'
+  return f'{first.rstrip(":")}: {config_files.exception_line(message)}'
 
 
 # Modules whose absl flags a command inherits by importing them (absl's logging, grain, orbax,
@@ -126,149 +114,6 @@ def help_text(flag_values: flags.FlagValues, prog: str, usage: str | None = None
     shown = '' if default in (None, '') else f' (default: {default})'
     lines.append(f'  --{name}: {flag.help}{shown}')
   return '\n'.join(lines)
-
-
-def _gives_config(argv: Sequence[str]) -> bool:
-  """Whether the command line sets ``--config`` itself (``--config=...`` or ``--config ...``)."""
-  return any(a == '--config' or a.startswith('--config=') for a in argv[1:])
-
-
-def _config_value(argv: Sequence[str]) -> str | None:
-  """The value of the last ``--config=VALUE`` (or ``--config VALUE``) in `argv`, as absl takes
-  it (one or two dashes), or None."""
-  value = None
-  for i, arg in enumerate(argv[1:], start=1):
-    match = re.match(r'^--?config(=|$)', arg)
-    if match:
-      value = (
-        arg.split('=', 1)[1] if match.group(1) else (argv[i + 1] if i + 1 < len(argv) else None)
-      )
-  return value
-
-
-def _close_path(path: Path) -> str | None:
-  """An existing config file whose path is close to `path` (difflib, one part at a time: a
-  folder among the folders beside it, the file among the .py files), or None."""
-  current = Path(path.anchor) if path.is_absolute() else Path()
-  parts = path.parts[1:] if path.is_absolute() else path.parts
-  for i, part in enumerate(parts):
-    last = i == len(parts) - 1
-    candidate = current / part
-    if not (candidate.is_file() if last else candidate.is_dir()):
-      try:
-        names = [
-          e.name
-          for e in current.iterdir()
-          if (e.is_file() and e.suffix == '.py' if last else e.is_dir())
-        ]
-      except OSError:
-        return None
-      close = difflib.get_close_matches(part, names, n=1)
-      if not close:
-        return None
-      candidate = current / close[0]
-    current = candidate
-  return str(current)
-
-
-def config_file_problem(value: str) -> str | None:
-  """Why the config file of ``--config=value`` (``path.py[:arg]``) cannot be loaded: it does
-  not exist (with the closest existing file, if one is close) or it is a folder; None if it
-  is a file. Checked before ml_collections loads it, which would report a missing file as a
-  traceback when the config is first used."""
-  path = value.split(':', 1)[0]
-  if not path:
-    return 'no config file named; expected configs/<name>.py[:arg].'
-  if Path(path).is_file():
-    return None
-  if Path(path).is_dir():
-    return f'{path} is a folder; name a config file in it, e.g. {Path(path) / "<name>.py"}.'
-  close = _close_path(Path(path))
-  parts = Path(path).parts
-  if close is None and len(parts) > 1 and parts[0] == 'configs':
-    # From another folder: the close one among the configs crackjax ships, named as typed.
-    shipped = shipped_configs_dir()
-    found = _close_path(shipped.joinpath(*parts[1:]))
-    if found:
-      close = str(Path('configs', Path(found).relative_to(shipped)))
-  return f'{path} does not exist' + (f'; did you mean {close}?' if close else '.')
-
-
-def shipped_configs_dir() -> Path:
-  """The folder of the configs crackjax ships, `crackjax.configs`: the repository's configs/ in
-  a source tree, crackjax/configs/ in site-packages for an installed wheel (found, not
-  imported: crackjax's code never imports a config)."""
-  spec = importlib.util.find_spec('crackjax.configs')
-  if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError('crackjax.configs is not installed (a damaged install?)')
-  return Path(next(iter(spec.submodule_search_locations)))
-
-
-def shipped_config(value: str) -> str | None:
-  """``--config=configs/<name>.py[:arg]`` naming no file under the current folder: the same
-  value for the config crackjax ships (an absolute path), if it has that file; else None."""
-  path, colon, arg = value.partition(':')
-  parts = Path(path).parts
-  if Path(path).is_absolute() or len(parts) < 2 or parts[0] != 'configs' or Path(path).exists():
-    return None
-  shipped = shipped_configs_dir().joinpath(*parts[1:])
-  return f'{shipped}{colon}{arg}' if shipped.is_file() else None
-
-
-def _with_config_value(argv: Sequence[str], value: str) -> list[str]:
-  """`argv` with its last ``--config`` value replaced by `value`."""
-  argv = list(argv)
-  for i in reversed(range(1, len(argv))):
-    match = re.match(r'^(--?config)(=|$)', argv[i])
-    if match and match.group(2):
-      argv[i] = f'{match.group(1)}={value}'
-      break
-    if match and i + 1 < len(argv):
-      argv[i + 1] = value
-      break
-  return argv
-
-
-def _frames(error: BaseException) -> Iterator[traceback.FrameSummary]:
-  yield from traceback.extract_tb(error.__traceback__)
-
-
-def config_load_error(error: BaseException, value: str) -> str | None:
-  """The one line for `error` if it was raised while the config file of ``--config=value``
-  was loaded (its import or its get_config), naming the exception and where in the file;
-  None if it came from elsewhere (e.g. a mistyped ``--config.field``)."""
-  typed = value.split(':', 1)[0]  # named as the user typed it
-  path = os.path.abspath(typed)
-  if isinstance(error, SyntaxError) and os.path.abspath(error.filename or '') == path:
-    return (
-      f'the config file does not parse: SyntaxError: {error.msg} ({typed}, line {error.lineno}).'
-    )
-  if isinstance(error, AttributeError) and getattr(error, 'name', None) == 'get_config':
-    if not any(os.path.abspath(f.filename) == path for f in _frames(error)):
-      return 'the config file defines no get_config() function.'
-  inside = [f for f in _frames(error) if os.path.abspath(f.filename) == path]
-  if not inside:
-    return None
-  where = inside[-1]  # the line of the config file nearest the error
-  detail = str(error)
-  return (
-    f'loading the config file raised {type(error).__name__}'
-    f'{": " + detail if detail else ""} ({typed}, line {where.lineno}, in {where.name}).'
-  )
-
-
-def _load_error_line(error: BaseException, value: str) -> str | None:
-  """`config_load_error` of `error` or of an error it was raised from: ml_collections keeps
-  an OSError of the config file (a model file not found by configs/finetune.py) and raises
-  it, wrapped, when a --config.x override first touches the config."""
-  seen: set[int] = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    line = config_load_error(error, value)
-    if line:
-      return line
-    error = error.__cause__  # `raise ... from`, as ml_collections' _ErrorConfig raises
-  return None
 
 
 class _DropNoneWarning(logging.Filter):
@@ -306,8 +151,8 @@ def parse_flags(
   if any(a in ('--help', '-h', '--helpshort') for a in argv[1:]):
     print(help_text(flag_values, prog, usage))
     sys.exit(0)
-  config_value = _config_value(argv) if 'config' in flag_values else None
-  shipped = shipped_config(config_value) if config_value is not None else None
+  config_value = config_files.config_value(argv) if 'config' in flag_values else None
+  shipped = config_files.shipped_config(config_value) if config_value is not None else None
   if shipped is not None:
     # configs/<name>.py from another folder than the repository's: crackjax's own copy.
     print(
@@ -316,17 +161,17 @@ def parse_flags(
       file=sys.stderr,
       flush=True,
     )
-    argv = _with_config_value(argv, shipped)
+    argv = config_files.with_config_value(argv, shipped)
     config_value = shipped
   if config_value is not None:
-    problem = config_file_problem(config_value)
+    problem = config_files.config_file_problem(config_value)
     if problem:
       sys.exit(f'{prog}: --config={config_value}: {problem}')
   try:
     with _without_none_warning():
       remaining = flag_values(argv)
   except Exception as e:  # noqa: BLE001 - anything the config file raised is named, else re-raised
-    line = _load_error_line(e, config_value) if config_value is not None else None
+    line = config_files.load_error_line(e, config_value) if config_value is not None else None
     if line:
       sys.exit(f'{prog}: --config={config_value}: {line}')
     kind = _returned_kind(config_value, prog) if config_value is not None else None
@@ -341,7 +186,7 @@ def parse_flags(
       # ml_collections keeps an OSError of the config file (e.g. a file that get_config
       # opens) until the config is first used; say it now.
       cause = e.__cause__ or e
-      line = config_load_error(cause, config_value)
+      line = config_files.config_load_error(cause, config_value)
       sys.exit(f'{prog}: --config={config_value}: {line or f"{type(cause).__name__}: {cause}"}')
   if 'config' in flag_values and flag_values['config'].value is None:
     if config_value is not None:
@@ -406,7 +251,7 @@ def _exit_on_flag_error(
     )
   if isinstance(e, flags.Error):
     overrides = [a.split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
-    if overrides and 'config' in flag_values and not _gives_config(argv):
+    if overrides and 'config' in flag_values and not config_files.gives_config(argv):
       # absl sees --config.x=... as an unknown flag when no --config defines the fields.
       sys.exit(
         f'{prog}: {overrides[0]} overrides a config field, but no --config was given; pass '
@@ -416,7 +261,7 @@ def _exit_on_flag_error(
     if missing:
       # absl's words for a required flag left out (mark_flag_as_required); for --config also
       # a config file whose get_config() returned None.
-      sys.exit(_missing_flag_line(missing.group(1), _config_value(argv), prog))
+      sys.exit(_missing_flag_line(missing.group(1), config_files.config_value(argv), prog))
     sys.exit(f'{prog}: {_without_traceback(str(e))}\n{HELP_HINT}')
 
 
@@ -433,7 +278,7 @@ def default_workdir(argv: Sequence[str], root: str | Path = 'workdirs') -> Path 
   """The workdir of a command line that names none: ``workdirs/<config name>[_<arg>]`` under
   the current folder (``--config=configs/crack360_exp.py:cpu`` -> ``workdirs/crack360_exp_cpu``),
   so the same command resumes the same run; None without ``--config``."""
-  value = _config_value(argv)
+  value = config_files.config_value(argv)
   if not value:
     return None
   path, _, arg = value.partition(':')
@@ -452,6 +297,97 @@ def new_flag_values(argv: Sequence[str]) -> flags.FlagValues:
   return flag_values
 
 
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """One command's frame: its name, usage and flags, and how it ends.
+
+  Every flag-taking command but ``crackjax-train`` (absl.app's, `define_config_flag` and
+  `parse_flags`) runs its body through `run`::
+
+      COMMAND = cli.Command('crackjax-predict', _define_flags, usage=USAGE,
+                            interrupted=_INTERRUPTED, interruptible=True, quiet_logs=True)
+
+      def main(argv=None):
+        return COMMAND.run(_main, argv)
+
+      def _main(fv, inputs):  # the flag values, the arguments that are not flags
+        ...
+
+  Attributes:
+    prog: the command's name, the first word of every message.
+    define_flags: defines the command's own flags on the flag set it is given.
+    usage: the usage line of ``--help`` (default `usage_line`).
+    takes_config: whether it takes ``--config`` and its ``--config.<field>`` overrides.
+    default_config: the ``--config`` value when the command line gives none.
+    interrupted: the line for a Ctrl-C: what was kept, how to go on (None: the general one
+      of `runs.exits.one_line_exits`).
+    errors: exception types whose message is the one line to print (exit status 1).
+    interruptible: Ctrl-C raises even where the parent process ignores it
+      (`runs.exits.interruptible`).
+    watch_interrupts: a Ctrl-C is also remembered where a library swallows it
+      (`runs.exits.watch_interrupts`): commands that train.
+    quiet_logs: TFDS' and orbax's routine messages go to DEBUG
+      (`runs.logs.quiet_third_party_logs`).
+  """
+
+  prog: str
+  define_flags: Callable[[flags.FlagValues], None] | None = None
+  usage: str | None = None
+  takes_config: bool = False
+  default_config: str | None = None
+  interrupted: str | None = None
+  errors: tuple[type[BaseException], ...] = ()
+  interruptible: bool = False
+  watch_interrupts: bool = False
+  quiet_logs: bool = False
+
+  def run(
+    self, body: Callable[[flags.FlagValues, list[str]], T], argv: Sequence[str] | None = None
+  ) -> T:
+    """Parses `argv` and returns ``body(flag values, arguments that are not flags)``; a flag
+    or config problem, Ctrl-C, a full disk or one of `errors` ends the command in one line.
+
+    Args:
+      body: the command's work.
+      argv: the arguments without the program name (None: ``sys.argv[1:]``).
+    """
+    if self.watch_interrupts:
+      exits.watch_interrupts()
+    ending = {'errors': self.errors}
+    if self.interrupted is not None:
+      ending['interrupted'] = self.interrupted
+    with contextlib.ExitStack() as stack:
+      if self.interruptible:
+        stack.enter_context(exits.interruptible())
+      stack.enter_context(exits.one_line_exits(self.prog, **ending))
+      if self.quiet_logs:
+        # Imported here: runs.logs imports jax, which the paper runner's scheduling process
+        # must not import before it sets JAX_PLATFORMS.
+        from crackjax.runs import logs
+
+        logs.quiet_third_party_logs()
+      flag_values, arguments = self.parse(argv)
+      return body(flag_values, arguments)
+
+  def parse(self, argv: Sequence[str] | None = None) -> tuple[flags.FlagValues, list[str]]:
+    """The flag values of `argv` (without the program name; None: ``sys.argv[1:]``) and the
+    arguments that are not flags; ``--help`` and a flag or config problem exit
+    (`parse_flags`)."""
+    full = self.command_line(argv)
+    flag_values = new_flag_values(full) if self.takes_config else flags.FlagValues()
+    if self.define_flags is not None:
+      self.define_flags(flag_values)
+    return flag_values, parse_flags(flag_values, full, prog=self.prog, usage=self.usage)[1:]
+
+  def command_line(self, argv: Sequence[str] | None = None) -> list[str]:
+    """`argv` (None: ``sys.argv[1:]``) after the program's name, with ``--config`` set to
+    `default_config` when it gives none."""
+    full = [self.prog, *(sys.argv[1:] if argv is None else argv)]
+    if self.default_config and not config_files.gives_config(full):
+      full.insert(1, f'--config={self.default_config}')
+    return full
+
+
 def parse_command(
   prog: str,
   argv: Sequence[str] | None,
@@ -459,7 +395,8 @@ def parse_command(
   *,
   default_config: str | None = None,
 ) -> tuple[flags.FlagValues, list[str]]:
-  """Parses a config-taking command's arguments in one call.
+  """Parses a config-taking script's arguments in one call (the bench scripts; a command
+  runs through `Command`).
 
   Args:
     prog: the command's name, for messages.
@@ -470,14 +407,9 @@ def parse_command(
   Returns:
     (flag values, the full argv parsed, program name first).
   """
-  full = [prog, *(sys.argv[1:] if argv is None else argv)]
-  if default_config and not any(a == '--config' or a.startswith('--config=') for a in full):
-    full.insert(1, f'--config={default_config}')
-  flag_values = new_flag_values(full)
-  if define_flags is not None:
-    define_flags(flag_values)
-  parse_flags(flag_values, full, prog=prog)
-  return flag_values, full
+  command = Command(prog, define_flags, takes_config=True, default_config=default_config)
+  flag_values, _ = command.parse(argv)
+  return flag_values, command.command_line(argv)
 
 
 def exit_on_sigterm() -> None:
@@ -486,8 +418,6 @@ def exit_on_sigterm() -> None:
   that save (a runner killed with kill -9 sent its workers a second one, which broke the save
   inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
   still ends a process that does not finish."""
-
-  from crackjax.runs import exits
 
   def handler(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

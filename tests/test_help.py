@@ -51,7 +51,7 @@ COMMANDS = [
   ),
   (
     'export',
-    lambda: export.main(['crackjax-export', '--help']),
+    lambda: export.main(['--help']),
     'usage: crackjax-export (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE',
     ['--workdir', '--model', '--out', '--format', '--dtype', '--hw'],
   ),

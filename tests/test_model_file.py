@@ -203,7 +203,7 @@ def test_predict_evaluate_and_export_take_model(exported, smoke_run, tmp_path, c
   assert (record.parent / 'eval_per_image.csv').is_file()
 
   jax_file = tmp_path / 'smoke.jaxexport'
-  export.main(['crackjax-export', f'--model={exported}', f'--out={jax_file}', '--platforms=cpu'])
+  export.main([f'--model={exported}', f'--out={jax_file}', '--platforms=cpu'])
   sidecar = json.loads(export.sidecar_path(jax_file).read_text())
   assert sidecar['step'] == 6 and sidecar['model_file'] == str(exported)
 

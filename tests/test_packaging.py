@@ -17,6 +17,7 @@ from packaging.requirements import Requirement
 
 import crackjax
 from crackjax import cli
+from crackjax.runs import config_files
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / 'pyproject.toml').read_text())
@@ -57,7 +58,7 @@ def test_the_source_tree_has_the_installed_names():
 
   assert Path(crackjax.configs.__file__).parent.resolve() == REPO / 'configs'
   assert Path(crackjax.tfds_builders.__file__).parent.resolve() == REPO / 'tfds_builders'
-  assert cli.shipped_configs_dir().resolve() == REPO / 'configs'
+  assert config_files.shipped_configs_dir().resolve() == REPO / 'configs'
 
 
 def test_the_builders_under_their_old_top_level_name_are_refused():
@@ -86,7 +87,7 @@ def test_a_shipped_config_is_found_from_another_folder(tmp_path, monkeypatch, ca
   cli.parse_flags(flag_values, argv, prog='prog')
   assert flag_values.config.num_epochs == 3
   assert flag_values.config.data.name == 'crackforest'
-  shipped = cli.shipped_configs_dir() / 'smoke.py'
+  shipped = config_files.shipped_configs_dir() / 'smoke.py'
   assert capsys.readouterr().err.splitlines() == [
     f'prog: no configs/smoke.py under the current folder: using the config crackjax ships, '
     f'{shipped}.'
@@ -104,14 +105,14 @@ def test_a_shipped_config_is_found_from_another_folder(tmp_path, monkeypatch, ca
 
 def test_a_missing_config_from_another_folder_names_a_close_shipped_one(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  assert cli.config_file_problem('configs/smoek.py:cpu') == (
+  assert config_files.config_file_problem('configs/smoek.py:cpu') == (
     'configs/smoek.py does not exist; did you mean configs/smoke.py?'
   )
-  assert cli.shipped_config('configs/release/crackforest_unet_cpu.py:x') == (
-    f'{cli.shipped_configs_dir() / "release" / "crackforest_unet_cpu.py"}:x'
+  assert config_files.shipped_config('configs/release/crackforest_unet_cpu.py:x') == (
+    f'{config_files.shipped_configs_dir() / "release" / "crackforest_unet_cpu.py"}:x'
   )
-  assert cli.shipped_config('configs/nothing.py') is None
-  assert cli.shipped_config('/abs/configs/smoke.py') is None
+  assert config_files.shipped_config('configs/nothing.py') is None
+  assert config_files.shipped_config('/abs/configs/smoke.py') is None
 
 
 def test_the_metadata_a_user_and_a_type_checker_read():

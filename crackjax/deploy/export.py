@@ -61,7 +61,7 @@ from crackjax.deploy.predictor import pad_multiple, predict_step
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.experiment.restored import Run, load_model, load_run
 from crackjax.models import hub, input_multiple, model_file, model_from_config
-from crackjax.runs import docs, exits, logs, outputs
+from crackjax.runs import docs, outputs
 
 FORMATS = ('jax', 'onnx', 'model')
 DEFAULT_PLATFORMS = ('cpu', 'cuda')
@@ -441,24 +441,28 @@ def _parse_hw(text: str | None) -> tuple[int, int] | None:
 def main(argv: Sequence[str] | None = None) -> None:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
 
 
 _INTERRUPTED = (
   'interrupted (Ctrl-C); a file cut short is caught by its sidecar (size and SHA-256): run '
   'the same command again with --overwrite.'
 )
+# orbax's routine restore warnings are not the user's business (quiet_logs).
+COMMAND = cli.Command(
+  PROG,
+  _define_flags,
+  usage=USAGE,
+  interrupted=_INTERRUPTED,
+  interruptible=True,
+  quiet_logs=True,
+)
 
 
-def _main(argv: Sequence[str] | None) -> None:
-  """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]``."""
-  argv = list(sys.argv if argv is None else argv)
-  logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
-  flag_values = flags.FlagValues()
-  _define_flags(flag_values)
-  cli.parse_flags(flag_values, argv, prog=PROG, usage=USAGE)
-  fv = flag_values
+def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
+  """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]`` on the parsed
+  flags (arguments that are not flags are ignored)."""
+  del arguments
   if not fv.out:
     sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
   if not fv.workdir and not fv.model:

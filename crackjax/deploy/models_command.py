@@ -13,13 +13,15 @@ docs/models.md.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from absl import flags
+
+from crackjax import cli
 from crackjax.models import hub
-from crackjax.runs import docs, exits, outputs
+from crackjax.runs import docs, outputs
 
 PROG = 'crackjax-models'
 
@@ -59,23 +61,33 @@ def table(models: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name); returns the exit status."""
-  with exits.one_line_exits(PROG):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split('\n\n')[0])
-    parser.add_argument('--json', action='store_true', help='print a JSON list instead')
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    models = hub.released()
-    if args.json:
-      print(outputs.dumps(models, indent=2))
-      return 0
-    if not models:
-      print(f'{PROG}: this installation ships no released model.')
-      return 0
-    print(table(models))
-    print(
-      f'\nUse one by name: crackjax-predict --model={models[0]["name"]} --out=DIR PHOTOS... '
-      f'({docs.doc("models.md")} says how each was made).'
-    )
+  return COMMAND.run(_main, argv)
+
+
+def _define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_bool('json', False, 'print a JSON list instead', flag_values=fv)
+
+
+COMMAND = cli.Command(PROG, _define_flags, usage=f'{PROG} [--json]')
+
+
+def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
+  """The table (or JSON list) of the released models."""
+  if arguments:
+    sys.exit(f'{PROG}: unexpected arguments {arguments}.\n{cli.HELP_HINT}')
+  models = hub.released()
+  if fv.json:
+    print(outputs.dumps(models, indent=2))
     return 0
+  if not models:
+    print(f'{PROG}: this installation ships no released model.')
+    return 0
+  print(table(models))
+  print(
+    f'\nUse one by name: crackjax-predict --model={models[0]["name"]} --out=DIR PHOTOS... '
+    f'({docs.doc("models.md")} says how each was made).'
+  )
+  return 0
 
 
 if __name__ == '__main__':

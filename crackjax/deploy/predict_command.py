@@ -74,7 +74,7 @@ from crackjax.deploy.predictor import BLENDS, Predictor
 from crackjax.engine import checkpoints
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.experiment.restored import load_model, load_run, read_config
-from crackjax.runs import exits, identity, logs, outputs
+from crackjax.runs import identity, outputs
 
 OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
@@ -381,13 +381,21 @@ def _thumbnail_of(overlay_file: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.interruptible(), exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
 
 
 _INTERRUPTED = (
   'interrupted (Ctrl-C); the photos done so far are in --out: run the same command again to '
   'predict the others (those done are kept and listed in its tables).'
+)
+# orbax's routine restore warnings are not the user's business (quiet_logs).
+COMMAND = cli.Command(
+  PROG,
+  _define_flags,
+  usage=USAGE,
+  interrupted=_INTERRUPTED,
+  interruptible=True,
+  quiet_logs=True,
 )
 
 
@@ -400,13 +408,9 @@ def page_origin(fv: flags.FlagValues) -> str:
   return f'model {spec if "://" in spec else Path(spec).name}'
 
 
-def _main(argv: Sequence[str] | None) -> int:
-  """Runs the command (argv without the program name); returns the exit status."""
-  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
-  logs.quiet_third_party_logs()  # orbax's routine restore warnings are not the user's business
-  fv = flags.FlagValues()
-  _define_flags(fv)
-  inputs = cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)[1:]
+def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
+  """Runs the command on the parsed flags and the inputs named after them; returns the exit
+  status."""
   if (not fv.workdir and not fv.model) or not fv.out:
     sys.exit(
       f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '

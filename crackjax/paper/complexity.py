@@ -70,7 +70,7 @@ from crackjax import cli
 from crackjax.experiment.build import Experiment, build
 from crackjax.models import fused_logits
 from crackjax.paper import tables
-from crackjax.runs import exits, outputs
+from crackjax.runs import outputs
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
 PAPER_INPUT_SIZES: dict[str, tuple[int, int]] = {
@@ -487,17 +487,18 @@ PROG = 'python -m crackjax.paper.complexity'
 def main(argv: Sequence[str] | None = None) -> dict:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
 
 
 _INTERRUPTED = 'interrupted (Ctrl-C); nothing was written: run the same command again.'
+COMMAND = cli.Command(PROG, _define_flags, takes_config=True, interrupted=_INTERRUPTED)
 
 
-def _main(argv: Sequence[str] | None) -> dict:
-  """Prints the complexity report of ``--config`` (argv without the program name)."""
+def _main(fv: flags.FlagValues, arguments: list[str]) -> dict:
+  """Prints the complexity report of ``--config`` (arguments that are not flags are
+  ignored)."""
+  del arguments
   prog = PROG
-  fv, _ = cli.parse_command(prog, argv, _define_flags)
   config = fv.config
   hw = tuple(int(v) for v in fv.hw) if fv.hw else None
   if hw is not None and len(hw) != 2:

@@ -27,7 +27,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.paper import records, tables
-from crackjax.runs import identity
+from crackjax.runs import config_files, identity
 
 # The program name of the config parser's command line (never shown: ml_collections reads the
 # --config flags only).
@@ -147,9 +147,9 @@ def without_complete(
 
 def configs_dir(flag_value: str | None = None) -> Path:
   """The directory of configs/table<T>.py: the flag, else the configs crackjax ships
-  (`crackjax.cli.shipped_configs_dir`: the repository's configs/ or the installed
+  (`crackjax.runs.config_files.shipped_configs_dir`: the repository's configs/ or the installed
   crackjax/configs/)."""
-  return Path(flag_value) if flag_value else cli.shipped_configs_dir()
+  return Path(flag_value) if flag_value else config_files.shipped_configs_dir()
 
 
 def _parse_config(path: Path, arg: str, overrides: Sequence[str]) -> flags.FlagValues | Exception:
@@ -186,8 +186,8 @@ def _config_error(
   message = str(error)
   for o in overrides:
     if message.startswith(f'flag --config.{o}: '):
-      return f'--set={o}: {cli.exception_line(message[len(f"flag --config.{o}: ") :])}'
-  detail = cli.exception_line(
+      return f'--set={o}: {config_files.exception_line(message[len(f"flag --config.{o}: ") :])}'
+  detail = config_files.exception_line(
     message.split(': ', 1)[1] if message.startswith('flag --') else message
   )
   detail = detail.removeprefix('Error whilst parsing config file: ')

@@ -46,7 +46,7 @@ from crackjax.paper import records
 from crackjax.paper.report_figures import plot_curves
 from crackjax.paper.report_stats import compare_results, left_out
 from crackjax.paper.report_tables import markdown, write_compare_csv, write_csv
-from crackjax.runs import exits, outputs
+from crackjax.runs import outputs
 
 PROG = 'python -m crackjax.paper.report'
 USAGE = f'{PROG} CAMPAIGN_DIR_OR_EXPORT.json ... [--out=DIR] [--export=FILE] [flags]'
@@ -102,16 +102,10 @@ def _protocols_of(runs: Sequence[dict[str, Any]]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
 
 
-_INTERRUPTED = 'interrupted (Ctrl-C); the inputs are untouched: run the same command again.'
-
-
-def _main(argv: Sequence[str] | None) -> int:
-  full = [PROG, *(sys.argv[1:] if argv is None else argv)]
-  fv = flags.FlagValues()
+def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string(
     'out', None, 'Report directory (default: <first input>/report).', flag_values=fv
   )
@@ -134,7 +128,14 @@ def _main(argv: Sequence[str] | None) -> int:
     "chunk's time limit, which the next chunk redoes from scratch).",
     flag_values=fv,
   )
-  inputs = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)[1:]
+
+
+_INTERRUPTED = 'interrupted (Ctrl-C); the inputs are untouched: run the same command again.'
+COMMAND = cli.Command(PROG, _define_flags, usage=USAGE, interrupted=_INTERRUPTED)
+
+
+def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
+  """The report of the campaigns or exports named by `inputs`, on the parsed flags."""
   if not inputs:
     sys.exit(f'usage: {USAGE}')
   try:

@@ -54,7 +54,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.paper import jobs, records, scheduler
-from crackjax.runs import exits, identity
+from crackjax.runs import identity
 
 PROG = 'python -m crackjax.paper.runner'
 USAGE = f'{PROG} --table=T --workdir=DIR [--rows=KEY,...] [--seeds=N] [flags]  |  {PROG} --list'
@@ -158,9 +158,8 @@ def define_flags(fv: flags.FlagValues) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
   """The command: the rows, or a plan, or the jobs run (a worker: one job); 1 if a job failed.
   Ctrl-C, a full disk and the like end it in one line (`runs.exits`)."""
-  exits.watch_interrupts()  # a worker ignores Ctrl-C instead (`scheduler.end_with_runner`)
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  full = COMMAND.command_line(argv)  # the workers' command lines start from it
+  return COMMAND.run(lambda fv, rest: _main(fv, rest, full), full[1:])
 
 
 # Ctrl-C before or between jobs (a job in this process, or the workers, say what they kept).
@@ -168,11 +167,15 @@ _INTERRUPTED = (
   'interrupted (Ctrl-C); every checkpoint and epoch record saved so far is kept: run the same '
   'command again to go on.'
 )
+# A worker ignores Ctrl-C instead (`scheduler.end_with_runner`).
+COMMAND = cli.Command(
+  PROG, define_flags, usage=USAGE, interrupted=_INTERRUPTED, watch_interrupts=True
+)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-  full = [PROG, *(sys.argv[1:] if argv is None else argv)]
-  fv = _parse(full)
+def _main(fv: flags.FlagValues, rest: list[str], full: list[str]) -> int:
+  if rest:
+    sys.exit(f'{PROG}: unexpected arguments {rest}.')
   if fv.job:
     _end_with_runner()
   parent_env = dict(os.environ)  # the workers' environment, without the line below
@@ -197,16 +200,6 @@ def _main(argv: Sequence[str] | None) -> int:
   if fv.job:
     return _work(fv, todo, config_of)
   return _campaign(fv, full, todo, config_of, parent_env)
-
-
-def _parse(full: Sequence[str]) -> flags.FlagValues:
-  """The flags of the command line `full` (help, or a flag error, exits)."""
-  fv = flags.FlagValues()
-  define_flags(fv)
-  rest = cli.parse_flags(fv, full, prog=PROG, usage=USAGE)
-  if len(rest) > 1:
-    sys.exit(f'{PROG}: unexpected arguments {rest[1:]}.')
-  return fv
 
 
 def _end_with_runner() -> None:

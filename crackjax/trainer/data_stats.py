@@ -30,7 +30,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.data import registry as data_registry
-from crackjax.runs import exits, logs, outputs
+from crackjax.runs import outputs
 
 # H and W of config.data.input_size must be multiples of this (the U-Net's four poolings).
 INPUT_MULTIPLE = 16
@@ -164,24 +164,27 @@ PROG = 'python -m crackjax.trainer.data_stats'
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
   read-only disk end it in one line (`crackjax.runs.exits`)."""
-  with exits.one_line_exits(PROG, interrupted=_INTERRUPTED):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
+
+
+def _define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
+  flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
 
 
 _INTERRUPTED = (
   'interrupted (Ctrl-C); a dataset prepared halfway is prepared again: run the same command again.'
 )
+# TFDS' routine warnings hidden, data warnings one line each (quiet_logs).
+COMMAND = cli.Command(
+  PROG, _define_flags, takes_config=True, interrupted=_INTERRUPTED, quiet_logs=True
+)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-  """Prints the statistics of the config's dataset (argv without the program name)."""
-
-  def define_flags(fv: flags.FlagValues) -> None:
-    flags.DEFINE_list('splits', ['train', 'test'], 'splits to describe', flag_values=fv)
-    flags.DEFINE_bool('json', False, 'print JSON instead of text', flag_values=fv)
-
-  fv, _ = cli.parse_command(PROG, argv, define_flags)
-  logs.quiet_third_party_logs()  # TFDS' routine warnings hidden, data warnings one line each
+def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
+  """Prints the statistics of the config's dataset (arguments that are not flags are
+  ignored)."""
+  del arguments
   data = fv.config.data
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])

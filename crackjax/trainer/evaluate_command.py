@@ -39,7 +39,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
-from crackjax.runs import docs, exits, identity, logs, outputs
+from crackjax.runs import docs, identity, outputs
 
 PROG = 'crackjax-evaluate'
 USAGE = (
@@ -276,16 +276,22 @@ def markdown(rows: Sequence[dict[str, Any]], caption: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the command (argv without the program name); returns the exit status. A held run
   (training, another evaluation), Ctrl-C or a full disk end it in one line (`runs.exits`)."""
-  with exits.interruptible(), exits.one_line_exits(PROG, errors=(identity.RunLockedError,)):
-    return _main(argv)
+  return COMMAND.run(_main, argv)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-  argv = [PROG, *(sys.argv[1:] if argv is None else argv)]
-  logs.quiet_third_party_logs()
-  fv = flags.FlagValues()
-  _define_flags(fv)
-  cli.parse_flags(fv, argv, prog=PROG, usage=USAGE)
+COMMAND = cli.Command(
+  PROG,
+  _define_flags,
+  usage=USAGE,
+  errors=(identity.RunLockedError,),
+  interruptible=True,
+  quiet_logs=True,
+)
+
+
+def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
+  """The command on its parsed flags (arguments that are not flags are ignored)."""
+  del arguments
   if not fv.workdir and not fv.model:
     sys.exit(
       f'{PROG}: --workdir=RUN is required (or --model=NAME|FILE|URL with --out=DIR); usage: {USAGE}'

@@ -200,7 +200,7 @@ def run_command(which: str, path: Path, tmp_path: Path) -> str:
     argv = [f'--model={path}', f'--folder={images}:{masks}', f'--out={tmp_path / "scores"}']
     main = evaluate_command.main
   else:
-    argv = ['crackjax-export', f'--model={path}', f'--out={tmp_path / "m.jaxexport"}']
+    argv = [f'--model={path}', f'--out={tmp_path / "m.jaxexport"}']
     main = export.main
   with pytest.raises(SystemExit) as e:
     main(argv)

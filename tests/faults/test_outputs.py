@@ -442,7 +442,7 @@ def test_export_never_writes_through_a_link(smoke_run, tmp_path):
   elsewhere.write_bytes(b'the user own file')
   out = tmp_path / 'unet.jaxexport'
   out.symlink_to(elsewhere)
-  argv = ['crackjax-export', f'--workdir={smoke_run}', f'--out={out}', '--overwrite']
+  argv = [f'--workdir={smoke_run}', f'--out={out}', '--overwrite']
   assert one_line_exit(export.main, argv) == (
     f'crackjax-export: {out} is a symbolic link (to {elsewhere}); the export is written only '
     'as a file of its own, never through a link: remove the link or name another --out (out=).'
