@@ -274,7 +274,12 @@ def test_the_parts_take_narrow_inputs_not_the_config():
   )
   assert not importers, importers
   readers = []
-  for name in ('crackjax.trainer.loop', 'crackjax.trainer.scoring'):
+  for name in (
+    'crackjax.trainer.loop',
+    'crackjax.trainer.scoring',
+    'crackjax.trainer.periodic',
+    'crackjax.trainer.eval_records',
+  ):
     tree = modules[name]
     readers += [
       f'{name}:{node.lineno}'

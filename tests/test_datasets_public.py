@@ -15,7 +15,7 @@ from crackjax.configs.release import roads_unet_cpu
 from crackjax.data import loader, mixture
 from crackjax.data import registry as data_registry
 from crackjax.experiment import validation
-from crackjax.trainer import scoring
+from crackjax.trainer import eval_records, scoring
 from tests import fixtures
 
 
@@ -184,7 +184,7 @@ def test_member_results_score_each_dataset_and_select_on_their_mean():
   assert members['a']['results']['strict']['ods']['f1'] == pytest.approx(1.0)
   f1_b = members['b']['results']['strict']['ods']['f1']
   assert f1_b < 0.6
-  record = scoring.with_members({'results': {'strict': {}}}, members)
+  record = eval_records.with_members({'results': {'strict': {}}}, members)
   assert record['selection']['value'] == pytest.approx((1.0 + f1_b) / 2)
   assert scoring.member_results(['x', 'y'], probs[:2], gts[:2], plan) is None
   json.dumps(record)  # the epoch record stays JSON

@@ -19,9 +19,10 @@ from absl import logging as absl_logging
 from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from crackjax import evaluation, experiment
+from crackjax import evaluation
 from crackjax.configs import base
 from crackjax.data import registry as data_registry
+from crackjax.experiment import build as experiment
 from crackjax.runs import logs
 from crackjax.tfds_builders.crackforest import CrackForest
 from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cfd

@@ -17,7 +17,7 @@ import pytest
 from crackjax.paper import jobs as campaign_jobs
 from crackjax.paper import records, report, report_stats, runner, scheduler, tables
 from crackjax.runs import identity
-from crackjax.trainer import loop, scoring
+from crackjax.trainer import eval_records, loop, periodic
 from tests import fixtures
 
 ROWS = 'wce_xie_e5,wce_exp_0.75_e5'
@@ -392,7 +392,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   workdir = tmp_path / 'campaign'
 
   # Interrupt the first job while it evaluates epoch 3 (its checkpoint is saved by then).
-  real = scoring.EpochEvaluator.__call__
+  real = periodic.EpochEvaluator.__call__
 
   def interrupted(self, state, epoch, **kwargs):
     config = self.experiment.config
@@ -400,7 +400,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
       raise KeyboardInterrupt
     return real(self, state, epoch, **kwargs)
 
-  monkeypatch.setattr(scoring.EpochEvaluator, '__call__', interrupted)
+  monkeypatch.setattr(periodic.EpochEvaluator, '__call__', interrupted)
   with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit status 130
     runner.main(_argv(workdir, data))
   assert stopped.value.code == 130
@@ -445,7 +445,9 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   for e in range(1, 6):
     rec = json.loads((first / f'epoch_{e:03d}.json').read_text())
     assert rec['epoch'] == e and rec['step'] == 3 * e
-    assert tuple(rec) == scoring.RECORD_FIELDS  # launch's record format (tests/test_trainer.py)
+    assert (
+      tuple(rec) == eval_records.RECORD_FIELDS
+    )  # launch's record format (tests/test_trainer.py)
     # Both protocols at the rows' epoch, the cheap one for the curve in between.
     expected = {'strict', 'tolerance_thin_gt'} if e == 5 else {'strict'}
     assert set(rec['results']) == expected
@@ -462,7 +464,7 @@ def test_runner_resumes_and_report(tmp_path, monkeypatch):
   )
 
   # A third run finds everything done.
-  monkeypatch.setattr(scoring.EpochEvaluator, '__call__', real)
+  monkeypatch.setattr(periodic.EpochEvaluator, '__call__', real)
   assert runner.main(_argv(workdir, data)) == 0
   assert _epoch_files(workdir) == after
 

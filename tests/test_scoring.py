@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from absl import logging as absl_logging
 
-from crackjax import evaluation, experiment
+from crackjax import evaluation
 from crackjax.configs import base
-from crackjax.trainer import scoring
+from crackjax.experiment import build as experiment
+from crackjax.trainer import eval_records
 
 
 def _results(protocols=('strict', 'tolerance')):
@@ -28,7 +29,7 @@ def _results(protocols=('strict', 'tolerance')):
 def test_protocol_summary_keeps_everything_but_per_image():
   _, _, _, results = _results()
   for r in results.values():
-    s = scoring.protocol_summary(r)
+    s = eval_records.protocol_summary(r)
     assert list(s) == [
       'protocol',
       'protocol_description',
@@ -63,7 +64,7 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
     'protocols': list(results),
     'results': {
       p: {
-        **scoring.protocol_summary(r),
+        **eval_records.protocol_summary(r),
         'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)],
       }
       for p, r in results.items()
@@ -73,7 +74,7 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
   monkeypatch.setattr(absl_logging, 'info', lambda msg, *args: logged.append(msg % args))
   images = [np.stack([p] * 3, axis=-1) for p in probs]
   plan = experiment.eval_plan_of(config)
-  scoring.write_eval_outputs(plan, tmp_path, summary, results, images, probs, gts, names)
+  eval_records.write_eval_outputs(plan, tmp_path, summary, results, images, probs, gts, names)
 
   # eval.json keeps the curve, the grid ODS and F1 at 0.5.
   written = json.loads((tmp_path / 'eval.json').read_text())

@@ -17,7 +17,7 @@ from crackjax.engine import checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.experiment.build import build
 from crackjax.runs import exits, identity
-from crackjax.trainer import loop, scoring, train_command
+from crackjax.trainer import eval_records, loop, periodic, stopping, train_command
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   # the per-image rows; the curve epoch under curve_protocols, the last under all.
   e1 = json.loads((workdir / 'epoch_001.json').read_text())
   e2 = json.loads((workdir / 'epoch_002.json').read_text())
-  assert tuple(e1) == tuple(e2) == tuple(result) == scoring.RECORD_FIELDS
+  assert tuple(e1) == tuple(e2) == tuple(result) == eval_records.RECORD_FIELDS
   assert (e1['epoch'], e1['step'], e1['protocols']) == (1, 3, ['strict'])
   assert e2['protocols'] == result['protocols'] and e2['step'] == 6
   assert e2['dataset'] == 'crackforest' and e2['split'] == 'test' and e2['num_images'] == 4
@@ -107,7 +107,7 @@ def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
   records = {}
   for workers in (0, 1):
     config.eval.background_workers = workers
-    evaluator = scoring.EpochEvaluator(build(config), tmp_path / str(workers))
+    evaluator = periodic.EpochEvaluator(build(config), tmp_path / str(workers))
     returned = evaluator(state, 2, trained=False)
     assert (returned is None) == bool(workers)  # in the background: written later
     finished = evaluator.finish()
@@ -243,9 +243,9 @@ def test_interrupted_inside_the_step_keeps_the_last_checkpoint(data_dirs, tmp_pa
 
 def test_buffers_deleted():
   tree = {'a': jax.numpy.ones(2), 'b': np.ones(2)}
-  assert not loop.buffers_deleted(tree)
+  assert not stopping.buffers_deleted(tree)
   tree['a'].delete()
-  assert loop.buffers_deleted(tree)
+  assert stopping.buffers_deleted(tree)
 
 
 # Runs the smoke config in a subprocess and SIGKILLs itself when asked for the batch of

@@ -289,7 +289,7 @@ def run_job(job: Job, workdir: str | Path, experiment, *, side_by_side: int = 1)
   """Trains `job`'s experiment (`crackjax.experiment.build` of its config) to its epochs
   (resuming); `loop.train_and_evaluate` evaluates every epoch (the config's
   ``eval.every_epochs``) and writes its record, epoch_<NNN>.json, the format of every
-  evaluation (`scoring.EpochEvaluator`). Returns 'done' or 'skipped' (everything was there).
+  evaluation (`periodic.EpochEvaluator`). Returns 'done' or 'skipped' (everything was there).
 
   Raises:
     run.RunMismatchError: the job's directory holds a run of another config fingerprint.
@@ -368,11 +368,11 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
 def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]) -> None:
   """Evaluates each of `epochs` whose checkpoint is kept from that checkpoint (its record
   then has no training time), saying why."""
-  from crackjax.trainer import scoring
+  from crackjax.trainer import periodic
 
   spe = experiment.schedule.steps_per_epoch
   kept = set(experiment.checkpoint_manager(directory).all_steps())
-  evaluator = scoring.EpochEvaluator(experiment, directory)
+  evaluator = periodic.EpochEvaluator(experiment, directory)
   try:
     for epoch in epochs:
       if epoch * spe not in kept:

@@ -2,7 +2,7 @@
 merging copies of one job, which jobs are complete, and writing the small export file.
 
 The runner's records (``run.json`` and the evaluation records ``epoch_<NNN>.json``,
-`crackjax.trainer.scoring.RECORD_FIELDS`) are read as they are; `load` returns one dict per run
+`crackjax.trainer.eval_records.RECORD_FIELDS`) are read as they are; `load` returns one dict per run
 (the export format of one run), which `crackjax.paper.report` renders and `crackjax.paper.plan`
 reads timings from.
 """

@@ -13,7 +13,7 @@ curves of Figs. 5-6 come from the same run. A job lives in
 ``<workdir>/table<T>/<group>/seed<S>/``: the usual workdir of `crackjax.trainer.loop` (checkpoints,
 config.json, metrics) plus ``run.json`` (the rows, seed, config, hardware, versions) and one
 ``epoch_<NNN>.json`` per epoch: the evaluation record that every evaluation writes
-(`crackjax.trainer.scoring.RECORD_FIELDS`: wall seconds of training and evaluation, and per
+(`crackjax.trainer.eval_records.RECORD_FIELDS`: wall seconds of training and evaluation, and per
 protocol ODS / OIS / AP and the per-threshold curve), here by ``config.eval.every_epochs`` = 1.
 
 Resuming: run the same command again. Finished jobs are skipped, an interrupted one continues

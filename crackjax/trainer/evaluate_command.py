@@ -378,7 +378,7 @@ def _score_all(
   when given: --out); prints its table."""
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
-  from crackjax.trainer import scoring
+  from crackjax.trainer import eval_records, scoring
 
   step = int(state.step)
   rows = []
@@ -393,7 +393,7 @@ def _score_all(
         scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
-    out = scoring.other_results_dir(scored.eval_plan, workdir, split)
+    out = eval_records.other_results_dir(scored.eval_plan, workdir, split)
     if records is not None:  # --out=DIR: DIR/<dataset>_<split>
       out = Path(records) / out.name
     try:

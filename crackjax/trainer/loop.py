@@ -3,7 +3,8 @@
 `train_and_evaluate` holds the workdir's lock, checks the run's identity, resumes from the
 latest checkpoint, runs `step.make_train_step`'s step over the prefetched batches, writes the
 per-step metrics (`runs.metric_writer`), saves a checkpoint per epoch and on the way out of an
-interruption, and scores epochs and the final state (`evaluation.scoring`).
+interruption (`stopping`: what is kept, the line that says so), and scores epochs
+(`periodic`) and the final state (`scoring`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from crackjax.engine.train_state import TrainState
 from crackjax.experiment.build import Experiment
 from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
-from crackjax.trainer.scoring import EpochEvaluator, evaluate_checkpoint
+from crackjax.trainer import stopping
+from crackjax.trainer.periodic import EpochEvaluator
+from crackjax.trainer.scoring import evaluate_checkpoint
 
 
 class _MetricLog:
@@ -63,11 +66,6 @@ class _MetricLog:
 
 
 EpochCallback = Callable[[TrainState, int], None]
-
-
-def buffers_deleted(tree) -> bool:
-  """Whether any array of `tree` was deleted (donated to a jitted call that did not return)."""
-  return any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(tree))
 
 
 def train_and_evaluate(
@@ -122,82 +120,17 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
-def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> str:
-  """Keeps what an interrupted loop can keep; returns what is kept, in words."""
-  if isinstance(error, checkpoints.CheckpointSaveError):
-    return ''  # the disk refused a save: do not try another; the message says what is kept
-  try:
-    log.flush()
-  except step_lib.NonFiniteError:
-    pass  # a non-finite step since the last save: nothing newer to keep
-  else:
-    # Nothing finished in this run (e.g. the first batch failed): saving now would leave a
-    # checkpoint of the initial state that the next run silently resumes from. A state
-    # donated to a step that never returned holds nothing valid either.
-    if step != start_step and saved_step != step and not isinstance(error, step_lib.NonFiniteError):
-      if buffers_deleted(state):
-        logging.warning('Interrupted inside the train step after step %d.', step)
-      else:
-        logging.warning('Saving checkpoint of step %d before exiting.', step)
-        try:
-          checkpoints.save(mngr, step, state, force=True, metadata=metadata)
-        except checkpoints.CheckpointSaveError as e:
-          logging.warning('%s', e)
-  try:
-    checkpoints.finish_saves(mngr)
-  except checkpoints.CheckpointSaveError as e:
-    logging.warning('%s', e)
-  complete = checkpoints.complete_steps(mngr.directory)
-  return f'step {complete[-1]} in {mngr.directory}' if complete else ''
-
-
-_AGAIN = 'run the same command again'
-
-
-def _after_interrupt(error, step: int, start_step: int, total_steps: int, kept: str):
-  """The one-line exception that ends a loop stopped by Ctrl-C or SIGTERM; None otherwise."""
-  if not isinstance(error, (KeyboardInterrupt, exits.Terminated)):
-    return None
-  what, kind = 'stopped by SIGTERM (a time limit or kill)', exits.Terminated
-  if isinstance(error, KeyboardInterrupt):
-    what, kind = 'interrupted (Ctrl-C)', exits.Interrupted
-  where = f'at step {step} of {total_steps}'
-  if step == start_step:
-    where = f'before step {step + 1} of {total_steps} finished'
-  if not kept:
-    return kind(f'{what} {where}; no checkpoint was saved yet: {_AGAIN} to start.')
-  return kind(f'{what} {where}; the checkpoint of {kept} is kept: {_AGAIN} to resume from it.')
-
-
-def _after_divergence(kept: str, workdir: Path) -> str:
-  """What to do after a non-finite step: the decision of docs/troubleshooting.md. A run's
-  workdir resumes only its own config (its fingerprint includes the learning rate), so that
-  its results always follow from its config.json; a workdir with no checkpoint holds no
-  progress and takes any config."""
-  if not kept:
-    return (
-      f'No checkpoint was saved, so --workdir={workdir} takes another config: run again with '
-      'a lower --config.learning_rate (or check the data).'
-    )
-  return (
-    f'The last good checkpoint is {kept} (kept). To go on with a lower '
-    '--config.learning_rate, start a new --workdir (this one resumes only its own config), '
-    'or check the data.'
-  )
-
-
-def _train_and_evaluate(
-  experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
-) -> TrainState:
-  schedule = experiment.schedule
-  evaluator = EpochEvaluator(experiment, workdir)
-  mesh = experiment.mesh
-  # A save cut short (a killed process, a second Ctrl-C) leaves its temporary folder.
-  checkpoints.remove_unfinished_saves(workdir / 'checkpoints')
-  mngr = experiment.checkpoint_manager(workdir)
-  state = experiment.restore_or_init(workdir, mngr)
-  start_step = int(jax.device_get(state.step))
-  total_steps = schedule.total_steps
+def _finished(
+  experiment: Experiment,
+  workdir: Path,
+  evaluator: EpochEvaluator,
+  state: TrainState,
+  start_step: int,
+  evaluate_after: bool,
+) -> bool:
+  """Records config.json, says where the run resumes, and evaluates the epoch of `start_step`
+  if its evaluation was lost; True if the run is finished and evaluated (nothing to do)."""
+  total_steps = experiment.schedule.total_steps
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / 'config.json').write_text(experiment.config_json())
@@ -212,7 +145,7 @@ def _train_and_evaluate(
       start_step,
       total_steps,
     )
-    return state
+    return True
   missing = evaluator.missing(start_step)
   if missing is not None and not last:
     # The process that saved this epoch died while evaluating it, or its record was damaged
@@ -222,7 +155,23 @@ def _train_and_evaluate(
       'Evaluating epoch %d from its checkpoint (step %d): %s.', missing, start_step, why
     )
     evaluator(state, missing, trained=False)
+  return False
 
+
+def _train_and_evaluate(
+  experiment: Experiment, workdir: Path, evaluate_after: bool, on_epoch_end
+) -> TrainState:
+  schedule = experiment.schedule
+  evaluator = EpochEvaluator(experiment, workdir)
+  mesh = experiment.mesh
+  # A save cut short (a killed process, a second Ctrl-C) leaves its temporary folder.
+  checkpoints.remove_unfinished_saves(workdir / 'checkpoints')
+  mngr = experiment.checkpoint_manager(workdir)
+  state = experiment.restore_or_init(workdir, mngr)
+  start_step = int(jax.device_get(state.step))
+  total_steps = schedule.total_steps
+  if _finished(experiment, workdir, evaluator, state, start_step, evaluate_after):
+    return state
   step_fn = experiment.train_step(state)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
@@ -273,14 +222,16 @@ def _train_and_evaluate(
   except BaseException as e:
     bar.close()  # ends the bar's line, so the lines below start on their own
     batches.close()  # stops the prefetch thread
-    kept = _stop(e, state, step, start_step, saved_step, log, mngr, experiment.checkpoint_metadata)
+    kept = stopping.keep(
+      e, state, step, start_step, saved_step, log, mngr, experiment.checkpoint_metadata
+    )
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)
     writer.close()
     if isinstance(e, step_lib.NonFiniteError):
-      raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
-    if (stopped := _after_interrupt(e, step, start_step, total_steps, kept)) is not None:
+      raise step_lib.NonFiniteError(f'{e} {stopping.after_divergence(kept, workdir)}') from None
+    if (stopped := stopping.after_interrupt(e, step, start_step, total_steps, kept)) is not None:
       raise stopped from None
     raise
   batches.close()

@@ -213,13 +213,13 @@ def test_evaluating_an_older_step_keeps_the_newest_results(smoke_run, tmp_path, 
 
 
 def test_the_newest_evaluated_step_is_read_from_either_record(tmp_path):
-  from crackjax.trainer import scoring
+  from crackjax.trainer import eval_records
 
-  assert scoring.newest_evaluated_step(tmp_path) is None
+  assert eval_records.newest_evaluated_step(tmp_path) is None
   (tmp_path / 'eval.json').write_text('{"step": 4')  # damaged: replaced as before
-  assert scoring.newest_evaluated_step(tmp_path) is None
+  assert eval_records.newest_evaluated_step(tmp_path) is None
   (tmp_path / 'threshold.json').write_text(json.dumps({'threshold': 0.4, 'step': 6}))
-  assert scoring.newest_evaluated_step(tmp_path) == 6
+  assert eval_records.newest_evaluated_step(tmp_path) == 6
 
 
 # ------------------------------------------------------- 8: a damaged prepared dataset

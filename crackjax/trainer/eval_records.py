@@ -1,0 +1,410 @@
+"""What an evaluation leaves in a run's folder: the one evaluation record (`RECORD_FIELDS`:
+eval.json and every epoch_<NNN>.json, `evaluation_record`, `write_epoch_record`), the folder it
+goes to (`results_dir`: the workdir for the run's own test split, else beside it), threshold.json,
+the per-image CSV, the plots and TensorBoard's extras (`write_eval_outputs`).
+
+`crackjax.trainer.scoring` and `crackjax.trainer.periodic` score; this module writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+
+from crackjax import evaluation
+from crackjax.data import mixture
+from crackjax.engine import train_state
+from crackjax.evaluation import plots
+from crackjax.evaluation.eval_plan import EvalPlan
+from crackjax.runs import identity, metric_writer
+from crackjax.runs.metric_writer import MetricWriter
+
+#: The keys of an `evaluation.evaluate` result that `protocol_summary` keeps, in order.
+_SUMMARY_KEYS = (
+  'protocol',
+  'protocol_description',
+  'num_thresholds',
+  'tail_thresholds',
+  'grid_size',
+  'ods',
+  'ods_grid',
+  'ois',
+  'ois_mean_f1',
+  'ap',
+  'fixed',
+  'curve',
+)
+
+
+def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
+  """The compact per-protocol dict of eval.json, from one `evaluation.evaluate` result.
+
+  Everything but the per-image rows (and ``num_images``, which eval.json keeps once):
+  protocol, protocol_description, num_thresholds (the uniform part), tail_thresholds,
+  grid_size, ods, ods_grid, ois, ois_mean_f1, ap, fixed (P/R/F1 at threshold 0.5) and
+  curve (thresholds, precision, recall and F1 of the dataset at every grid point, enough
+  to redraw the P-R curve). JSON-serialisable; the values are the result's own (not
+  copied).
+  """
+  return {k: result[k] for k in _SUMMARY_KEYS}
+
+
+#: The fields of an evaluation record (`evaluation_record`), in order: eval.json and every
+#: epoch_<NNN>.json, whoever wrote them (launch, the periodic evaluation, the runner).
+RECORD_FIELDS = (
+  'epoch',
+  'step',
+  'dataset',
+  'split',
+  'num_images',
+  'protocols',
+  'params',
+  'train_seconds',
+  'eval_seconds',
+  'first_in_process',
+  'results',
+)
+
+
+def by_member(
+  names: Sequence[str], results_of: Callable[[list[int]], dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, Any]] | None:
+  """`member_results`' form from `results_of(rows)`, the results of the images at `rows`:
+  the images grouped by the member their name starts with (None: not a mixture's)."""
+  groups: dict[str, list[int]] = {}
+  for i, name in enumerate(names):
+    member, _ = mixture.member_of_name(name)
+    if member is None:
+      return None
+    groups.setdefault(member, []).append(i)
+  return {
+    member: {
+      'num_images': len(rows),
+      'results': {p: protocol_summary(r) for p, r in results_of(rows).items()},
+    }
+    for member, rows in groups.items()
+  }
+
+
+def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | None) -> dict:
+  """`record` with its members' results (`member_results`) and the selection score of a
+  mixture: the mean over the members of the first protocol's ODS F1, so that every dataset
+  counts alike however many images it has (the pooled ``results`` weigh them by pixels)."""
+  if not members:
+    return record
+  protocol = next(iter(record['results']))
+  f1s = [m['results'][protocol]['ods']['f1'] for m in members.values()]
+  return {
+    **record,
+    'datasets': members,
+    'selection': {
+      'metric': f'mean over the datasets of the {protocol} ODS F1',
+      'value': float(np.mean(f1s)),
+    },
+  }
+
+
+def state_facts(state: train_state.TrainState) -> tuple[int, int]:
+  """The step of `state` and its number of trainable parameters (Tables V-VIII print them;
+  BatchNorm statistics are not counted): what an evaluation record says of the state."""
+  return int(jax.device_get(state.step)), sum(int(x.size) for x in jax.tree.leaves(state.params))
+
+
+def evaluation_record(
+  epoch_of: Callable[[int], int],
+  dataset: str,
+  facts: tuple[int, int],
+  split: str,
+  names: Sequence[str],
+  results: dict[str, dict[str, Any]],
+  *,
+  eval_seconds: float,
+  train_seconds: float = math.nan,
+  first_in_process: bool = False,
+  per_image: bool = False,
+) -> dict[str, Any]:
+  """The one evaluation record: eval.json (with the per-image rows) and epoch_<NNN>.json
+  (without) of launch, of the periodic evaluation and of the reproduction runner; `epoch_of`:
+  the epoch of a step (`Schedule.epoch_of`).
+
+  Keyed by dataset + split (the directory, `results_dir`, and the fields), step (and its
+  epoch) and protocol (``results``). ``train_seconds`` is the wall time since the previous
+  evaluation of this process (NaN when no training preceded it); ``first_in_process`` says
+  that it includes the process's start-up and compilation.
+  """
+  step, params = facts  # `state_facts`
+  return {
+    'epoch': epoch_of(step),
+    'step': step,
+    'dataset': dataset,
+    'split': split,
+    'num_images': len(names),
+    'protocols': list(results),
+    'params': params,
+    'train_seconds': train_seconds,
+    'eval_seconds': eval_seconds,
+    'first_in_process': first_in_process,
+    'results': {
+      protocol: {
+        **protocol_summary(r),
+        **(
+          {'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)]}
+          if per_image
+          else {}
+        ),
+      }
+      for protocol, r in results.items()
+    },
+  }
+
+
+def write_epoch_record(
+  directory: str | Path, record: dict[str, Any], steps_per_epoch: int
+) -> Path | None:
+  """Writes `record` (without per-image rows) as its epoch's record, atomically; merged with
+  an existing record of the same step (its other protocols and its training time kept).
+  Only an epoch's last step has an epoch record (a checkpoint saved mid-epoch, e.g. on an
+  interrupt, is not an epoch): returns None and writes nothing for any other step."""
+  if record['step'] != record['epoch'] * steps_per_epoch:
+    return None
+  path = identity.epoch_path(directory, record['epoch'])
+  path.parent.mkdir(parents=True, exist_ok=True)
+  record = {
+    **record,
+    'results': {
+      p: {k: v for k, v in r.items() if k != 'per_image'} for p, r in record['results'].items()
+    },
+  }
+  old = identity.read_record(path, required=('epoch', 'results')) if path.exists() else None
+  if old is not None and old.get('step') == record['step']:
+    results = {**old['results'], **record['results']}
+    record['results'], record['protocols'] = results, list(results)
+    if math.isnan(record['train_seconds']):
+      record['train_seconds'] = old.get('train_seconds', math.nan)
+      record['first_in_process'] = old.get('first_in_process', False)
+  identity.write_json(path, record)
+  return path
+
+
+def add_points(summary: dict[str, Any], points: dict[str, dict[str, dict[str, float]]]) -> None:
+  """Each protocol's operating points (`StreamScorer.results`) into its results, if any."""
+  for protocol, result in summary['results'].items():
+    for name, point in points.get(protocol, {}).items():
+      result.setdefault('operating_points', {})[name] = point
+
+
+def step_results_dir(directory: str | Path, step: int) -> Path:
+  """``<directory>/eval/step_<step>``: where an evaluation of a step older than the results
+  of `directory` goes (`evaluate_checkpoint`)."""
+  return Path(directory) / 'eval' / f'step_{step}'
+
+
+def target_dir(out: Path, step: int, *, overwrite: bool = False) -> Path:
+  """Where the evaluation of `step` is written: `out`, unless `out` holds the results of a newer
+  step (`newest_evaluated_step`; its newest checkpoint damaged and set aside) and not
+  `overwrite`: then `step_results_dir`, with a warning."""
+  newer = newest_evaluated_step(out) if jax.process_index() == 0 else None
+  if newer is None or newer <= step or overwrite:
+    return out
+  target = step_results_dir(out, step)
+  logging.warning(
+    'Evaluated step %d, older than step %d, whose results %s holds (its newest checkpoint '
+    "is damaged or gone): the results of step %d are in %s; the run's eval.json and "
+    'threshold.json stay those of step %d (--overwrite replaces them).',
+    step,
+    newer,
+    out,
+    step,
+    target,
+    newer,
+  )
+  return target
+
+
+def newest_evaluated_step(directory: str | Path) -> int | None:
+  """The step whose evaluation `directory`'s eval.json or threshold.json records (the newer
+  of the two), or None: neither is there or readable (a damaged one is replaced as before)."""
+  steps = []
+  for name in ('eval.json', 'threshold.json'):
+    try:
+      step = json.loads((Path(directory) / name).read_text()).get('step')
+    except (OSError, ValueError, AttributeError):
+      continue
+    if isinstance(step, int) and not isinstance(step, bool):
+      steps.append(step)
+  return max(steps, default=None)
+
+
+def data_key(data: Any, split: str) -> dict[str, Any]:
+  # What makes two evaluations score the same images: the dataset, its folders (for
+  # crack_folder) and the split; not where the prepared copy lives (`EvalPlan.data_key`).
+  data = json.loads(json.dumps(dict(data), default=str))
+  return {'name': data.get('name'), 'folder': data.get('folder'), 'split': split}
+
+
+def results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
+  """Where an evaluation of `plan`'s data `split` is written: the workdir itself for the
+  test split of the data the run was trained on (its config.json), else
+  ``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder),
+  so that scoring a run elsewhere never replaces its own results or its threshold.json."""
+  workdir = Path(workdir)
+  recorded = workdir / 'config.json'
+  if not recorded.is_file():
+    return workdir
+  own = json.loads(recorded.read_text()).get('data', {})
+  if data_key(own, own.get('test_split', 'test')) == plan.data_key(split):
+    return workdir
+  return other_results_dir(plan, workdir, split)
+
+
+def other_results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
+  """``<workdir>/eval/<dataset>_<split>`` (plus a short hash of the folders for crack_folder):
+  where an evaluation beside the run's own results goes."""
+  name = f'{plan.dataset}_{split}'
+  if plan.dataset == 'crack_folder':
+    key = plan.data_key(split)
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    name = f'{name}_{digest}'
+  return Path(workdir) / 'eval' / name
+
+
+def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
+  """The ODS threshold of the first protocol that records one (threshold.json's), else 0.5:
+  the threshold of the qualitative figures."""
+  for protocol, r in results.items():
+    if evaluation.get_protocol(protocol).writes_threshold_file:
+      return r['ods']['threshold']
+  return 0.5
+
+
+def write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary) -> float:
+  """Writes threshold.json from the first protocol that records one; returns the threshold."""
+  for protocol, r in results.items():
+    spec = evaluation.get_protocol(protocol)
+    if spec.writes_threshold_file:
+      threshold = r['ods']['threshold']
+      # Atomic, as every record: crackjax-predict reads it (without the lock) at any time.
+      identity.write_json(
+        workdir / 'threshold.json',
+        {
+          'threshold': threshold,
+          'rule': spec.threshold_rule,
+          'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
+          'dataset': summary['dataset'],
+          'split': summary['split'],
+          'step': summary['step'],
+        },
+      )
+      return threshold
+  return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
+
+
+def eval_scalars(r: dict[str, Any]) -> dict[str, float]:
+  """The scalars of one protocol's result (TensorBoard and metrics.jsonl)."""
+  return {
+    'ods_f1': r['ods']['f1'],
+    'ods_precision': r['ods']['precision'],
+    'ods_recall': r['ods']['recall'],
+    'ois_f1': r['ois']['f1'],
+    'ap': r['ap'],
+    'fixed_f1': r['fixed']['f1'],
+    'fixed_precision': r['fixed']['precision'],
+    'fixed_recall': r['fixed']['recall'],
+  }
+
+
+def write_tensorboard_extras(
+  writer: MetricWriter,
+  plan: EvalPlan,
+  record: dict[str, Any],
+  results: dict[str, dict[str, Any]],
+  images: Sequence[np.ndarray],
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  threshold: float,
+  hparams: dict[str, Any] | None,
+) -> None:
+  """One evaluation's TensorBoard beyond scalars (`MetricWriter.write_evaluation`): each
+  protocol's PR curve, the first ``plan.num_qualitative`` images as image | ground truth |
+  probability | overlay at `threshold` panels, and the run's hyper-parameters."""
+  kind = f'eval_{record["split"]}'
+  curves = {f'{kind}_{p}/pr_curve': r['curve'] for p, r in results.items()}
+  k = min(plan.num_qualitative, len(images))
+  panels = [
+    (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
+    for i in range(k)
+  ]
+  metrics = [f'{kind}_{p}/{m}' for p in results for m in ('ods_f1', 'ois_f1', 'ap')]
+  flat = metric_writer.flat_hparams(hparams) if hparams else None
+  writer.write_evaluation(
+    record['step'], curves=curves, panels=panels, hparams=flat, metrics=metrics
+  )
+
+
+def write_eval_outputs(
+  plan: EvalPlan,
+  workdir: Path,
+  summary: dict[str, Any],
+  results: dict[str, dict[str, Any]],
+  images: Sequence[np.ndarray],
+  probs: Sequence[np.ndarray],
+  gts: Sequence[np.ndarray],
+  names: Sequence[str],
+  hparams: dict[str, Any] | None = None,
+  *,
+  probs_saved: bool = False,
+) -> None:
+  """threshold.json, the CSV, the plots, optional maps and the eval scalars, TensorBoard's PR
+  curves, qualitative panels and `hparams` (the run's config as plain data;
+  `write_tensorboard_extras`), and eval.json last, so that an eval.json there is a whole
+  evaluation's. `images`, `probs` and `gts` may be the first ``plan.num_qualitative`` only
+  (with their `names`) when `probs_saved` (the maps already written as they came)."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  step, split = summary['step'], summary['split']
+  threshold = write_threshold(workdir, results, summary)
+  plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  title = f'{plan.dataset} {split}, step {step}'
+  plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
+  k = min(plan.num_qualitative, len(images))
+  if k:
+    plots.plot_qualitative(
+      workdir / 'qualitative.png',
+      images[:k],
+      gts[:k],
+      probs[:k],
+      names[:k],
+      threshold,
+      f'{title}; prediction at the strict ODS threshold',
+    )
+  if plan.save_probability_maps and not probs_saved:
+    plots.save_probability_maps(workdir / 'probs', probs, names)
+  writer = MetricWriter(workdir)
+  write_tensorboard_extras(writer, plan, summary, results, images, probs, gts, threshold, hparams)
+  for protocol, r in results.items():
+    writer.write_scalars(step, eval_scalars(r), kind=f'eval_{split}_{protocol}')
+    logging.info(
+      'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
+      'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
+      protocol,
+      step,
+      r['ods']['f1'],
+      r['ods']['threshold'],
+      r['ods']['precision'],
+      r['ods']['recall'],
+      r['ois']['f1'],
+      r['ap'],
+      r['fixed']['f1'],
+      r['fixed']['threshold'],
+      r['fixed']['precision'],
+      r['fixed']['recall'],
+    )
+  writer.close()
+  identity.write_json(workdir / 'eval.json', summary)
