@@ -28,6 +28,7 @@ import numpy as np
 from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple
 from crackjax.experiment.restored import Run, epoch_threshold, load_run
 from crackjax.models import input_multiple, model_file
+from crackjax.runs import identity
 
 # The licence of each dataset's images and labels, as its publisher states it (the card, the
 # registry and crackjax-models show it). Unknown datasets: 'see the dataset's publisher'.
@@ -223,26 +224,14 @@ def model_card(
   }
 
 
-# The config fields that name paths of the machine that trained the run: meaningless elsewhere
-# (and private), so a model file stores None there (a command that reads data takes them as
-# flags: crackjax-evaluate --manual_dir, --folder).
-MACHINE_PATHS = (
-  'data.data_dir',
-  'data.manual_dir',
-  'data.folder.images',
-  'data.folder.masks',
-  'data.folder.train_list',
-  'data.folder.test_list',
-)
-
-
 def portable_config(config) -> dict[str, Any]:
-  """The run's config as JSON, without `MACHINE_PATHS`."""
+  """The run's config as JSON, with None at `identity.MACHINE_PATHS` (and at a mixture's
+  members' manual_dir): no path of the machine that trained it."""
   out = json.loads(config.to_json_best_effort())
   for member in (out.get('data', {}).get('mix') or {}).values():  # a mixture's members
     if isinstance(member, dict) and 'manual_dir' in member:
       member['manual_dir'] = None
-  for field in MACHINE_PATHS:
+  for field in identity.MACHINE_PATHS:
     node = out
     *parents, leaf = field.split('.')
     for part in parents:

@@ -34,14 +34,23 @@ LOCK_FILE = '.lock'
 #: of its own, since Windows does not let another process read a locked file.
 HOLDER_FILE = '.lock.holder'
 
-# Config fields (dotted; a prefix covers a group) that do not change what is computed.
-NOT_IDENTITY = (
+#: The config fields (dotted) that name paths of the machine that trained the run: where the
+#: data is, not what it is. Not part of a run's identity (`NOT_IDENTITY`), and a model file
+#: stores None there (`crackjax.deploy.model_export.portable_config`: meaningless elsewhere,
+#: and private; a command that reads data takes them as flags: crackjax-evaluate
+#: --manual_dir, --folder). The one list of them.
+MACHINE_PATHS = (
   'data.data_dir',
   'data.manual_dir',
   'data.folder.images',
   'data.folder.masks',
   'data.folder.train_list',
   'data.folder.test_list',
+)
+
+# Config fields (dotted; a prefix covers a group) that do not change what is computed.
+NOT_IDENTITY = (
+  *MACHINE_PATHS,
   'data.test_split',
   'model.conv_impl',  # the same convolutions, another kernel layout
   # The initial weights (file, normalization): only a new run reads them, and its init.json
