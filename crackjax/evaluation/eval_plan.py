@@ -17,7 +17,7 @@ class EvalPlan:
     dataset: the dataset's registered name (``config.data.name``).
     folder: the image and mask folders of a ``crack_folder`` dataset as plain JSON data
       (``config.data.folder``), None for the others: with `dataset` and the split, what
-      makes two evaluations score the same images (`data_key`).
+      makes two evaluations score the same images (`trainer.eval_records.data_key`).
     split: the split scored by default (``config.data.test_split``).
     protocols: every protocol scored (``config.eval.protocols``), the first one's ODS in the
       log line and threshold.json from the first that writes one.
@@ -50,8 +50,3 @@ class EvalPlan:
 
   def with_protocols(self, protocols: tuple[str, ...]) -> EvalPlan:
     return dataclasses.replace(self, protocols=tuple(protocols))
-
-  def data_key(self, split: str) -> dict[str, Any]:
-    """What makes two evaluations score the same images: the dataset, its folders (for
-    crack_folder) and the split; not where the prepared copy lives."""
-    return {'name': self.dataset, 'folder': self.folder, 'split': split}

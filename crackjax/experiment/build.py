@@ -60,7 +60,7 @@ def schedule_of(config: ml_collections.ConfigDict) -> Schedule:
 def eval_plan_of(config: ml_collections.ConfigDict) -> EvalPlan:
   """What an evaluation of `config`'s data scores and writes."""
   ev = config.eval
-  # Plain JSON data, as a recorded config.json holds it (`EvalPlan.data_key`).
+  # Plain JSON data, as a recorded config.json holds it (`eval_records.data_key`).
   data = json.loads(json.dumps(config.data.to_dict(), default=str))
   return EvalPlan(
     dataset=config.data.name,

@@ -21,7 +21,6 @@ from absl import logging
 
 from crackjax import evaluation
 from crackjax.data import mixture
-from crackjax.engine import train_state
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.runs import identity, metric_writer
@@ -112,12 +111,6 @@ def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | No
   }
 
 
-def state_facts(state: train_state.TrainState) -> tuple[int, int]:
-  """The step of `state` and its number of trainable parameters (Tables V-VIII print them;
-  BatchNorm statistics are not counted): what an evaluation record says of the state."""
-  return int(jax.device_get(state.step)), sum(int(x.size) for x in jax.tree.leaves(state.params))
-
-
 def evaluation_record(
   epoch_of: Callable[[int], int],
   dataset: str,
@@ -140,7 +133,7 @@ def evaluation_record(
   evaluation of this process (NaN when no training preceded it); ``first_in_process`` says
   that it includes the process's start-up and compilation.
   """
-  step, params = facts  # `state_facts`
+  step, params = facts  # `scoring.state_facts`
   return {
     'epoch': epoch_of(step),
     'step': step,
@@ -244,8 +237,11 @@ def newest_evaluated_step(directory: str | Path) -> int | None:
 
 
 def data_key(data: Any, split: str) -> dict[str, Any]:
-  # What makes two evaluations score the same images: the dataset, its folders (for
-  # crack_folder) and the split; not where the prepared copy lives (`EvalPlan.data_key`).
+  """What makes two evaluations score the same images: the dataset, its folders (for
+  crack_folder) and the split of `data` (a config's data group, or an `EvalPlan`'s fields);
+  not where the prepared copy lives. A comparison key."""
+  if isinstance(data, EvalPlan):
+    return {'name': data.dataset, 'folder': data.folder, 'split': split}
   data = json.loads(json.dumps(dict(data), default=str))
   return {'name': data.get('name'), 'folder': data.get('folder'), 'split': split}
 
@@ -260,7 +256,7 @@ def results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
   if not recorded.is_file():
     return workdir
   own = json.loads(recorded.read_text()).get('data', {})
-  if data_key(own, own.get('test_split', 'test')) == plan.data_key(split):
+  if data_key(own, own.get('test_split', 'test')) == data_key(plan, split):
     return workdir
   return other_results_dir(plan, workdir, split)
 
@@ -270,7 +266,7 @@ def other_results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
   where an evaluation beside the run's own results goes."""
   name = f'{plan.dataset}_{split}'
   if plan.dataset == 'crack_folder':
-    key = plan.data_key(split)
+    key = data_key(plan, split)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
     name = f'{name}_{digest}'
   return Path(workdir) / 'eval' / name

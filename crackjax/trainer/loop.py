@@ -229,10 +229,8 @@ def _train_and_evaluate(
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)
     writer.close()
-    if isinstance(e, step_lib.NonFiniteError):
-      raise step_lib.NonFiniteError(f'{e} {stopping.after_divergence(kept, workdir)}') from None
-    if (stopped := stopping.after_interrupt(e, step, start_step, total_steps, kept)) is not None:
-      raise stopped from None
+    if (ending := stopping.ending(e, kept, workdir, step, start_step, total_steps)) is not None:
+      raise ending from None
     raise
   batches.close()
   bar.close()

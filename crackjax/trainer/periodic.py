@@ -93,7 +93,7 @@ class EpochEvaluator:
     first = self._first
     self._first = self._first and not trained
     # Now: the next train step may donate the state's buffers.
-    facts = eval_records.state_facts(state)
+    facts = scoring.state_facts(state)
 
     def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
       record = eval_records.evaluation_record(

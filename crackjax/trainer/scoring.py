@@ -90,6 +90,12 @@ def member_results(
   )
 
 
+def state_facts(state: train_state.TrainState) -> tuple[int, int]:
+  """The step of `state` and its number of trainable parameters (Tables V-VIII print them;
+  BatchNorm statistics are not counted): what an evaluation record says of the state."""
+  return int(jax.device_get(state.step)), sum(int(x.size) for x in jax.tree.leaves(state.params))
+
+
 def evaluate_checkpoint(
   experiment: Experiment,
   workdir: str | Path,
@@ -142,7 +148,7 @@ def evaluate_checkpoint(
   if state is None:
     state = experiment.restore(workdir, inference=True)  # no optimiser state needed
   t0 = time.perf_counter()
-  facts = eval_records.state_facts(state)
+  facts = state_facts(state)
   target = eval_records.target_dir(out, facts[0], overwrite=overwrite)
   if examples is None:
     examples, num_examples = experiment.eval_examples(split), len(experiment.source(split))
@@ -172,7 +178,19 @@ def evaluate_checkpoint(
   summary = eval_records.with_members(summary, scored.members)
   eval_records.add_points(summary, scored.points)
   if jax.process_index() == 0:
-    _write(experiment, target, summary, scored)
+    images, gts, probs = scored.first  # the maps were written as they came
+    eval_records.write_eval_outputs(
+      plan,
+      target,
+      summary,
+      scored.results,
+      images,
+      probs,
+      gts,
+      scored.names,
+      experiment.hparams,
+      probs_saved=True,
+    )
     # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
     eval_records.write_epoch_record(out, summary, experiment.schedule.steps_per_epoch)
   return summary
@@ -191,24 +209,6 @@ def _results_folder(plan: EvalPlan, workdir: Path, split: str, out: str | Path |
       out,
     )
   return out
-
-
-def _write(experiment: Experiment, folder: Path, summary: dict[str, Any], scored: Streamed) -> None:
-  """The files of an evaluation streamed by `stream_score` (`eval_records.write_eval_outputs`:
-  its maps were written as they came)."""
-  images, gts, probs = scored.first
-  eval_records.write_eval_outputs(
-    experiment.eval_plan,
-    folder,
-    summary,
-    scored.results,
-    images,
-    probs,
-    gts,
-    scored.names,
-    experiment.hparams,
-    probs_saved=True,
-  )
 
 
 def evaluate_state(
@@ -241,7 +241,7 @@ def evaluate_state(
   summary = eval_records.evaluation_record(
     experiment.schedule.epoch_of,
     plan.dataset,
-    eval_records.state_facts(state),
+    state_facts(state),
     plan.split,
     scored.names,
     scored.results,

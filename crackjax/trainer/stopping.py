@@ -1,7 +1,7 @@
 """How a training loop ends early: what it keeps (`keep`: the metrics logged, a checkpoint of
-the newest finished step), and the line that says so (`after_interrupt` for Ctrl-C and
-SIGTERM, `after_divergence` for a non-finite step, docs/troubleshooting.md's decision).
-`crackjax.trainer.loop` calls them on its way out.
+the newest finished step), and the exception that says so (`ending`: `after_interrupt` for
+Ctrl-C and SIGTERM, `after_divergence` for a non-finite step, docs/troubleshooting.md's
+decision). `crackjax.trainer.loop` calls `keep` and `ending` on its way out.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -
 
 #: How every stop line ends: the same command goes on.
 AGAIN = 'run the same command again'
+
+
+def ending(
+  error: BaseException, kept: str, workdir: Path, step: int, start_step: int, total_steps: int
+) -> BaseException | None:
+  """The exception that ends a loop stopped by `error`, worded with what was `kept`: a
+  non-finite step's with what to do next (`after_divergence`), Ctrl-C's or SIGTERM's one line
+  (`after_interrupt`); None for any other error (it propagates as it is)."""
+  if isinstance(error, step_lib.NonFiniteError):
+    return step_lib.NonFiniteError(f'{error} {after_divergence(kept, workdir)}')
+  return after_interrupt(error, step, start_step, total_steps, kept)
 
 
 def after_interrupt(error, step: int, start_step: int, total_steps: int, kept: str):

@@ -28,6 +28,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from crackjax import cli
 from crackjax.data import loader
 from crackjax.engine import checkpoints
 from crackjax.experiment.build import build
@@ -621,10 +622,12 @@ def test_every_command_ends_a_ctrl_c_in_one_line(prog, monkeypatch, capsys):
 
   module = importlib.import_module(COMMANDS[prog])
 
-  def interrupted(argv):
+  def interrupted(*args):
     raise KeyboardInterrupt
 
+  # The command's body, after its flags (not parsed here: some require --config).
   monkeypatch.setattr(module, '_main', interrupted)
+  monkeypatch.setattr(cli.Command, 'parse', lambda self, argv=None: (None, []))
   with pytest.raises(SystemExit) as stopped:
     module.main([])
   assert stopped.value.code == exits.INTERRUPTED
