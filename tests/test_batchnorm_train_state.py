@@ -183,11 +183,11 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   abstract = build(config).abstract_state(mesh, shape)
   assert type(abstract) is flax_train_state.TrainState  # no batch_stats field for the U-Net
   mngr = checkpoints.checkpoint_manager(tmp_path, config.max_checkpoints_to_keep)
-  restored = checkpoints.restore_latest_readable(mngr, abstract)
-  assert type(restored) is flax_train_state.TrainState and int(restored.step) == 7
-  jax.tree.map(np.testing.assert_array_equal, restored.params, params)
-  jax.tree.map(np.testing.assert_array_equal, restored.opt_state, old.opt_state)
-  assert train_state.batch_stats_of(restored) is None
+  state_back = checkpoints.restore_latest_readable(mngr, abstract)
+  assert type(state_back) is flax_train_state.TrainState and int(state_back.step) == 7
+  jax.tree.map(np.testing.assert_array_equal, state_back.params, params)
+  jax.tree.map(np.testing.assert_array_equal, state_back.opt_state, old.opt_state)
+  assert train_state.batch_stats_of(state_back) is None
 
   run = restored.load_run(tmp_path)
   assert run.step == 7 and run.batch_stats is None
@@ -227,12 +227,12 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   workdir, config, state = segnet_run
   mesh = mesh_lib.make_mesh()
   mngr = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
-  restored = checkpoints.restore_latest_readable(
+  state_back = checkpoints.restore_latest_readable(
     mngr, build(config).abstract_state(mesh, (32, 32, 3))
   )
-  assert isinstance(restored, train_state.BatchNormTrainState) and int(restored.step) == 5
-  jax.tree.map(np.testing.assert_array_equal, restored.batch_stats, state.batch_stats)
-  jax.tree.map(np.testing.assert_array_equal, restored.params, state.params)
+  assert isinstance(state_back, train_state.BatchNormTrainState) and int(state_back.step) == 5
+  jax.tree.map(np.testing.assert_array_equal, state_back.batch_stats, state.batch_stats)
+  jax.tree.map(np.testing.assert_array_equal, state_back.params, state.params)
   # A different model configuration is still refused by name (batch statistics included).
   other = compare.get_config('segnet,smoke')
   other.model.width_scale = 1 / 8

@@ -321,7 +321,7 @@ SIGINT_UNDER_IGNORING_PARENT = """
 import os, signal, sys, time
 from crackjax.deploy import predict_command
 
-def work(argv):
+def work(fv, inputs):  # the command's body, after its flags
   os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C or `kill -INT` would
   time.sleep(20)
   return 0
@@ -352,7 +352,7 @@ def test_the_sigint_handler_of_the_caller_is_put_back(monkeypatch):
   import signal
 
   seen = []
-  monkeypatch.setattr(predict_command, '_main', lambda argv: seen.append(signal.getsignal(2)))
+  monkeypatch.setattr(predict_command, '_main', lambda fv, inputs: seen.append(signal.getsignal(2)))
   previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
   try:
     predict_command.main([])
