@@ -95,7 +95,7 @@ if has export; then
   # The test split, scored once with the run's float32 parameters (the card's run_scores).
   python3 -m crackjax.trainer.evaluate_command --workdir="$RUN" --step="$STEP" \
     --data=crackforest:test --protocols="$PROTOCOLS"
-  python3 -m crackjax.deploy.export --workdir="$RUN" --step="$STEP" --format=model \
+  python3 -m crackjax.deploy.export_command --workdir="$RUN" --step="$STEP" --format=model \
     --dtype=bfloat16 --name="$NAME" --out="$FILE" --overwrite \
     --notes="Made by scripts/release_gpu.sh with $CONFIG; docs/models.md."
   # What comes back from the device machine: files of at most 16 MiB.

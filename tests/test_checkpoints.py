@@ -258,7 +258,7 @@ def test_predict_and_export_stay_quiet_on_a_damaged_newest_step(run_copy, tmp_pa
   commands = [
     [sys.executable, '-m', 'crackjax.deploy.predict_command', f'--workdir={runs[0]}', str(photo),
      f'--out={tmp_path / "out"}'],
-    [sys.executable, '-m', 'crackjax.deploy.export', f'--workdir={runs[1]}',
+    [sys.executable, '-m', 'crackjax.deploy.export_command', f'--workdir={runs[1]}',
      f'--out={tmp_path / "m.jaxexport"}'],
   ]  # fmt: skip
   for command in commands:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, predictor
+from crackjax.deploy import export, export_command, predictor
 from crackjax.evaluation import inference
 from crackjax.experiment import restored
 
@@ -138,7 +138,7 @@ def test_onnx_without_jax2onnx_says_what_to_install(run_dir, tmp_path, monkeypat
 
 def _main_error(argv, capsys):
   with pytest.raises(SystemExit) as e:
-    export.main(argv)
+    export_command.main(argv)
   message = str(e.value.code)
   assert '\n' not in message and 'Traceback' not in message
   return message
@@ -152,7 +152,7 @@ def test_cli_refuses_to_overwrite_without_flag(run_dir, tmp_path, capsys):
   assert str(out) in message and '--overwrite' in message
   assert out.read_bytes() == b'keep me'
 
-  export.main([f'--workdir={run_dir}', f'--out={out}', '--overwrite'])
+  export_command.main([f'--workdir={run_dir}', f'--out={out}', '--overwrite'])
   printed = capsys.readouterr().out
   assert f'Wrote {out}' in printed and 'jax.export.deserialize' in printed
   assert f"open('{out}', 'rb')" in printed  # the recipe printed here names the path written
@@ -192,7 +192,7 @@ def test_cli_flag_errors_are_one_line(run_dir, tmp_path, capsys):
   assert 'multiples of 16' in _main_error([f'--workdir={run_dir}', out, '--hw=40,48'], capsys)
   assert 'steps: [3, 6]' in _main_error([f'--workdir={run_dir}', out, '--step=7'], capsys)
   with pytest.raises(SystemExit) as e:
-    export.main(['--help'])
+    export_command.main(['--help'])
   assert e.value.code == 0
   assert '--workdir' in capsys.readouterr().out
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.deploy import export, models_command, predict_command
+from crackjax.deploy import export_command, models_command, predict_command
 from crackjax.paper import complexity, report, runner
 from crackjax.runs import docs
 from crackjax.trainer import data_stats, evaluate_command
@@ -51,7 +51,7 @@ COMMANDS = [
   ),
   (
     'export',
-    lambda: export.main(['--help']),
+    lambda: export_command.main(['--help']),
     'usage: crackjax-export (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE',
     ['--workdir', '--model', '--out', '--format', '--dtype', '--hw'],
   ),

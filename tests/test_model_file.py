@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, model_export, predictor
+from crackjax.deploy import export, export_command, model_export, predictor
 from crackjax.models import hub, model_file
 from tests import fixtures
 
@@ -203,7 +203,7 @@ def test_predict_evaluate_and_export_take_model(exported, smoke_run, tmp_path, c
   assert (record.parent / 'eval_per_image.csv').is_file()
 
   jax_file = tmp_path / 'smoke.jaxexport'
-  export.main([f'--model={exported}', f'--out={jax_file}', '--platforms=cpu'])
+  export_command.main([f'--model={exported}', f'--out={jax_file}', '--platforms=cpu'])
   sidecar = json.loads(export.sidecar_path(jax_file).read_text())
   assert sidecar['step'] == 6 and sidecar['model_file'] == str(exported)
 

@@ -271,7 +271,13 @@ def train_predict_export(
 
   exported = root / 'model.jaxexport'
   _run(
-    ['-m', 'crackjax.deploy.export', f'--workdir={run}', f'--out={exported}', '--platforms=cpu'],
+    [
+      '-m',
+      'crackjax.deploy.export_command',
+      f'--workdir={run}',
+      f'--out={exported}',
+      '--platforms=cpu',
+    ],
     plugins,
   )
   sidecar = json.loads(exported.with_name(exported.name + '.json').read_text())

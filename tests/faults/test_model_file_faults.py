@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, predict_command, predictor
+from crackjax.deploy import export, export_command, predict_command, predictor
 from crackjax.models import hub, model_file, pretrained
 from crackjax.trainer import evaluate_command
 from tests import fixtures
@@ -201,7 +201,7 @@ def run_command(which: str, path: Path, tmp_path: Path) -> str:
     main = evaluate_command.main
   else:
     argv = [f'--model={path}', f'--out={tmp_path / "m.jaxexport"}']
-    main = export.main
+    main = export_command.main
   with pytest.raises(SystemExit) as e:
     main(argv)
   message = e.value.code

@@ -24,7 +24,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.deploy import export, html_report, predict_command
+from crackjax.deploy import export, export_command, html_report, predict_command
 from crackjax.experiment import restored
 from crackjax.experiment.build import build
 from crackjax.paper import records, report, report_stats
@@ -443,7 +443,7 @@ def test_export_never_writes_through_a_link(smoke_run, tmp_path):
   out = tmp_path / 'unet.jaxexport'
   out.symlink_to(elsewhere)
   argv = [f'--workdir={smoke_run}', f'--out={out}', '--overwrite']
-  assert one_line_exit(export.main, argv) == (
+  assert one_line_exit(export_command.main, argv) == (
     f'crackjax-export: {out} is a symbolic link (to {elsewhere}); the export is written only '
     'as a file of its own, never through a link: remove the link or name another --out (out=).'
   )

@@ -607,7 +607,7 @@ def test_a_held_signal_without_a_python_handler_acts_as_its_default():
 
 COMMANDS = {
   'crackjax-predict': 'crackjax.deploy.predict_command',
-  'crackjax-export': 'crackjax.deploy.export',
+  'crackjax-export': 'crackjax.deploy.export_command',
   'crackjax-evaluate': 'crackjax.trainer.evaluate_command',
   'python -m crackjax.paper.runner': 'crackjax.paper.runner',
   'python -m crackjax.paper.report': 'crackjax.paper.report',

@@ -1,0 +1,219 @@
+"""`crackjax-export`: a trained run or a model file as one self-contained file
+(`crackjax.deploy.export`: `jax.export`, ONNX; or a crackjax model file, `--format=model`).
+
+  crackjax-export --workdir=RUN --out=unet.jaxexport [--format=jax|onnx] [--hw=H,W]
+  crackjax-export --model=NAME|FILE|URL --out=unet.onnx --format=onnx
+  crackjax-export --workdir=RUN --format=model --out=my-model.safetensors [--dtype=bfloat16]
+
+It prints what it wrote (the sidecar's threshold and input contract, the model card's scores)
+and how to load it (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from absl import flags
+
+from crackjax import cli
+from crackjax.deploy.export import (
+  DEFAULT_OPSET,
+  DEFAULT_PLATFORMS,
+  FORMATS,
+  export_model_file,
+  export_run,
+  sidecar_path,
+)
+from crackjax.engine.checkpoints import CheckpointError
+from crackjax.models import model_file
+from crackjax.runs import docs
+
+PROG = 'crackjax-export'
+USAGE = (
+  f'{PROG} (--workdir=RUN | --model=NAME|FILE|URL) --out=FILE [--format=jax|onnx|model] '
+  f'[flags]  ({docs.doc("export.md")})'
+)
+
+
+def _define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_string(
+    'workdir', None, 'Training run directory (config.json + checkpoints/).', flag_values=flag_values
+  )
+  flags.DEFINE_string(
+    'model',
+    None,
+    'Instead of --workdir: a model file by released name, path or URL (formats jax, onnx).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'out',
+    None,
+    'File to write (e.g. unet.jaxexport, unet.onnx or unet.safetensors).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_enum(
+    'dtype',
+    'float32',
+    model_file.DTYPES,
+    'Format model: the stored parameters (bfloat16 halves the file; the card states the change).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string('name', None, "Format model: the model card's name.", flag_values=flag_values)
+  flags.DEFINE_string(
+    'licence',
+    None,
+    "Format model: the training data's licence (default: the dataset's).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string('notes', None, 'Format model: notes for the card.', flag_values=flag_values)
+  flags.DEFINE_integer('step', None, 'Checkpoint step (default: latest).', flag_values=flag_values)
+  flags.DEFINE_enum(
+    'format',
+    'jax',
+    FORMATS,
+    'jax (jax.export), onnx (jax2onnx) or model (a crackjax model file: safetensors + card).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_list(
+    'platforms',
+    list(DEFAULT_PLATFORMS),
+    'jax.export platforms to lower for (cpu, cuda, rocm, tpu).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'hw', None, 'H,W: fix the input height and width (default: symbolic).', flag_values=flag_values
+  )
+  flags.DEFINE_integer('opset', DEFAULT_OPSET, 'ONNX opset.', flag_values=flag_values)
+  flags.DEFINE_bool(
+    'overwrite', False, 'Replace an existing --out (and its .json).', flag_values=flag_values
+  )
+
+
+def _parse_hw(text: str | None) -> tuple[int, int] | None:
+  if not text:
+    return None
+  parts = text.lower().replace('x', ',').split(',')
+  try:
+    return tuple(int(p) for p in parts)  # checked for length and multiples by export_run
+  except ValueError:
+    sys.exit(f'{PROG}: --hw={text} is not H,W (two integers).')
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
+  read-only disk end it in one line (`crackjax.runs.exits`)."""
+  return COMMAND.run(_main, argv)
+
+
+_INTERRUPTED = (
+  'interrupted (Ctrl-C); a file cut short is caught by its sidecar (size and SHA-256): run '
+  'the same command again with --overwrite.'
+)
+# orbax's routine restore warnings are not the user's business (quiet_logs).
+COMMAND = cli.Command(
+  PROG,
+  _define_flags,
+  usage=USAGE,
+  interrupted=_INTERRUPTED,
+  interruptible=True,
+  quiet_logs=True,
+)
+
+
+def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
+  """``crackjax-export --workdir=RUN --out=FILE [--format=jax|onnx] [...]`` on the parsed
+  flags (arguments that are not flags are ignored)."""
+  del arguments
+  if not fv.out:
+    sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
+  if not fv.workdir and not fv.model:
+    sys.exit(f'{PROG}: --workdir is required (or --model=NAME|FILE|URL); usage: {USAGE}')
+  if fv.workdir and fv.model:
+    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
+  if fv.model and fv.format == 'model':
+    sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
+  problem = cli.unwritable(Path(fv.out).parent)
+  if problem:  # before the run is restored and traced
+    sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
+  if fv.format == 'model':
+    return _main_model(fv)
+  try:
+    out = export_run(
+      fv.workdir,
+      fv.out,
+      model=fv.model,
+      allow_plugins=fv.allow_plugins,
+      step=fv.step,
+      platforms=fv.platforms,
+      format=fv.format,
+      hw=_parse_hw(fv.hw),
+      opset=fv.opset,
+      overwrite=fv.overwrite,
+    )
+  except (OSError, ImportError, ValueError, CheckpointError) as e:
+    # OSError: a missing run, an existing output, an --out that cannot be written (named);
+    # ValueError: also a damaged or newer model file (model_file.ModelFileError).
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
+  meta = json.loads(sidecar_path(out).read_text())
+  size = out.stat().st_size / 2**20
+  where = f' for {", ".join(meta["platforms"])}' if fv.format == 'jax' else ''
+  print(f'Wrote {out} ({fv.format}, step {meta["step"]}, {size:.1f} MiB{where}).')
+  print(
+    f'Wrote {sidecar_path(out)} (threshold {meta["threshold"]:.4g}: {meta["threshold_source"]}; '
+    'input contract).'
+  )
+  print(f'Input {meta["input_shape"]}: {meta["input"]}; {meta["contract"]}')
+  # The sidecar's recipe names the file beside it; from here, its path.
+  sidecar = sidecar_path(out)
+  recipe = [
+    line.replace(repr(sidecar.name), repr(str(sidecar))).replace(repr(out.name), repr(str(out)))
+    for line in meta['load']
+  ]
+  print('Load it with:\n  ' + '\n  '.join(recipe))
+  print(f'See {docs.doc("export.md")}.')
+
+
+def _main_model(fv: flags.FlagValues) -> None:
+  try:
+    out, sha, meta = export_model_file(
+      fv.workdir,
+      fv.out,
+      step=fv.step,
+      dtype=fv.dtype,
+      name=fv.name,
+      licence=fv.licence,
+      notes=fv.notes,
+      overwrite=fv.overwrite,
+    )
+  except (OSError, ValueError, CheckpointError) as e:
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
+  card = meta['card']
+  size = out.stat().st_size / 2**20
+  print(
+    f'Wrote {out} (crackjax model file, step {card["training"]["step"]}, {fv.dtype}, '
+    f'{size:.1f} MiB, sha256 {sha}).'
+  )
+  print(f'Threshold {meta["threshold"]["threshold"]:.4g}: {meta["threshold"]["chosen_by"]}.')
+  for score in card['scores']:
+    for protocol, r in score['protocols'].items():
+      print(
+        f'  {score["dataset"]} {score["split"]} ({score["num_images"]} images), {protocol}: '
+        f'ODS F1 {r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+      )
+  if not card['scores']:
+    print('  no evaluation of this step in the run: the card has no scores (crackjax-evaluate).')
+  print(f'Use it: crackjax-predict --model={out} --out=DIR PHOTOS...  ({docs.doc("export.md")})')
+
+
+if __name__ == '__main__':
+  main()
