@@ -181,14 +181,7 @@ def _train_and_evaluate(
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
   writer = MetricWriter(workdir, resume_step=start_step)
-  bar = tqdm.tqdm(
-    total=total_steps,
-    initial=start_step,
-    unit='step',
-    dynamic_ncols=True,
-    disable=jax.process_index() != 0,
-    desc='train',
-  )
+  bar = _progress_bar(start_step, total_steps)
   log = _MetricLog(writer, bar)
   exits.clear_interrupt()
   try:
@@ -237,12 +230,36 @@ def _train_and_evaluate(
   writer.close()
   evaluator.close()  # the last epoch scored in the background; its error, if any, here
   if evaluate_after:
-    trained = step != start_step
-    evaluate_checkpoint(
-      experiment,
-      workdir,
-      state=state,
-      train_seconds=evaluator.seconds_since_last() if trained else float('nan'),
-      first_in_process=evaluator.first,
-    )
+    _evaluate_final(experiment, workdir, state, evaluator, trained=step != start_step)
   return state
+
+
+def _progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
+  """The training's progress bar (process 0 only), from `start_step` of `total_steps`."""
+  return tqdm.tqdm(
+    total=total_steps,
+    initial=start_step,
+    unit='step',
+    dynamic_ncols=True,
+    disable=jax.process_index() != 0,
+    desc='train',
+  )
+
+
+def _evaluate_final(
+  experiment: Experiment,
+  workdir: Path,
+  state: TrainState,
+  evaluator: EpochEvaluator,
+  *,
+  trained: bool,
+) -> None:
+  """The final evaluation of the trained `state` (`evaluate_checkpoint`), timed from the last
+  periodic one (`trained`: this process trained since; else its training time is NaN)."""
+  evaluate_checkpoint(
+    experiment,
+    workdir,
+    state=state,
+    train_seconds=evaluator.seconds_since_last() if trained else float('nan'),
+    first_in_process=evaluator.first,
+  )

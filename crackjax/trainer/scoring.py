@@ -111,33 +111,19 @@ def evaluate_checkpoint(
   examples: Iterable[dict[str, Any]] | None = None,
   num_examples: int | None = None,
 ) -> dict[str, Any]:
-  """Evaluates the experiment's latest checkpoint in `workdir` (or `state`) on the test split
-  (or `split`): restore, predict and score (`stream_score`), write (`eval_records`).
+  """Scores the newest checkpoint of the run in `workdir` (or `state`) on its test split (or
+  `split`) under every protocol of the experiment's `EvalPlan`: restore, predict and score
+  one photo at a time (`stream_score`: counts kept, maps dropped; from `examples`, e.g. a
+  folder's records, when given), write (`eval_records.write_eval_outputs`, eval.json last).
 
-  Under every protocol of the experiment's `EvalPlan` it writes, in the results folder
-  (`eval_records.results_dir`: the workdir for the run's own test split): `eval.json` (the
-  evaluation record, `eval_records.evaluation_record`, with the per-image results), the same
-  record as `epoch_<NNN>.json` when the step ends an epoch, `eval_per_image.csv`,
-  `pr_curve.png`, `qualitative.png` (the first `num_qualitative` test images),
-  `threshold.json` (the ODS threshold of the protocol that records one, 'strict', for later
-  prediction) and, if `save_probability_maps`, `probs/<name>.png`.
-
-  `operating_points` ({name: threshold}) adds, per protocol, P/R/F1 at those thresholds
-  (`evaluation.at_threshold`) as ``results[protocol]['operating_points'][name]``;
-  `workers`: processes that count the images (`score`). `out`: write there instead of the
-  results folder (crackjax-evaluate: always beside the run's own results,
-  `eval_records.other_results_dir`).
-
-  The photos are read, predicted and scored one at a time (`stream_score`: counts kept, maps
-  dropped; memory does not grow with the split), from the split's source or from `examples`
-  (`loader.eval_examples`' records, e.g. straight from a folder; `num_examples` of them, for
-  the progress bar). eval.json is written last: an evaluation interrupted before it leaves
-  the folder's earlier eval.json (if any) as it was.
-
-  A step older than the one whose results the folder holds (the newest checkpoint damaged and
-  set aside, `checkpoints.restore_latest_readable`) writes its eval.json, threshold.json and
-  plots in `eval_records.step_results_dir` instead, with a warning, so that the run's final
-  results stay those of its newest good evaluation; `overwrite` replaces them all the same.
+  The files go to the results folder (`eval_records.results_dir`: the workdir for the run's
+  own test split; `out` instead when given, crackjax-evaluate's): eval.json (the record with
+  the per-image rows), epoch_<NNN>.json when the step ends an epoch, eval_per_image.csv, the
+  plots, threshold.json and, if the plan says so, probs/. A step older than the results
+  there (its newer checkpoint damaged) writes to `eval_records.step_results_dir` instead,
+  unless `overwrite`. `operating_points` ({name: threshold}) adds P/R/F1 at those thresholds
+  per protocol; `workers` processes count the tolerance protocols. docs/evaluation.md lists
+  the files.
 
   Returns:
     The evaluation record (also written to eval.json).
@@ -163,20 +149,10 @@ def evaluate_checkpoint(
     operating_points=operating_points,
     probs_dir=target / 'probs' if plan.save_probability_maps else None,
   )
-  summary = eval_records.evaluation_record(
-    experiment.schedule.epoch_of,
-    plan.dataset,
-    facts,
-    split,
-    scored.names,
-    scored.results,
-    eval_seconds=time.perf_counter() - t0,
-    train_seconds=train_seconds,
-    first_in_process=first_in_process,
-    per_image=True,
+  summary = _streamed_record(
+    experiment, facts, split, scored, t0, train_seconds=train_seconds, first=first_in_process
   )
   summary = eval_records.with_members(summary, scored.members)
-  eval_records.add_points(summary, scored.points)
   if jax.process_index() == 0:
     images, gts, probs = scored.first  # the maps were written as they came
     eval_records.write_eval_outputs(
@@ -194,6 +170,34 @@ def evaluate_checkpoint(
     # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
     eval_records.write_epoch_record(out, summary, experiment.schedule.steps_per_epoch)
   return summary
+
+
+def _streamed_record(
+  experiment: Experiment,
+  facts: tuple[int, int],
+  split: str,
+  scored: Streamed,
+  t0: float,
+  *,
+  train_seconds: float = math.nan,
+  first: bool = False,
+) -> dict[str, Any]:
+  """The evaluation record of a split scored by `stream_score` since `t0`
+  (`eval_records.evaluation_record`, with the per-image rows), with its operating points."""
+  record = eval_records.evaluation_record(
+    experiment.schedule.epoch_of,
+    experiment.eval_plan.dataset,
+    facts,
+    split,
+    scored.names,
+    scored.results,
+    eval_seconds=time.perf_counter() - t0,
+    train_seconds=train_seconds,
+    first_in_process=first,
+    per_image=True,
+  )
+  eval_records.add_points(record, scored.points)
+  return record
 
 
 def _results_folder(plan: EvalPlan, workdir: Path, split: str, out: str | Path | None) -> Path:
@@ -238,18 +242,8 @@ def evaluate_state(
     operating_points=operating_points,
     probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
   )
-  summary = eval_records.evaluation_record(
-    experiment.schedule.epoch_of,
-    plan.dataset,
-    state_facts(state),
-    plan.split,
-    scored.names,
-    scored.results,
-    eval_seconds=time.perf_counter() - t0,
-    per_image=True,
-  )
+  summary = _streamed_record(experiment, state_facts(state), plan.split, scored, t0)
   summary.update(extra or {})
-  eval_records.add_points(summary, scored.points)
   if jax.process_index() == 0:
     images, gts, probs = scored.first
     eval_records.write_eval_outputs(
