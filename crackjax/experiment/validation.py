@@ -102,6 +102,27 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   # below look up.
   _built(lambda: plugins.import_plugins(config), problems)
   problems += _plugin_problems(config)
+  problems += _data_problems(config)
+  # Each field of the model and loss groups of the kind its registry entry declares; a group
+  # with a field of the wrong kind is not built (its error would only repeat this one).
+  entry = models.MODELS.get(config.model.get('name'))
+  model_types = type_problems('model', config.model, entry.config if entry else {})
+  loss_types = type_problems('loss', config.loss, _loss_defaults(config.loss.get('name')))
+  problems += model_types + loss_types
+  model = None if model_types else _built(lambda: model_from_config(config.model), problems)
+  loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(config.loss), problems)
+  augment_fn = _built(lambda: augment.augment_fn(config.augment), problems)
+  problems += _input_size_problems(config, model)
+  problems += _run_problems(config, training=training)
+  if problems:
+    raise ConfigError('\n'.join(problems))
+  return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
+
+
+def _data_problems(config: ml_collections.ConfigDict) -> list[str]:
+  """The dataset's name (or a mixture's members), a folder's mask rule, the noise and the
+  augmentation's ranges."""
+  problems: list[str] = []
   data = config.data
   if mixture.is_mixture(data):
     problems += mixture.problems(data)
@@ -128,39 +149,40 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
     'zoom_range',
   ):
     problems += _positive(config, f'augment.{name}', minimum=0, integer=False)
+  return problems
 
-  # Each field of the model and loss groups of the kind its registry entry declares; a group
-  # with a field of the wrong kind is not built (its error would only repeat this one).
-  entry = models.MODELS.get(config.model.get('name'))
-  model_types = type_problems('model', config.model, entry.config if entry else {})
-  loss_types = type_problems('loss', config.loss, _loss_defaults(config.loss.get('name')))
-  problems += model_types + loss_types
-  model = None if model_types else _built(lambda: model_from_config(config.model), problems)
-  loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(config.loss), problems)
-  augment_fn = _built(lambda: augment.augment_fn(config.augment), problems)
 
-  size = data.get('input_size')
-  if size is not None:
-    if (
-      not isinstance(size, tuple | list)
-      or len(size) != 2
-      or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
-    ):
-      problems.append(
-        f'config.data.input_size={size!r} must be None or (H, W), two positive integers.'
-      )
-    elif model is not None:
-      multiple = input_multiple(model)
-      bad = [v for v in size if v % multiple]
-      if bad:
-        hint = ', '.join(f'{v} -> {_multiple_suggestion(v, multiple)}' for v in bad)
-        problems.append(
-          f'config.data.input_size={tuple(size)} must be multiples of {multiple} (the '
-          f'{config.model.name} model halves the image {int(math.log2(multiple))} times); '
-          f'nearest valid: {hint}.'
-        )
+def _input_size_problems(config: ml_collections.ConfigDict, model: nn.Module | None) -> list[str]:
+  """``data.input_size``: None or (H, W), multiples of the model's input multiple (checked
+  when the model was built)."""
+  size = config.data.get('input_size')
+  if size is None:
+    return []
+  if (
+    not isinstance(size, tuple | list)
+    or len(size) != 2
+    or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+  ):
+    return [f'config.data.input_size={size!r} must be None or (H, W), two positive integers.']
+  if model is None:
+    return []
+  multiple = input_multiple(model)
+  bad = [v for v in size if v % multiple]
+  if not bad:
+    return []
+  hint = ', '.join(f'{v} -> {_multiple_suggestion(v, multiple)}' for v in bad)
+  return [
+    f'config.data.input_size={tuple(size)} must be multiples of {multiple} (the '
+    f'{config.model.name} model halves the image {int(math.log2(multiple))} times); '
+    f'nearest valid: {hint}.'
+  ]
 
-  problems += _positive(config, 'learning_rate', minimum=1e-12, integer=False)
+
+def _run_problems(config: ml_collections.ConfigDict, *, training: bool) -> list[str]:
+  """The run's numbers (learning rate, batch, steps, epochs, logging, checkpoints), the
+  evaluation group and, for a new training, the batch split over this machine's devices, the
+  pretrained file and the data folder."""
+  problems = _positive(config, 'learning_rate', minimum=1e-12, integer=False)
   for field in (
     'batch_size',
     'steps_per_epoch',
@@ -189,10 +211,8 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   if training and pretrained_path:  # here, not when the model is initialised after the data
     problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]
   if training:  # a run rebuilt to predict or export reads no dataset
-    problems += [p for p in [_not_a_folder('data.data_dir', data.get('data_dir'))] if p]
-  if problems:
-    raise ConfigError('\n'.join(problems))
-  return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
+    problems += [p for p in [_not_a_folder('data.data_dir', config.data.get('data_dir'))] if p]
+  return problems
 
 
 def _not_a_folder(field: str, value: Any) -> str | None:
