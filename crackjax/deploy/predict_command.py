@@ -507,22 +507,8 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
   """The photos, the tables and the summary, with --out held (`_main`)."""
   _refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
   threshold = run.threshold if fv.threshold is None else fv.threshold
+  progress = _progress(fv, run, out, origin, threshold)
   source = run.threshold_source if fv.threshold is None else '--threshold'
-  settings = {
-    'model': origin,
-    'step': run.step,
-    'threshold': threshold,
-    'tile_size': fv.tile_size,
-    'overlap': fv.overlap,
-    'blend': fv.blend,
-    'mm_per_pixel': fv.mm_per_pixel,
-    'min_length': fv.min_length,
-    'direction': fv.direction,
-  }
-  try:
-    progress = written.Progress(out, settings, restart=fv.overwrite)
-  except written.SettingsDiffer as e:
-    sys.exit(f'{PROG}: {e}')
   print(
     f'{PROG}: {len(files)} image(s), {origin} step {run.step}, crack where '
     f'probability > {threshold:g} ({source})',
@@ -547,16 +533,9 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
       thumbnails[name] = _thumbnail_of(targets[2])
       resumed += 1
       continue
-    existing = [t for t in targets if t.exists()]
-    # Maps that an earlier run of this command began (its progress file says so) are its own,
-    # cut short (a Ctrl-C between them): predicted again. Others are not ours to replace.
-    if existing and not fv.overwrite and not progress.started(name):
-      skipped.append(f'{path}: {existing[0]} exists (pass --overwrite)')
-      continue
-    size = photo_size(path)  # from the header: a photo that will not fit is not decoded
-    too_big = size and size[0] * size[1] <= fv.max_megapixels * 1e6 and memory.refusal(path, *size)
-    if too_big:
-      skipped.append(too_big)
+    why = _why_skipped(fv, progress, memory, path, name, targets)
+    if why:
+      skipped.append(why)
       continue
     try:
       photo = load_photo(path, max_megapixels=fv.max_megapixels, notes=notes)
@@ -602,6 +581,62 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
     print(f'{PROG}: skipped {line}', file=sys.stderr)
   if not rows:
     return 1
+  _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier)
+  print(measure.format_summary(measure.summarize(rows)))
+  print(crack_summary(cracks, fv.min_length))
+  seconds = time.perf_counter() - start
+  before = f' ({resumed} of them done by an earlier run of this command)' if resumed else ''
+  print(
+    f'{PROG}: wrote {len(rows)} image(s){before} to {out} (probs/, masks/, overlays/, '
+    f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
+    f'{seconds:.1f} s: '
+    f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
+    f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
+    'the rest.',
+    file=sys.stderr,
+  )
+  return 0
+
+
+def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path]) -> str | None:
+  """Why the photo at `path` is not predicted, or None: maps of it exist that are not this
+  command's (an earlier run's cut short are predicted again), or it will not fit the memory
+  left (read from its header: it is not decoded)."""
+  existing = [t for t in targets if t.exists()]
+  # Maps that an earlier run of this command began (its progress file says so) are its own,
+  # cut short (a Ctrl-C between them): predicted again. Others are not ours to replace.
+  if existing and not fv.overwrite and not progress.started(name):
+    return f'{path}: {existing[0]} exists (pass --overwrite)'
+  size = photo_size(path)
+  if size and size[0] * size[1] <= fv.max_megapixels * 1e6:
+    return memory.refusal(path, *size) or None
+  return None
+
+
+def _progress(fv, run, out: Path, origin: str, threshold: float) -> written.Progress:
+  """The progress file of --out for this prediction's settings (`predict_outputs.Progress`);
+  settings other than an earlier, unfinished prediction's end the command in one line."""
+  settings = {
+    'model': origin,
+    'step': run.step,
+    'threshold': threshold,
+    'tile_size': fv.tile_size,
+    'overlap': fv.overlap,
+    'blend': fv.blend,
+    'mm_per_pixel': fv.mm_per_pixel,
+    'min_length': fv.min_length,
+    'direction': fv.direction,
+  }
+  try:
+    return written.Progress(out, settings, restart=fv.overwrite)
+  except written.SettingsDiffer as e:
+    sys.exit(f'{PROG}: {e}')
+
+
+def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
+  """measurements.csv, cracks.csv and index.html of `rows`; the maps of an earlier
+  prediction that this one does not hold removed (said); the outputs recorded as crackjax's
+  own; the progress file finished."""
   fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
   written.write_text(tables[0], _csv_text(fields, rows))
   written.write_text(tables[1], _csv_text(['name', *measure.CRACK_FIELDS], cracks))
@@ -620,20 +655,6 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
       f'that this one does not hold ({", ".join(stale[:3])}{", ..." if len(stale) > 3 else ""}).',
       file=sys.stderr,
     )
-  print(measure.format_summary(measure.summarize(rows)))
-  print(crack_summary(cracks, fv.min_length))
-  seconds = time.perf_counter() - start
-  before = f' ({resumed} of them done by an earlier run of this command)' if resumed else ''
-  print(
-    f'{PROG}: wrote {len(rows)} image(s){before} to {out} (probs/, masks/, overlays/, '
-    f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
-    f'{seconds:.1f} s: '
-    f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
-    f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
-    'the rest.',
-    file=sys.stderr,
-  )
-  return 0
 
 
 if __name__ == '__main__':

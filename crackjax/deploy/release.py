@@ -381,6 +381,34 @@ def listing_mask_key(stem: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+  """`python -m crackjax.deploy.release COMMAND ...` (scripts/release_*.sh's steps); returns
+  the exit status."""
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if args.command == 'check':
+    return check(args.file, args.record)
+  if args.command == 'fp':
+    folders = {}
+    for spec in args.set:
+      label, _, dirs = spec.partition('=')
+      images, _, masks = dirs.partition(':')
+      folders[label] = (images, masks)
+    false_positives(args.file, folders, args.max_patches)
+    return 0
+  if args.command == 'rescore':
+    return _rescore(parser.prog, args)
+  if args.command == 'select':
+    return select(args.config, args.work)
+  if args.command == 'register':
+    extra = {'config': args.config, 'made_by': args.made_by}
+    entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
+    print(outputs.dumps(entry, indent=2))
+    return 0
+  return _show(parser.prog, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+  """The command line of the release steps: one subcommand each."""
   parser = argparse.ArgumentParser(prog='python -m crackjax.deploy.release', description=__doc__)
   sub = parser.add_subparsers(dest='command', required=True)
   p = sub.add_parser('select', help='the candidate losses on the validation part')
@@ -409,44 +437,34 @@ def main(argv: list[str] | None = None) -> int:
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
-  args = parser.parse_args(argv)
-  if args.command == 'check':
-    return check(args.file, args.record)
-  if args.command == 'fp':
-    folders = {}
-    for spec in args.set:
-      label, _, dirs = spec.partition('=')
-      images, _, masks = dirs.partition(':')
-      folders[label] = (images, masks)
-    false_positives(args.file, folders, args.max_patches)
-    return 0
-  if args.command == 'rescore':
-    try:
-      card = rescore(args.file, args.record, args.copy)
-    except (ValueError, OSError) as e:  # ModelFileError is a ValueError
-      print(f'{parser.prog}: {e}', file=sys.stderr)
-      return 1
-    except KeyError as e:  # a hand-made card or record
-      print(f'{parser.prog}: {args.file} or {args.record} lacks the field {e}.', file=sys.stderr)
-      return 1
-    for entry in card['scores']:
-      for protocol, r in entry['protocols'].items():
-        print(
-          f'{args.file}: {entry["dataset"]} {entry["split"]}{_copy(entry)} {protocol}: ODS F1 '
-          f'{r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
-        )
-    return 0
-  if args.command == 'select':
-    return select(args.config, args.work)
-  if args.command == 'register':
-    extra = {'config': args.config, 'made_by': args.made_by}
-    entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
-    print(outputs.dumps(entry, indent=2))
-    return 0
+  return parser
+
+
+def _rescore(prog: str, args: argparse.Namespace) -> int:
+  """`rescore`: the file's own scores into its card, printed."""
+  try:
+    card = rescore(args.file, args.record, args.copy)
+  except (ValueError, OSError) as e:  # ModelFileError is a ValueError
+    print(f'{prog}: {e}', file=sys.stderr)
+    return 1
+  except KeyError as e:  # a hand-made card or record
+    print(f'{prog}: {args.file} or {args.record} lacks the field {e}.', file=sys.stderr)
+    return 1
+  for entry in card['scores']:
+    for protocol, r in entry['protocols'].items():
+      print(
+        f'{args.file}: {entry["dataset"]} {entry["split"]}{_copy(entry)} {protocol}: ODS F1 '
+        f'{r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+      )
+  return 0
+
+
+def _show(prog: str, args: argparse.Namespace) -> int:
+  """`show` (every epoch's validation score, the best marked) and `best-step` (its step)."""
   try:  # show, best-step
     rows = epoch_scores(args.workdir)
   except FileNotFoundError as e:
-    print(f'{parser.prog} {args.command}: {e}', file=sys.stderr)
+    print(f'{prog} {args.command}: {e}', file=sys.stderr)
     return 1
   best = _best(rows)
   if args.command == 'show':
