@@ -49,6 +49,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import PIL.Image
@@ -527,10 +528,9 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
     targets = map_files(out, name)
     if not fv.overwrite and progress.is_done(name, out):
       # Done by an earlier run of this command (interrupted): kept, and in the tables.
-      done = progress.done[name]
-      rows.append(done['row'] | {'source': str(path)})
-      cracks += [{'name': name, **c} for c in done['cracks']]
-      thumbnails[name] = _thumbnail_of(targets[2])
+      row, found, thumbnails[name] = _done_before(progress, name, path, targets)
+      rows.append(row)
+      cracks += found
       resumed += 1
       continue
     why = _why_skipped(fv, progress, memory, path, name, targets)
@@ -563,13 +563,7 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
       thumbnails[name] = html_report.thumbnail_uri(painted)
       del painted
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
-      totals, found = measure.measure_photo(
-        mask,
-        mm_per_pixel=fv.mm_per_pixel,
-        min_length=fv.min_length,
-        direction=fv.direction,
-        progress=stage,
-      )
+      totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
     row |= totals | {'cracks': len(found)}
     progress.add(name, row, found)
     cracks += [{'name': name, **c} for c in found]
@@ -585,17 +579,35 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
   print(measure.format_summary(measure.summarize(rows)))
   print(crack_summary(cracks, fv.min_length))
   seconds = time.perf_counter() - start
+  _say_written(out, len(rows), resumed, len(skipped), megapixels, seconds, predict_seconds)
+  return 0
+
+
+def _say_written(out, count, resumed, skipped, megapixels, seconds, predict_seconds) -> None:
+  """The command's last line: what it wrote and skipped, how fast, the model's share."""
   before = f' ({resumed} of them done by an earlier run of this command)' if resumed else ''
   print(
-    f'{PROG}: wrote {len(rows)} image(s){before} to {out} (probs/, masks/, overlays/, '
-    f'measurements.csv, cracks.csv, index.html); skipped {len(skipped)}. {megapixels:.1f} MP in '
+    f'{PROG}: wrote {count} image(s){before} to {out} (probs/, masks/, overlays/, '
+    f'measurements.csv, cracks.csv, index.html); skipped {skipped}. {megapixels:.1f} MP in '
     f'{seconds:.1f} s: '
-    f'{len(rows) / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
+    f'{count / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
     f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
     'the rest.',
     file=sys.stderr,
   )
-  return 0
+
+
+def _measuring(fv) -> dict[str, Any]:
+  """The measuring flags, as `measure.measure_photo` takes them."""
+  return {'mm_per_pixel': fv.mm_per_pixel, 'min_length': fv.min_length, 'direction': fv.direction}
+
+
+def _done_before(progress, name: str, path: Path, targets: list[Path]):
+  """A photo predicted by an earlier run of this command: its row, its cracks and the
+  thumbnail of its overlay, as that run recorded them."""
+  done = progress.done[name]
+  cracks = [{'name': name, **c} for c in done['cracks']]
+  return done['row'] | {'source': str(path)}, cracks, _thumbnail_of(targets[2])
 
 
 def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path]) -> str | None:
