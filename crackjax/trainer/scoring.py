@@ -11,6 +11,7 @@ never the config's fields.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -39,6 +40,10 @@ from crackjax.experiment import Experiment
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import train_state
+
+#: An evaluation's per-image rows (`plots.write_per_image_csv`); while its photos are scored,
+#: the rows so far are in this name + `plots.PARTIAL_SUFFIX` (`stream_score`).
+PER_IMAGE_CSV = 'eval_per_image.csv'
 
 
 def score(
@@ -284,9 +289,10 @@ def evaluate_checkpoint(
   Under every protocol of the experiment's `EvalPlan` it writes, in `results_dir` (the workdir
   for the run's own test split): `eval.json` (the evaluation record, `_record`, with the
   per-image results), the same record as `epoch_<NNN>.json` when the step ends an epoch,
-  `eval_per_image.csv`, `pr_curve.png`, `qualitative.png` (the first
-  `num_qualitative` test images), `threshold.json` (the ODS threshold of the
-  protocol that records one, 'strict', for later prediction) and, if
+  `eval_per_image.csv` (its rows appended to `eval_per_image.csv.partial` as the photos are
+  scored, that file removed once the whole CSV is written), `pr_curve.png`,
+  `qualitative.png` (the first `num_qualitative` test images), `threshold.json` (the ODS
+  threshold of the protocol that records one, 'strict', for later prediction) and, if
   `save_probability_maps`, `probs/<name>.png`.
 
   `operating_points` ({name: threshold}) adds, per protocol, P/R/F1 at those thresholds
@@ -351,6 +357,7 @@ def evaluate_checkpoint(
     workers=workers,
     operating_points=operating_points,
     probs_dir=target / 'probs' if plan.save_probability_maps else None,
+    rows_path=target / PER_IMAGE_CSV,
   )
   summary = _record(
     schedule.epoch_of,
@@ -412,6 +419,7 @@ def evaluate_state(
     desc=desc,
     operating_points=operating_points,
     probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
+    rows_path=Path(out) / PER_IMAGE_CSV,
   )
   summary = _record(
     experiment.schedule.epoch_of,
@@ -689,6 +697,7 @@ def stream_score(
   workers: int = 1,
   operating_points: dict[str, float] | None = None,
   probs_dir: Path | None = None,
+  rows_path: Path | None = None,
 ) -> Streamed:
   """Predicts and scores `examples` (`loader.eval_examples`' records) one at a time under
   every protocol of `plan`: the results of `score` (and of `member_results`,
@@ -698,7 +707,9 @@ def stream_score(
   tolerance protocols count on `workers` processes while the next ones are predicted. One
   progress bar (process 0, stderr): photos scored, photos/s and the time left of `total`.
   `probs_dir`: each map written there as it comes (`plots.save_probability_maps`), on
-  process 0.
+  process 0. `rows_path`: the evaluation's eval_per_image.csv, whose rows are appended to
+  ``<rows_path>.partial`` as each photo is scored (`plots.PerImageRows`, process 0), until
+  `write_eval_outputs` writes the whole CSV.
 
   Raises:
     ValueError: no example (`evaluate`'s 'no images to evaluate'), or a bad map.
@@ -710,7 +721,9 @@ def stream_score(
   first: tuple[list, list, list] = ([], [], [])
   main = jax.process_index() == 0
   grids = {p: plan.thresholds_of(p) for p in plan.protocols}
+  rows = plots.PerImageRows(rows_path, plan.protocols) if rows_path and main else None
   with (
+    rows or contextlib.nullcontext(),
     tqdm.tqdm(total=total, desc=desc, unit='photo', disable=not main) as bar,
     StreamScorer(
       grids,
@@ -718,6 +731,7 @@ def stream_score(
       operating_points=operating_points,
       workers=workers,
       progress=bar.update,
+      on_image=(lambda i, scores: rows.add(names[i], scores)) if rows else None,
     ) as scorer,
   ):
     reading = read_ahead(examples)
@@ -725,8 +739,8 @@ def stream_score(
       for ex in reading:
         [prob] = predict_probabilities(params, model, [ex['image']], batch_stats=batch_stats)
         gt = ex['mask'][..., 0]
+        names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
-        names.append(ex['name'])
         if len(first[0]) < keep:
           for kept, x in zip(first, (ex['image'], gt, prob), strict=True):
             kept.append(x)
@@ -896,7 +910,7 @@ def write_eval_outputs(
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
-  plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(plan.num_qualitative, len(images))
