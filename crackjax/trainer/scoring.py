@@ -13,7 +13,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -477,10 +476,14 @@ class EpochEvaluator:
   `EvalPlan`; at the others those of its ``curve_protocols`` (default the same), a cheaper set
   for F1-against-epoch curves. The test images are read once.
 
-  With the plan's ``background_workers`` = N >= 1 the maps are predicted in the training
-  loop (the accelerator's work) and scored in a background thread, the tolerance protocols
+  By default (``background_workers`` = 0) an epoch is scored in the loop as
+  `evaluate_checkpoint` scores (`stream_score`: each map counted and dropped), so memory does
+  not grow with the test split's maps. With the plan's ``background_workers`` = N >= 1 the
+  maps are predicted in the training loop (the accelerator's work; the next step donates the
+  state) and held until a background thread has scored them, the tolerance protocols
   counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
-  on the host, which the accelerator need not wait for. At most one epoch is in flight (the
+  on the host, which the accelerator need not wait for. Both write the same record to the
+  last bit. At most one epoch is in flight (the
   next evaluation first waits for it), so a process killed mid-training loses at most the
   newest epoch's record, which the next run redoes from its checkpoint (`missing`); `finish`
   waits for it at the end of training.
@@ -529,16 +532,14 @@ class EpochEvaluator:
     if self._examples is None:
       self._examples = list(self.experiment.eval_examples(self.split))
     scoring = self.plan.with_protocols(self.protocols_at(epoch))
-    probs = predict_examples(
-      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
-    )
-    gts = [ex['mask'][..., 0] for ex in self._examples]
     names = [ex['name'] for ex in self._examples]
     first = self._first
     self._first = self._first and not trained
     facts = _state_facts(state)  # now: the next train step may donate the state's buffers
 
-    def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def record_of(results, members, shown) -> dict[str, Any]:
+      """The epoch's record, written; `shown`: (images, ground truths, maps), the first
+      ``num_qualitative`` at least, for TensorBoard's panels."""
       record = _record(
         self.schedule.epoch_of,
         self.plan.dataset,
@@ -550,23 +551,38 @@ class EpochEvaluator:
         train_seconds=train_seconds,
         first_in_process=first,
       )
-      members = member_results(names, probs, gts, scoring, workers=self._workers or 1)
       record = with_members(record, members)
       self._write(record, epoch)
       if jax.process_index() == 0:
-        self._write_tensorboard(record, results, probs, gts)
+        self._write_tensorboard(record, results, *shown)
       return record
 
-    if self._workers:
-      if self._executor is None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
-      job = functools.partial(score, probs, gts, scoring, workers=self._workers, progress=False)
-      self._pending = (epoch, self._executor.submit(lambda: record_of(job())))
+    if not self._workers:
+      # In the loop: streamed as `evaluate_checkpoint` scores (counts kept, maps dropped), so
+      # memory does not grow with the test split; the same record to the last bit.
+      model, desc = self.experiment.model, f'score, epoch {epoch}'
+      scored = stream_score(scoring, model, state, self._examples, total=len(names), desc=desc)
+      record = record_of(scored.results, scored.members, scored.first)
       self._clock = time.perf_counter()
-      return None
-    record = record_of(score(probs, gts, scoring))
+      return record
+    # Beside training: the maps are predicted now (the next train step donates the state's
+    # buffers) and held until the background thread has scored them: one epoch's at most.
+    probs = predict_examples(
+      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
+    )
+    gts = [ex['mask'][..., 0] for ex in self._examples]
+    images = [ex['image'] for ex in self._examples]
+
+    def job() -> dict[str, Any]:
+      results = score(probs, gts, scoring, workers=self._workers, progress=False)
+      members = member_results(names, probs, gts, scoring, workers=self._workers)
+      return record_of(results, members, (images, gts, probs))
+
+    if self._executor is None:
+      self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
+    self._pending = (epoch, self._executor.submit(job))
     self._clock = time.perf_counter()
-    return record
+    return None
 
   def _write(self, record: dict[str, Any], epoch: int) -> None:
     if jax.process_index() == 0:
@@ -586,14 +602,14 @@ class EpochEvaluator:
       first['protocol'],
     )
 
-  def _write_tensorboard(self, record, results, probs, gts) -> None:
+  def _write_tensorboard(self, record, results, images, gts, probs) -> None:
     """The epoch's scalars (as the final evaluation's: an F1-against-epoch curve), PR curves,
-    qualitative panels and the run's hyper-parameters, to TensorBoard and metrics.jsonl."""
+    qualitative panels (of the first `images`, `gts`, `probs`) and the run's hyper-parameters,
+    to TensorBoard and metrics.jsonl."""
     writer = MetricWriter(self.directory)
     try:
       for protocol, r in results.items():
         writer.write_scalars(record['step'], _eval_scalars(r), kind=f'eval_{self.split}_{protocol}')
-      images = [ex['image'] for ex in self._examples]
       threshold = mask_threshold(results)
       hparams = self.experiment.hparams
       write_tensorboard_extras(
