@@ -122,7 +122,7 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
-def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None):
+def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> tuple:
   """Keeps what an interrupted loop can keep; returns (what is kept, in words, save_failure)."""
   if isinstance(error, checkpoints.CheckpointSaveError):
     return '', None  # the disk refused a save: do not try another; its line says what is kept

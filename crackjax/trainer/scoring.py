@@ -483,10 +483,9 @@ class EpochEvaluator:
   state) and held until a background thread has scored them, the tolerance protocols
   counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
   on the host, which the accelerator need not wait for. Both write the same record to the
-  last bit. At most one epoch is in flight (the
-  next evaluation first waits for it), so a process killed mid-training loses at most the
-  newest epoch's record, which the next run redoes from its checkpoint (`missing`); `finish`
-  waits for it at the end of training.
+  last bit. At most one epoch is in flight (the next evaluation first waits for it), so a
+  process killed mid-training loses at most the newest epoch's record, which the next run
+  redoes from its checkpoint (`missing`); `finish` waits for it at the end of training.
   """
 
   def __init__(self, experiment: Experiment, workdir: str | Path):
@@ -537,7 +536,11 @@ class EpochEvaluator:
     self._first = self._first and not trained
     facts = _state_facts(state)  # now: the next train step may donate the state's buffers
 
-    def record_of(results, members, shown) -> dict[str, Any]:
+    def record_of(
+      results: dict[str, dict[str, Any]],
+      members: dict[str, dict[str, Any]] | None,
+      shown: tuple[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray]],
+    ) -> dict[str, Any]:
       """The epoch's record, written; `shown`: (images, ground truths, maps), the first
       ``num_qualitative`` at least, for TensorBoard's panels."""
       record = _record(
