@@ -122,10 +122,10 @@ def _close_quietly(evaluator: EpochEvaluator) -> None:
     logging.warning('The evaluation scored in the background failed too: %s', e)
 
 
-def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> str:
-  """Keeps what an interrupted loop can keep; returns what is kept, in words."""
+def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> tuple:
+  """Keeps what an interrupted loop can keep; returns (what is kept, in words, save_failure)."""
   if isinstance(error, checkpoints.CheckpointSaveError):
-    return ''  # the disk refused a save: do not try another; the message says what is kept
+    return '', None  # the disk refused a save: do not try another; its line says what is kept
   try:
     log.flush()
   except step_lib.NonFiniteError:
@@ -143,12 +143,9 @@ def _stop(error, state, step, start_step, saved_step, log, mngr, metadata=None) 
           checkpoints.save(mngr, step, state, force=True, metadata=metadata)
         except checkpoints.CheckpointSaveError as e:
           logging.warning('%s', e)
-  try:
-    checkpoints.finish_saves(mngr)
-  except checkpoints.CheckpointSaveError as e:
-    logging.warning('%s', e)
+  failed = checkpoints.save_failure(mngr, error)
   complete = checkpoints.complete_steps(mngr.directory)
-  return f'step {complete[-1]} in {mngr.directory}' if complete else ''
+  return f'step {complete[-1]} in {mngr.directory}' if complete else '', failed
 
 
 _AGAIN = 'run the same command again'
@@ -273,11 +270,14 @@ def _train_and_evaluate(
   except BaseException as e:
     bar.close()  # ends the bar's line, so the lines below start on their own
     batches.close()  # stops the prefetch thread
-    kept = _stop(e, state, step, start_step, saved_step, log, mngr, experiment.checkpoint_metadata)
+    metadata = experiment.checkpoint_metadata
+    kept, failed = _stop(e, state, step, start_step, saved_step, log, mngr, metadata)
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)
     writer.close()
+    if failed is not None:  # the disk refused the checkpoint too: its line says what is kept
+      raise failed from None
     if isinstance(e, step_lib.NonFiniteError):
       raise step_lib.NonFiniteError(f'{e} {_after_divergence(kept, workdir)}') from None
     if (stopped := _after_interrupt(e, step, start_step, total_steps, kept)) is not None:

@@ -11,8 +11,8 @@ never the config's fields.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -39,6 +39,10 @@ from crackjax.experiment import Experiment
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.training import train_state
+
+#: An evaluation's per-image rows (`plots.write_per_image_csv`); while its photos are scored,
+#: the rows so far are in this name + `plots.PARTIAL_SUFFIX` (`stream_score`).
+PER_IMAGE_CSV = 'eval_per_image.csv'
 
 
 def score(
@@ -284,9 +288,10 @@ def evaluate_checkpoint(
   Under every protocol of the experiment's `EvalPlan` it writes, in `results_dir` (the workdir
   for the run's own test split): `eval.json` (the evaluation record, `_record`, with the
   per-image results), the same record as `epoch_<NNN>.json` when the step ends an epoch,
-  `eval_per_image.csv`, `pr_curve.png`, `qualitative.png` (the first
-  `num_qualitative` test images), `threshold.json` (the ODS threshold of the
-  protocol that records one, 'strict', for later prediction) and, if
+  `eval_per_image.csv` (its rows appended to `eval_per_image.csv.partial` as the photos are
+  scored, that file removed once the whole CSV is written), `pr_curve.png`,
+  `qualitative.png` (the first `num_qualitative` test images), `threshold.json` (the ODS
+  threshold of the protocol that records one, 'strict', for later prediction) and, if
   `save_probability_maps`, `probs/<name>.png`.
 
   `operating_points` ({name: threshold}) adds, per protocol, P/R/F1 at those thresholds
@@ -351,6 +356,7 @@ def evaluate_checkpoint(
     workers=workers,
     operating_points=operating_points,
     probs_dir=target / 'probs' if plan.save_probability_maps else None,
+    rows_path=target / PER_IMAGE_CSV,
   )
   summary = _record(
     schedule.epoch_of,
@@ -412,6 +418,7 @@ def evaluate_state(
     desc=desc,
     operating_points=operating_points,
     probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
+    rows_path=Path(out) / PER_IMAGE_CSV,
   )
   summary = _record(
     experiment.schedule.epoch_of,
@@ -469,13 +476,16 @@ class EpochEvaluator:
   `EvalPlan`; at the others those of its ``curve_protocols`` (default the same), a cheaper set
   for F1-against-epoch curves. The test images are read once.
 
-  With the plan's ``background_workers`` = N >= 1 the maps are predicted in the training
-  loop (the accelerator's work) and scored in a background thread, the tolerance protocols
+  By default (``background_workers`` = 0) an epoch is scored in the loop as
+  `evaluate_checkpoint` scores (`stream_score`: each map counted and dropped), so memory does
+  not grow with the test split's maps. With the plan's ``background_workers`` = N >= 1 the
+  maps are predicted in the training loop (the accelerator's work; the next step donates the
+  state) and held until a background thread has scored them, the tolerance protocols
   counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
-  on the host, which the accelerator need not wait for. At most one epoch is in flight (the
-  next evaluation first waits for it), so a process killed mid-training loses at most the
-  newest epoch's record, which the next run redoes from its checkpoint (`missing`); `finish`
-  waits for it at the end of training.
+  on the host, which the accelerator need not wait for. Both write the same record to the
+  last bit. At most one epoch is in flight (the next evaluation first waits for it), so a
+  process killed mid-training loses at most the newest epoch's record, which the next run
+  redoes from its checkpoint (`missing`); `finish` waits for it at the end of training.
   """
 
   def __init__(self, experiment: Experiment, workdir: str | Path):
@@ -521,16 +531,18 @@ class EpochEvaluator:
     if self._examples is None:
       self._examples = list(self.experiment.eval_examples(self.split))
     scoring = self.plan.with_protocols(self.protocols_at(epoch))
-    probs = predict_examples(
-      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
-    )
-    gts = [ex['mask'][..., 0] for ex in self._examples]
     names = [ex['name'] for ex in self._examples]
     first = self._first
     self._first = self._first and not trained
     facts = _state_facts(state)  # now: the next train step may donate the state's buffers
 
-    def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def record_of(
+      results: dict[str, dict[str, Any]],
+      members: dict[str, dict[str, Any]] | None,
+      shown: tuple[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray]],
+    ) -> dict[str, Any]:
+      """The epoch's record, written; `shown`: (images, ground truths, maps), the first
+      ``num_qualitative`` at least, for TensorBoard's panels."""
       record = _record(
         self.schedule.epoch_of,
         self.plan.dataset,
@@ -542,23 +554,38 @@ class EpochEvaluator:
         train_seconds=train_seconds,
         first_in_process=first,
       )
-      members = member_results(names, probs, gts, scoring, workers=self._workers or 1)
       record = with_members(record, members)
       self._write(record, epoch)
       if jax.process_index() == 0:
-        self._write_tensorboard(record, results, probs, gts)
+        self._write_tensorboard(record, results, *shown)
       return record
 
-    if self._workers:
-      if self._executor is None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
-      job = functools.partial(score, probs, gts, scoring, workers=self._workers, progress=False)
-      self._pending = (epoch, self._executor.submit(lambda: record_of(job())))
+    if not self._workers:
+      # In the loop: streamed as `evaluate_checkpoint` scores (counts kept, maps dropped), so
+      # memory does not grow with the test split; the same record to the last bit.
+      model, desc = self.experiment.model, f'score, epoch {epoch}'
+      scored = stream_score(scoring, model, state, self._examples, total=len(names), desc=desc)
+      record = record_of(scored.results, scored.members, scored.first)
       self._clock = time.perf_counter()
-      return None
-    record = record_of(score(probs, gts, scoring))
+      return record
+    # Beside training: the maps are predicted now (the next train step donates the state's
+    # buffers) and held until the background thread has scored them: one epoch's at most.
+    probs = predict_examples(
+      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
+    )
+    gts = [ex['mask'][..., 0] for ex in self._examples]
+    images = [ex['image'] for ex in self._examples]
+
+    def job() -> dict[str, Any]:
+      results = score(probs, gts, scoring, workers=self._workers, progress=False)
+      members = member_results(names, probs, gts, scoring, workers=self._workers)
+      return record_of(results, members, (images, gts, probs))
+
+    if self._executor is None:
+      self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
+    self._pending = (epoch, self._executor.submit(job))
     self._clock = time.perf_counter()
-    return record
+    return None
 
   def _write(self, record: dict[str, Any], epoch: int) -> None:
     if jax.process_index() == 0:
@@ -578,14 +605,14 @@ class EpochEvaluator:
       first['protocol'],
     )
 
-  def _write_tensorboard(self, record, results, probs, gts) -> None:
+  def _write_tensorboard(self, record, results, images, gts, probs) -> None:
     """The epoch's scalars (as the final evaluation's: an F1-against-epoch curve), PR curves,
-    qualitative panels and the run's hyper-parameters, to TensorBoard and metrics.jsonl."""
+    qualitative panels (of the first `images`, `gts`, `probs`) and the run's hyper-parameters,
+    to TensorBoard and metrics.jsonl."""
     writer = MetricWriter(self.directory)
     try:
       for protocol, r in results.items():
         writer.write_scalars(record['step'], _eval_scalars(r), kind=f'eval_{self.split}_{protocol}')
-      images = [ex['image'] for ex in self._examples]
       threshold = mask_threshold(results)
       hparams = self.experiment.hparams
       write_tensorboard_extras(
@@ -689,6 +716,7 @@ def stream_score(
   workers: int = 1,
   operating_points: dict[str, float] | None = None,
   probs_dir: Path | None = None,
+  rows_path: Path | None = None,
 ) -> Streamed:
   """Predicts and scores `examples` (`loader.eval_examples`' records) one at a time under
   every protocol of `plan`: the results of `score` (and of `member_results`,
@@ -698,7 +726,9 @@ def stream_score(
   tolerance protocols count on `workers` processes while the next ones are predicted. One
   progress bar (process 0, stderr): photos scored, photos/s and the time left of `total`.
   `probs_dir`: each map written there as it comes (`plots.save_probability_maps`), on
-  process 0.
+  process 0. `rows_path`: the evaluation's eval_per_image.csv, whose rows are appended to
+  ``<rows_path>.partial`` as each photo is scored (`plots.PerImageRows`, process 0), until
+  `write_eval_outputs` writes the whole CSV.
 
   Raises:
     ValueError: no example (`evaluate`'s 'no images to evaluate'), or a bad map.
@@ -710,7 +740,9 @@ def stream_score(
   first: tuple[list, list, list] = ([], [], [])
   main = jax.process_index() == 0
   grids = {p: plan.thresholds_of(p) for p in plan.protocols}
+  rows = plots.PerImageRows(rows_path, plan.protocols) if rows_path and main else None
   with (
+    rows or contextlib.nullcontext(),
     tqdm.tqdm(total=total, desc=desc, unit='photo', disable=not main) as bar,
     StreamScorer(
       grids,
@@ -718,6 +750,7 @@ def stream_score(
       operating_points=operating_points,
       workers=workers,
       progress=bar.update,
+      on_image=(lambda i, scores: rows.add(names[i], scores)) if rows else None,
     ) as scorer,
   ):
     reading = read_ahead(examples)
@@ -725,8 +758,8 @@ def stream_score(
       for ex in reading:
         [prob] = predict_probabilities(params, model, [ex['image']], batch_stats=batch_stats)
         gt = ex['mask'][..., 0]
+        names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
-        names.append(ex['name'])
         if len(first[0]) < keep:
           for kept, x in zip(first, (ex['image'], gt, prob), strict=True):
             kept.append(x)
@@ -896,7 +929,7 @@ def write_eval_outputs(
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = summary['step'], summary['split']
   threshold = _write_threshold(workdir, results, summary)
-  plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(plan.num_qualitative, len(images))
