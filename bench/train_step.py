@@ -148,6 +148,164 @@ def cache_status(events: list[str]) -> str:
 MEMORY_PHASES = ('before_compile', 'after_compile', 'after_warmup', 'after_steps')
 
 
+class JaxStep:
+  """crackjax's train step of `experiment` (`crackjax.experiment.build`), compiled once for
+  batches of `batch` random images of `hw`, and timed in blocks (see the module doc).
+
+  With `use_cache=False` the step is compiled without the persistent compilation cache: a
+  cached executable keeps the op names of the code that wrote it (the cache key leaves the
+  names out), which the CPU profile reads.
+  """
+
+  def __init__(self, experiment, hw, batch, use_cache: bool = True):
+    import jax
+
+    from crackjax.engine import mesh as mesh_lib
+    from crackjax.engine import prefetch
+    from crackjax.paper import complexity
+
+    self.experiment, self.hw, self.batch = experiment, tuple(hw), batch
+    self.state = experiment.init_state((*hw, 3))
+    self.n_params = sum(int(x.size) for x in jax.tree.leaves(self.state.params))
+    step = experiment.train_step(self.state)
+    self.data = mesh_lib.global_batch(random_batch(batch, *hw), experiment.mesh)
+    self.device = jax.devices()[0]
+    # The allocator's figures by phase (None where the backend has none, e.g. the CPU).
+    self.phases = {'before_compile': complexity.device_memory(self.device)}
+    t0 = time.perf_counter()
+    self.traced = step.trace(self.state, self.data)
+    self.lowered = self.traced.lower()
+    was_enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update('jax_enable_compilation_cache', was_enabled and use_cache)
+    try:
+      with compile_cache_events() as events:
+        self.compiled = self.lowered.compile()
+    finally:
+      jax.config.update('jax_enable_compilation_cache', was_enabled)
+    self.compile_s = time.perf_counter() - t0
+    self.cache = cache_status(events)
+    self.phases['after_compile'] = complexity.device_memory(self.device)
+    prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
+    self.metrics = None
+    self.cpu_times: list[float] = []  # process CPU seconds (all threads) of each timed step
+
+  def _run(self, n: int) -> None:
+    for _ in range(n):
+      self.state, self.metrics = self.compiled(self.state, self.data)
+
+  def warm(self, n: int) -> None:
+    """`n` untimed steps."""
+    import jax
+
+    from crackjax.paper import complexity
+
+    for _ in range(n):
+      self._run(1)
+      jax.block_until_ready((self.state, self.metrics))
+    self.phases['after_warmup'] = complexity.device_memory(self.device)
+
+  def time_steps(self, n: int) -> list[float]:
+    """Wall times of `n` steps, each waited for."""
+    import jax
+
+    times = []
+    for _ in range(n):
+      t0, c0 = time.perf_counter(), time.process_time()
+      self._run(1)
+      jax.block_until_ready((self.state, self.metrics))
+      times.append(time.perf_counter() - t0)
+      self.cpu_times.append(time.process_time() - c0)
+    return times
+
+  def pipelined(self, n: int) -> float:
+    """Seconds per step of `n` steps dispatched back to back with one wait at the end, as the
+    training loop runs them: host dispatch overlaps the device's work."""
+    import jax
+
+    from crackjax.paper import complexity
+
+    t0 = time.perf_counter()
+    self._run(n)
+    jax.block_until_ready((self.state, self.metrics))
+    seconds = (time.perf_counter() - t0) / n
+    self.phases['after_steps'] = complexity.device_memory(self.device)
+    return seconds
+
+  def profile(self, n: int, profile_dir: str | None) -> dict:
+    """`n` more steps traced with `jax.profiler` into `profile_dir` (a new temporary folder
+    when None), dispatched back to back; the device kernels by kind (bench/trace_summary.py,
+    None on the CPU, which has no device tracks) and, on the CPU, the op time by kind of work
+    (bench/cpu_profile.py, from the host's per-instruction events)."""
+    import jax
+
+    profile_dir = profile_dir or tempfile.mkdtemp(prefix='bench_profile_')
+    jax.profiler.start_trace(profile_dir, create_perfetto_trace=True)
+    self._run(n)
+    jax.block_until_ready((self.state, self.metrics))
+    jax.profiler.stop_trace()
+    summary = load_bench('trace_summary').kernels(profile_dir, n, top=25)
+    cpu = None
+    if jax.default_backend() == 'cpu':
+      cpu = load_bench('cpu_profile').jax_kinds(profile_dir, self.compiled.as_text(), n)
+    return {'dir': profile_dir, 'steps': n, 'kernels': summary, 'cpu_kinds': cpu}
+
+  def result(self, times: list[float], warmup: int, pipelined_s: float, profile=None) -> dict:
+    """The figures of the timed steps `times` (see the module doc)."""
+    import flax
+    import jax
+
+    from crackjax.models.conv import resolve_impl
+    from crackjax.paper import complexity
+
+    config, hw, batch = self.experiment.config, self.hw, self.batch
+    forward = complexity.forward_macs(self.experiment.model, *hw)  # per image
+    flops = complexity.train_step_flops(forward['total'], batch)
+    jaxpr_flops = 2.0 * complexity.jaxpr_macs(self.traced.jaxpr)['total']
+    xla = complexity.hlo_flops(self.lowered)  # before XLA swaps convolutions for cuDNN calls
+    median = statistics.median(times)
+    model_fields = {k: v for k, v in config.model.items() if k != 'name'}
+    dtype = config.model.get('dtype', 'float32')
+    result = {
+      'framework': 'jax',
+      'jax': jax.__version__,
+      'flax': flax.__version__,
+      'backend': jax.default_backend(),
+      'device_kind': self.device.device_kind,
+      'device_count': jax.device_count(),
+      'model': config.model.name,
+      'model_fields': {k: list(v) if isinstance(v, tuple) else v for k, v in model_fields.items()},
+      'hw': list(hw),
+      'batch': batch,
+      'steps': len(times),
+      'warmup': warmup,
+      'params': self.n_params,
+      'loss': float(self.metrics['loss']),
+      'compute_dtype': dtype,
+      'xla_flags': os.environ.get('XLA_FLAGS', ''),
+      'compile_s': self.compile_s,
+      'compile_cache': self.cache,
+      **_time_stats(times, batch),
+      'cpu_s_per_step': statistics.median(self.cpu_times) if self.cpu_times else None,
+      'pipelined_step_s': pipelined_s,
+      'pipelined_images_per_s': batch / pipelined_s,
+      'peak_rss_mb': _peak_rss_mb(),
+      'memory': {**complexity.memory_figures(self.compiled, self.device), 'phases': self.phases},
+      'forward_macs_per_image': forward['total'],
+      'flops_per_step': flops,
+      'tflops': flops / median / 1e12,
+      'peak_fraction': complexity.peak_fractions(flops / median, self.device.device_kind, dtype),
+      'jaxpr_flops_per_step': jaxpr_flops,
+      'xla_flops_per_step': xla,
+      'xla_cross_check': complexity.cross_check(flops, xla),
+      'profile': profile,
+    }
+    if 'conv_impl' in config.model:
+      result['conv_impl'] = f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})'
+    if 'widths' in config.model:
+      result['widths'] = list(config.model.widths)
+    return result
+
+
 def bench_jax(
   experiment, hw, batch, steps, warmup, profile_steps: int = 0, profile_dir: str | None = None
 ) -> dict:
@@ -155,111 +313,13 @@ def bench_jax(
   batches of `batch` images of `hw`; returns the figures (see the module doc). With
   `profile_steps`, that many more steps are traced into `profile_dir` after the timed ones
   and summarised by kernel (bench/trace_summary.py) under 'profile'."""
-  import flax
-  import jax
-
-  from crackjax.engine import mesh as mesh_lib
-  from crackjax.engine import prefetch
-  from crackjax.models.conv import resolve_impl
-  from crackjax.paper import complexity
-
-  config = experiment.config
-  mesh = experiment.mesh
-  state = experiment.init_state((*hw, 3))
-  n_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
-  step = experiment.train_step(state)
-  data = mesh_lib.global_batch(random_batch(batch, *hw), mesh)
-  device = jax.devices()[0]
-  # The allocator's figures by phase (None where the backend has none, e.g. the CPU).
-  phases = {'before_compile': complexity.device_memory(device)}
-
-  t0 = time.perf_counter()
-  traced = step.trace(state, data)
-  lowered = traced.lower()
-  with compile_cache_events() as events:
-    compiled = lowered.compile()
-  compile_s = time.perf_counter() - t0
-  phases['after_compile'] = complexity.device_memory(device)
-  prefetch.release_freed_host_memory()  # as train_and_evaluate does after compiling
-
-  forward = complexity.forward_macs(experiment.model, *hw)  # per image
-  flops = complexity.train_step_flops(forward['total'], batch)
-  jaxpr_flops = 2.0 * complexity.jaxpr_macs(traced.jaxpr)['total']
-  xla = complexity.hlo_flops(lowered)  # before XLA swaps convolutions for cuDNN calls
-
-  for _ in range(warmup):
-    state, metrics = compiled(state, data)
-    jax.block_until_ready((state, metrics))
-  phases['after_warmup'] = complexity.device_memory(device)
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    state, metrics = compiled(state, data)
-    jax.block_until_ready((state, metrics))
-    times.append(time.perf_counter() - t0)
-  # The same steps dispatched back to back with one wait at the end, as the training loop
-  # runs them: host dispatch overlaps the device's work.
-  t0 = time.perf_counter()
-  for _ in range(steps):
-    state, metrics = compiled(state, data)
-  jax.block_until_ready((state, metrics))
-  pipelined_s = (time.perf_counter() - t0) / steps
-  loss = float(metrics['loss'])
-  phases['after_steps'] = complexity.device_memory(device)
-  profile = None
-  if profile_steps:
-    # After the timed steps, so the trace costs them nothing; dispatched back to back as
-    # the training loop runs them.
-    profile_dir = profile_dir or tempfile.mkdtemp(prefix='bench_profile_')
-    jax.profiler.start_trace(profile_dir, create_perfetto_trace=True)
-    for _ in range(profile_steps):
-      state, metrics = compiled(state, data)
-    jax.block_until_ready((state, metrics))
-    jax.profiler.stop_trace()
-    summary = load_bench('trace_summary').kernels(profile_dir, profile_steps, top=25)
-    profile = {'dir': profile_dir, 'steps': profile_steps, 'kernels': summary}
-
-  median = statistics.median(times)
-  model_fields = {k: v for k, v in config.model.items() if k != 'name'}
-  result = {
-    'framework': 'jax',
-    'jax': jax.__version__,
-    'flax': flax.__version__,
-    'backend': jax.default_backend(),
-    'device_kind': device.device_kind,
-    'device_count': jax.device_count(),
-    'model': config.model.name,
-    'model_fields': {k: list(v) if isinstance(v, tuple) else v for k, v in model_fields.items()},
-    'hw': list(hw),
-    'batch': batch,
-    'steps': steps,
-    'warmup': warmup,
-    'params': n_params,
-    'loss': loss,
-    'compute_dtype': config.model.get('dtype', 'float32'),
-    'compile_s': compile_s,
-    'compile_cache': cache_status(events),
-    **_time_stats(times, batch),
-    'pipelined_step_s': pipelined_s,
-    'pipelined_images_per_s': batch / pipelined_s,
-    'peak_rss_mb': _peak_rss_mb(),
-    'memory': {**complexity.memory_figures(compiled, device), 'phases': phases},
-    'forward_macs_per_image': forward['total'],
-    'flops_per_step': flops,
-    'tflops': flops / median / 1e12,
-    'peak_fraction': complexity.peak_fractions(
-      flops / median, device.device_kind, config.model.get('dtype', 'float32')
-    ),
-    'jaxpr_flops_per_step': jaxpr_flops,
-    'xla_flops_per_step': xla,
-    'xla_cross_check': complexity.cross_check(flops, xla),
-    'profile': profile,
-  }
-  if 'conv_impl' in config.model:
-    result['conv_impl'] = f'{config.model.conv_impl} ({resolve_impl(config.model.conv_impl)})'
-  if 'widths' in config.model:
-    result['widths'] = list(config.model.widths)
-  return result
+  side = JaxStep(experiment, hw, batch, use_cache=not profile_steps)
+  side.warm(warmup)
+  times = side.time_steps(steps)
+  pipelined_s = side.pipelined(steps)
+  # After the timed steps, so the trace costs them nothing.
+  profile = side.profile(profile_steps, profile_dir) if profile_steps else None
+  return side.result(times, warmup, pipelined_s, profile)
 
 
 def load_bench(name: str):
@@ -309,29 +369,129 @@ def _jax_fresh_subprocess(argv, cache_dir: str) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _torch_subprocess(argv, expect_params, mode: str) -> dict:
-  """Runs `bench_torch` in a fresh process with the same command line (argv[1:]).
+class TorchServer:
+  """The PyTorch peer in a process of its own (bench/torch_peer.py `serve`), started with the
+  same command line (argv[1:]) and kept alive, so its timed blocks can alternate with the JAX
+  process's. A worker that fails is reported as {'mode': ..., 'error': its last stderr lines}
+  and the rest goes on."""
 
-  Returns its result, or {'error': ..., 'mode': mode} with the end of its stderr when it
-  failed (e.g. torch.compile without a working C compiler on the CPU).
-  """
-  cmd = [
-    sys.executable,
-    str(Path(__file__).resolve()),
-    *argv[1:],
-    f'--torch_worker={expect_params}',
-    f'--torch_worker_mode={mode}',
-  ]
-  env = dict(os.environ)
-  env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH')) if p)
-  out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-  if out.returncode != 0:
-    tail = [line for line in out.stderr.strip().splitlines() if line.strip()][-3:]
+  def __init__(self, argv, expect_params, mode: str):
+    self.mode = 'eager' if mode == 'eager' else 'torch.compile'
+    cmd = [
+      sys.executable,
+      str(Path(__file__).resolve()),
+      *argv[1:],
+      f'--torch_worker={expect_params}',
+      f'--torch_worker_mode={mode}',
+    ]
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH')) if p)
+    # stderr to a file: a pipe nobody reads would block a chatty worker.
+    self._stderr = tempfile.TemporaryFile(mode='w+')
+    self.proc = subprocess.Popen(
+      cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
+    )
+    self.error: str | None = None
+    self.times: list[float] = []
+    self._answer()  # 'ready' after the first call and the warm-up steps
+
+  def _fail(self) -> None:
+    self.proc.kill()
+    self.proc.wait()
+    self._stderr.seek(0)
+    tail = [line for line in self._stderr.read().strip().splitlines() if line.strip()][-3:]
+    self.error = ' / '.join(tail) or f'exit status {self.proc.returncode}'
+
+  def _answer(self) -> dict | None:
+    """The worker's next JSON line (other output skipped); None once it has failed."""
+    while self.error is None:
+      line = self.proc.stdout.readline()
+      if not line:
+        self._fail()
+        break
+      try:
+        answer = json.loads(line)
+      except ValueError:
+        continue
+      if isinstance(answer, dict):
+        return answer
+    return None
+
+  def ask(self, request: str) -> dict | None:
+    """Sends one request ('run N', 'profile N', 'done') and returns the answer."""
+    if self.error is not None:
+      return None
+    try:
+      self.proc.stdin.write(request + '\n')
+      self.proc.stdin.flush()
+    except OSError:
+      self._fail()
+      return None
+    return self._answer()
+
+  def run(self, n: int) -> dict | None:
+    """Times `n` steps in the worker: {'times': wall s, 'cpu_times': process CPU s}; None if
+    it failed."""
+    return self.ask(f'run {n}')
+
+  def done(self) -> dict:
+    """The worker's figures of every step it timed; ends the worker."""
+    answer = self.ask('done')
+    if answer is None:
+      return {'mode': self.mode, 'error': self.error}
+    self.proc.stdin.close()
+    self.proc.wait()
+    return answer
+
+
+def block_sizes(steps: int, blocks: int) -> list[int]:
+  """`steps` timed steps split into `blocks` blocks (at most one per step) as evenly as
+  possible, the larger blocks first."""
+  blocks = max(1, min(blocks, steps))
+  return [steps // blocks + (1 if i < steps % blocks else 0) for i in range(blocks)]
+
+
+def interleave(jax_side: JaxStep, servers: list[TorchServer], sizes: list[int]) -> dict:
+  """Times the JAX step and each PyTorch worker alternately, block by block: in even blocks
+  JAX first, in odd blocks last (ABBA), so a load that drifts during the run hits both. Returns
+  the JAX step times, and per worker mode the step-time ratio crackjax/torch of each block
+  (the ratio of the two block medians: < 1 means crackjax is faster) and their median, min
+  and max; the same for the process CPU time per step (both threads: less sensitive to other
+  processes' load than the wall time)."""
+  jax_times: list[float] = []
+  ratios: dict[str, list[float]] = {s.mode: [] for s in servers}
+  cpu_ratios: dict[str, list[float]] = {s.mode: [] for s in servers}
+  median = statistics.median
+  for b, size in enumerate(sizes):
+    sides = [jax_side, *servers]
+    block = {}
+    for side in sides if b % 2 == 0 else reversed(sides):
+      if side is jax_side:
+        wall = side.time_steps(size)
+        block[id(side)] = {'times': wall, 'cpu_times': side.cpu_times[-size:]}
+      else:
+        block[id(side)] = side.run(size)
+    jax_block = block[id(jax_side)]
+    jax_times += jax_block['times']
+    for server in servers:
+      theirs = block[id(server)]
+      if theirs is not None:
+        ratios[server.mode].append(median(jax_block['times']) / median(theirs['times']))
+        cpu_ratios[server.mode].append(median(jax_block['cpu_times']) / median(theirs['cpu_times']))
+
+  def summary(per_mode):
     return {
-      'mode': 'eager' if mode == 'eager' else 'torch.compile',
-      'error': ' / '.join(tail) or f'exit status {out.returncode}',
+      mode: {'median': median(r), 'min': min(r), 'max': max(r), 'blocks': r}
+      for mode, r in per_mode.items()
+      if r
     }
-  return json.loads(out.stdout.strip().splitlines()[-1])
+
+  return {
+    'jax_times': jax_times,
+    'block_sizes': sizes,
+    'ratios': summary(ratios),
+    'cpu_ratios': summary(cpu_ratios),
+  }
 
 
 # ----------------------------------------------------------------------------- main
@@ -401,11 +561,34 @@ def _fresh_lines(fresh: dict | None) -> list[str]:
   ]
 
 
+def _interleaved_lines(interleaved: dict | None) -> list[str]:
+  """The per-block step-time ratios of `interleave`."""
+  if not interleaved or not interleaved['ratios']:
+    return []
+  sizes = interleaved['block_sizes']
+  lines = [
+    f'interleaved: {len(sizes)} blocks of {"/".join(map(str, sizes))} steps per side, '
+    'crackjax first in even blocks and last in odd ones'
+  ]
+  for what, key in (('step time', 'ratios'), ('CPU time per step', 'cpu_ratios')):
+    for mode, r in interleaved.get(key, {}).items():
+      cells = ' '.join(f'{x:.2f}' for x in r['blocks'])
+      lines.append(
+        f'  {what} crackjax/torch {mode}: median {r["median"]:.2f}x (min {r["min"]:.2f}, '
+        f'max {r["max"]:.2f}; blocks {cells}; <1: crackjax faster)'
+      )
+  return lines
+
+
 def report(
-  jr: dict, torch_results: list[dict] | dict | None = None, fresh: dict | None = None
+  jr: dict,
+  torch_results: list[dict] | dict | None = None,
+  fresh: dict | None = None,
+  interleaved: dict | None = None,
+  torch_profile: dict | None = None,
 ) -> str:
-  """The text report of `bench_jax`'s result, the PyTorch results (eager, compile) and the
-  `--fresh_memory` process's result."""
+  """The text report of `bench_jax`'s result, the PyTorch results (eager, compile), the
+  `--fresh_memory` process's result, the interleaved ratios and the CPU profile."""
   from crackjax.paper import complexity
 
   if isinstance(torch_results, dict):
@@ -423,6 +606,7 @@ def report(
     f'jax compile:      {jr["compile_s"]:.2f} s (persistent compilation cache: '
     f'{jr.get("compile_cache", "n/a")})',
     f'jax step:         {_fmt_times(jr)}',
+    f'jax CPU time:     {jr["cpu_s_per_step"]:.3f} s per step (process, all threads; median)',
     f'jax images/s:     {jr["images_per_s"]:.2f} (median step, synchronised each step); '
     f'{jr["pipelined_images_per_s"]:.2f} pipelined ({jr["steps"]} steps, one sync)',
     f'analytic FLOPs:   {jr["flops_per_step"] / 1e9:.4g} GFLOP/step (3 x forward: '
@@ -447,6 +631,9 @@ def report(
   ]
   if jr.get('profile'):
     lines += load_bench('trace_summary').report_lines(jr['profile']['kernels'])
+    if jr['backend'] == 'cpu':
+      cpu = load_bench('cpu_profile')
+      lines += cpu.report_lines(jr['profile'].get('cpu_kinds'), torch_profile)
     lines.append(f'  trace: {jr["profile"]["dir"]}')
   for tr in torch_results or []:
     name = tr['mode'] if tr['mode'].startswith('torch.compile') else f'torch {tr["mode"]}'
@@ -459,6 +646,7 @@ def report(
       + ')',
       f'  first call:     {tr["first_call_s"]:.2f} s',
       f'  step:           {_fmt_times(tr)}',
+      f'  CPU time:       {tr["cpu_s_per_step"]:.3f} s per step (process, all threads)',
       f'  images/s:       {tr["images_per_s"]:.2f}',
       f'  peak memory:    {_mib(tr["memory"]["peak_bytes"])} ({tr["memory"]["label"]})',
       f'  host RSS:       {tr["peak_rss_mb"]:.0f} MB (separate process, VmHWM)',
@@ -468,13 +656,30 @@ def report(
     if jr['memory']['source'] == 'device' and tr['memory']['peak_bytes']:
       ratio = jr['memory']['peak_bytes'] / tr['memory']['peak_bytes']
       lines.append(f'  device memory crackjax/{name}: {ratio:.2f}x')
+    if tr.get('peak_rss_mb'):
+      lines.append(f'  host RSS crackjax/{name}: {jr["peak_rss_mb"] / tr["peak_rss_mb"]:.2f}x')
+  lines += _interleaved_lines(interleaved)
   return '\n'.join(lines)
 
 
 def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_list('hw', ['320', '480'], 'H,W of the input', flag_values=fv)
   flags.DEFINE_integer('batch', 2, 'global batch size', flag_values=fv)
-  flags.DEFINE_integer('steps', 5, 'timed steps', lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer(
+    'steps',
+    15,
+    'timed steps of each side (crackjax, each PyTorch mode)',
+    lower_bound=1,
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    'blocks',
+    5,
+    'the timed steps are split into this many blocks, run alternately by crackjax and '
+    'PyTorch; the speed ratio is reported per block (median, min, max)',
+    lower_bound=1,
+    flag_values=fv,
+  )
   flags.DEFINE_integer('warmup', 1, 'untimed steps after compiling', flag_values=fv)
   flags.DEFINE_bool(
     'torch', True, 'compare with PyTorch if it is importable (--notorch: skip)', flag_values=fv
@@ -549,18 +754,17 @@ def main(argv=None) -> dict:
 
   if fv.torch_worker is not None:
     compile_mode = fv.torch_compile_mode if fv.torch_worker_mode == 'compile' else None
-    r = bench_torch(
+    step = _peer.TorchStep(
       config,
       hw,
       fv.batch,
-      fv.steps,
-      fv.warmup,
       expect_params=fv.torch_worker,
       device=fv.torch_device,
       compile_mode=compile_mode,
       compile_backend=fv.torch_compile_backend,
     )
-    print(outputs.dumps(r))
+    step.warm(fv.warmup)
+    r = _peer.serve(step, sys.stdin, lambda line: print(line, flush=True))
     return {'jax': None, 'torch': r, 'torch_compile': None, 'jax_fresh': None}
 
   from crackjax.experiment.build import build
@@ -572,37 +776,62 @@ def main(argv=None) -> dict:
     sys.exit(f'{prog}: bad config: {" / ".join(str(e).splitlines())}')
   # The fresh process of --fresh_memory measures memory only: it traces nothing.
   profile_steps = 0 if fv.jax_fresh_worker else fv.profile_steps
-  jr = bench_jax(experiment, hw, fv.batch, fv.steps, fv.warmup, profile_steps, fv.profile_dir)
+  side = JaxStep(experiment, hw, fv.batch, use_cache=not profile_steps)
+  side.warm(fv.warmup)
+  servers = [] if fv.jax_fresh_worker else _start_torch(fv, config, argv, side.n_params)
+  interleaved = interleave(side, servers, block_sizes(fv.steps, fv.blocks))
+  pipelined_s = side.pipelined(fv.steps)
+  # After the timed steps, so the trace costs them nothing.
+  profile = side.profile(profile_steps, fv.profile_dir) if profile_steps else None
+  jr = side.result(interleaved['jax_times'], fv.warmup, pipelined_s, profile)
   if not math.isfinite(jr['median_s']) or not math.isfinite(jr['loss']):
     raise FloatingPointError(f'non-finite result: {jr}')
   if fv.jax_fresh_worker:
     print(outputs.dumps(jr))
     return {'jax': jr, 'torch': None, 'torch_compile': None, 'jax_fresh': None}
-  result = {'jax': jr, 'torch': None, 'torch_compile': None, 'jax_fresh': None}
+  torch_profile = None
+  if profile_steps and servers and jr['backend'] == 'cpu':
+    answer = servers[0].ask(f'profile {profile_steps}')
+    if answer is not None:
+      torch_profile = load_bench('cpu_profile').torch_kinds(answer['profile'])
+  result = {
+    'jax': jr,
+    'torch': None,
+    'torch_compile': None,
+    'jax_fresh': None,
+    'interleaved': {k: v for k, v in interleaved.items() if k != 'jax_times'},
+    'torch_profile': torch_profile,
+  }
+  for server in servers:  # before the fresh process, which would otherwise share the GPU
+    result['torch' if server.mode == 'eager' else 'torch_compile'] = server.done()
 
   def save() -> None:  # after every part, so a run cut short keeps what it finished
     if fv.json:
       Path(fv.json).write_text(outputs.dumps(result, indent=1, default=str))
 
   save()
-  if cache_dir is not None:  # before PyTorch, which would otherwise share the GPU with it
+  if cache_dir is not None:
     result['jax_fresh'] = _jax_fresh_subprocess(argv, cache_dir)
     save()
-  if fv.torch:
-    why_not = torch_unsupported(config)
-    if why_not:
-      print(f'(no PyTorch comparison: {why_not})')
-    elif not torch_available():
-      print('(torch not importable: no PyTorch comparison)')
-    else:
-      result['torch'] = _torch_subprocess(argv, jr['params'], 'eager')
-      save()
-      if fv.torch_compile:
-        result['torch_compile'] = _torch_subprocess(argv, jr['params'], 'compile')
-        save()
   torch_results = [r for r in (result['torch'], result['torch_compile']) if r is not None]
-  print(report(jr, torch_results, result['jax_fresh']))
+  print(report(jr, torch_results, result['jax_fresh'], result['interleaved'], torch_profile))
   return result
+
+
+def _start_torch(fv, config, argv, n_params: int) -> list[TorchServer]:
+  """The PyTorch workers the flags ask for (eager; torch.compile with --torch_compile), each
+  past its first call and warm-up steps; [] without PyTorch (the reason printed)."""
+  if not fv.torch:
+    return []
+  why_not = torch_unsupported(config)
+  if why_not:
+    print(f'(no PyTorch comparison: {why_not})')
+    return []
+  if not torch_available():
+    print('(torch not importable: no PyTorch comparison)')
+    return []
+  modes = ['eager', 'compile'] if fv.torch_compile else ['eager']
+  return [TorchServer(argv, n_params, mode) for mode in modes]
 
 
 if __name__ == '__main__':

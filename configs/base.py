@@ -90,7 +90,8 @@ Fields:
   eval.full_epochs: epochs scored under every eval.protocols even when curve_protocols is set
     (the last epoch always is); the runner names the epochs of the table rows.
   eval.background_workers: 0: those periodic evaluations score in the training loop (the
-    accelerator waits). N >= 1: the maps are predicted in the loop, then scored in a
+    accelerator waits; streamed, no map held). N >= 1: the maps are predicted in the loop and
+    held (one epoch's), then scored in a
     background thread (the tolerance protocols counting on N processes) while the next epoch
     trains; an epoch's record is written when its scoring ends, at the latest when the next
     epoch's evaluation starts (at most one epoch in flight), and training waits for the last.

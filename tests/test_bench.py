@@ -57,6 +57,20 @@ def test_train_step_bench_tiny(capsys, tmp_path):
   assert list((tmp_path / 'profile').glob('**/perfetto_trace.json.gz'))
   if jax.default_backend() == 'cpu':
     assert jr['profile']['kernels'] is None and 'profile: no device tracks' in out
+    # The CPU profile: the host's per-instruction events sorted into kinds of work by the
+    # step's name stack (each of these is real work in the U-Net's step).
+    kinds = jr['profile']['cpu_kinds']['kinds']
+    for kind in (
+      'forward convolutions',
+      'backward: input gradients',
+      'backward: weight gradients',
+      'Adam update (+ non-finite guard)',
+      'augmentation',
+      'loss (forward and backward)',
+    ):
+      assert kinds.get(kind, 0) > 0, (kind, kinds)
+    assert kinds.get('other', 0) < 0.2 * jr['profile']['cpu_kinds']['op_ms'], kinds
+    assert 'CPU profile, op time per step by kind' in out
   assert math.isfinite(jr['median_s']) and jr['median_s'] > 0
   assert math.isfinite(jr['loss'])
   assert jr['images_per_s'] > 0 and jr['peak_rss_mb'] > 0 and jr['compile_s'] > 0
@@ -89,6 +103,14 @@ def test_train_step_bench_tiny(capsys, tmp_path):
   assert eager['device'] == 'cpu' and eager['memory']['peak_bytes'] is None
   assert result['torch_compile'] is None
   assert 'speed crackjax/torch eager:' in out
+  ratios = result['interleaved']['ratios']['eager']
+  assert len(ratios['blocks']) == 1 and ratios['median'] > 0
+  assert 'step time crackjax/torch eager: median' in out
+  assert eager['cpu_s_per_step'] > 0 and jr['cpu_s_per_step'] > 0
+  if jax.default_backend() == 'cpu':  # PyTorch's column of the CPU profile
+    tk = result['torch_profile']['kinds']
+    assert tk['forward convolutions'] > 0 and tk['Adam update (+ non-finite guard)'] > 0
+    assert tk['backward: input + weight gradients (one call)'] > 0
 
 
 @pytest.mark.slow
@@ -250,3 +272,93 @@ def test_matching_bench_counts_each_cell_against_correspond_pixels():
   assert r['fewer_here'] == 0 and r['max_more'] == 1
   assert r['matched_here'] - r['matched_correspond'] == 2 * predicted
   assert r['ods_here'] > r['ods_correspond'] > 0
+
+
+def test_block_sizes_split_the_steps_evenly():
+  bench = _load_bench()
+  assert bench.block_sizes(15, 5) == [3, 3, 3, 3, 3]
+  assert bench.block_sizes(7, 3) == [3, 2, 2]
+  assert bench.block_sizes(2, 5) == [1, 1]
+  assert bench.block_sizes(1, 1) == [1]
+
+
+class _FakeSide:
+  """A side of the interleaved bench whose steps take fixed times, logging the order."""
+
+  def __init__(self, name, wall, cpu, log):
+    self.mode, self.wall, self.cpu, self.log = name, wall, cpu, log
+    self.cpu_times = []
+
+  def time_steps(self, n):
+    self.log.append(self.mode)
+    self.cpu_times += [self.cpu] * n
+    return [self.wall] * n
+
+  def run(self, n):
+    self.log.append(self.mode)
+    return {'times': [self.wall] * n, 'cpu_times': [self.cpu] * n}
+
+
+def test_interleave_alternates_the_order_and_reports_ratios_per_block():
+  bench = _load_bench()
+  log = []
+  jax_side = _FakeSide('jax', 0.8, 1.2, log)
+  torch_side = _FakeSide('eager', 1.0, 2.0, log)
+  r = bench.interleave(jax_side, [torch_side], [2, 2, 1])
+  assert log == ['jax', 'eager', 'eager', 'jax', 'jax', 'eager']  # ABBA
+  assert r['jax_times'] == [0.8] * 5 and r['block_sizes'] == [2, 2, 1]
+  assert r['ratios']['eager']['blocks'] == pytest.approx([0.8] * 3)
+  assert r['cpu_ratios']['eager']['median'] == pytest.approx(0.6)
+  lines = bench._interleaved_lines(r)
+  assert lines[0].startswith('interleaved: 3 blocks of 2/2/1 steps per side')
+  assert 'step time crackjax/torch eager: median 0.80x' in lines[1]
+  assert 'CPU time per step crackjax/torch eager: median 0.60x' in lines[2]
+
+
+def test_cpu_profile_sorts_instructions_by_name_stack():
+  cpu = importlib.util.module_from_spec(
+    spec := importlib.util.spec_from_file_location('cpu_profile', REPO / 'bench' / 'cpu_profile.py')
+  )
+  spec.loader.exec_module(cpu)
+  hlo = (
+    '  %ynn_fusion.63 = f32[2,320,480,32]{3,2,1,0} fusion(%a, %b), kind=kCustom, '
+    'metadata={op_name="jit(train_step)/transpose(jvp(UNet))/ConvBlock_8/Conv_0/transpose()/'
+    'conv_general_dilated" stack_frame_id=55}\n'
+    '  ROOT %while.3 = (s32[], f32[3,3,16,16]{3,2,1,0}) while(%t), condition=%c, body=%b, '
+    'metadata={op_name="jit(train_step)/transpose(jvp(UNet))/ConvBlock_0/Conv_1/while"}\n'
+    '  %copy.1 = f32[2]{0} copy(%x)\n'
+  )
+  ops = cpu.hlo_ops(hlo)
+  assert ops['ynn_fusion.63'][0] == 'fusion' and ops['while.3'][0] == 'while'
+  assert ops['copy.1'] == ('copy', '')
+  kind = cpu.jax_kind
+  assert kind('ynn_fusion.63', *ops['ynn_fusion.63']) == 'backward: input gradients'
+  assert kind('f', 'fusion', 'jit(train_step)/jvp(UNet)/Conv_0/conv_general_dilated') == (
+    'forward convolutions'
+  )
+  assert kind('d', 'dot', 'jit(train_step)/transpose(jvp(UNet))/ConvBlock_0/while/body/x') == (
+    'backward: weight gradients'
+  )
+  assert kind('m', 'fusion', 'jit(train_step)/augment/vmap()/mul') == 'augmentation'
+  assert kind('a', 'fusion', 'jit(train_step)/optimizer/sqrt') == (
+    'Adam update (+ non-finite guard)'
+  )
+  assert kind('l', 'fusion', 'jit(train_step)/jvp(loss)/reduce_sum') == (
+    'loss (forward and backward)'
+  )
+  assert kind('copy_bitcast_fusion', 'fusion', 'jit(train_step)/jvp(UNet)/x') == (
+    'copies and transposes'
+  )
+  assert cpu.torch_kind('aten::convolution_backward', 'backward') == (
+    'backward: input + weight gradients (one call)'
+  )
+  assert cpu.torch_kind('aten::mkldnn_convolution', 'forward') == 'forward convolutions'
+  assert cpu.torch_kind('aten::add_', 'optimizer') == 'Adam update (+ non-finite guard)'
+  tk = cpu.torch_kinds(
+    [['aten::mkldnn_convolution', 'forward', 3.0], ['aten::cat', 'forward', 1.0]]
+  )
+  assert tk['op_ms'] == 4.0 and tk['kinds']['forward convolutions'] == 3.0
+  lines = cpu.report_lines(
+    {'kinds': {'forward convolutions': 5.0}, 'ops': {'c': 5.0}, 'op_ms': 5.0, 'events': 3}, tk
+  )
+  assert any(line.split()[-2:] == ['5.0', '3.0'] for line in lines), lines

@@ -339,3 +339,34 @@ def test_reproduce_gpu_script_smoke_chunk_on_fake_crackforest(tmp_path):
   assert len(export['runs']) == 1, export
   with tarfile.open(tmp_path / 'out' / 'report.tar.gz') as tar:
     assert 'report/report.md' in tar.getnames()
+
+
+def test_cpu_perf_script_parses_and_names_what_exists():
+  """bench/cpu_perf.sh parses, prints its usage, and the bench scripts and configs it runs exist."""
+  subprocess.run(['bash', '-n', str(REPO / 'bench/cpu_perf.sh')], check=True)
+  out = subprocess.run(
+    ['bash', 'bench/cpu_perf.sh', '--help'], capture_output=True, text=True, cwd=REPO, check=True
+  ).stdout
+  assert out.startswith('usage: [STAGES=... TINY=1 RES=DIR] bash bench/cpu_perf.sh')
+  text = (REPO / 'bench/cpu_perf.sh').read_text()
+  for path in re.findall(r'\b((?:bench|configs)/\w+\.py)', text):
+    assert (REPO / path).is_file(), f'bench/cpu_perf.sh: {path} does not exist'
+
+
+@pytest.mark.slow
+def test_cpu_perf_script_tiny_step(tmp_path):
+  """TINY=1 bench/cpu_perf.sh, the float32 step stage: a log with the interleaved figures and the
+  CPU profile, the JSON, and a summary line with the stage's exit status."""
+  env = dict(
+    os.environ, TINY='1', STAGES='step_f32', RES=str(tmp_path / 'res'), PYTHON=sys.executable
+  )
+  out = subprocess.run(
+    ['bash', 'bench/cpu_perf.sh'], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+  )
+  assert out.returncode == 0, out.stderr
+  res = tmp_path / 'res'
+  summary = (res / 'summary.txt').read_text()
+  assert 'step_f32: rc 0,' in summary, summary + (res / 'step_f32.log').read_text()[-2000:]
+  log = (res / 'step_f32.log').read_text()
+  assert 'jax CPU time:' in log and 'CPU profile, op time per step by kind' in log
+  assert (res / 'step_f32.json').is_file() and 'jax' in (res / 'env.txt').read_text()

@@ -4,6 +4,7 @@ interrupted scoring claims nothing complete; memory does not grow with the photo
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 
 from crackjax import evaluation
 from crackjax.evaluation.streaming import StreamScorer
-from crackjax.trainer import evaluate_command, scoring
+from crackjax.trainer import eval_records, evaluate_command, scoring
 from tests import fixtures
 
 PROTOCOLS = ('strict', 'tolerance_thin_gt')
@@ -63,6 +64,28 @@ def test_counts_kept_give_the_results_of_evaluate(workers):
     sub = evaluation.evaluate([probs[i] for i in (1, 3, 4)], [gts[i] for i in (1, 3, 4)],
                               protocol=protocol)  # fmt: skip
     _close(part[protocol], sub)
+
+
+@pytest.mark.parametrize('workers', [1, 2])
+def test_each_images_row_as_it_comes_is_its_final_one(workers):
+  # What an image's counts alone decide (its OIS F1, P/R/F1 at 0.5) is handed on as they are
+  # complete, in image order, and equals the final per-image row: a crack-free image, one
+  # with F1 0 everywhere and saturated maps (ties, which the ODS threshold breaks) included.
+  probs, gts = _maps(8)
+  probs[6] = np.zeros_like(probs[6])  # misses its crack at every threshold: F1 0 everywhere
+  probs[7] = np.where(gts[7], 1.0, 0.0).astype(np.float32)  # ties over the whole grid
+  grids = {'strict': 100, 'tolerance_thin_gt': 99}
+  came = []
+  with StreamScorer(grids, workers=workers, on_image=lambda i, r: came.append((i, r))) as scorer:
+    for p, g in zip(probs, gts, strict=True):
+      scorer.add(p, g)
+    results, _ = scorer.results()
+  assert [i for i, _ in came] == list(range(len(probs)))
+  for protocol in grids:
+    for i, row in came:
+      final = results[protocol]['per_image'][i]
+      assert row[protocol] == {k: final[k] for k in row[protocol]}, (protocol, i)
+      assert set(row[protocol]) == {'f1', 'fixed_precision', 'fixed_recall', 'fixed_f1'}
 
 
 def test_a_bad_map_is_named_by_its_index():
@@ -159,11 +182,29 @@ def test_an_interrupted_scoring_claims_nothing_complete(smoke_run, tmp_path, mon
   # The first data argument was scored whole; the folder's holds nothing claimed complete,
   # and there is no cross-dataset table of a half-scored pair.
   assert (folders.pop('crackforest_test') / 'eval.json').is_file()
-  assert not any(p.glob('**/eval.json') for p in folders.values())
+  assert not [e for p in folders.values() for e in p.glob('**/eval.json')]
   assert not (run / 'eval' / 'cross_dataset.md').exists()
+  # The per-image rows came as each photo was scored, under a name that claims nothing: the
+  # two photos scored before the Ctrl-C, and no eval_per_image.csv.
+  (folder,) = folders.values()
+  partial = folder / f'{eval_records.PER_IMAGE_CSV}.partial'
+  with partial.open(newline='') as f:
+    came = list(csv.DictReader(f))
+  assert [r['name'] for r in came] == ['img_00', 'img_01']
+  assert not (folder / eval_records.PER_IMAGE_CSV).exists()
+
+  # The same command again, whole: the CSV holds every photo, the rows that came equal to its
+  # own, and the partial file is gone.
+  monkeypatch.setattr(scoring, 'predict_probabilities', predict)
+  evaluate_command.main([*argv, '--workers=1'])
+  assert (folder / 'eval.json').is_file() and not partial.exists()
+  with (folder / eval_records.PER_IMAGE_CSV).open(newline='') as f:
+    final = {r['name']: r for r in csv.DictReader(f)}
+  assert len(final) == 6
+  for row in came:
+    assert row == {k: final[row['name']][k] for k in row}
 
   # A photo that cannot be read mid-way: its one line, and no eval.json either.
-  monkeypatch.setattr(scoring, 'predict_probabilities', predict)
   (images / 'img_03.jpg').write_bytes(b'not a jpeg')
   shutil.rmtree(run / 'eval')
   with pytest.raises(SystemExit) as e:

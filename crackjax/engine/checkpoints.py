@@ -185,6 +185,9 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None, error: BaseExcep
   )
   which = f'of step {step} ' if step is not None else ''
   reason = _os_reason(error)
+  if reason == os.strerror(errno.ENOSPC):  # filled during the save: how full it is now
+    with contextlib.suppress(OSError):
+      reason += f' ({shutil.disk_usage(directory).free / 1e6:.1f} MB free now)'
   # The disk's own errors say what to do; another reason (orbax, another writer) is only named.
   fix = 'Free space there (or make it writable) and' if _is_disk_reason(reason) else 'Then'
   return CheckpointSaveError(
@@ -304,6 +307,27 @@ def finish_saves(mngr: ocp.CheckpointManager) -> None:
     mngr.wait_until_finished()
   except Exception as e:  # noqa: BLE001
     raise _save_failed(mngr, None, e) from None
+
+
+def save_failure(mngr: ocp.CheckpointManager, error: BaseException) -> CheckpointSaveError | None:
+  """After `error` stopped training, waits for the save running in the background, if any.
+
+  Its failure is the line to end on when `error` is the disk refusing another write (a full
+  disk, e.g. filled by another writer while the checkpoint was written: the epoch record or
+  metrics.jsonl fails after the save did), since only the save's line names the checkpoint,
+  the one kept and the way to resume: it is returned then. Otherwise it is logged as a
+  warning and `error` stays the news.
+
+  Returns:
+    The CheckpointSaveError to raise instead of `error`, or None.
+  """
+  try:
+    finish_saves(mngr)
+  except CheckpointSaveError as failed:
+    if isinstance(error, OSError) and error.errno in exits.DISK_ERRNOS:
+      return failed
+    logging.warning('%s', failed)
+  return None
 
 
 def _key_name(entry: Any) -> str:

@@ -62,8 +62,10 @@ def train_step(
     The new state and scalar metrics: loss, grad_norm, finite and the loss's own (for the
     holistic loss alpha and q).
   """
+  # The named scopes label the step's parts in profiles (bench/cpu_profile.py reads them).
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
-  image, mask = augment_fn(rng, batch['image'], batch['mask'])
+  with jax.named_scope('augment'):
+    image, mask = augment_fn(rng, batch['image'], batch['mask'])
 
   batch_stats = train_state.batch_stats_of(state)
 
@@ -71,20 +73,22 @@ def train_step(
     outputs, new_batch_stats = apply_model(
       state.apply_fn, params, image, batch_stats=batch_stats, train=True
     )
-    loss, metrics = loss_fn(outputs, mask)
+    with jax.named_scope('loss'):
+      loss, metrics = loss_fn(outputs, mask)
     return loss, (metrics, new_batch_stats)
 
   (loss, (loss_metrics, new_batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
     state.params
   )
-  grad_norm = optax.tree_utils.tree_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  new_state = state.apply_gradients(grads=grads)
-  if batch_stats is not None:
-    new_state = new_state.replace(batch_stats=new_batch_stats)
-  # Keep the old state on a non-finite step: the run stops at the next check, and the
-  # parameters it could still save are the last good ones.
-  new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+  with jax.named_scope('optimizer'):
+    grad_norm = optax.tree_utils.tree_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    new_state = state.apply_gradients(grads=grads)
+    if batch_stats is not None:
+      new_state = new_state.replace(batch_stats=new_batch_stats)
+    # Keep the old state on a non-finite step: the run stops at the next check, and the
+    # parameters it could still save are the last good ones.
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
   metrics = {
     'loss': loss,
     'grad_norm': grad_norm,

@@ -19,7 +19,7 @@ from crackjax.evaluation.protocols import (
   get_protocol,
 )
 
-__all__ = ['at_threshold', 'evaluate', 'from_counts', 'point_from_counts']
+__all__ = ['at_threshold', 'evaluate', 'from_counts', 'image_scores', 'point_from_counts']
 
 
 def _prf(
@@ -206,6 +206,25 @@ def _per_image(
     }
     for j, t in enumerate(chosen)
   ]
+
+
+def image_scores(row: np.ndarray, thresholds: np.ndarray, bsds: bool) -> dict[str, float]:
+  """What one image's counts alone decide of its per-image result (`from_counts`' per_image
+  row): its OIS F1 ('f1') and its P, R, F1 at 0.5 ('fixed_*'), from its counts on the grid
+  `thresholds` (int (4, T), the `ThresholdCounts` fields in order), equal to the final ones.
+  Its OIS threshold, P and R are not here: on ties (and where F1 is 0 everywhere) the
+  dataset's ODS threshold picks them, known only when every image is counted; the F1 at the
+  image's pick is the same whichever the ODS (its best F1, or the crack-free rule's)."""
+  counts = ThresholdCounts(*(np.asarray(a)[None] for a in row))
+  images = _Curve(*_prf(*counts))
+  (fixed,) = np.flatnonzero(thresholds == FIXED_THRESHOLD)
+  chosen = _ois_indices(counts, images.f1, int(fixed), bsds)[0]  # any ODS gives this F1
+  return {
+    'f1': float(images.f1[0, chosen]),
+    'fixed_precision': float(images.precision[0, fixed]),
+    'fixed_recall': float(images.recall[0, fixed]),
+    'fixed_f1': float(images.f1[0, fixed]),
+  }
 
 
 def _parallel_counts(

@@ -17,6 +17,8 @@ import numpy as np
 import PIL.Image
 from matplotlib.figure import Figure
 
+from crackjax.runs import exits
+
 # Colours of the overlay: true positives, false positives, false negatives.
 _TP, _FP, _FN = (0, 200, 0), (230, 0, 0), (0, 90, 255)
 # Per-image values of each protocol in the CSV (keys of `evaluate`'s per_image rows).
@@ -31,6 +33,56 @@ _CSV_KEYS = (
 )
 
 
+# The per-image values that each image decides alone (`aggregate.image_scores`): those the
+# rows written as they come hold.
+_STREAMED_KEYS = ('f1', 'fixed_precision', 'fixed_recall', 'fixed_f1')
+#: The suffix of the per-image rows written as they come (`PerImageRows`): a name that claims
+#: nothing complete, until `write_per_image_csv` writes the whole CSV and removes that file.
+PARTIAL_SUFFIX = '.partial'
+
+
+class PerImageRows:
+  """The per-image rows of an evaluation, appended as its images are scored.
+
+  Written to ``<path>.partial`` (`path`: the evaluation's eval_per_image.csv), one row per
+  image in image order, flushed as it comes: ``name`` and, per protocol, the columns of
+  `write_per_image_csv` whose values the image decides alone (`aggregate.image_scores`):
+  ``<protocol>_f1`` (its OIS F1), ``_fixed_precision``, ``_fixed_recall``, ``_fixed_f1``,
+  equal to the final CSV's. Its OIS threshold, precision and recall wait for the whole
+  set (the ODS threshold breaks ties), so `write_per_image_csv` writes the whole CSV at the
+  end and removes this file; a scoring interrupted leaves it, under its `.partial` name,
+  with the images scored so far.
+  """
+
+  def __init__(self, path: Path, protocols: Sequence[str]):
+    self.path = Path(f'{path}{PARTIAL_SUFFIX}')
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._file = open(self.path, 'w', newline='', encoding='utf-8')  # open while rows come
+    fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _STREAMED_KEYS]
+    self._writer = csv.DictWriter(self._file, fieldnames=fields)
+    with exits.naming(self.path):  # a full disk's line names this file
+      self._writer.writeheader()
+      self._file.flush()
+
+  def add(self, name: str, scores: Mapping[str, Mapping[str, float]]) -> None:
+    """Appends image `name`'s row: {protocol: `aggregate.image_scores`' dict}."""
+    row = {'name': name}
+    for protocol, values in scores.items():
+      row.update({f'{protocol}_{k}': f'{values[k]:.6g}' for k in _STREAMED_KEYS})
+    with exits.naming(self.path):
+      self._writer.writerow(row)
+      self._file.flush()  # each row on disk as it comes: an interruption keeps those scored
+
+  def close(self) -> None:
+    self._file.close()
+
+  def __enter__(self) -> PerImageRows:
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
+
+
 def write_per_image_csv(
   path: Path, names: Sequence[str], results: Mapping[str, Mapping[str, Any]]
 ) -> None:
@@ -38,7 +90,8 @@ def write_per_image_csv(
 
   Columns ``<protocol>_threshold``, ``_precision``, ``_recall``, ``_f1`` (at the image's OIS
   threshold), then ``<protocol>_fixed_precision``, ``_fixed_recall``, ``_fixed_f1`` (at the
-  fixed threshold 0.5, the deployed model's), for each protocol in turn.
+  fixed threshold 0.5, the deployed model's), for each protocol in turn. Removes the rows
+  written as they came (`PerImageRows`' ``<path>.partial``), if any.
   """
   protocols = list(results)
   fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _CSV_KEYS]
@@ -51,6 +104,8 @@ def write_per_image_csv(
         img = results[p]['per_image'][i]
         row.update({f'{p}_{k}': f'{img[k]:.6g}' for k in _CSV_KEYS})
       writer.writerow(row)
+  # The whole CSV is there: the rows written as they came (`PerImageRows`) are superseded.
+  Path(f'{path}{PARTIAL_SUFFIX}').unlink(missing_ok=True)
 
 
 def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:

@@ -10,7 +10,9 @@ The protocols worth it (``Protocol.parallel``: the tolerance protocols, ~0.3-0.4
 are counted in `workers` spawned processes while the caller predicts the next photos; at
 most ``max_pending`` photos are in flight (a bounded queue: the caller waits when it is
 full), and their counts are taken in image order. The others (strict: milliseconds) are
-counted at once in the calling thread.
+counted at once in the calling thread. As each image's counts are complete, `on_image` gets
+what they alone decide of its per-image row (`aggregate.image_scores`), for a caller that
+writes the rows as they come.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from crackjax.evaluation.aggregate import from_counts, point_from_counts
+from crackjax.evaluation.aggregate import from_counts, image_scores, point_from_counts
 from crackjax.evaluation.protocols import ThresholdCounts, _check_pair, get_protocol
 
 __all__ = ['StreamScorer', 'count_image']
@@ -57,6 +59,8 @@ class StreamScorer:
     workers: processes counting the parallel protocols (1: all in this thread).
     progress: called with 1 as each image's counts are complete (a tqdm bar's ``update``).
     max_pending: photos in flight to the workers before `add` waits (default 2 per worker).
+    on_image: called as ``on_image(index, {protocol: aggregate.image_scores(...)})`` as each
+      image's counts are complete, in image order (its OIS F1 and P/R/F1 at 0.5: final).
   """
 
   def __init__(
@@ -68,6 +72,7 @@ class StreamScorer:
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
     max_pending: int | None = None,
+    on_image: Callable[[int, dict[str, dict[str, float]]], None] | None = None,
   ):
     self.protocols = {p: int(n) for p, n in protocols.items()}
     self.tail_thresholds = bool(tail_thresholds)
@@ -76,13 +81,17 @@ class StreamScorer:
       if not 0.0 <= float(t) <= 1.0:
         raise ValueError(f'threshold must be in [0, 1], got {t} ({name})')
     self.progress = progress
+    self.on_image = on_image
     self.num_images = 0
+    self._taken = 0  # images whose counts are complete
     self._local: list[str] = []
     self._remote: list[str] = []
     self._jobs: dict[str, _Job] = {}
+    self._bsds: dict[str, bool] = {}
     for protocol, n in self.protocols.items():
       spec = get_protocol(protocol)
       grid = spec.thresholds(n, self.tail_thresholds)
+      self._bsds[protocol] = spec.bsds
       self._jobs[protocol] = (spec.counts, grid, tuple(float(t) for t in self.points.values()))
       (self._remote if workers > 1 and spec.parallel else self._local).append(protocol)
     self._rows: dict[str, list[np.ndarray]] = {p: [] for p in self.protocols}
@@ -129,6 +138,15 @@ class StreamScorer:
     for protocol, (row, at) in zip(self._local + self._remote, local + remote, strict=True):
       self._rows[protocol].append(row)
       self._at[protocol].append(at)
+    if self.on_image is not None:
+      self.on_image(
+        self._taken,
+        {
+          p: image_scores(self._rows[p][-1], self._jobs[p][1], self._bsds[p])
+          for p in self.protocols
+        },
+      )
+    self._taken += 1
     if self.progress is not None:
       self.progress(1)
 

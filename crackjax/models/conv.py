@@ -165,18 +165,27 @@ def _blocked_fwd(xs, kernel, bias):
   return y, (xs, kernel, y)
 
 
+def _input_grad(g: jax.Array, kernel: jax.Array, x_shape) -> jax.Array:
+  """dL/dx of `xla_conv(x, kernel)` for the output cotangent `g` (x of `x_shape`)."""
+  (dx,) = jax.linear_transpose(
+    functools.partial(xla_conv, kernel=kernel), jax.ShapeDtypeStruct(x_shape, g.dtype)
+  )(g)
+  return dx
+
+
 def _blocked_bwd(residuals, g):
   xs, kernel, y = residuals
   g = jnp.where(y > 0, g, jnp.zeros_like(g))
   dbias = jnp.sum(g, axis=(0, 1, 2), dtype=jnp.float32).astype(y.dtype)
   # The input gradient is XLA's own (the transposed convolution, fast on the CPU); it
   # needs no primal values, and XLA removes it where the input needs no gradient (the image).
-  x_shape = xs[0].shape[:-1] + (kernel.shape[2],)
-  (dx,) = jax.linear_transpose(
-    functools.partial(xla_conv, kernel=kernel), jax.ShapeDtypeStruct(x_shape, g.dtype)
-  )(g)
-  splits = list(itertools.accumulate(x.shape[-1] for x in xs))[:-1]
-  dxs = tuple(jnp.split(dx, splits, axis=-1))
+  # One transposed convolution per input, with that input's rows of the kernel, so the
+  # gradient of the concatenation is never materialised and split (a strided copy).
+  ends = list(itertools.accumulate(x.shape[-1] for x in xs))
+  dxs = tuple(
+    _input_grad(g, kernel[:, :, end - x.shape[-1] : end], x.shape)
+    for x, end in zip(xs, ends, strict=True)
+  )
   dkernel = conv3x3_weight_grad(xs, g).astype(kernel.dtype)
   return dxs, dkernel, dbias
 

@@ -26,6 +26,10 @@ from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 
+#: An evaluation's per-image rows (`plots.write_per_image_csv`); while its photos are scored,
+#: the rows so far are in this name + `plots.PARTIAL_SUFFIX` (`scoring.stream_score`).
+PER_IMAGE_CSV = 'eval_per_image.csv'
+
 #: The keys of an `evaluation.evaluate` result that `protocol_summary` keeps, in order.
 _SUMMARY_KEYS = (
   'protocol',
@@ -366,7 +370,7 @@ def write_eval_outputs(
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = summary['step'], summary['split']
   threshold = write_threshold(workdir, results, summary)
-  plots.write_per_image_csv(workdir / 'eval_per_image.csv', names, results)
+  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(plan.num_qualitative, len(images))

@@ -215,14 +215,14 @@ def _train_and_evaluate(
   except BaseException as e:
     bar.close()  # ends the bar's line, so the lines below start on their own
     batches.close()  # stops the prefetch thread
-    kept = stopping.keep(
-      e, state, step, start_step, saved_step, log, mngr, experiment.checkpoint_metadata
-    )
+    metadata = experiment.checkpoint_metadata
+    kept, failed = stopping.keep(e, state, step, start_step, saved_step, log, mngr, metadata)
     # Then the record of an epoch scored in the background, if any (the checkpoint first: a
     # time limit's SIGTERM leaves two minutes).
     _close_quietly(evaluator)
     writer.close()
-    if (ending := stopping.ending(e, kept, workdir, step, start_step, total_steps)) is not None:
+    ending = stopping.ending(e, kept, failed, workdir, step, start_step, total_steps)
+    if ending is not None:
       raise ending from None
     raise
   batches.close()

@@ -7,13 +7,14 @@ in the background while the next epoch trains if the plan says so.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 from absl import logging
 
 from crackjax.engine import train_state
@@ -33,13 +34,16 @@ class EpochEvaluator:
   `EvalPlan`; at the others those of its ``curve_protocols`` (default the same), a cheaper set
   for F1-against-epoch curves. The test images are read once.
 
-  With the plan's ``background_workers`` = N >= 1 the maps are predicted in the training
-  loop (the accelerator's work) and scored in a background thread, the tolerance protocols
+  By default (``background_workers`` = 0) an epoch is scored in the loop as
+  `evaluate_checkpoint` scores (`stream_score`: each map counted and dropped), so memory does
+  not grow with the test split's maps. With the plan's ``background_workers`` = N >= 1 the
+  maps are predicted in the training loop (the accelerator's work; the next step donates the
+  state) and held until a background thread has scored them, the tolerance protocols
   counting on N processes, while the next epoch trains: the metrics are numpy and scipy work
-  on the host, which the accelerator need not wait for. At most one epoch is in flight (the
-  next evaluation first waits for it), so a process killed mid-training loses at most the
-  newest epoch's record, which the next run redoes from its checkpoint (`missing`); `finish`
-  waits for it at the end of training.
+  on the host, which the accelerator need not wait for. Both write the same record to the
+  last bit. At most one epoch is in flight (the next evaluation first waits for it), so a
+  process killed mid-training loses at most the newest epoch's record, which the next run
+  redoes from its checkpoint (`missing`); `finish` waits for it at the end of training.
   """
 
   def __init__(self, experiment: Experiment, workdir: str | Path):
@@ -85,17 +89,19 @@ class EpochEvaluator:
     if self._examples is None:
       self._examples = list(self.experiment.eval_examples(self.split))
     plan = self.plan.with_protocols(self.protocols_at(epoch))
-    probs = scoring.predict_examples(
-      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
-    )
-    gts = [ex['mask'][..., 0] for ex in self._examples]
     names = [ex['name'] for ex in self._examples]
     first = self._first
     self._first = self._first and not trained
     # Now: the next train step may donate the state's buffers.
     facts = scoring.state_facts(state)
 
-    def record_of(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def record_of(
+      results: dict[str, dict[str, Any]],
+      members: dict[str, dict[str, Any]] | None,
+      shown: tuple[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray]],
+    ) -> dict[str, Any]:
+      """The epoch's record, written; `shown`: (images, ground truths, maps), the first
+      ``num_qualitative`` at least, for TensorBoard's panels."""
       record = eval_records.evaluation_record(
         self.schedule.epoch_of,
         self.plan.dataset,
@@ -107,25 +113,38 @@ class EpochEvaluator:
         train_seconds=train_seconds,
         first_in_process=first,
       )
-      members = scoring.member_results(names, probs, gts, plan, workers=self._workers or 1)
       record = eval_records.with_members(record, members)
       self._write(record, epoch)
       if jax.process_index() == 0:
-        self._write_tensorboard(record, results, probs, gts)
+        self._write_tensorboard(record, results, *shown)
       return record
 
-    if self._workers:
-      if self._executor is None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
-      job = functools.partial(
-        scoring.score, probs, gts, plan, workers=self._workers, progress=False
-      )
-      self._pending = (epoch, self._executor.submit(lambda: record_of(job())))
+    if not self._workers:
+      # In the loop: streamed as `evaluate_checkpoint` scores (counts kept, maps dropped), so
+      # memory does not grow with the test split; the same record to the last bit.
+      model, desc = self.experiment.model, f'score, epoch {epoch}'
+      scored = scoring.stream_score(plan, model, state, self._examples, total=len(names), desc=desc)
+      record = record_of(scored.results, scored.members, scored.first)
       self._clock = time.perf_counter()
-      return None
-    record = record_of(scoring.score(probs, gts, plan))
+      return record
+    # Beside training: the maps are predicted now (the next train step donates the state's
+    # buffers) and held until the background thread has scored them: one epoch's at most.
+    probs = scoring.predict_examples(
+      self.experiment.model, state, self._examples, desc=f'predict, epoch {epoch}'
+    )
+    gts = [ex['mask'][..., 0] for ex in self._examples]
+    images = [ex['image'] for ex in self._examples]
+
+    def job() -> dict[str, Any]:
+      results = scoring.score(probs, gts, plan, workers=self._workers, progress=False)
+      members = scoring.member_results(names, probs, gts, plan, workers=self._workers)
+      return record_of(results, members, (images, gts, probs))
+
+    if self._executor is None:
+      self._executor = concurrent.futures.ThreadPoolExecutor(1, 'crackjax-eval')
+    self._pending = (epoch, self._executor.submit(job))
     self._clock = time.perf_counter()
-    return record
+    return None
 
   def _write(self, record: dict[str, Any], epoch: int) -> None:
     if jax.process_index() == 0:
@@ -145,16 +164,16 @@ class EpochEvaluator:
       first['protocol'],
     )
 
-  def _write_tensorboard(self, record, results, probs, gts) -> None:
+  def _write_tensorboard(self, record, results, images, gts, probs) -> None:
     """The epoch's scalars (as the final evaluation's: an F1-against-epoch curve), PR curves,
-    qualitative panels and the run's hyper-parameters, to TensorBoard and metrics.jsonl."""
+    qualitative panels (of the first `images`, `gts`, `probs`) and the run's hyper-parameters,
+    to TensorBoard and metrics.jsonl."""
     writer = MetricWriter(self.directory)
     try:
       for protocol, r in results.items():
         writer.write_scalars(
           record['step'], eval_records.eval_scalars(r), kind=f'eval_{self.split}_{protocol}'
         )
-      images = [ex['image'] for ex in self._examples]
       threshold = eval_records.mask_threshold(results)
       hparams = self.experiment.hparams
       eval_records.write_tensorboard_extras(

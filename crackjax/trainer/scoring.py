@@ -10,6 +10,7 @@ never the config's fields.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import queue
@@ -118,12 +119,13 @@ def evaluate_checkpoint(
 
   The files go to the results folder (`eval_records.results_dir`: the workdir for the run's
   own test split; `out` instead when given, crackjax-evaluate's): eval.json (the record with
-  the per-image rows), epoch_<NNN>.json when the step ends an epoch, eval_per_image.csv, the
-  plots, threshold.json and, if the plan says so, probs/. A step older than the results
-  there (its newer checkpoint damaged) writes to `eval_records.step_results_dir` instead,
-  unless `overwrite`. `operating_points` ({name: threshold}) adds P/R/F1 at those thresholds
-  per protocol; `workers` processes count the tolerance protocols. docs/evaluation.md lists
-  the files.
+  the per-image rows), epoch_<NNN>.json when the step ends an epoch, eval_per_image.csv (its
+  rows appended to eval_per_image.csv.partial as the photos are scored), the plots,
+  threshold.json and, if the plan says so, probs/. A step older than the results there (its
+  newer checkpoint damaged) writes to `eval_records.step_results_dir` instead, unless
+  `overwrite`. `operating_points` ({name: threshold}) adds P/R/F1 at those thresholds per
+  protocol; `workers` processes count the tolerance protocols. docs/evaluation.md lists the
+  files.
 
   Returns:
     The evaluation record (also written to eval.json).
@@ -148,6 +150,7 @@ def evaluate_checkpoint(
     workers=workers,
     operating_points=operating_points,
     probs_dir=target / 'probs' if plan.save_probability_maps else None,
+    rows_path=target / eval_records.PER_IMAGE_CSV,
   )
   summary = _streamed_record(
     experiment, facts, split, scored, t0, train_seconds=train_seconds, first=first_in_process
@@ -241,6 +244,7 @@ def evaluate_state(
     desc=desc,
     operating_points=operating_points,
     probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
+    rows_path=Path(out) / eval_records.PER_IMAGE_CSV,
   )
   summary = _streamed_record(experiment, state_facts(state), plan.split, scored, t0)
   summary.update(extra or {})
@@ -319,6 +323,7 @@ def stream_score(
   workers: int = 1,
   operating_points: dict[str, float] | None = None,
   probs_dir: Path | None = None,
+  rows_path: Path | None = None,
 ) -> Streamed:
   """Predicts and scores `examples` (`loader.eval_examples`' records) one at a time under
   every protocol of `plan`: the results of `score` (and of `member_results`,
@@ -328,7 +333,9 @@ def stream_score(
   tolerance protocols count on `workers` processes while the next ones are predicted. One
   progress bar (process 0, stderr): photos scored, photos/s and the time left of `total`.
   `probs_dir`: each map written there as it comes (`plots.save_probability_maps`), on
-  process 0.
+  process 0. `rows_path`: the evaluation's eval_per_image.csv, whose rows are appended to
+  ``<rows_path>.partial`` as each photo is scored (`plots.PerImageRows`, process 0), until
+  `eval_records.write_eval_outputs` writes the whole CSV.
 
   Raises:
     ValueError: no example (`evaluate`'s 'no images to evaluate'), or a bad map.
@@ -340,7 +347,9 @@ def stream_score(
   first: tuple[list, list, list] = ([], [], [])
   main = jax.process_index() == 0
   grids = {p: plan.thresholds_of(p) for p in plan.protocols}
+  rows = plots.PerImageRows(rows_path, plan.protocols) if rows_path and main else None
   with (
+    rows or contextlib.nullcontext(),
     tqdm.tqdm(total=total, desc=desc, unit='photo', disable=not main) as bar,
     StreamScorer(
       grids,
@@ -348,6 +357,7 @@ def stream_score(
       operating_points=operating_points,
       workers=workers,
       progress=bar.update,
+      on_image=(lambda i, scores: rows.add(names[i], scores)) if rows else None,
     ) as scorer,
   ):
     reading = read_ahead(examples)
@@ -355,8 +365,8 @@ def stream_score(
       for ex in reading:
         [prob] = predict_probabilities(params, model, [ex['image']], batch_stats=batch_stats)
         gt = ex['mask'][..., 0]
+        names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
-        names.append(ex['name'])
         if len(first[0]) < keep:
           for kept, x in zip(first, (ex['image'], gt, prob), strict=True):
             kept.append(x)

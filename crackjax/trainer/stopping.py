@@ -16,10 +16,11 @@ from crackjax.engine import step as step_lib
 from crackjax.runs import exits
 
 
-def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> str:
-  """Keeps what an interrupted loop can keep; returns what is kept, in words."""
+def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> tuple:
+  """Keeps what an interrupted loop can keep; returns (what is kept, in words, the save's
+  failure: `checkpoints.save_failure`, or None)."""
   if isinstance(error, checkpoints.CheckpointSaveError):
-    return ''  # the disk refused a save: do not try another; the message says what is kept
+    return '', None  # the disk refused a save: do not try another; its line says what is kept
   try:
     log.flush()
   except step_lib.NonFiniteError:
@@ -37,12 +38,9 @@ def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -
           checkpoints.save(mngr, step, state, force=True, metadata=metadata)
         except checkpoints.CheckpointSaveError as e:
           logging.warning('%s', e)
-  try:
-    checkpoints.finish_saves(mngr)
-  except checkpoints.CheckpointSaveError as e:
-    logging.warning('%s', e)
+  failed = checkpoints.save_failure(mngr, error)
   complete = checkpoints.complete_steps(mngr.directory)
-  return f'step {complete[-1]} in {mngr.directory}' if complete else ''
+  return f'step {complete[-1]} in {mngr.directory}' if complete else '', failed
 
 
 #: How every stop line ends: the same command goes on.
@@ -50,11 +48,20 @@ AGAIN = 'run the same command again'
 
 
 def ending(
-  error: BaseException, kept: str, workdir: Path, step: int, start_step: int, total_steps: int
+  error: BaseException,
+  kept: str,
+  failed: BaseException | None,
+  workdir: Path,
+  step: int,
+  start_step: int,
+  total_steps: int,
 ) -> BaseException | None:
-  """The exception that ends a loop stopped by `error`, worded with what was `kept`: a
-  non-finite step's with what to do next (`after_divergence`), Ctrl-C's or SIGTERM's one line
-  (`after_interrupt`); None for any other error (it propagates as it is)."""
+  """The exception that ends a loop stopped by `error`, worded with what was `kept`: the save's
+  own failure if the disk refused the checkpoint too (`failed`, `keep`'s: its line says what
+  is kept), a non-finite step's with what to do next (`after_divergence`), Ctrl-C's or
+  SIGTERM's one line (`after_interrupt`); None for any other error (it propagates as it is)."""
+  if failed is not None:
+    return failed
   if isinstance(error, step_lib.NonFiniteError):
     return step_lib.NonFiniteError(f'{error} {after_divergence(kept, workdir)}')
   return after_interrupt(error, step, start_step, total_steps, kept)

@@ -273,7 +273,7 @@ ENOSPC_AS_ORBAX_SAYS = ValueError(
 @pytest.mark.parametrize(
   'error, reason',
   [
-    (ENOSPC_AS_ORBAX_SAYS, 'No space left on device'),
+    (ENOSPC_AS_ORBAX_SAYS, r'No space left on device \([\d.]+ MB free now\)'),
     (OSError(errno.EROFS, 'Read-only file system', 'ckpt'), 'Read-only file system'),
   ],
   ids=['full', 'read-only'],
@@ -287,14 +287,93 @@ def test_a_failed_save_stops_at_once_and_removes_its_temporary_folder(
   workdir = tmp_path / 'run'
   with pytest.raises(SystemExit) as stopped:
     train_command.run_or_exit(build(config), workdir, 'train')
-  assert stopped.value.code == (
-    f'launch.py: cannot save the checkpoint of step 6 in {workdir / "checkpoints"}: {reason}. '
-    'Training stopped; the last complete checkpoint, step 3, is kept. Free space there (or '
-    'make it writable) and run the same command again to resume.'
-  )
+  assert re.fullmatch(
+    rf'launch\.py: cannot save the checkpoint of step 6 in {re.escape(str(workdir))}/checkpoints: '
+    rf'{reason}\. Training stopped; the last complete checkpoint, step 3, is kept\. Free space '
+    r'there \(or make it writable\) and run the same command again to resume\.',
+    stopped.value.code,
+  ), stopped.value.code
   assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['3']
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert max(r['step'] for r in rows) <= 6  # stopped there, not an epoch later
+
+
+def _save_failing_in_the_background(monkeypatch, fail_at: int, error: BaseException) -> None:
+  """Step `fail_at`'s save starts (orbax's half-written folder) and fails later, as a disk
+  filled by another writer while orbax writes fails it: raised by the next wait for it."""
+  real_save, real_wait = ocp.CheckpointManager.save, ocp.CheckpointManager.wait_until_finished
+  armed = []
+
+  def save(self, step, *args, **kwargs):
+    if step != fail_at:
+      return real_save(self, step, *args, **kwargs)
+    (Path(self.directory) / f'{step}{checkpoints.TMP_SUFFIX}' / 'default').mkdir(parents=True)
+    armed.append(error)
+    return True
+
+  def wait_until_finished(self):
+    if armed:
+      raise armed.pop()
+    return real_wait(self)
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', save)
+  monkeypatch.setattr(ocp.CheckpointManager, 'wait_until_finished', wait_until_finished)
+
+
+def _full_during_the_save(directory: Path) -> str:
+  """The line (a regular expression) of step 6's save failed by a full disk, step 3 kept."""
+  return (
+    rf'cannot save the checkpoint of step 6 in {re.escape(str(directory))}: No space left on '
+    r'device \([\d.]+ MB free now\)\. Training stopped; the last complete checkpoint, step 3, '
+    r'is kept\. Free space there \(or make it writable\) and run the same command again to '
+    r'resume\.'
+  )
+
+
+def test_a_disk_filled_during_a_background_save_is_the_checkpoints_line(tmp_path, monkeypatch):
+  # Another writer fills the disk while orbax writes step 6: the save fails in orbax's
+  # threads, and the next write of the loop (the epoch record) fails too. The line to end on
+  # is the checkpoint's (the folder, the reason, the step kept, how to resume), not the record's.
+  directory = tmp_path / 'checkpoints'
+  mngr = checkpoints.checkpoint_manager(tmp_path, 2)
+  checkpoints.save(mngr, 3, {'w': np.arange(4.0)})
+  _save_failing_in_the_background(monkeypatch, 6, ENOSPC_AS_ORBAX_SAYS)
+  checkpoints.save(mngr, 6, {'w': np.arange(4.0)})
+  record = OSError(errno.ENOSPC, 'No space left on device', str(tmp_path / 'epoch_002.json'))
+  failed = checkpoints.save_failure(mngr, record)
+  assert re.fullmatch(_full_during_the_save(directory), str(failed)), failed
+  assert sorted(p.name for p in directory.iterdir()) == ['3']  # nothing half-written left
+
+  # Stopped by something else (Ctrl-C): that stays the news, the save's failure a warning.
+  mngr = checkpoints.checkpoint_manager(tmp_path, 2)
+  _save_failing_in_the_background(monkeypatch, 9, ENOSPC_AS_ORBAX_SAYS)
+  checkpoints.save(mngr, 9, {'w': np.arange(4.0)})
+  assert checkpoints.save_failure(mngr, KeyboardInterrupt()) is None
+  assert checkpoints.complete_steps(directory) == [3]
+
+
+@pytest.mark.slow
+def test_a_disk_filled_during_a_save_ends_training_on_the_checkpoints_line(
+  data_dirs, tmp_path, monkeypatch, capfd
+):
+  config = fixtures.smoke_config(data_dirs)
+  config.num_epochs, config.eval.every_epochs, config.eval.protocols = 3, 1, ('strict',)
+  _save_failing_in_the_background(monkeypatch, 6, ENOSPC_AS_ORBAX_SAYS)
+  write_json = identity.write_json
+
+  def full_disk(path, *args, **kwargs):
+    if Path(path).name == 'epoch_002.json':  # the disk is full by now
+      raise OSError(errno.ENOSPC, 'No space left on device', str(path))
+    return write_json(path, *args, **kwargs)
+
+  monkeypatch.setattr(identity, 'write_json', full_disk)
+  workdir = tmp_path / 'run'
+  with pytest.raises(SystemExit) as stopped:
+    train_command.run_or_exit(build(config), workdir, 'train')
+  line = stopped.value.code
+  assert re.fullmatch(r'launch\.py: ' + _full_during_the_save(workdir / 'checkpoints'), line), line
+  assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['3']
+  assert TRACEBACK not in capfd.readouterr().err
 
 
 # A user and mount namespace of its own, where a test may mount a tmpfs without root.
