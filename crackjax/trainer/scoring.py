@@ -13,10 +13,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import queue
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from flax import linen as nn
 
 from crackjax import evaluation
 from crackjax.engine import train_state
+from crackjax.engine.prefetch import read_ahead
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
@@ -268,48 +267,6 @@ class Streamed:
   points: dict[str, dict[str, dict[str, float]]]
   members: dict[str, dict[str, Any]] | None
   first: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
-
-
-def read_ahead(items: Iterable[Any], size: int = 2) -> Iterator[Any]:
-  """`items` read by a background thread, up to `size` ahead (decoding the next photo while
-  this one is predicted); an error of `items` is raised here, at the item it belongs to.
-  Closing the generator stops the thread after the item it is reading."""
-  slots: queue.Queue = queue.Queue(maxsize=size)
-  stop = threading.Event()
-  end = object()
-
-  def put(item: Any) -> bool:
-    while not stop.is_set():
-      try:
-        slots.put(item, timeout=0.1)
-        return True
-      except queue.Full:
-        continue
-    return False
-
-  def produce() -> None:
-    try:
-      for item in items:
-        if not put((item, None)):
-          return
-    except BaseException as e:  # noqa: BLE001 - handed to the consumer
-      put((end, e))
-      return
-    put((end, None))
-
-  thread = threading.Thread(target=produce, name='crackjax-read-ahead', daemon=True)
-  thread.start()
-  try:
-    while True:
-      item, error = slots.get()
-      if error is not None:
-        raise error
-      if item is end:
-        return
-      yield item
-  finally:
-    stop.set()
-    thread.join()
 
 
 def stream_score(
