@@ -17,7 +17,7 @@ import pytest
 
 import crackjax
 from crackjax import cli
-from crackjax.deploy import measure, predict_command, predictor
+from crackjax.deploy import measure, predict_command, predict_outputs, predictor
 from crackjax.evaluation import inference
 from crackjax.experiment import restored
 from crackjax.experiment.build import build
@@ -468,4 +468,4 @@ def test_names_a_spreadsheet_would_run_stay_text_in_the_csv_files(run_dir, tmp_p
   for name in names:  # the files keep the photos' own names
     assert (out / 'probs' / f'{name}.png').is_file()
   # A second prediction over it finds the earlier outputs by their real names.
-  assert sorted(predict_command.earlier_names(out / 'measurements.csv')) == sorted(names)
+  assert sorted(predict_outputs.earlier_names(out / 'measurements.csv')) == sorted(names)

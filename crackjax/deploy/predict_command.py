@@ -42,8 +42,6 @@ before anything is written (OUT itself may be one).
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import sys
 import time
@@ -77,61 +75,10 @@ from crackjax.engine.checkpoints import CheckpointError
 from crackjax.experiment.restored import load_model, load_run, read_config
 from crackjax.runs import identity, outputs
 
-OVERLAY_COLOUR = (255, 0, 0)
 PROG = 'crackjax-predict'
 USAGE = (
   f'{PROG} (--model=NAME|FILE|URL | --workdir=RUN) --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
 )
-
-
-def earlier_names(table: Path) -> list[str]:
-  """The output names an earlier prediction listed in its measurements.csv ([] if none)."""
-  try:
-    with table.open(newline='') as f:
-      return [csv_text(row['name']) for row in csv.DictReader(f) if row.get('name')]
-  except (OSError, csv.Error, UnicodeDecodeError):
-    return []
-
-
-def _own_name(name: str) -> bool:
-  """Whether `name` (read from an earlier measurements.csv) is one `output_names` gives: a
-  relative path without '..', which cannot lead out of OUT by itself."""
-  return bool(name) and not Path(name).is_absolute() and '..' not in Path(name).parts
-
-
-def remove_maps(out: Path, names: Sequence[str]) -> list[str]:
-  """Removes the map files of `names` in `out` (and folders that become empty); returns
-  the names that had any. Only the files `map_files` names are touched, and only inside
-  `out`.
-
-  Raises:
-    outputs.UnsafeOutputError: a file to remove is, or lies under, a symbolic link below
-      `out`, or resolves outside it (nothing of that name is removed).
-  """
-  removed = []
-  for name in names:
-    if not _own_name(name):
-      continue  # not a name this tool writes: an edited table must not reach outside `out`
-    files = [f for f in map_files(out, name) if f.is_file()]
-    # The command checked these before it began; checked again just before they go, since
-    # a link planted meanwhile would carry the delete outside `out`.
-    outputs.check_inside(out, files)
-    for f in files:
-      f.unlink()
-      folder = f.parent
-      while folder != out and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
-    if files:
-      removed.append(name)
-  return removed
-
-
-def overlay(photo: np.ndarray, mask: np.ndarray) -> np.ndarray:
-  """The photo with crack pixels painted OVERLAY_COLOUR."""
-  out = photo.copy()
-  out[mask] = OVERLAY_COLOUR
-  return out
 
 
 def _define_flags(fv: flags.FlagValues) -> None:
@@ -282,17 +229,6 @@ def call_pixels(predictor: Predictor, width: int, height: int) -> int:
   return th * tw * min(predictor.batch_size, len(ys) * len(xs))
 
 
-def _as_8bit(prob: np.ndarray) -> np.ndarray:
-  """The probability map as 8-bit grey (255 = 1), a band of rows at a time: no float copy of
-  a whole large map."""
-  result = np.empty(prob.shape, np.uint8)
-  rows = max(1, (1 << 22) // max(prob.shape[1], 1))
-  for y in range(0, prob.shape[0], rows):
-    band = np.clip(prob[y : y + rows], 0.0, 1.0) * 255.0
-    result[y : y + rows] = np.round(band)
-  return result
-
-
 @contextlib.contextmanager
 def _stages(name: str, *, large: bool) -> Iterator[Callable[[str], None]]:
   """A line that names each stage after the tiles of a large photo (writing its maps,
@@ -338,34 +274,6 @@ def crack_summary(cracks: Sequence[dict], min_length: float) -> str:
     worst = max(rated, key=['low', 'moderate', 'high'].index)
     line += f'; worst severity {worst} (LTPP, by mean width)'
   return line + ' (cracks.csv)'
-
-
-#: What a spreadsheet reads as the start of a formula: a text cell beginning with one is
-#: written behind a single quote, as OWASP advises against "CSV injection" (a photo named
-#: '=HYPERLINK(...).jpg' must stay text in measurements.csv and cracks.csv).
-FORMULA_STARTS = ('=', '+', '-', '@', '\t', '\r')
-
-
-def csv_cell(value):
-  """`value` as a CSV cell that no spreadsheet evaluates (numbers unchanged)."""
-  if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-    return "'" + value
-  return value
-
-
-def csv_text(cell: str) -> str:
-  """The text a `csv_cell` cell was written from."""
-  if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS):
-    return cell[1:]
-  return cell
-
-
-def _csv_text(fields: Sequence[str], rows: Sequence[dict]) -> str:
-  buffer = io.StringIO(newline='')
-  writer = csv.DictWriter(buffer, fieldnames=fields)
-  writer.writeheader()
-  writer.writerows({k: ('' if v is None else csv_cell(v)) for k, v in row.items()} for row in rows)
-  return buffer.getvalue()
 
 
 def _thumbnail_of(overlay_file: Path) -> str:
@@ -489,11 +397,11 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
 def _earlier(out: Path) -> list[str]:
   """The names of the earlier prediction in `out` (its table, or its progress file while it
   is unfinished): what --overwrite replaces whole."""
-  names = earlier_names(out / 'measurements.csv')
+  names = written.earlier_names(out / 'measurements.csv')
   unfinished = written.read_progress(out)
   if unfinished is not None:
     names += [*unfinished[1], *unfinished[2]]
-  return sorted({n for n in names if _own_name(n)})
+  return sorted({n for n in names if written._own_name(n)})
 
 
 def _refuse_existing_tables(out: Path, tables: list[Path], overwrite: bool) -> None:
@@ -552,12 +460,12 @@ def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
       stage('mask')
       mask = predictor.mask(prob, threshold)
       stage('probs/')
-      written.save_image(targets[0], _as_8bit(prob), 'PNG')
+      written.save_image(targets[0], written.as_8bit(prob), 'PNG')
       del prob
       stage('masks/')
       written.save_image(targets[1], mask.view(np.uint8) * np.uint8(255), 'PNG')
       stage('overlays/')
-      painted = overlay(photo, mask)
+      painted = written.overlay(photo, mask)
       del photo
       written.save_image(targets[2], painted, 'JPEG', quality=90)
       thumbnails[name] = html_report.thumbnail_uri(painted)
@@ -650,11 +558,11 @@ def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
   prediction that this one does not hold removed (said); the outputs recorded as crackjax's
   own; the progress file finished."""
   fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
-  written.write_text(tables[0], _csv_text(fields, rows))
-  written.write_text(tables[1], _csv_text(['name', *measure.CRACK_FIELDS], cracks))
+  written.write_text(tables[0], written.csv_table(fields, rows))
+  written.write_text(tables[1], written.csv_table(['name', *measure.CRACK_FIELDS], cracks))
   html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
   try:
-    stale = remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
+    stale = written.remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
   except outputs.UnsafeOutputError as e:  # only a link planted during this prediction
     sys.exit(f'{PROG}: {e}')
   # Recorded as crackjax's own: a later search of a folder holding OUT leaves them out.

@@ -9,14 +9,20 @@ exactly the photos without that line (writing again only maps it began itself), 
 tables list every photo of the command, those done before included. A line cut short by an
 interruption does not count. The file begins with the prediction's settings (model, step,
 threshold, tiling, measuring flags): maps of other settings are never mixed into one table.
+
+The maps' pixels (`as_8bit`, `overlay`) and the tables' cells (`csv_table`: no cell a
+spreadsheet would evaluate) are made here too, and an earlier prediction's maps that a new
+one does not hold are removed only inside OUT (`remove_maps`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +181,97 @@ def finish(out: Path) -> None:
   """Removes the progress file once the tables list every photo (the prediction is whole)."""
   with contextlib.suppress(FileNotFoundError):
     (Path(out) / PROGRESS_FILE).unlink()
+
+
+# ------------------------------------------------------------------------ the tables and maps
+
+OVERLAY_COLOUR = (255, 0, 0)
+
+
+def earlier_names(table: Path) -> list[str]:
+  """The output names an earlier prediction listed in its measurements.csv ([] if none)."""
+  try:
+    with table.open(newline='') as f:
+      return [csv_text(row['name']) for row in csv.DictReader(f) if row.get('name')]
+  except (OSError, csv.Error, UnicodeDecodeError):
+    return []
+
+
+def _own_name(name: str) -> bool:
+  """Whether `name` (read from an earlier measurements.csv) is one `output_names` gives: a
+  relative path without '..', which cannot lead out of OUT by itself."""
+  return bool(name) and not Path(name).is_absolute() and '..' not in Path(name).parts
+
+
+def remove_maps(out: Path, names: Sequence[str]) -> list[str]:
+  """Removes the map files of `names` in `out` (and folders that become empty); returns
+  the names that had any. Only the files `map_files` names are touched, and only inside
+  `out`.
+
+  Raises:
+    outputs.UnsafeOutputError: a file to remove is, or lies under, a symbolic link below
+      `out`, or resolves outside it (nothing of that name is removed).
+  """
+  removed = []
+  for name in names:
+    if not _own_name(name):
+      continue  # not a name this tool writes: an edited table must not reach outside `out`
+    files = [f for f in map_files(out, name) if f.is_file()]
+    # The command checked these before it began; checked again just before they go, since
+    # a link planted meanwhile would carry the delete outside `out`.
+    outputs.check_inside(out, files)
+    for f in files:
+      f.unlink()
+      folder = f.parent
+      while folder != out and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+    if files:
+      removed.append(name)
+  return removed
+
+
+def overlay(photo: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """The photo with crack pixels painted OVERLAY_COLOUR."""
+  out = photo.copy()
+  out[mask] = OVERLAY_COLOUR
+  return out
+
+
+def as_8bit(prob: np.ndarray) -> np.ndarray:
+  """The probability map as 8-bit grey (255 = 1), a band of rows at a time: no float copy of
+  a whole large map."""
+  result = np.empty(prob.shape, np.uint8)
+  rows = max(1, (1 << 22) // max(prob.shape[1], 1))
+  for y in range(0, prob.shape[0], rows):
+    band = np.clip(prob[y : y + rows], 0.0, 1.0) * 255.0
+    result[y : y + rows] = np.round(band)
+  return result
+
+
+#: What a spreadsheet reads as the start of a formula: a text cell beginning with one is
+#: written behind a single quote, as OWASP advises against "CSV injection" (a photo named
+#: '=HYPERLINK(...).jpg' must stay text in measurements.csv and cracks.csv).
+FORMULA_STARTS = ('=', '+', '-', '@', '\t', '\r')
+
+
+def csv_cell(value):
+  """`value` as a CSV cell that no spreadsheet evaluates (numbers unchanged)."""
+  if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+    return "'" + value
+  return value
+
+
+def csv_text(cell: str) -> str:
+  """The text a `csv_cell` cell was written from."""
+  if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS):
+    return cell[1:]
+  return cell
+
+
+def csv_table(fields: Sequence[str], rows: Sequence[dict]) -> str:
+  buffer = io.StringIO(newline='')
+  writer = csv.DictWriter(buffer, fieldnames=fields)
+  writer.writeheader()
+  writer.writerows({k: ('' if v is None else csv_cell(v)) for k, v in row.items()} for row in rows)
+  return buffer.getvalue()
