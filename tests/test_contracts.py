@@ -34,7 +34,7 @@ from crackjax.engine import mesh as mesh_lib
 from crackjax.engine import train_state
 from crackjax.experiment import validation
 from crackjax.experiment.build import build
-from crackjax.models import pretrained
+from crackjax.models import pretrained_layouts
 from tests import fixtures
 
 MODEL_NAMES = sorted(models.MODELS)
@@ -62,8 +62,8 @@ def test_model_entry_declares_what_its_configs_need(name):
     validation.check_config(compare.get_config(f'{name},{variant}'.rstrip(',')))
   # ImageNet weights: torchvision layouts pretrained.py maps (crackjax's own any model takes).
   if entry.pretrained is not None:
-    assert set(entry.pretrained.layouts) <= set(pretrained.LAYOUTS) - {'crackjax'}
-  assert pretrained.layout_of(name) is entry.pretrained
+    assert set(entry.pretrained.layouts) <= set(pretrained_layouts.LAYOUTS) - {'crackjax'}
+  assert pretrained_layouts.layout_of(name) is entry.pretrained
 
 
 # The paper's 320x480 in the default tier; a square 512 in the slow tier.

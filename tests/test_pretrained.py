@@ -18,7 +18,7 @@ from crackjax.configs import compare
 from crackjax.engine import mesh as mesh_lib
 from crackjax.engine import train_state
 from crackjax.experiment.build import build
-from crackjax.models import get_model, pretrained
+from crackjax.models import get_model, pretrained, pretrained_layouts
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
 
 # torchvision's VGG16 configuration 'D': channels, 'M' a max-pool.
@@ -115,8 +115,8 @@ def test_torchvision_vgg16_fits_the_full_width_models(model, layout, used):
     if (k.startswith('features.') and not k.endswith('num_batches_tracked'))
     or (used == 'features+fc' and k.split('.')[1] in ('0', '3') and k.startswith('classifier'))
   }
-  assert pretrained.source_shapes(model, layout, _abstract(model)) == expected
-  assert pretrained.detect_layout(list(torchvision)) == layout
+  assert pretrained_layouts.source_shapes(model, layout, _abstract(model)) == expected
+  assert pretrained_layouts.detect_layout(list(torchvision)) == layout
 
 
 @pytest.mark.parametrize('model', ['deeplabv3plus', 'crackseg'])
@@ -128,8 +128,8 @@ def test_torchvision_resnet50_fits_the_full_width_models(model):
     if not k.startswith('fc.') and not k.endswith('num_batches_tracked')
   }
   assert len(expected) == 265  # 320 entries less 53 counters and fc's two
-  assert pretrained.source_shapes(model, 'resnet50', _abstract(model)) == expected
-  assert pretrained.detect_layout(list(torchvision)) == 'resnet50'
+  assert pretrained_layouts.source_shapes(model, 'resnet50', _abstract(model)) == expected
+  assert pretrained_layouts.detect_layout(list(torchvision)) == 'resnet50'
 
 
 # ------------------------------------------------------------------ loading a synthetic file
@@ -144,7 +144,7 @@ def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
     )
   )
   state = create(train_state.init_key(0))  # one compilation, not one per initialiser
-  shapes = pretrained.source_shapes('hed', 'vgg16', {'params': state.params})
+  shapes = pretrained_layouts.source_shapes('hed', 'vgg16', {'params': state.params})
   extra = {'classifier.6.weight': np.zeros((10, 4), np.float32)}  # no place in HED
   path = tmp_path / 'vgg16.npz'
   arrays = _random_file(path, shapes, extra=extra)
@@ -174,7 +174,7 @@ def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
 
 def test_vgg16_bn_file_gives_segnet_its_batchnorms_and_running_averages(tmp_path):
   variables = _abstract('segnet', width_scale=1 / 16)  # only shapes are read
-  shapes = pretrained.source_shapes('segnet', 'vgg16_bn', variables)
+  shapes = pretrained_layouts.source_shapes('segnet', 'vgg16_bn', variables)
   arrays = _random_file(tmp_path / 'f.npz', shapes)
   arrays['features.1.running_var'] = np.abs(arrays['features.1.running_var'])
   updates, report = pretrained.load_arrays(
@@ -194,7 +194,7 @@ def test_vgg16_bn_file_gives_segnet_its_batchnorms_and_running_averages(tmp_path
 
 def test_resnet50_names_of_absent_blocks_are_reported_unused(tmp_path):
   variables = _abstract('deeplabv3plus', width_scale=1 / 16, blocks=(1, 1, 1, 1))
-  shapes = pretrained.source_shapes('deeplabv3plus', 'resnet50', variables)
+  shapes = pretrained_layouts.source_shapes('deeplabv3plus', 'resnet50', variables)
   extra = {'layer1.1.conv1.weight': np.zeros((4, 16, 1, 1), np.float32)}
   arrays = _random_file(tmp_path / 'r.npz', shapes, extra=extra)
   updates, report = pretrained.load_arrays(arrays, 'deeplabv3plus', variables, source='r.npz')
@@ -208,7 +208,7 @@ def test_resnet50_names_of_absent_blocks_are_reported_unused(tmp_path):
 
 def test_folded_torchvision_normalisation_reproduces_the_first_layer():
   variables = _abstract('hed', width_scale=1 / 16)
-  shapes = pretrained.source_shapes('hed', 'vgg16', variables)
+  shapes = pretrained_layouts.source_shapes('hed', 'vgg16', variables)
   rng = np.random.default_rng(1)
   arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
   updates, _ = pretrained.load_arrays(arrays, 'hed', variables, normalization='torchvision')
@@ -224,7 +224,7 @@ def test_folded_torchvision_normalisation_reproduces_the_first_layer():
 
 def test_folded_caffe_normalisation_with_fcn8s_mean_subtraction():
   variables = _abstract('fcn8s', width_scale=1 / 16)
-  shapes = pretrained.source_shapes('fcn8s', 'vgg16', variables)
+  shapes = pretrained_layouts.source_shapes('fcn8s', 'vgg16', variables)
   rng = np.random.default_rng(2)
   arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
   updates, report = pretrained.load_arrays(arrays, 'fcn8s', variables, normalization='caffe')
@@ -245,7 +245,7 @@ def test_folded_caffe_normalisation_with_fcn8s_mean_subtraction():
 
 def test_resnet_conv1_without_bias_moves_the_constant_into_bn1s_running_mean():
   variables = _abstract('crackseg', width_scale=1 / 16, blocks=(1, 1, 1, 1))
-  shapes = pretrained.source_shapes('crackseg', 'resnet50', variables)
+  shapes = pretrained_layouts.source_shapes('crackseg', 'resnet50', variables)
   rng = np.random.default_rng(3)
   arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
   updates, _ = pretrained.load_arrays(arrays, 'crackseg', variables)
@@ -318,7 +318,7 @@ def test_crackjax_layout_round_trip(tmp_path):
   updates, report = pretrained.load_arrays(arrays, 'ucliquenet', target)
   assert report.layout == 'crackjax' and report.normalization == 'none'
   assert report.from_scratch == [] and report.ignored == []
-  flat = pretrained.flat_variables(source)
+  flat = pretrained_layouts.flat_variables(source)
   assert set(updates) == set(flat)
   for path, value in updates.items():
     np.testing.assert_array_equal(value, flat[path])
@@ -334,7 +334,7 @@ def test_a_new_run_reports_its_initial_weights(tmp_path, with_file):
   mesh = mesh_lib.make_mesh()
   if with_file:
     abstract = build(config).abstract_state(mesh, (32, 32, 3))
-    shapes = pretrained.source_shapes('hed', 'vgg16', {'params': abstract.params})
+    shapes = pretrained_layouts.source_shapes('hed', 'vgg16', {'params': abstract.params})
     arrays = _random_file(tmp_path / 'vgg16.npz', shapes)
     config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
   workdir = tmp_path / 'run'
