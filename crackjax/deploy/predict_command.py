@@ -41,21 +41,15 @@ before anything is written (OUT itself may be one).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import PIL.Image
-import tqdm
 from absl import flags
 
 from crackjax import cli
-from crackjax.deploy import hostmem, html_report, measure
+from crackjax.deploy import hostmem, measure, predict_batch
 from crackjax.deploy import predict_outputs as written
 from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as before the split)
   DEFAULT_MAX_MEGAPIXELS,
@@ -69,13 +63,12 @@ from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as befo
   output_names,
   photo_size,
 )
+from crackjax.deploy.predict_batch import PROG
 from crackjax.deploy.predictor import BLENDS, Predictor
-from crackjax.engine import checkpoints
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.experiment.restored import load_model, load_run, read_config
 from crackjax.runs import identity, outputs
 
-PROG = 'crackjax-predict'
 USAGE = (
   f'{PROG} (--model=NAME|FILE|URL | --workdir=RUN) --out=DIR IMAGE_OR_FOLDER_OR_GLOB... [flags]'
 )
@@ -217,75 +210,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
 #: pixel less context than training did, and every tile is one more model call.
 MIN_TILE_SIZE = 128
 
-# A photo cut into at least this many tiles gets its own progress bar (an 80 MP photo took
-# two minutes on a 2-core CPU with none).
-TILE_PROGRESS_FROM = 8
-
-
-def call_pixels(predictor: Predictor, width: int, height: int) -> int:
-  """The pixels of one model call on a `width` x `height` photo: a batch of its tiles, or the
-  photo whole at its padded size when it is not tiled (never more than the photo needs)."""
-  th, ys, tw, xs = predictor.layout(height, width)
-  return th * tw * min(predictor.batch_size, len(ys) * len(xs))
-
-
-@contextlib.contextmanager
-def _stages(name: str, *, large: bool) -> Iterator[Callable[[str], None]]:
-  """A line that names each stage after the tiles of a large photo (writing its maps,
-  measuring: minutes on a 100 MP photo), as `stage(what)` calls; nothing for a small one."""
-  if not large:
-    yield lambda what: None
-    return
-  with tqdm.tqdm(
-    total=len(STAGES), desc=f'{name}: after the tiles', leave=False, file=sys.stderr
-  ) as bar:
-    seen: list[str] = []
-
-    def stage(what: str) -> None:
-      if seen:
-        bar.update(1)
-      seen.append(what)
-      bar.set_postfix_str(what)
-
-    yield stage
-    bar.update(len(STAGES) - bar.n)
-
-
-#: What a large photo's stage bar counts (`_stages`): its maps, then `measure.STAGES`.
-STAGES = ('mask', 'probs/', 'masks/', 'overlays/', *measure.STAGES)
-
-
-def _predict(predictor: Predictor, photo: np.ndarray, name: str) -> np.ndarray:
-  """The probability map of `photo`, with a per-tile progress bar for a large one."""
-  tiles = predictor.num_tiles(*photo.shape[:2])
-  if tiles < TILE_PROGRESS_FROM:
-    return predictor(photo)
-  with tqdm.tqdm(total=tiles, unit='tile', desc=name, leave=False, file=sys.stderr) as bar:
-    return predictor(photo, progress=bar.update)
-
-
-def crack_summary(cracks: Sequence[dict], min_length: float) -> str:
-  """One line on cracks.csv: how many cracks of each type, and the worst severity."""
-  counts = {t: sum(c['type'] == t for c in cracks) for t in measure.CRACK_TYPES}
-  kinds = ', '.join(f'{n} {t}' for t, n in counts.items() if n)
-  line = f'{len(cracks)} crack(s) of at least {min_length:g} px' + (f': {kinds}' if kinds else '')
-  rated = [c['severity'] for c in cracks if c['severity']]
-  if rated:
-    worst = max(rated, key=['low', 'moderate', 'high'].index)
-    line += f'; worst severity {worst} (LTPP, by mean width)'
-  return line + ' (cracks.csv)'
-
-
-def _thumbnail_of(overlay_file: Path) -> str:
-  """The page's thumbnail of a photo done before, from its overlay (decoded at a reduced
-  scale: a 108 MP overlay is not read whole for a 320 px picture)."""
-  with PIL.Image.open(overlay_file) as image:
-    side = html_report.THUMBNAIL_SIDE
-    image.draft('RGB', (side, side))
-    image = image.convert('RGB')
-    image.thumbnail((side, side))
-    return html_report.thumbnail_uri(np.asarray(image))
-
 
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
@@ -306,15 +230,6 @@ COMMAND = cli.Command(
   interruptible=True,
   quiet_logs=True,
 )
-
-
-def page_origin(fv: flags.FlagValues) -> str:
-  """The model as index.html names it: a run by its folder's name (pages get shared; the
-  absolute path says where the author keeps it), a model file by its file name."""
-  if fv.workdir:
-    return f'run {checkpoints.run_directory(fv.workdir).resolve().name}'
-  spec = str(fv.model)
-  return f'model {spec if "://" in spec else Path(spec).name}'
 
 
 def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
@@ -355,7 +270,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     outputs.check_inside(out, [f for n in earlier for f in map_files(out, n)])
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
-  _refuse_existing_tables(out, tables, fv.overwrite)
+  predict_batch.refuse_existing_tables(out, tables, fv.overwrite)
   problem = cli.unwritable(out)
   if problem:
     sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
@@ -389,7 +304,9 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   # --out is held as a training run holds its workdir (the second ends in one line).
   try:
     with identity.lock(out):
-      return _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin)
+      return predict_batch.predict_all(
+        fv, run, predictor, files, names, out, tables, earlier, origin
+      )
   except identity.RunLockedError as e:
     sys.exit(f'{PROG}: --out={out}: {e}')
 
@@ -402,179 +319,6 @@ def _earlier(out: Path) -> list[str]:
   if unfinished is not None:
     names += [*unfinished[1], *unfinished[2]]
   return sorted({n for n in names if written._own_name(n)})
-
-
-def _refuse_existing_tables(out: Path, tables: list[Path], overwrite: bool) -> None:
-  """Ends the command if `out` holds tables it may not replace: without --overwrite, only
-  those of an unfinished prediction (the same command again finishes it)."""
-  existing = [t for t in tables if t.exists()]
-  if existing and not overwrite and not written.unfinished(out):
-    sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')
-
-
-def _predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) -> int:
-  """The photos, the tables and the summary, with --out held (`_main`)."""
-  _refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
-  threshold = run.threshold if fv.threshold is None else fv.threshold
-  progress = _progress(fv, run, out, origin, threshold)
-  source = run.threshold_source if fv.threshold is None else '--threshold'
-  print(
-    f'{PROG}: {len(files)} image(s), {origin} step {run.step}, crack where '
-    f'probability > {threshold:g} ({source})',
-    file=sys.stderr,
-  )
-
-  # An --overwrite replaces the earlier prediction whole: its maps that this one does not
-  # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
-  rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
-  start, predict_seconds, megapixels, resumed = time.perf_counter(), 0.0, 0.0, 0
-  memory = hostmem.PhotoMemory(lambda w, h: call_pixels(predictor, w, h))
-  for item, name in tqdm.tqdm(
-    list(zip(files, names, strict=True)), unit='img', desc='predict', file=sys.stderr
-  ):
-    path = item.path
-    targets = map_files(out, name)
-    if not fv.overwrite and progress.is_done(name, out):
-      # Done by an earlier run of this command (interrupted): kept, and in the tables.
-      row, found, thumbnails[name] = _done_before(progress, name, path, targets)
-      rows.append(row)
-      cracks += found
-      resumed += 1
-      continue
-    why = _why_skipped(fv, progress, memory, path, name, targets)
-    if why:
-      skipped.append(why)
-      continue
-    try:
-      photo = load_photo(path, max_megapixels=fv.max_megapixels, notes=notes)
-    except UnreadableImageError as e:
-      skipped.append(str(e))
-      continue
-    t0 = time.perf_counter()
-    prob = _predict(predictor, photo, name)
-    predict_seconds += time.perf_counter() - t0
-    height, width = photo.shape[:2]
-    megapixels += height * width / 1e6
-    progress.start(name)
-    with _stages(name, large=predictor.num_tiles(height, width) >= TILE_PROGRESS_FROM) as stage:
-      stage('mask')
-      mask = predictor.mask(prob, threshold)
-      stage('probs/')
-      written.save_image(targets[0], written.as_8bit(prob), 'PNG')
-      del prob
-      stage('masks/')
-      written.save_image(targets[1], mask.view(np.uint8) * np.uint8(255), 'PNG')
-      stage('overlays/')
-      painted = written.overlay(photo, mask)
-      del photo
-      written.save_image(targets[2], painted, 'JPEG', quality=90)
-      thumbnails[name] = html_report.thumbnail_uri(painted)
-      del painted
-      row = {'name': name, 'source': str(path), 'height': height, 'width': width}
-      totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
-    row |= totals | {'cracks': len(found)}
-    progress.add(name, row, found)
-    cracks += [{'name': name, **c} for c in found]
-    rows.append(row)
-
-  for line in notes:
-    print(f'{PROG}: note: {line}', file=sys.stderr)
-  for line in skipped:
-    print(f'{PROG}: skipped {line}', file=sys.stderr)
-  if not rows:
-    return 1
-  _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier)
-  print(measure.format_summary(measure.summarize(rows)))
-  print(crack_summary(cracks, fv.min_length))
-  seconds = time.perf_counter() - start
-  _say_written(out, len(rows), resumed, len(skipped), megapixels, seconds, predict_seconds)
-  return 0
-
-
-def _say_written(out, count, resumed, skipped, megapixels, seconds, predict_seconds) -> None:
-  """The command's last line: what it wrote and skipped, how fast, the model's share."""
-  before = f' ({resumed} of them done by an earlier run of this command)' if resumed else ''
-  print(
-    f'{PROG}: wrote {count} image(s){before} to {out} (probs/, masks/, overlays/, '
-    f'measurements.csv, cracks.csv, index.html); skipped {skipped}. {megapixels:.1f} MP in '
-    f'{seconds:.1f} s: '
-    f'{count / seconds:.3f} images/s, {megapixels / seconds:.2f} MP/s; the model '
-    f'{predict_seconds:.1f} s of it (compilation included), reading, writing and measuring '
-    'the rest.',
-    file=sys.stderr,
-  )
-
-
-def _measuring(fv) -> dict[str, Any]:
-  """The measuring flags, as `measure.measure_photo` takes them."""
-  return {'mm_per_pixel': fv.mm_per_pixel, 'min_length': fv.min_length, 'direction': fv.direction}
-
-
-def _done_before(progress, name: str, path: Path, targets: list[Path]):
-  """A photo predicted by an earlier run of this command: its row, its cracks and the
-  thumbnail of its overlay, as that run recorded them."""
-  done = progress.done[name]
-  cracks = [{'name': name, **c} for c in done['cracks']]
-  return done['row'] | {'source': str(path)}, cracks, _thumbnail_of(targets[2])
-
-
-def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path]) -> str | None:
-  """Why the photo at `path` is not predicted, or None: maps of it exist that are not this
-  command's (an earlier run's cut short are predicted again), or it will not fit the memory
-  left (read from its header: it is not decoded)."""
-  existing = [t for t in targets if t.exists()]
-  # Maps that an earlier run of this command began (its progress file says so) are its own,
-  # cut short (a Ctrl-C between them): predicted again. Others are not ours to replace.
-  if existing and not fv.overwrite and not progress.started(name):
-    return f'{path}: {existing[0]} exists (pass --overwrite)'
-  size = photo_size(path)
-  if size and size[0] * size[1] <= fv.max_megapixels * 1e6:
-    return memory.refusal(path, *size) or None
-  return None
-
-
-def _progress(fv, run, out: Path, origin: str, threshold: float) -> written.Progress:
-  """The progress file of --out for this prediction's settings (`predict_outputs.Progress`);
-  settings other than an earlier, unfinished prediction's end the command in one line."""
-  settings = {
-    'model': origin,
-    'step': run.step,
-    'threshold': threshold,
-    'tile_size': fv.tile_size,
-    'overlap': fv.overlap,
-    'blend': fv.blend,
-    'mm_per_pixel': fv.mm_per_pixel,
-    'min_length': fv.min_length,
-    'direction': fv.direction,
-  }
-  try:
-    return written.Progress(out, settings, restart=fv.overwrite)
-  except written.SettingsDiffer as e:
-    sys.exit(f'{PROG}: {e}')
-
-
-def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
-  """measurements.csv, cracks.csv and index.html of `rows`; the maps of an earlier
-  prediction that this one does not hold removed (said); the outputs recorded as crackjax's
-  own; the progress file finished."""
-  fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
-  written.write_text(tables[0], written.csv_table(fields, rows))
-  written.write_text(tables[1], written.csv_table(['name', *measure.CRACK_FIELDS], cracks))
-  html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
-  try:
-    stale = written.remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
-  except outputs.UnsafeOutputError as e:  # only a link planted during this prediction
-    sys.exit(f'{PROG}: {e}')
-  # Recorded as crackjax's own: a later search of a folder holding OUT leaves them out.
-  own = [f for r in rows for f in map_files(out, r['name'])] + tables
-  outputs.record_outputs(out, [f.relative_to(out).as_posix() for f in own], PROG)
-  written.finish(out)
-  if stale:
-    print(
-      f'{PROG}: removed the maps of {len(stale)} image(s) of the earlier prediction in {out} '
-      f'that this one does not hold ({", ".join(stale[:3])}{", ..." if len(stale) > 3 else ""}).',
-      file=sys.stderr,
-    )
 
 
 if __name__ == '__main__':

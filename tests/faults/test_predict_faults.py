@@ -20,7 +20,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from crackjax.deploy import hostmem, photos, predict_command
+from crackjax.deploy import hostmem, photos, predict_batch, predict_command
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,7 +302,7 @@ def test_the_memory_estimate_uses_the_photo_not_a_huge_tile_size(monkeypatch):
 
 
 def predictor_command_pixels(predictor, w, h):
-  return predict_command.call_pixels(predictor, w, h)
+  return predict_batch.call_pixels(predictor, w, h)
 
 
 def test_an_address_space_limit_is_memory_not_free(monkeypatch):
