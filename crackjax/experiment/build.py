@@ -331,7 +331,7 @@ class Experiment:
 
   def train_step(self, state, *, mesh: Mesh | None = None):
     """The jitted train step of this experiment's loss and augmentation for states shaped
-    like `state`, over `mesh` (default the experiment's; `training.step.make_train_step`)."""
+    like `state`, over `mesh` (default the experiment's; `engine.step.make_train_step`)."""
     return step.make_train_step(
       mesh or self.mesh,
       state,
