@@ -31,6 +31,10 @@ class EvalPlan:
     save_probability_maps: whether probs/<name>.png are written.
     background_workers: processes counting the periodic evaluation beside training (0: in
       the training loop).
+    grids: (protocol, the size of its grid's uniform part) of every protocol of `protocols`
+      and `curve_protocols`: ``num_thresholds`` for the protocols that follow the config,
+      each other protocol's own (`Protocol.num_thresholds`). Computed when the plan is made
+      (not an argument): scoring reads it, with no lookup back.
   """
 
   dataset: str
@@ -43,9 +47,19 @@ class EvalPlan:
   num_qualitative: int = 0
   save_probability_maps: bool = False
   background_workers: int = 0
+  grids: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
+
+  def __post_init__(self) -> None:
+    names = dict.fromkeys((*self.protocols, *self.curve_protocols))
+    grids = tuple((p, get_protocol(p).num_thresholds(self.num_thresholds)) for p in names)
+    object.__setattr__(self, 'grids', grids)
 
   def thresholds_of(self, protocol: str) -> int:
-    """The number of uniform thresholds of `protocol`'s grid under this plan."""
+    """The number of uniform thresholds of `protocol`'s grid under this plan (`grids`; a
+    protocol the plan does not score, as it would have it)."""
+    sizes = dict(self.grids)
+    if protocol in sizes:
+      return sizes[protocol]
     return get_protocol(protocol).num_thresholds(self.num_thresholds)
 
   def with_protocols(self, protocols: tuple[str, ...]) -> EvalPlan:

@@ -204,13 +204,28 @@ def step_results_dir(directory: str | Path, step: int) -> Path:
   return Path(directory) / 'eval' / f'step_{step}'
 
 
-def target_dir(out: Path, step: int, *, overwrite: bool = False) -> Path:
-  """Where the evaluation of `step` is written: `out`, unless `out` holds the results of a newer
-  step (`newest_evaluated_step`; its newest checkpoint damaged and set aside) and not
-  `overwrite`: then `step_results_dir`, with a warning."""
+def folders(
+  plan: EvalPlan, workdir: Path, split: str, step: int, out: str | Path | None, overwrite: bool
+) -> tuple[Path, Path]:
+  """(the results folder, where the evaluation of `step` is written) of `plan`'s data `split`.
+
+  The results folder is `out`, or `results_dir` (the workdir for the run's own test split; an
+  other one is said in the log). The evaluation goes there, unless it holds the results of a
+  newer step (`newest_evaluated_step`; the run's newest checkpoint damaged and set aside) and
+  not `overwrite`: then to `step_results_dir`, with a warning.
+  """
+  out = Path(out) if out is not None else results_dir(plan, workdir, split)
+  if out != workdir:
+    logging.info(
+      "Scoring %s/%s, not the data the run was trained for: results in %s (the run's own "
+      'eval.json and threshold.json stay as they are).',
+      plan.dataset,
+      split,
+      out,
+    )
   newer = newest_evaluated_step(out) if jax.process_index() == 0 else None
   if newer is None or newer <= step or overwrite:
-    return out
+    return out, out
   target = step_results_dir(out, step)
   logging.warning(
     'Evaluated step %d, older than step %d, whose results %s holds (its newest checkpoint '
@@ -223,7 +238,7 @@ def target_dir(out: Path, step: int, *, overwrite: bool = False) -> Path:
     target,
     newer,
   )
-  return target
+  return out, target
 
 
 def newest_evaluated_step(directory: str | Path) -> int | None:

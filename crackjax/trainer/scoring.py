@@ -21,7 +21,6 @@ from typing import Any
 import jax
 import numpy as np
 import tqdm
-from absl import logging
 from flax import linen as nn
 
 from crackjax import evaluation
@@ -131,12 +130,11 @@ def evaluate_checkpoint(
   """
   plan = experiment.eval_plan
   split = split or plan.split
-  out = _results_folder(plan, Path(workdir), split, out)
   if state is None:
     state = experiment.restore(workdir, inference=True)  # no optimiser state needed
-  t0 = time.perf_counter()
   facts = state_facts(state)
-  target = eval_records.target_dir(out, facts[0], overwrite=overwrite)
+  out, target = eval_records.folders(plan, Path(workdir), split, facts[0], out, overwrite)
+  t0 = time.perf_counter()
   if examples is None:
     examples, num_examples = experiment.eval_examples(split), len(experiment.source(split))
   scored = stream_score(
@@ -200,21 +198,6 @@ def _streamed_record(
   )
   eval_records.add_points(record, scored.points)
   return record
-
-
-def _results_folder(plan: EvalPlan, workdir: Path, split: str, out: str | Path | None) -> Path:
-  """`out`, or the results folder of `plan`'s data `split` (`eval_records.results_dir`), said
-  in the log when it is not the run's own."""
-  out = Path(out) if out is not None else eval_records.results_dir(plan, workdir, split)
-  if out != workdir:
-    logging.info(
-      "Scoring %s/%s, not the data the run was trained for: results in %s (the run's own "
-      'eval.json and threshold.json stay as they are).',
-      plan.dataset,
-      split,
-      out,
-    )
-  return out
 
 
 def evaluate_state(
@@ -303,7 +286,8 @@ def stream_score(
   names: list[str] = []
   first: tuple[list, list, list] = ([], [], [])
   main = jax.process_index() == 0
-  grids = {p: plan.thresholds_of(p) for p in plan.protocols}
+  sizes = dict(plan.grids)  # computed when the plan was made
+  grids = {p: sizes[p] for p in plan.protocols}
   rows = plots.PerImageRows(rows_path, plan.protocols) if rows_path and main else None
   with (
     rows or contextlib.nullcontext(),
