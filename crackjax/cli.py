@@ -353,13 +353,7 @@ class Command:
     """
     if self.watch_interrupts:
       exits.watch_interrupts()
-    ending = {'errors': self.errors}
-    if self.interrupted is not None:
-      ending['interrupted'] = self.interrupted
-    with contextlib.ExitStack() as stack:
-      if self.interruptible:
-        stack.enter_context(exits.interruptible())
-      stack.enter_context(exits.one_line_exits(self.prog, **ending))
+    with self.ending():
       if self.quiet_logs:
         # Imported here: runs.logs imports jax, which the paper runner's scheduling process
         # must not import before it sets JAX_PLATFORMS.
@@ -368,6 +362,21 @@ class Command:
         logs.quiet_third_party_logs()
       flag_values, arguments = self.parse(argv)
       return body(flag_values, arguments)
+
+  @contextlib.contextmanager
+  def ending(self) -> Iterator[None]:
+    """How the command ends on what is not a bug: in one line (`runs.exits.one_line_exits`:
+    `interrupted` for Ctrl-C, a full disk, one of `errors`), Ctrl-C raised even under a parent
+    that ignores it when `interruptible`. `run` runs the body in it; crackjax-train, which
+    absl.app parses, enters it itself."""
+    ending = {'errors': self.errors}
+    if self.interrupted is not None:
+      ending['interrupted'] = self.interrupted
+    with contextlib.ExitStack() as stack:
+      if self.interruptible:
+        stack.enter_context(exits.interruptible())
+      stack.enter_context(exits.one_line_exits(self.prog, **ending))
+      yield
 
   def parse(self, argv: Sequence[str] | None = None) -> tuple[flags.FlagValues, list[str]]:
     """The flag values of `argv` (without the program name; None: ``sys.argv[1:]``) and the

@@ -111,7 +111,7 @@ def _main(argv):
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config
-  with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
+  with _command().ending():
     try:
       # Every config problem, then absent or invalid data, then images that do not fit the
       # config stop the run here with a message that says what to fix, before a model is
@@ -152,12 +152,18 @@ _INTERRUPTED = (
 )
 
 
+def _command() -> cli.Command:
+  """The command as it ends (`cli.Command.ending`): its name as typed (`PROG`), the errors a
+  user can fix (`USER_ERRORS`) and Ctrl-C's line, each one line."""
+  return cli.Command(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED)
+
+
 def run_or_exit(
   experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False
 ) -> None:
   """`run`, ending in one line and an exit status instead of a traceback for what a user can
   fix or did on purpose (`USER_ERRORS`, Ctrl-C, a full disk; `runs.exits`)."""
-  with exits.one_line_exits(PROG[0], errors=USER_ERRORS, interrupted=_INTERRUPTED):
+  with _command().ending():
     run(experiment, workdir, mode, overwrite=overwrite)
 
 
