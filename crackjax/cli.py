@@ -421,6 +421,45 @@ def parse_command(
   return flag_values, command.command_line(argv)
 
 
+def define_model_flags(flag_values: flags.FlagValues, *, model_note: str = '') -> None:
+  """The flags that name the model a command reads: ``--workdir`` (a training run), ``--model``
+  (instead: a released model, a model file or its URL; `model_note` adds what the command
+  asks of it), ``--allow_plugins`` and ``--step`` (at least 1), for crackjax-predict,
+  crackjax-evaluate and crackjax-export alike (`refuse_two_models` checks them)."""
+  flags.DEFINE_string(
+    'workdir',
+    None,
+    'the training run (the --workdir of launch.py: config.json + checkpoints/)',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'model',
+    None,
+    f'instead of --workdir: a released model (crackjax-models), a model file or its URL'
+    f'{model_note}',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_list(
+    'allow_plugins',
+    [],
+    'with --model: plugin modules the model file names that may be imported (a file never '
+    'imports code on its own word; only for a file you trust; released models need none)',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_integer(
+    'step', None, 'checkpoint step of --workdir (default: the latest)', flag_values=flag_values
+  )
+  flags.register_validator(
+    'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=flag_values
+  )
+
+
+def refuse_two_models(flag_values: flags.FlagValues, prog: str) -> None:
+  """Ends the command in one line if both ``--workdir`` and ``--model`` are given."""
+  if flag_values.workdir and flag_values.model:
+    sys.exit(f'{prog}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
+
+
 def exit_on_sigterm() -> None:
   """SIGTERM raises SystemExit once, which unwinds through `loop.train_and_evaluate` (it saves
   a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt

@@ -39,22 +39,7 @@ USAGE = (
 
 
 def _define_flags(flag_values: flags.FlagValues) -> None:
-  flags.DEFINE_string(
-    'workdir', None, 'Training run directory (config.json + checkpoints/).', flag_values=flag_values
-  )
-  flags.DEFINE_string(
-    'model',
-    None,
-    'Instead of --workdir: a model file by released name, path or URL (formats jax, onnx).',
-    flag_values=flag_values,
-  )
-  flags.DEFINE_list(
-    'allow_plugins',
-    [],
-    'with --model: plugin modules the model file names that may be imported (a file never '
-    'imports code on its own word; only for a file you trust; released models need none)',
-    flag_values=flag_values,
-  )
+  cli.define_model_flags(flag_values, model_note=' (formats jax, onnx)')
   flags.DEFINE_string(
     'out',
     None,
@@ -76,7 +61,6 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     flag_values=flag_values,
   )
   flags.DEFINE_string('notes', None, 'Format model: notes for the card.', flag_values=flag_values)
-  flags.DEFINE_integer('step', None, 'Checkpoint step (default: latest).', flag_values=flag_values)
   flags.DEFINE_enum(
     'format',
     'jax',
@@ -138,8 +122,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
     sys.exit(f'{PROG}: --out is required; usage: {USAGE}')
   if not fv.workdir and not fv.model:
     sys.exit(f'{PROG}: --workdir is required (or --model=NAME|FILE|URL); usage: {USAGE}')
-  if fv.workdir and fv.model:
-    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
+  cli.refuse_two_models(fv, PROG)
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   problem = cli.unwritable(Path(fv.out).parent)

@@ -75,22 +75,7 @@ USAGE = (
 
 
 def _define_flags(fv: flags.FlagValues) -> None:
-  flags.DEFINE_string(
-    'workdir', None, 'the training run (the --workdir of launch.py)', flag_values=fv
-  )
-  flags.DEFINE_string(
-    'model',
-    None,
-    'instead of --workdir: a released model (crackjax-models), a model file or its URL',
-    flag_values=fv,
-  )
-  flags.DEFINE_list(
-    'allow_plugins',
-    [],
-    'with --model: plugin modules the model file names that may be imported (a file never '
-    'imports code on its own word; only for a file you trust; released models need none)',
-    flag_values=fv,
-  )
+  cli.define_model_flags(fv)
   flags.DEFINE_string('out', None, 'output folder (created)', flag_values=fv)
   flags.DEFINE_float(
     'threshold',
@@ -130,7 +115,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
     lower_bound=1,
     flag_values=fv,
   )
-  flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
   flags.DEFINE_bool(
     'tune_malloc',
     True,
@@ -198,9 +182,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.register_validator(
-    'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=fv
-  )
-  flags.register_validator(
     'max_megapixels', lambda v: v > 0, message='--max_megapixels must be > 0', flag_values=fv
   )
 
@@ -240,8 +221,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '
       f'usage: {USAGE}'
     )
-  if fv.workdir and fv.model:
-    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
+  cli.refuse_two_models(fv, PROG)
   if not inputs:
     sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
   if fv.model and fv.step is not None:

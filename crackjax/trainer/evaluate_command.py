@@ -64,23 +64,7 @@ COLUMNS = (
 
 
 def _define_flags(fv: flags.FlagValues) -> None:
-  flags.DEFINE_string(
-    'workdir', None, 'the trained run (the --workdir of launch.py)', flag_values=fv
-  )
-  flags.DEFINE_string(
-    'model',
-    None,
-    'instead of --workdir: a released model (crackjax-models), a model file or its URL; '
-    'needs --out',
-    flag_values=fv,
-  )
-  flags.DEFINE_list(
-    'allow_plugins',
-    [],
-    'with --model: plugin modules the model file names that may be imported (a file never '
-    'imports code on its own word; only for a file you trust; released models need none)',
-    flag_values=fv,
-  )
+  cli.define_model_flags(fv, model_note='; needs --out')
   flags.DEFINE_multi_string(
     'data',
     [],
@@ -120,7 +104,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_list(
     'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
   )
-  flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)', flag_values=fv)
   flags.DEFINE_string(
     'out',
     None,
@@ -139,9 +122,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
   flags.register_validator(
     'workers', lambda v: v >= 1, message='--workers must be >= 1', flag_values=fv
-  )
-  flags.register_validator(
-    'step', lambda v: v is None or v >= 1, message='--step must be >= 1', flag_values=fv
   )
 
 
@@ -296,8 +276,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     sys.exit(
       f'{PROG}: --workdir=RUN is required (or --model=NAME|FILE|URL with --out=DIR); usage: {USAGE}'
     )
-  if fv.workdir and fv.model:
-    sys.exit(f'{PROG}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
+  cli.refuse_two_models(fv, PROG)
   if fv.model and not fv.out:
     sys.exit(f'{PROG}: --model needs --out=DIR, where the records go; usage: {USAGE}')
   if fv.model and fv.step is not None:
