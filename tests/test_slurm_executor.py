@@ -25,7 +25,7 @@ def test_settings_become_submitits_parameters():
     array_parallelism=8,
     cpus=10,
     mem_gb=32,
-    options=('qos=high', '--constraint=a100'),
+    options=('qos=high', '--constraint=a100', 'hold'),
   ).parameters()
   assert params == {
     'job_name': 'crackjax',
@@ -37,7 +37,7 @@ def test_settings_become_submitits_parameters():
     'gpus_per_node': 1,
     'cpus_per_task': 10,
     'mem': '32768MB',
-    'additional_parameters': {'qos': 'high', 'constraint': 'a100'},
+    'additional_parameters': {'qos': 'high', 'constraint': 'a100', 'hold': True},
   }
   # The cluster's defaults where nothing is asked for.
   assert set(slurm.Settings().parameters()) == {
@@ -51,8 +51,9 @@ def test_settings_become_submitits_parameters():
 @pytest.mark.parametrize(
   'settings, says',
   [
-    (slurm.Settings(options=('qos',)), '--slurm_option=qos: expected NAME=VALUE'),
-    (slurm.Settings(time_min=0), '--slurm_time'),
+    (slurm.Settings(options=('qos=',)), '--slurm_option=qos=: expected NAME=VALUE'),
+    (slurm.Settings(options=('=high',)), '--slurm_option==high: expected NAME=VALUE'),
+    (slurm.Settings(time_min=2), '--slurm_time=2: at least 3 minutes'),
     (slurm.Settings(gpus=-1), '--slurm_gpus'),
   ],
 )
@@ -132,7 +133,7 @@ def test_status_reads_the_records_and_the_submissions(tmp_path, monkeypatch, cap
   assert out[2].split() == ['1:wce_exp_0.75:0', '1/5', 'epochs', 'not', 'submitted']
   # Submitted: the queue's state, else the ended job's.
   slurm.record_submission(tmp_path, {xie.id: '7_0', exp.id: '7_1'})
-  monkeypatch.setattr(slurm, 'queue_states', lambda: {'7_1': 'RUNNING'})
+  monkeypatch.setattr(slurm, 'queue', lambda: {'7_1': ('RUNNING', 'None')})
   monkeypatch.setattr(slurm, 'ended_state', lambda i: {'7_0': 'COMPLETED'}.get(i))
   lines = slurm.status_lines(todo, tmp_path)
   assert lines[0] == f'{tmp_path}: 2 jobs: 1 complete, 1 running'
@@ -142,6 +143,11 @@ def test_status_reads_the_records_and_the_submissions(tmp_path, monkeypatch, cap
   recorded = json.loads((tmp_path / 'slurm' / 'submitted.json').read_text())
   assert recorded['jobs'][xie.id]['slurm_id'] == '7_0'
   assert slurm.live(tmp_path) == {exp.id: '7_1'}
+  # A job that waits says why (here: held, `scontrol release 7_1` lets it go).
+  monkeypatch.setattr(slurm, 'queue', lambda: {'7_1': ('PENDING', 'JobHeldUser')})
+  lines = slurm.status_lines(todo, tmp_path)
+  assert lines[0] == f'{tmp_path}: 2 jobs: 1 complete, 1 queued'
+  assert lines[2].endswith('SLURM 7_1 PENDING (JobHeldUser)')
 
 
 # A worker that saves on SIGTERM, as the runner's (`exit_on_sigterm`), and says so.

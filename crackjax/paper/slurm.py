@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import getpass
+import io
 import os
 import shutil
 import signal
@@ -65,6 +66,8 @@ LIVE_STATES = frozenset(
 SAVE_SECONDS = 75
 #: Set in a worker's environment by its SLURM task (`Task`): the SLURM job id.
 TASK_ENV = 'CRACKJAX_SLURM_TASK'
+#: The shortest time limit of a job, minutes: submitit asks for USR2 90 s before it.
+MIN_TIME_MIN = 3
 #: Seconds between two looks at the queue while --wait waits.
 POLL_SECONDS = 5.0
 
@@ -92,7 +95,8 @@ class Settings:
     array_parallelism: jobs of the array running at once at most (--array=0-N%P).
     cpus: CPU cores per job (--cpus-per-task); None: the cluster's default.
     mem_gb: memory per job in GB (--mem); None: the cluster's default.
-    options: further sbatch options, each 'name=value' (e.g. 'qos=high', 'constraint=a100').
+    options: further sbatch options, each 'name=value' (e.g. 'qos=high', 'constraint=a100'),
+      or a name alone for a flag ('hold').
   """
 
   partition: str | None = None
@@ -110,16 +114,22 @@ class Settings:
     Raises:
       ValueError: a setting out of range or an option without '=' (one line).
     """
-    if self.time_min < 1 or self.gpus < 0 or self.array_parallelism < 1:
+    if self.time_min < MIN_TIME_MIN:
       raise ValueError(
-        '--slurm_time and --slurm_array_parallelism must be >= 1 and --slurm_gpus >= 0.'
+        f'--slurm_time={self.time_min}: at least {MIN_TIME_MIN} minutes (a job is warned 90 s '
+        'before its limit, to save its checkpoint and be requeued).'
       )
+    if self.gpus < 0 or self.array_parallelism < 1:
+      raise ValueError('--slurm_array_parallelism must be >= 1 and --slurm_gpus >= 0.')
     extra = {}
     for option in self.options:
       name, sep, value = option.partition('=')
-      if not sep or not name:
-        raise ValueError(f'--slurm_option={option}: expected NAME=VALUE, e.g. qos=high.')
-      extra[name.removeprefix('--')] = value
+      name = name.removeprefix('--')
+      if not name or (sep and not value):
+        raise ValueError(
+          f'--slurm_option={option}: expected NAME=VALUE (e.g. qos=high) or a NAME alone (hold).'
+        )
+      extra[name] = value if sep else True
     params: dict[str, Any] = {
       'job_name': 'crackjax',
       'time': self.time_min,
@@ -312,10 +322,11 @@ def submit(
   task = Task(command, os.getcwd())
   directories = [str(j.directory(workdir)) for j in jobs]
   try:
-    with _environ(os.environ if env is None else env):
+    # submitit prints sbatch's refusal to stderr, then raises it: said once, in our line.
+    with _environ(os.environ if env is None else env), contextlib.redirect_stderr(io.StringIO()):
       handles = executor.map_array(task, [j.id for j in jobs], directories)
   except (submitit.core.utils.FailedJobError, subprocess.SubprocessError, OSError) as e:
-    raise SlurmError(f'sbatch refused the array: {sbatch_error(str(e))}') from None
+    raise SlurmError(f'sbatch refused the jobs: {sbatch_error(str(e))}') from None
   ids = {j.id: h.job_id for j, h in zip(jobs, handles, strict=True)}
   record_submission(workdir, ids)
   return ids
@@ -349,17 +360,24 @@ def _run(command: Sequence[str]) -> subprocess.CompletedProcess | None:
     return None
 
 
-def queue_states() -> dict[str, str]:
-  """SLURM id (<array>_<index> for array tasks) -> state, of this user's jobs in the queue."""
-  out = _run(['squeue', '-h', '-r', '-u', getpass.getuser(), '-o', '%i|%T'])
+def queue() -> dict[str, tuple[str, str]]:
+  """SLURM id (<array>_<index> for array tasks) -> (state, squeue's reason: why it waits, e.g.
+  'Resources', 'JobHeldUser', 'PartitionTimeLimit'; 'None' when running), of this user's jobs
+  in the queue."""
+  out = _run(['squeue', '-h', '-r', '-u', getpass.getuser(), '-o', '%i|%T|%r'])
   if out is None or out.returncode:
     return {}
-  states = {}
+  jobs = {}
   for line in out.stdout.splitlines():
-    slurm_id, _, state = line.strip().partition('|')
+    slurm_id, state, reason = (line.strip().split('|') + ['', ''])[:3]
     if slurm_id:
-      states[slurm_id] = state.strip()
-  return states
+      jobs[slurm_id] = (state.strip(), reason.strip())
+  return jobs
+
+
+def queue_states() -> dict[str, str]:
+  """SLURM id -> state, of this user's jobs in the queue (`queue`)."""
+  return {k: state for k, (state, _) in queue().items()}
 
 
 def ended_state(slurm_id: str) -> str | None:
@@ -380,9 +398,17 @@ def ended_state(slurm_id: str) -> str | None:
 
 
 def states(slurm_ids: Sequence[str]) -> dict[str, str]:
-  """SLURM id -> its state (queued, else ended, else 'UNKNOWN')."""
-  queued = queue_states()
-  return {i: queued.get(i) or ended_state(i) or 'UNKNOWN' for i in slurm_ids}
+  """SLURM id -> its state (queued, with the reason it waits, e.g. 'PENDING (JobHeldUser)';
+  else ended; else 'UNKNOWN')."""
+  queued = queue()
+  out = {}
+  for i in slurm_ids:
+    if i in queued:
+      state, reason = queued[i]
+      out[i] = f'{state} ({reason})' if state == 'PENDING' and reason else state
+    else:
+      out[i] = ended_state(i) or 'UNKNOWN'
+  return out
 
 
 def live(workdir: str | Path) -> dict[str, str]:
@@ -416,7 +442,7 @@ def status_lines(jobs: Sequence[Job], workdir: str | Path) -> list[str]:
       counts['complete'] += 1
     elif state == 'RUNNING':
       counts['running'] += 1
-    elif state in LIVE_STATES:
+    elif state and state.split()[0] in LIVE_STATES:
       counts['queued'] += 1
     else:
       counts['unfinished'] += 1
