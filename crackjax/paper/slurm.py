@@ -221,6 +221,12 @@ class Task:
       if proc.poll() is None:
         proc.kill()
         proc.wait()
+    with open(Path(directory) / 'worker.log', 'a') as log:
+      log.write(
+        f'==== {time.strftime("%Y-%m-%d %H:%M:%S")} SLURM job {_own_slurm_id()}: USR2 (its time '
+        'limit is near, or it is preempted): the worker saved its checkpoint; the job is '
+        'requeued and resumes from it.\n'
+      )
     return DelayedSubmission(self, job_id, directory)
 
 
