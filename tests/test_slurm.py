@@ -108,19 +108,16 @@ def test_a_campaign_on_slurm_reports_as_the_same_campaign_run_here(tmp_path):
   data = fixtures.smoke_data_dirs(tmp_path / 'data')
   rows = 'wce_xie_e5,wce_exp_0.75_e5'
   on_slurm, here = tmp_path / 'slurm_campaign', tmp_path / 'local_campaign'
-  # The local run prepares the dataset first; then both run at once.
-  local = subprocess.Popen(
-    _campaign_argv(here, data, rows, 1),
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
-    cwd=REPO,
-  )
-  while not (data[1] / 'crackforest').exists() and local.poll() is None:
-    time.sleep(0.5)
+  # The local run prepares the dataset first (its '2 jobs: ...' line comes after); then both
+  # campaigns run at once.
+  log = tmp_path / 'local.log'
+  with open(log, 'w') as out:
+    local = subprocess.Popen(
+      _campaign_argv(here, data, rows, 1), stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+    )
+  _wait_for(lambda: '\n2 jobs: ' in log.read_text() or local.poll() is not None, 'the data')
   submitted = _run([*_campaign_argv(on_slurm, data, rows, 1), '--executor=slurm', '--wait'])
-  output, _ = local.communicate(timeout=TIMEOUT_S)
-  assert local.returncode == 0, output[-4000:]
+  assert local.wait(timeout=TIMEOUT_S) == 0, log.read_text()[-4000:]
   assert 'Submitted 2 jobs as SLURM job ' in submitted.stdout
   assert '2 of 2 SLURM jobs complete.' in submitted.stdout, submitted.stdout
   # One array job, one task per (row, seed), each in its own workdir.
