@@ -154,8 +154,9 @@ def _wait_for(condition, what: str, timeout: float = TIMEOUT_S) -> None:
 
 
 def _segments(log: Path) -> list[str]:
-  """A worker.log's parts, one per run of the job (each starts with its '====' line)."""
-  return re.split(r'^==== .*$', log.read_text(errors='replace'), flags=re.M)[1:]
+  """A worker.log's parts, one per run of the job (each starts with its '==== <time> SLURM job
+  <id>' line; the task's line after USR2 stays in the run it ended)."""
+  return re.split(r'^==== .* SLURM job \S+$', log.read_text(errors='replace'), flags=re.M)[1:]
 
 
 def test_cancelled_jobs_resume_from_their_checkpoints(tmp_path):
@@ -216,9 +217,11 @@ def test_cancelled_jobs_resume_from_their_checkpoints(tmp_path):
     # Nothing evaluated before the cancel was done again ...
     assert all(after[k] == v for k, v in before[seed].items()), seed
     # ... and the second run started at the step its first run saved.
-    first, second = _segments(directory / 'worker.log')[-2:]
+    first, second = _segments(directory / 'worker.log')
     saved = re.search(r'stopped by SIGTERM .* the checkpoint of step (\d+) in', first)
     assert saved, first[-2000:]
+    if seed == 0:  # the task said why the job went on by itself
+      assert 'the worker saved its checkpoint; the job is requeued and resumes from it.' in first
     assert f'| {saved.group(1)}/100 [' in second, second[:2000]
     steps = [
       json.loads(line)['step']
