@@ -53,7 +53,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
-from crackjax.paper import jobs, records, scheduler
+from crackjax.paper import jobs, records, scheduler, slurm
 from crackjax.runs import identity
 
 PROG = 'python -m crackjax.paper.runner'
@@ -152,6 +152,60 @@ def define_flags(fv: flags.FlagValues) -> None:
     "'NVIDIA H100 80GB HBM3' to plan a chunk on a machine without it.",
     flag_values=fv,
   )
+  flags.DEFINE_enum(
+    'executor',
+    'local',
+    ['local', 'slurm'],
+    'Where the jobs run: local (here, or --parallel worker processes) or slurm (one array job '
+    'submitted through submitit, one task per job; docs/reproduction.md#on-a-slurm-cluster).',
+    flag_values=fv,
+  )
+  flags.DEFINE_string(
+    'slurm_partition', None, "SLURM partition (default: the cluster's).", flag_values=fv
+  )
+  flags.DEFINE_integer(
+    'slurm_time',
+    60,
+    'Time limit of one SLURM job, minutes; a job that reaches it is requeued and resumes from '
+    'its checkpoint.',
+    flag_values=fv,
+  )
+  flags.DEFINE_integer('slurm_gpus', 0, 'GPUs per SLURM job.', flag_values=fv)
+  flags.DEFINE_string(
+    'slurm_account', None, "SLURM account charged (default: the user's).", flag_values=fv
+  )
+  flags.DEFINE_integer(
+    'slurm_array_parallelism',
+    256,
+    'SLURM jobs of the array running at once, at most.',
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    'slurm_cpus', None, "CPU cores per SLURM job (default: the cluster's).", flag_values=fv
+  )
+  flags.DEFINE_float(
+    'slurm_mem_gb', None, "Memory per SLURM job, GB (default: the cluster's).", flag_values=fv
+  )
+  flags.DEFINE_multi_string(
+    'slurm_option',
+    [],
+    'Another sbatch option NAME=VALUE, e.g. qos=high or constraint=a100 (repeatable).',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'wait',
+    False,
+    '--executor=slurm: wait until the jobs submitted now or already queued end, printing each; '
+    'exit 1 if one did not finish.',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'status',
+    False,
+    "Print each job's evaluated epochs and, if submitted to SLURM, its SLURM id and state; "
+    'then exit.',
+    flag_values=fv,
+  )
   flags.DEFINE_string('job', None, 'Internal: run one job, table:group:seed.', flag_values=fv)
 
 
@@ -177,9 +231,12 @@ def _main(fv: flags.FlagValues, rest: list[str], full: list[str]) -> int:
   if rest:
     sys.exit(f'{PROG}: unexpected arguments {rest}.')
   if fv.job:
+    slurm.leave_preemption_to_the_task()
     _end_with_runner()
   parent_env = dict(os.environ)  # the workers' environment, without the line below
-  if scheduler.schedules_only(fv.job, fv.parallel, fv.max_minutes):
+  if scheduler.schedules_only(fv.job, fv.parallel, fv.max_minutes) or (
+    fv.executor == 'slurm' and not fv.job
+  ):
     # This process only schedules: keep it off the GPUs the workers need (jax would grab most
     # of a GPU's memory if anything here initialised a GPU backend). Set first, before
     # anything here may import jax.
@@ -189,6 +246,9 @@ def _main(fv: flags.FlagValues, rest: list[str], full: list[str]) -> int:
     return 0
   _check(fv)
   todo, earlier = _jobs(fv)
+  if fv.status:
+    print('\n'.join(slurm.status_lines(todo, fv.workdir)))
+    return 0
   config_of = _config_loader(fv)
   if (fv.plan or fv.fit) and not fv.job:
     todo = _plan(fv, todo, earlier, config_of)
@@ -216,6 +276,19 @@ def _check(fv: flags.FlagValues) -> None:
     sys.exit(f'{PROG}: --table and --workdir are required (or --list).')
   if fv.seeds < 1 or fv.parallel < 1:
     sys.exit(f'{PROG}: --seeds and --parallel must be >= 1.')
+  if fv.executor == 'slurm' and not fv.job and not fv.status:
+    local_only = [
+      f'--{n}' for n in ('parallel', 'max_minutes', 'gpus', 'plan', 'fit') if fv[n].present
+    ]
+    if local_only:
+      sys.exit(
+        f'{PROG}: {", ".join(local_only)} schedule local jobs; with --executor=slurm SLURM '
+        'schedules them (--slurm_array_parallelism, --slurm_time).'
+      )
+    try:
+      slurm.check_available()
+    except slurm.SlurmError as e:
+      sys.exit(f'{PROG}: {e}')
   problem = cli.unwritable(fv.workdir)
   if problem:
     sys.exit(f'{PROG}: cannot write --workdir={fv.workdir}: {problem}.')
@@ -312,8 +385,9 @@ def _campaign(
   config_of: ConfigOf,
   parent_env: dict[str, str],
 ) -> int:
-  """The jobs, here or in workers (`scheduler.run`), after every config is checked and the
-  data prepared, under the campaign's lock (one runner per campaign)."""
+  """The jobs, here or in workers (`scheduler.run`), or submitted to SLURM (`_submit`; with
+  --wait, waited for), after every config is checked and the data prepared, under the
+  campaign's lock (one runner per campaign)."""
   from crackjax.data import registry as data_registry
 
   try:
@@ -327,22 +401,82 @@ def _campaign(
     except (data_registry.DatasetError, ValueError, identity.RunLockedError, OSError) as e:
       # OSError: a workdir or data_dir that cannot be written (the message names the path).
       sys.exit(f'{PROG}: {e}')
-    return scheduler.run(
-      todo,
-      experiments,
-      workdir=fv.workdir,
-      parallel=fv.parallel,
-      gpus=fv.gpus,
-      max_minutes=fv.max_minutes,
-      command=[
-        sys.executable,
-        '-m',
-        'crackjax.paper.runner',
-        *scheduler.worker_argv(full),
-        f'--parallel={fv.parallel}',
-      ],
-      env=parent_env,
-    )
+    if fv.executor == 'local':
+      return scheduler.run(
+        todo,
+        experiments,
+        workdir=fv.workdir,
+        parallel=fv.parallel,
+        gpus=fv.gpus,
+        max_minutes=fv.max_minutes,
+        command=[
+          sys.executable,
+          '-m',
+          'crackjax.paper.runner',
+          *scheduler.worker_argv(full),
+          f'--parallel={fv.parallel}',
+        ],
+        env=parent_env,
+      )
+    ids = _submit(fv, full, todo, parent_env)  # the campaign's lock held while submitting
+  if not fv.wait or not ids:
+    return 0
+  status = slurm.wait(todo, fv.workdir, ids)
+  unfinished = {k: v for k, v in status.items() if v != 'done'}
+  print(f'{len(status) - len(unfinished)} of {len(status)} SLURM jobs complete.')
+  return 1 if unfinished else 0
+
+
+def _submit(
+  fv: flags.FlagValues,
+  full: Sequence[str],
+  todo: Sequence[jobs.Job],
+  parent_env: dict[str, str],
+) -> dict[str, str]:
+  """--executor=slurm: the jobs neither complete nor queued, submitted as one array job
+  (`crackjax.paper.slurm.submit`; a single job as a plain job). Returns campaign job id ->
+  SLURM id of the jobs submitted now and of those already queued or running (--wait waits
+  for both)."""
+  settings = slurm.Settings(
+    partition=fv.slurm_partition,
+    time_min=fv.slurm_time,
+    gpus=fv.slurm_gpus,
+    account=fv.slurm_account,
+    array_parallelism=fv.slurm_array_parallelism,
+    cpus=fv.slurm_cpus,
+    mem_gb=fv.slurm_mem_gb,
+    options=tuple(fv.slurm_option),
+  )
+  queued = {k: v for k, v in slurm.live(fv.workdir).items() if k in {j.id for j in todo}}
+  complete = [
+    j
+    for j in todo
+    if set(range(1, j.epochs + 1)) <= set(identity.evaluated_epochs(j.directory(fv.workdir)))
+  ]
+  for job in complete:
+    print(f'{job.id}: complete, not submitted.')
+  for job_id, slurm_id in queued.items():
+    print(f'{job_id}: queued or running as SLURM job {slurm_id}, not submitted again.')
+  rest = [j for j in todo if j not in complete and j.id not in queued]
+  if not rest:
+    print(f'Nothing to submit: {len(complete)} of {len(todo)} jobs complete, {len(queued)} queued.')
+    return queued
+  try:
+    ids = slurm.submit(rest, fv.workdir, settings, slurm.worker_command(full), env=parent_env)
+  except (slurm.SlurmError, ValueError) as e:
+    sys.exit(f'{PROG}: {e}')
+  array = next(iter(ids.values())).split('_')[0]
+  print(
+    f'Submitted {len(ids)} jobs as SLURM job {array}: '
+    + ', '.join(f'{k} -> {v}' for k, v in ids.items()),
+    flush=True,
+  )
+  print(
+    f"Follow them with: {PROG} <the same flags> --status; logs: each job's worker.log and "
+    f'{slurm.folder(fv.workdir)}/.',
+    flush=True,
+  )
+  return {**queued, **ids}
 
 
 if __name__ == '__main__':
