@@ -29,11 +29,11 @@
 #             photos), each record put into its card with this machine's self check
 #             (python -m crackjax.deploy.release rescore).
 #   register: the file copied into the package with its registry entry (release register).
-# Environment knobs: STAGES, TINY=1, TRAIN_MINUTES=5, DATA=.data/roads (the pack),
+# Environment knobs: STAGES, TINY=1, TRAIN_MINUTES=6, DATA=.data/roads (the pack),
 # OUT=<the device tool's output folder>, WORK=/tmp/release_roads_gpu, FILE (finish, register;
 # default $OUT/roads-unet.safetensors), BACKGROUND_WORKERS=4, CRACKFOREST=../shared/datasets/
 # crackforest and PUBLIC=/work/data/Datasets (finish; TINY: the tiny pack), PHOTOS (finish,
-# optional), EXTRA (more launch.py flags).
+# optional), TEST_SPLIT=test (finish; a try: 'test[:8]'), EXTRA (more launch.py flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --help prints the comment above; the settings are environment variables, not arguments.
@@ -41,11 +41,12 @@ cd "$(dirname "$0")/.."
 script_help "usage: [STAGES=... TINY=1 TRAIN_MINUTES=M DATA=... FILE=...] bash scripts/release_roads_gpu.sh" "$@"
 CONFIG=configs/release/roads_unet.py
 NAME=roads-unet
-TRAIN_MINUTES=${TRAIN_MINUTES:-5}
+TRAIN_MINUTES=${TRAIN_MINUTES:-6}
 OUT=${OUT:-/tmp/release_roads_gpu_out}
 WORK=${WORK:-/tmp/release_roads_gpu}
 FILE=${FILE:-$OUT/$NAME.safetensors}
 BACKGROUND_WORKERS=${BACKGROUND_WORKERS:-4}
+TEST_SPLIT=${TEST_SPLIT:-test}
 CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
 PUBLIC=${PUBLIC:-/work/data/Datasets}
 ARG=
@@ -187,28 +188,28 @@ if has finish; then
     done
   fi
   data=()
-  for s in "${SETS[@]}"; do data+=(--data="$s:test"); done
+  for s in "${SETS[@]}"; do data+=(--data="$s:$TEST_SPLIT"); done
   python3 -m crackjax.trainer.evaluate_command --model="$FILE" "${data[@]}" "${full[@]}" \
     --data_dir="$WORK/tfds_full" --protocols="$PROTOCOLS" --out="$WORK/check" --overwrite
   for s in "${SETS[@]}"; do
     copy=(); [[ $s == deepcrack || $s == crack500 ]] && copy=(--copy=crops)
     python3 -m crackjax.deploy.release rescore --file="$FILE" \
-      --record="$WORK/check/${s}_test/eval.json" "${copy[@]}"
+      --record="$(ls -d "$WORK/check/${s}_"*/)eval.json" "${copy[@]}"
   done
   if [[ -n "${PHOTOS:-}" ]]; then
-    python3 -m crackjax.trainer.evaluate_command --model="$FILE" --data=deepcrack:test --data=crack500:test \
-      --protocols="$PROTOCOLS" --out="$WORK/check_photos" --overwrite \
+    python3 -m crackjax.trainer.evaluate_command --model="$FILE" --data="deepcrack:$TEST_SPLIT" \
+      --data="crack500:$TEST_SPLIT" --protocols="$PROTOCOLS" --out="$WORK/check_photos" --overwrite \
       --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" --data_dir="$WORK/tfds_photos"
     for s in deepcrack crack500; do
       python3 -m crackjax.deploy.release rescore --file="$FILE" \
-        --record="$WORK/check_photos/${s}_test/eval.json" --copy=photos
+        --record="$(ls -d "$WORK/check_photos/${s}_"*/)eval.json" --copy=photos
     done
   fi
   clock finish
 fi
 
 if has register; then
-  python3 -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out=test \
+  python3 -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
     --config="$CONFIG" --command="bash scripts/release_roads_gpu.sh"
 fi
 ls -la "$OUT"
