@@ -216,7 +216,12 @@ def test_launch_breakdown_names_missing_data_in_one_line(tmp_path, capfd):
   assert 'Traceback' not in capfd.readouterr().err
 
 
-SHELL_SCRIPTS = ('bench/gpu_perf.sh', 'scripts/reproduce_gpu.sh', 'scripts/release_gpu.sh')
+SHELL_SCRIPTS = (
+  'bench/gpu_perf.sh',
+  'scripts/reproduce_gpu.sh',
+  'scripts/release_gpu.sh',
+  'scripts/release_roads_gpu.sh',
+)
 
 
 def _python_snippets(script: str) -> list[tuple[str, str]]:

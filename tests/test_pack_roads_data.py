@@ -1,0 +1,151 @@
+"""scripts/pack_roads_data.py (the general model's datasets packed for one GPU call) on fake
+copies of the five datasets: the fixed fractions, the same files for the same seed, masks the
+builders read as the source's, the layouts the builders find; (slow) scripts/release_roads_gpu.sh
+with TINY=1 end to end on a tiny pack of them."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+import pytest
+
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+COUNTS = {'train': 10, 'valid': 4, 'test': 5}
+
+
+def _packer():
+  spec = importlib.util.spec_from_file_location(
+    'pack_roads_data', REPO / 'scripts' / 'pack_roads_data.py'
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.fixture(scope='module')
+def sources(tmp_path_factory):
+  root = tmp_path_factory.mktemp('sources')
+  crackforest = fixtures.make_fake_crackforest(root / 'crackforest', n_labelled=10, n_unlabelled=2)
+  for name in fixtures.PUBLIC_SET_FOLDERS:
+    fixtures.make_fake_public_set(root, name, counts=COUNTS)
+  return crackforest, root / 'Datasets'
+
+
+def test_chosen_is_a_seeded_fraction_in_name_order():
+  packer = _packer()
+  names = [f'n{i:02d}' for i in range(40)]
+  picked = packer.chosen(names, 0.25, 'crack500/train', seed=0)
+  assert len(picked) == 10 and picked == sorted(picked)
+  # The listing order does not matter; the seed and the key do.
+  assert packer.chosen(names[::-1], 0.25, 'crack500/train', seed=0) == picked
+  assert packer.chosen(names, 0.25, 'crack500/train', seed=1) != picked
+  assert packer.chosen(names, 0.25, 'deepcrack/train', seed=0) != picked
+  assert packer.chosen(names, 0.001, 'x', seed=0) and packer.chosen([], 0.5, 'x', seed=0) == []
+
+
+def test_pack_keeps_fractions_in_the_builders_layouts(sources, tmp_path):
+  from crackjax.tfds_builders import reading, split_folders
+  from crackjax.tfds_builders.contract import normalise
+
+  packer = _packer()
+  crackforest, public = sources
+  fractions = {name: {'train': 0.5, 'valid': 1.0, 'test': 0.4} for name in packer.FOLDERS}
+  out = tmp_path / 'roads'
+  record = packer.pack(out, crackforest, public, fractions=fractions)
+  # CrackForest: the labelled photos and their .mat files, as they are; the unlabelled left out.
+  assert sorted(p.name for p in (out / 'crackforest' / 'image').iterdir()) == [
+    f'{i:03d}.jpg' for i in range(1, 11)
+  ]
+  assert (out / 'crackforest/groundTruth/001.mat').read_bytes() == (
+    crackforest / 'groundTruth/001.mat'
+  ).read_bytes()
+  assert record['sets']['crackforest']['labelled'] == {
+    'kept': 10,
+    'of': 10,
+    'bytes': packer.folder_bytes(out / 'crackforest'),
+  }
+  for name, folder in packer.FOLDERS.items():
+    found = split_folders.find_split_folders(out, (normalise(name),), layout='')
+    assert sorted(found) == ['test', 'train', 'valid']
+    for split, (images, masks) in found.items():
+      pairs = split_folders.split_pairs(split, images, masks, what=name)
+      kept = round(fractions[name][split] * COUNTS[split])
+      assert len(pairs) == kept == record['sets'][name][split]['kept']
+      assert record['sets'][name][split]['of'] == COUNTS[split]
+      for pair in pairs:
+        assert pair.image_path.suffix == '.jpg' and pair.mask_path.suffix == '.png'
+        assert PIL.Image.open(pair.mask_path).mode == '1'
+        source = public / folder / f'{split}_lab' / f'{pair.name}.jpg'
+        np.testing.assert_array_equal(reading.load_mask(pair.mask_path), reading.load_mask(source))
+        photo = PIL.Image.open(pair.image_path)
+        assert photo.size == PIL.Image.open(public / folder / split / f'{pair.name}.jpg').size
+  written = json.loads((out / 'pack.json').read_text())
+  assert written['sets'] == record['sets'] and written['seed'] == 0
+  assert written['bytes'] == record['bytes'] > 0
+  # The same seed packs the same files; an existing pack is never written over.
+  again = packer.pack(tmp_path / 'again', crackforest, public, fractions=fractions)
+  assert again['sets'] == record['sets']
+  for split in ('train', 'test'):
+    assert sorted(p.name for p in (out / 'Datasets/Crack500' / split).iterdir()) == sorted(
+      p.name for p in (tmp_path / 'again/Datasets/Crack500' / split).iterdir()
+    )
+  with pytest.raises(SystemExit, match='exists'):
+    packer.pack(out, crackforest, public)
+
+
+def test_tiny_pack_and_its_report(sources, tmp_path, capsys):
+  packer = _packer()
+  crackforest, public = sources
+  out = tmp_path / 'tiny'
+  argv = [f'--out={out}', f'--crackforest={crackforest}', f'--public={public}', '--tiny']
+  assert packer.main(argv) == 0
+  printed = capsys.readouterr().out
+  record = json.loads((out / 'pack.json').read_text())
+  assert record['tiny'] and record['fractions'] is None
+  assert record['sets']['crack500']['train']['kept'] == min(6, COUNTS['train'])
+  assert record['sets']['deepcrack']['valid']['kept'] == 3
+  assert 'crack500       train' in printed and 'A device call would send' in printed
+  assert 'limit 64 MiB' in printed
+
+
+@pytest.mark.slow
+def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
+  """scripts/release_roads_gpu.sh with TINY=1 (about 2 min): the tiny pack of the fake copies,
+  the GPU's stages and the CPU's finish; the bfloat16 file comes back with the records, and
+  its card holds the file's own test scores of every dataset."""
+  from crackjax.models import model_file
+
+  crackforest, public = sources
+  done, log = fixtures.run_gpu_script(
+    'scripts/release_roads_gpu.sh',
+    tmp_path,
+    timeout=600,
+    TINY='1',
+    CRACKFOREST=str(crackforest),
+    PUBLIC=str(public),
+    TFDS_DATA_DIR=None,
+  )
+  assert done.returncode == 0, log[-4000:]
+  assert 'train exit code 0' in log and '<- best' in log and '[finish: ' in log
+  out = tmp_path / 'out'
+  assert sorted(p.name for p in out.iterdir()) == [
+    'log.txt',
+    'release_run.tar.gz',
+    'roads-unet.safetensors',
+  ]
+  card = model_file.read(out / 'roads-unet.safetensors').card
+  tests = {(s['dataset'], s.get('copy')) for s in card['scores'] if s['split'] == 'test'}
+  assert tests == {
+    ('crackforest', None),
+    ('deepcrack', 'crops'),
+    ('crack500', 'crops'),
+    ('gaps384', None),
+    ('aiglern_trimm', None),
+  }
+  assert 'bfloat16' in card
+  # TFDS prepared the pack under WORK, not in the home folder.
+  assert (tmp_path / 'work' / 'tfds' / 'crack500').is_dir()
