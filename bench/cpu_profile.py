@@ -17,11 +17,8 @@ kind's op time can add up to more than the step's wall time.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections import defaultdict
-from pathlib import Path
 
 # The rows of the table, in order. Kinds both frameworks fill come first.
 KINDS: tuple[str, ...] = (
@@ -83,19 +80,9 @@ def jax_kind(instruction: str, opcode: str, op_name: str) -> str:
   return 'forward elementwise, pooling, concatenation'
 
 
-def _trace_events(profile_dir: str | Path) -> list[dict]:
-  files = sorted(
-    Path(profile_dir).glob('**/perfetto_trace.json.gz'), key=lambda p: p.stat().st_mtime
-  )
-  if not files:
-    return []
-  data = json.loads(gzip.open(files[-1]).read())
-  return data['traceEvents'] if isinstance(data, dict) else data
-
-
-def jax_kinds(profile_dir: str | Path, hlo_text: str, steps: int, module: str = 'train_step'):
-  """Op time per step (ms) by kind of the jitted `module` in the newest trace under
-  `profile_dir`, from `steps` traced steps; None if the trace holds no op events of it.
+def jax_kinds(events: list[dict], hlo_text: str, steps: int, module: str = 'train_step'):
+  """Op time per step (ms) by kind of the jitted `module` from the trace `events` of `steps`
+  traced steps (bench/trace_summary.py `trace_events`); None if they hold no op events of it.
 
   Returns:
     {'kinds': {kind: ms per step}, 'ops': {instruction: ms per step} (the 15 largest),
@@ -105,7 +92,7 @@ def jax_kinds(profile_dir: str | Path, hlo_text: str, steps: int, module: str = 
   per_kind: dict[str, float] = defaultdict(float)
   per_op: dict[str, float] = defaultdict(float)
   n = 0
-  for e in _trace_events(profile_dir):
+  for e in events:
     args = e.get('args') or {}
     op = args.get('hlo_op')
     if e.get('ph') != 'X' or not op or module not in args.get('hlo_module', ''):

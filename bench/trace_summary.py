@@ -56,19 +56,32 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
   return total
 
 
+def newest_trace(profile_dir: str | Path) -> Path | None:
+  """The newest ``perfetto_trace.json.gz`` under `profile_dir`, or None."""
+  files = sorted(
+    Path(profile_dir).glob('**/perfetto_trace.json.gz'), key=lambda p: p.stat().st_mtime
+  )
+  return files[-1] if files else None
+
+
+def trace_events(trace: str | Path | None) -> list[dict]:
+  """The Chrome trace events of the Perfetto file `trace` ([] for None)."""
+  if trace is None:
+    return []
+  data = json.loads(gzip.open(trace).read())
+  return data['traceEvents'] if isinstance(data, dict) else data
+
+
 def device_spans(profile_dir: str | Path) -> dict | None:
   """The device events of the newest Perfetto trace under `profile_dir`: {'trace': its path,
   'devices': the device process names, 'tracks': 'streams' or 'all device tracks', 'spans':
   the complete ('X') events, of the stream threads only where there are any (XLA's module
   and op tracks span the kernels they hold)}. None without a trace or device tracks (the
   CPU backend)."""
-  files = sorted(
-    Path(profile_dir).glob('**/perfetto_trace.json.gz'), key=lambda p: p.stat().st_mtime
-  )
-  if not files:
+  trace = newest_trace(profile_dir)
+  if trace is None:
     return None
-  data = json.loads(gzip.open(files[-1]).read())
-  events = data['traceEvents'] if isinstance(data, dict) else data
+  events = trace_events(trace)
   devices, threads = {}, {}
   for e in events:
     if e.get('ph') != 'M':
@@ -87,7 +100,7 @@ def device_spans(profile_dir: str | Path) -> dict | None:
     return None
   streams = [e for e, t in spans if 'stream' in t.lower()]
   return {
-    'trace': str(files[-1]),
+    'trace': str(trace),
     'devices': sorted(set(devices.values())),
     'tracks': 'streams' if streams else 'all device tracks',
     'spans': streams or [e for e, _ in spans],

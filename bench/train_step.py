@@ -243,10 +243,12 @@ class JaxStep:
     self._run(n)
     jax.block_until_ready((self.state, self.metrics))
     jax.profiler.stop_trace()
-    summary = load_bench('trace_summary').kernels(profile_dir, n, top=25)
+    traces = load_bench('trace_summary')
+    summary = traces.kernels(profile_dir, n, top=25)
     cpu = None
     if jax.default_backend() == 'cpu':
-      cpu = load_bench('cpu_profile').jax_kinds(profile_dir, self.compiled.as_text(), n)
+      events = traces.trace_events(traces.newest_trace(profile_dir))
+      cpu = load_bench('cpu_profile').jax_kinds(events, self.compiled.as_text(), n)
     return {'dir': profile_dir, 'steps': n, 'kernels': summary, 'cpu_kinds': cpu}
 
   def result(self, times: list[float], warmup: int, pipelined_s: float, profile=None) -> dict:
