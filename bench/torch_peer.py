@@ -1,6 +1,6 @@
 """The PyTorch peer of bench/train_step.py: the same U-Net, loss and Adam step in PyTorch (eager
 or torch.compile), timed the same way, for the speed ratios of docs/performance.md. It runs in
-a process of its own (train_step.py's `_torch_subprocess`), so the JAX process never loads
+a process of its own (train_step.py's `TorchServer`), so the JAX process never loads
 torch. Also the measuring helpers both sides share (the random batch, the time statistics,
 the peak resident memory).
 """
@@ -142,7 +142,7 @@ def resolve_torch_device(name: str) -> str:
 
 class TorchStep:
   """The PyTorch equivalent of crackjax's train step, built once and timed in blocks; meant to
-  run in its own process (train_step.py's `_torch_subprocess` / `TorchServer`).
+  run in its own process (train_step.py's `TorchServer`).
 
   Args:
     config: the bench's config (model widths and dtype, loss, learning rate).
