@@ -234,7 +234,7 @@ class Experiment:
 
   @functools.cached_property
   def checkpoint_metadata(self) -> dict[str, Any]:
-    """What each checkpoint step records of its run (`checkpoints.save`'s `metadata`): the
+    """What each checkpoint step records of its run (`checkpoint_saves.save`'s `metadata`): the
     config as config.json holds it, its model group and the image shape of the abstract
     state, so that a ``checkpoints/`` folder alone rebuilds the run
     (`crackjax.experiment.restored.read_config`)."""

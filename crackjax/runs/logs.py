@@ -29,7 +29,7 @@ _HARMLESS_WARNINGS = (
   'Metadata file does not exist',
 )
 # orbax's errors of a save that failed in its background threads (a full or read-only disk):
-# each comes with a traceback, several per failed save, and `engine.checkpoints.save` reports
+# each comes with a traceback, several per failed save, and `engine.checkpoint_saves.save` reports
 # the failure itself in one line naming the step, the reason and the checkpoint kept.
 _REPORTED_ERRORS = (
   '_SignalingThread.run() raised an exception',

@@ -19,7 +19,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from crackjax.engine import checkpoints
+from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.engine.train_state import TrainState
@@ -200,10 +200,10 @@ def _train_and_evaluate(
       bar.update(1)
       if schedule.logs_at(step):
         log.flush()
-        checkpoints.check_saves(mngr)  # a full disk stops training here, not an epoch later
+        checkpoint_saves.check_saves(mngr)  # a full disk stops training here, not an epoch later
       if schedule.saves_at(step):
         log.flush()  # never checkpoint a state that followed a non-finite step
-        checkpoints.save(mngr, step, state, metadata=experiment.checkpoint_metadata)
+        checkpoint_saves.save(mngr, step, state, metadata=experiment.checkpoint_metadata)
         saved_step = step
         epoch = schedule.epoch_of(step)
         # The last epoch's record comes from the full evaluation below, if there is one.
@@ -211,7 +211,7 @@ def _train_and_evaluate(
           evaluator(state, epoch)
         if on_epoch_end is not None:
           on_epoch_end(state, epoch)
-    checkpoints.finish_saves(mngr)
+    checkpoint_saves.finish_saves(mngr)
   except BaseException as e:
     bar.close()  # ends the bar's line, so the lines below start on their own
     batches.close()  # stops the prefetch thread

@@ -11,15 +11,15 @@ from pathlib import Path
 import jax
 from absl import logging
 
-from crackjax.engine import checkpoints
+from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.runs import exits
 
 
 def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -> tuple:
   """Keeps what an interrupted loop can keep; returns (what is kept, in words, the save's
-  failure: `checkpoints.save_failure`, or None)."""
-  if isinstance(error, checkpoints.CheckpointSaveError):
+  failure: `checkpoint_saves.save_failure`, or None)."""
+  if isinstance(error, checkpoint_saves.CheckpointSaveError):
     return '', None  # the disk refused a save: do not try another; its line says what is kept
   try:
     log.flush()
@@ -35,10 +35,10 @@ def keep(error, state, step, start_step, saved_step, log, mngr, metadata=None) -
       else:
         logging.warning('Saving checkpoint of step %d before exiting.', step)
         try:
-          checkpoints.save(mngr, step, state, force=True, metadata=metadata)
-        except checkpoints.CheckpointSaveError as e:
+          checkpoint_saves.save(mngr, step, state, force=True, metadata=metadata)
+        except checkpoint_saves.CheckpointSaveError as e:
           logging.warning('%s', e)
-  failed = checkpoints.save_failure(mngr, error)
+  failed = checkpoint_saves.save_failure(mngr, error)
   complete = checkpoints.complete_steps(mngr.directory)
   return f'step {complete[-1]} in {mngr.directory}' if complete else '', failed
 

@@ -333,9 +333,9 @@ def test_asyncio_reports_of_a_failed_orbax_write_are_quiet(caplog):
   future gathering the writes, not a task, whose report the filter already dropped)."""
   import logging
 
-  from crackjax.engine import checkpoints
+  from crackjax.engine import checkpoint_saves
 
-  checkpoints.quiet_abandoned_writes()
+  checkpoint_saves.quiet_abandoned_writes()
   error = ValueError(
     'RESOURCE_EXHAUSTED: Error writing "opt_state.0.nu.x/0" in OCDBT database at local file '
     '"/w/checkpoints/6.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
@@ -387,17 +387,17 @@ def test_a_full_disk_under_the_metrics_and_records_names_the_file(tmp_path, monk
 
 _OTHER_WRITER = """
 import shutil, subprocess, sys
-from crackjax.engine import checkpoints
+from crackjax.engine import checkpoint_saves
 disk = sys.argv[1]
-real_save = checkpoints.save
+real_save = checkpoint_saves.save
 def save(mngr, step, state, **kw):
   if step == 6:  # step 3 complete; another writer fills the disk once the check has passed
-    checkpoints.finish_saves(mngr)
+    checkpoint_saves.finish_saves(mngr)
     free = shutil.disk_usage(mngr.directory).free
     subprocess.run(f'head -c {max(free - 300_000, 0)} /dev/zero > {disk}/filler', shell=True)
-    checkpoints._short_of_space = lambda directory, state: None
+    checkpoint_saves._short_of_space = lambda directory, state: None
   return real_save(mngr, step, state, **kw)
-checkpoints.save = save
+checkpoint_saves.save = save
 from crackjax.trainer import train_command
 sys.argv = ['launch.py', *sys.argv[2:]]
 train_command.main('launch.py')

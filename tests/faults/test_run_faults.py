@@ -30,7 +30,7 @@ import pytest
 
 from crackjax import cli
 from crackjax.data import loader
-from crackjax.engine import checkpoints
+from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.experiment.build import build
 from crackjax.paper import scheduler
 from crackjax.runs import exits, identity
@@ -336,19 +336,19 @@ def test_a_disk_filled_during_a_background_save_is_the_checkpoints_line(tmp_path
   # is the checkpoint's (the folder, the reason, the step kept, how to resume), not the record's.
   directory = tmp_path / 'checkpoints'
   mngr = checkpoints.checkpoint_manager(tmp_path, 2)
-  checkpoints.save(mngr, 3, {'w': np.arange(4.0)})
+  checkpoint_saves.save(mngr, 3, {'w': np.arange(4.0)})
   _save_failing_in_the_background(monkeypatch, 6, ENOSPC_AS_ORBAX_SAYS)
-  checkpoints.save(mngr, 6, {'w': np.arange(4.0)})
+  checkpoint_saves.save(mngr, 6, {'w': np.arange(4.0)})
   record = OSError(errno.ENOSPC, 'No space left on device', str(tmp_path / 'epoch_002.json'))
-  failed = checkpoints.save_failure(mngr, record)
+  failed = checkpoint_saves.save_failure(mngr, record)
   assert re.fullmatch(_full_during_the_save(directory), str(failed)), failed
   assert sorted(p.name for p in directory.iterdir()) == ['3']  # nothing half-written left
 
   # Stopped by something else (Ctrl-C): that stays the news, the save's failure a warning.
   mngr = checkpoints.checkpoint_manager(tmp_path, 2)
   _save_failing_in_the_background(monkeypatch, 9, ENOSPC_AS_ORBAX_SAYS)
-  checkpoints.save(mngr, 9, {'w': np.arange(4.0)})
-  assert checkpoints.save_failure(mngr, KeyboardInterrupt()) is None
+  checkpoint_saves.save(mngr, 9, {'w': np.arange(4.0)})
+  assert checkpoint_saves.save_failure(mngr, KeyboardInterrupt()) is None
   assert checkpoints.complete_steps(directory) == [3]
 
 
@@ -659,10 +659,10 @@ def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
   exits.clear_interrupt()
   try:
     with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit):
-      checkpoints.save(mngr, 1, {'w': np.arange(4.0)})
+      checkpoint_saves.save(mngr, 1, {'w': np.arange(4.0)})
     assert steps_saved == [1]  # the signal took effect after orbax had the save in hand
     assert exits.interrupt_requested() == (signum == signal.SIGINT)
-    checkpoints.finish_saves(mngr)
+    checkpoint_saves.finish_saves(mngr)
     assert checkpoints.complete_steps(tmp_path / 'checkpoints') == [1]
     assert not list((tmp_path / 'checkpoints').glob(f'*{checkpoints.TMP_SUFFIX}*'))
   finally:
