@@ -12,19 +12,24 @@ several processes after `jax.distributed.initialize()` run the same computation.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from crackjax import losses
-from crackjax.data import augment
 from crackjax.engine import mesh as mesh_lib
 from crackjax.engine import train_state
 from crackjax.engine.train_state import TrainState
 from crackjax.models import apply_model
+
+# What the step is handed (the contracts of `crackjax.losses.LossFn` and
+# `crackjax.data.augment.AugmentFn`, spelled here so the step imports neither: it only calls
+# them).
+LossFn = Callable[[Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
 
 class NonFiniteError(FloatingPointError):
@@ -35,8 +40,8 @@ def train_step(
   state: TrainState,
   batch: Mapping[str, jax.Array],
   *,
-  loss_fn: losses.LossFn,
-  augment_fn: augment.AugmentFn,
+  loss_fn: LossFn,
+  augment_fn: AugmentFn,
   seed: int,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimisation step on a global batch.
@@ -102,8 +107,8 @@ def make_train_step(
   mesh: Mesh,
   state: TrainState,
   *,
-  loss_fn: losses.LossFn,
-  augment_fn: augment.AugmentFn,
+  loss_fn: LossFn,
+  augment_fn: AugmentFn,
   seed: int,
 ):
   """Jits `train_step` with replicated state, a data-sharded batch and a donated state.
