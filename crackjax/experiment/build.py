@@ -1,6 +1,6 @@
 """One experiment, built once: everything a run needs, derived from a validated config.
 
-`build(config)` validates the config (one pass, `config.validation.check_config`) and returns
+`build(config)` validates the config (one pass, `experiment.validation.check_config`) and returns
 an `Experiment`: the model, the loss, the augmentation, the optimiser, the evaluation
 protocols and the run's identity, each built here and nowhere else. The dataset builder, the
 split sources, the train image shape and the device mesh are derived on first use and kept,
@@ -8,7 +8,7 @@ so a launch prepares the dataset and opens each split once, whoever asks (the da
 loader, the periodic and the final evaluation).
 
 Every consumer takes the experiment instead of the config: launch.py, the training loop (its
-jitted step is `Experiment.train_step`), evaluation (`evaluation.scoring`), scoring on other
+jitted step is `Experiment.train_step`), evaluation (`trainer.scoring`), scoring on other
 data (crackjax-evaluate), prediction and export of a restored run (`experiment.restored.load_run`:
 `build(config.json, training=False)`, then `Experiment.restore`), the reproduction runner's
 jobs and the benches. This is the pattern of scenic's and big_vision's trainers: build the
