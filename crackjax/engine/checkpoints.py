@@ -1,12 +1,13 @@
 """Checkpoints: the orbax manager of a workdir, restore, and recovery from damaged steps.
 
 Checkpoints are orbax `CheckpointManager` steps under ``<workdir>/checkpoints``, saved with
-`StandardSave` (`crackjax.engine.checkpoint_saves`, where a failed save ends) and restored onto an abstract state (shapes, dtypes and shardings, no values;
-`train_state.abstract_train_state`) with `StandardRestore`. This module is the one restore path
-of the package: training resumes, evaluation, the runner, prediction and export all restore
-through `restore` / `restore_or_init`. A damaged newest step is named, set aside and the newest
-readable one used (`restore_latest_readable`); a checkpoint of another model configuration is
-refused with the fields that differ.
+`StandardSave` (`crackjax.engine.checkpoint_saves`, where a failed save ends) and restored
+onto an abstract state (shapes, dtypes and shardings, no values;
+`train_state.abstract_train_state`) with `StandardRestore`. This module is the one restore
+path of the package: training resumes, evaluation, the runner, prediction and export all
+restore through `restore` / `restore_or_init`. A damaged newest step is named, set aside and
+the newest readable one used (`restore_latest_readable`); a checkpoint of another model
+configuration is refused with the fields that differ.
 
 Each step also records the run that wrote it, in orbax's per-step custom metadata
 (``<step>/_CHECKPOINT_METADATA``, key ``'crackjax'``: the config, its model group, the image
