@@ -288,7 +288,7 @@ def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str,
   probs16 = [half(ex['image']) for ex in examples]
   gts = [ex['mask'][..., 0] for ex in examples]
   f1 = {
-    dtype: evaluation.at_threshold(p, gts, protocol='strict', threshold=run.threshold)['f1']
+    dtype: evaluation.at_threshold(p, gts, protocol='strict', threshold=run.threshold)[F1]
     for dtype, p in (('float32', probs32), ('bfloat16', probs16))
   }
   return {
