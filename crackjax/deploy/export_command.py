@@ -28,6 +28,7 @@ from crackjax.deploy.export import (
   sidecar_path,
 )
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.evaluation.result import AP, F1, ODS, OIS
 from crackjax.models import model_file
 from crackjax.runs import docs
 
@@ -191,7 +192,7 @@ def _main_model(fv: flags.FlagValues) -> None:
     for protocol, r in score['protocols'].items():
       print(
         f'  {score["dataset"]} {score["split"]} ({score["num_images"]} images), {protocol}: '
-        f'ODS F1 {r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+        f'ODS F1 {r[ODS][F1]:.4f}, OIS F1 {r[OIS][F1]:.4f}, AP {r[AP]:.4f}'
       )
   if not card['scores']:
     print('  no evaluation of this step in the run: the card has no scores (crackjax-evaluate).')

@@ -26,6 +26,27 @@ import ml_dtypes
 import numpy as np
 
 from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple
+from crackjax.evaluation.result import (
+  AP,
+  CHOSEN_BY,
+  DATASET,
+  F1,
+  FIXED,
+  FIXED_F1,
+  NAME,
+  NUM_IMAGES,
+  ODS,
+  OIS,
+  OIS_MEAN_F1,
+  OPERATING_POINTS,
+  PER_IMAGE,
+  PRECISION,
+  RECALL,
+  RESULTS,
+  SPLIT,
+  STEP,
+  THRESHOLD,
+)
 from crackjax.experiment.restored import Run, epoch_threshold, load_run
 from crackjax.models import input_multiple, model_file
 from crackjax.runs import identity
@@ -68,17 +89,17 @@ def self_check(predictor: Predictor) -> dict[str, Any]:
 
 
 def _summary(result: dict[str, Any]) -> dict[str, Any]:
-  keep = ('precision', 'recall', 'f1', 'threshold')
+  keep = (PRECISION, RECALL, F1, THRESHOLD)
   out = {
-    'ods': {k: result['ods'][k] for k in keep if k in result['ods']},
-    'ois': {k: result['ois'][k] for k in keep if k in result['ois']},
-    'ap': result['ap'],
+    ODS: {k: result[ODS][k] for k in keep if k in result[ODS]},
+    OIS: {k: result[OIS][k] for k in keep if k in result[OIS]},
+    AP: result[AP],
   }
-  if 'fixed' in result:
-    out['fixed'] = {k: result['fixed'][k] for k in keep if k in result['fixed']}
-  if 'ois_mean_f1' in result:
-    out['ois_mean_f1'] = result['ois_mean_f1']
-  stored = (result.get('operating_points') or {}).get('run')
+  if FIXED in result:
+    out[FIXED] = {k: result[FIXED][k] for k in keep if k in result[FIXED]}
+  if OIS_MEAN_F1 in result:
+    out[OIS_MEAN_F1] = result[OIS_MEAN_F1]
+  stored = (result.get(OPERATING_POINTS) or {}).get('run')
   if stored:  # crackjax-evaluate's P/R/F1 at the model's stored threshold (the calibration)
     out['at_stored_threshold'] = {k: stored[k] for k in keep if k in stored}
   return out
@@ -90,19 +111,19 @@ def record_scores(record: dict[str, Any], name: str, copy: str | None = None) ->
   images, the record's `name`, per protocol ODS/OIS/AP, P/R/F1 at the stored threshold and,
   where the record has them, the first three images' rows."""
   protocols = {}
-  for protocol, result in record['results'].items():
+  for protocol, result in record[RESULTS].items():
     summary = _summary(result)
-    if result.get('per_image'):
+    if result.get(PER_IMAGE):
       summary['first_images'] = [
-        {k: row[k] for k in ('name', 'threshold', 'f1', 'fixed_f1') if k in row}
-        for row in result['per_image'][:3]
+        {k: row[k] for k in (NAME, THRESHOLD, F1, FIXED_F1) if k in row}
+        for row in result[PER_IMAGE][:3]
       ]
     protocols[protocol] = summary
   return {
-    'dataset': record['dataset'],
-    'split': record['split'],
+    DATASET: record[DATASET],
+    SPLIT: record[SPLIT],
     **({'copy': copy} if copy else {}),
-    'num_images': record['num_images'],
+    NUM_IMAGES: record[NUM_IMAGES],
     'record': name,
     'protocols': protocols,
   }
@@ -121,7 +142,7 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
       record = json.loads(path.read_text())
     except (json.JSONDecodeError, OSError):
       continue  # a damaged record is not a score
-    if record.get('step') != step:
+    if record.get(STEP) != step:
       continue
     scores = record_scores(record, str(path.relative_to(workdir)))
     entry = found.setdefault((scores['dataset'], scores['split']), {**scores, 'protocols': {}})
@@ -142,9 +163,9 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   saved = workdir / 'threshold.json'
   if saved.is_file():
     chosen = json.loads(saved.read_text())
-    if chosen.get('step') == run.step and 'chosen_by' in chosen:
-      return float(chosen['threshold']), (
-        f'{chosen["chosen_by"]}, {chosen.get("dataset")}, step {chosen["step"]}'
+    if chosen.get(STEP) == run.step and CHOSEN_BY in chosen:
+      return float(chosen[THRESHOLD]), (
+        f'{chosen[CHOSEN_BY]}, {chosen.get(DATASET)}, step {chosen[STEP]}'
       )
   return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
 
@@ -267,7 +288,7 @@ def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str,
   probs16 = [half(ex['image']) for ex in examples]
   gts = [ex['mask'][..., 0] for ex in examples]
   f1 = {
-    dtype: evaluation.at_threshold(p, gts, protocol='strict', threshold=run.threshold)['f1']
+    dtype: evaluation.at_threshold(p, gts, protocol='strict', threshold=run.threshold)[F1]
     for dtype, p in (('float32', probs32), ('bfloat16', probs16))
   }
   return {

@@ -32,6 +32,20 @@ from typing import Any
 
 import numpy as np
 
+from crackjax.evaluation.result import (
+  AP,
+  DATASETS,
+  EPOCH,
+  F1,
+  ODS,
+  OIS,
+  RESULTS,
+  SELECTION,
+  SPLIT,
+  STEP,
+  THRESHOLD,
+  VALUE,
+)
 from crackjax.runs import outputs
 
 PROTOCOL = 'strict'
@@ -46,22 +60,22 @@ def epoch_scores(workdir: str | Path, protocol: str = PROTOCOL) -> list[dict[str
   rows = []
   for path in sorted(Path(workdir).glob('epoch_*.json')):
     record = json.loads(path.read_text())
-    ods = record['results'][protocol]['ods']
+    ods = record[RESULTS][protocol][ODS]
     # A mixture of datasets is selected on its members' mean ODS F1 (record['selection']:
     # every dataset alike), its threshold stays the pooled one.
-    selection = record.get('selection') or {}
+    selection = record.get(SELECTION) or {}
     rows.append(
       {
-        'epoch': record['epoch'],
-        'step': record['step'],
-        'split': record['split'],
-        'ods_f1': selection.get('value', ods['f1']),
-        'pooled_f1': ods['f1'],
-        'threshold': ods['threshold'],
+        'epoch': record[EPOCH],
+        'step': record[STEP],
+        'split': record[SPLIT],
+        'ods_f1': selection.get(VALUE, ods[F1]),
+        'pooled_f1': ods[F1],
+        'threshold': ods[THRESHOLD],
         'datasets': {
-          name: d['results'][protocol]['ods']['f1']
-          for name, d in (record.get('datasets') or {}).items()
-          if protocol in d['results']
+          name: d[RESULTS][protocol][ODS][F1]
+          for name, d in (record.get(DATASETS) or {}).items()
+          if protocol in d[RESULTS]
         },
       }
     )
@@ -142,9 +156,9 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
         {
           'set': f'{h["dataset"]} {h["split"]}{_copy(h)}',
           'num_images': h['num_images'],
-          'ods': {p: r['ods']['f1'] for p, r in h['protocols'].items()},
+          ODS: {p: r[ODS][F1] for p, r in h['protocols'].items()},
           'at_threshold': {
-            p: r['at_stored_threshold']['f1']
+            p: r['at_stored_threshold'][F1]
             for p, r in h['protocols'].items()
             if 'at_stored_threshold' in r
           },
@@ -173,10 +187,10 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
     'licence': card['data']['licence'],
     'scored_on': f'{scores["dataset"]} {scores["split"]} ({scores["num_images"]} images)',
     'scores': {
-      protocol: {'ods': r['ods']['f1'], 'ois': r['ois']['f1'], 'ap': r['ap']}
+      protocol: {ODS: r[ODS][F1], OIS: r[OIS][F1], AP: r[AP]}
       for protocol, r in scores['protocols'].items()
     },
-    'threshold': loaded.threshold['threshold'],
+    'threshold': loaded.threshold[THRESHOLD],
     **by_set,
     **extra,
   }
@@ -221,14 +235,14 @@ def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
     print(f'{file}: the card has no scores on {got["dataset"]} {got["split"]}.', file=sys.stderr)
     return 1
   bad = 0
-  for protocol, result in got['results'].items():
+  for protocol, result in got[RESULTS].items():
     want = mine[0]['protocols'].get(protocol)
     if want is None:
       continue
     pairs = {
-      'ODS F1': (want['ods']['f1'], result['ods']['f1']),
-      'OIS F1': (want['ois']['f1'], result['ois']['f1']),
-      'AP': (want['ap'], result['ap']),
+      'ODS F1': (want[ODS][F1], result[ODS][F1]),
+      'OIS F1': (want[OIS][F1], result[OIS][F1]),
+      'AP': (want[AP], result[AP]),
     }
     for what, (a, b) in pairs.items():
       ok = abs(a - b) <= tolerance
@@ -454,7 +468,7 @@ def _rescore(prog: str, args: argparse.Namespace) -> int:
     for protocol, r in entry['protocols'].items():
       print(
         f'{args.file}: {entry["dataset"]} {entry["split"]}{_copy(entry)} {protocol}: ODS F1 '
-        f'{r["ods"]["f1"]:.4f}, OIS F1 {r["ois"]["f1"]:.4f}, AP {r["ap"]:.4f}'
+        f'{r[ODS][F1]:.4f}, OIS F1 {r[OIS][F1]:.4f}, AP {r[AP]:.4f}'
       )
   return 0
 

@@ -18,6 +18,17 @@ from crackjax.evaluation.protocols import (
   _check_num_thresholds,
   get_protocol,
 )
+from crackjax.evaluation.result import (
+  F1,
+  FIXED_F1,
+  FIXED_PRECISION,
+  FIXED_RECALL,
+  Curve,
+  ImageRow,
+  OperatingPoint,
+  PooledPoint,
+  ProtocolResult,
+)
 
 __all__ = ['at_threshold', 'evaluate', 'from_counts', 'image_scores', 'point_from_counts']
 
@@ -137,25 +148,25 @@ def _ods(counts: ThresholdCounts) -> tuple[int, _Curve]:
   return _pick_ods(curve.f1, errors), curve
 
 
-def _point(curve: _Curve, thresholds: np.ndarray, i: int) -> dict[str, float]:
-  """Grid point ``i`` of the dataset curve as a result dict."""
-  return {
-    'precision': float(curve.precision[i]),
-    'recall': float(curve.recall[i]),
-    'f1': float(curve.f1[i]),
-    'threshold': float(thresholds[i]),
-  }
+def _point(curve: _Curve, thresholds: np.ndarray, i: int) -> OperatingPoint:
+  """Grid point ``i`` of the dataset curve."""
+  return OperatingPoint(
+    precision=float(curve.precision[i]),
+    recall=float(curve.recall[i]),
+    f1=float(curve.f1[i]),
+    threshold=float(thresholds[i]),
+  )
 
 
 def _ods_and_ap(
-  bsds: bool, thresholds: np.ndarray, curve: _Curve, ods_grid: dict[str, float]
-) -> tuple[dict[str, float], float]:
+  bsds: bool, thresholds: np.ndarray, curve: _Curve, ods_grid: OperatingPoint
+) -> tuple[OperatingPoint, float]:
   """The reported ODS point and AP: BSDS (interpolated maxF, Area_PR) or grid-based."""
   if bsds:
     t, p, r, f = bsds_max_f(thresholds, curve.precision, curve.recall)
-    ods = {'precision': p, 'recall': r, 'f1': f, 'threshold': t}
+    ods = OperatingPoint(precision=p, recall=r, f1=f, threshold=t)
     return ods, bsds_average_precision(curve.precision, curve.recall)
-  return dict(ods_grid), _average_precision(curve.precision, curve.recall)
+  return ods_grid, _average_precision(curve.precision, curve.recall)
 
 
 def _ois_indices(counts: ThresholdCounts, f1: np.ndarray, ods: int, bsds: bool) -> np.ndarray:
@@ -169,43 +180,41 @@ def _ois_indices(counts: ThresholdCounts, f1: np.ndarray, ods: int, bsds: bool) 
   )
 
 
-def _ois(counts: ThresholdCounts, chosen: np.ndarray) -> dict[str, Any]:
+#: How OIS pools (its ``pooling``).
+OIS_POOLING = "counts pooled over images at each image's best threshold"
+
+
+def _ois(counts: ThresholdCounts, chosen: np.ndarray) -> PooledPoint:
   """OIS: P/R/F1 of the counts pooled over images at each image's chosen threshold."""
   rows = np.arange(len(chosen))
   pooled = ThresholdCounts(*(np.sum(a[rows, chosen]) for a in counts))
   p, r, f1 = _prf(*(np.asarray(a) for a in pooled))
-  return {
-    'precision': float(p),
-    'recall': float(r),
-    'f1': float(f1),
-    'pooling': "counts pooled over images at each image's best threshold",
-  }
+  return PooledPoint(precision=float(p), recall=float(r), f1=float(f1), pooling=OIS_POOLING)
 
 
-def _fixed(curve: _Curve, thresholds: np.ndarray) -> tuple[int, dict[str, float]]:
+def _fixed(curve: _Curve, thresholds: np.ndarray) -> tuple[int, OperatingPoint]:
   """The grid index of :data:`FIXED_THRESHOLD` (0.5) and the dataset's P, R, F1 there."""
   (i,) = np.flatnonzero(thresholds == FIXED_THRESHOLD)  # every grid contains 0.5 exactly
-  point = _point(curve, thresholds, int(i))
-  return int(i), {'threshold': point.pop('threshold'), **point}
+  return int(i), _point(curve, thresholds, int(i))
 
 
 def _per_image(
   images: _Curve, thresholds: np.ndarray, chosen: np.ndarray, fixed: int
-) -> list[dict[str, Any]]:
+) -> tuple[ImageRow, ...]:
   """Each image's threshold, P, R and F1 at its OIS threshold, and P, R, F1 at 0.5."""
-  return [
-    {
-      'index': int(j),
-      'threshold': float(thresholds[t]),
-      'precision': float(images.precision[j, t]),
-      'recall': float(images.recall[j, t]),
-      'f1': float(images.f1[j, t]),
-      'fixed_precision': float(images.precision[j, fixed]),
-      'fixed_recall': float(images.recall[j, fixed]),
-      'fixed_f1': float(images.f1[j, fixed]),
-    }
+  return tuple(
+    ImageRow(
+      index=int(j),
+      threshold=float(thresholds[t]),
+      precision=float(images.precision[j, t]),
+      recall=float(images.recall[j, t]),
+      f1=float(images.f1[j, t]),
+      fixed_precision=float(images.precision[j, fixed]),
+      fixed_recall=float(images.recall[j, fixed]),
+      fixed_f1=float(images.f1[j, fixed]),
+    )
     for j, t in enumerate(chosen)
-  ]
+  )
 
 
 def image_scores(row: np.ndarray, thresholds: np.ndarray, bsds: bool) -> dict[str, float]:
@@ -220,10 +229,10 @@ def image_scores(row: np.ndarray, thresholds: np.ndarray, bsds: bool) -> dict[st
   (fixed,) = np.flatnonzero(thresholds == FIXED_THRESHOLD)
   chosen = _ois_indices(counts, images.f1, int(fixed), bsds)[0]  # any ODS gives this F1
   return {
-    'f1': float(images.f1[0, chosen]),
-    'fixed_precision': float(images.precision[0, fixed]),
-    'fixed_recall': float(images.recall[0, fixed]),
-    'fixed_f1': float(images.f1[0, fixed]),
+    F1: float(images.f1[0, chosen]),
+    FIXED_PRECISION: float(images.precision[0, fixed]),
+    FIXED_RECALL: float(images.recall[0, fixed]),
+    FIXED_F1: float(images.f1[0, fixed]),
   }
 
 
@@ -371,27 +380,27 @@ def from_counts(
   images = _Curve(*_prf(*counts))
   chosen = _ois_indices(counts, images.f1, ods, spec.bsds)  # one threshold per image
   fixed_index, fixed = _fixed(curve, thresholds)
-  return {
-    'protocol': protocol,
-    'protocol_description': spec.description,
-    'num_images': len(chosen),
-    'num_thresholds': num_thresholds,
-    'tail_thresholds': bool(tail_thresholds),
-    'grid_size': int(thresholds.size),
-    'ods': ods_result,
-    'ods_grid': ods_grid,
-    'ois': _ois(counts, chosen),
-    'ois_mean_f1': float(images.f1[np.arange(len(chosen)), chosen].mean()),
-    'ap': ap,
-    'fixed': fixed,
-    'curve': {
-      'thresholds': thresholds.tolist(),
-      'precision': curve.precision.tolist(),
-      'recall': curve.recall.tolist(),
-      'f1': curve.f1.tolist(),
-    },
-    'per_image': _per_image(images, thresholds, chosen, fixed_index),
-  }
+  return ProtocolResult(
+    protocol=protocol,
+    protocol_description=spec.description,
+    num_images=len(chosen),
+    num_thresholds=num_thresholds,
+    tail_thresholds=bool(tail_thresholds),
+    grid_size=int(thresholds.size),
+    ods=ods_result,
+    ods_grid=ods_grid,
+    ois=_ois(counts, chosen),
+    ois_mean_f1=float(images.f1[np.arange(len(chosen)), chosen].mean()),
+    ap=ap,
+    fixed=fixed,
+    curve=Curve(
+      thresholds=tuple(thresholds.tolist()),
+      precision=tuple(curve.precision.tolist()),
+      recall=tuple(curve.recall.tolist()),
+      f1=tuple(curve.f1.tolist()),
+    ),
+    per_image=_per_image(images, thresholds, chosen, fixed_index),
+  ).to_json()
 
 
 def at_threshold(
@@ -411,9 +420,7 @@ def point_from_counts(counts: ThresholdCounts, threshold: float) -> dict[str, fl
   """:func:`at_threshold`'s result from the images' counts at that one threshold (arrays of
   shape (num_images, 1)): pooled over the images."""
   p, r, f1 = _prf(*(np.sum(c, axis=0) for c in counts))
-  return {
-    'threshold': float(threshold),
-    'precision': float(p[0]),
-    'recall': float(r[0]),
-    'f1': float(f1[0]),
-  }
+  point = OperatingPoint(
+    precision=float(p[0]), recall=float(r[0]), f1=float(f1[0]), threshold=float(threshold)
+  )
+  return point.to_json(threshold_first=True)

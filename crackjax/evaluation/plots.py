@@ -17,25 +17,32 @@ import numpy as np
 import PIL.Image
 from matplotlib.figure import Figure
 
+from crackjax.evaluation.result import (
+  AP,
+  CURVE,
+  F1,
+  FIXED,
+  FIXED_F1,
+  FIXED_PRECISION,
+  FIXED_RECALL,
+  ODS,
+  OIS,
+  PER_IMAGE,
+  PRECISION,
+  RECALL,
+  THRESHOLD,
+)
 from crackjax.runs import exits
 
 # Colours of the overlay: true positives, false positives, false negatives.
 _TP, _FP, _FN = (0, 200, 0), (230, 0, 0), (0, 90, 255)
 # Per-image values of each protocol in the CSV (keys of `evaluate`'s per_image rows).
-_CSV_KEYS = (
-  'threshold',
-  'precision',
-  'recall',
-  'f1',
-  'fixed_precision',
-  'fixed_recall',
-  'fixed_f1',
-)
+_CSV_KEYS = (THRESHOLD, PRECISION, RECALL, F1, FIXED_PRECISION, FIXED_RECALL, FIXED_F1)
 
 
 # The per-image values that each image decides alone (`aggregate.image_scores`): those the
 # rows written as they come hold.
-_STREAMED_KEYS = ('f1', 'fixed_precision', 'fixed_recall', 'fixed_f1')
+_STREAMED_KEYS = (F1, FIXED_PRECISION, FIXED_RECALL, FIXED_F1)
 #: The suffix of the per-image rows written as they come (`PerImageRows`): a name that claims
 #: nothing complete, until `write_per_image_csv` writes the whole CSV and removes that file.
 PARTIAL_SUFFIX = '.partial'
@@ -101,7 +108,7 @@ def write_per_image_csv(
     for i, name in enumerate(names):
       row = {'name': name}
       for p in protocols:
-        img = results[p]['per_image'][i]
+        img = results[p][PER_IMAGE][i]
         row.update({f'{p}_{k}': f'{img[k]:.6g}' for k in _CSV_KEYS})
       writer.writerow(row)
   # The whole CSV is there: the rows written as they came (`PerImageRows`) are superseded.
@@ -122,17 +129,17 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
     ax.plot(r[ok], p[ok], color='0.85', lw=0.8, zorder=0)
   for i, (protocol, res) in enumerate(results.items()):
     color = f'C{i}'
-    curve = res['curve']
+    ods, ois, fixed, curve = res[ODS], res[OIS], res[FIXED], res[CURVE]
     ax.plot(
-      curve['recall'],
-      curve['precision'],
+      curve[RECALL],
+      curve[PRECISION],
       color=color,
-      label=f'{protocol}: ODS F1 {res["ods"]["f1"]:.3f}, OIS F1 {res["ois"]["f1"]:.3f}, '
-      f'AP {res["ap"]:.3f}, F1@0.5 {res["fixed"]["f1"]:.3f}',
+      label=f'{protocol}: ODS F1 {ods[F1]:.3f}, OIS F1 {ois[F1]:.3f}, '
+      f'AP {res[AP]:.3f}, F1@0.5 {fixed[F1]:.3f}',
     )
-    ax.plot(res['ods']['recall'], res['ods']['precision'], 'o', color=color, ms=7)
-    ax.plot(res['ois']['recall'], res['ois']['precision'], 's', color=color, ms=6, mfc='none')
-    ax.plot(res['fixed']['recall'], res['fixed']['precision'], 'x', color=color, ms=7)
+    ax.plot(ods[RECALL], ods[PRECISION], 'o', color=color, ms=7)
+    ax.plot(ois[RECALL], ois[PRECISION], 's', color=color, ms=6, mfc='none')
+    ax.plot(fixed[RECALL], fixed[PRECISION], 'x', color=color, ms=7)
   ax.plot([], [], 'ko', label='ODS')
   ax.plot([], [], 'ks', mfc='none', label='OIS (pooled)')
   ax.plot([], [], 'kx', label='threshold 0.5')

@@ -25,6 +25,7 @@ import ml_collections
 
 from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.evaluation.result import CHOSEN_BY, DATASET, ODS, RESULTS, SPLIT, STEP, THRESHOLD
 from crackjax.experiment.build import build, one_device_mesh
 from crackjax.models import hub, model_file
 
@@ -149,10 +150,10 @@ def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
       record = json.loads(path.read_text())
     except (json.JSONDecodeError, OSError):
       continue  # a damaged record chooses nothing
-    strict = (record.get('results') or {}).get('strict')
-    if record.get('step') == step and strict:
-      return float(strict['ods']['threshold']), (
-        f'ODS F1 on the {record["split"]} split, strict protocol, {record["dataset"]}, '
+    strict = (record.get(RESULTS) or {}).get('strict')
+    if record.get(STEP) == step and strict:
+      return float(strict[ODS][THRESHOLD]), (
+        f'ODS F1 on the {record[SPLIT]} split, strict protocol, {record[DATASET]}, '
         f'step {step} ({path.name})'
       )
   return None
@@ -169,7 +170,7 @@ def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
   """
   path = Path(workdir) / 'threshold.json'
   saved = json.loads(path.read_text()) if path.is_file() else None
-  chosen_at = saved.get('step') if saved else None
+  chosen_at = saved.get(STEP) if saved else None
   if saved is None or (chosen_at is not None and int(chosen_at) != step):
     epoch = epoch_threshold(Path(workdir), step)
     if epoch is not None:
@@ -180,7 +181,7 @@ def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
       f'default 0.5: {path} was chosen for step {chosen_at}, not step {step}; evaluate this '
       'step or pass --threshold'
     )
-  where = ', '.join(str(saved[k]) for k in ('dataset', 'split') if saved.get(k))
+  where = ', '.join(str(saved[k]) for k in (DATASET, SPLIT) if saved.get(k))
   at = f', step {chosen_at}' if chosen_at is not None else ''
-  chosen_by = saved.get('chosen_by', 'saved by evaluation')
-  return float(saved['threshold']), f'{path} ({chosen_by}{at}{", " + where if where else ""})'
+  chosen_by = saved.get(CHOSEN_BY, 'saved by evaluation')
+  return float(saved[THRESHOLD]), f'{path} ({chosen_by}{at}{", " + where if where else ""})'

@@ -26,6 +26,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
+from crackjax.evaluation.result import EVAL_SECONDS, F1, ODS, PROTOCOL, RESULTS, TRAIN_SECONDS
 from crackjax.paper import records, tables
 from crackjax.runs import config_files, identity
 
@@ -337,7 +338,7 @@ def _run_job(job: Job, directory: Path, experiment, side_by_side: int) -> str:
       path = identity.epoch_path(directory, epoch)
       if epoch in announced or not path.exists():
         continue
-      record = identity.read_record(path, required=('results',))
+      record = identity.read_record(path, required=(RESULTS,))
       if record is None:
         continue
       announced.add(epoch)
@@ -391,8 +392,8 @@ def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]
 
 def epoch_line(job_id: str, epoch: int, record: Mapping[str, Any]) -> str:
   """The runner's line for an evaluated epoch (its record, epoch_<NNN>.json)."""
-  strict = record['results'].get('strict', next(iter(record['results'].values())))
-  seconds = record['train_seconds']
+  strict = record[RESULTS].get('strict', next(iter(record[RESULTS].values())))
+  seconds = record[TRAIN_SECONDS]
   # NaN: the epoch was evaluated later from its checkpoint (its process stopped before its
   # evaluation was written, or its record was damaged), so no training time belongs to it.
   trained = (
@@ -401,8 +402,8 @@ def epoch_line(job_id: str, epoch: int, record: Mapping[str, Any]) -> str:
     else 'training time not measured (evaluated later from its checkpoint)'
   )
   return (
-    f'{job_id} epoch {epoch}: {trained}, {record["eval_seconds"]:.1f} s evaluation, '
-    f'ODS F1 {strict["ods"]["f1"]:.4f} ({strict["protocol"]} protocol)'
+    f'{job_id} epoch {epoch}: {trained}, {record[EVAL_SECONDS]:.1f} s evaluation, '
+    f'ODS F1 {strict[ODS][F1]:.4f} ({strict[PROTOCOL]} protocol)'
   )
 
 

@@ -15,11 +15,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from crackjax.evaluation.result import (
+  AP,
+  F1,
+  FIXED,
+  NUM_THRESHOLDS,
+  ODS,
+  OIS,
+  POOLING,
+  PRECISION,
+  RECALL,
+)
 from crackjax.runs import outputs
 
 EXPORT_FORMAT = 'crackjax.reproduce/1'
 # What an exported epoch keeps of each protocol's result (no curves, no per-image rows).
-_EXPORT_KEYS = ('ods', 'ois', 'ap', 'fixed', 'num_thresholds')
+_EXPORT_KEYS = (ODS, OIS, AP, FIXED, NUM_THRESHOLDS)
 
 
 # ------------------------------------------------------------------------------------- loading
@@ -29,7 +40,7 @@ def _compact(results: dict[str, Any]) -> dict[str, Any]:
   # OIS's 'pooling' is one fixed sentence (docs/evaluation.md), not repeated in every epoch.
   return {
     p: {
-      k: {n: v for n, v in r[k].items() if n != 'pooling'} if k == 'ois' else r[k]
+      k: {n: v for n, v in r[k].items() if n != POOLING} if k == OIS else r[k]
       for k in _EXPORT_KEYS
       if k in r
     }
@@ -62,8 +73,8 @@ EPOCH_KEYS = ('epoch',)
 EXPORT_KEYS = (*RUN_KEYS, 'hardware', 'versions', 'setting')
 #: Every row of a run, and every protocol's result of an epoch (what the report reads of it).
 ROW_KEYS = ('key', 'epochs')
-RESULT_KEYS = ('ods', 'ois')
-SCORE_KEYS = ('precision', 'recall', 'f1')
+RESULT_KEYS = (ODS, OIS)
+SCORE_KEYS = (PRECISION, RECALL, F1)
 
 _INTEGER = ((int,), 'an integer')
 _NUMBER = ((int, float), 'a number')

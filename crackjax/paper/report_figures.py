@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from crackjax.evaluation.result import EPOCH, F1, ODS, OIS, RESULTS
 from crackjax.paper import tables
 from crackjax.paper.report_tables import method_label
 
@@ -42,12 +43,12 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
     if run['table'] != table:
       continue
     for e in run['epochs']:
-      r = e.get('results', {}).get(protocol)  # no 'results': not evaluated
+      r = e.get(RESULTS, {}).get(protocol)  # no 'results': not evaluated
       if r is None:
         continue
-      per = groups.setdefault(run['group'], {}).setdefault(e['epoch'], {})
-      per.setdefault('ods', []).append(r['ods']['f1'])
-      per.setdefault('ois', []).append(r['ois']['f1'])
+      per = groups.setdefault(run['group'], {}).setdefault(e[EPOCH], {})
+      per.setdefault(ODS, []).append(r[ODS][F1])
+      per.setdefault(OIS, []).append(r[OIS][F1])
   if not groups:
     return False
   by_group = tables.training_groups(table)
@@ -55,7 +56,7 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
   fig = Figure(figsize=(13, 4.8), layout='constrained')
   axes = fig.subplots(1, 2, sharey=True)
   handles, seeds = [], set()
-  for ax, what, label in zip(axes, ('ods', 'ois'), ('ODS F1', 'OIS F1'), strict=True):
+  for ax, what, label in zip(axes, (ODS, OIS), ('ODS F1', 'OIS F1'), strict=True):
     for i, (group, by_epoch) in enumerate(groups.items()):
       color = f'C{i % 10}'
       ep = sorted(by_epoch)
@@ -68,13 +69,13 @@ def plot_curves(path: Path, runs: Sequence[dict[str, Any]], table: int, protocol
       for epochs, ods, ois in _paper_points(group, table):
         if epochs > ep[-1]:  # beyond what was trained: it would only stretch the axis
           continue
-        ax.plot(epochs, ods if what == 'ods' else ois, '*', ms=11, color=color, mec='k', mew=0.5)
-      if what == 'ods':
+        ax.plot(epochs, ods if what == ODS else ois, '*', ms=11, color=color, mec='k', mew=0.5)
+      if what == ODS:
         rows = by_group.get(group)
         name = method_label(rows[0]) if rows else group.split(':', 1)[-1]
         handles.append(Line2D([], [], color=color, marker='.', label=name))
     if reference is not None:
-      value = reference.ods.f1.mean if what == 'ods' else reference.ois.f1.mean
+      value = reference.ods.f1.mean if what == ODS else reference.ois.f1.mean
       ax.axhline(value, color='0.45', ls='--', lw=1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel('epoch')

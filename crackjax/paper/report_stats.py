@@ -12,6 +12,18 @@ from typing import Any
 
 import numpy as np
 
+from crackjax.evaluation.result import (
+  EPOCH,
+  F1,
+  FIXED,
+  ODS,
+  OIS,
+  PARAMS,
+  PRECISION,
+  RECALL,
+  RESULTS,
+  TRAIN_SECONDS,
+)
 from crackjax.paper import tables
 
 
@@ -38,25 +50,26 @@ def _seconds(value: Any) -> float:
 
 
 def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, float] | None:
-  by_epoch = {e['epoch']: e for e in run['epochs']}
+  by_epoch = {e[EPOCH]: e for e in run['epochs']}
   e = by_epoch.get(epoch)
-  if e is None or protocol not in e.get('results', {}):
+  if e is None or protocol not in e.get(RESULTS, {}):
     return None
-  r = e['results'][protocol]
+  r = e[RESULTS][protocol]
   # An epoch absent, or its time unknown (evaluated from a checkpoint: null, NaN before strict
   # JSON): NaN, the sum is too.
-  times = [_seconds(by_epoch.get(k, {}).get('train_seconds')) for k in range(1, epoch + 1)]
-  fixed = r.get('fixed', {}).get('f1', math.nan)
+  times = [_seconds(by_epoch.get(k, {}).get(TRAIN_SECONDS)) for k in range(1, epoch + 1)]
+  fixed = r.get(FIXED, {}).get(F1, math.nan)
+  ods, ois = r[ODS], r[OIS]
   return {
-    'ods_p': r['ods']['precision'],
-    'ods_r': r['ods']['recall'],
-    'ods_f1': r['ods']['f1'],
-    'ois_p': r['ois']['precision'],
-    'ois_r': r['ois']['recall'],
-    'ois_f1': r['ois']['f1'],
+    'ods_p': ods[PRECISION],
+    'ods_r': ods[RECALL],
+    'ods_f1': ods[F1],
+    'ois_p': ois[PRECISION],
+    'ois_r': ois[RECALL],
+    'ois_f1': ois[F1],
     'f1_fixed': fixed,
     'time_s': float(np.sum(times)),  # NaN if an epoch's time is unknown
-    'params': float(e.get('params', math.nan)),
+    'params': float(e.get(PARAMS, math.nan)),
   }
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import jax
 from absl import logging
 
+from crackjax.evaluation.result import F1, ODS, OPERATING_POINTS, THRESHOLD
 from crackjax.experiment.build import Experiment
 from crackjax.trainer import scoring
 
@@ -67,8 +68,8 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
     start.name,
     record['num_images'],
     record['split'],
-    first['ods']['f1'],
-    first['operating_points'][STORED]['f1'],
+    first[ODS][F1],
+    first[OPERATING_POINTS][STORED][F1],
     start.threshold,
     first['protocol'],
   )
@@ -103,14 +104,14 @@ def table(before: dict[str, Any], after: dict[str, Any]) -> str:
   ]
 
   def cell(point: dict[str, Any]) -> str:
-    return f'{100 * point["f1"]:.1f} (t={point["threshold"]:.3g})'
+    return f'{100 * point[F1]:.1f} (t={point[THRESHOLD]:.3g})'
 
   for protocol, b in before['results'].items():
     a = after['results'].get(protocol)
-    stored = b.get('operating_points', {}).get(STORED)
+    stored = b.get(OPERATING_POINTS, {}).get(STORED)
     lines.append(
-      f'| {protocol} | {cell(stored) if stored else ""} | {cell(b["ods"])} '
-      f'| {cell(a["ods"]) if a else "not scored"} |'
+      f'| {protocol} | {cell(stored) if stored else ""} | {cell(b[ODS])} '
+      f'| {cell(a[ODS]) if a else "not scored"} |'
     )
   return '\n'.join(lines)
 

@@ -8,6 +8,7 @@ the per-image CSV, the plots and TensorBoard's extras (`write_eval_outputs`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -22,7 +23,9 @@ from absl import logging
 from crackjax import evaluation
 from crackjax.data import mixture
 from crackjax.evaluation import plots
+from crackjax.evaluation import result as keys
 from crackjax.evaluation.eval_plan import EvalPlan
+from crackjax.evaluation.result import EvalRecord, ProtocolResult, Selection, ThresholdRecord
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 
@@ -31,20 +34,7 @@ from crackjax.runs.metric_writer import MetricWriter
 PER_IMAGE_CSV = 'eval_per_image.csv'
 
 #: The keys of an `evaluation.evaluate` result that `protocol_summary` keeps, in order.
-_SUMMARY_KEYS = (
-  'protocol',
-  'protocol_description',
-  'num_thresholds',
-  'tail_thresholds',
-  'grid_size',
-  'ods',
-  'ods_grid',
-  'ois',
-  'ois_mean_f1',
-  'ap',
-  'fixed',
-  'curve',
-)
+_SUMMARY_KEYS = keys.SUMMARY_KEYS
 
 
 def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -62,19 +52,7 @@ def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 #: The fields of an evaluation record (`evaluation_record`), in order: eval.json and every
 #: epoch_<NNN>.json, whoever wrote them (launch, the periodic evaluation, the runner).
-RECORD_FIELDS = (
-  'epoch',
-  'step',
-  'dataset',
-  'split',
-  'num_images',
-  'protocols',
-  'params',
-  'train_seconds',
-  'eval_seconds',
-  'first_in_process',
-  'results',
-)
+RECORD_FIELDS = keys.RECORD_FIELDS
 
 
 def by_member(
@@ -90,8 +68,8 @@ def by_member(
     groups.setdefault(member, []).append(i)
   return {
     member: {
-      'num_images': len(rows),
-      'results': {p: protocol_summary(r) for p, r in results_of(rows).items()},
+      keys.NUM_IMAGES: len(rows),
+      keys.RESULTS: {p: protocol_summary(r) for p, r in results_of(rows).items()},
     }
     for member, rows in groups.items()
   }
@@ -103,16 +81,10 @@ def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | No
   counts alike however many images it has (the pooled ``results`` weigh them by pixels)."""
   if not members:
     return record
-  protocol = next(iter(record['results']))
-  f1s = [m['results'][protocol]['ods']['f1'] for m in members.values()]
-  return {
-    **record,
-    'datasets': members,
-    'selection': {
-      'metric': f'mean over the datasets of the {protocol} ODS F1',
-      'value': float(np.mean(f1s)),
-    },
-  }
+  protocol = next(iter(record[keys.RESULTS]))
+  f1s = [ProtocolResult.from_json(m[keys.RESULTS][protocol]).ods.f1 for m in members.values()]
+  selection = Selection(f'mean over the datasets of the {protocol} ODS F1', float(np.mean(f1s)))
+  return {**record, keys.DATASETS: members, keys.SELECTION: selection.to_json()}
 
 
 def evaluation_record(
@@ -138,29 +110,29 @@ def evaluation_record(
   that it includes the process's start-up and compilation.
   """
   step, params = facts  # `scoring.state_facts`
-  return {
-    'epoch': epoch_of(step),
-    'step': step,
-    'dataset': dataset,
-    'split': split,
-    'num_images': len(names),
-    'protocols': list(results),
-    'params': params,
-    'train_seconds': train_seconds,
-    'eval_seconds': eval_seconds,
-    'first_in_process': first_in_process,
-    'results': {
-      protocol: {
-        **protocol_summary(r),
-        **(
-          {'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)]}
-          if per_image
-          else {}
-        ),
-      }
-      for protocol, r in results.items()
-    },
-  }
+
+  def recorded(result: dict[str, Any]) -> ProtocolResult:
+    typed = ProtocolResult.from_json(result)
+    rows = None
+    if per_image:
+      rows = tuple(
+        dataclasses.replace(row, name=n) for n, row in zip(names, typed.per_image, strict=True)
+      )
+    return dataclasses.replace(typed.summary(), per_image=rows)
+
+  return EvalRecord(
+    epoch=epoch_of(step),
+    step=step,
+    dataset=dataset,
+    split=split,
+    num_images=len(names),
+    protocols=tuple(results),
+    params=params,
+    train_seconds=train_seconds,
+    eval_seconds=eval_seconds,
+    first_in_process=first_in_process,
+    results={protocol: recorded(r) for protocol, r in results.items()},
+  ).to_json()
 
 
 def write_epoch_record(
@@ -170,32 +142,34 @@ def write_epoch_record(
   an existing record of the same step (its other protocols and its training time kept).
   Only an epoch's last step has an epoch record (a checkpoint saved mid-epoch, e.g. on an
   interrupt, is not an epoch): returns None and writes nothing for any other step."""
-  if record['step'] != record['epoch'] * steps_per_epoch:
+  if record[keys.STEP] != record[keys.EPOCH] * steps_per_epoch:
     return None
-  path = identity.epoch_path(directory, record['epoch'])
+  path = identity.epoch_path(directory, record[keys.EPOCH])
   path.parent.mkdir(parents=True, exist_ok=True)
   record = {
     **record,
-    'results': {
-      p: {k: v for k, v in r.items() if k != 'per_image'} for p, r in record['results'].items()
+    keys.RESULTS: {
+      p: {k: v for k, v in r.items() if k != keys.PER_IMAGE}
+      for p, r in record[keys.RESULTS].items()
     },
   }
-  old = identity.read_record(path, required=('epoch', 'results')) if path.exists() else None
-  if old is not None and old.get('step') == record['step']:
-    results = {**old['results'], **record['results']}
-    record['results'], record['protocols'] = results, list(results)
-    if math.isnan(record['train_seconds']):
-      record['train_seconds'] = old.get('train_seconds', math.nan)
-      record['first_in_process'] = old.get('first_in_process', False)
+  required = (keys.EPOCH, keys.RESULTS)
+  old = identity.read_record(path, required=required) if path.exists() else None
+  if old is not None and old.get(keys.STEP) == record[keys.STEP]:
+    results = {**old[keys.RESULTS], **record[keys.RESULTS]}
+    record[keys.RESULTS], record[keys.PROTOCOLS] = results, list(results)
+    if math.isnan(record[keys.TRAIN_SECONDS]):
+      record[keys.TRAIN_SECONDS] = old.get(keys.TRAIN_SECONDS, math.nan)
+      record[keys.FIRST_IN_PROCESS] = old.get(keys.FIRST_IN_PROCESS, False)
   identity.write_json(path, record)
   return path
 
 
 def add_points(summary: dict[str, Any], points: dict[str, dict[str, dict[str, float]]]) -> None:
   """Each protocol's operating points (`StreamScorer.results`) into its results, if any."""
-  for protocol, result in summary['results'].items():
+  for protocol, result in summary[keys.RESULTS].items():
     for name, point in points.get(protocol, {}).items():
-      result.setdefault('operating_points', {})[name] = point
+      result.setdefault(keys.OPERATING_POINTS, {})[name] = point
 
 
 def step_results_dir(directory: str | Path, step: int) -> Path:
@@ -247,7 +221,7 @@ def newest_evaluated_step(directory: str | Path) -> int | None:
   steps = []
   for name in ('eval.json', 'threshold.json'):
     try:
-      step = json.loads((Path(directory) / name).read_text()).get('step')
+      step = json.loads((Path(directory) / name).read_text()).get(keys.STEP)
     except (OSError, ValueError, AttributeError):
       continue
     if isinstance(step, int) and not isinstance(step, bool):
@@ -296,7 +270,7 @@ def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
   the threshold of the qualitative figures."""
   for protocol, r in results.items():
     if evaluation.get_protocol(protocol).writes_threshold_file:
-      return r['ods']['threshold']
+      return ProtocolResult.from_json(r).ods.threshold
   return 0.5
 
 
@@ -305,35 +279,24 @@ def write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary) 
   for protocol, r in results.items():
     spec = evaluation.get_protocol(protocol)
     if spec.writes_threshold_file:
-      threshold = r['ods']['threshold']
-      # Atomic, as every record: crackjax-predict reads it (without the lock) at any time.
-      identity.write_json(
-        workdir / 'threshold.json',
-        {
-          'threshold': threshold,
-          'rule': spec.threshold_rule,
-          'chosen_by': f'ODS F1 on the {summary["split"]} split, {protocol} protocol',
-          'dataset': summary['dataset'],
-          'split': summary['split'],
-          'step': summary['step'],
-        },
+      split = summary[keys.SPLIT]
+      chosen = ThresholdRecord(
+        threshold=ProtocolResult.from_json(r).ods.threshold,
+        rule=spec.threshold_rule,
+        chosen_by=f'ODS F1 on the {split} split, {protocol} protocol',
+        dataset=summary[keys.DATASET],
+        split=split,
+        step=summary[keys.STEP],
       )
-      return threshold
+      # Atomic, as every record: crackjax-predict reads it (without the lock) at any time.
+      identity.write_json(workdir / 'threshold.json', chosen.to_json())
+      return chosen.threshold
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
 
 
 def eval_scalars(r: dict[str, Any]) -> dict[str, float]:
   """The scalars of one protocol's result (TensorBoard and metrics.jsonl)."""
-  return {
-    'ods_f1': r['ods']['f1'],
-    'ods_precision': r['ods']['precision'],
-    'ods_recall': r['ods']['recall'],
-    'ois_f1': r['ois']['f1'],
-    'ap': r['ap'],
-    'fixed_f1': r['fixed']['f1'],
-    'fixed_precision': r['fixed']['precision'],
-    'fixed_recall': r['fixed']['recall'],
-  }
+  return ProtocolResult.from_json(r).scalars()
 
 
 def write_tensorboard_extras(
@@ -350,17 +313,17 @@ def write_tensorboard_extras(
   """One evaluation's TensorBoard beyond scalars (`MetricWriter.write_evaluation`): each
   protocol's PR curve, the first ``plan.num_qualitative`` images as image | ground truth |
   probability | overlay at `threshold` panels, and the run's hyper-parameters."""
-  kind = f'eval_{record["split"]}'
-  curves = {f'{kind}_{p}/pr_curve': r['curve'] for p, r in results.items()}
+  kind = f'eval_{record[keys.SPLIT]}'
+  curves = {f'{kind}_{p}/pr_curve': r[keys.CURVE] for p, r in results.items()}
   k = min(plan.num_qualitative, len(images))
   panels = [
     (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
     for i in range(k)
   ]
-  metrics = [f'{kind}_{p}/{m}' for p in results for m in ('ods_f1', 'ois_f1', 'ap')]
+  metrics = [f'{kind}_{p}/{m}' for p in results for m in keys.HEADLINE_SCALARS]
   flat = metric_writer.flat_hparams(hparams) if hparams else None
   writer.write_evaluation(
-    record['step'], curves=curves, panels=panels, hparams=flat, metrics=metrics
+    record[keys.STEP], curves=curves, panels=panels, hparams=flat, metrics=metrics
   )
 
 
@@ -383,7 +346,7 @@ def write_eval_outputs(
   evaluation's. `images`, `probs` and `gts` may be the first ``plan.num_qualitative`` only
   (with their `names`) when `probs_saved` (the maps already written as they came)."""
   workdir.mkdir(parents=True, exist_ok=True)
-  step, split = summary['step'], summary['split']
+  step, split = summary[keys.STEP], summary[keys.SPLIT]
   threshold = write_threshold(workdir, results, summary)
   plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
   title = f'{plan.dataset} {split}, step {step}'
@@ -405,21 +368,22 @@ def write_eval_outputs(
   write_tensorboard_extras(writer, plan, summary, results, images, probs, gts, threshold, hparams)
   for protocol, r in results.items():
     writer.write_scalars(step, eval_scalars(r), kind=f'eval_{split}_{protocol}')
+    typed = ProtocolResult.from_json(r)
     logging.info(
       'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
       'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
       protocol,
       step,
-      r['ods']['f1'],
-      r['ods']['threshold'],
-      r['ods']['precision'],
-      r['ods']['recall'],
-      r['ois']['f1'],
-      r['ap'],
-      r['fixed']['f1'],
-      r['fixed']['threshold'],
-      r['fixed']['precision'],
-      r['fixed']['recall'],
+      typed.ods.f1,
+      typed.ods.threshold,
+      typed.ods.precision,
+      typed.ods.recall,
+      typed.ois.f1,
+      typed.ap,
+      typed.fixed.f1,
+      typed.fixed.threshold,
+      typed.fixed.precision,
+      typed.fixed.recall,
     )
   writer.close()
   identity.write_json(workdir / 'eval.json', summary)

@@ -39,6 +39,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
+from crackjax.evaluation.result import NUM_IMAGES, RESULTS, ProtocolResult
 from crackjax.runs import docs, identity, outputs
 
 PROG = 'crackjax-evaluate'
@@ -218,22 +219,23 @@ def _in_this_command(message: str) -> str:
 def table_rows(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
   """One row per protocol of an evaluation record, with the COLUMNS' keys."""
   rows = []
-  for protocol, r in record['results'].items():
-    points = r.get('operating_points', {})
+  for protocol, data in record[RESULTS].items():
+    r = ProtocolResult.from_json(data, protocol)
+    run = (r.operating_points or {}).get('run')
     rows.append(
       {
         'data': label,
         'protocol': protocol,
-        'images': record['num_images'],
-        'ods_p': r['ods']['precision'],
-        'ods_r': r['ods']['recall'],
-        'ods_f1': r['ods']['f1'],
-        'ois_p': r['ois']['precision'],
-        'ois_r': r['ois']['recall'],
-        'ois_f1': r['ois']['f1'],
-        'ap': r['ap'],
-        'f1_run': points.get('run', {}).get('f1'),
-        'f1_05': r['fixed']['f1'],
+        'images': record[NUM_IMAGES],
+        'ods_p': r.ods.precision,
+        'ods_r': r.ods.recall,
+        'ods_f1': r.ods.f1,
+        'ois_p': r.ois.precision,
+        'ois_r': r.ois.recall,
+        'ois_f1': r.ois.f1,
+        'ap': r.ap,
+        'f1_run': run.f1 if run else None,
+        'f1_05': r.fixed.f1,
       }
     )
   return rows

@@ -18,6 +18,7 @@ import numpy as np
 from absl import logging
 
 from crackjax.engine import train_state
+from crackjax.evaluation.result import F1, ODS, PROTOCOL
 from crackjax.experiment.build import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
@@ -160,8 +161,8 @@ class EpochEvaluator:
       else 'training time not measured (evaluated later from its checkpoint)',
       record['eval_seconds'],
       ' (scored beside training)' if self._workers else '',
-      first['ods']['f1'],
-      first['protocol'],
+      first[ODS][F1],
+      first[PROTOCOL],
     )
 
   def _write_tensorboard(self, record, results, images, gts, probs) -> None:
