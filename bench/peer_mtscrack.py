@@ -288,7 +288,7 @@ def read_registered_set(
 
   data = base.get_config().data
   data.name, data.manual_dir, data.data_dir = dataset, manual_dir, data_dir
-  source = registry.get_data_source(data, split)
+  source = registry.get_data_source(data.to_dict(), split)
   out = []
   for i in subsample(len(source), keep):
     record = source[i]

@@ -91,7 +91,7 @@ def _source(spec: str, manual: dict[str, str], data_dir: str | None):
   name, _, split = spec.partition(':')
   data = base.get_config().data
   data.name, data.data_dir, data.manual_dir = name, data_dir, manual.get(name)
-  return registry.get_data_source(data, split or 'test')
+  return registry.get_data_source(data.to_dict(), split or 'test')
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,7 +116,7 @@ data.data_dir = os.environ['TFDS_DATA_DIR']
 for name in data.mix:
   folder = 'crackforest' if name in roads_unet.CRACKFOREST_MEMBERS else 'Datasets'
   data.mix[name].manual_dir = os.path.join(os.environ['DATA'], folder)
-for builder in mixture.prepare(data):
+for builder in mixture.prepare(data.to_dict()):
   counts = ', '.join(f'{s} {v.num_examples}' for s, v in sorted(builder.info.splits.items()))
   print(f'prepared {builder.name}: {counts}')
 EOF

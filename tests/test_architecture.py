@@ -294,25 +294,14 @@ def test_the_parts_take_narrow_inputs_not_the_config():
   assert [n for n in ast.walk(planted) if isinstance(n, ast.Attribute) and n.attr == 'config']
 
 
-# Who may import ml_collections (issue 46 item 2): the room that turns a config into parts,
-# the command scaffold and the commands that take --config. The parts below still taking a
-# ConfigDict are listed by name until they take plain specs: the list only shrinks, and a new
-# module importing ml_collections fails here.
+# Who may import ml_collections (issue 46 item 2): the room that turns a config into parts
+# (experiment/specs.py derives the plain specs the parts below take), the command scaffold and
+# the commands that take --config. The parts below still taking a ConfigDict were listed by
+# name until they took plain specs: the list is empty now and stays so, and a new module
+# importing ml_collections fails here.
 ML_COLLECTIONS_ROOMS = ('crackjax.experiment.', 'crackjax.cli')
 ML_COLLECTIONS_COMMANDS = ('crackjax.trainer.data_stats', 'crackjax.paper.complexity')
-ML_COLLECTIONS_NOT_YET_PLAIN = (
-  'crackjax.data.augment',
-  'crackjax.data.folder_stream',
-  'crackjax.data.loader',
-  'crackjax.data.mixture',
-  'crackjax.data.registry',
-  'crackjax.deploy.export',
-  'crackjax.losses',
-  'crackjax.models',
-  'crackjax.models.model_file',
-  'crackjax.models.pretrained',
-  'crackjax.runs.logs',
-)
+ML_COLLECTIONS_NOT_YET_PLAIN: tuple[str, ...] = ()
 
 
 def test_only_the_experiment_the_cli_and_commands_import_ml_collections():

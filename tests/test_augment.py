@@ -111,9 +111,9 @@ def test_augment_fn_from_config():
   image, mask = random_batch()
   off = config.copy_and_resolve_references()
   off.augment.enabled = False
-  out = augment_lib.augment_fn(off.augment)(jax.random.key(0), image, mask)
+  out = augment_lib.augment_fn(off.augment.to_dict())(jax.random.key(0), image, mask)
   assert out[0] is image and out[1] is mask
-  fn = jax.jit(augment_lib.augment_fn(config.augment))
+  fn = jax.jit(augment_lib.augment_fn(config.augment.to_dict()))
   out_image, out_mask = fn(jax.random.key(0), image, mask)
   assert out_image.shape == image.shape
   assert set(np.unique(out_mask).tolist()) <= {0.0, 1.0}

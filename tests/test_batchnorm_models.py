@@ -52,10 +52,10 @@ def test_built_from_config():
   config = ml_collections.ConfigDict(
     {'name': 'deeplabv3plus', 'width_scale': 0.25, 'blocks': [1, 1, 1, 1], 'dtype': 'bfloat16'}
   )
-  model = model_from_config(config)
+  model = model_from_config(config.to_dict())
   assert model.blocks == (1, 1, 1, 1) and model.dtype == jnp.bfloat16
   with pytest.raises(ValueError, match='n_classes must be 1 or 2'):
-    model_from_config(ml_collections.ConfigDict({'name': 'segnet', 'n_classes': 21}))
+    model_from_config({'name': 'segnet', 'n_classes': 21})
   with pytest.raises(ValueError, match='output_stride'):
     DeepLabV3Plus(output_stride=32)
   with pytest.raises(ValueError, match='blocks'):
@@ -212,7 +212,7 @@ def test_segnet_frequencies_and_weights_by_hand():
 
 
 def test_median_frequency_loss_by_hand():
-  loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': 'median_frequency'}))
+  loss_fn = losses.loss_from_config({'name': 'median_frequency'})
   loss, metrics = loss_fn(jnp.zeros_like(LABELS), LABELS)
   # Every pixel costs ln 2 times its class weight: (2.25 + 7 * 0.642857...) / 8 = 0.84375.
   assert float(loss) == pytest.approx(0.84375 * math.log(2), rel=1e-6)
@@ -253,4 +253,4 @@ def test_fixed_crack_frequency_and_two_class_softmax():
 def test_bad_crack_frequency_names_the_field(bad):
   config = ml_collections.ConfigDict({'name': 'median_frequency', 'crack_frequency': bad})
   with pytest.raises(ValueError, match='config.loss.crack_frequency'):
-    losses.loss_from_config(config)
+    losses.loss_from_config(config.to_dict())

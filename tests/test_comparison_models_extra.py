@@ -8,7 +8,6 @@ import json
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from jax import lax
@@ -101,9 +100,7 @@ def test_ucliquenet_structure():
 
 
 def test_built_from_config():
-  model = model_from_config(
-    ml_collections.ConfigDict({'name': 'crackseg', 'rates': [1, 2], 'blocks': [1, 1, 1, 1]})
-  )
+  model = model_from_config({'name': 'crackseg', 'rates': [1, 2], 'blocks': [1, 1, 1, 1]})
   assert model.rates == (1, 2) and model.blocks == (1, 1, 1, 1)
   # Four 2x2 poolings (the output stride 16); U-CliqueNet pools once per level.
   assert CrackSeg().input_multiple == 16

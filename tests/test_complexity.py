@@ -34,7 +34,7 @@ def test_layer_count_agrees_with_xla_cost_analysis():
   config = smoke.get_config()
   config.model.widths = (8, 16, 32, 64, 128)
   macs = complexity.unet_macs(config.model.widths, 128, 160)
-  flops = complexity.xla_flops(model_from_config(config.model), 128, 160)
+  flops = complexity.xla_flops(model_from_config(config.model.to_dict()), 128, 160)
   # XLA counts 2 FLOPs per MAC but skips the taps that fall on 'same' padding, so it
   # sits slightly below 2 x our count; element-wise work is comparatively tiny.
   assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
@@ -120,7 +120,7 @@ def test_analytic_count_equals_the_layer_count(impl):
   config = smoke.get_config()
   config.model.widths = (64, 128, 256, 512, 1024)
   config.model.conv_impl = impl
-  macs = complexity.forward_macs(model_from_config(config.model), 320, 480)
+  macs = complexity.forward_macs(model_from_config(config.model.to_dict()), 320, 480)
   layer = complexity.unet_macs(config.model.widths, 320, 480)
   assert macs['total'] == layer['true'] == 112_892_313_600
   assert macs['conv'] == layer['conv'] and macs['dot'] == layer['up']
@@ -142,7 +142,7 @@ def test_analytic_count_for_every_model(name):
   """Every registered model gets a positive count, linear in the batch, that XLA's own cost
   analysis of the lowered forward pass agrees with (within 2x)."""
   config = _config_of(name)
-  model = model_from_config(config.model)
+  model = model_from_config(config.model.to_dict())
   multiple = input_multiple(model)
   h, w = 2 * max(16, multiple), 3 * max(16, multiple)
   one = complexity.forward_macs(model, h, w)
@@ -187,7 +187,9 @@ def test_train_step_flops_and_peak_fractions():
 
 def test_paper_rows_beside_tables_v_to_viii():
   config = compare.get_config('hed')
-  rows = {q['table']: q for q in complexity.paper_rows(config, model_from_config(config.model))}
+  rows = {
+    q['table']: q for q in complexity.paper_rows(config, model_from_config(config.model.to_dict()))
+  }
   assert set(rows) == {7, 8}  # HED is compared on Crack360 and BJN260 only
   assert rows[7]['input_hw'] == [512, 512] and rows[8]['input_hw'] == [320, 480]
   # The paper's GFLOPS are MACs: HED's analytic count is within 0.6 % of both printed figures.

@@ -23,7 +23,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -50,8 +49,8 @@ def test_model_entry_declares_what_its_configs_need(name):
   entry = models.MODELS[name]
   # Its group builds the model, its original loss builds, and every compare.py config of it
   # (the paper's setting and each small variant) passes validation.
-  models.model_from_config(ml_collections.ConfigDict(models.model_group(name)))
-  losses.loss_from_config(ml_collections.ConfigDict(dict(entry.original_loss)))
+  models.model_from_config(models.model_group(name))
+  losses.loss_from_config(dict(entry.original_loss))
   # A smoke variant (tests train it in seconds); variants are configs/base.py's and only
   # override fields of the group.
   assert 'smoke' in entry.small
@@ -204,7 +203,7 @@ def _outputs(name: str, logits: jax.Array, sides: tuple[jax.Array, ...]) -> Any:
 def test_loss_matches_its_equation_on_the_hand_case(name):
   assert name in HAND_CASES, f'write the hand case of loss {name!r} in HAND_CASES'
   fields, expected = HAND_CASES[name]
-  loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': name, **fields}))
+  loss_fn = losses.loss_from_config({'name': name, **fields})
   outputs = _outputs(name, HAND_LOGITS, (jnp.zeros_like(HAND_LOGITS),))
   loss, _ = loss_fn(outputs, HAND_LABELS)
   assert float(loss) == pytest.approx(expected(), rel=1e-6)
@@ -217,7 +216,7 @@ def test_loss_fields_are_keyword_arguments_with_defaults(name):
   parameters = inspect.signature(entry.build).parameters.values()
   assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in parameters)
   assert entry.fields == tuple(p.name for p in parameters)
-  losses.loss_from_config(ml_collections.ConfigDict({'name': name}))
+  losses.loss_from_config({'name': name})
 
 
 def _random_maps(seed: int, n: int) -> list[jax.Array]:
@@ -227,7 +226,7 @@ def _random_maps(seed: int, n: int) -> list[jax.Array]:
 
 @pytest.mark.parametrize('name', LOSS_NAMES)
 def test_loss_is_a_scalar_with_finite_gradients_under_jit(name):
-  loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': name}))
+  loss_fn = losses.loss_from_config({'name': name})
   fused, side1, side2 = _random_maps(0, 3)
   labels = (jax.random.uniform(jax.random.key(1), fused.shape) < 0.2).astype(jnp.float32)
   outputs = _outputs(name, fused, (side1, side2))
@@ -245,7 +244,7 @@ def test_loss_is_a_scalar_with_finite_gradients_under_jit(name):
 def test_loss_reads_the_outputs_it_declares(name):
   # side_outputs=False: the fused map only, whatever else the model returns; True: every
   # side map counts.
-  loss_fn = losses.loss_from_config(ml_collections.ConfigDict({'name': name}))
+  loss_fn = losses.loss_from_config({'name': name})
   fused, side, other = _random_maps(2, 3)
   labels = (jax.random.uniform(jax.random.key(3), fused.shape) < 0.2).astype(jnp.float32)
   with_side = float(loss_fn({'logits': fused, 'side_logits': (side,)}, labels)[0])
@@ -330,11 +329,11 @@ def test_dataset_prepares_train_and_test_splits_of_image_mask_pairs(name, tmp_pa
   data.name = name
   data.data_dir = str(tmp_path / 'tfds')
   data.update(DATASET_FIXTURES[name](tmp_path / 'raw'))
-  builder = data_registry.prepare_dataset(data)
+  builder = data_registry.prepare_dataset(data.to_dict())
   assert builder.info.file_format.value == 'array_record'  # read without TensorFlow
   names = {}
   for split in ('train', 'test'):
-    source = data_registry.get_data_source(data, split)
+    source = data_registry.get_data_source(data.to_dict(), split)
     assert len(source) > 0, split
     records = [source[i] for i in range(len(source))]
     names[split] = {data_registry.record_name(r) for r in records}
@@ -362,6 +361,6 @@ def test_dataset_builder_arguments_are_config_fields(name, tmp_path):
       group = group[part]
   if any(arg.required for arg in entry.args.values()):
     with pytest.raises(data_registry.DatasetNotFoundError, match=f'{name!r} needs'):
-      data_registry.get_builder(data)
+      data_registry.get_builder(data.to_dict())
   else:
-    assert isinstance(data_registry.get_builder(data), entry.builder)
+    assert isinstance(data_registry.get_builder(data.to_dict()), entry.builder)

@@ -116,7 +116,7 @@ def test_resolve_impl():
   config = smoke.get_config()
   config.model.conv_impl = 'fast'
   with pytest.raises(ValueError, match="'fast'"):
-    model_from_config(config.model)
+    model_from_config(config.model.to_dict())
 
 
 def _batch(seed, b=2, h=32, w=48):

@@ -23,7 +23,7 @@ def prepare(config) -> tuple[data_registry.tfds.core.DatasetBuilder, list[str]]:
   """Prepares config.data; returns the builder and every CrackDataWarning's message."""
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    builder = data_registry.prepare_dataset(config.data)
+    builder = data_registry.prepare_dataset(config.data.to_dict())
   return builder, [str(w.message) for w in caught if issubclass(w.category, CrackDataWarning)]
 
 

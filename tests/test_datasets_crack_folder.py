@@ -266,10 +266,10 @@ def test_datasets_errors_from_config(tmp_path):
   unset = config.copy_and_resolve_references()
   unset.data.folder.masks = None
   with pytest.raises(data_registry.DatasetNotFoundError, match='--config.data.folder.masks'):
-    data_registry.get_data_source(unset.data, 'train')
+    data_registry.get_data_source(unset.data.to_dict(), 'train')
   (Path(config.data.folder.masks) / 'img_01.png').unlink()
   with pytest.raises(data_registry.DatasetError, match='img_01.jpg') as excinfo:
-    data_registry.get_data_source(config.data, 'train')
+    data_registry.get_data_source(config.data.to_dict(), 'train')
   # One hierarchy: the builder's error class, re-raised with its message only.
   assert data_registry.DatasetError is DatasetError
   assert type(excinfo.value) is DatasetError

@@ -199,18 +199,18 @@ def test_manual_files_absent_clear_error(tmp_path, name):
   data = importlib.import_module(f'crackjax.configs.{name}').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
   with pytest.raises(data_registry.DatasetNotFoundError) as excinfo:
-    data_registry.get_data_source(data, 'train')
+    data_registry.get_data_source(data.to_dict(), 'train')
   msg = str(excinfo.value)
   assert 'config.data.manual_dir is not set' in msg and 'not downloaded automatically' in msg
   assert '--config.data.manual_dir=DIR' in msg and 'README.md' in msg
   (tmp_path / 'empty').mkdir()
   data.manual_dir = str(tmp_path / 'empty')
   with pytest.raises(data_registry.DatasetNotFoundError, match='is empty'):
-    data_registry.get_data_source(data, 'train')
+    data_registry.get_data_source(data.to_dict(), 'train')
   # A manual dir with the wrong contents: the builder's layout error, as DatasetNotFoundError.
   (tmp_path / 'empty' / 'something.txt').write_text('x')
   with pytest.raises(data_registry.DatasetNotFoundError, match='Expected layout'):
-    data_registry.get_data_source(data, 'train')
+    data_registry.get_data_source(data.to_dict(), 'train')
 
 
 def test_launch_reports_missing_manual_files(tmp_path):
@@ -237,12 +237,12 @@ def test_prepare_dataset_fails_fast(tmp_path):
   data = importlib.import_module('crackjax.configs.aiglern_exp').get_config().data
   data.data_dir = str(tmp_path / 'tfds')
   with pytest.raises(data_registry.DatasetNotFoundError, match='CrackDataset'):
-    data_registry.prepare_dataset(data)
+    data_registry.prepare_dataset(data.to_dict())
   raw = fixtures.make_fake_aiglern(tmp_path / 'raw', n=4)
   data.manual_dir = str(raw)
-  assert data_registry.prepare_dataset(data).is_prepared()
+  assert data_registry.prepare_dataset(data.to_dict()).is_prepared()
   data.manual_dir = None  # Prepared: no manual dir needed any more.
-  assert len(data_registry.get_data_source(data, 'test')) == 2
+  assert len(data_registry.get_data_source(data.to_dict(), 'test')) == 2
 
 
 def test_aiglern_crack_free_crops_give_finite_loss():
@@ -252,7 +252,7 @@ def test_aiglern_crack_free_crops_give_finite_loss():
   from crackjax import losses
 
   config = importlib.import_module('crackjax.configs.aiglern_exp').get_config()
-  loss_fn = losses.loss_from_config(config.loss)
+  loss_fn = losses.loss_from_config(config.loss.to_dict())
   labels = jnp.zeros((2, 448, 304, 1))
   logits = jnp.zeros_like(labels)
   loss, metrics = loss_fn(logits, labels)

@@ -14,7 +14,7 @@ from crackjax.configs import base
 from crackjax.configs.release import roads_unet_cpu
 from crackjax.data import loader, mixture
 from crackjax.data import registry as data_registry
-from crackjax.experiment import validation
+from crackjax.experiment import specs, validation
 from crackjax.trainer import eval_records, scoring
 from tests import fixtures
 
@@ -41,11 +41,11 @@ def _data(name: str, tmp_path, **fake):
 def test_public_set_keeps_its_source_splits_in_every_layout(name, layout, splits, tmp_path):
   counts = {('val' if s == 'valid' and layout == 'crop' else s): n for s, n in splits.items()}
   data = _data(name, tmp_path, layout=layout, counts=counts)
-  builder = data_registry.prepare_dataset(data)
+  builder = data_registry.prepare_dataset(data.to_dict())
   assert {s: v.num_examples for s, v in builder.info.splits.items()} == splits
   # The licence travels with the prepared data, and the README says the same.
   assert 'licen' in builder.info.redistribution_info.license.lower()
-  test = data_registry.get_data_source(data, 'test')
+  test = data_registry.get_data_source(data.to_dict(), 'test')
   record = test[1]
   assert data_registry.record_name(record) == ('test_1')
   mask = np.asarray(record['mask'])[..., 0]
@@ -61,13 +61,13 @@ def test_public_set_missing_or_doubled_is_one_clear_error(tmp_path):
   data.manual_dir = str(tmp_path / 'empty')
   (tmp_path / 'empty' / 'x').mkdir(parents=True)
   with pytest.raises(data_registry.DatasetNotFoundError, match='split folders of .gaps384.'):
-    data_registry.prepare_dataset(data)
+    data_registry.prepare_dataset(data.to_dict())
   # Two copies (the cropped copy twice): the message lists both.
   fixtures.make_fake_public_set(tmp_path / 'two' / 'a', 'gaps384')
   fixtures.make_fake_public_set(tmp_path / 'two' / 'b', 'gaps384')
   data.manual_dir = str(tmp_path / 'two')
   with pytest.raises(data_registry.DatasetNotFoundError, match='Several copies') as e:
-    data_registry.prepare_dataset(data)
+    data_registry.prepare_dataset(data.to_dict())
   assert str(tmp_path / 'two' / 'a') in str(e.value) and str(tmp_path / 'two' / 'b') in str(e.value)
 
 
@@ -75,7 +75,7 @@ def test_public_set_image_without_mask_names_the_file(tmp_path):
   data = _data('deepcrack', tmp_path)
   (tmp_path / 'raw' / 'Datasets' / 'DeepCrack' / 'test_lab' / 'test_0.jpg').unlink()
   with pytest.raises(data_registry.DatasetError, match=r'no mask.*test_0\.jpg'):
-    data_registry.prepare_dataset(data)
+    data_registry.prepare_dataset(data.to_dict())
 
 
 # ------------------------------------------------------------------------------- mixtures
@@ -103,7 +103,7 @@ def _mixture_config(tmp_path, weights=None, **member_fields):
 
 def test_mixture_splits_are_the_members_splits_named_by_member(tmp_path):
   config = _mixture_config(tmp_path)
-  valid = mixture.open_split(config.data, 'valid')
+  valid = mixture.open_split(config.data.to_dict(), 'valid')
   # Members in the order of config.data.mix (a ConfigDict lists its fields sorted).
   assert valid.names == ['crack500', 'crackforest', 'deepcrack']
   assert valid.lengths == [2, 2, 3]
@@ -113,14 +113,14 @@ def test_mixture_splits_are_the_members_splits_named_by_member(tmp_path):
   assert members == ['crack500'] * 2 + ['crackforest'] * 2 + ['deepcrack'] * 3
   assert mixture.member_of_name('plain') == (None, 'plain')
   with pytest.raises(ValueError, match='splits'):
-    mixture.open_split(config.data, 'train[:3]')
+    mixture.open_split(config.data.to_dict(), 'train[:3]')
 
 
 def test_mixture_samples_members_by_weight_deterministically(tmp_path):
   config = _mixture_config(
     tmp_path, weights={'crackforest': 1.0, 'deepcrack': 1.0, 'crack500': 2.0}
   )
-  source = mixture.open_split(config.data, 'train')
+  source = mixture.open_split(config.data.to_dict(), 'train')
   stream = loader.mixed_stream(source, seed=0)
   picks = [source.locate(stream[i])[0] for i in range(4000)]
   shares = {k: n / 4000 for k, n in collections.Counter(picks).items()}
@@ -131,10 +131,14 @@ def test_mixture_samples_members_by_weight_deterministically(tmp_path):
   # The same seed gives the same stream; resuming at step k gives global batch k.
   again = loader.mixed_stream(source, seed=0)
   assert [again[i] for i in range(50)] == [stream[i] for i in range(50)]
-  whole = loader.create_train_iterator(config, source, process_index=0, process_count=1)
+  whole = loader.create_train_iterator(
+    specs.loader_spec_of(config), source, process_index=0, process_count=1
+  )
   batches = [next(whole) for _ in range(3)]
   resumed = next(
-    loader.create_train_iterator(config, source, start_step=2, process_index=0, process_count=1)
+    loader.create_train_iterator(
+      specs.loader_spec_of(config), source, start_step=2, process_index=0, process_count=1
+    )
   )
   np.testing.assert_array_equal(batches[2]['image'], resumed['image'])
   # Every member's photos, whatever their size, become crops of the one input size.
@@ -146,7 +150,7 @@ def test_mixture_samples_members_by_weight_deterministically(tmp_path):
 def test_mixture_crop_rule_scales_and_mirrors_small_photos_up(tmp_path):
   config = _mixture_config(tmp_path, crack500={'scale': 0.5})
   config.data.input_size = (48, 48)
-  source = mixture.open_split(config.data, 'train')
+  source = mixture.open_split(config.data.to_dict(), 'train')
   k = source.names.index('crack500')
   index = source.offsets[k]  # a 40x56 fake crop: 20x28 at scale 0.5, mirrored up to 48x48
   ex = loader.load_example(source, index, 0, seed=0, input_size=(48, 48), noise_std=0.0)

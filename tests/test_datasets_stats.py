@@ -44,7 +44,9 @@ def test_split_stats_known_values():
 def test_crackforest_fixture(tmp_path):
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=5, n_unlabelled=0)
   data = data_config('crackforest', tmp_path / 'tfds', manual_dir=str(raw))
-  out = data_stats.format_stats('crackforest', data_stats.dataset_stats(data, ('train', 'test')))
+  out = data_stats.format_stats(
+    'crackforest', data_stats.dataset_stats(data.to_dict(), ('train', 'test'))
+  )
   assert 'crackforest/train: 3 images; sizes (WxH) 48x32 (3)' in out
   assert 'crackforest/test: 2 images' in out
   expected = fixtures.fake_crack_mask((32, 48)).mean() * 100
@@ -56,11 +58,11 @@ def test_crack_folder_and_missing_data(tmp_path):
   data = data_config(
     'crack_folder', tmp_path / 'tfds', folder={'images': str(images), 'masks': str(masks)}
   )
-  stats = data_stats.dataset_stats(data, ['train'])
+  stats = data_stats.dataset_stats(data.to_dict(), ['train'])
   assert list(stats) == ['train'] and stats['train']['num_images'] == 4
   data = data_config('aiglern', tmp_path / 'tfds')
   with pytest.raises(data_registry.DatasetNotFoundError, match='manual_dir is not set'):
-    data_stats.dataset_stats(data, ['train'])
+    data_stats.dataset_stats(data.to_dict(), ['train'])
 
 
 def test_cli_crackforest_fixture(tmp_path, capsys):
@@ -108,7 +110,9 @@ REAL = Path('/work/shared/datasets/crackforest')
 def test_real_crackforest_figures_in_docs(tmp_path):
   # The figures docs/datasets.md quotes.
   data = data_config('crackforest', tmp_path / 'tfds', manual_dir=str(REAL))
-  out = data_stats.format_stats('crackforest', data_stats.dataset_stats(data, ('train', 'test')))
+  out = data_stats.format_stats(
+    'crackforest', data_stats.dataset_stats(data.to_dict(), ('train', 'test'))
+  )
   assert 'crack pixels 1.73% of the split (191004 / 11059200)' in out
   assert 'densest image 097: 6.33%' in out and 'densest image 101: 5.77%' in out
   docs = (Path(__file__).resolve().parents[1] / 'docs' / 'datasets.md').read_text()

@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 
 from crackjax.configs import smoke
+from crackjax.experiment import specs
 from crackjax.runs import identity
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def fingerprint(config) -> dict:
+  """The fingerprint of `config` as the run records it (config.json's JSON)."""
+  return identity.fingerprint(specs.recorded(config))
 
 
 def _started(workdir: Path) -> None:
@@ -22,7 +28,7 @@ def _started(workdir: Path) -> None:
 
 def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
   config = smoke.get_config()
-  fp = identity.fingerprint(config)
+  fp = fingerprint(config)
   assert fp['learning_rate'] == config.learning_rate
   assert fp['model.widths'] == list(config.model.widths)
   assert 'loss.name' in fp and 'seed' in fp and 'augment.rotation_range' in fp
@@ -31,23 +37,25 @@ def test_fingerprint_keeps_the_computation_not_paths_epochs_or_evaluation():
     assert name not in fp
   moved = smoke.get_config()
   moved.data.data_dir, moved.num_epochs, moved.eval.protocols = '/elsewhere', 99, ('strict',)
-  assert identity.fingerprint(moved) == fp
-  # The JSON of a config (config.json) gives the same fingerprint as the config.
+  assert fingerprint(moved) == fp
+  # The JSON of a config (config.json) gives the same fingerprint as the config's groups as
+  # plain data; a ConfigDict itself is not fingerprinted (only its recorded JSON is).
   assert identity.fingerprint(json.loads(config.to_json_best_effort())) == fp
+  assert identity.fingerprint(config.to_dict()) == fp
+  with pytest.raises(TypeError, match='config.json'):
+    identity.fingerprint(config)
 
 
 def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   config = smoke.get_config()
-  identity.check_identity(tmp_path, identity.fingerprint(config))
-  assert json.loads((tmp_path / identity.FINGERPRINT_FILE).read_text()) == identity.fingerprint(
-    config
-  )
+  identity.check_identity(tmp_path, fingerprint(config))
+  assert json.loads((tmp_path / identity.FINGERPRINT_FILE).read_text()) == fingerprint(config)
   _started(tmp_path)
   other = smoke.get_config()
   other.learning_rate = 0.01
   other.model.widths = (8, 16, 32, 64, 128)
   with pytest.raises(identity.RunMismatchError) as e:
-    identity.check_identity(tmp_path, identity.fingerprint(other))
+    identity.check_identity(tmp_path, fingerprint(other))
   message = str(e.value)
   assert str(tmp_path) in message
   assert 'learning_rate: 0.0003 -> 0.01' in message
@@ -55,16 +63,14 @@ def test_a_started_run_is_never_resumed_under_another_config(tmp_path):
   # Extending it, moving its data or evaluating it otherwise is the same run.
   longer = smoke.get_config()
   longer.num_epochs, longer.data.manual_dir = 50, '/moved'
-  identity.check_identity(tmp_path, identity.fingerprint(longer))
+  identity.check_identity(tmp_path, fingerprint(longer))
 
 
 def test_a_run_without_progress_takes_the_new_config(tmp_path):
-  identity.check_identity(tmp_path, identity.fingerprint(smoke.get_config()))
+  identity.check_identity(tmp_path, fingerprint(smoke.get_config()))
   other = smoke.get_config()
   other.learning_rate = 0.01
-  identity.check_identity(
-    tmp_path, identity.fingerprint(other)
-  )  # nothing was computed under the first
+  identity.check_identity(tmp_path, fingerprint(other))  # nothing was computed under the first
   assert identity.recorded_fingerprint(tmp_path)['learning_rate'] == 0.01
 
 
@@ -72,11 +78,11 @@ def test_runs_from_before_fingerprints_compare_their_config_json(tmp_path):
   config = smoke.get_config()
   (tmp_path / 'config.json').write_text(config.to_json_best_effort(indent=2))
   _started(tmp_path)
-  identity.check_identity(tmp_path, identity.fingerprint(config))
+  identity.check_identity(tmp_path, fingerprint(config))
   other = smoke.get_config()
   other.seed = 7
   with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 7'):
-    identity.check_identity(tmp_path, identity.fingerprint(other))
+    identity.check_identity(tmp_path, fingerprint(other))
 
 
 def test_damaged_records_are_set_aside_and_not_counted(tmp_path, capsys):
@@ -123,16 +129,16 @@ def test_fields_dropped_from_the_identity_later_do_not_stop_an_older_run(tmp_pat
   # A comparison run started when its fingerprint still held model_init.normalization resumes
   # under today's rule (model_init is no part of the identity: only a new run reads it).
   config = smoke.get_config()
-  old = {**identity.fingerprint(config), 'model_init.normalization': 'auto'}
+  old = {**fingerprint(config), 'model_init.normalization': 'auto'}
   identity.write_json(tmp_path / identity.FINGERPRINT_FILE, old)
   _started(tmp_path)
   config.model_init.normalization = 'caffe'
-  identity.check_identity(tmp_path, identity.fingerprint(config))
-  assert not any(k.startswith('model_init') for k in identity.fingerprint(config))
+  identity.check_identity(tmp_path, fingerprint(config))
+  assert not any(k.startswith('model_init') for k in fingerprint(config))
   # A field still in the identity does stop it.
   config.seed = 3
   with pytest.raises(identity.RunMismatchError, match='seed: 0 -> 3'):
-    identity.check_identity(tmp_path, identity.fingerprint(config))
+    identity.check_identity(tmp_path, fingerprint(config))
 
 
 def test_the_lock_names_whole_arguments(tmp_path, monkeypatch):

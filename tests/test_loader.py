@@ -38,7 +38,7 @@ def test_unknown_dataset(config):
   bad = config.copy_and_resolve_references()
   bad.data.name = 'nope'
   with pytest.raises(ValueError, match='config.data.name=.nope.*crackforest'):
-    data_registry.get_data_source(bad.data, 'train')
+    data_registry.get_data_source(bad.data.to_dict(), 'train')
 
 
 def test_batch_shapes_dtypes_and_no_tensorflow(config):

@@ -121,7 +121,7 @@ def test_loss_from_config():
   config.loss.weighting = 'power'
   config.loss.gamma = 0.5
   labels = jnp.asarray(np.random.default_rng(5).random((2, 4, 4, 1)) < 0.2, jnp.float32)
-  loss, metrics = losses.loss_from_config(config.loss)(jnp.zeros_like(labels), labels)
+  loss, metrics = losses.loss_from_config(config.loss.to_dict())(jnp.zeros_like(labels), labels)
   q = losses.q_power(losses.background_ratio(labels), 1.0, 0.5)
   assert float(metrics['q']) == pytest.approx(float(q))
   assert np.isfinite(float(loss))
@@ -131,12 +131,12 @@ def test_loss_from_config_errors_name_the_field():
   config = base.get_config()
   config.loss.name = 'focal'
   with pytest.raises(ValueError, match=r"config.loss.name='focal'.*holistic"):
-    losses.loss_from_config(config.loss)
+    losses.loss_from_config(config.loss.to_dict())
   config = base.get_config()
   with config.unlocked():
     config.loss.alpha = 0.25
   with pytest.raises(ValueError, match=r"\['alpha'\].*'holistic'"):
-    losses.loss_from_config(config.loss)
+    losses.loss_from_config(config.loss.to_dict())
 
 
 @pytest.mark.parametrize('weighting', sorted(losses.WEIGHTINGS))

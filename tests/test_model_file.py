@@ -229,6 +229,7 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   """--config.model_init.pretrained=FILE: a new run's first parameters are the file's."""
   import jax
 
+  from crackjax.experiment import specs
   from crackjax.experiment.build import build
   from crackjax.models import pretrained
 
@@ -236,7 +237,7 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   config.model_init.pretrained = str(exported)
   experiment = build(config)
   state = experiment.init_state((32, 48, 3))
-  state = pretrained.initialise(state, config, tmp_path / 'run')
+  state = pretrained.initialise(state, specs.init_spec_of(config), tmp_path / 'run')
   report = json.loads((tmp_path / 'run' / 'init.json').read_text())
   assert report['pretrained'] == str(exported) and not report['from_scratch']
   loaded = model_file.read(exported)

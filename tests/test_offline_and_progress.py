@@ -23,6 +23,7 @@ from crackjax import evaluation
 from crackjax.configs import base
 from crackjax.data import registry as data_registry
 from crackjax.experiment import build as experiment
+from crackjax.experiment import specs
 from crackjax.runs import logs
 from crackjax.tfds_builders.crackforest import CrackForest
 from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cfd
@@ -64,7 +65,7 @@ def crackforest_data(tmp_path: Path, manual_dir: str | None) -> ml_collections.C
 def prepare_error(data: ml_collections.ConfigDict) -> tuple[str, float]:
   start = time.monotonic()
   with pytest.raises(DatasetNotFoundError) as excinfo:
-    data_registry.prepare_dataset(data)
+    data_registry.prepare_dataset(data.to_dict())
   return str(excinfo.value), time.monotonic() - start
 
 
@@ -156,10 +157,10 @@ def test_preparation_logs_one_line_and_tfds_noise_is_quiet(tmp_path, caplog, qui
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, n_unlabelled=0)
   data = crackforest_data(tmp_path, str(raw))
   caplog.set_level(logging.INFO, logger='absl')
-  data_registry.prepare_dataset(data)
-  data_registry.get_data_source(data, 'train')[0]
+  data_registry.prepare_dataset(data.to_dict())
+  data_registry.get_data_source(data.to_dict(), 'train')[0]
   messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
-  builder = data_registry.get_builder(data)
+  builder = data_registry.get_builder(data.to_dict())
   assert (
     f'Preparing dataset crackforest into {builder.data_dir} (once; later runs reuse it)...'
     in messages
@@ -266,8 +267,11 @@ def test_quiet_is_idempotent(quiet_logs):
 
 def test_run_header_one_line():
   config = base.get_config()
-  header = logs.run_header(config, '/tmp/run')
+  header = logs.run_header(specs.recorded(config), '/tmp/run')
   assert '\n' not in header
+  # The config's groups as plain data give the same line as its recorded JSON (whose lists
+  # are shown as the config's tuples, its fields in name order).
+  assert logs.run_header(config.to_dict(), '/tmp/run') == header
   for part in (
     'dataset crackforest',
     'model unet(',

@@ -168,8 +168,8 @@ def test_toy_model_and_loss_train_through_launch(raw, tmp_path):
       from crackjax import plugins
       config = ml_collections.ConfigDict(json.load(open({str(workdir / 'config.json')!r})))
       plugins.import_plugins(config)
-      print(type(models.model_from_config(config.model)).__name__)
-      losses.loss_from_config(config.loss)
+      print(type(models.model_from_config(config.model.to_dict())).__name__)
+      losses.loss_from_config(config.loss.to_dict())
   """)
   proc = subprocess.run(
     [sys.executable, '-c', rebuild],

@@ -140,7 +140,7 @@ def test_a_folder_streamed_scores_as_evaluate_and_copies_nothing(
   config = evaluate_command.data_configs(experiment.config, [], [f'{images}:{masks}'], {}, run)[0][
     1
   ]
-  total, examples = folder_stream.folder_examples(config.data)
+  total, examples = folder_stream.folder_examples(config.data.to_dict())
   examples = list(examples)
   assert total == 5 and [e['name'] for e in examples] == [f'img_{i:02d}' for i in range(5)]
   probs = scoring.predict_examples(experiment.model, state, examples)

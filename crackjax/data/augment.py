@@ -8,11 +8,11 @@ jax: no TFDS, no grain.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
@@ -155,19 +155,23 @@ def _identity(rng: jax.Array, image: jax.Array, mask: jax.Array) -> tuple[jax.Ar
   return image, mask
 
 
-def augment_fn(aug: ml_collections.ConfigDict) -> AugmentFn:
+def augment_fn(aug: Mapping[str, Any]) -> AugmentFn:
   """`augment` with the ranges of ``config.augment`` bound; the identity if not enabled.
+
+  Args:
+    aug: the config's ``augment`` group as plain data (``config.augment.to_dict()``, or the
+      ``augment`` of a recorded config.json).
 
   The train step receives the result and calls it as ``augment_fn(rng, image, mask)``.
   """
-  if not aug.enabled:
+  if not aug['enabled']:
     return _identity
   return functools.partial(
     augment,
-    rotation_range=aug.rotation_range,
-    width_shift_range=aug.width_shift_range,
-    height_shift_range=aug.height_shift_range,
-    shear_range=aug.shear_range,
-    zoom_range=aug.zoom_range,
-    horizontal_flip=aug.horizontal_flip,
+    rotation_range=aug['rotation_range'],
+    width_shift_range=aug['width_shift_range'],
+    height_shift_range=aug['height_shift_range'],
+    shear_range=aug['shear_range'],
+    zoom_range=aug['zoom_range'],
+    horizontal_flip=aug['horizontal_flip'],
   )

@@ -12,19 +12,19 @@ images and masks losslessly as PNG), in name order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import ml_collections
 import numpy as np
 
 from crackjax.data import registry
 from crackjax.tfds_builders.crack_folder import crack_folder_dataset_builder as crack_folder
 
 
-def folder_examples(data: ml_collections.ConfigDict) -> tuple[int, Iterator[dict[str, Any]]]:
-  """(number of photos, their records) of every pair of ``data.folder`` (a ``crack_folder``
-  data group; its split lists are not used: every image is scored). The pairs are listed
+def folder_examples(data: Mapping[str, Any]) -> tuple[int, Iterator[dict[str, Any]]]:
+  """(number of photos, their records) of every pair of ``data['folder']`` (a ``crack_folder``
+  data group as plain data, ``config.data.to_dict()``; its split lists are not used: every
+  image is scored). The pairs are listed
   here (an image without its mask is an error now); each photo is read when its record is
   asked for.
 

@@ -6,16 +6,19 @@ global batch ``k`` is stream positions ``[k*B, (k+1)*B)``. Every process builds 
 stream and loads only its contiguous slice of each global batch, so the data seen is
 independent of the number of processes and resuming at step ``k`` needs no iterator state.
 All randomness in the loader (crops, noise) is seeded by ``(config.seed, stream position)``.
+
+The loader reads plain data: a `LoaderSpec` (derived once from the config by
+`crackjax.experiment.specs.loader_spec_of`) and the ``data`` group as a mapping (`crop_size`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import grain
 import jax
-import ml_collections
 import numpy as np
 import PIL.Image
 
@@ -27,9 +30,31 @@ _READ_THREADS = 4
 _PREFETCH_BATCHES = 4
 
 
-def crop_size(config: ml_collections.ConfigDict) -> tuple[int, int] | None:
-  """(H, W) of the random training crops, ``config.data.input_size``; None: whole images."""
-  size = config.data.get('input_size')
+@dataclasses.dataclass(frozen=True)
+class LoaderSpec:
+  """What the train iterator reads of a run's config (`create_train_iterator`).
+
+  Attributes:
+    batch_size: the global batch size (``config.batch_size``), split over the processes.
+    seed: the seed of the shuffles, crops and noise (``config.seed``).
+    crop_size: (H, W) of the random training crops (`crop_size`); None: whole images.
+    noise_std: std of the Gaussian noise added to training images (``config.data.noise_std``).
+    dataset: the dataset's name (``config.data.name``), for messages.
+    train_split: the train split's name (``config.data.train_split``), for messages.
+  """
+
+  batch_size: int
+  seed: int
+  crop_size: tuple[int, int] | None = None
+  noise_std: float = 0.0
+  dataset: str = ''
+  train_split: str = 'train'
+
+
+def crop_size(data: Mapping[str, Any]) -> tuple[int, int] | None:
+  """(H, W) of the random training crops, ``config.data.input_size`` of the ``data`` group
+  `data` (plain data); None: whole images."""
+  size = data.get('input_size')
   if size is None:
     return None
   if len(size) != 2:
@@ -125,7 +150,7 @@ def mixed_stream(source: mixture.MixedSource, seed: int) -> grain.MapDataset:
 
 
 def create_train_iterator(
-  config: ml_collections.ConfigDict,
+  spec: LoaderSpec,
   source: Sequence[dict[str, Any]],
   *,
   start_step: int = 0,
@@ -135,7 +160,7 @@ def create_train_iterator(
   """Infinite iterator over this process's part of global batches start_step, start_step+1, ...
 
   Args:
-    config: reads data (name, train_split, input_size, noise_std), seed, batch_size.
+    spec: the batch size, seed, crop size and noise (`LoaderSpec`).
     source: the train split's source (`crackjax.experiment.build.Experiment.train_source`).
     start_step: number of the first global batch to yield (the training step to resume at).
     process_index: this process (default ``jax.process_index()``).
@@ -143,7 +168,7 @@ def create_train_iterator(
 
   Yields:
     ``{'image': float32 [B_local, H, W, 3] in [0, 1], 'mask': float32 [B_local, H, W, 1]}``
-    with ``B_local = config.batch_size // process_count``, rows
+    with ``B_local = spec.batch_size // process_count``, rows
     ``[process_index * B_local, (process_index + 1) * B_local)`` of global batch k.
 
   Raises:
@@ -152,21 +177,20 @@ def create_train_iterator(
   """
   process_index = jax.process_index() if process_index is None else process_index
   process_count = jax.process_count() if process_count is None else process_count
-  if config.batch_size % process_count:
+  if spec.batch_size % process_count:
     raise ValueError(
-      f'config.batch_size={config.batch_size} is not divisible by the '
-      f'process count {process_count}.'
+      f'config.batch_size={spec.batch_size} is not divisible by the process count {process_count}.'
     )
   if not 0 <= process_index < process_count:
     raise ValueError(f'process_index {process_index} not in [0, {process_count}).')
   if start_step < 0:
     raise ValueError(f'start_step must be >= 0, got {start_step}')
-  local_batch = config.batch_size // process_count
-  input_size = crop_size(config)
-  seed = int(config.seed)
-  noise_std = float(config.data.get('noise_std', 0.0) or 0.0)
+  local_batch = spec.batch_size // process_count
+  input_size = spec.crop_size
+  seed = int(spec.seed)
+  noise_std = float(spec.noise_std or 0.0)
   if len(source) == 0:
-    raise ValueError(f'Split {config.data.train_split!r} of {config.data.name!r} is empty.')
+    raise ValueError(f'Split {spec.train_split!r} of {spec.dataset!r} is empty.')
 
   def load(group: list[tuple[int, int]]) -> dict[str, np.ndarray]:
     return _stack(

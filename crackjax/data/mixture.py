@@ -9,15 +9,16 @@ are the members' splits side by side: ``train`` (sampled by weight, `MixedSource
 mixture can also be scored per member (`member_of_name`).
 
 Every member is prepared into ``config.data.data_dir`` as the dataset it is (a member is the
-same prepared copy a single-dataset run of it reads).
+same prepared copy a single-dataset run of it reads). Every function here takes the ``data``
+group as plain data (``config.data.to_dict()``, or the ``data`` of a recorded config.json).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ml_collections
 import numpy as np
 
 from crackjax.data import registry
@@ -37,18 +38,20 @@ SPLITS = {'train': 'train_split', 'valid': 'valid_split', 'test': 'test_split'}
 SEPARATOR = '/'
 
 
-def is_mixture(data: ml_collections.ConfigDict | dict) -> bool:
+def is_mixture(data: Mapping[str, Any]) -> bool:
   """Whether the config's ``data`` group is a mixture of datasets."""
   return data.get('name') == MIXTURE
 
 
-def member_fields(data: ml_collections.ConfigDict) -> dict[str, dict[str, Any]]:
-  """``{member: its fields}`` (defaults filled in), in the order of ``data.mix``."""
+def member_fields(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+  """``{member: its fields}`` (defaults filled in), in name order (the order a ConfigDict
+  lists ``data.mix`` in, whatever the order of the mapping given: members are numbered in it,
+  `MixedSource`)."""
   mix = data.get('mix') or {}
-  return {name: {**MEMBER_FIELDS, **dict(fields or {})} for name, fields in mix.items()}
+  return {name: {**MEMBER_FIELDS, **dict(fields or {})} for name, fields in sorted(mix.items())}
 
 
-def problems(data: ml_collections.ConfigDict) -> list[str]:
+def problems(data: Mapping[str, Any]) -> list[str]:
   """What is wrong with a mixture's ``data`` group, one line each (empty if nothing)."""
   out = []
   members = member_fields(data)
@@ -70,17 +73,17 @@ def problems(data: ml_collections.ConfigDict) -> list[str]:
   return out
 
 
-def member_data(data: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """The ``data`` group of member `name` alone: what a single-dataset run of it would have
-  (its name, manual dir and splits; the mixture's data_dir, input size and noise)."""
+def member_data(data: Mapping[str, Any], name: str) -> dict[str, Any]:
+  """The ``data`` group of member `name` alone (a new dict): what a single-dataset run of it
+  would have (its name, manual dir and splits; the mixture's data_dir, input size and noise)."""
   fields = member_fields(data)[name]
-  own = ml_collections.ConfigDict(
-    {k: v for k, v in data.to_dict().items() if k != 'mix'}, type_safe=False
+  own = {k: copy.deepcopy(v) for k, v in data.items() if k != 'mix'}
+  own.update(
+    name=name,
+    manual_dir=fields['manual_dir'],
+    train_split=fields['train_split'],
+    test_split=fields['test_split'],
   )
-  own.name = name
-  own.manual_dir = fields['manual_dir']
-  own.train_split = fields['train_split']
-  own.test_split = fields['test_split']
   return own
 
 
@@ -136,12 +139,12 @@ class MixedSource(Sequence):
     return record
 
 
-def prepare(data: ml_collections.ConfigDict) -> list[Any]:
+def prepare(data: Mapping[str, Any]) -> list[Any]:
   """Prepares every member (once; `registry.prepare_dataset`) and returns their builders."""
   return [registry.prepare_dataset(member_data(data, name)) for name in member_fields(data)]
 
 
-def open_split(data: ml_collections.ConfigDict, split: str) -> MixedSource:
+def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
   """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role.
 
   Raises:

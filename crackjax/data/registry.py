@@ -5,8 +5,9 @@ arguments it takes from ``config.data`` (`BuilderArg`; the user's folders for 'c
 tests/test_contracts.py prepares every entry from a fixture. A dataset crackjax does not ship
 is registered by a plugin (`register_dataset` in an importable module that the config names in
 ``plugins``, crackjax/plugins.py; docs/architecture.md, "Add a dataset"). Every
-function here takes the config's `data` group (configs/base.py), e.g.
-`prepare_dataset(config.data)`. Reading never imports TensorFlow: builders store array_record
+function here takes the config's `data` group (configs/base.py) as plain data, a mapping
+(``config.data.to_dict()``, or the ``data`` of a recorded config.json), e.g.
+`prepare_dataset(data)`. Reading never imports TensorFlow: builders store array_record
 files, read back with ``builder.as_data_source(split)`` (random access, decoded with PIL).
 
 Preparation with several processes: every process calls `get_data_source`; the first to take
@@ -28,7 +29,6 @@ import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import ml_collections
 import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
@@ -127,7 +127,7 @@ def _expand(path: str | None) -> str | None:
   return os.path.expandvars(os.path.expanduser(path)) if path else None
 
 
-def _field(data: ml_collections.ConfigDict, field: str) -> Any:
+def _field(data: Mapping[str, Any], field: str) -> Any:
   """The value of ``config.data.<field>`` (dotted), None where any part is absent."""
   value: Any = data
   for part in field.split('.'):
@@ -135,7 +135,7 @@ def _field(data: ml_collections.ConfigDict, field: str) -> Any:
   return value
 
 
-def builder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
+def builder_kwargs(data: Mapping[str, Any]) -> dict[str, Any]:
   """The keyword arguments the builder of ``data.name`` takes from ``data`` (its entry's
   ``args``; ``data_dir`` aside).
 
@@ -143,17 +143,17 @@ def builder_kwargs(data: ml_collections.ConfigDict) -> dict[str, Any]:
     KeyError: if ``data.name`` is not a key of `DATASETS`.
     DatasetNotFoundError: a required argument is unset (the message says what to pass).
   """
-  entry = DATASETS[data.name]
+  entry = DATASETS[data['name']]
   kwargs = {}
   for key, arg in entry.args.items():
     value = _field(data, arg.field)
     if arg.required and not value:
-      raise DatasetNotFoundError(f'Dataset {data.name!r} needs {entry.missing}')
+      raise DatasetNotFoundError(f'Dataset {data["name"]!r} needs {entry.missing}')
     kwargs[key] = _expand(value) if arg.path else value
   return kwargs
 
 
-def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+def get_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilder:
   """Constructs (does not prepare) the builder of ``data.name`` in ``data.data_dir``.
 
   Args:
@@ -165,11 +165,12 @@ def get_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuil
     DatasetNotFoundError: a required field is unset ('crack_folder' without
       ``data.folder.images`` / ``.masks``).
   """
-  if data.name not in DATASETS:
+  name = data['name']
+  if name not in DATASETS:
     raise ValueError(
-      f'Unknown dataset config.data.name={data.name!r}; known datasets: {sorted(DATASETS)}'
+      f'Unknown dataset config.data.name={name!r}; known datasets: {sorted(DATASETS)}'
     )
-  return DATASETS[data.name].builder(data_dir=_expand(data.data_dir), **builder_kwargs(data))
+  return DATASETS[name].builder(data_dir=_expand(data['data_dir']), **builder_kwargs(data))
 
 
 def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
@@ -233,7 +234,7 @@ def _file_lock(path: epath.Path) -> Iterator[None]:
     yield
 
 
-def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+def _prepared_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilder:
   """Returns the builder of ``data``, preparing the dataset first if needed.
 
   Raises:
@@ -252,7 +253,7 @@ def _prepared_builder(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBas
       return check_prepared(get_builder(data))
     # Prepared here: the builder then holds the info itself and is returned as it is (one
     # construction per process).
-    manual_dir = _expand(data.manual_dir)
+    manual_dir = _expand(data['manual_dir'])
     _check_manual_dir(builder, manual_dir)
     logging.info(
       'Preparing dataset %s into %s (once; later runs reuse it)...',
@@ -362,10 +363,10 @@ class ReadableSource(Sequence):
       raise _damaged(self._builder, f'a record cannot be read ({e})') from None
 
 
-def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBasedBuilder:
+def prepare_dataset(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilder:
   """Prepares dataset ``data.name`` if needed and returns its builder; cheap once prepared.
 
-  ``data`` is the config's data group, ``config.data``.
+  ``data`` is the config's data group as plain data (``config.data.to_dict()``).
 
   Call it first (launch.py does) so that absent or invalid files stop a run at once with
   `DatasetNotFoundError` / `DatasetError`, before any model is built.
@@ -373,7 +374,7 @@ def prepare_dataset(data: ml_collections.ConfigDict) -> tfds.core.GeneratorBased
   return _prepared_builder(data)
 
 
-def get_data_source(data: ml_collections.ConfigDict, split: str) -> Sequence[dict[str, Any]]:
+def get_data_source(data: Mapping[str, Any], split: str) -> Sequence[dict[str, Any]]:
   """Random-access source of ``split`` (preparing the dataset first if needed).
 
   Records are dicts ``{'image': uint8 [H, W, 3], 'mask': uint8 [H, W, 1], 'name': bytes}``.

@@ -50,7 +50,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from jax import export as jax_export
 
 from crackjax.deploy.predictor import pad_multiple, predict_step
@@ -71,12 +70,13 @@ def sidecar_path(out: str | Path) -> Path:
   return out.with_name(out.name + '.json')
 
 
-def _export_model_config(run: Run, **overrides: str) -> ml_collections.ConfigDict:
-  """The run's config.model with `overrides` of the fields it has (same parameters)."""
-  model_config = ml_collections.ConfigDict(run.config.model.to_dict())
+def _export_model_config(run: Run, **overrides: str) -> dict[str, Any]:
+  """The run's config.model as plain data, with `overrides` of the fields it has (same
+  parameters)."""
+  model_config = run.model_group()
   for key, value in overrides.items():
     if key in model_config:
-      setattr(model_config, key, value)
+      model_config[key] = value
   return model_config
 
 
@@ -147,7 +147,7 @@ def _export_jax(
   )
   out.write_bytes(exported.serialize())
   return {
-    'model_config': model_config.to_dict(),
+    'model_config': dict(model_config),
     'input_shape': spec,
     'output_shape': str(exported.out_avals[0].shape).replace("'", ''),
     'platforms': list(exported.platforms),
@@ -200,7 +200,7 @@ def _export_onnx(run: Run, out: Path, hw: tuple[int, int] | None, opset: int) ->
     return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
   return {
-    'model_config': model_config.to_dict(),
+    'model_config': dict(model_config),
     'input_shape': {'images': dims(model.graph.input[0])},
     'output_shape': {'probabilities': dims(model.graph.output[0])},
     'opset': opset,

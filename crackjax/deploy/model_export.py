@@ -185,7 +185,8 @@ def _data_card(c, licence: str | None) -> dict[str, Any]:
   with its licence, weight and splits, and the rule that the strictest licence governs."""
   from crackjax.data import mixture
 
-  if not mixture.is_mixture(c.data):
+  data = c.data.to_dict()  # plain data, as the mixture's functions take it
+  if not mixture.is_mixture(data):
     return {
       'name': c.data.name,
       'licence': licence or dataset_licence(c.data.name),
@@ -198,7 +199,7 @@ def _data_card(c, licence: str | None) -> dict[str, Any]:
       'licence': dataset_licence(name),
       **{k: v for k, v in fields.items() if k != 'manual_dir'},
     }
-    for name, fields in mixture.member_fields(c.data).items()
+    for name, fields in mixture.member_fields(data).items()
   ]
   strict = [m['name'] for m in members if 'non-commercial' in m['licence'].lower()]
   default = (

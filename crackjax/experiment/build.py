@@ -40,7 +40,7 @@ from crackjax.engine import mesh as mesh_lib
 from crackjax.engine.checkpoints import RestoreSpec
 from crackjax.engine.schedule import Schedule
 from crackjax.evaluation.eval_plan import EvalPlan
-from crackjax.experiment import validation
+from crackjax.experiment import specs, validation
 from crackjax.models import input_multiple, pretrained
 from crackjax.runs import identity
 
@@ -139,7 +139,7 @@ class Experiment:
   @functools.cached_property
   def fingerprint(self) -> dict[str, Any]:
     """The config fields that define the computation (`runs.identity.fingerprint`)."""
-    return identity.fingerprint(self.config)
+    return identity.fingerprint(self.hparams)
 
   @functools.cached_property
   def mesh(self) -> Mesh:
@@ -156,9 +156,10 @@ class Experiment:
     Raises:
       data.registry.DatasetError: absent or unusable data (the message names what and where).
     """
-    if mixture.is_mixture(self.config.data):
-      return mixture.prepare(self.config.data)
-    return data_registry.prepare_dataset(self.config.data)
+    data = specs.data_group(self.config)
+    if mixture.is_mixture(data):
+      return mixture.prepare(data)
+    return data_registry.prepare_dataset(data)
 
   def prepare_data(self) -> tfds.core.DatasetBuilder:
     """Prepares the dataset if needed (once) and returns its builder: launch.py calls it
@@ -169,9 +170,10 @@ class Experiment:
     """The random-access source of `split`, opened once per split."""
     sources = self.__dict__.setdefault('_sources', {})
     if split not in sources:
-      if mixture.is_mixture(self.config.data):
+      data = specs.data_group(self.config)
+      if mixture.is_mixture(data):
         self.prepare_data()
-        sources[split] = mixture.open_split(self.config.data, split)
+        sources[split] = mixture.open_split(data, split)
       else:
         sources[split] = data_registry.ReadableSource(self.builder, split)
     return sources[split]
@@ -188,7 +190,7 @@ class Experiment:
   def train_image_shape(self) -> tuple[int, int, int]:
     """(H, W, 3) of the images the train step sees: the crop size, else the first train
     image's size."""
-    size = loader.crop_size(self.config)
+    size = loader.crop_size(specs.data_group(self.config))
     if size is not None:
       return *size, 3
     h, w = np.asarray(self.train_source[0]['image']).shape[:2]
@@ -197,7 +199,7 @@ class Experiment:
   def check_data(self) -> None:
     """Raises `validation.ConfigError` if the train images do not fit ``data.input_size``
     (decodes every train image once)."""
-    if mixture.is_mixture(self.config.data):
+    if mixture.is_mixture(specs.data_group(self.config)):
       sizes = {(1, 1): len(self.train_source)}  # any size fits a mixture (mirrored up)
     else:
       sizes = validation.train_image_sizes(self.train_source)
@@ -207,7 +209,7 @@ class Experiment:
     """This process's part of global batches `start_step`, `start_step` + 1, ... of the train
     split (`data.loader.create_train_iterator`)."""
     return loader.create_train_iterator(
-      self.config, self.train_source, start_step=start_step, **kwargs
+      specs.loader_spec_of(self.config), self.train_source, start_step=start_step, **kwargs
     )
 
   def eval_examples(self, split: str | None = None):
@@ -323,7 +325,7 @@ class Experiment:
     of ``config.model_init`` (logged and written to ``<workdir>/init.json``)."""
 
     def init():
-      return pretrained.initialise(self.init_state(), self.config, workdir=workdir)
+      return pretrained.initialise(self.init_state(), specs.init_spec_of(self.config), workdir)
 
     return checkpoints.restore_or_init(
       mngr, functools.partial(self.abstract_state, self.mesh), init

@@ -42,6 +42,11 @@ class Run:
   threshold_source: str
   batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
 
+  def model_group(self) -> dict[str, Any]:
+    """The run's ``model`` group as plain data (a new dict; `crackjax.models.model_from_config`
+    builds it)."""
+    return self.config.model.to_dict()
+
 
 def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
   """The config a run was trained with: ``<run>/config.json`` (written by training), else the

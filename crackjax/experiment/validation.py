@@ -30,6 +30,7 @@ from crackjax import losses, models, plugins
 from crackjax.data import augment, mixture
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
+from crackjax.experiment import specs
 from crackjax.models import input_multiple, model_from_config, pretrained
 
 # The kinds of config.model and config.loss fields, by their declared defaults: shared with
@@ -109,9 +110,10 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   model_types = type_problems('model', config.model, entry.config if entry else {})
   loss_types = type_problems('loss', config.loss, _loss_defaults(config.loss.get('name')))
   problems += model_types + loss_types
-  model = None if model_types else _built(lambda: model_from_config(config.model), problems)
-  loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(config.loss), problems)
-  augment_fn = _built(lambda: augment.augment_fn(config.augment), problems)
+  model_group, loss_group = specs.group(config, 'model'), specs.group(config, 'loss')
+  model = None if model_types else _built(lambda: model_from_config(model_group), problems)
+  loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(loss_group), problems)
+  augment_fn = _built(lambda: augment.augment_fn(specs.group(config, 'augment')), problems)
   problems += _input_size_problems(config, model)
   problems += _run_problems(config, training=training)
   if problems:
@@ -124,8 +126,8 @@ def _data_problems(config: ml_collections.ConfigDict) -> list[str]:
   augmentation's ranges."""
   problems: list[str] = []
   data = config.data
-  if mixture.is_mixture(data):
-    problems += mixture.problems(data)
+  if mixture.is_mixture(specs.data_group(config)):
+    problems += mixture.problems(specs.data_group(config))
   elif data.name not in data_registry.DATASETS:
     problems.append(
       f'config.data.name={data.name!r} is not a dataset; known: {sorted(data_registry.DATASETS)}.'
@@ -310,7 +312,7 @@ def check_data(
       f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
     )
   multiple = input_multiple(model)
-  if mixture.is_mixture(config.data):
+  if mixture.is_mixture(specs.data_group(config)):
     # A mixture's train records are mirrored up to the crop size (data.loader._pad_to): any
     # size fits, but the crop size is the one shape the train step sees.
     size = config.data.get('input_size')

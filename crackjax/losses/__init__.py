@@ -8,11 +8,11 @@
 * `crackjax.losses.frequency`: SegNet's median-frequency balanced cross-entropy.
 
 The train step receives a `LossFn`, `loss_fn(outputs, labels) -> (scalar loss, metrics)`,
-built from the config's `loss` group by `loss_from_config`: ``name`` selects the entry of the
-explicit table `LOSSES` (a `LossEntry`: the factory and what the loss reads of the model's
-outputs), the other fields are the factory's keyword arguments. A new loss is a factory added
-to LOSSES; from outside crackjax (a plugin), `register_loss` in an importable module named by
-the config's ``plugins`` (crackjax/plugins.py). The training loop never changes;
+built from the config's `loss` group (plain data) by `loss_from_config`: ``name`` selects the
+entry of the explicit table `LOSSES` (a `LossEntry`: the factory and what the loss reads of the
+model's outputs), the other fields are the factory's keyword arguments. A new loss is a factory
+added to LOSSES; from outside crackjax (a plugin), `register_loss` in an importable module named
+by the config's ``plugins`` (crackjax/plugins.py). The training loop never changes;
 tests/test_contracts.py checks every entry.
 """
 
@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
-
-import ml_collections
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from crackjax import plugins
 from crackjax.losses import frequency, side
@@ -114,11 +113,12 @@ def register_loss(name: str, entry: LossEntry, *, module: str | None = None) -> 
   return plugins.register(LOSSES, 'Loss', name, entry, module)
 
 
-def loss_from_config(loss: ml_collections.ConfigDict) -> LossFn:
-  """The train-step loss named ``loss.name``, built with the other fields of ``loss``.
+def loss_from_config(loss: Mapping[str, Any]) -> LossFn:
+  """The train-step loss named ``loss['name']``, built with the other fields of ``loss``.
 
   Args:
-    loss: the config's ``loss`` group.
+    loss: the config's ``loss`` group as plain data (``config.loss.to_dict()``, or the
+      ``loss`` of a recorded config.json).
 
   Raises:
     ValueError: for an unknown name, a field the loss does not take, or a bad value.

@@ -42,7 +42,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from crackjax import plugins
 from crackjax.models.backbones import PretrainedLayout
@@ -265,8 +264,10 @@ def get_model(name: str, **kwargs) -> nn.Module:
   return _entry(name).build(**kwargs)
 
 
-def model_from_config(model: ml_collections.ConfigDict) -> nn.Module:
-  """The model ``model.name`` built with the other fields of ``model`` (config.model).
+def model_from_config(model: Mapping[str, Any]) -> nn.Module:
+  """The model ``model['name']`` built with the other fields of ``model``: the config's
+  ``model`` group as plain data (``config.model.to_dict()``, or the ``model`` of a recorded
+  config.json or of a model file).
 
   Raises:
     ValueError: for an unknown model name or dtype, or a field the model does not take
@@ -281,7 +282,7 @@ def model_from_config(model: ml_collections.ConfigDict) -> nn.Module:
       raise ValueError(f'config.model.dtype={kwargs["dtype"]!r} is not one of {sorted(DTYPES)}.')
     kwargs['dtype'] = DTYPES[kwargs['dtype']]
   for key, value in kwargs.items():
-    if isinstance(value, list):  # ConfigDict may hand back lists; linen fields must hash.
+    if isinstance(value, list):  # JSON and ConfigDict give lists; linen fields must hash.
       kwargs[key] = tuple(value)
   try:
     return MODELS[name].build(**kwargs)

@@ -356,8 +356,6 @@ def checked_model(loaded: ModelFile, *, allow_plugins: Sequence[str] = (), how: 
   Raises:
     ModelFileError: one line naming the file and each problem (a plugin not allowed too).
   """
-  import ml_collections
-
   from crackjax import plugins
   from crackjax.models import model_from_config
 
@@ -371,7 +369,7 @@ def checked_model(loaded: ModelFile, *, allow_plugins: Sequence[str] = (), how: 
   if problems:
     raise ModelFileError(model_schema.refusal(path, problems))
   try:
-    model = model_from_config(ml_collections.ConfigDict(loaded.model))
+    model = model_from_config(dict(loaded.model))
     expected = model_schema.expected_variables(model)
   except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
     detail = ' '.join(str(e).split())[:300]

@@ -3,10 +3,10 @@
 FCN8s, HED, RCF, SegNet and DeepCrack start from ImageNet VGG16 in their papers, DeepLab v3+ and
 CrackSeg from ImageNet ResNet-50. Those weights cannot be downloaded here; a user who has them
 names a local ``.npz`` file in ``config.model_init.pretrained`` and the fresh state of a new run
-takes them (`initialise`, called by `crackjax.engine.checkpoints.restore_or_init`; a resumed run
-keeps its checkpoint). Without a file every parameter starts from scratch, and the run says so: a
-log line and ``<workdir>/init.json`` (``"pretrained": null``), besides ``model_init`` in
-config.json. docs/pretrained.md has the conversion recipes.
+takes them (`initialise`, called by `crackjax.engine.checkpoints.restore_or_init` with the run's
+`InitSpec`; a resumed run keeps its checkpoint). Without a file every parameter starts from
+scratch, and the run says so: a log line and ``<workdir>/init.json`` (``"pretrained": null``),
+besides ``model_init`` in config.json. docs/pretrained.md has the conversion recipes.
 
 The file: a ``.npz`` of named arrays (``np.savez(path, **arrays)``), in one of the layouts
 (`pretrained_layouts.LAYOUTS`), recognised from its names:
@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from absl import logging
 
@@ -75,6 +74,24 @@ NORMALIZATIONS = ('auto', 'torchvision', 'caffe', 'none')
 # torchvision's ImageNet input normalisation, RGB, on [0, 1].
 TORCHVISION_MEAN = (0.485, 0.456, 0.406)
 TORCHVISION_STD = (0.229, 0.224, 0.225)
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSpec:
+  """What a fresh state's initial weights are read from (`initialise`), derived once from the
+  config by `crackjax.experiment.specs.init_spec_of`.
+
+  Attributes:
+    model: the model's registry name (``config.model.name``): the file's layout is mapped
+      onto it.
+    pretrained: ``config.model_init.pretrained``: a local .npz, a model file (a released
+      name, a .safetensors file or a URL); None or '': every parameter from scratch.
+    normalization: ``config.model_init.normalization`` (`NORMALIZATIONS`).
+  """
+
+  model: str
+  pretrained: str | None = None
+  normalization: str = 'auto'
 
 
 @dataclasses.dataclass
@@ -396,8 +413,9 @@ def _replace(tree: Any, prefix: str, updates: Mapping[str, np.ndarray]) -> Any:
   return jax.tree_util.tree_map_with_path(replace, tree)
 
 
-def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Path | None = None):
-  """The fresh TrainState `state` with the weights of ``config.model_init.pretrained`` if set.
+def initialise(state: Any, spec: InitSpec, workdir: str | Path | None = None):
+  """The fresh TrainState `state` with the weights of `spec`'s pretrained file if it names one
+  (``config.model_init.pretrained``; `InitSpec`).
 
   Logs what was loaded and what starts from scratch, or that everything does, and writes the
   report to ``<workdir>/init.json`` (process 0). The optimiser state needs no change: Adam's
@@ -406,8 +424,7 @@ def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Pat
   Raises:
     PretrainedError: the file cannot be read or does not fit the model.
   """
-  group = config.get('model_init') or ml_collections.ConfigDict()
-  path = group.get('pretrained')
+  path = spec.pretrained
   batch_stats = getattr(state, 'batch_stats', None) or {}
   variables = {'params': state.params, 'batch_stats': batch_stats}
   if not path:
@@ -420,9 +437,9 @@ def initialise(state: Any, config: ml_collections.ConfigDict, workdir: str | Pat
     arrays = load_model_file_arrays(path) if is_model_file(path) else load_npz(path)
     updates, report = load_arrays(
       arrays,
-      config.model.name,
+      spec.model,
       variables,
-      normalization=group.get('normalization', 'auto'),
+      normalization=spec.normalization,
       source=str(path),
     )
     state = state.replace(params=_replace(state.params, 'params', updates))

@@ -71,10 +71,14 @@ class RunLockedError(RuntimeError):
   """Another process is using the workdir."""
 
 
-def _as_dict(config: Any) -> dict[str, Any]:
-  if isinstance(config, Mapping):
-    return json.loads(json.dumps(config, default=str))
-  return json.loads(config.to_json_best_effort())  # tuples become lists, as in config.json
+def _as_dict(config: Mapping[str, Any]) -> dict[str, Any]:
+  """`config` as JSON holds it (tuples become lists, as in config.json)."""
+  if not isinstance(config, Mapping):
+    raise TypeError(
+      f'A fingerprint is of the config as config.json records it (a dict), not of a '
+      f'{type(config).__name__}.'
+    )
+  return json.loads(json.dumps(config, default=str))
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -92,9 +96,16 @@ def _excluded(name: str) -> bool:
   return any(name == x or name.startswith(f'{x}.') for x in NOT_IDENTITY)
 
 
-def fingerprint(config: Any) -> dict[str, Any]:
-  """The fields of `config` (a ConfigDict or its JSON dict) that define the computation, as
-  {'dotted.name': value}."""
+def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The fields of `config` that define the computation, as {'dotted.name': value}.
+
+  Args:
+    config: the config as config.json records it (plain JSON data,
+      `crackjax.experiment.build.Experiment.hparams`).
+
+  Raises:
+    TypeError: `config` is not a mapping (a ConfigDict: its recorded JSON is fingerprinted).
+  """
   return {k: v for k, v in sorted(_flatten(_as_dict(config)).items()) if not _excluded(k)}
 
 

@@ -1,6 +1,7 @@
 """Quiet logs: third-party chatter demoted to DEBUG, and a one-line header of a run's facts.
 
-``launch.py`` calls `quiet_third_party_logs` once at start-up and logs `run_header`. TFDS logs
+``launch.py`` calls `quiet_third_party_logs` once at start-up and logs `run_header` (of the
+config as config.json records it). TFDS logs
 every dataset load ("Load dataset info from ...", "Variant folder ... has no dataset_info.json",
 "OpenCV is not installed ...") and orbax every phase of every save; these records become DEBUG
 records, shown only with ``--verbosity=1`` (absl) or a DEBUG level on the ``absl`` logger.
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 from absl import logging as absl_logging
 
 # Warnings of TFDS that every normal run triggers; demoted like its INFO lines.
@@ -103,22 +104,33 @@ def quiet_third_party_logs() -> None:
       logger.addFilter(DemoteNoise())
 
 
-def _fields(group: ml_collections.ConfigDict) -> str:
-  """``k=v, ...`` of a config group, without its ``name``."""
-  return ', '.join(f'{k}={v}' for k, v in group.items() if k != 'name')
+def _value(value: Any) -> Any:
+  """`value` as the config gave it: JSON's lists as the tuples a config holds."""
+  return tuple(_value(v) for v in value) if isinstance(value, list) else value
 
 
-def run_header(config: ml_collections.ConfigDict, workdir: Any) -> str:
+def _fields(group: Mapping[str, Any]) -> str:
+  """``k=v, ...`` of a config group, without its ``name``, in name order (as a ConfigDict
+  lists them)."""
+  return ', '.join(f'{k}={_value(v)}' for k, v in sorted(group.items()) if k != 'name')
+
+
+def run_header(config: Mapping[str, Any], workdir: Any) -> str:
   """One line with a run's key facts: data, model, loss, schedule, devices and workdir.
+
+  Args:
+    config: the config as config.json records it (plain JSON data,
+      `crackjax.experiment.build.Experiment.hparams`).
+    workdir: the run's workdir.
 
   Example: ``Run: dataset crackforest | model unet(widths=(4, 8, 16, 32, 64), conv_impl=auto,
   dtype=float32) | loss holistic(weighting=xie, beta=1.0, ...) | batch 2, 6 steps (3/epoch x 2
   epochs), lr 0.0003 | 1 cpu device(s), 1 process(es) | workdir /tmp/run``.
   """
-  data = config.data
-  dataset = f'dataset {data.name}'
+  data = config['data']
+  dataset = f'dataset {data["name"]}'
   if data.get('input_size'):
-    dataset += f' (train crops HxW {data.input_size[0]}x{data.input_size[1]})'
+    dataset += f' (train crops HxW {data["input_size"][0]}x{data["input_size"][1]})'
   steps_per_epoch, num_epochs = config.get('steps_per_epoch'), config.get('num_epochs')
   schedule = f'batch {config.get("batch_size")}'
   if steps_per_epoch is not None and num_epochs is not None:
@@ -126,11 +138,12 @@ def run_header(config: ml_collections.ConfigDict, workdir: Any) -> str:
       f', {steps_per_epoch * num_epochs} steps ({steps_per_epoch}/epoch x {num_epochs} epochs)'
     )
   if config.get('learning_rate') is not None:
-    schedule += f', lr {config.learning_rate}'
+    schedule += f', lr {config["learning_rate"]}'
+  model, loss = config['model'], config['loss']
   parts = [
     dataset,
-    f'model {config.model.name}({_fields(config.model)})',
-    f'loss {config.loss.name}({_fields(config.loss)})',
+    f'model {model["name"]}({_fields(model)})',
+    f'loss {loss["name"]}({_fields(loss)})',
     schedule,
     f'{jax.device_count()} {jax.default_backend()} device(s), {jax.process_count()} process(es)',
     f'workdir {workdir}',

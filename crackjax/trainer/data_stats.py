@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ml_collections
 import numpy as np
 from absl import flags
 
@@ -69,9 +68,10 @@ def split_stats(source: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def dataset_stats(
-  data: ml_collections.ConfigDict, splits: Sequence[str] = ('train', 'test')
+  data: Mapping[str, Any], splits: Sequence[str] = ('train', 'test')
 ) -> dict[str, dict]:
-  """`split_stats` of each split of ``data`` (the config's data group), preparing it if needed."""
+  """`split_stats` of each split of ``data`` (the config's data group as plain data,
+  ``config.data.to_dict()``), preparing it if needed."""
   return {s: split_stats(data_registry.get_data_source(data, s)) for s in splits}
 
 
@@ -185,7 +185,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   """Prints the statistics of the config's dataset (arguments that are not flags are
   ignored)."""
   del arguments
-  data = fv.config.data
+  data = fv.config.data.to_dict()
   try:
     stats = dataset_stats(data, [s for s in fv.splits if s])
   except (data_registry.DatasetError, ValueError) as e:
@@ -195,7 +195,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   if fv.json:
     print(outputs.dumps({**stats, 'diagnosis': flagged}, indent=2))
   else:
-    print(format_stats(data.name, stats))
+    print(format_stats(data['name'], stats))
     if flagged:
       print('\n'.join(flagged))
   return 0

@@ -138,6 +138,7 @@ def data_configs(
   `mask_polarity`: the --folder masks' polarity (default the run's config)."""
   from crackjax.data import mixture
   from crackjax.data import registry as data_registry
+  from crackjax.experiment import specs
 
   out = []
   for spec in data or ([] if folders else ['test']):
@@ -149,9 +150,9 @@ def data_configs(
         f'--data={spec}: unknown dataset {name!r}; known: {sorted(data_registry.DATASETS)}'
       )
     if name and name != config.data.name:
-      if name in mixture.member_fields(config.data):
+      if name in mixture.member_fields(specs.data_group(config)):
         # A member of the run's mixture of datasets: its own data group (manual dir, splits).
-        c.data = mixture.member_data(c.data, name)
+        c.data = mixture.member_data(specs.data_group(c), name)
       else:
         c.data.name = name
         c.data.manual_dir = manual_dirs.get(name)
@@ -359,6 +360,7 @@ def _score_all(
   when given: --out); prints its table."""
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
+  from crackjax.experiment import specs
   from crackjax.trainer import eval_records, scoring
 
   step = int(state.step)
@@ -369,7 +371,7 @@ def _score_all(
     examples = total = None
     try:
       if label.startswith('folder:'):  # streamed from its files, nothing prepared
-        total, examples = folder_stream.folder_examples(c.data)
+        total, examples = folder_stream.folder_examples(specs.data_group(c))
       else:
         scored.prepare_data()
     except (data_registry.DatasetError, ValueError) as e:

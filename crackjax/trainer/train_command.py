@@ -118,7 +118,9 @@ def _main(argv):
       # compiled or the workdir is written.
       experiment = build_experiment(config)
       # After the config's checks: a bad config ends in its one line, without this one.
-      logging.info('JAX %s, %s', jax.__version__, logs.run_header(config, FLAGS.workdir))
+      logging.info(
+        'JAX %s, %s', jax.__version__, logs.run_header(experiment.hparams, FLAGS.workdir)
+      )
       if FLAGS.mode != 'eval':
         identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
       experiment.prepare_data()

@@ -233,7 +233,7 @@ def prepared(tmp_path_factory):
   from tests import fixtures
 
   dirs = fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
-  registry.prepare_dataset(fixtures.smoke_config(dirs).data)
+  registry.prepare_dataset(fixtures.smoke_config(dirs).data.to_dict())
   return dirs
 
 
@@ -269,7 +269,7 @@ def test_a_record_file_cut_short_is_named_before_anything_is_read(prepared, tmp_
 
   config, version = _damaged_copy(prepared, tmp_path, 'cut')
   with pytest.raises(registry.DatasetError) as e:
-    registry.prepare_dataset(config.data)
+    registry.prepare_dataset(config.data.to_dict())
   assert str(e.value) == (
     f'The prepared dataset crackforest in {version} is damaged: '
     'crackforest-test.array_record-00000-of-00001 holds 0 of its 4 records (cut short?). '
@@ -277,14 +277,14 @@ def test_a_record_file_cut_short_is_named_before_anything_is_read(prepared, tmp_
   )
   (version / 'crackforest-test.array_record-00000-of-00001').unlink()
   with pytest.raises(registry.DatasetError, match='-00001 is missing. Delete that folder'):
-    registry.prepare_dataset(config.data)
+    registry.prepare_dataset(config.data.to_dict())
 
 
 def test_a_damaged_record_read_later_is_one_line_too(prepared, tmp_path):
   from crackjax.data import loader, registry
 
   config, version = _damaged_copy(prepared, tmp_path, 'flipped')
-  source = registry.get_data_source(config.data, 'test')  # its footer is whole
+  source = registry.get_data_source(config.data.to_dict(), 'test')  # its footer is whole
   with pytest.raises(registry.DatasetError) as e:
     list(loader.eval_examples(source))
   assert str(e.value).startswith(
@@ -292,7 +292,7 @@ def test_a_damaged_record_read_later_is_one_line_too(prepared, tmp_path):
     '(Corrupted Riegeli/records file: '
   )
   assert str(e.value).endswith(_rebuild(version))
-  intact = registry.get_data_source(config.data, 'train')
+  intact = registry.get_data_source(config.data.to_dict(), 'train')
   assert len(list(loader.eval_examples(intact))) == 6  # the other split reads as before
 
 
@@ -516,11 +516,11 @@ def test_an_interrupted_preparation_leaves_nothing_and_the_next_one_prepares(tmp
 
   monkeypatch.setattr(reading, 'load_rgb', ctrl_c_at_the_fourth_image)
   with pytest.raises(KeyboardInterrupt):
-    registry.prepare_dataset(config.data)
+    registry.prepare_dataset(config.data.to_dict())
   tfds_dir = Path(config.data.data_dir)
   assert _everything(tfds_dir) == []  # was: incomplete.* (and crackforest.lock) for good
   monkeypatch.setattr(reading, 'load_rgb', real)
-  assert registry.prepare_dataset(config.data).info.splits['test'].num_examples == 4
+  assert registry.prepare_dataset(config.data.to_dict()).info.splits['test'].num_examples == 4
 
 
 def test_a_killed_preparations_temporary_folder_is_removed_by_the_next(tmp_path):
@@ -531,7 +531,7 @@ def test_a_killed_preparations_temporary_folder_is_removed_by_the_next(tmp_path)
   stale = Path(config.data.data_dir) / 'crackforest' / 'incomplete.KILLED_1.0.0'
   stale.mkdir(parents=True)
   (stale / 'crackforest-train.array_record-00000-of-00001').write_bytes(b'half')  # kill -9
-  registry.prepare_dataset(config.data)
+  registry.prepare_dataset(config.data.to_dict())
   assert not stale.exists()
   assert [p.name for p in stale.parent.iterdir()] == ['1.0.0']
   # The preparation's lock file goes with it (was: crackforest.lock left in data_dir).
@@ -548,14 +548,14 @@ def test_a_failed_attempt_leaves_no_empty_folders(tmp_path):
   config = fixtures.smoke_config((junk, tmp_path / 'tfds'))
   for _ in range(2):
     with pytest.raises(registry.DatasetNotFoundError, match='does not look like the CrackForest'):
-      registry.prepare_dataset(config.data)
+      registry.prepare_dataset(config.data.to_dict())
     # was: empty tfds/crackforest/ and tfds/downloads/extracted/, warned about next time
     assert _everything(tmp_path / 'tfds') == []  # also no crackforest.lock
   assert _everything(junk) == ['readme.txt']  # the user's folder untouched
   (tmp_path / 'tfds' / 'downloads').mkdir()
   (tmp_path / 'tfds' / 'downloads' / 'mine.zip').write_text('kept')
   with pytest.raises(registry.DatasetNotFoundError):
-    registry.prepare_dataset(config.data)
+    registry.prepare_dataset(config.data.to_dict())
   assert (tmp_path / 'tfds' / 'downloads' / 'mine.zip').read_text() == 'kept'
 
 

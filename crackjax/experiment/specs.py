@@ -1,0 +1,69 @@
+"""A config turned into the plain data the parts below experiment/ take (issue 46 item 2).
+
+The registries (`crackjax.data.registry`, `crackjax.data.mixture`, `crackjax.models`,
+`crackjax.losses`, `crackjax.data.augment`) take a config group as a plain mapping: what
+``config.<group>.to_dict()`` gives, or that group of a recorded config.json. The loader takes
+a `crackjax.data.loader.LoaderSpec`, a fresh state's initial weights a
+`crackjax.models.pretrained.InitSpec`, a run's fingerprint and header the config as
+config.json records it (`recorded`). Each is derived here from a ConfigDict, so that nothing
+below experiment/ reads one (tests/test_architecture.py lists who may import ml_collections).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ml_collections
+
+from crackjax.data import loader
+from crackjax.models import pretrained
+
+
+def group(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
+  """The config's group `name` (``data``, ``model``, ``loss``, ``augment``, ...) as plain
+  data: a new dict, its sub-groups dicts, its values as the config holds them (tuples stay
+  tuples), in name order."""
+  return config[name].to_dict()
+
+
+def data_group(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """``config.data`` as plain data (`group`): what the dataset registry, a mixture, the
+  folder stream and `loader.crop_size` take."""
+  return group(config, 'data')
+
+
+def recorded(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as config.json records it: plain JSON data (tuples become lists). A run's
+  fingerprint (`crackjax.runs.identity.fingerprint`) and header (`crackjax.runs.logs.run_header`)
+  are of it."""
+  return json.loads(config.to_json_best_effort())
+
+
+def loader_spec_of(config: ml_collections.ConfigDict) -> loader.LoaderSpec:
+  """What the train iterator of `config`'s run reads (`loader.create_train_iterator`).
+
+  Raises:
+    ValueError: ``config.data.input_size`` is neither None nor (H, W).
+  """
+  data = config.data
+  return loader.LoaderSpec(
+    batch_size=config.batch_size,
+    seed=int(config.seed),
+    crop_size=loader.crop_size(data_group(config)),
+    noise_std=float(data.get('noise_std', 0.0) or 0.0),
+    dataset=data.name,
+    train_split=data.train_split,
+  )
+
+
+def init_spec_of(config: ml_collections.ConfigDict) -> pretrained.InitSpec:
+  """Where a fresh state of `config`'s run takes its initial weights from
+  (`pretrained.initialise`): ``config.model_init`` (absent: from scratch) and the model's
+  name."""
+  init = config.get('model_init') or {}
+  return pretrained.InitSpec(
+    model=config.model.name,
+    pretrained=init.get('pretrained'),
+    normalization=init.get('normalization', 'auto'),
+  )
