@@ -69,7 +69,7 @@ from absl import flags
 from crackjax import cli
 from crackjax.experiment.build import Experiment, build
 from crackjax.models import fused_logits
-from crackjax.paper import tables
+from crackjax.paper import table_rules, tables
 from crackjax.runs import outputs
 
 # Input (H, W) of each dataset at which the paper reports complexity and speed.
@@ -436,7 +436,7 @@ def report(
 def paper_size(table: int) -> tuple[int, int]:
   """(H, W) at which the paper counts a model of Tables V-VIII: Crack360 512x512, AigleRN its
   training crop, CrackForest and BJN260 480x320 (crackjax.paper.tables.SETTINGS)."""
-  size = tables.SETTINGS[tables.COMPARE_BASE[table]].input_size
+  size = tables.SETTINGS[table_rules.COMPARE_BASE[table]].input_size
   return tuple(size) if size else (320, 480)
 
 
