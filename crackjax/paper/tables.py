@@ -196,7 +196,7 @@ class Row:
       group and original loss ('unet' for Tables I-IV; None for RSF).
     dagger: True for the paper's † rows of Tables V-VIII.
     params, gflops, fps: Tables V-VIII: the printed parameter count ('134.27M', '487.77K';
-      `params_count` as a number), GFLOPS (MACs, see crackjax.paper.complexity) and test FPS.
+      `params_count` as a number), GFLOPS (MACs, see crackjax.paper.flops) and test FPS.
     epochs_basis: where `epochs` comes from (printed, or assumed for Tables V-VIII).
     unet_row: for the U-Net rows of Tables V-VIII, the key of the identical Table I-IV row.
     reference: True for RSF, a reference row that is not trained.
