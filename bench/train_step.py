@@ -12,10 +12,10 @@ Prints compile time, median / min / max step time, images per second at the medi
 step waited for) and pipelined (the same number of steps dispatched back to back, one wait at
 the end, as the training loop runs), and:
 
-* **FLOP/s from the analytic count** (`crackjax.paper.complexity`): a step is 3 x the forward
+* **FLOP/s from the analytic count** (`crackjax.paper.flops`): a step is 3 x the forward
   FLOPs, 2 per MAC of the model's convolutions and matrix products (112.89 G MACs per
   480x320 image for the paper's U-Net, so 677 GFLOP per image per step), and its fraction
-  of the device's dense peak for the compute dtype (`complexity.PEAK_FLOPS`). Two
+  of the device's dense peak for the compute dtype (`flops.PEAK_FLOPS`). Two
   cross-checks, labelled as such: the same count over the jaxpr of the whole step (the
   backward pass as autodiff writes it) and XLA's cost analysis of the compiled step, which
   on GPUs misses the cuDNN convolutions and is then flagged, never used.
@@ -257,13 +257,13 @@ class JaxStep:
     import jax
 
     from crackjax.models.conv import resolve_impl
-    from crackjax.paper import complexity
+    from crackjax.paper import complexity, flops
 
     config, hw, batch = self.experiment.config, self.hw, self.batch
-    forward = complexity.forward_macs(self.experiment.model, *hw)  # per image
-    flops = complexity.train_step_flops(forward['total'], batch)
-    jaxpr_flops = 2.0 * complexity.jaxpr_macs(self.traced.jaxpr)['total']
-    xla = complexity.hlo_flops(self.lowered)  # before XLA swaps convolutions for cuDNN calls
+    forward = flops.forward_macs(self.experiment.model, *hw)  # per image
+    step_flops = flops.train_step_flops(forward['total'], batch)
+    jaxpr_flops = 2.0 * flops.jaxpr_macs(self.traced.jaxpr)['total']
+    xla = flops.hlo_flops(self.lowered)  # before XLA swaps convolutions for cuDNN calls
     median = statistics.median(times)
     model_fields = {k: v for k, v in config.model.items() if k != 'name'}
     dtype = config.model.get('dtype', 'float32')
@@ -293,12 +293,12 @@ class JaxStep:
       'peak_rss_mb': _peak_rss_mb(),
       'memory': {**complexity.memory_figures(self.compiled, self.device), 'phases': self.phases},
       'forward_macs_per_image': forward['total'],
-      'flops_per_step': flops,
-      'tflops': flops / median / 1e12,
-      'peak_fraction': complexity.peak_fractions(flops / median, self.device.device_kind, dtype),
+      'flops_per_step': step_flops,
+      'tflops': step_flops / median / 1e12,
+      'peak_fraction': flops.peak_fractions(step_flops / median, self.device.device_kind, dtype),
       'jaxpr_flops_per_step': jaxpr_flops,
       'xla_flops_per_step': xla,
-      'xla_cross_check': complexity.cross_check(flops, xla),
+      'xla_cross_check': flops.cross_check(step_flops, xla),
       'profile': profile,
     }
     if 'conv_impl' in config.model:

@@ -36,15 +36,15 @@ import ml_collections
 
 from crackjax import models
 from crackjax.configs import base, paper_tables
-from crackjax.paper import tables
+from crackjax.paper import table_rules, tables
 
 # The paper's exponential WCE on the fused map (the dagger rows of single-output models).
-EXP_WCE = {'name': 'holistic', **tables.DAGGER_LOSS, 'jaccard_smooth': 1.0}
+EXP_WCE = {'name': 'holistic', **table_rules.DAGGER_LOSS, 'jaccard_smooth': 1.0}
 # The same on every side output and the fused map (HED, RCF, DeepCrack; side_exp_wce's gamma,
 # base, a and b default to the dagger loss's).
 SIDE_EXP_WCE = {
   'name': 'side_exp_wce',
-  'beta': tables.DAGGER_LOSS['beta'],
+  'beta': table_rules.DAGGER_LOSS['beta'],
   'side_weight': 1.0,
   'fuse_weight': 1.0,
 }
@@ -105,8 +105,8 @@ def table_row_config(table: int, arg: str | None) -> ml_collections.ConfigDict:
   """The training config of row `arg` ('<key>' or '<key>,cpu' / '<key>,smoke') of Table
   `table` (5-8).
 
-  A U-Net row is its Table I-IV row (`crackjax.paper.tables.UNET_ROWS`: U-Net's "original loss" in
-  Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
+  A U-Net row is its Table I-IV row (`crackjax.paper.table_rules.UNET_ROWS`: U-Net's "original
+  loss" in Tables V-VIII is Xie's WCE; every variant of configs/base.py applies). Another model is
   `get_config('<model>[,dagger]')` (its entry in crackjax.models.MODELS: the model group and
   its original loss, or its exponential WCE for a dagger row: DAGGER_LOSSES) with the row's
   beta, the dataset's settings and the row's epochs (`configs.paper_tables.apply_compare_row`),

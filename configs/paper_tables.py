@@ -7,7 +7,7 @@ and an optional size variant (`,cpu`, `,smoke`)."""
 import ml_collections
 
 from crackjax.configs import base
-from crackjax.paper import tables
+from crackjax.paper import table_rules, tables
 
 
 def get_config(table: int, arg: str | None):
@@ -98,7 +98,7 @@ def apply_compare_row(
   _apply_settings(c, s)
   c.num_epochs = row.epochs
   if row.dagger:
-    exp = tables.DAGGER_LOSS['weighting']  # side_exp_wce has no weighting field: exp
+    exp = table_rules.DAGGER_LOSS['weighting']  # side_exp_wce has no weighting field: exp
     if 'beta' not in c.loss or c.loss.get('weighting', exp) != exp:
       raise ValueError(
         f'Row {key!r} of Table {table} is a dagger row: config.loss must be the exponential '

@@ -77,9 +77,9 @@ def test_train_step_bench_tiny(capsys, tmp_path):
   assert len(jr['step_times_s']) == 1 and jr['pipelined_images_per_s'] > 0
   assert jr['params'] == TINY_PARAMS
   # FLOP/s from the analytic count: 3 x forward, 2 FLOPs per MAC.
-  from crackjax.paper import complexity
+  from crackjax.paper import flops
 
-  macs = complexity.unet_macs(TINY, 32, 48)['true']
+  macs = flops.unet_macs(TINY, 32, 48)['true']
   assert jr['forward_macs_per_image'] == macs
   assert jr['flops_per_step'] == 6 * macs * 2
   assert jr['tflops'] == pytest.approx(jr['flops_per_step'] / jr['median_s'] / 1e12)

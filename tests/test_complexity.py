@@ -1,5 +1,6 @@
-"""Complexity figures: the analytic count against the paper's Tables V-VIII, the layer-by-layer
-U-Net count and XLA's own; memory figures on every backend."""
+"""Complexity figures (crackjax.paper.flops, crackjax.paper.complexity): the analytic count
+against the paper's Tables V-VIII, the layer-by-layer U-Net count and XLA's own; memory figures
+on every backend."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ from jax import lax
 from crackjax.configs import compare, smoke
 from crackjax.experiment.build import build
 from crackjax.models import MODELS, input_multiple, model_from_config
-from crackjax.paper import complexity
+from crackjax.paper import complexity, flops
 
 
 @pytest.mark.parametrize(
@@ -23,7 +24,7 @@ from crackjax.paper import complexity
   ],
 )
 def test_macs_reproduce_the_paper(widths, hw, true_g, paper_g, printed_g):
-  macs = complexity.unet_macs(widths, *hw)
+  macs = flops.unet_macs(widths, *hw)
   assert macs['true'] / 1e9 == pytest.approx(true_g, abs=0.005)
   assert macs['paper'] / 1e9 == pytest.approx(paper_g, abs=0.005)
   # The paper convention lands within 0.2% of the printed figure.
@@ -33,11 +34,11 @@ def test_macs_reproduce_the_paper(widths, hw, true_g, paper_g, printed_g):
 def test_layer_count_agrees_with_xla_cost_analysis():
   config = smoke.get_config()
   config.model.widths = (8, 16, 32, 64, 128)
-  macs = complexity.unet_macs(config.model.widths, 128, 160)
-  flops = complexity.xla_flops(model_from_config(config.model.to_dict()), 128, 160)
+  macs = flops.unet_macs(config.model.widths, 128, 160)
+  xla = complexity.xla_flops(model_from_config(config.model.to_dict()), 128, 160)
   # XLA counts 2 FLOPs per MAC but skips the taps that fall on 'same' padding, so it
   # sits slightly below 2 x our count; element-wise work is comparatively tiny.
-  assert 0.93 * 2 * macs['true'] < flops < 2.0 * macs['true']
+  assert 0.93 * 2 * macs['true'] < xla < 2.0 * macs['true']
 
 
 @pytest.mark.slow
@@ -47,7 +48,7 @@ def test_report_fps_and_memory():
   config = smoke.get_config()
   r = complexity.report(build(config), (32, 48), fps_batch=8, repeats=2)
   assert r['params'] == 121_725 and r['input_hw'] == [32, 48]
-  assert r['unet_macs'] == complexity.unet_macs(config.model.widths, 32, 48)
+  assert r['unet_macs'] == flops.unet_macs(config.model.widths, 32, 48)
   assert r['macs']['total'] == r['unet_macs']['true'] and r['flops'] == 2 * r['macs']['total']
   assert 'agrees' in r['xla_cross_check']
   one, eight = r['fps_batch1'], r['fps_batched']
@@ -120,8 +121,8 @@ def test_analytic_count_equals_the_layer_count(impl):
   config = smoke.get_config()
   config.model.widths = (64, 128, 256, 512, 1024)
   config.model.conv_impl = impl
-  macs = complexity.forward_macs(model_from_config(config.model.to_dict()), 320, 480)
-  layer = complexity.unet_macs(config.model.widths, 320, 480)
+  macs = flops.forward_macs(model_from_config(config.model.to_dict()), 320, 480)
+  layer = flops.unet_macs(config.model.widths, 320, 480)
   assert macs['total'] == layer['true'] == 112_892_313_600
   assert macs['conv'] == layer['conv'] and macs['dot'] == layer['up']
 
@@ -145,11 +146,11 @@ def test_analytic_count_for_every_model(name):
   model = model_from_config(config.model.to_dict())
   multiple = input_multiple(model)
   h, w = 2 * max(16, multiple), 3 * max(16, multiple)
-  one = complexity.forward_macs(model, h, w)
+  one = flops.forward_macs(model, h, w)
   assert one['total'] > 0 and one['total'] == one['conv'] + one['dot']
-  assert complexity.forward_macs(model, h, w, batch=2)['total'] == 2 * one['total']
+  assert flops.forward_macs(model, h, w, batch=2)['total'] == 2 * one['total']
   xla = complexity.xla_flops(model, h, w)
-  assert 'agrees' in complexity.cross_check(2 * one['total'], xla), (2 * one['total'], xla)
+  assert 'agrees' in flops.cross_check(2 * one['total'], xla), (2 * one['total'], xla)
 
 
 def test_jaxpr_count_of_scan_transposed_conv_and_cond():
@@ -163,26 +164,26 @@ def test_jaxpr_count_of_scan_transposed_conv_and_cond():
     return lax.cond(p, lambda: (a[0] @ b).sum(), lambda: 0.0)
 
   x, k = jnp.ones((1, 8, 8, 16)), jnp.ones((2, 2, 16, 4))
-  assert complexity.jaxpr_macs(jax.make_jaxpr(up)(x, k))['conv'] == 16 * 16 * 16 * 4
+  assert flops.jaxpr_macs(jax.make_jaxpr(up)(x, k))['conv'] == 16 * 16 * 16 * 4
   a, b = jnp.ones((5, 3, 7)), jnp.ones((7, 2))
-  macs = complexity.jaxpr_macs(jax.make_jaxpr(scanned)(a, b))
+  macs = flops.jaxpr_macs(jax.make_jaxpr(scanned)(a, b))
   assert macs == {'conv': 0, 'dot': 5 * 3 * 7 * 2, 'total': 5 * 3 * 7 * 2}
-  assert complexity.jaxpr_macs(jax.make_jaxpr(branches)(True, a, b))['dot'] == 3 * 7 * 2
+  assert flops.jaxpr_macs(jax.make_jaxpr(branches)(True, a, b))['dot'] == 3 * 7 * 2
 
 
 def test_cross_check_flags_a_wild_disagreement():
   # The H200 run: 0.03 G flops from XLA's cost analysis against 2 x 112.89 G.
-  assert 'DISAGREES' in complexity.cross_check(2 * 112.89e9, 0.03e9)
-  assert 'agrees' in complexity.cross_check(2 * 112.89e9, 0.97 * 2 * 112.89e9)
-  assert complexity.cross_check(1e9, None) == 'not available on this backend'
+  assert 'DISAGREES' in flops.cross_check(2 * 112.89e9, 0.03e9)
+  assert 'agrees' in flops.cross_check(2 * 112.89e9, 0.97 * 2 * 112.89e9)
+  assert flops.cross_check(1e9, None) == 'not available on this backend'
 
 
 def test_train_step_flops_and_peak_fractions():
-  assert complexity.train_step_flops(112.89e9, 2) == pytest.approx(6 * 112.89e9 * 2)
-  bf16 = complexity.peak_fractions(494.5e12, 'NVIDIA H100 80GB HBM3', 'bfloat16')
+  assert flops.train_step_flops(112.89e9, 2) == pytest.approx(6 * 112.89e9 * 2)
+  bf16 = flops.peak_fractions(494.5e12, 'NVIDIA H100 80GB HBM3', 'bfloat16')
   assert bf16 == {'bf16': pytest.approx(0.5)}
-  assert set(complexity.peak_fractions(1e12, 'NVIDIA H200', 'float32')) == {'tf32', 'fp32'}
-  assert complexity.peak_fractions(1e12, 'cpu', 'float32') == {}
+  assert set(flops.peak_fractions(1e12, 'NVIDIA H200', 'float32')) == {'tf32', 'fp32'}
+  assert flops.peak_fractions(1e12, 'cpu', 'float32') == {}
 
 
 def test_paper_rows_beside_tables_v_to_viii():

@@ -1,6 +1,7 @@
-"""Tests of crackjax.deploy.measure: crack length, width and segments of a binary mask.
+"""Tests of crackjax.deploy.measure (with mask_analysis, measure_summary): crack length, width
+and segments of a binary mask.
 
-Expectations are worked out by hand from the conventions in the module docstring.
+Expectations are worked out by hand from the conventions in the modules' docstrings.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from skimage.draw import circle_perimeter
 from skimage.morphology import skeletonize
 
-from crackjax.deploy import measure
+from crackjax.deploy import mask_analysis, measure, measure_summary
 
 H, W = 64, 96
 
@@ -180,7 +181,7 @@ def test_speckle_is_left_out_of_the_measurements():
   everything = measure.measure_cracks(mask, min_length=0)
   assert everything['segments'] == 5 and everything['speckles'] == 0
   assert everything['crack_pixels'] == int(mask.sum())
-  assert everything['length_px'] == pytest.approx(measure.skeleton_length(skeletonize(mask)))
+  assert everything['length_px'] == pytest.approx(mask_analysis.skeleton_length(skeletonize(mask)))
   # The threshold is the constant's, in pixels of skeleton: a 20-px line is 19 long.
   line = _blank()
   line[20, 10:31] = True  # 21 px: length 20
@@ -207,9 +208,9 @@ def test_the_photo_row_and_the_crack_rows_leave_out_the_same_speckle():
 
 def test_summary_counts_the_speckles_left_out():
   rows = [{**ROW_A, 'speckles': 30}, {**ROW_B, 'speckles': 1}]
-  summary = measure.summarize(rows)
+  summary = measure_summary.summarize(rows)
   assert summary['speckles'] == 31
-  assert measure.format_summary(summary) == (
+  assert measure_summary.format_summary(summary) == (
     '2 images: crack length 2,402 px (120.1 mm) in 3 segments (31 speckles left out); mean '
     'crack ratio 2.00%; widest 5.0 px (0.25 mm)'
   )
@@ -219,16 +220,16 @@ def test_skeleton_length_l_corner():
   # An L-corner: (0, 0)-(0, 1) and (0, 1)-(1, 1) are unit edges; the diagonal (0, 0)-(1, 1) is
   # dropped because the shared 4-neighbour (0, 1) is on the skeleton: 2, not 2 + sqrt(2).
   skel = np.array([[1, 1], [0, 1]], dtype=bool)
-  assert measure.skeleton_length(skel) == pytest.approx(2.0)
+  assert mask_analysis.skeleton_length(skel) == pytest.approx(2.0)
   # The same shape for the other diagonal.
   skel = np.array([[0, 1], [1, 1]], dtype=bool)
-  assert measure.skeleton_length(skel) == pytest.approx(2.0)
+  assert mask_analysis.skeleton_length(skel) == pytest.approx(2.0)
   # Without the corner pixel the diagonal counts.
   skel = np.array([[1, 0], [0, 1]], dtype=bool)
-  assert measure.skeleton_length(skel) == pytest.approx(math.sqrt(2))
+  assert mask_analysis.skeleton_length(skel) == pytest.approx(math.sqrt(2))
   # A staircase of three steps: 1 + sqrt(2) + 1 with no shared 4-neighbour on the diagonal step.
   skel = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)
-  assert measure.skeleton_length(skel) == pytest.approx(2 + math.sqrt(2))
+  assert mask_analysis.skeleton_length(skel) == pytest.approx(2 + math.sqrt(2))
 
 
 def test_mm_per_pixel_scales():
@@ -307,7 +308,7 @@ ROW_B = {
 
 
 def test_summarize_two_rows():
-  summary = measure.summarize([ROW_A, ROW_B])
+  summary = measure_summary.summarize([ROW_A, ROW_B])
   assert summary['images'] == 2
   assert summary['length_px'] == pytest.approx(2402.0)
   assert summary['length_mm'] == pytest.approx(120.1)
@@ -315,7 +316,7 @@ def test_summarize_two_rows():
   assert summary['segments'] == 3
   assert summary['max_width_px'] == 5.0
   assert summary['max_width_mm'] == pytest.approx(0.25)
-  assert measure.format_summary(summary) == (
+  assert measure_summary.format_summary(summary) == (
     '2 images: crack length 2,402 px (120.1 mm) in 3 segments; mean crack ratio 2.00%; '
     'widest 5.0 px (0.25 mm)'
   )
@@ -323,32 +324,32 @@ def test_summarize_two_rows():
 
 def test_summarize_without_mm_everywhere():
   row_b = {**ROW_B, 'length_mm': None, 'mean_width_mm': None, 'max_width_mm': None}
-  summary = measure.summarize([ROW_A, row_b])
+  summary = measure_summary.summarize([ROW_A, row_b])
   assert summary['length_mm'] is None
   assert summary['max_width_mm'] is None
   assert summary['length_px'] == pytest.approx(2402.0)
-  assert measure.format_summary(summary) == (
+  assert measure_summary.format_summary(summary) == (
     '2 images: crack length 2,402 px in 3 segments; mean crack ratio 2.00%; widest 5.0 px'
   )
 
 
 def test_summarize_one_row_singular():
-  summary = measure.summarize([{**ROW_B, 'segments': 1}])
-  assert measure.format_summary(summary) == (
+  summary = measure_summary.summarize([{**ROW_B, 'segments': 1}])
+  assert measure_summary.format_summary(summary) == (
     '1 image: crack length 2,302 px (115.1 mm) in 1 segment; mean crack ratio 3.00%; '
     'widest 5.0 px (0.25 mm)'
   )
 
 
 def test_summarize_no_rows():
-  summary = measure.summarize([])
+  summary = measure_summary.summarize([])
   assert summary['images'] == 0
   assert summary['length_px'] == 0.0
   assert summary['mean_crack_ratio'] == 0.0
   assert summary['segments'] == 0
   assert summary['max_width_px'] == 0.0
   _no_nan(summary)
-  assert measure.format_summary(summary).startswith('0 images: crack length 0 px')
+  assert measure_summary.format_summary(summary).startswith('0 images: crack length 0 px')
 
 
 def test_csv_round_trip_summarize():
@@ -365,8 +366,8 @@ def test_csv_round_trip_summarize():
   buffer.seek(0)
   read_back = list(csv.DictReader(buffer))
   assert [r['name'] for r in read_back] == ['line.png', 'empty.png']
-  summary = measure.summarize(read_back)  # Strings from the CSV.
-  assert summary == measure.summarize(rows)
+  summary = measure_summary.summarize(read_back)  # Strings from the CSV.
+  assert summary == measure_summary.summarize(rows)
   assert summary['length_px'] == pytest.approx(49.0)
   assert summary['length_mm'] == pytest.approx(24.5)
   assert summary['segments'] == 1
@@ -515,7 +516,7 @@ def _per_component_reference(mask, min_length):
   found = []
   for index, box in enumerate(ndimage.find_objects(labels), start=1):
     bones = skeleton[box] & (labels[box] == index)
-    length = measure.skeleton_length(bones)
+    length = mask_analysis.skeleton_length(bones)
     if bones.any() and length >= min_length:
       found.append(length)
   return found
@@ -536,7 +537,7 @@ def test_components_measured_in_one_pass_match_each_measured_alone():
       reference = _per_component_reference(mask, min_length)
       assert [c['length_px'] for c in cracks] == reference
       if min_length == 0:
-        assert totals['length_px'] == measure.skeleton_length(skeletonize(mask)), trial
+        assert totals['length_px'] == mask_analysis.skeleton_length(skeletonize(mask)), trial
       assert totals['length_px'] == pytest.approx(sum(reference)), trial
       assert totals['segments'] == len(cracks)
 
@@ -544,7 +545,7 @@ def test_components_measured_in_one_pass_match_each_measured_alone():
 def test_skeleton_distances_in_bands_are_the_whole_transforms(monkeypatch):
   from scipy import ndimage
 
-  monkeypatch.setattr(measure, '_BAND_PIXELS', 300)  # bands of a few rows, margins exceeded
+  monkeypatch.setattr(mask_analysis, '_BAND_PIXELS', 300)  # bands of a few rows, margins exceeded
   rng = np.random.default_rng(4)
   for trial in range(20):
     h, w = rng.integers(1, 100, 2)
@@ -557,7 +558,9 @@ def test_skeleton_distances_in_bands_are_the_whole_transforms(monkeypatch):
       whole = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
     else:
       whole = ndimage.distance_transform_edt(mask)
-    np.testing.assert_array_equal(measure.skeleton_distances(mask, pixels), whole.ravel()[pixels])
+    np.testing.assert_array_equal(
+      mask_analysis.skeleton_distances(mask, pixels), whole.ravel()[pixels]
+    )
 
 
 def test_measuring_names_each_stage_as_it_begins():
@@ -573,7 +576,7 @@ def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
   # half-width; thick components are thinned each in its own box, exactly as together.
   from scipy import ndimage
 
-  monkeypatch.setattr(measure, '_THICK', 6)
+  monkeypatch.setattr(mask_analysis, '_THICK', 6)
   rng = np.random.default_rng(5)
   thick_seen = 0
   for trial in range(30):
@@ -584,6 +587,6 @@ def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
     core = ndimage.binary_erosion(mask, np.ones((6, 6), bool))
     thick_seen += bool(core.any() and segments > 1)
     np.testing.assert_array_equal(
-      measure.skeleton_of(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
+      mask_analysis.skeleton_of(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
     )
   assert thick_seen >= 5  # the split was exercised, beside thin components

@@ -16,7 +16,7 @@ import pytest
 
 from crackjax.configs import compare
 from crackjax.losses import side
-from crackjax.paper import tables
+from crackjax.paper import table_rules, tables
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / 'crackjax' / 'paper' / 'data'
@@ -69,7 +69,7 @@ def test_a_malformed_file_is_named(tmp_path, monkeypatch):
   text = (DATA / 'table5.csv').read_text(encoding='utf-8').splitlines()
   text[2] = text[2].rsplit(',', 1)[0]
   (bad / 'data' / 'table5.csv').write_text('\n'.join(text) + '\n', encoding='utf-8')
-  monkeypatch.setattr(tables.resources, 'files', lambda package: bad)
+  monkeypatch.setattr(table_rules.resources, 'files', lambda package: bad)
   tables.table_rows.cache_clear()
   try:
     with pytest.raises(ValueError, match=r'table5\.csv, line 3: expected 9 cells'):
@@ -131,7 +131,7 @@ def test_importing_reads_no_file():
 
 
 def test_the_dagger_loss_is_the_one_the_configs_use():
-  dagger = dict(tables.DAGGER_LOSS)
+  dagger = dict(table_rules.DAGGER_LOSS)
   assert dagger == {
     'weighting': 'exp',
     'beta': 0.75,

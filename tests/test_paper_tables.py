@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from crackjax.experiment import validation
+from crackjax.paper import table_rules
 from crackjax.paper import tables as paper_tables
 
 PAPER = Path(__file__).resolve().parents[2] / 'shared' / 'paper' / '000_8dd8ac6a7f50eb79.txt'
@@ -113,15 +114,15 @@ def test_sample_rows_match_the_paper(table, key):
 
 def test_sample_figures_with_std():
   r = paper_tables.rows_by_key(1)['wce_exp_0.75_e20']
-  assert r.ods.p == paper_tables.Score(96.22, 0.73)
-  assert r.ods.r == paper_tables.Score(78.34, 1.39)
-  assert r.ois.f1 == paper_tables.Score(87.62, 0.48)
+  assert r.ods.p == table_rules.Score(96.22, 0.73)
+  assert r.ods.r == table_rules.Score(78.34, 1.39)
+  assert r.ois.f1 == table_rules.Score(87.62, 0.48)
   r = paper_tables.rows_by_key(3)['wce_power_0.5_g1_2_e5']
-  assert r.ois.p == paper_tables.Score(92.00, 1.82)  # printed '92.00(1.82)', no space
+  assert r.ois.p == table_rules.Score(92.00, 1.82)  # printed '92.00(1.82)', no space
   rsf = paper_tables.rows_by_key(2)['rsf']
   assert (rsf.ods.f1, rsf.ois.r) == (
-    paper_tables.Score(86.9, None),
-    paper_tables.Score(95.46, None),
+    table_rules.Score(86.9, None),
+    table_rules.Score(95.46, None),
   )
 
 

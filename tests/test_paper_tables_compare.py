@@ -3,7 +3,7 @@ through `crackjax.paper.runner` (--list, jobs, configs) and `crackjax.paper.repo
 synthetic runs: nothing trains here).
 
 The expected betas and epochs below are written by hand (betas read off the paper's LaTeX,
-epochs worked out by hand from the rule documented in crackjax/paper/tables.py); every printed
+epochs worked out by hand from the rule documented in crackjax/paper/table_rules.py); every printed
 figure is also checked against the LaTeX, parsed independently of the data module.
 """
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import PIL.Image
 
-from crackjax.deploy import measure
+from crackjax.deploy import measure, measure_summary
 
 THUMBNAIL_SIDE = 320
 SORT_KEYS = (('ratio', 'crack ratio'), ('length', 'length'), ('width', 'maximum width'))
@@ -139,7 +139,7 @@ def write_index(
 ) -> Path:
   """Writes ``out/index.html`` from measurements.csv's `rows`, cracks.csv's `cracks` and a
   thumbnail data URI per photo name (`thumbnail_uri`); returns its path."""
-  summary = measure.summarize(rows)
+  summary = measure_summary.summarize(rows)
   counts = {t: sum(c['type'] == t for c in cracks) for t in measure.CRACK_TYPES}
   kinds = ', '.join(f'{n} {t}' for t, n in counts.items() if n) or 'none'
   worst = _worst([c['severity'] for c in cracks])

@@ -4,22 +4,12 @@ For a prediction tool that writes one CSV row per photo (`CSV_FIELDS` gives the 
 
   row = {'name': name, **measure_cracks(mask, mm_per_pixel=0.05)}
   ...
-  print(format_summary(summarize(rows)))
+  print(format_summary(summarize(rows)))  # crackjax.deploy.measure_summary
 
-Conventions (pixel units; the `_mm` values are the same times `mm_per_pixel`):
+Conventions (pixel units; the `_mm` values are the same times `mm_per_pixel`): length along
+the mask's skeleton, width 2 d - 1 from the distance transform (`crackjax.deploy.mask_analysis`,
+which computes both, says how).
 
-* Length is measured along the skeleton (`skimage.morphology.skeletonize`) as a graph of
-  8-adjacent skeleton pixels: a horizontal or vertical pair is an edge of length 1, a diagonal
-  pair an edge of length sqrt(2), except that a diagonal edge is dropped when its two pixels are
-  also joined through a shared 4-neighbour on the skeleton (so an L-corner counts 1 + 1, not
-  1 + 1 + sqrt(2)). Lengths run from pixel centre to pixel centre: a straight line of n pixels is
-  n - 1 long, and an isolated skeleton pixel adds 0.
-* Width at a skeleton pixel is 2 d - 1, where d is the Euclidean distance transform of the mask
-  (`scipy.ndimage.distance_transform_edt`: distance from a crack pixel's centre to the nearest
-  background pixel's centre). At the centre pixel of a stroke w pixels wide (w odd) d is
-  (w + 1) / 2, so 2 d - 1 = w; a 1-pixel line has width 1. Pixels beyond the image border are
-  not background (a crack running off the photo is not cut at the border), except in a mask
-  that has no background pixel at all, where the border bounds the crack.
 * Segments are the 8-connected components of the mask. A component whose skeleton is shorter
   than `min_length` pixels (default `DEFAULT_MIN_LENGTH`, crackjax-predict's --min_length) is
   speckle, not a crack: it is left out of every measurement (pixels, ratio, segments, length,
@@ -30,23 +20,21 @@ Per crack (`measure_each_crack`, one row per crack in crackjax-predict's cracks.
 an 8-connected component whose skeleton is at least `min_length` pixels long (shorter ones are
 speckle, `DEFAULT_MIN_LENGTH`), with its bounding box, length, widths, orientation to the
 road, type and, given the pixel size, severity (`CRACK_FIELDS` documents each column).
-`measure_photo` gives both from one skeleton and one distance transform (crackjax-predict: the
-costly part on a large photo, done once), in time and memory near linear in the mask's
-pixels: every component's length in one pass over the skeleton (one by one only for the
-cracks), thick components thinned apart (`skeleton_of`), the distance transform a band of rows
-at a time (`skeleton_distances`). A 20 MP mask 26% crack in 3.3 million specks took 58 s and
-1.67 GB before, 7 s and 0.76 GB.
+`measure_photo` gives both from one `mask_analysis.analyse` (one skeleton and one distance
+transform: crackjax-predict's costly part on a large photo, done once); only the cracks are
+looked at one by one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
-from skimage.morphology import skeletonize
+
+from crackjax.deploy import mask_analysis
 
 # Length and widths, of a photo's cracks together or of one crack (cracks.csv).
 _SIZE_FIELDS: tuple[str, ...] = (
@@ -70,46 +58,8 @@ MEASURE_FIELDS: tuple[str, ...] = (
 # Column order of a per-photo CSV: the photo's name, then the measurements.
 CSV_FIELDS: tuple[str, ...] = ('name', *MEASURE_FIELDS)
 
-
-def _as_mask(mask: Any) -> np.ndarray:
-  """`mask` as a 2-D bool array; ValueError for another shape or non-binary values."""
-  arr = np.asarray(mask)
-  if arr.ndim == 3 and arr.shape[-1] == 1:
-    arr = arr[..., 0]
-  if arr.ndim != 2:
-    raise ValueError(f'mask must be H x W or H x W x 1, got shape {np.shape(mask)}')
-  if arr.size == 0:
-    raise ValueError(f'mask is empty, got shape {np.shape(mask)}')
-  if arr.dtype != bool:
-    if not np.all((arr == 0) | (arr == 1)):
-      bad = np.unique(arr[(arr != 0) & (arr != 1)])[:5]
-      raise ValueError(
-        f'mask must be bool or 0/1, got values such as {bad.tolist()} (threshold it first)'
-      )
-    arr = arr == 1
-  return arr
-
-
-def skeleton_length(skeleton: np.ndarray) -> float:
-  """Length in pixels of a skeleton, measured along its 8-connected graph.
-
-  Horizontal and vertical edges between 8-adjacent pixels count 1, diagonal edges sqrt(2); a
-  diagonal edge is dropped when its two pixels share a 4-neighbour on the skeleton (the other
-  path round that little triangle already joins them). A line of n pixels in a row is n - 1
-  long; isolated pixels add 0.
-
-  Args:
-    skeleton: H x W bool array.
-
-  Returns:
-    The total length of all edges.
-  """
-  s = np.asarray(skeleton, dtype=bool)
-  axial = np.count_nonzero(s[:, :-1] & s[:, 1:]) + np.count_nonzero(s[:-1, :] & s[1:, :])
-  # 2 x 2 windows: top-left a, top-right b, bottom-left c, bottom-right d.
-  a, b, c, d = s[:-1, :-1], s[:-1, 1:], s[1:, :-1], s[1:, 1:]
-  diagonal = np.count_nonzero(a & d & ~b & ~c) + np.count_nonzero(b & c & ~a & ~d)
-  return float(axial + math.sqrt(2) * diagonal)
+#: The stages of `measure_photo`, in order: components, skeleton, distance transform, cracks.
+STAGES = (*mask_analysis.STAGES, 'cracks')
 
 
 def measure_cracks(
@@ -150,7 +100,7 @@ def measure_cracks(
   """
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, 'vertical')
-  return _totals(_analyse(mask), mm_per_pixel, _min_length(min_length))
+  return _totals(mask_analysis.analyse(mask), mm_per_pixel, _min_length(min_length))
 
 
 def measure_photo(
@@ -167,155 +117,12 @@ def measure_photo(
   `progress(stage)` is called as each of `STAGES` begins (minutes on a 100 MP photo)."""
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, direction)
-  analysis = _analyse(mask, progress)
+  analysis = mask_analysis.analyse(mask, progress)
   if progress is not None:
     progress(STAGES[-1])
   return (
     _totals(analysis, mm_per_pixel, _min_length(min_length)),
     _per_crack(analysis, mm_per_pixel, _min_length(min_length), direction),
-  )
-
-
-#: The stages of `measure_photo`, in order: components, skeleton, distance transform, cracks.
-STAGES = ('components', 'skeleton', 'widths', 'cracks')
-
-
-class _Analysis(NamedTuple):
-  mask: np.ndarray  # bool
-  labels: np.ndarray  # 8-connected components, 1..segments
-  segments: int
-  skeleton: np.ndarray  # bool
-  bones: np.ndarray  # flat indices of the skeleton's pixels, ascending
-  widths: np.ndarray  # 2 d - 1 at each of them (d: distance to the nearest background)
-  axial: np.ndarray  # per component (index = label): horizontal and vertical skeleton edges
-  diagonal: np.ndarray  # per component: diagonal skeleton edges (`skeleton_length`'s)
-
-
-def _analyse(mask: Any, progress: Callable[[str], object] | None = None) -> _Analysis:
-  def stage(name: str) -> None:
-    if progress is not None:
-      progress(name)
-
-  m = _as_mask(mask)
-  stage(STAGES[0])
-  labels, segments = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
-  stage(STAGES[1])
-  skeleton = skeleton_of(m, labels, int(segments))
-  stage(STAGES[2])
-  bones = np.flatnonzero(skeleton)
-  widths = 2.0 * skeleton_distances(m, bones) - 1.0
-  axial, diagonal = _edges_by_component(skeleton, bones, labels, int(segments))
-  return _Analysis(m, labels, int(segments), skeleton, bones, widths, axial, diagonal)
-
-
-#: A component that holds a square of this side is thinned apart from the others
-#: (`skeleton_of`).
-_THICK = 64
-
-
-def skeleton_of(mask: np.ndarray, labels: np.ndarray, segments: int) -> np.ndarray:
-  """`skeletonize(mask)`, exactly, in time near linear in the mask's pixels.
-
-  Zhang-Suen thinning (skimage's) passes over the whole image until nothing changes: about
-  one pass per pixel of the widest component's half-width, so one 400 px blob made every
-  thin crack of a large photo pay for 200 passes. Components do not touch (8-connected), so
-  each thins alone exactly as among the others: the thick ones (those holding a _THICK-pixel
-  square) are thinned each in its bounding box, the rest together in few passes.
-  """
-  if mask.shape[0] <= _THICK or mask.shape[1] <= _THICK:
-    return skeletonize(mask)
-  # Erosion by a square, separably (a 1-D minimum along rows, then columns): what is left
-  # lies in a component at least that thick.
-  core = ndimage.minimum_filter1d(mask.view(np.uint8), _THICK, axis=0, mode='constant')
-  core = ndimage.minimum_filter1d(core, _THICK, axis=1, mode='constant').view(bool)
-  thick = np.unique(labels[core])
-  del core
-  thick = thick[thick > 0]
-  if not thick.size:
-    return skeletonize(mask)
-  numbering = np.zeros(segments + 1, np.int32)
-  numbering[thick] = np.arange(1, thick.size + 1, dtype=np.int32)
-  thick_labels = numbering[labels]
-  skeleton = skeletonize(mask & (thick_labels == 0))
-  for number, box in enumerate(ndimage.find_objects(thick_labels), start=1):
-    skeleton[box] |= skeletonize(thick_labels[box] == number)
-  return skeleton
-
-
-#: Pixels of a band of rows of `skeleton_distances`.
-_BAND_PIXELS = 1 << 22
-
-
-def skeleton_distances(mask: np.ndarray, bones: np.ndarray) -> np.ndarray:
-  """The Euclidean distance from each of `bones` (flat indices into `mask`, ascending) to the
-  nearest background pixel (`ndimage.distance_transform_edt`'s, exactly).
-
-  Computed a band of rows at a time, each with a margin of rows above and below: a distance
-  found no larger than the margin is exact (the nearest background lies within the margin);
-  a larger one (inside a blob wider than the margin) is computed again over the rows of such
-  pixels with a margin as large as it (the distance found is never below the true one). So
-  the memory is that of one band (4 M pixels and its margins; the transform takes ~26 bytes a
-  pixel, 2.8 GB for a whole 108 MP photo) and the time stays near one transform of the photo.
-  """
-  h, w = mask.shape
-  if mask.all():  # No background: let the image border bound the crack.
-    return ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1].ravel()[bones]
-  result = np.empty(bones.size, np.float64)
-  rows = max(1, _BAND_PIXELS // w)
-  ys, xs = np.divmod(bones, w)
-  for start in range(0, h, rows):
-    stop = min(h, start + rows)
-    todo = np.arange(np.searchsorted(ys, start), np.searchsorted(ys, stop))
-    first, last, margin = start, stop, 128
-    while todo.size:
-      lo, hi = max(0, first - margin), min(h, last + margin)
-      window = mask[lo:hi]
-      if window.all():
-        found = np.full(todo.size, np.inf)
-      else:
-        found = ndimage.distance_transform_edt(window)[ys[todo] - lo, xs[todo]]
-      exact = (found <= margin) | ((lo == 0) & (hi == h))
-      result[todo[exact]] = found[exact]
-      todo = todo[~exact]
-      if todo.size:
-        # Again over the rows of the pixels left, with a margin that holds their nearest
-        # background: a distance found is never below the true one.
-        first, last = int(ys[todo].min()), int(ys[todo].max()) + 1
-        rest = found[~exact]
-        margin = int(np.ceil(rest.max())) + 1 if np.isfinite(rest).all() else margin * 4
-  return result
-
-
-def _edges_by_component(
-  skeleton: np.ndarray, bones: np.ndarray, labels: np.ndarray, segments: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """`skeleton_length`'s edge counts (axial, diagonal), per component, from the skeleton's
-  pixels alone: two 8-adjacent skeleton pixels are in one component, so each edge is
-  counted for the component of its first pixel. One pass over the skeleton, however many
-  components (measuring each component in its bounding box cost the sum of all boxes: a
-  photo of speckle spent most of its time there)."""
-  h, w = skeleton.shape
-  flat = skeleton.ravel()
-  y, x = np.divmod(bones, w)
-  right, down, left = x < w - 1, y < h - 1, x > 0
-
-  def on(index: np.ndarray, where: np.ndarray) -> np.ndarray:
-    hit = np.zeros(index.shape, bool)
-    hit[where] = flat[index[where]]
-    return hit
-
-  axial = on(bones + 1, right).astype(np.int64) + on(bones + w, down)
-  # a (this pixel) & d (down-right) & ~b (right) & ~c (down); b (this) & c (down-left) & ~a
-  # (left) & ~d (down): `skeleton_length`'s two diagonals of a 2 x 2 window.
-  diagonal = (
-    on(bones + w + 1, right & down) & ~on(bones + 1, right) & ~on(bones + w, down)
-  ).astype(np.int64) + (
-    on(bones + w - 1, left & down) & ~on(bones - 1, left) & ~on(bones + w, down)
-  )
-  component = labels.ravel()[bones]
-  return (
-    np.bincount(component, weights=axial, minlength=segments + 1).astype(np.int64),
-    np.bincount(component, weights=diagonal, minlength=segments + 1).astype(np.int64),
   )
 
 
@@ -334,7 +141,7 @@ def _in_mm(value: float, mm_per_pixel: float | None) -> float | None:
   return None if mm_per_pixel is None else float(value * mm_per_pixel)
 
 
-def _cracks(a: _Analysis, min_length: float) -> np.ndarray:
+def _cracks(a: mask_analysis.MaskAnalysis, min_length: float) -> np.ndarray:
   """Which labels (index = label, 0 the background: False) are cracks: the components whose
   skeleton is at least `min_length` long; with 0, every component."""
   lengths = a.axial + math.sqrt(2) * a.diagonal
@@ -344,7 +151,7 @@ def _cracks(a: _Analysis, min_length: float) -> np.ndarray:
 
 
 def _totals(
-  a: _Analysis, mm_per_pixel: float | None, min_length: float
+  a: mask_analysis.MaskAnalysis, mm_per_pixel: float | None, min_length: float
 ) -> dict[str, float | int | None]:
   m = a.mask
   keep = _cracks(a, min_length)
@@ -378,61 +185,6 @@ def _totals(
     'speckles': a.segments - segments,
     'speckle_pixels': all_pixels - crack_pixels,
   }
-
-
-def _number(value: Any) -> float | None:
-  """A row's value as a float; None for a missing one (None or '', as read back from a CSV)."""
-  return None if value is None or value == '' else float(value)
-
-
-def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-  """Totals over many images' `measure_cracks` rows (extra keys such as 'name' are ignored).
-
-  Args:
-    rows: one mapping per image with `measure_cracks`' keys.
-
-  Returns:
-    `images` (count), `length_px` (total), `length_mm` (total, None unless every row has it),
-    `mean_crack_ratio` (mean of the per-image ratios), `segments` (total), `speckles` (total
-    of the components left out as speckle; 0 where a row has none), `max_width_px` and
-    `max_width_mm` (largest over the images; mm None unless every row has it). All zeros for no
-    rows.
-  """
-  lengths_mm = [_number(r.get('length_mm')) for r in rows]
-  widths_mm = [_number(r.get('max_width_mm')) for r in rows]
-  return {
-    'images': len(rows),
-    'length_px': float(sum(_number(r['length_px']) for r in rows)),
-    'length_mm': None if None in lengths_mm else float(sum(lengths_mm)),
-    'mean_crack_ratio': float(np.mean([_number(r['crack_ratio']) for r in rows])) if rows else 0.0,
-    'segments': int(sum(int(_number(r['segments'])) for r in rows)),
-    'speckles': int(sum(int(_number(r.get('speckles')) or 0) for r in rows)),
-    'max_width_px': max((_number(r['max_width_px']) for r in rows), default=0.0),
-    'max_width_mm': None if None in widths_mm else max(widths_mm, default=0.0),
-  }
-
-
-def format_summary(summary: Mapping[str, Any]) -> str:
-  """One human-readable line of a `summarize` result.
-
-  E.g. '12 images: crack length 3,402 px (170.1 mm) in 57 segments (412 speckles left out);
-  mean crack ratio 1.84%; widest 9.0 px (0.45 mm)'; the millimetre parts are left out where
-  they are None, the speckles where there are none.
-  """
-  n, segments = summary['images'], summary['segments']
-  length = f'{summary["length_px"]:,.0f} px'
-  if summary.get('length_mm') is not None:
-    length += f' ({summary["length_mm"]:,.1f} mm)'
-  width = f'{summary["max_width_px"]:.1f} px'
-  if summary.get('max_width_mm') is not None:
-    width += f' ({summary["max_width_mm"]:.2f} mm)'
-  speckles = summary.get('speckles') or 0
-  left_out = f' ({speckles} speckle{"" if speckles == 1 else "s"} left out)' if speckles else ''
-  return (
-    f'{n} image{"" if n == 1 else "s"}: crack length {length} in {segments} '
-    f'segment{"" if segments == 1 else "s"}{left_out}; mean crack ratio '
-    f'{100 * summary["mean_crack_ratio"]:.2f}%; widest {width}'
-  )
 
 
 # ------------------------------------------------------------------------------ per crack
@@ -552,7 +304,7 @@ def measure_each_crack(
   """
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, direction)
-  return _per_crack(_analyse(mask), mm_per_pixel, min_length, direction)
+  return _per_crack(mask_analysis.analyse(mask), mm_per_pixel, min_length, direction)
 
 
 def _min_length(min_length: float | None) -> float:
@@ -567,7 +319,7 @@ def _check_per_crack(min_length: Any, direction: str) -> None:
 
 
 def _per_crack(
-  a: _Analysis, mm_per_pixel: float | None, min_length: float, direction: str
+  a: mask_analysis.MaskAnalysis, mm_per_pixel: float | None, min_length: float, direction: str
 ) -> list[dict[str, Any]]:
   labels, skeleton = a.labels, a.skeleton
 

@@ -20,7 +20,7 @@ import PIL.Image
 import tqdm
 from absl import flags
 
-from crackjax.deploy import hostmem, html_report, measure
+from crackjax.deploy import hostmem, html_report, measure, measure_summary
 from crackjax.deploy import predict_outputs as written
 from crackjax.deploy.photos import UnreadableImageError, load_photo, map_files, photo_size
 from crackjax.deploy.predictor import Predictor
@@ -184,7 +184,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   if not rows:
     return 1
   _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier)
-  print(measure.format_summary(measure.summarize(rows)))
+  print(measure_summary.format_summary(measure_summary.summarize(rows)))
   print(crack_summary(cracks, fv.min_length))
   seconds = time.perf_counter() - start
   _say_written(out, len(rows), resumed, len(skipped), megapixels, seconds, predict_seconds)
