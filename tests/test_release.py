@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, model_export
+from crackjax.deploy import export, model_card, model_export
 from crackjax.deploy import release as release_lib
 from crackjax.deploy.predictor import Predictor
 from crackjax.models import model_file
@@ -68,7 +68,7 @@ def test_rescore_puts_the_files_own_scores_and_self_check_in_its_card(smoke_run,
   (old,) = [s for s in before.card['scores'] if s['split'] == 'test']
   record = _own_record(smoke_run, tmp_path, 0.123456)
 
-  card = release_lib.rescore(half, record)
+  card = model_card.rescore(half, record)
 
   after = model_file.read(half)  # verifies the new checksum
   assert after.card == card
@@ -90,7 +90,7 @@ def test_rescore_puts_the_files_own_scores_and_self_check_in_its_card(smoke_run,
   assert entry['scores']['strict']['ods'] == 0.123456 and entry['dtype'] == 'bfloat16'
   # A second rescore (the finish stage run again) keeps the run's scores, not the first
   # rescore's.
-  card = release_lib.rescore(half, _own_record(smoke_run, tmp_path / 'again', 0.5))
+  card = model_card.rescore(half, _own_record(smoke_run, tmp_path / 'again', 0.5))
   assert card['run_scores']['scores'] == [old]
   (new,) = [s for s in card['scores'] if s['split'] == 'test']
   assert new['protocols']['strict']['ods']['f1'] == 0.5
@@ -124,7 +124,7 @@ def test_rescore_refuses_a_record_of_another_model_in_one_line(smoke_run, half, 
   # A record without results (or per-image rows) is refused too.
   record.write_text(json.dumps({**data, 'step': 6, 'results': {}}))
   with pytest.raises(ValueError, match='no per-image rows'):
-    release_lib.rescore(half, record)
+    model_card.rescore(half, record)
 
 
 @pytest.mark.slow
@@ -195,8 +195,8 @@ def test_rescore_keeps_two_copies_of_one_set_apart_and_the_entry_lists_each_set(
   }
   crops.write_text(json.dumps(record))
   photos = _own_record(smoke_run, tmp_path / 'photos', 0.75)
-  release_lib.rescore(half, crops, 'crops')
-  card = release_lib.rescore(half, photos, 'photos')
+  model_card.rescore(half, crops, 'crops')
+  card = model_card.rescore(half, photos, 'photos')
   tests = [s for s in card['scores'] if s['split'] == 'test']
   assert [s.get('copy') for s in tests] == [None, 'crops', 'photos']
   at_t = tests[1]['protocols']['strict']['at_stored_threshold']

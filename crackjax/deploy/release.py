@@ -22,16 +22,13 @@ so what the release stands on is on disk beside the runs, not in this module.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from crackjax.deploy import model_card
 from crackjax.evaluation.result import (
   AP,
   DATASETS,
@@ -177,7 +174,7 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
     'size': path.stat().st_size,
     'model': card['model']['name'],
     'widths': card['model'].get('widths'),
-    'dtype': str(_stored_dtype(loaded)),
+    'dtype': str(model_card.stored_dtype(loaded)),
     'parameters': card['model']['parameters'],
     'data': (
       ' + '.join(d['name'] for d in card['data']['datasets'])
@@ -200,13 +197,6 @@ def _copy(entry: dict[str, Any]) -> str:
   return f' ({entry["copy"]})' if entry.get('copy') else ''
 
 
-def _stored_dtype(loaded) -> str:
-  leaf = loaded.params
-  while isinstance(leaf, dict):
-    leaf = next(iter(leaf.values()))
-  return str(leaf.dtype)  # 'float32' or 'bfloat16' (ml_dtypes names it so)
-
-
 def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
   """Copies `file` into the package as the released model `name` and writes its registry
   entry (replacing an entry of that name); returns the entry."""
@@ -222,192 +212,20 @@ def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[s
   return entry
 
 
-def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
-  """Compares the card's scores of the record's dataset and split with `record` (the eval.json
-  of ``crackjax-evaluate --model=file``): 0 if every protocol's ODS F1, OIS F1 and AP agree
-  within `tolerance`, else 1 (each difference printed)."""
-  from crackjax.models import model_file
-
-  card = model_file.read(file).card
-  got = json.loads(Path(record).read_text())
-  mine = [s for s in card['scores'] if (s['dataset'], s['split']) == (got['dataset'], got['split'])]
-  if not mine:
-    print(f'{file}: the card has no scores on {got["dataset"]} {got["split"]}.', file=sys.stderr)
-    return 1
-  bad = 0
-  for protocol, result in got[RESULTS].items():
-    want = mine[0]['protocols'].get(protocol)
-    if want is None:
-      continue
-    pairs = {
-      'ODS F1': (want[ODS][F1], result[ODS][F1]),
-      'OIS F1': (want[OIS][F1], result[OIS][F1]),
-      'AP': (want[AP], result[AP]),
-    }
-    for what, (a, b) in pairs.items():
-      ok = abs(a - b) <= tolerance
-      bad += not ok
-      print(f'  {protocol} {what}: card {a:.6f}, model file {b:.6f} {"ok" if ok else "DIFFERS"}')
-  return int(bad > 0)
-
-
-def _key(scores: dict[str, Any]) -> tuple:
-  return scores['dataset'], scores['split'], scores.get('copy')
-
-
-def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> dict[str, Any]:
-  """Rewrites the model file `file` with its own scores and this machine's self check in its
-  card; returns the new card.
-
-  A file exported in bfloat16, or on a GPU, predicts slightly differently from the run whose
-  records filled its card (float32 parameters; the GPU's convolution arithmetic). Its card
-  must hold what the file itself gives where the package is tested, so `record` (the eval.json
-  of ``crackjax-evaluate --model=file``, with per-image rows) replaces the card's scores of
-  its dataset and split, the replaced entry kept as ``card['run_scores']`` (by the first
-  rescore only: a second one keeps the run's), and the self check is recomputed here. The
-  record is matched to the file by its number of parameters and step only: the run's own
-  eval.json of that step would pass too, so the script evaluates the file itself. The
-  parameters are not touched; the file is written atomically. `copy` names which copy of the
-  dataset the record scored where a card holds two (the general model's 'crops' and
-  'photos' of DeepCrack and CRACK500), so that neither replaces the other.
-
-  Raises:
-    ValueError: `record` is not an evaluation of this file's model (another number of
-      parameters or another step) or has no per-image rows.
-  """
-  import jax
-
-  from crackjax.deploy import model_export
-  from crackjax.deploy.predictor import Predictor
-  from crackjax.models import model_file
-
-  file, record = Path(file), Path(record)
-  loaded = model_file.read(file)
-  got = json.loads(record.read_text())
-  card = dict(loaded.card)
-  mine = (card['model']['parameters'], card['training']['step'])
-  if (got.get('params'), got.get('step')) != mine:
-    raise ValueError(
-      f'{record} evaluates a model of {got.get("params")} parameters at step '
-      f'{got.get("step")}, not {file} ({mine[0]} parameters, step {mine[1]}).'
-    )
-  if not got.get('results') or not all(r.get('per_image') for r in got['results'].values()):
-    raise ValueError(f'{record} has no per-image rows (write it with crackjax-evaluate).')
-  key = (got['dataset'], got['split'], copy)
-  kept = [s for s in card['scores'] if _key(s) != key]
-  replaced = [s for s in card['scores'] if _key(s) == key]
-  card['scores'] = [*kept, model_export.record_scores(got, record.name, copy)]
-  # A second rescore replaces the file's own scores: the run's stay as the first one kept them.
-  if replaced and 'run_scores' not in card:
-    card['run_scores'] = {
-      'note': (
-        "the run's own evaluation of this step (float32 parameters, on the machine that "
-        'trained it), which the scores of the file itself replaced'
-      ),
-      'scores': replaced,
-    }
-  predictor = Predictor.from_pretrained(str(file))
-  card['self_check'] = model_export.self_check(predictor)
-  card['rescored'] = {
-    'by': 'python -m crackjax.deploy.release rescore',
-    'date': datetime.date.today().isoformat(),
-    'platform': f'{jax.devices()[0].platform} ({jax.devices()[0].device_kind})',
-    'dataset': got['dataset'],
-    'split': got['split'],
-  }
-  _rewrite_card(file, loaded, card)
-  return card
-
-
-def _rewrite_card(file: Path, loaded, card: dict[str, Any]) -> None:
-  """Writes `file` again (atomically) with `card`; parameters and other metadata kept."""
-  from crackjax.models import model_file
-
-  meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
-  meta['card'] = card
-  model_file.write(
-    file,
-    params=loaded.params,
-    batch_stats=loaded.batch_stats,
-    meta=meta,
-    dtype=_stored_dtype(loaded),
-  )
-
-
-def false_positives(
-  file: str | Path, folders: dict[str, tuple[str, str]], max_patches: int = 200
-) -> dict[str, Any]:
-  """Puts the model's false-positive crack length per megapixel on crack-free patches into its
-  card (``card['false_positives']``, `crackjax.deploy.crack_free`): per labelled folder
-  ``{label: (images, masks)}``, the crack-free windows of its photos (and its photos whose
-  masks are empty), at most `max_patches` of them, each predicted as a photo of its own at the
-  file's stored threshold. Returns the card's new entry."""
-  from crackjax.deploy import crack_free
-  from crackjax.deploy.predictor import Predictor
-  from crackjax.models import model_file
-  from crackjax.tfds_builders import listing, reading
-  from crackjax.tfds_builders.errors import CrackDataWarning
-
-  file = Path(file)
-  predictor = Predictor.from_pretrained(str(file))
-  sets = {}
-  for label, (images, masks) in folders.items():
-    pairs = listing.pair_by_stem(
-      listing.list_images(images),
-      listing.list_images(masks, 'mask', stem_key=listing_mask_key),
-      image_dir=images,
-      mask_dir=masks,
-    )
-    with warnings.catch_warnings():
-      # JPEG masks are thresholded at half the range, as the builders do (said there).
-      warnings.simplefilter('ignore', CrackDataWarning)
-      triples = [
-        (p.name, np.asarray(reading.load_rgb(p.image_path)), reading.load_mask(p.mask_path))
-        for p in pairs
-      ]
-    patches, counts = crack_free.crack_free_patches(triples, max_patches=max_patches)
-    result = crack_free.fp_length_per_mp(predictor, [image for _, image in patches])
-    sets[label] = {**counts, **result}
-    print(
-      f'{file.name}: {label}: {result["length_per_mp"]:.0f} px of predicted crack per MP on '
-      f'{result["images"]} crack-free patches ({result["images_with_fp"]} with any)'
-    )
-  entry = {
-    'what': (
-      'skeleton length (px) of the mask at the stored threshold per megapixel of crack-free '
-      f'patches: {crack_free.WINDOW} px windows of labelled test photos with no labelled crack '
-      f'within {crack_free.MARGIN} px, at most {max_patches} per set, each predicted alone '
-      '(an upper bound: a window may hold an unlabelled hairline)'
-    ),
-    'sets': sets,
-  }
-  loaded = model_file.read(file)
-  card = {**loaded.card, 'false_positives': entry}
-  _rewrite_card(file, loaded, card)
-  return entry
-
-
-def listing_mask_key(stem: str) -> str:
-  """A mask's name without its ``_mask`` / ``_gt`` / ``_lab`` suffix (the public copies)."""
-  from crackjax.tfds_builders.split_folders import mask_key
-
-  return mask_key(stem)
-
-
 def main(argv: list[str] | None = None) -> int:
   """`python -m crackjax.deploy.release COMMAND ...` (scripts/release_*.sh's steps); returns
   the exit status."""
   parser = _parser()
   args = parser.parse_args(argv)
   if args.command == 'check':
-    return check(args.file, args.record)
+    return model_card.check(args.file, args.record)
   if args.command == 'fp':
     folders = {}
     for spec in args.set:
       label, _, dirs = spec.partition('=')
       images, _, masks = dirs.partition(':')
       folders[label] = (images, masks)
-    false_positives(args.file, folders, args.max_patches)
+    model_card.false_positives(args.file, folders, args.max_patches)
     return 0
   if args.command == 'rescore':
     return _rescore(parser.prog, args)
@@ -457,7 +275,7 @@ def _parser() -> argparse.ArgumentParser:
 def _rescore(prog: str, args: argparse.Namespace) -> int:
   """`rescore`: the file's own scores into its card, printed."""
   try:
-    card = rescore(args.file, args.record, args.copy)
+    card = model_card.rescore(args.file, args.record, args.copy)
   except (ValueError, OSError) as e:  # ModelFileError is a ValueError
     print(f'{prog}: {e}', file=sys.stderr)
     return 1
