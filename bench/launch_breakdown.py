@@ -72,7 +72,7 @@ from crackjax.experiment.build import build
 logs.quiet_third_party_logs()
 fv, _ = cli.parse_command('prepare', sys.argv[1:])
 try:
-  build(fv.config).prepare_data()
+  build(fv.config).splits.prepare()
 except (data_registry.DatasetError, OSError, ValueError) as e:
   sys.exit(str(e).splitlines()[0])
 """

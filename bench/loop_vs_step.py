@@ -46,6 +46,7 @@ from pathlib import Path
 from absl import flags
 
 from crackjax import cli
+from crackjax.experiment.build import check_data
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def load_train_step_bench():
 def host_pipeline(experiment, batches: int) -> dict:
   """Host seconds per batch of the training input pipeline alone (no device work)."""
   t0 = time.perf_counter()
-  it = experiment.train_iterator()
+  it = experiment.splits.train_iterator()
   next(it)
   first_s = time.perf_counter() - t0
   t0 = time.perf_counter()
@@ -296,16 +297,16 @@ def main(argv=None) -> dict:
   try:
     experiment = build(config)
     t0 = time.perf_counter()
-    experiment.prepare_data()
+    experiment.splits.prepare()
     dataset_s = time.perf_counter() - t0
-    experiment.check_data()
+    check_data(experiment)
   except (data_registry.DatasetError, ValueError) as e:
     sys.exit(f'{prog}: {" / ".join(str(e).splitlines())}')
   workdir = Path(fv.workdir or tempfile.mkdtemp(prefix='loop_vs_step_'))
   if workdir.exists() and any(workdir.iterdir()):
     sys.exit(f'{prog}: --workdir {workdir} is not empty (the loop would resume from it)')
   profile_dir = fv.profile_dir or str(workdir / 'profile')
-  hw = experiment.train_image_shape[:2]
+  hw = experiment.splits.train_image_shape[:2]
 
   host = host_pipeline(experiment, fv.host_batches)
   bench = load_train_step_bench().bench_jax(

@@ -140,10 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   workdir = Path(fv.workdir)
   experiment = build(restored.read_config(workdir), training=False)
-  examples = list(experiment.eval_examples())
+  examples = list(experiment.splits.examples()[0])
   if fv.num_images:
     examples = examples[: fv.num_images]
-  state = experiment.restore(workdir)
+  state = experiment.states.restore(workdir)
   probs = [np.asarray(p) for p in scoring.predict_examples(experiment.model, state, examples)]
   gts = [ex['mask'][..., 0] > 0.5 for ex in examples]
   config = experiment.config

@@ -106,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   workdir = Path(fv.workdir)
   experiment = build(restored.read_config(workdir), training=False)
   config = experiment.config
-  examples = list(experiment.eval_examples(fv.split))
-  state = experiment.restore(workdir)
+  examples = list(experiment.splits.examples(fv.split)[0])
+  state = experiment.states.restore(workdir)
   threshold, source = restored.run_threshold(workdir, int(state.step))
   probs = scoring.predict_examples(experiment.model, state, examples)
   gt = [component_lengths(ex['mask'][..., 0] > 0.5) for ex in examples]

@@ -85,6 +85,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.runs import outputs
+from crackjax.trainer.loop import train_step_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,10 +166,10 @@ class JaxStep:
     from crackjax.paper import complexity
 
     self.experiment, self.hw, self.batch = experiment, tuple(hw), batch
-    self.state = experiment.init_state((*hw, 3))
+    self.state = experiment.states.fresh((*hw, 3))
     self.n_params = sum(int(x.size) for x in jax.tree.leaves(self.state.params))
-    step = experiment.train_step(self.state)
-    self.data = mesh_lib.global_batch(random_batch(batch, *hw), experiment.mesh)
+    step = train_step_of(experiment, self.state)
+    self.data = mesh_lib.global_batch(random_batch(batch, *hw), experiment.states.mesh)
     self.device = jax.devices()[0]
     # The allocator's figures by phase (None where the backend has none, e.g. the CPU).
     self.phases = {'before_compile': complexity.device_memory(self.device)}

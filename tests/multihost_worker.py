@@ -99,16 +99,16 @@ def _sharding_info(x: jax.Array) -> dict:
 def run_sharding() -> None:
   """`--steps` steps on a 1-device and a 4-device mesh through the code of loop.py."""
   experiment = build(config())
-  input_shape = experiment.train_image_shape
+  input_shape = experiment.splits.train_image_shape
   devices = jax.devices()
   assert len(devices) == ARGS.devices, devices
   arrays, info = {}, {}
   for n in (1, len(devices)):
     # The mesh of mesh_lib.make_mesh() restricted to the first n devices.
     mesh = jax.sharding.Mesh(np.asarray(devices[:n]), ('data',))
-    state = experiment.init_state(input_shape, mesh=mesh)
-    step_fn = experiment.train_step(state, mesh=mesh)
-    batches = experiment.train_iterator()
+    state = experiment.states.fresh(input_shape, mesh=mesh)
+    step_fn = loop.train_step_of(experiment, state, mesh)
+    batches = experiment.splits.train_iterator()
     losses, grad_norms, batch_info = [], [], []
     for _ in range(ARGS.steps):
       batch = mesh_lib.global_batch(next(batches), mesh)
@@ -163,7 +163,7 @@ def run_train() -> None:
     loader.create_train_iterator = create
 
   # The checkpoint every process wrote its part of, restored by every process.
-  restored = build(cfg).restore(ARGS.workdir)
+  restored = build(cfg).states.restore(ARGS.workdir)
   mngr = checkpoints.checkpoint_manager(ARGS.workdir, cfg.max_checkpoints_to_keep)
   arrays = _flat(train_state.local_params(state), 'final')
   arrays.update(_flat(train_state.local_params(restored), 'restored'))

@@ -180,7 +180,7 @@ def test_checkpoint_of_the_old_train_state_layout_restores(tmp_path):
   ).replace(step=7)
   _save(tmp_path, config, old, 7)
 
-  abstract = build(config).abstract_state(mesh, shape)
+  abstract = build(config).states.abstract(mesh, shape)
   assert type(abstract) is flax_train_state.TrainState  # no batch_stats field for the U-Net
   mngr = checkpoints.checkpoint_manager(tmp_path, config.max_checkpoints_to_keep)
   state_back = checkpoints.restore_latest_readable(mngr, abstract)
@@ -200,7 +200,7 @@ def segnet_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('segnet') / 'run'
   config = compare.get_config('segnet,smoke')
   config.data.input_size = (32, 32)
-  state = build(config).init_state((32, 32, 3), mesh=mesh_lib.make_mesh())
+  state = build(config).states.fresh((32, 32, 3), mesh=mesh_lib.make_mesh())
   assert isinstance(state, train_state.BatchNormTrainState)
   rng = np.random.default_rng(0)
   batch_stats = jax.tree.map(
@@ -228,7 +228,7 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   mesh = mesh_lib.make_mesh()
   mngr = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep)
   state_back = checkpoints.restore_latest_readable(
-    mngr, build(config).abstract_state(mesh, (32, 32, 3))
+    mngr, build(config).states.abstract(mesh, (32, 32, 3))
   )
   assert isinstance(state_back, train_state.BatchNormTrainState) and int(state_back.step) == 5
   jax.tree.map(np.testing.assert_array_equal, state_back.batch_stats, state.batch_stats)
@@ -237,7 +237,7 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
   other = compare.get_config('segnet,smoke')
   other.model.width_scale = 1 / 8
   with pytest.raises(checkpoints.CheckpointError, match='different model configuration'):
-    checkpoints.restore_latest_readable(mngr, build(other).abstract_state(mesh, (32, 32, 3)))
+    checkpoints.restore_latest_readable(mngr, build(other).states.abstract(mesh, (32, 32, 3)))
 
 
 def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, tmp_path):

@@ -92,10 +92,12 @@ def test_old_checkpoints_without_the_record_restore_through_config_json(smoke_ru
 def test_inference_does_not_read_the_optimiser_state(smoke_run):
   experiment = build(restored.read_config(smoke_run), training=False)
   # Another optimiser: its state has another structure than the saved Adam moments.
-  other = dataclasses.replace(experiment, optimizer=optax.sgd(0.1))
+  other = dataclasses.replace(
+    experiment, states=dataclasses.replace(experiment.states, optimizer=optax.sgd(0.1))
+  )
   with pytest.raises(checkpoints.CheckpointError, match='opt_state'):
-    other.restore(smoke_run)
-  state = other.restore(smoke_run, inference=True)
-  full = experiment.restore(smoke_run)
+    other.states.restore(smoke_run)
+  state = other.states.restore(smoke_run, inference=True)
+  full = experiment.states.restore(smoke_run)
   assert int(state.step) == 6 and _leaves_equal(state.params, full.params)
   assert state.opt_state == optax.identity().init(None)

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from crackjax.data import loader
+from crackjax.data.splits import Splits
 from crackjax.engine import checkpoints
 from crackjax.experiment import restored
-from crackjax.experiment.build import Experiment, build
+from crackjax.experiment.build import build
 from crackjax.runs import identity
 from crackjax.trainer import loop
 from tests import fixtures
@@ -102,7 +103,7 @@ def test_deleted_file_eval_falls_back(data_dirs, run_copy, caplog, name):
   step_dir = run_copy / 'checkpoints' / '6'
   (largest_file(step_dir) if name == 'largest' else step_dir / name).unlink()
   with caplog.at_level(logging.WARNING):
-    state = build(config).restore(run_copy)
+    state = build(config).states.restore(run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -126,7 +127,7 @@ def test_a_damaged_step_of_a_read_only_run_is_left_in_place(data_dirs, run_copy,
 
   with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as m:
     m.setattr(Path, 'rename', read_only)
-    state = build(config).restore(run_copy)
+    state = build(config).states.restore(run_copy)
   assert int(state.step) == 3
   [message] = warnings_about_damage(caplog)
   assert_one_line(message)
@@ -139,7 +140,7 @@ def test_every_step_damaged_is_one_clear_error(data_dirs, run_copy, caplog):
   for step in (3, 6):
     truncate(largest_file(run_copy / 'checkpoints' / str(step)))
   with caplog.at_level(logging.WARNING), pytest.raises(checkpoints.CheckpointError) as e:
-    build(config).restore(run_copy)
+    build(config).states.restore(run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
@@ -169,7 +170,7 @@ def test_different_model_configuration_is_not_damage(data_dirs, run_copy):
   config = smoke_config(data_dirs)
   config.model.widths = tuple(2 * w for w in config.model.widths)
   with pytest.raises(checkpoints.CheckpointError) as e:
-    build(config).restore(run_copy)
+    build(config).states.restore(run_copy)
   message = str(e.value)
   assert_one_line(message)
   directory = run_copy.absolute() / 'checkpoints'
@@ -226,15 +227,15 @@ def test_restore_reads_no_data(trained, data_dirs, monkeypatch):
   def no_data(*args, **kwargs):
     raise AssertionError('the restore read the dataset')
 
-  monkeypatch.setattr(Experiment, 'source', no_data)  # no split is opened
+  monkeypatch.setattr(Splits, 'source', no_data)  # no split is opened
   monkeypatch.setattr(loader, 'eval_examples', no_data)
   config = smoke_config(data_dirs)
   config.data.input_size = None
-  assert int(build(config).restore(trained).step) == 6
-  assert int(build(config).restore(trained, step=3).step) == 3
+  assert int(build(config).states.restore(trained).step) == 6
+  assert int(build(config).states.restore(trained, step=3).step) == 3
   assert restored.load_run(trained, step=3).step == 3
   with pytest.raises(checkpoints.NoCheckpointError, match=r'No checkpoint of step 4 .*\[3, 6\]'):
-    build(config).restore(trained, step=4)
+    build(config).states.restore(trained, step=4)
 
 
 # A command in a subprocess (the slow tier): TensorStore's abandoned reads printed their

@@ -34,6 +34,7 @@ from crackjax.engine import train_state
 from crackjax.experiment import validation
 from crackjax.experiment.build import build
 from crackjax.models import pretrained_layouts
+from crackjax.trainer.loop import train_step_of
 from tests import fixtures
 
 MODEL_NAMES = sorted(models.MODELS)
@@ -113,10 +114,10 @@ def test_small_variant_trains_a_step(name):
   experiment = build(compare.get_config(f'{name},smoke'))
   multiple = models.input_multiple(experiment.model)
   h = multiple * math.ceil(32 / multiple)
-  mesh = experiment.mesh
-  state = experiment.init_state((h, 2 * h, 3))
+  mesh = experiment.states.mesh
+  state = experiment.states.fresh((h, 2 * h, 3))
   before = jax.device_get((state.params, train_state.batch_stats_of(state)))
-  step = experiment.train_step(state)
+  step = train_step_of(experiment, state)
   state, metrics = step(state, mesh_lib.global_batch(_batch(h, 2 * h), mesh))
   metrics = jax.device_get(metrics)
   assert int(metrics['finite']) == 1 and int(state.step) == 1

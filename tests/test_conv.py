@@ -14,6 +14,7 @@ from crackjax.engine import prefetch
 from crackjax.experiment.build import build
 from crackjax.models import conv, model_from_config
 from crackjax.models.unet import UNet, max_pool_2x2
+from crackjax.trainer.loop import train_step_of
 
 
 def _xla_weight_grad(x, g):
@@ -134,10 +135,10 @@ def _train(config, steps):
     (losses, initial params, final params).
   """
   experiment = build(config)
-  mesh = experiment.mesh
-  state = experiment.init_state((32, 48, 3))
+  mesh = experiment.states.mesh
+  state = experiment.states.fresh((32, 48, 3))
   initial = jax.device_get(state.params)
-  step_fn = experiment.train_step(state)
+  step_fn = train_step_of(experiment, state)
   losses = []
   for i in range(steps):
     state, metrics = step_fn(state, mesh_lib.global_batch(_batch(i % 2), mesh))

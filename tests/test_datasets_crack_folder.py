@@ -254,9 +254,9 @@ def test_needs_both_dirs(tmp_path):
 
 def test_loader_reads_config_folder(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=5)
-  examples = list(build_experiment(config).eval_examples())
+  examples = list(build_experiment(config).splits.examples()[0])
   assert len(examples) == 1  # 5 images: 4 train / 1 test.
-  batch = next(build_experiment(config).train_iterator())
+  batch = next(build_experiment(config).splits.train_iterator())
   assert batch['image'].shape == (2, *SIZE, 3)
   np.testing.assert_array_equal(examples[0]['mask'][..., 0], fixtures.folder_crack_mask(SIZE))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.experiment.build import build
+from crackjax.experiment.build import build, check_data, on_other_data
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def _counts(stdout: str) -> dict[str, int]:
 def data_dirs(tmp_path_factory):
   raw, tfds_dir = fixtures.smoke_data_dirs(tmp_path_factory.mktemp('data'))
   config = fixtures.smoke_config((raw, tfds_dir))
-  build(config).prepare_data()  # prepared once here: the launch below finds it ready
+  build(config).splits.prepare()  # prepared once here: the launch below finds it ready
   return raw, tfds_dir
 
 
@@ -97,14 +97,14 @@ def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
 
   monkeypatch.setattr(crackforest.CrackForest, 'as_data_source', as_data_source)
   experiment = build(fixtures.smoke_config(data_dirs))
-  experiment.prepare_data()
-  experiment.check_data()
-  assert experiment.train_image_shape == experiment.train_image_shape
-  assert experiment.train_source is experiment.train_source
-  assert len(list(experiment.eval_examples())) == len(list(experiment.eval_examples()))
+  experiment.splits.prepare()
+  check_data(experiment)
+  assert experiment.splits.train_image_shape == experiment.splits.train_image_shape
+  assert experiment.splits.train_source is experiment.splits.train_source
+  assert len(list(experiment.splits.examples()[0])) == len(list(experiment.splits.examples()[0]))
   assert experiment.fingerprint is experiment.fingerprint
-  assert experiment.mesh is experiment.mesh
-  other = experiment.on_other_data(experiment.config)  # crackjax-evaluate's: no new model
+  assert experiment.states.mesh is experiment.states.mesh
+  other = on_other_data(experiment, experiment.config)  # crackjax-evaluate's: no new model
   assert other.model is experiment.model
   assert dict(counts) == ONCE
 
@@ -160,4 +160,4 @@ def test_the_narrow_inputs_are_read_from_the_config_once():
   # Scoring elsewhere re-derives the plan from the other data's config.
   other = config.copy_and_resolve_references()
   other.eval.protocols = ('strict',)
-  assert experiment.on_other_data(other).eval_plan.protocols == ('strict',)
+  assert on_other_data(experiment, other).eval_plan.protocols == ('strict',)

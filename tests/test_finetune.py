@@ -14,6 +14,7 @@ import pytest
 
 from crackjax.deploy import export
 from crackjax.models import hub, model_file
+from crackjax.trainer.before_after import start_model
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,9 +79,10 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   folder = roads(tmp_path / 'roads')
   config = finetune_config(exported, folder, tmp_path / 'tfds')
   experiment = build(config)
-  assert experiment.start_model.spec == str(exported)
+  assert start_model(experiment.init).spec == str(exported)
   assert (
-    experiment.start_model.threshold == model_file.read_metadata(exported)['threshold']['threshold']
+    start_model(experiment.init).threshold
+    == model_file.read_metadata(exported)['threshold']['threshold']
   )
   run = tmp_path / 'run'
   train_command.run(experiment, run, 'train_and_eval')
@@ -93,7 +95,7 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   assert before['num_images'] == after['num_images'] == len(HELD_OUT)
   assert sorted(r['name'] for r in before['results']['strict']['per_image']) == HELD_OUT
   stored = before['results']['strict']['operating_points']['stored']
-  assert stored['threshold'] == experiment.start_model.threshold
+  assert stored['threshold'] == start_model(experiment.init).threshold
   # The "before" is the model file as shipped: crackjax-evaluate --model on the same photos
   # gives the same scores (its F1 @run t is at the file's stored threshold).
   out = tmp_path / 'evaluated'
@@ -139,9 +141,9 @@ def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
   from crackjax.experiment.build import build
 
   config = fixtures.fake_folder_config(tmp_path)
-  assert build(config).start_model is None
+  assert start_model(build(config).init) is None
   config.model_init.pretrained = str(tmp_path / 'weights.npz')  # a .npz: not a model file
-  assert build(config, training=False).start_model is None
+  assert start_model(build(config, training=False).init) is None
 
 
 def test_the_table_reads_both_records():

@@ -42,7 +42,7 @@ def test_unknown_dataset(config):
 
 
 def test_batch_shapes_dtypes_and_no_tensorflow(config):
-  batch = next(build(config).train_iterator())
+  batch = next(build(config).splits.train_iterator())
   assert set(batch) == {'image', 'mask'}
   assert batch['image'].shape == (2, *SIZE, 3) and batch['image'].dtype == np.float32
   assert batch['mask'].shape == (2, *SIZE, 1) and batch['mask'].dtype == np.float32
@@ -52,8 +52,8 @@ def test_batch_shapes_dtypes_and_no_tensorflow(config):
 
 
 def test_deterministic_and_epochs_cover_split(config):
-  a = take(build(config).train_iterator(), 6)
-  b = take(build(config).train_iterator(), 6)
+  a = take(build(config).splits.train_iterator(), 6)
+  b = take(build(config).splits.train_iterator(), 6)
   assert_batches_equal(a, b)
   # 6 train images, batch 2: batches 0-2 are epoch 0, a permutation of all images.
   epoch0 = np.concatenate([x['image'] for x in a[:3]])
@@ -63,23 +63,23 @@ def test_deterministic_and_epochs_cover_split(config):
   assert len(set(key(epoch0))) == 6
   other = config.copy_and_resolve_references()
   other.seed = 1
-  c = take(build(other).train_iterator(), 6)
+  c = take(build(other).splits.train_iterator(), 6)
   assert any(not np.array_equal(x['image'], y['image']) for x, y in zip(a, c, strict=True))
 
 
 def test_resume_equals_continuing(config):
-  full = take(build(config).train_iterator(), 8)
+  full = take(build(config).splits.train_iterator(), 8)
   for k in (1, 3, 5):
-    resumed = take(build(config).train_iterator(start_step=k), 8 - k)
+    resumed = take(build(config).splits.train_iterator(start_step=k), 8 - k)
     assert_batches_equal(resumed, full[k:])
 
 
 def test_processes_concatenate_to_global_batch(config):
   four = config.copy_and_resolve_references()
   four.batch_size = 4
-  single = take(build(four).train_iterator(process_index=0, process_count=1), 4)
+  single = take(build(four).splits.train_iterator(process_index=0, process_count=1), 4)
   parts = [
-    take(build(four).train_iterator(start_step=1, process_index=p, process_count=2), 3)
+    take(build(four).splits.train_iterator(start_step=1, process_index=p, process_count=2), 3)
     for p in range(2)
   ]
   for k in range(3):
@@ -89,15 +89,15 @@ def test_processes_concatenate_to_global_batch(config):
         np.concatenate([parts[0][k][key], parts[1][k][key]]), single[k + 1][key]
       )
   with pytest.raises(ValueError, match='divisible'):
-    build(four).train_iterator(process_index=0, process_count=3)
+    build(four).splits.train_iterator(process_index=0, process_count=3)
 
 
 def test_random_crop_and_noise(config):
   cropped = config.copy_and_resolve_references()
   cropped.data.input_size = (16, 32)
   cropped.data.noise_std = 0.1
-  a = take(build(cropped).train_iterator(), 3)
-  b = take(build(cropped).train_iterator(start_step=2), 1)
+  a = take(build(cropped).splits.train_iterator(), 3)
+  b = take(build(cropped).splits.train_iterator(start_step=2), 1)
   assert a[0]['image'].shape == (2, 16, 32, 3) and a[0]['mask'].shape == (2, 16, 32, 1)
   assert_batches_equal(a[2:], b)
   assert 0.0 <= min(x['image'].min() for x in a) and max(x['image'].max() for x in a) <= 1.0
@@ -105,14 +105,14 @@ def test_random_crop_and_noise(config):
   too_big = config.copy_and_resolve_references()
   too_big.data.input_size = (64, 48)
   with pytest.raises(ValueError, match='larger than image'):
-    next(build(too_big).train_iterator())
+    next(build(too_big).splits.train_iterator())
 
 
 def test_eval_examples(config):
-  examples = list(build(config).eval_examples())
+  examples = list(build(config).splits.examples()[0])
   assert [ex['name'] for ex in examples] == ['001', '002', '009', '010']  # Stored (sorted).
   ex = examples[0]
   assert ex['image'].shape == (*SIZE, 3) and ex['image'].dtype == np.float32
   assert ex['mask'].shape == (*SIZE, 1) and ex['mask'].dtype == np.float32
   np.testing.assert_array_equal(ex['mask'][..., 0], fixtures.fake_crack_mask(SIZE))
-  assert len(list(build(config).eval_examples('train'))) == 6
+  assert len(list(build(config).splits.examples('train')[0])) == 6

@@ -236,7 +236,7 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
   config.model_init.pretrained = str(exported)
   experiment = build(config)
-  state = experiment.init_state((32, 48, 3))
+  state = experiment.states.fresh((32, 48, 3))
   state = pretrained.initialise(state, specs.init_spec_of(config), tmp_path / 'run')
   report = json.loads((tmp_path / 'run' / 'init.json').read_text())
   assert report['pretrained'] == str(exported) and not report['from_scratch']

@@ -21,6 +21,7 @@ from crackjax.experiment import specs
 from crackjax.experiment.build import build
 from crackjax.models import get_model, pretrained, pretrained_layouts
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
+from crackjax.trainer import loop
 
 # torchvision's VGG16 configuration 'D': channels, 'M' a max-pool.
 VGG16_CFG = (64, 64, 'M', 128, 128, 'M', 256, 256, 256, 'M', 512, 512, 512, 'M', 512, 512, 512, 'M')
@@ -334,14 +335,14 @@ def test_a_new_run_reports_its_initial_weights(tmp_path, with_file):
   assert config.model_init.pretrained is None  # the default: from scratch
   mesh = mesh_lib.make_mesh()
   if with_file:
-    abstract = build(config).abstract_state(mesh, (32, 32, 3))
+    abstract = build(config).states.abstract(mesh, (32, 32, 3))
     shapes = pretrained_layouts.source_shapes('hed', 'vgg16', {'params': abstract.params})
     arrays = _random_file(tmp_path / 'vgg16.npz', shapes)
     config.model_init.pretrained = str(tmp_path / 'vgg16.npz')
   workdir = tmp_path / 'run'
   config.data.input_size = (32, 32)  # the train image shape, without reading data
   experiment = build(config)
-  state = experiment.restore_or_init(workdir, experiment.checkpoint_manager(workdir))
+  state = loop.restore_or_init(experiment, workdir, experiment.states.manager(workdir))
   report = json.loads((workdir / 'init.json').read_text())
   if with_file:
     assert len(report['loaded']) == 26

@@ -31,7 +31,7 @@ import pytest
 from crackjax import evaluation, losses, models
 from crackjax.data import registry as data_registry
 from crackjax.experiment import validation
-from crackjax.experiment.build import build
+from crackjax.experiment.build import build, check_data
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,19 +177,19 @@ def test_dataset_recipe_prepares_its_splits(load_recipe, tmp_path):
   config.data.data_dir = str(tmp_path / 'tfds')
   experiment = build(config)
   assert data_registry.DATASETS['my_roads'].module == 'my_roads'
-  experiment.prepare_data()
-  experiment.check_data()
+  experiment.splits.prepare()
+  check_data(experiment)
   names = {
-    split: sorted(data_registry.record_name(r) for r in experiment.source(split))
+    split: sorted(data_registry.record_name(r) for r in experiment.splits.source(split))
     for split in ('train', 'test')
   }
   assert names['test'] == ['img_00', 'img_05'] and len(names['train']) == 8
-  assert experiment.train_image_shape == (32, 48, 3)
+  assert experiment.splits.train_image_shape == (32, 48, 3)
   # Without its files: the builder's instructions, before anything is prepared.
   config.data.manual_dir = None
   config.data.data_dir = str(tmp_path / 'other_tfds')
   with pytest.raises(data_registry.DatasetNotFoundError, match='Arrange the files as'):
-    build(config).prepare_data()
+    build(config).splits.prepare()
 
 
 def test_protocol_recipe_forgives_one_pixel(load_recipe):

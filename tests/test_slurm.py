@@ -304,7 +304,7 @@ def test_srun_of_two_tasks_trains_as_one_process(tmp_path):
   config.batch_size, config.steps_per_epoch, config.num_epochs = 4, 2, 2
   experiment = build(config)
   params = {
-    name: train_state.local_params(experiment.restore(tmp_path / name, inference=True))
+    name: train_state.local_params(experiment.states.restore(tmp_path / name, inference=True))
     for name in ('srun', 'single')
   }
   import jax
@@ -316,4 +316,4 @@ def test_srun_of_two_tasks_trains_as_one_process(tmp_path):
     np.testing.assert_allclose(
       np.asarray(value), np.asarray(flat_b[path]), rtol=RTOL, atol=ATOL, err_msg=str(path)
     )
-  assert int(experiment.restore(tmp_path / 'srun').step) == 4
+  assert int(experiment.states.restore(tmp_path / 'srun').step) == 4

@@ -41,7 +41,7 @@ def test_the_dataset_registry_takes_a_plain_mapping(config):
   assert builder.is_prepared()
   assert isinstance(data_registry.get_builder(data), data_registry.DATASETS['crackforest'].builder)
   source = data_registry.get_data_source(data, 'train')
-  assert len(source) == len(build(config).train_source) > 0
+  assert len(source) == len(build(config).splits.train_source) > 0
   # The same field errors as before: the message names the config field.
   with pytest.raises(ValueError, match=r"config.data.name='nope'"):
     data_registry.get_builder({**data, 'name': 'nope'})
@@ -99,9 +99,9 @@ def test_the_loader_takes_a_loader_spec(config):
     batch_size=2, seed=0, crop_size=None, noise_std=0.0, dataset='crackforest', train_split='train'
   )
   experiment = build(config)
-  source = experiment.train_source
+  source = experiment.splits.train_source
   one = next(loader.create_train_iterator(spec, source, process_index=0, process_count=1))
-  two = next(experiment.train_iterator(process_index=0, process_count=1))
+  two = next(experiment.splits.train_iterator(process_index=0, process_count=1))
   np.testing.assert_array_equal(one['image'], two['image'])
   with pytest.raises(ValueError, match=r'config.batch_size=3 is not divisible by .* 2'):
     next(
@@ -115,13 +115,13 @@ def test_a_fresh_state_takes_an_init_spec(config, tmp_path):
   spec = specs.init_spec_of(config)
   assert spec == pretrained.InitSpec(model='unet', pretrained=None, normalization='auto')
   experiment = build(config)
-  state = experiment.init_state((32, 32, 3))
+  state = experiment.states.fresh((32, 32, 3))
   assert pretrained.initialise(state, spec, tmp_path) is state
   assert json.loads((tmp_path / 'init.json').read_text())['pretrained'] is None
 
 
 def test_fingerprint_and_header_take_the_recorded_json(config):
   recorded = specs.recorded(config)
-  assert recorded == json.loads(build(config).config_json())
+  assert recorded == json.loads(build(config).config_json)
   assert identity.fingerprint(recorded) == build(config).fingerprint
   assert logs.run_header(recorded, '/w') == logs.run_header(config.to_dict(), '/w')

@@ -102,7 +102,7 @@ def _restored(run):
   from crackjax.experiment.build import build
 
   experiment = build(restored.read_config(run))
-  return experiment, experiment.restore(run, inference=True)
+  return experiment, experiment.states.restore(run, inference=True)
 
 
 def test_a_folder_streamed_scores_as_evaluate_and_copies_nothing(

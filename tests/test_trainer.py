@@ -33,7 +33,7 @@ smoke_config = fixtures.smoke_config
 
 
 def _restore_params(config, workdir):
-  state = build(config).restore(workdir)
+  state = build(config).states.restore(workdir)
   return int(state.step), jax.device_get(state.params)
 
 
@@ -66,7 +66,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
     for key in ('precision', 'recall', 'f1', 'threshold'):
       assert 0.0 <= res['ods'][key] <= 1.0
   assert {row['name'] for row in strict['per_image']} == {
-    ex['name'] for ex in build(config).eval_examples()
+    ex['name'] for ex in build(config).splits.examples()[0]
   }
   threshold = json.loads((workdir / 'threshold.json').read_text())
   assert threshold['threshold'] == strict['ods']['threshold']
@@ -105,7 +105,7 @@ def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
   config = smoke_config(data_dirs)
   config.eval.every_epochs = 1
   config.eval.protocols = ('strict', 'tolerance', 'tolerance_thin_gt')
-  state = build(config).restore(smoke_run)  # step 6: the end of epoch 2
+  state = build(config).states.restore(smoke_run)  # step 6: the end of epoch 2
   held = []
   predict_all = scoring.predict_examples
   monkeypatch.setattr(

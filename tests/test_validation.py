@@ -8,7 +8,7 @@ import pytest
 
 from crackjax.configs import base, smoke
 from crackjax.experiment import validation
-from crackjax.experiment.build import build
+from crackjax.experiment.build import build, check_data
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,12 +80,12 @@ def test_mixed_sizes_need_input_size(mixed_folder):
     match=r'differ in size.*input_size is None; set '
     r"--config.data.input_size='\(32, 48\)'",
   ):
-    build(config).check_data()
+    check_data(build(config))
   config.data.input_size = (32, 48)
-  build(config).check_data()
+  check_data(build(config))
   config.data.input_size = (48, 64)
   with pytest.raises(validation.ConfigError, match='larger than the smallest train image'):
-    build(config).check_data()
+    check_data(build(config))
 
 
 def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):

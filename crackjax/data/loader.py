@@ -161,7 +161,7 @@ def create_train_iterator(
 
   Args:
     spec: the batch size, seed, crop size and noise (`LoaderSpec`).
-    source: the train split's source (`crackjax.experiment.build.Experiment.train_source`).
+    source: the train split's source (`crackjax.data.splits.Splits.train_source`).
     start_step: number of the first global batch to yield (the training step to resume at).
     process_index: this process (default ``jax.process_index()``).
     process_count: number of processes (default ``jax.process_count()``).
@@ -221,7 +221,7 @@ def create_train_iterator(
 
 
 def eval_examples(source: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-  """Every record of `source` (a split's source, `Experiment.source`) once, in stored order.
+  """Every record of `source` (a split's source, `Splits.source`) once, in stored order.
 
   Yields:
     ``{'image': float32 [H, W, 3] in [0, 1], 'mask': float32 [H, W, 1], 'name': str}``.

@@ -445,7 +445,7 @@ def restore(
   step: int | None = None,
 ) -> train_state.TrainState:
   """The one way a run's checkpoint is restored: by training (resume), evaluation, the
-  runner, prediction and export (through `crackjax.experiment.build.Experiment.restore`).
+  runner, prediction and export (through `crackjax.engine.states.States.restore`).
 
   Without `step`, the newest readable step; a damaged newer one is set aside and an older one
   used (`restore_latest_readable`). A requested `step` that cannot be read is an error. Reads

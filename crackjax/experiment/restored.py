@@ -3,7 +3,7 @@ model file.
 
 * `load_run(workdir)`: the run's recorded config (`read_config`: config.json, else what its
   checkpoints record) rebuilt as an experiment (`crackjax.experiment.build`, importing its
-  ``plugins``), its parameters restored through `Experiment.restore` (the one restore path)
+  ``plugins``), its parameters restored through `States.restore` (the one restore path)
   and the threshold chosen at that step (`run_threshold`).
 * `load_model(spec)`: a model file by released name, path or URL, as the same `Run`.
 
@@ -75,7 +75,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   The run's config (`read_config`: config.json, or what its checkpoints record) is rebuilt
   as an experiment (`crackjax.experiment.build`, importing its ``plugins``) and its
   parameters and BatchNorm statistics restored, without the optimiser state, by
-  `Experiment.restore` (the one restore path): without `step`, a damaged newer checkpoint is
+  `States.restore` (the one restore path): without `step`, a damaged newer checkpoint is
   set aside and an older one used; a requested `step` that cannot be read is an error.
   `workdir` may be the run's ``checkpoints/`` folder alone, wherever it was copied.
 
@@ -95,7 +95,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
     raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
-  restored = experiment.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
+  restored = experiment.states.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
   params = train_state.local_params(restored)
   batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))

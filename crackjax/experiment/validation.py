@@ -6,7 +6,7 @@ every enum, range and size multiple it can without data and raises one `ConfigEr
 every problem, each naming the field, its value and what is valid; on success it returns the
 `Parts` it built (model, loss, augmentation), which `crackjax.experiment.build` hands to the
 experiment, so the config is validated and its parts built once. `check_data(config, sizes,
-model)` runs once the dataset is prepared (`Experiment.check_data`): the train image sizes
+model)` runs once the dataset is prepared (`build.check_data`): the train image sizes
 against ``config.data.input_size``. launch.py prints the message on one line per problem,
 without a traceback.
 """

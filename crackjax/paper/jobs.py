@@ -27,6 +27,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.evaluation.result import EVAL_SECONDS, F1, ODS, PROTOCOL, RESULTS, TRAIN_SECONDS
+from crackjax.experiment.build import check_data
 from crackjax.paper import records, tables
 from crackjax.runs import config_files, identity
 
@@ -372,7 +373,7 @@ def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]
   from crackjax.trainer import periodic
 
   spe = experiment.schedule.steps_per_epoch
-  kept = set(experiment.checkpoint_manager(directory).all_steps())
+  kept = set(experiment.states.manager(directory).all_steps())
   evaluator = periodic.EpochEvaluator(experiment, directory)
   try:
     for epoch in epochs:
@@ -384,7 +385,7 @@ def _evaluate_again(job: Job, directory: Path, experiment, epochs: Sequence[int]
         f'{why}.',
         flush=True,
       )
-      state = experiment.restore(directory, step=epoch * spe, inference=True)
+      state = experiment.states.restore(directory, step=epoch * spe, inference=True)
       evaluator(state, epoch, trained=False)
   finally:
     evaluator.close()
@@ -430,7 +431,7 @@ def prepare(jobs: Sequence[Job], configs: Mapping[str, Any], workdir: str | Path
   for experiment in experiments.values():
     key = json.dumps(experiment.config.data.to_dict(), sort_keys=True, default=str)
     if key not in prepared:
-      experiment.prepare_data()
-      experiment.check_data()
+      experiment.splits.prepare()
+      check_data(experiment)
       prepared.add(key)
   return experiments

@@ -1,6 +1,6 @@
 """Before and after a fine-tuning, on the same held-out photos.
 
-A run that starts from a model file (`Experiment.start_model`: ``configs/finetune.py:MODEL``, or
+A run that starts from a model file (`start_model`: ``configs/finetune.py:MODEL``, or
 any config with ``model_init.pretrained`` naming a released model, a .safetensors file or a
 URL) is scored twice on its test split, the photos of the user's folder held out from training
 (crack_folder's test split: ``test_list``, or the fixed 80/20 split's 20%):
@@ -21,6 +21,7 @@ before column's ODS F1 is.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from absl import logging
 
 from crackjax.evaluation.result import F1, ODS, OPERATING_POINTS, THRESHOLD
 from crackjax.experiment.build import Experiment
+from crackjax.models import hub, model_file, pretrained
 from crackjax.trainer import scoring
 
 #: Where the scores of the initial weights go, under the workdir.
@@ -40,14 +42,46 @@ TABLE_FILE = 'before_after.md'
 STORED = 'stored'
 
 
+@dataclasses.dataclass(frozen=True)
+class StartModel:
+  """The model file a fine-tuning starts from (`start_model`).
+
+  Attributes:
+    spec: ``config.model_init.pretrained`` as given (a released name, a path or a URL).
+    name: the name its card gives (the spec when it has none).
+    threshold: the threshold the file stores (crack where probability > it): the released
+      model's own operating point, what a user of the file as shipped gets.
+  """
+
+  spec: str
+  name: str
+  threshold: float
+
+
+def start_model(init: pretrained.InitSpec) -> StartModel | None:
+  """The model file a run with initial weights `init` (``config.model_init``) starts from:
+  a released model's name, a .safetensors file or a URL (a fine-tuning), with the threshold
+  the file stores; None for a run from scratch or from a .npz. The file is resolved as its
+  weights are (a URL comes from the download cache)."""
+  spec = init.pretrained
+  if not spec or not pretrained.is_model_file(spec):
+    return None
+  meta = model_file.read_metadata(hub.resolve(spec))
+  return StartModel(
+    spec=str(spec),
+    name=str(meta.get('card', {}).get('name') or spec),
+    threshold=float(meta['threshold']['threshold']),
+  )
+
+
 def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] | None:
-  """Scores the model file the run starts from (`experiment.start_model`), as shipped, on the
+  """Scores the model file the run starts from (`start_model`), as shipped, on the
   run's test split, with its stored threshold as the operating point ``'stored'``, and writes
   the evaluation's files in ``<workdir>/before/``; returns the record. The file is read as
   crackjax-evaluate --model reads it (`restored.load_model`), so the scores are that
   command's on the same photos. None (nothing done) for a run that does not start from a
   model file, or whose record is there already (a resumed run)."""
-  start = experiment.start_model
+  start = start_model(experiment.init)
   if start is None or read_before(workdir) is not None:
     return None
   from crackjax.experiment import restored

@@ -338,7 +338,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     threshold, source, what = run.threshold, run.threshold_source, f'model {fv.model}'
   else:
     try:
-      state = experiment.restore(workdir, step=fv.step, inference=True)
+      state = experiment.states.restore(workdir, step=fv.step, inference=True)
     except (FileNotFoundError, checkpoints.CheckpointError) as e:
       sys.exit(f'{PROG}: {e}')
     threshold, source = restored.run_threshold(workdir, int(state.step))
@@ -361,19 +361,20 @@ def _score_all(
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
   from crackjax.experiment import specs
+  from crackjax.experiment.build import on_other_data
   from crackjax.trainer import eval_records, scoring
 
   step = int(state.step)
   rows = []
   for label, c, split in targets:
     c.eval.protocols = protocols
-    scored = experiment.on_other_data(c)
+    scored = on_other_data(experiment, c)
     examples = total = None
     try:
       if label.startswith('folder:'):  # streamed from its files, nothing prepared
         total, examples = folder_stream.folder_examples(specs.data_group(c))
       else:
-        scored.prepare_data()
+        scored.splits.prepare()
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     out = eval_records.other_results_dir(scored.eval_plan, workdir, split)

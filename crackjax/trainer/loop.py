@@ -18,12 +18,14 @@ import jax
 import numpy as np
 import tqdm
 from absl import logging
+from jax.sharding import Mesh
 
 from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.engine.train_state import TrainState
 from crackjax.experiment.build import Experiment
+from crackjax.models import pretrained
 from crackjax.runs import exits, identity
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.trainer import stopping
@@ -66,6 +68,18 @@ class _MetricLog:
 
 
 EpochCallback = Callable[[TrainState, int], None]
+
+
+def train_step_of(experiment: Experiment, state: TrainState, mesh: Mesh | None = None):
+  """The jitted train step of `experiment`'s loss and augmentation for states shaped like
+  `state`, over `mesh` (default the experiment's; `engine.step.make_train_step`)."""
+  return step_lib.make_train_step(
+    mesh or experiment.states.mesh,
+    state,
+    loss_fn=experiment.loss_fn,
+    augment_fn=experiment.augment_fn,
+    seed=experiment.states.seed,
+  )
 
 
 def train_and_evaluate(
@@ -112,6 +126,17 @@ def train_and_evaluate(
     return _train_and_evaluate(experiment, workdir, evaluate_after, on_epoch_end)
 
 
+def restore_or_init(experiment: Experiment, workdir: Path, mngr) -> TrainState:
+  """The newest readable checkpoint of `mngr`, else a fresh state with the initial weights of
+  ``config.model_init`` (`pretrained.initialise`: logged and written to ``<workdir>/init.json``)."""
+
+  def fresh() -> TrainState:
+    shape = experiment.splits.train_image_shape
+    return pretrained.initialise(experiment.states.fresh(shape), experiment.init, workdir)
+
+  return experiment.states.restore_or_init(mngr, fresh)
+
+
 def _close_quietly(evaluator: EpochEvaluator) -> None:
   """`evaluator.close()` while another error is on its way out: that one is the news."""
   try:
@@ -133,7 +158,7 @@ def _finished(
   total_steps = experiment.schedule.total_steps
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / 'config.json').write_text(experiment.config_json())
+    (workdir / 'config.json').write_text(experiment.config_json)
   if start_step:
     logging.info('Resuming at step %d of %d.', start_step, total_steps)
   last = evaluate_after and start_step == total_steps
@@ -163,19 +188,21 @@ def _train_and_evaluate(
 ) -> TrainState:
   schedule = experiment.schedule
   evaluator = EpochEvaluator(experiment, workdir)
-  mesh = experiment.mesh
+  mesh = experiment.states.mesh
   # A save cut short (a killed process, a second Ctrl-C) leaves its temporary folder.
   checkpoints.remove_unfinished_saves(workdir / 'checkpoints')
-  mngr = experiment.checkpoint_manager(workdir)
-  state = experiment.restore_or_init(workdir, mngr)
+  mngr = experiment.states.manager(workdir)
+  state = restore_or_init(experiment, workdir, mngr)
   start_step = int(jax.device_get(state.step))
   total_steps = schedule.total_steps
   if _finished(experiment, workdir, evaluator, state, start_step, evaluate_after):
     return state
-  step_fn = experiment.train_step(state)
+  step_fn = train_step_of(experiment, state, mesh)
   # Exactly the batches of the remaining steps, so the read-ahead stops at the last one.
   batches = prefetch_to_device(
-    itertools.islice(experiment.train_iterator(start_step), max(total_steps - start_step, 0)),
+    itertools.islice(
+      experiment.splits.train_iterator(start_step), max(total_steps - start_step, 0)
+    ),
     mesh,
   )
   saved_step = start_step if mngr.latest_step() == start_step else None

@@ -131,12 +131,12 @@ def evaluate_checkpoint(
   plan = experiment.eval_plan
   split = split or plan.split
   if state is None:
-    state = experiment.restore(workdir, inference=True)  # no optimiser state needed
+    state = experiment.states.restore(workdir, inference=True)  # no optimiser state needed
   facts = state_facts(state)
   out, target = eval_records.folders(plan, Path(workdir), split, facts[0], out, overwrite)
   t0 = time.perf_counter()
   if examples is None:
-    examples, num_examples = experiment.eval_examples(split), len(experiment.source(split))
+    examples, num_examples = experiment.splits.examples(split)
   scored = stream_score(
     plan,
     experiment.model,
@@ -217,12 +217,13 @@ def evaluate_state(
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
   plan = experiment.eval_plan
   t0 = time.perf_counter()
+  examples, num_examples = experiment.splits.examples(plan.split)
   scored = stream_score(
     plan,
     experiment.model,
     state,
-    experiment.eval_examples(plan.split),
-    total=len(experiment.source(plan.split)),
+    examples,
+    total=num_examples,
     desc=desc,
     operating_points=operating_points,
     probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,

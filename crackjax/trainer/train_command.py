@@ -24,7 +24,7 @@ from absl import app, flags, logging
 from crackjax import cli
 from crackjax.data import registry as data_registry
 from crackjax.engine import checkpoints, step
-from crackjax.experiment.build import Experiment
+from crackjax.experiment.build import Experiment, check_data
 from crackjax.experiment.build import build as build_experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
@@ -59,7 +59,7 @@ flags.mark_flags_as_required(['config'])
 def run(experiment: Experiment, workdir: str | Path, mode: str, *, overwrite: bool = False) -> None:
   """Trains and/or evaluates `experiment` (`crackjax.experiment.build`) in `workdir` according
   to `mode` (one of MODES); `overwrite`: an evaluation of an older step than the run's results
-  replaces them (`scoring.evaluate_checkpoint`). A fine-tuning (`Experiment.start_model`) is
+  replaces them (`scoring.evaluate_checkpoint`). A fine-tuning (`before_after.start_model`) is
   scored before training too, and prints its before / after table (`before_after`)."""
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r}; expected one of {MODES}.')
@@ -123,9 +123,9 @@ def _main(argv):
       )
       if FLAGS.mode != 'eval':
         identity.check_identity(FLAGS.workdir, experiment.fingerprint, record=False)
-      experiment.prepare_data()
+      experiment.splits.prepare()
       if FLAGS.mode != 'eval':
-        experiment.check_data()
+        check_data(experiment)
     except ValueError as e:
       if not isinstance(e, USER_ERRORS):
         raise exits.Stopped(_bad_config(e)) from None
