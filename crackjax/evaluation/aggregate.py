@@ -19,7 +19,14 @@ from crackjax.evaluation.protocols import (
   get_protocol,
 )
 
-__all__ = ['at_threshold', 'evaluate', 'from_counts', 'image_scores', 'point_from_counts']
+__all__ = [
+  'at_threshold',
+  'evaluate',
+  'from_counts',
+  'image_scores',
+  'ods_ois_fields',
+  'point_from_counts',
+]
 
 
 def _prf(
@@ -206,6 +213,18 @@ def _per_image(
     }
     for j, t in enumerate(chosen)
   ]
+
+
+def ods_ois_fields(result: dict[str, Any]) -> dict[str, float]:
+  """The ODS and OIS points of one protocol's results (`evaluate`'s, as the evaluation record
+  keeps them) as flat fields, in this order: ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1
+  (precision, recall, F1)."""
+  names = {'p': 'precision', 'r': 'recall', 'f1': 'f1'}
+  return {
+    f'{point}_{short}': result[point][name]
+    for point in ('ods', 'ois')
+    for short, name in names.items()
+  }
 
 
 def image_scores(row: np.ndarray, thresholds: np.ndarray, bsds: bool) -> dict[str, float]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from crackjax.evaluation.aggregate import ods_ois_fields
 from crackjax.paper import tables
 
 
@@ -48,12 +49,7 @@ def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, floa
   times = [_seconds(by_epoch.get(k, {}).get('train_seconds')) for k in range(1, epoch + 1)]
   fixed = r.get('fixed', {}).get('f1', math.nan)
   return {
-    'ods_p': r['ods']['precision'],
-    'ods_r': r['ods']['recall'],
-    'ods_f1': r['ods']['f1'],
-    'ois_p': r['ois']['precision'],
-    'ois_r': r['ois']['recall'],
-    'ois_f1': r['ois']['f1'],
+    **ods_ois_fields(r),
     'f1_fixed': fixed,
     'time_s': float(np.sum(times)),  # NaN if an epoch's time is unknown
     'params': float(e.get('params', math.nan)),
