@@ -23,10 +23,20 @@ import jax
 import jax.numpy as jnp
 
 from crackjax.models.batchnorm import ConvBN, max_pool_with_indices
-from crackjax.models.layers import check_n_classes, scaled_width
+from crackjax.models.layers import WidthScaled, check_n_classes, scaled_width
 
 # VGG16's convolution stages: (channels, number of 3x3 convolutions).
 VGG16_STAGES: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+
+
+class VGG16Body(WidthScaled):
+  """Base class of the models on VGG16's five stages whose widths `width_scale` multiplies
+  (HED, RCF, SegNet, DeepCrack): their `widths`. It declares no fields (`WidthScaled`)."""
+
+  @property
+  def widths(self) -> Sequence[int]:
+    """The five stages' channels after `width_scale`."""
+    return tuple(self._width(w) for w, _ in VGG16_STAGES)
 
 
 def vgg16_bn_encoder(

@@ -1,6 +1,6 @@
 """Layers and checks that several models share: widths scaled by ``width_scale``, input checks,
-resizing side maps, the HED-style side and fusion 1x1 convolutions, pooling, and the crack
-logit of a two-class head."""
+resizing side maps, the HED-style side and fusion 1x1 convolutions, pooling, the crack logit of
+a two-class head, and `WidthScaled`, the base class of the comparison models' ``width_scale``."""
 
 import functools
 
@@ -43,6 +43,15 @@ def fuse_conv(dtype: jnp.dtype, name: str = 'fuse') -> nn.Conv:
   return nn.Conv(1, (1, 1), dtype=dtype, kernel_init=nn.initializers.constant(0.2), name=name)
 
 
+def fused_outputs(
+  sides: list[jax.Array], dtype: jnp.dtype
+) -> dict[str, jax.Array | tuple[jax.Array, ...]]:
+  """The outputs of a model with side maps (HED, RCF, DeepCrack): ``{'logits': fused,
+  'side_logits': the side maps}``, the fused map `fuse_conv` over the side maps (float32)."""
+  fused = fuse_conv(dtype)(jnp.concatenate(sides, axis=-1).astype(dtype))
+  return {'logits': fused.astype(jnp.float32), 'side_logits': tuple(sides)}
+
+
 def pool_fn(conv_impl: str):
   """2x2 stride-2 max-pooling: the CPU-fast `max_pool_2x2` where convolutions are blocked."""
   if resolve_impl(conv_impl) == 'blocked':
@@ -68,3 +77,22 @@ def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
   if x.shape[1:3] == (height, width):
     return x
   return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
+
+
+class WidthScaled(nn.Module):
+  """Base class of the comparison models whose every width `width_scale` multiplies.
+
+  It declares no fields, so a subclass's fields keep their order; the subclass declares
+  `width_scale` (a positive multiplier), checked when it is built.
+  """
+
+  def __post_init__(self):
+    if not self.width_scale > 0:
+      raise ValueError(
+        f'{type(self).__name__} width_scale must be positive; got {self.width_scale}.'
+      )
+    super().__post_init__()
+
+  def _width(self, channels: int) -> int:
+    """`channels` after `width_scale` (`scaled_width`)."""
+    return scaled_width(channels, self.width_scale)

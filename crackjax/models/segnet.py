@@ -31,9 +31,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, vgg16_bn_encoder
+from crackjax.models.backbones import VGG16_STAGES, VGG16Body, vgg16_bn_encoder
 from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
-from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
+from crackjax.models.layers import check_input, check_n_classes, crack_logit
 
 
 def segnet_decoder(
@@ -69,31 +69,19 @@ def segnet_decoder(
   return x, outputs[::-1]
 
 
-class SegNetBody(nn.Module):
+class SegNetBody(VGG16Body):
   """What a model built on SegNet's encoder-decoder (`vgg16_bn_encoder`, `segnet_decoder`)
-  derives from its `width_scale` field: SegNet's and DeepCrack's (crackjax/models/deepcrack.py)
-  base class.
+  derives from its `width_scale` field (`VGG16Body`): SegNet's and DeepCrack's
+  (crackjax/models/deepcrack.py) base class.
 
   It declares no fields, so a subclass's fields keep their order; the subclass declares
   `width_scale` (a positive multiplier of VGG16's widths), checked when it is built.
   """
 
-  def __post_init__(self):
-    if not self.width_scale > 0:
-      raise ValueError(
-        f'{type(self).__name__} width_scale must be positive; got {self.width_scale}.'
-      )
-    super().__post_init__()
-
   @property
   def input_multiple(self) -> int:
     """32: five 2x2 poolings, each undone exactly by its unpooling."""
     return 32
-
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
 
 
 class SegNet(SegNetBody):
