@@ -1,6 +1,7 @@
 """Layers and checks that several models share: widths scaled by ``width_scale``, input checks,
 resizing side maps, the HED-style side and fusion 1x1 convolutions, pooling, the crack logit of
-a two-class head, and `WidthScaled`, the base class of the comparison models' ``width_scale``."""
+a two-class head, and two base classes: `WidthScaled` (the comparison models' ``width_scale``)
+and `CrackLogitModel` (the BatchNorm models that return one crack logit)."""
 
 import functools
 
@@ -96,3 +97,38 @@ class WidthScaled(nn.Module):
   def _width(self, channels: int) -> int:
     """`channels` after `width_scale` (`scaled_width`)."""
     return scaled_width(channels, self.width_scale)
+
+
+class CrackLogitModel(WidthScaled):
+  """Base class of the BatchNorm models that return one crack logit per pixel (SegNet,
+  DeepLab v3+, CrackSeg, U-CliqueNet): the input check, the cast to `dtype` and the crack logit
+  of their class scores (`crack_logit`).
+
+  It declares no fields; the subclass declares `n_classes` (1 or 2, checked when it is built),
+  `width_scale`, `dtype` and `input_multiple`, and defines `class_scores`, which the compact
+  `__call__` calls (so the subclass's parameters are named as if it were its own).
+  """
+
+  def __post_init__(self):
+    check_n_classes(type(self).__name__, self.n_classes)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
+
+    Args:
+      x: images in [0, 1].
+      train: BatchNorm uses (and updates) batch statistics; else its running averages.
+    """
+    check_input(type(self).__name__, x, self.input_multiple)
+    return crack_logit(self.class_scores(x.astype(self.dtype), train))
+
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """The [B, H, W, n_classes] class scores of images `x` (in `dtype`) at the input size.
+
+    Args:
+      x: images in [0, 1], in `dtype`.
+      train: as `__call__`'s.
+    """
+    raise NotImplementedError

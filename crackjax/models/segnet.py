@@ -33,7 +33,7 @@ import jax.numpy as jnp
 
 from crackjax.models.backbones import VGG16_STAGES, VGG16Body, vgg16_bn_encoder
 from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
-from crackjax.models.layers import check_input, check_n_classes, crack_logit
+from crackjax.models.layers import CrackLogitModel
 
 
 def segnet_decoder(
@@ -84,7 +84,7 @@ class SegNetBody(VGG16Body):
     return 32
 
 
-class SegNet(SegNetBody):
+class SegNet(SegNetBody, CrackLogitModel):
   """SegNet returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -99,23 +99,11 @@ class SegNet(SegNetBody):
   width_scale: float = 1.0
   dtype: jnp.dtype = jnp.float32
 
-  def __post_init__(self):
-    check_n_classes('SegNet', self.n_classes)
-    super().__post_init__()
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
-
-    Args:
-      x: images in [0, 1].
-      train: BatchNorm uses (and updates) batch statistics; else its running averages.
-    """
-    check_input('SegNet', x, self.input_multiple)
-    x = x.astype(self.dtype)
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """The encoder, then the decoder ending in the classifier conv1_1_D."""
     x, _, indices = vgg16_bn_encoder(x, self.widths, train, self.dtype)
     classifier = nn.Conv(
       self.n_classes, (3, 3), padding=1, kernel_init=conv_init, dtype=self.dtype, name='conv1_1_D'
     )
     x, _ = segnet_decoder(x, indices, self.widths, train, self.dtype, final=classifier)
-    return crack_logit(x)
+    return x
