@@ -363,6 +363,29 @@ class Command:
       flag_values, arguments = self.parse(argv)
       return body(flag_values, arguments)
 
+  @classmethod
+  def restoring(
+    cls,
+    prog: str,
+    define_flags: Callable[[flags.FlagValues], None],
+    *,
+    usage: str | None = None,
+    interrupted: str | None = None,
+    errors: tuple[type[BaseException], ...] = (),
+  ) -> Command:
+    """A command that restores a run or a model file (crackjax-predict, crackjax-export;
+    crackjax-evaluate's settings too): `interruptible`, and `quiet_logs`, since orbax's routine
+    restore warnings are not the user's business. The arguments are the fields'."""
+    return cls(
+      prog,
+      define_flags,
+      usage=usage,
+      interrupted=interrupted,
+      errors=errors,
+      interruptible=True,
+      quiet_logs=True,
+    )
+
   @contextlib.contextmanager
   def ending(self) -> Iterator[None]:
     """How the command ends on what is not a bug: in one line (`runs.exits.one_line_exits`:
@@ -472,6 +495,14 @@ def exit_on_sigterm() -> None:
     raise exits.Terminated(f'Received signal {signum}')
 
   signal.signal(signal.SIGTERM, handler)
+
+
+def require_writable(prog: str, what: str, folder: str | Path) -> None:
+  """Ends the command `prog` in one line, ``<prog>: cannot write <what>: <why>.``, unless files
+  can be written in `folder` (`unwritable`); `what` names it as the user gave it (the flag)."""
+  problem = unwritable(folder)
+  if problem:
+    sys.exit(f'{prog}: cannot write {what}: {problem}.')
 
 
 def unwritable(folder: str | Path) -> str | None:

@@ -104,15 +104,7 @@ _INTERRUPTED = (
   'interrupted (Ctrl-C); a file cut short is caught by its sidecar (size and SHA-256): run '
   'the same command again with --overwrite.'
 )
-# orbax's routine restore warnings are not the user's business (quiet_logs).
-COMMAND = cli.Command(
-  PROG,
-  _define_flags,
-  usage=USAGE,
-  interrupted=_INTERRUPTED,
-  interruptible=True,
-  quiet_logs=True,
-)
+COMMAND = cli.Command.restoring(PROG, _define_flags, usage=USAGE, interrupted=_INTERRUPTED)
 
 
 def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
@@ -126,9 +118,8 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
   cli.refuse_two_models(fv, PROG)
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
-  problem = cli.unwritable(Path(fv.out).parent)
-  if problem:  # before the run is restored and traced
-    sys.exit(f'{PROG}: cannot write --out={fv.out}: {problem}.')
+  # Before the run is restored and traced.
+  cli.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
     return _main_model(fv)
   try:

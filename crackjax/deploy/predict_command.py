@@ -202,15 +202,7 @@ _INTERRUPTED = (
   'interrupted (Ctrl-C); the photos done so far are in --out: run the same command again to '
   'predict the others (those done are kept and listed in its tables).'
 )
-# orbax's routine restore warnings are not the user's business (quiet_logs).
-COMMAND = cli.Command(
-  PROG,
-  _define_flags,
-  usage=USAGE,
-  interrupted=_INTERRUPTED,
-  interruptible=True,
-  quiet_logs=True,
-)
+COMMAND = cli.Command.restoring(PROG, _define_flags, usage=USAGE, interrupted=_INTERRUPTED)
 
 
 def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
@@ -251,9 +243,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
   predict_batch.refuse_existing_tables(out, tables, fv.overwrite)
-  problem = cli.unwritable(out)
-  if problem:
-    sys.exit(f'{PROG}: cannot write --out={out}: {problem}.')
+  cli.require_writable(PROG, f'--out={out}', out)
   if fv.tune_malloc:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()

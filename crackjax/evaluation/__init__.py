@@ -157,39 +157,17 @@ Conventions (no NaN is ever produced)
 
 from __future__ import annotations
 
+from crackjax.evaluation import protocols
 from crackjax.evaluation.aggregate import at_threshold, evaluate
 from crackjax.evaluation.eval_plan import EvalPlan
-from crackjax.evaluation.protocols import (
-  FIXED_THRESHOLD,
-  HIGH_TAIL_THRESHOLDS,
-  LOW_TAIL_THRESHOLDS,
-  PROTOCOLS,
-  SUPPORTED_PROTOCOLS,
-  TOLERANCE_MAX_DIST,
-  Protocol,
-  ThresholdCounts,
-  counts_per_threshold,
-  get_protocol,
-  register_protocol,
-  tolerance_counts,
-)
+from crackjax.evaluation.protocols import *  # noqa: F403 (re-exported: its __all__)
 from crackjax.evaluation.thinning import thin
 
+# The public names: protocols.py's (imported with *) and those imported above.
 __all__ = [
+  *protocols.__all__,
   'at_threshold',
   'EvalPlan',
-  'FIXED_THRESHOLD',
-  'HIGH_TAIL_THRESHOLDS',
-  'LOW_TAIL_THRESHOLDS',
-  'PROTOCOLS',
-  'SUPPORTED_PROTOCOLS',
-  'TOLERANCE_MAX_DIST',
-  'Protocol',
-  'ThresholdCounts',
-  'counts_per_threshold',
   'evaluate',
-  'get_protocol',
-  'register_protocol',
   'thin',
-  'tolerance_counts',
 ]

@@ -23,6 +23,10 @@ from crackjax.evaluation.result import (
   FIXED_F1,
   FIXED_PRECISION,
   FIXED_RECALL,
+  ODS,
+  OIS,
+  PRECISION,
+  RECALL,
   Curve,
   ImageRow,
   OperatingPoint,
@@ -30,7 +34,14 @@ from crackjax.evaluation.result import (
   ProtocolResult,
 )
 
-__all__ = ['at_threshold', 'evaluate', 'from_counts', 'image_scores', 'point_from_counts']
+__all__ = [
+  'at_threshold',
+  'evaluate',
+  'from_counts',
+  'image_scores',
+  'ods_ois_fields',
+  'point_from_counts',
+]
 
 
 def _prf(
@@ -215,6 +226,16 @@ def _per_image(
     )
     for j, t in enumerate(chosen)
   )
+
+
+def ods_ois_fields(result: dict[str, Any]) -> dict[str, float]:
+  """The ODS and OIS points of one protocol's results (`evaluate`'s, as the evaluation record
+  keeps them) as flat fields, in this order: ods_p, ods_r, ods_f1, ois_p, ois_r, ois_f1
+  (precision, recall, F1)."""
+  names = {'p': PRECISION, 'r': RECALL, 'f1': F1}
+  return {
+    f'{point}_{short}': result[point][name] for point in (ODS, OIS) for short, name in names.items()
+  }
 
 
 def image_scores(row: np.ndarray, thresholds: np.ndarray, bsds: bool) -> dict[str, float]:

@@ -411,6 +411,23 @@ _TAILS = (
   '0.997, 0.998, 0.999, 0.9993, 0.9995, 0.9997, 0.9998, 0.9999, 0.99999'
 )
 
+_TOLERANCE = Protocol(
+  name='tolerance',
+  counts=_tolerance_protocol,
+  uniform_thresholds=_tolerance_uniform_thresholds,
+  default_num_thresholds=99,
+  description='BSDS boundary benchmark: prediction prob >= t thinned to one pixel, pixels '
+  f'matched one-to-one to ground truth within {TOLERANCE_MAX_DIST} x image diagonal; '
+  f'thresholds t = i/(num_thresholds+1) for i = 1..num_thresholds{_TAILS}; '
+  'ODS interpolated between neighbouring thresholds, AP as BSDS collect_eval_bdry; '
+  'ground truth used as given',
+  bsds=True,
+  follows_config_grid=False,
+  threshold_rule=_TOLERANCE_RULE,
+  writes_threshold_file=False,
+  parallel=True,
+)
+
 #: name -> protocol. crackjax's own go here; a plugin's are added by :func:`register_protocol`.
 PROTOCOLS: dict[str, Protocol] = {
   'strict': Protocol(
@@ -425,34 +442,14 @@ PROTOCOLS: dict[str, Protocol] = {
     threshold_rule='crack where probability > threshold',
     writes_threshold_file=True,
   ),
-  'tolerance': Protocol(
-    name='tolerance',
-    counts=_tolerance_protocol,
-    uniform_thresholds=_tolerance_uniform_thresholds,
-    default_num_thresholds=99,
-    description='BSDS boundary benchmark: prediction prob >= t thinned to one pixel, pixels '
-    f'matched one-to-one to ground truth within {TOLERANCE_MAX_DIST} x image diagonal; '
-    f'thresholds t = i/(num_thresholds+1) for i = 1..num_thresholds{_TAILS}; '
-    'ODS interpolated between neighbouring thresholds, AP as BSDS collect_eval_bdry; '
-    'ground truth used as given',
-    bsds=True,
-    follows_config_grid=False,
-    threshold_rule=_TOLERANCE_RULE,
-    writes_threshold_file=False,
-    parallel=True,
-  ),
-  'tolerance_thin_gt': Protocol(
+  'tolerance': _TOLERANCE,
+  # The same grid, matching and records as 'tolerance'; only the ground truth differs.
+  'tolerance_thin_gt': dataclasses.replace(
+    _TOLERANCE,
     name='tolerance_thin_gt',
     counts=_tolerance_thin_gt_protocol,
-    uniform_thresholds=_tolerance_uniform_thresholds,
-    default_num_thresholds=99,
     description="as 'tolerance' (BSDS boundary benchmark), but the ground truth is thinned "
     'to one pixel too before matching (for region-style ground truth several pixels wide)',
-    bsds=True,
-    follows_config_grid=False,
-    threshold_rule=_TOLERANCE_RULE,
-    writes_threshold_file=False,
-    parallel=True,
   ),
 }
 #: The protocols crackjax ships (:data:`PROTOCOLS` also holds those plugins register).

@@ -23,10 +23,20 @@ import jax
 import jax.numpy as jnp
 
 from crackjax.models.batchnorm import ConvBN, max_pool_with_indices
-from crackjax.models.layers import check_n_classes, scaled_width
+from crackjax.models.layers import WidthScaled, scaled_width
 
 # VGG16's convolution stages: (channels, number of 3x3 convolutions).
 VGG16_STAGES: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+
+
+class VGG16Body(WidthScaled):
+  """Base class of the models on VGG16's five stages whose widths `width_scale` multiplies
+  (HED, RCF, SegNet, DeepCrack): their `widths`. It declares no fields (`WidthScaled`)."""
+
+  @property
+  def widths(self) -> Sequence[int]:
+    """The five stages' channels after `width_scale`."""
+    return tuple(self._width(w) for w, _ in VGG16_STAGES)
 
 
 def vgg16_bn_encoder(
@@ -81,15 +91,13 @@ OUTPUT_STRIDES: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 
 def check_resnet_fields(name: str, model) -> None:
-  """Checks the fields a ResNet-50 segmenter shares (n_classes, output_stride, width_scale,
-  blocks), with messages that name the model."""
-  check_n_classes(name, model.n_classes)
+  """Checks the fields a ResNet-50 segmenter shares besides those of its base class
+  (`layers.CrackLogitModel`: n_classes, width_scale): output_stride and blocks, with messages
+  that name the model."""
   if model.output_stride not in OUTPUT_STRIDES:
     raise ValueError(
       f'{name} output_stride must be one of {sorted(OUTPUT_STRIDES)}; got {model.output_stride}.'
     )
-  if not model.width_scale > 0:
-    raise ValueError(f'{name} width_scale must be positive; got {model.width_scale}.')
   if len(model.blocks) != len(RESNET50_LAYERS) or not all(
     isinstance(n, int) and n >= 1 for n in model.blocks
   ):

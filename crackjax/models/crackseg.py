@@ -51,28 +51,20 @@ multiples of 16.
 
 from collections.abc import Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import (
-  RESNET50_LAYERS,
-  check_resnet_fields,
-  resnet50_features,
-)
+from crackjax.models.backbones import RESNET50_LAYERS
 from crackjax.models.batchnorm import ConvBN
-from crackjax.models.deeplabv3plus import DECODER_WIDTH, LOW_LEVEL_WIDTH
-from crackjax.models.layers import check_input, crack_logit, resize_to, scaled_width
+from crackjax.models.deeplabv3plus import ResNet50Segmenter, image_pooling
 
 # Channels of each branch of the multiscale dilated convolution module and of its projection.
 MODULE_WIDTH = 256
 # Dilation rates of the module's branches at output stride 16 (doubled at 8).
 RATES = (1, 2, 4, 6, 12, 18)
-# The 3x3 convolutions after the fusion with the stride-4 features (Song et al., Figure 2).
-DECODER_CONVS = 3
 
 
-class CrackSeg(nn.Module):
+class CrackSeg(ResNet50Segmenter):
   """CrackSeg (ResNet-50, multiscale dilated convolutions, stride-4 fusion, three 3x3 convs)
   returning one crack logit per pixel (module docstring).
 
@@ -99,35 +91,17 @@ class CrackSeg(nn.Module):
   blocks: Sequence[int] = tuple(n for _, n in RESNET50_LAYERS)
   dtype: jnp.dtype = jnp.float32
 
+  # The 3x3 convolutions after the fusion with the stride-4 features (Song et al., Figure 2).
+  decoder_convs = 3
+
   def __post_init__(self):
-    check_resnet_fields('CrackSeg', self)
     if not self.rates or not all(isinstance(r, int) and r >= 1 for r in self.rates):
       raise ValueError(f'CrackSeg rates must be positive integers; got {self.rates}.')
     super().__post_init__()
 
-  @property
-  def input_multiple(self) -> int:
-    """16: the stride-4 and stride-16 (or 8) maps are then exact fractions of the input."""
-    return 16
-
-  def _width(self, channels: int) -> int:
-    return scaled_width(channels, self.width_scale)
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
-
-    Args:
-      x: images in [0, 1].
-      train: BatchNorm uses (and updates) batch statistics; else its running averages.
-    """
-    check_input('CrackSeg', x, self.input_multiple)
-    height, width = x.shape[1:3]
+  def context_module(self, x: jax.Array, train: bool) -> jax.Array:
+    """The multiscale dilated convolution module (module docstring)."""
     conv = dict(use_bias=False, dtype=self.dtype)
-    # ResNet-50, as deeplabv3plus.py (crackjax/models/backbones.py: the same parameter names).
-    x, low_level = resnet50_features(self, x, train)
-
-    # The multiscale dilated convolution module.
     module = self._width(MODULE_WIDTH)
     scale = 16 // self.output_stride
     branches = [
@@ -135,16 +109,5 @@ class CrackSeg(nn.Module):
       for i, rate in enumerate(self.rates, start=1)
     ]
     if self.image_pooling:
-      pooled = ConvBN(module, 1, name='msd_pool', **conv)(
-        jnp.mean(x, axis=(1, 2), keepdims=True), train
-      )
-      branches.append(jnp.broadcast_to(pooled, (*x.shape[:3], module)))
-    x = ConvBN(module, 1, name='msd_project', **conv)(jnp.concatenate(branches, axis=-1), train)
-
-    # Fusion with the stride-4 features, three 3x3 convolutions, the classifier.
-    low_level = ConvBN(self._width(LOW_LEVEL_WIDTH), 1, name='low_level', **conv)(low_level, train)
-    x = jnp.concatenate([resize_to(x, *low_level.shape[1:3]), low_level], axis=-1)
-    for i in range(1, DECODER_CONVS + 1):
-      x = ConvBN(self._width(DECODER_WIDTH), 3, name=f'decoder_conv{i}', **conv)(x, train)
-    x = nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(x)
-    return crack_logit(resize_to(x, height, width))
+      branches.append(image_pooling(x, module, 'msd_pool', train, self.dtype))
+    return ConvBN(module, 1, name='msd_project', **conv)(jnp.concatenate(branches, axis=-1), train)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from crackjax.models.backbones import vgg16_bn_encoder
-from crackjax.models.layers import check_input, fuse_conv, side_conv, upsample_to
+from crackjax.models.layers import check_input, fused_outputs, side_conv, upsample_to
 from crackjax.models.segnet import SegNetBody, segnet_decoder
 
 
@@ -66,5 +66,4 @@ class DeepCrack(SegNetBody):
     for scale, (enc, dec) in enumerate(zip(encoded, decoded, strict=True), start=1):
       side = side_conv(1, self.dtype, f'side{scale}')(jnp.concatenate([enc, dec], axis=-1))
       sides.append(upsample_to(side, height, width))
-    fused = fuse_conv(self.dtype)(jnp.concatenate(sides, axis=-1).astype(self.dtype))
-    return {'logits': fused.astype(jnp.float32), 'side_logits': tuple(sides)}
+    return fused_outputs(sides, self.dtype)

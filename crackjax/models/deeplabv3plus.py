@@ -47,7 +47,7 @@ from crackjax.models.backbones import (
   resnet50_widths,
 )
 from crackjax.models.batchnorm import ConvBN
-from crackjax.models.layers import check_input, crack_logit, resize_to, scaled_width
+from crackjax.models.layers import CrackLogitModel, resize_to
 
 ASPP_WIDTH = 256
 LOW_LEVEL_WIDTH = 48
@@ -56,7 +56,65 @@ DECODER_WIDTH = 256
 ASPP_RATES = {16: (6, 12, 18), 8: (12, 24, 36)}
 
 
-class DeepLabV3Plus(nn.Module):
+class ResNet50Segmenter(CrackLogitModel):
+  """Base class of DeepLab v3+ and CrackSeg: ResNet-50's features (`resnet50_features`), a
+  context module on layer4's output (ASPP; CrackSeg's multiscale dilated convolutions) and
+  DeepLab v3+'s decoder with `decoder_convs` 3x3 convolutions.
+
+  It declares no fields; the subclass declares those `check_resnet_fields` and
+  `CrackLogitModel` check (n_classes, output_stride, width_scale, blocks) and `dtype`, and
+  defines `context_module`.
+  """
+
+  # The decoder's 3x3 convolutions (DeepLab v3+: 2).
+  decoder_convs = 2
+
+  def __post_init__(self):
+    check_resnet_fields(type(self).__name__, self)
+    super().__post_init__()
+
+  @property
+  def input_multiple(self) -> int:
+    """16: the stride-4 and stride-16 (or 8) maps are then exact fractions of the input."""
+    return 16
+
+  @property
+  def widths(self) -> Sequence[int]:
+    """The bottleneck widths of ResNet's four layers after `width_scale`."""
+    return resnet50_widths(self.width_scale)
+
+  def context_module(self, x: jax.Array, train: bool) -> jax.Array:
+    """The module on layer4's output x, to `self._width(256)` channels."""
+    raise NotImplementedError
+
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """ResNet-50, the context module, then the decoder: layer1's output projected by a 1x1
+    convolution + BN + ReLU (``low_level``); the module's output resized to it and
+    concatenated; `decoder_convs` 3x3 convolutions + BN + ReLU (``decoder_conv1`` ...); the
+    1x1 ``classifier``'s class scores resized to the input."""
+    conv = dict(use_bias=False, dtype=self.dtype)
+    y, low_level = resnet50_features(self, x, train)
+    y = self.context_module(y, train)
+    low_level = ConvBN(self._width(LOW_LEVEL_WIDTH), 1, name='low_level', **conv)(low_level, train)
+    y = jnp.concatenate([resize_to(y, *low_level.shape[1:3]), low_level], axis=-1)
+    for i in range(1, self.decoder_convs + 1):
+      y = ConvBN(self._width(DECODER_WIDTH), 3, name=f'decoder_conv{i}', **conv)(y, train)
+    y = nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(y)
+    return resize_to(y, *x.shape[1:3])
+
+
+def image_pooling(
+  x: jax.Array, features: int, name: str, train: bool, dtype: jnp.dtype
+) -> jax.Array:
+  """ASPP's image-pooling branch, inside the calling compact module: the global average of x
+  [B, h, w, C], a 1x1 convolution (no bias) + BN + ReLU to `features`, broadcast back to
+  [B, h, w, features]."""
+  pooled = jnp.mean(x, axis=(1, 2), keepdims=True)
+  pooled = ConvBN(features, 1, use_bias=False, dtype=dtype, name=name)(pooled, train)
+  return jnp.broadcast_to(pooled, (*x.shape[:3], features))
+
+
+class DeepLabV3Plus(ResNet50Segmenter):
   """DeepLab v3+ (ResNet-50 backbone) returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -77,51 +135,12 @@ class DeepLabV3Plus(nn.Module):
   blocks: Sequence[int] = tuple(n for _, n in RESNET50_LAYERS)
   dtype: jnp.dtype = jnp.float32
 
-  def __post_init__(self):
-    check_resnet_fields('DeepLabV3Plus', self)
-    super().__post_init__()
-
-  @property
-  def input_multiple(self) -> int:
-    """16: the stride-4 and stride-16 (or 8) maps are then exact fractions of the input."""
-    return 16
-
-  def _width(self, channels: int) -> int:
-    return scaled_width(channels, self.width_scale)
-
-  @property
-  def widths(self) -> Sequence[int]:
-    """The bottleneck widths of ResNet's four layers after `width_scale`."""
-    return resnet50_widths(self.width_scale)
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
-
-    Args:
-      x: images in [0, 1].
-      train: BatchNorm uses (and updates) batch statistics; else its running averages.
-    """
-    check_input('DeepLabV3Plus', x, self.input_multiple)
-    height, width = x.shape[1:3]
+  def context_module(self, x: jax.Array, train: bool) -> jax.Array:
+    """ASPP: a 1x1 convolution, three dilated 3x3 ones and image pooling, projected."""
     conv = dict(use_bias=False, dtype=self.dtype)
-    x, low_level = resnet50_features(self, x, train)
-
-    # ASPP.
     aspp = self._width(ASPP_WIDTH)
     branches = [ConvBN(aspp, 1, name='aspp0', **conv)(x, train)]
     for i, rate in enumerate(ASPP_RATES[self.output_stride], start=1):
       branches.append(ConvBN(aspp, 3, dilation=rate, name=f'aspp{i}', **conv)(x, train))
-    pooled = jnp.mean(x, axis=(1, 2), keepdims=True)
-    pooled = ConvBN(aspp, 1, name='aspp_pool', **conv)(pooled, train)
-    branches.append(jnp.broadcast_to(pooled, (*x.shape[:3], aspp)))
-    x = ConvBN(aspp, 1, name='aspp_project', **conv)(jnp.concatenate(branches, axis=-1), train)
-
-    # Decoder.
-    low_level = ConvBN(self._width(LOW_LEVEL_WIDTH), 1, name='low_level', **conv)(low_level, train)
-    x = resize_to(x, *low_level.shape[1:3])
-    x = jnp.concatenate([x, low_level], axis=-1)
-    x = ConvBN(self._width(DECODER_WIDTH), 3, name='decoder_conv1', **conv)(x, train)
-    x = ConvBN(self._width(DECODER_WIDTH), 3, name='decoder_conv2', **conv)(x, train)
-    x = nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(x)
-    return crack_logit(resize_to(x, height, width))
+    branches.append(image_pooling(x, aspp, 'aspp_pool', train, self.dtype))
+    return ConvBN(aspp, 1, name='aspp_project', **conv)(jnp.concatenate(branches, axis=-1), train)

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crackjax.models.backbones import VGG16_STAGES
+from crackjax.models.layers import WidthScaled, check_n_classes, crack_logit
 
 # Caffe VGG16's ImageNet mean, RGB order, in [0, 1].
 IMAGENET_MEAN_RGB = (122.67891434 / 255, 116.66876762 / 255, 104.00698793 / 255)
@@ -95,7 +96,7 @@ def crop_like(x: jax.Array, offset: int, like: jax.Array) -> jax.Array:
   return x[:, offset : offset + h, offset : offset + w]
 
 
-class FCN8s(nn.Module):
+class FCN8s(WidthScaled):
   """FCN-8s returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -111,19 +112,13 @@ class FCN8s(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   def __post_init__(self):
-    if self.n_classes not in (1, 2):
-      raise ValueError(f'FCN8s n_classes must be 1 or 2 (one crack logit); got {self.n_classes}.')
-    if not self.width_scale > 0:
-      raise ValueError(f'FCN8s width_scale must be positive; got {self.width_scale}.')
+    check_n_classes('FCN8s', self.n_classes)
     super().__post_init__()
 
   @property
   def input_multiple(self) -> int:
     """Any input size works: conv1_1's 100-pixel padding keeps every crop inside its map."""
     return 1
-
-  def _width(self, channels: int) -> int:
-    return max(1, round(channels * self.width_scale))
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -172,7 +167,4 @@ class FCN8s(nn.Module):
     x = upscore(4, 2, 'upscore_pool4')(x)
     x = x + crop_like(score('score_pool3')(pool3), CROP_POOL3, x)
     x = upscore(16, 8, 'upscore8')(x)
-    x = crop_like(x, CROP_FINAL, image).astype(jnp.float32)
-    if self.n_classes == 2:
-      x = x[..., 1:] - x[..., :1]
-    return x
+    return crack_logit(crop_like(x, CROP_FINAL, image))

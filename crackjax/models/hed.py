@@ -16,25 +16,43 @@ The input is not mean-subtracted (the contract's images are in [0, 1] and there 
 ImageNet weights here); side 1x1 kernels start from N(0, 0.01^2) as in RCF's release.
 """
 
-from collections.abc import Sequence
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES
+from crackjax.models.backbones import VGG16_STAGES, VGG16Body
 from crackjax.models.conv import Conv3x3ReLU, resolve_impl
-from crackjax.models.layers import (
-  check_input,
-  fuse_conv,
-  pool_fn,
-  scaled_width,
-  side_conv,
-  upsample_to,
-)
+from crackjax.models.layers import check_input, fused_outputs, pool_fn, side_conv, upsample_to
 
 
-class HED(nn.Module):
+class VGG16SideOutputs(VGG16Body):
+  """Base class of HED and RCF: VGG16's stages (`VGG16Body`) with five side logit maps,
+  up-sampled to the input size and fused (`layers.fused_outputs`).
+
+  It declares no fields; the subclass declares `width_scale`, `dtype` and `conv_impl` (checked
+  when it is built) and `input_multiple`, and defines `stage_sides`, which the compact
+  `__call__` calls (so the subclass's parameters are named as if it were its own).
+  """
+
+  def __post_init__(self):
+    resolve_impl(self.conv_impl)  # A mistyped name fails when the model is built.
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> dict[str, jax.Array | tuple[jax.Array, ...]]:
+    """Maps images [B, H, W, 3] to {'logits': fused [B, H, W, 1], 'side_logits': 5 maps}."""
+    check_input(type(self).__name__, x, self.input_multiple)
+    height, width = x.shape[1:3]
+    sides = self.stage_sides(x.astype(self.dtype))
+    return fused_outputs([upsample_to(side, height, width) for side in sides], self.dtype)
+
+  def stage_sides(self, x: jax.Array) -> list[jax.Array]:
+    """The five side logit maps [B, h, w, 1] of images `x` (in `dtype`), each at its stage's
+    size."""
+    raise NotImplementedError
+
+
+class HED(VGG16SideOutputs):
   """HED: VGG16 with five deeply supervised side outputs and a learnt fusion.
 
   Attributes:
@@ -49,36 +67,19 @@ class HED(nn.Module):
   width_scale: float = 1.0
   conv_impl: str = 'auto'
 
-  def __post_init__(self):
-    resolve_impl(self.conv_impl)  # A mistyped name fails when the model is built.
-    if not self.width_scale > 0:
-      raise ValueError(f'width_scale must be positive; got {self.width_scale}.')
-    super().__post_init__()
-
   @property
   def input_multiple(self) -> int:
     """16: four 2x2 poolings, so every side map is exactly 1/2**k of the input."""
     return 16
 
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> dict[str, jax.Array | tuple[jax.Array, ...]]:
-    """Maps images [B, H, W, 3] to {'logits': fused [B, H, W, 1], 'side_logits': 5 maps}."""
-    check_input('HED', x, self.input_multiple)
-    height, width = x.shape[1:3]
+  def stage_sides(self, x: jax.Array) -> list[jax.Array]:
+    """Each stage's last convolution through its side 1x1 convolution (`side1` ... `side5`)."""
     pool = pool_fn(self.conv_impl)
-    x = x.astype(self.dtype)
     sides = []
     for stage, ((_, depth), features) in enumerate(zip(VGG16_STAGES, self.widths, strict=True)):
       if stage:
         x = pool(x)
       for i in range(depth):
         x = Conv3x3ReLU(features, self.dtype, self.conv_impl, name=f'conv{stage + 1}_{i + 1}')(x)
-      side = side_conv(1, self.dtype, f'side{stage + 1}')(x)
-      sides.append(upsample_to(side, height, width))
-    fused = fuse_conv(self.dtype)(jnp.concatenate(sides, axis=-1).astype(self.dtype))
-    return {'logits': fused.astype(jnp.float32), 'side_logits': tuple(sides)}
+      sides.append(side_conv(1, self.dtype, f'side{stage + 1}')(x))
+    return sides

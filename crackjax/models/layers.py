@@ -1,6 +1,7 @@
 """Layers and checks that several models share: widths scaled by ``width_scale``, input checks,
-resizing side maps, the HED-style side and fusion 1x1 convolutions, pooling, and the crack
-logit of a two-class head."""
+resizing side maps, the HED-style side and fusion 1x1 convolutions, pooling, the crack logit of
+a two-class head, and two base classes: `WidthScaled` (the comparison models' ``width_scale``)
+and `CrackLogitModel` (the BatchNorm models that return one crack logit)."""
 
 import functools
 
@@ -43,6 +44,15 @@ def fuse_conv(dtype: jnp.dtype, name: str = 'fuse') -> nn.Conv:
   return nn.Conv(1, (1, 1), dtype=dtype, kernel_init=nn.initializers.constant(0.2), name=name)
 
 
+def fused_outputs(
+  sides: list[jax.Array], dtype: jnp.dtype
+) -> dict[str, jax.Array | tuple[jax.Array, ...]]:
+  """The outputs of a model with side maps (HED, RCF, DeepCrack): ``{'logits': fused,
+  'side_logits': the side maps}``, the fused map `fuse_conv` over the side maps (float32)."""
+  fused = fuse_conv(dtype)(jnp.concatenate(sides, axis=-1).astype(dtype))
+  return {'logits': fused.astype(jnp.float32), 'side_logits': tuple(sides)}
+
+
 def pool_fn(conv_impl: str):
   """2x2 stride-2 max-pooling: the CPU-fast `max_pool_2x2` where convolutions are blocked."""
   if resolve_impl(conv_impl) == 'blocked':
@@ -68,3 +78,57 @@ def resize_to(x: jax.Array, height: int, width: int) -> jax.Array:
   if x.shape[1:3] == (height, width):
     return x
   return jax.image.resize(x, (x.shape[0], height, width, x.shape[3]), 'bilinear')
+
+
+class WidthScaled(nn.Module):
+  """Base class of the comparison models whose every width `width_scale` multiplies.
+
+  It declares no fields, so a subclass's fields keep their order; the subclass declares
+  `width_scale` (a positive multiplier), checked when it is built.
+  """
+
+  def __post_init__(self):
+    if not self.width_scale > 0:
+      raise ValueError(
+        f'{type(self).__name__} width_scale must be positive; got {self.width_scale}.'
+      )
+    super().__post_init__()
+
+  def _width(self, channels: int) -> int:
+    """`channels` after `width_scale` (`scaled_width`)."""
+    return scaled_width(channels, self.width_scale)
+
+
+class CrackLogitModel(WidthScaled):
+  """Base class of the BatchNorm models that return one crack logit per pixel (SegNet,
+  DeepLab v3+, CrackSeg, U-CliqueNet): the input check, the cast to `dtype` and the crack logit
+  of their class scores (`crack_logit`).
+
+  It declares no fields; the subclass declares `n_classes` (1 or 2, checked when it is built),
+  `width_scale`, `dtype` and `input_multiple`, and defines `class_scores`, which the compact
+  `__call__` calls (so the subclass's parameters are named as if it were its own).
+  """
+
+  def __post_init__(self):
+    check_n_classes(type(self).__name__, self.n_classes)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
+
+    Args:
+      x: images in [0, 1].
+      train: BatchNorm uses (and updates) batch statistics; else its running averages.
+    """
+    check_input(type(self).__name__, x, self.input_multiple)
+    return crack_logit(self.class_scores(x.astype(self.dtype), train))
+
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """The [B, H, W, n_classes] class scores of images `x` (in `dtype`) at the input size.
+
+    Args:
+      x: images in [0, 1], in `dtype`.
+      train: as `__call__`'s.
+    """
+    raise NotImplementedError

@@ -66,6 +66,11 @@ class ModelFileError(ValueError):
   """A model file that cannot be used: damaged, altered, newer, or not a model file."""
 
 
+def _meta_group(name: str) -> property:
+  """A `ModelFile` attribute that reads one group of its metadata, ``meta[name]``."""
+  return property(lambda self: self.meta[name], doc=f'``meta[{name!r}]``.')
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelFile:
   """A model file's content.
@@ -84,25 +89,12 @@ class ModelFile:
   meta: dict[str, Any]
   sha256: str
 
-  @property
-  def model(self) -> dict[str, Any]:
-    return self.meta['model']
-
-  @property
-  def card(self) -> dict[str, Any]:
-    return self.meta['card']
-
-  @property
-  def threshold(self) -> dict[str, Any]:
-    return self.meta['threshold']
-
-  @property
-  def config(self) -> dict[str, Any]:
-    return self.meta['config']
-
-  @property
-  def input(self) -> dict[str, Any]:
-    return self.meta['input']
+  # The metadata's groups, read as attributes.
+  model = _meta_group('model')
+  card = _meta_group('card')
+  threshold = _meta_group('threshold')
+  config = _meta_group('config')
+  input = _meta_group('input')
 
 
 def crackjax_version() -> str:

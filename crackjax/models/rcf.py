@@ -15,25 +15,17 @@ map). Trainable parameters: 14,714,688 (VGG16) + 88,977 (thirteen 1x1 to 21) + 1
 release.
 """
 
-from collections.abc import Sequence
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from crackjax.models.backbones import VGG16_STAGES
-from crackjax.models.conv import Conv3x3ReLU, resolve_impl
-from crackjax.models.layers import (
-  check_input,
-  fuse_conv,
-  pool_fn,
-  scaled_width,
-  side_conv,
-  upsample_to,
-)
+from crackjax.models.conv import Conv3x3ReLU
+from crackjax.models.hed import VGG16SideOutputs
+from crackjax.models.layers import pool_fn, side_conv
 
 
-class RCF(nn.Module):
+class RCF(VGG16SideOutputs):
   """RCF: VGG16 (pool4 stride 1, dilated conv5) with every convolution feeding a side output.
 
   Attributes:
@@ -52,9 +44,6 @@ class RCF(nn.Module):
   conv_impl: str = 'auto'
 
   def __post_init__(self):
-    resolve_impl(self.conv_impl)
-    if not self.width_scale > 0:
-      raise ValueError(f'width_scale must be positive; got {self.width_scale}.')
     if self.side_features < 1:
       raise ValueError(f'side_features must be at least 1; got {self.side_features}.')
     super().__post_init__()
@@ -64,18 +53,10 @@ class RCF(nn.Module):
     """8: three stride-2 poolings (pool4 has stride 1), so side maps 1-4 are exact."""
     return 8
 
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> dict[str, jax.Array | tuple[jax.Array, ...]]:
-    """Maps images [B, H, W, 3] to {'logits': fused [B, H, W, 1], 'side_logits': 5 maps}."""
-    check_input('RCF', x, self.input_multiple)
-    height, width = x.shape[1:3]
+  def stage_sides(self, x: jax.Array) -> list[jax.Array]:
+    """Each stage's convolutions reduced (`conv{s}_{i}_down`), summed and through the
+    stage's side 1x1 convolution (`side1` ... `side5`)."""
     pool = pool_fn(self.conv_impl)
-    x = x.astype(self.dtype)
     sides = []
     for stage, ((_, depth), features) in enumerate(zip(VGG16_STAGES, self.widths, strict=True)):
       if stage in (1, 2, 3):
@@ -94,7 +75,5 @@ class RCF(nn.Module):
           x = Conv3x3ReLU(features, self.dtype, self.conv_impl, name=name)(x)
         down = side_conv(self.side_features, self.dtype, f'{name}_down')(x)
         reduced = down if reduced is None else reduced + down
-      side = side_conv(1, self.dtype, f'side{stage + 1}')(reduced)
-      sides.append(upsample_to(side, height, width))
-    fused = fuse_conv(self.dtype)(jnp.concatenate(sides, axis=-1).astype(self.dtype))
-    return {'logits': fused.astype(jnp.float32), 'side_logits': tuple(sides)}
+      sides.append(side_conv(1, self.dtype, f'side{stage + 1}')(reduced))
+    return sides

@@ -31,9 +31,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from crackjax.models.backbones import VGG16_STAGES, vgg16_bn_encoder
+from crackjax.models.backbones import VGG16_STAGES, VGG16Body, vgg16_bn_encoder
 from crackjax.models.batchnorm import ConvBN, conv_init, max_unpool
-from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
+from crackjax.models.layers import CrackLogitModel
 
 
 def segnet_decoder(
@@ -69,34 +69,22 @@ def segnet_decoder(
   return x, outputs[::-1]
 
 
-class SegNetBody(nn.Module):
+class SegNetBody(VGG16Body):
   """What a model built on SegNet's encoder-decoder (`vgg16_bn_encoder`, `segnet_decoder`)
-  derives from its `width_scale` field: SegNet's and DeepCrack's (crackjax/models/deepcrack.py)
-  base class.
+  derives from its `width_scale` field (`VGG16Body`): SegNet's and DeepCrack's
+  (crackjax/models/deepcrack.py) base class.
 
   It declares no fields, so a subclass's fields keep their order; the subclass declares
   `width_scale` (a positive multiplier of VGG16's widths), checked when it is built.
   """
-
-  def __post_init__(self):
-    if not self.width_scale > 0:
-      raise ValueError(
-        f'{type(self).__name__} width_scale must be positive; got {self.width_scale}.'
-      )
-    super().__post_init__()
 
   @property
   def input_multiple(self) -> int:
     """32: five 2x2 poolings, each undone exactly by its unpooling."""
     return 32
 
-  @property
-  def widths(self) -> Sequence[int]:
-    """The five stages' channels after `width_scale`."""
-    return tuple(scaled_width(w, self.width_scale) for w, _ in VGG16_STAGES)
 
-
-class SegNet(SegNetBody):
+class SegNet(SegNetBody, CrackLogitModel):
   """SegNet returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -111,23 +99,11 @@ class SegNet(SegNetBody):
   width_scale: float = 1.0
   dtype: jnp.dtype = jnp.float32
 
-  def __post_init__(self):
-    check_n_classes('SegNet', self.n_classes)
-    super().__post_init__()
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
-
-    Args:
-      x: images in [0, 1].
-      train: BatchNorm uses (and updates) batch statistics; else its running averages.
-    """
-    check_input('SegNet', x, self.input_multiple)
-    x = x.astype(self.dtype)
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """The encoder, then the decoder ending in the classifier conv1_1_D."""
     x, _, indices = vgg16_bn_encoder(x, self.widths, train, self.dtype)
     classifier = nn.Conv(
       self.n_classes, (3, 3), padding=1, kernel_init=conv_init, dtype=self.dtype, name='conv1_1_D'
     )
     x, _ = segnet_decoder(x, indices, self.widths, train, self.dtype, final=classifier)
-    return crack_logit(x)
+    return x

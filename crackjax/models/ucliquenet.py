@@ -54,7 +54,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from crackjax.models.batchnorm import batch_norm, conv_init
-from crackjax.models.layers import check_input, check_n_classes, crack_logit, scaled_width
+from crackjax.models.layers import CrackLogitModel
 
 _DIMENSION_NUMBERS = ('NHWC', 'HWIO', 'NHWC')
 
@@ -145,7 +145,7 @@ class AttentionalTransition(nn.Module):
     return nn.avg_pool(x, (2, 2), strides=(2, 2))
 
 
-class UCliqueNet(nn.Module):
+class UCliqueNet(CrackLogitModel):
   """U-CliqueNet returning one crack logit per pixel (module docstring).
 
   Attributes:
@@ -173,15 +173,12 @@ class UCliqueNet(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   def __post_init__(self):
-    check_n_classes('UCliqueNet', self.n_classes)
     for field in ('growth', 'stem_features', 'layers', 'levels'):
       value = getattr(self, field)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f'UCliqueNet {field} must be a positive integer; got {value!r}.')
     if self.layers < 2:
       raise ValueError(f'UCliqueNet layers must be at least 2 (a clique); got {self.layers}.')
-    if not self.width_scale > 0:
-      raise ValueError(f'UCliqueNet width_scale must be positive; got {self.width_scale}.')
     super().__post_init__()
 
   @property
@@ -189,20 +186,16 @@ class UCliqueNet(nn.Module):
     """2**levels: every pooled map is then an exact fraction of the input."""
     return 2**self.levels
 
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    """Maps images [B, H, W, 3] to crack logits [B, H, W, 1] (float32).
-
-    Args:
-      x: images in [0, 1].
-      train: BatchNorm uses (and updates) batch statistics; else its running averages.
-    """
-    check_input('UCliqueNet', x, self.input_multiple)
-    k = scaled_width(self.growth, self.width_scale)
-    block = dict(growth=k, layers=self.layers, bottleneck=self.bottleneck, dtype=self.dtype)
-    x = x.astype(self.dtype)
+  def class_scores(self, x: jax.Array, train: bool) -> jax.Array:
+    """The stem, the clique blocks down and up, the head."""
+    block = dict(
+      growth=self._width(self.growth),
+      layers=self.layers,
+      bottleneck=self.bottleneck,
+      dtype=self.dtype,
+    )
     x = nn.Conv(
-      scaled_width(self.stem_features, self.width_scale),
+      self._width(self.stem_features),
       (3, 3),
       padding='SAME',
       use_bias=False,
@@ -230,5 +223,4 @@ class UCliqueNet(nn.Module):
         jnp.concatenate([x, skips[level]], axis=-1), train
       )
     x = nn.relu(batch_norm(train, self.dtype, 'head_bn')(x))
-    x = nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(x)
-    return crack_logit(x)
+    return nn.Conv(self.n_classes, (1, 1), dtype=self.dtype, name='classifier')(x)

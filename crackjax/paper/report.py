@@ -161,9 +161,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')
   targets = [('--out', out)] + ([('--export', Path(fv.export).parent)] if fv.export else [])
   for flag, folder in targets:
-    problem = cli.unwritable(folder)
-    if problem:
-      sys.exit(f'{PROG}: cannot write {flag}: {problem}.')
+    cli.require_writable(PROG, flag, folder)
   if fv.export and Path(fv.export).exists() and not fv.overwrite:
     # A file the user made (e.g. the committed results of earlier chunks) is replaced only on
     # request; an export that is one of the inputs is merged into, as docs/reproduction.md does.
@@ -176,13 +174,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   # A user's own report.md (or a report's, edited since) is replaced only on request; the
   # report's own unchanged outputs (its manifest) are, so that rerunning it needs no flag.
   names = report_files(runs, protocols)
-  try:
-    outputs.check_inside(out, [Path(out) / n for n in [*names, outputs.MANIFEST]])
-  except outputs.UnsafeOutputError as e:
-    sys.exit(f'{PROG}: {e}')
-  foreign = outputs.foreign_files(out, names)
-  if foreign and not fv.overwrite:
-    sys.exit(outputs.replace_advice(PROG, out, foreign))
+  outputs.refuse_unsafe(PROG, out, names, fv.overwrite)
   if fv.export:
     records.export(runs, fv.export)
     print(f'exported {len(runs)} runs to {fv.export}')

@@ -12,18 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from crackjax.evaluation.result import (
-  EPOCH,
-  F1,
-  FIXED,
-  ODS,
-  OIS,
-  PARAMS,
-  PRECISION,
-  RECALL,
-  RESULTS,
-  TRAIN_SECONDS,
-)
+from crackjax.evaluation.aggregate import ods_ois_fields
+from crackjax.evaluation.result import EPOCH, F1, FIXED, PARAMS, RESULTS, TRAIN_SECONDS
 from crackjax.paper import tables
 
 
@@ -59,14 +49,8 @@ def _values_at(run: dict[str, Any], epoch: int, protocol: str) -> dict[str, floa
   # JSON): NaN, the sum is too.
   times = [_seconds(by_epoch.get(k, {}).get(TRAIN_SECONDS)) for k in range(1, epoch + 1)]
   fixed = r.get(FIXED, {}).get(F1, math.nan)
-  ods, ois = r[ODS], r[OIS]
   return {
-    'ods_p': ods[PRECISION],
-    'ods_r': ods[RECALL],
-    'ods_f1': ods[F1],
-    'ois_p': ois[PRECISION],
-    'ois_r': ois[RECALL],
-    'ois_f1': ois[F1],
+    **ods_ois_fields(r),
     'f1_fixed': fixed,
     'time_s': float(np.sum(times)),  # NaN if an epoch's time is unknown
     'params': float(e.get(PARAMS, math.nan)),

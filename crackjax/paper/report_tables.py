@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,31 @@ def _welch_cells(a: Sequence[float], b: Sequence[float]) -> str:
   ci = f'[{100 * w["low"]:+.2f}, {100 * w["high"]:+.2f}]' if np.isfinite(w['low']) else '–'
   p = f'{w["p"]:.3g}' if np.isfinite(w['p']) else '–'
   return f'{100 * w["diff"]:+.2f} | {ci} | {p}'
+
+
+# The columns of `_against`'s cells.
+_AGAINST = ('Δ ODS F1 (ours)', '95% CI', 'p', 'Δ ODS F1 (paper)')
+
+
+def _against(r: RowResult, base: RowResult) -> str:
+  """`_AGAINST`'s cells: r's ODS F1 against base's, in points: ours (`_welch_cells`), then the
+  paper's (its means)."""
+  cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
+  return f'{cells} | {r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f}'
+
+
+def _markdown_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+  """A Markdown table's lines: the `header` cells, the rule, a line per row of cells."""
+  return [
+    '| ' + ' | '.join(header) + ' |',
+    '|' + '---|' * len(header),
+    *('| ' + ' | '.join(row) + ' |' for row in rows),
+  ]
+
+
+def _comparison(intro: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+  """A comparison's lines: `intro`, a blank line, its Markdown table, a blank line."""
+  return [intro, '', *_markdown_lines(header, rows), '']
 
 
 def _pct(mean: float, std: float) -> str:
@@ -111,20 +136,15 @@ def _same_epochs(results: Sequence[RowResult]) -> list[str]:
   pairs = [(r, xie[r.row.epochs]) for r in results if not _is_xie(r) and r.row.epochs in xie]
   if not pairs:
     return []
-  out = [
+  return _comparison(
     'Against wce_xie trained for the same number of epochs (ODS F1, points; Welch 95% CI '
     'and two-sided p):',
-    '',
-    '| method | epochs | seeds | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
-    '|---|---|---|---|---|---|---|',
-  ]
-  for r, base in pairs:
-    cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
-    out.append(
-      f'| {_method(r.row)} | {r.row.epochs} | {len(r.seeds)} vs {len(base.seeds)} | {cells} | '
-      f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
-    )
-  return [*out, '']
+    ('method', 'epochs', 'seeds', *_AGAINST),
+    (
+      (_method(r.row), str(r.row.epochs), f'{len(r.seeds)} vs {len(base.seeds)}', _against(r, base))
+      for r, base in pairs
+    ),
+  )
 
 
 # ------------------------------------------------------ one renderer, two groups of tables
@@ -298,11 +318,7 @@ def markdown_table(results: Sequence[RowResult], columns: Sequence[Column]) -> l
   """The Markdown lines of one table: header, rule and a row per result (the columns with a
   title)."""
   shown = [c for c in columns if c.title is not None]
-  return [
-    '| ' + ' | '.join(c.title for c in shown) + ' |',
-    '|' + '---|' * len(shown),
-    *('| ' + ' | '.join(c.cell(r) for c in shown) + ' |' for r in results),
-  ]
+  return _markdown_lines([c.title for c in shown], ([c.cell(r) for c in shown] for r in results))
 
 
 def csv_table(path: Path, results: Sequence[RowResult], columns: Sequence[Column]) -> None:
@@ -363,22 +379,12 @@ def _table_section(table: int, protocol: str, results: Sequence[RowResult]) -> l
   base = _baseline(results, table)
   if base is None:
     return out
-  out += [
+  out += _comparison(
     f'Against the second baseline, {base.row.name} at {base.row.epochs} epochs (ODS F1, '
     'points; Welch 95% CI and two-sided p; the paper gives means only):',
-    '',
-    '| method | epochs | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) |',
-    '|---|---|---|---|---|---|',
-  ]
-  for r in results:
-    if r is base:
-      continue
-    cells = _welch_cells(r.values['ods_f1'], base.values['ods_f1'])
-    out.append(
-      f'| {_method(r.row)} | {r.row.epochs} | {cells} | '
-      f'{r.row.ods.f1.mean - base.row.ods.f1.mean:+.2f} |'
-    )
-  out.append('')
+    ('method', 'epochs', *_AGAINST),
+    ((_method(r.row), str(r.row.epochs), _against(r, base)) for r in results if r is not base),
+  )
   return out + _same_epochs(results)
 
 
@@ -392,24 +398,25 @@ def _dagger_lines(results: Sequence[RowResult]) -> list[str]:
   ]
   if not pairs:
     return []
-  out = [
+
+  def time_ratio(orig: RowResult, dag: RowResult) -> str:
+    ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
+    return f'{ratio:.2f}' if np.isfinite(ratio) else '–'
+
+  return _comparison(
     'Dagger (exponential WCE) against the original loss, per model (ODS F1, points; Welch '
     '95% CI and two-sided p; time = ours dagger / original):',
-    '',
-    '| model | Δ ODS F1 (ours) | 95% CI | p | Δ ODS F1 (paper) | time ratio | TT ratio (paper) |',
-    '|---|---|---|---|---|---|---|',
-  ]
-  for orig, dag in pairs:
-    cells = _welch_cells(dag.values['ods_f1'], orig.values['ods_f1'])
-    ratio = dag.mean_std('time_s')[0] / orig.mean_std('time_s')[0]
-    out.append(
-      f'| {orig.row.name} | {cells} | '
-      f'{dag.row.ods.f1.mean - orig.row.ods.f1.mean:+.2f} | '
-      f'{f"{ratio:.2f}" if np.isfinite(ratio) else "–"} | '
-      f'{dag.row.time_s / orig.row.time_s:.2f} |'
-    )
-  out.append('')
-  return out
+    ('model', *_AGAINST, 'time ratio', 'TT ratio (paper)'),
+    (
+      (
+        orig.row.name,
+        _against(dag, orig),
+        time_ratio(orig, dag),
+        f'{dag.row.time_s / orig.row.time_s:.2f}',
+      )
+      for orig, dag in pairs
+    ),
+  )
 
 
 def write_csv(path: Path, runs: Sequence[dict[str, Any]], protocols: Sequence[str]) -> None:

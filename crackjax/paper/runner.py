@@ -289,9 +289,7 @@ def _check(fv: flags.FlagValues) -> None:
       slurm.check_available()
     except slurm.SlurmError as e:
       sys.exit(f'{PROG}: {e}')
-  problem = cli.unwritable(fv.workdir)
-  if problem:
-    sys.exit(f'{PROG}: cannot write --workdir={fv.workdir}: {problem}.')
+  cli.require_writable(PROG, f'--workdir={fv.workdir}', fv.workdir)
 
 
 def _jobs(fv: flags.FlagValues) -> tuple[list[jobs.Job], list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,17 @@ def replace_advice(prog: str, folder: str | Path, names: Sequence[str], flag: st
     f'since); pass --overwrite to replace {"it" if len(names) == 1 else "them"}, or choose '
     f'another {flag}.'
   )
+
+
+def refuse_unsafe(prog: str, folder: str | Path, names: Sequence[str], overwrite: bool) -> None:
+  """Ends the command `prog` in one line, before anything is written, unless `names` and the
+  manifest may be written in the --out `folder`: each inside it (`check_inside`), and files
+  among `names` that it did not write there (`foreign_files`) replaced only with `overwrite`
+  (`replace_advice`)."""
+  try:
+    check_inside(folder, [Path(folder) / n for n in [*names, MANIFEST]])
+  except UnsafeOutputError as e:
+    sys.exit(f'{prog}: {e}')
+  foreign = foreign_files(folder, names)
+  if foreign and not overwrite:
+    sys.exit(replace_advice(prog, folder, foreign))
