@@ -20,9 +20,7 @@ import ast
 import contextlib
 import dataclasses
 import logging
-import os
 import re
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -481,48 +479,3 @@ def refuse_two_models(flag_values: flags.FlagValues, prog: str) -> None:
   """Ends the command in one line if both ``--workdir`` and ``--model`` are given."""
   if flag_values.workdir and flag_values.model:
     sys.exit(f'{prog}: give only one of --workdir=RUN and --model=NAME|FILE|URL.')
-
-
-def exit_on_sigterm() -> None:
-  """SIGTERM raises SystemExit once, which unwinds through `loop.train_and_evaluate` (it saves
-  a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt
-  that save (a runner killed with kill -9 sent its workers a second one, which broke the save
-  inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
-  still ends a process that does not finish."""
-
-  def handler(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise exits.Terminated(f'Received signal {signum}')
-
-  signal.signal(signal.SIGTERM, handler)
-
-
-def require_writable(prog: str, what: str, folder: str | Path) -> None:
-  """Ends the command `prog` in one line, ``<prog>: cannot write <what>: <why>.``, unless files
-  can be written in `folder` (`unwritable`); `what` names it as the user gave it (the flag)."""
-  problem = unwritable(folder)
-  if problem:
-    sys.exit(f'{prog}: cannot write {what}: {problem}.')
-
-
-def unwritable(folder: str | Path) -> str | None:
-  """Why files could not be written in `folder`, or None if they can; creates nothing. The
-  folder, or for a missing one its nearest existing parent (which must be a folder), gets a
-  probe file, written and removed: the operating system's own reason ('Read-only file
-  system', 'Permission denied') is the answer, whatever the mount or the user.
-
-  Commands check the folders they will write (launch.py's workdir, crackjax-predict's and
-  crackjax-export's --out) with it before any work, so the message comes first and names the
-  path, rather than an OSError ('[Errno 17] File exists') after minutes of work."""
-  existing = Path(os.path.abspath(folder))
-  while not existing.exists():
-    existing = existing.parent
-  if not existing.is_dir():
-    return f'{existing} is a file, not a folder'
-  probe = existing / f'.crackjax-write-test-{os.getpid()}'
-  try:
-    probe.write_bytes(b'')
-    probe.unlink()
-  except OSError as e:
-    return f'{e.strerror or e} ({existing})'
-  return None

@@ -16,11 +16,11 @@ import PIL.Image
 import pytest
 
 import crackjax
-from crackjax import cli
 from crackjax.deploy import measure, predict_command, predict_outputs, predictor
 from crackjax.evaluation import inference
 from crackjax.experiment import restored
 from crackjax.experiment.build import build
+from crackjax.runs import outputs
 from crackjax.trainer import scoring
 
 REPO = Path(__file__).resolve().parents[1]
@@ -353,9 +353,9 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   assert str(e.value) == (
     f'crackjax-predict: cannot write --out={out}: {tmp_path / "file.txt"} is a file, not a folder.'
   )
-  assert cli.unwritable(tmp_path / 'new' / 'out') is None
+  assert outputs.unwritable(tmp_path / 'new' / 'out') is None
   assert not (tmp_path / 'new').exists()  # nothing is created to find out
-  assert cli.unwritable(tmp_path) is None
+  assert outputs.unwritable(tmp_path) is None
   assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 

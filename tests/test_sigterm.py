@@ -15,7 +15,7 @@ _SCRIPT = textwrap.dedent("""
   import os, signal, time
   from crackjax import cli
 
-  cli.exit_on_sigterm()
+  exits.exit_on_sigterm()
   try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)

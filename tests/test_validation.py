@@ -117,7 +117,7 @@ def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
   assert 'Traceback' not in proc.stderr and not workdir.exists()
 
 
-@pytest.mark.slow  # a launch subprocess; cli.unwritable itself is in the fast tier
+@pytest.mark.slow  # a launch subprocess; outputs.unwritable itself is in the fast tier
 def test_launch_with_a_workdir_that_cannot_be_written_is_one_line_before_any_data(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a folder')  # as root, a file in the path stands for read-only

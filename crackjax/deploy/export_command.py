@@ -30,7 +30,7 @@ from crackjax.deploy.export import (
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.evaluation.result import AP, F1, ODS, OIS
 from crackjax.models import model_file
-from crackjax.runs import docs
+from crackjax.runs import docs, outputs
 
 PROG = 'crackjax-export'
 USAGE = (
@@ -119,7 +119,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   # Before the run is restored and traced.
-  cli.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
+  outputs.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
     return _main_model(fv)
   try:

@@ -243,7 +243,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
   predict_batch.refuse_existing_tables(out, tables, fv.overwrite)
-  cli.require_writable(PROG, f'--out={out}', out)
+  outputs.require_writable(PROG, f'--out={out}', out)
   if fv.tune_malloc:
     # Before the first computation (restoring the run), when JAX's CPU threads start.
     hostmem.tune_malloc()

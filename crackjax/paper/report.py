@@ -161,7 +161,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     sys.exit(f'{PROG}: --out is required when the input is an export file.')
   targets = [('--out', out)] + ([('--export', Path(fv.export).parent)] if fv.export else [])
   for flag, folder in targets:
-    cli.require_writable(PROG, flag, folder)
+    outputs.require_writable(PROG, flag, folder)
   if fv.export and Path(fv.export).exists() and not fv.overwrite:
     # A file the user made (e.g. the committed results of earlier chunks) is replaced only on
     # request; an export that is one of the inputs is merged into, as docs/reproduction.md does.

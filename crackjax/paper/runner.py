@@ -54,7 +54,7 @@ from absl import flags
 
 from crackjax import cli
 from crackjax.paper import jobs, records, scheduler, slurm
-from crackjax.runs import identity
+from crackjax.runs import exits, identity, outputs
 
 PROG = 'python -m crackjax.paper.runner'
 USAGE = f'{PROG} --table=T --workdir=DIR [--rows=KEY,...] [--seeds=N] [flags]  |  {PROG} --list'
@@ -289,7 +289,7 @@ def _check(fv: flags.FlagValues) -> None:
       slurm.check_available()
     except slurm.SlurmError as e:
       sys.exit(f'{PROG}: {e}')
-  cli.require_writable(PROG, f'--workdir={fv.workdir}', fv.workdir)
+  outputs.require_writable(PROG, f'--workdir={fv.workdir}', fv.workdir)
 
 
 def _jobs(fv: flags.FlagValues) -> tuple[list[jobs.Job], list[dict[str, Any]]]:
@@ -367,7 +367,7 @@ def _work(fv: flags.FlagValues, todo: Sequence[jobs.Job], config_of: ConfigOf) -
     sys.exit(f'{PROG}: unknown job {fv.job!r}.')
   from crackjax.experiment.build import build
 
-  cli.exit_on_sigterm()
+  exits.exit_on_sigterm()
   try:
     status = jobs.run_job(job, fv.workdir, build(config_of(job)), side_by_side=fv.parallel)
   except (identity.RunMismatchError, identity.RunLockedError, ValueError) as e:

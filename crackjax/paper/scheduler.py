@@ -330,7 +330,7 @@ def run_here(jobs: Sequence[Job], experiments: Mapping[str, Any], workdir: str) 
   Returns:
     job id -> 'done', 'skipped' or 'failed (...)'.
   """
-  cli.exit_on_sigterm()
+  exits.exit_on_sigterm()
   status = {}
   for job in jobs:
     try:

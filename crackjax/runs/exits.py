@@ -53,7 +53,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Terminated(SystemExit):
-  """SIGTERM (a time limit, `kill`), as `crackjax.cli.exit_on_sigterm` raises it:
+  """SIGTERM (a time limit, `kill`), as `exit_on_sigterm` raises it:
   ``Received signal 15``, and after the training loop kept what it could, its line saying
   what was kept (`one_line_exits` prints it after the program's name, status 1). Where no
   `one_line_exits` is around, it ends the process as the SystemExit it is."""
@@ -223,3 +223,17 @@ def _deliver(signum: int, handler) -> None:
       raise KeyboardInterrupt
     signal.raise_signal(signum)  # the default action (SIGTERM: the process ends)
   # SIG_IGN (or None: a handler not installed from Python): nothing to deliver
+
+
+def exit_on_sigterm() -> None:
+  """SIGTERM raises SystemExit once, which unwinds through `loop.train_and_evaluate` (it saves
+  a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt
+  that save (a runner killed with kill -9 sent its workers a second one, which broke the save
+  inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
+  still ends a process that does not finish."""
+
+  def handler(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated(f'Received signal {signum}')
+
+  signal.signal(signal.SIGTERM, handler)

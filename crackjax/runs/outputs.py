@@ -158,3 +158,34 @@ def refuse_unsafe(prog: str, folder: str | Path, names: Sequence[str], overwrite
   foreign = foreign_files(folder, names)
   if foreign and not overwrite:
     sys.exit(replace_advice(prog, folder, foreign))
+
+
+def require_writable(prog: str, what: str, folder: str | Path) -> None:
+  """Ends the command `prog` in one line, ``<prog>: cannot write <what>: <why>.``, unless files
+  can be written in `folder` (`unwritable`); `what` names it as the user gave it (the flag)."""
+  problem = unwritable(folder)
+  if problem:
+    sys.exit(f'{prog}: cannot write {what}: {problem}.')
+
+
+def unwritable(folder: str | Path) -> str | None:
+  """Why files could not be written in `folder`, or None if they can; creates nothing. The
+  folder, or for a missing one its nearest existing parent (which must be a folder), gets a
+  probe file, written and removed: the operating system's own reason ('Read-only file
+  system', 'Permission denied') is the answer, whatever the mount or the user.
+
+  Commands check the folders they will write (launch.py's workdir, crackjax-predict's and
+  crackjax-export's --out) with it before any work, so the message comes first and names the
+  path, rather than an OSError ('[Errno 17] File exists') after minutes of work."""
+  existing = Path(os.path.abspath(folder))
+  while not existing.exists():
+    existing = existing.parent
+  if not existing.is_dir():
+    return f'{existing} is a file, not a folder'
+  probe = existing / f'.crackjax-write-test-{os.getpid()}'
+  try:
+    probe.write_bytes(b'')
+    probe.unlink()
+  except OSError as e:
+    return f'{e.strerror or e} ({existing})'
+  return None

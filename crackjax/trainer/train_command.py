@@ -27,7 +27,7 @@ from crackjax.engine import checkpoints, step
 from crackjax.experiment.build import Experiment, check_data
 from crackjax.experiment.build import build as build_experiment
 from crackjax.models import pretrained
-from crackjax.runs import exits, identity, logs
+from crackjax.runs import exits, identity, logs, outputs
 from crackjax.trainer import before_after, loop, scoring
 
 FLAGS = flags.FLAGS
@@ -105,9 +105,9 @@ def _main(argv):
       file=sys.stderr,
       flush=True,
     )
-  cli.exit_on_sigterm()  # a checkpoint is saved on the way out
+  exits.exit_on_sigterm()  # a checkpoint is saved on the way out
   exits.watch_interrupts()  # and on Ctrl-C, even one a library swallowed
-  problem = cli.unwritable(FLAGS.workdir)
+  problem = outputs.unwritable(FLAGS.workdir)
   if problem:  # before the data is prepared or a model compiled
     sys.exit(f'{PROG[0]}: cannot write --workdir={FLAGS.workdir}: {problem}.')
   config = FLAGS.config

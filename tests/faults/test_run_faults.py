@@ -653,9 +653,8 @@ def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
   monkeypatch.setattr(mngr, 'save', save_hit_by_a_signal)
   previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   exits.watch_interrupts()
-  from crackjax import cli
 
-  cli.exit_on_sigterm()
+  exits.exit_on_sigterm()
   exits.clear_interrupt()
   try:
     with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit):
