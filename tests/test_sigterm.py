@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 _SCRIPT = textwrap.dedent("""
   import os, signal, time
-  from crackjax import cli
+  from crackjax.runs import exits
 
   exits.exit_on_sigterm()
   try:
