@@ -132,71 +132,26 @@ def evaluate_checkpoint(
   split = split or plan.split
   if state is None:
     state = experiment.states.restore(workdir, inference=True)  # no optimiser state needed
-  facts = state_facts(state)
-  out, target = eval_records.folders(plan, Path(workdir), split, facts[0], out, overwrite)
-  t0 = time.perf_counter()
+  step = int(jax.device_get(state.step))
+  out, target = eval_records.folders(plan, Path(workdir), split, step, out, overwrite)
   if examples is None:
     examples, num_examples = experiment.splits.examples(split)
-  scored = stream_score(
-    plan,
-    experiment.model,
+  record = _score_and_record(
+    experiment,
     state,
+    split,
     examples,
-    total=num_examples,
+    num_examples,
+    target,
     desc=f'score {split}',
     workers=workers,
     operating_points=operating_points,
-    probs_dir=target / 'probs' if plan.save_probability_maps else None,
-    rows_path=target / eval_records.PER_IMAGE_CSV,
-  )
-  summary = _streamed_record(
-    experiment, facts, split, scored, t0, train_seconds=train_seconds, first=first_in_process
-  )
-  summary = eval_records.with_members(summary, scored.members)
-  if jax.process_index() == 0:
-    images, gts, probs = scored.first  # the maps were written as they came
-    eval_records.write_eval_outputs(
-      plan,
-      target,
-      summary,
-      scored.results,
-      images,
-      probs,
-      gts,
-      scored.names,
-      experiment.hparams,
-      probs_saved=True,
-    )
-    # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
-    eval_records.write_epoch_record(out, summary, experiment.schedule.steps_per_epoch)
-  return summary
-
-
-def _streamed_record(
-  experiment: Experiment,
-  facts: tuple[int, int],
-  split: str,
-  scored: Streamed,
-  t0: float,
-  *,
-  train_seconds: float = math.nan,
-  first: bool = False,
-) -> dict[str, Any]:
-  """The evaluation record of a split scored by `stream_score` since `t0`
-  (`eval_records.evaluation_record`, with the per-image rows), with its operating points."""
-  record = eval_records.evaluation_record(
-    experiment.schedule.epoch_of,
-    experiment.eval_plan.dataset,
-    facts,
-    split,
-    scored.names,
-    scored.results,
-    eval_seconds=time.perf_counter() - t0,
     train_seconds=train_seconds,
-    first_in_process=first,
-    per_image=True,
+    first=first_in_process,
   )
-  eval_records.add_points(record, scored.points)
+  if jax.process_index() == 0:
+    # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
+    eval_records.write_epoch_record(out, record, experiment.schedule.steps_per_epoch)
   return record
 
 
@@ -215,28 +170,87 @@ def evaluate_state(
   per-image rows and `extra`'s keys, eval_per_image.csv, the plots, threshold.json), as
   `evaluate_checkpoint` does, but no epoch record and nothing of the run's own results.
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
+  split = experiment.eval_plan.split
+  examples, num_examples = experiment.splits.examples(split)
+  return _score_and_record(
+    experiment,
+    state,
+    split,
+    examples,
+    num_examples,
+    Path(out),
+    desc=desc,
+    operating_points=operating_points,
+    extra=extra or {},
+  )
+
+
+def _score_and_record(
+  experiment: Experiment,
+  state: train_state.TrainState,
+  split: str,
+  examples: Iterable[dict[str, Any]],
+  total: int | None,
+  target: Path,
+  *,
+  desc: str,
+  workers: int = 1,
+  operating_points: dict[str, float] | None = None,
+  train_seconds: float = math.nan,
+  first: bool = False,
+  extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+  """Predicts and scores `examples` (`stream_score`) and writes the evaluation's files in
+  `target` (`eval_records.write_eval_outputs`, eval.json last); returns its record: a run's
+  own evaluation (no `extra`) with its members' results and the run's hyper-parameters in
+  TensorBoard, another state's (`extra`: what its eval.json adds) without."""
   plan = experiment.eval_plan
   t0 = time.perf_counter()
-  examples, num_examples = experiment.splits.examples(plan.split)
   scored = stream_score(
     plan,
     experiment.model,
     state,
     examples,
-    total=num_examples,
+    total=total,
     desc=desc,
+    workers=workers,
     operating_points=operating_points,
-    probs_dir=Path(out) / 'probs' if plan.save_probability_maps else None,
-    rows_path=Path(out) / eval_records.PER_IMAGE_CSV,
+    probs_dir=target / 'probs' if plan.save_probability_maps else None,
+    rows_path=target / eval_records.PER_IMAGE_CSV,
   )
-  summary = _streamed_record(experiment, state_facts(state), plan.split, scored, t0)
-  summary.update(extra or {})
+  record = eval_records.evaluation_record(
+    experiment.schedule.epoch_of,
+    plan.dataset,
+    state_facts(state),
+    split,
+    scored.names,
+    scored.results,
+    eval_seconds=time.perf_counter() - t0,
+    train_seconds=train_seconds,
+    first_in_process=first,
+    per_image=True,
+  )
+  eval_records.add_points(record, scored.points)
+  if extra is None:
+    record = eval_records.with_members(record, scored.members)
+  else:
+    record.update(extra)
   if jax.process_index() == 0:
-    images, gts, probs = scored.first
+    images, gts, probs = scored.first  # the maps were written as they came
+    hparams = experiment.hparams if extra is None else None
     eval_records.write_eval_outputs(
-      plan, Path(out), summary, scored.results, images, probs, gts, scored.names, probs_saved=True
+      plan,
+      target,
+      record,
+      scored.results,
+      images,
+      probs,
+      gts,
+      scored.names,
+      hparams,
+      probs_saved=True,
     )
-  return summary
+  return record
 
 
 @dataclasses.dataclass
