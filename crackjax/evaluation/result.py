@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 __all__ = [
   'Curve',
@@ -152,6 +152,22 @@ def _value(v: Any) -> Any:
   return v
 
 
+class _Flat:
+  """`from_json` / `to_json` of a record of plain values: its fields are the JSON object's
+  keys, in order (`_plain`, `_json`); `WHERE` names it in a missing or unknown key's error."""
+
+  WHERE: ClassVar[str] = ''
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any], where: str | None = None) -> Self:
+    """From its JSON object."""
+    return _plain(cls, data, where or cls.WHERE)
+
+  def to_json(self) -> dict[str, Any]:
+    """Its JSON object."""
+    return _json(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class OperatingPoint:
   """The dataset's precision, recall and F1 at one threshold.
@@ -183,7 +199,7 @@ class OperatingPoint:
 
 
 @dataclasses.dataclass(frozen=True)
-class PooledPoint:
+class PooledPoint(_Flat):
   """OIS: precision, recall and F1 of the counts pooled over the images, each image at its own
   best threshold.
 
@@ -199,14 +215,7 @@ class PooledPoint:
   f1: float
   pooling: str | None = None
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any], where: str = OIS) -> PooledPoint:
-    """From its JSON object."""
-    return _plain(cls, data, where)
-
-  def to_json(self) -> dict[str, Any]:
-    """The JSON object: precision, recall, f1[, pooling]."""
-    return _json(self)
+  WHERE: ClassVar[str] = OIS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +239,7 @@ class Curve:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ImageRow:
+class ImageRow(_Flat):
   """One image's row: its OIS threshold and P, R, F1 there, and P, R, F1 at 0.5.
 
   Attributes:
@@ -255,14 +264,7 @@ class ImageRow:
   fixed_recall: float
   fixed_f1: float
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any], where: str = PER_IMAGE) -> ImageRow:
-    """From its JSON object."""
-    return _plain(cls, data, where)
-
-  def to_json(self) -> dict[str, Any]:
-    """The JSON object: [name,] index, threshold, precision, recall, f1, fixed_*."""
-    return _json(self)
+  WHERE: ClassVar[str] = PER_IMAGE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -384,20 +386,13 @@ class MemberResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
+class Selection(_Flat):
   """A mixture's selection score: what it is (`metric`, in words) and its `value`."""
 
   metric: str
   value: float
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any], where: str = SELECTION) -> Selection:
-    """From its JSON object."""
-    return _plain(cls, data, where)
-
-  def to_json(self) -> dict[str, Any]:
-    """The JSON object: metric, value."""
-    return _json(self)
+  WHERE: ClassVar[str] = SELECTION
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -462,7 +457,7 @@ RECORD_FIELDS = tuple(k for k in _keys(EvalRecord) if k not in (DATASETS, SELECT
 
 
 @dataclasses.dataclass(frozen=True)
-class ThresholdRecord:
+class ThresholdRecord(_Flat):
   """threshold.json: the mask threshold later prediction uses, and how it was chosen.
 
   Attributes:
@@ -481,11 +476,4 @@ class ThresholdRecord:
   split: str
   step: int
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any], where: str = 'threshold.json') -> ThresholdRecord:
-    """From threshold.json's JSON object."""
-    return _plain(cls, data, where)
-
-  def to_json(self) -> dict[str, Any]:
-    """The JSON object, as threshold.json holds it."""
-    return _json(self)
+  WHERE: ClassVar[str] = 'threshold.json'
