@@ -142,7 +142,7 @@ def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
   experiment = build(config)
   create = jax.jit(
     lambda key: train_state.create_train_state(
-      key, (32, 32, 3), experiment.model, experiment.optimizer
+      key, (32, 32, 3), experiment.model, experiment.states.optimizer
     )
   )
   state = create(train_state.init_key(0))  # one compilation, not one per initialiser

@@ -25,7 +25,6 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-import optax
 from jax.sharding import Mesh
 
 from crackjax import losses
@@ -98,7 +97,6 @@ class Experiment:
     model: the linen Module of ``config.model`` (`crackjax.models`).
     loss_fn: ``(model outputs, masks) -> (scalar loss, metrics)`` of ``config.loss``.
     augment_fn: ``(rng, images, masks) -> (images, masks)`` of ``config.augment``.
-    optimizer: the optax transformation of the run (Adam at ``config.learning_rate``).
     protocols: the evaluation protocols of ``config.eval.protocols``.
     schedule: steps, epochs and when to log, save and evaluate (`schedule_of`).
     eval_plan: the split, protocols, grids and outputs of an evaluation (`eval_plan_of`).
@@ -115,14 +113,13 @@ class Experiment:
     init: where a fresh state's weights come from (``config.model_init``; `pretrained.InitSpec`).
     splits: the dataset, prepared on first use, each split opened once (`data.splits.Splits`).
     states: fresh, abstract and restored TrainStates and the device mesh
-      (`engine.states.States`).
+      (`engine.states.States`; it holds the run's optimiser, Adam at ``config.learning_rate``).
   """
 
   config: ml_collections.ConfigDict
   model: nn.Module
   loss_fn: losses.LossFn
   augment_fn: augment.AugmentFn
-  optimizer: optax.GradientTransformation
   protocols: tuple[str, ...]
   schedule: Schedule
   eval_plan: EvalPlan
@@ -190,7 +187,6 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     model=parts.model,
     loss_fn=parts.loss_fn,
     augment_fn=parts.augment_fn,
-    optimizer=optimizer,
     protocols=tuple(config.eval.protocols),
     schedule=schedule_of(config),
     eval_plan=eval_plan_of(config),
