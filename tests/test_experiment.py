@@ -161,3 +161,37 @@ def test_the_narrow_inputs_are_read_from_the_config_once():
   other = config.copy_and_resolve_references()
   other.eval.protocols = ('strict',)
   assert on_other_data(experiment, other).eval_plan.protocols == ('strict',)
+
+
+def test_on_other_data_records_the_other_config():
+  """crackjax-evaluate's experiment on other data: its plan, splits and records (TensorBoard's
+  hyper-parameters, config.json's text, the fingerprint) are the other config's; its model and
+  states are the run's own objects."""
+  from crackjax.configs import smoke
+
+  config = smoke.get_config()
+  experiment = build(config)
+  other = config.copy_and_resolve_references()
+  other.data.name = 'crack_folder'
+  other.data.test_split = 'all'
+  other.eval.protocols = ('strict',)
+  scored = on_other_data(experiment, other)
+  assert scored.model is experiment.model and scored.states is experiment.states
+  assert scored.splits is not experiment.splits and scored.splits.test_split == 'all'
+  assert scored.hparams['data']['name'] == 'crack_folder'
+  assert scored.hparams['eval']['protocols'] == ['strict']
+  assert scored.fingerprint['data.name'] == 'crack_folder'
+  assert '"crack_folder"' in scored.config_json
+  assert scored.checkpoint_metadata['config'] == scored.hparams
+  assert experiment.hparams['data']['name'] == config.data.name  # the run's own unchanged
+
+
+def test_a_restore_only_build_reads_no_training_field():
+  """A run's recorded config rebuilt for inference (`training=False`) builds without the
+  fields only training reads (here ``data.train_split``): nothing of the loader is read then."""
+  from crackjax.configs import smoke
+
+  config = smoke.get_config()
+  with config.unlocked():
+    del config.data['train_split']
+  assert build(config, training=False).splits.train_split == 'train'

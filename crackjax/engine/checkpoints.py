@@ -453,8 +453,8 @@ def restore(
 
   Args:
     mngr: the run's checkpoint manager (`existing_manager`, or training's own).
-    abstract: returns the abstract state to restore onto (shapes, dtypes, shardings: the
-      experiment's `abstract_state` on the mesh the state should live on), or a dict of some
+    abstract: returns the abstract state to restore onto (shapes, dtypes, shardings:
+      `States.abstract` on the mesh the state should live on), or a dict of some
       of its fields (``{'step', 'params', 'batch_stats'}``: inference), which restores just
       those (a dict; the optimiser state is not read).
     step: the step to restore, or None for the newest readable one.

@@ -150,16 +150,37 @@ def check_data(experiment: Experiment) -> None:
 
 
 def on_other_data(experiment: Experiment, config: ml_collections.ConfigDict) -> Experiment:
-  """The experiment's parts (the same model object) on `config`'s data and protocols: scoring
-  a run on another dataset or folder (crackjax-evaluate). Only ``data`` and ``eval`` may
-  differ from the experiment's config; the model is not rebuilt."""
+  """The experiment's parts (the same model object and states) on `config`'s data and
+  protocols: scoring a run on another dataset or folder (crackjax-evaluate). Only ``data`` and
+  ``eval`` may differ from the experiment's config; the model is not rebuilt. What follows the
+  config follows `config`: its plan, protocols, splits and records (`recorded_fields`: the
+  hyper-parameters TensorBoard shows, config.json's text, the fingerprint)."""
   return dataclasses.replace(
     experiment,
     config=config,
     protocols=tuple(config.eval.protocols),
     eval_plan=eval_plan_of(config),
     splits=splits_of(config),
+    **recorded_fields(config, experiment.restore_spec),
   )
+
+
+def recorded_fields(config: ml_collections.ConfigDict, restore_spec: RestoreSpec) -> dict[str, Any]:
+  """The Experiment's fields that record `config`: ``hparams`` (the config as config.json
+  holds it), ``config_json`` (that file's text), ``fingerprint`` and ``checkpoint_metadata``
+  (each checkpoint step's record of its run, with the image shape of `restore_spec`)."""
+  hparams = specs.recorded(config)
+  return {
+    'hparams': hparams,
+    'config_json': config.to_json_best_effort(indent=2),
+    'fingerprint': identity.fingerprint(hparams),
+    'checkpoint_metadata': {
+      'format': 1,
+      'config': hparams,
+      'model': hparams.get('model'),
+      'image_shape': list(restore_spec.image_shape),
+    },
+  }
 
 
 def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experiment:
@@ -169,8 +190,8 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     config: the experiment's config (configs/base.py documents every field).
     training: whether the experiment trains here. False for a run's recorded config rebuilt
       for prediction, export or scoring elsewhere: the checks that concern only a new
-      training (the pretrained file, the batch split over this machine's devices) are left
-      out.
+      training (the pretrained file, the batch split over this machine's devices, the
+      data_dir being a folder) are left out.
 
   Raises:
     validation.ConfigError: every problem of the config, one per line.
@@ -181,7 +202,6 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
   parts = validation.check_config(config, training=training)
   optimizer = train_state.create_optimizer(config.learning_rate)
   restore_spec = restore_spec_of(config, parts.model)
-  hparams = specs.recorded(config)
   return Experiment(
     config=config,
     model=parts.model,
@@ -191,15 +211,7 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     schedule=schedule_of(config),
     eval_plan=eval_plan_of(config),
     restore_spec=restore_spec,
-    hparams=hparams,
-    config_json=config.to_json_best_effort(indent=2),
-    fingerprint=identity.fingerprint(hparams),
-    checkpoint_metadata={
-      'format': 1,
-      'config': hparams,
-      'model': hparams.get('model'),
-      'image_shape': list(restore_spec.image_shape),
-    },
+    **recorded_fields(config, restore_spec),
     init=specs.init_spec_of(config),
     splits=splits_of(config),
     states=States(parts.model, optimizer, int(config.seed), restore_spec),

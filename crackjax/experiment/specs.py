@@ -52,8 +52,8 @@ def loader_spec_of(config: ml_collections.ConfigDict) -> loader.LoaderSpec:
     seed=int(config.seed),
     crop_size=loader.crop_size(data_group(config)),
     noise_std=float(data.get('noise_std', 0.0) or 0.0),
-    dataset=data.name,
-    train_split=data.train_split,
+    dataset=str(data.get('name', '')),
+    train_split=str(data.get('train_split', 'train')),
   )
 
 

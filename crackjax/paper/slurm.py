@@ -9,7 +9,7 @@ the resume and the report are those of a local campaign.
 
 Resuming. submitit asks SLURM for ``--signal=USR2@90``: 90 s before the time limit, or when the
 job is preempted, the task gets USR2 and submitit calls `Task.checkpoint`: the worker gets
-SIGTERM and saves its checkpoint (`crackjax.exits.exit_on_sigterm`), then submitit
+SIGTERM and saves its checkpoint (`crackjax.runs.exits.exit_on_sigterm`), then submitit
 requeues the job (``scontrol requeue``), and the requeued job continues from that checkpoint.
 A job that ended otherwise (``scancel``, a crash, a node lost) is resubmitted by running the
 same command again: finished jobs and jobs still queued or running are left alone, every other

@@ -134,6 +134,7 @@ def evaluate_checkpoint(
     state = experiment.states.restore(workdir, inference=True)  # no optimiser state needed
   step = int(jax.device_get(state.step))
   out, target = eval_records.folders(plan, Path(workdir), split, step, out, overwrite)
+  t0 = time.perf_counter()  # opening the split counts as the evaluation's
   if examples is None:
     examples, num_examples = experiment.splits.examples(split)
   record = _score_and_record(
@@ -143,11 +144,14 @@ def evaluate_checkpoint(
     examples,
     num_examples,
     target,
+    t0=t0,
     desc=f'score {split}',
     workers=workers,
     operating_points=operating_points,
     train_seconds=train_seconds,
     first=first_in_process,
+    members=True,
+    hparams=experiment.hparams,
   )
   if jax.process_index() == 0:
     # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
@@ -171,6 +175,7 @@ def evaluate_state(
   `evaluate_checkpoint` does, but no epoch record and nothing of the run's own results.
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
   split = experiment.eval_plan.split
+  t0 = time.perf_counter()
   examples, num_examples = experiment.splits.examples(split)
   return _score_and_record(
     experiment,
@@ -179,9 +184,10 @@ def evaluate_state(
     examples,
     num_examples,
     Path(out),
+    t0=t0,
     desc=desc,
     operating_points=operating_points,
-    extra=extra or {},
+    extra=extra,
   )
 
 
@@ -193,19 +199,22 @@ def _score_and_record(
   total: int | None,
   target: Path,
   *,
+  t0: float,
   desc: str,
   workers: int = 1,
   operating_points: dict[str, float] | None = None,
   train_seconds: float = math.nan,
   first: bool = False,
+  members: bool = False,
+  hparams: dict[str, Any] | None = None,
   extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
   """Predicts and scores `examples` (`stream_score`) and writes the evaluation's files in
-  `target` (`eval_records.write_eval_outputs`, eval.json last); returns its record: a run's
-  own evaluation (no `extra`) with its members' results and the run's hyper-parameters in
-  TensorBoard, another state's (`extra`: what its eval.json adds) without."""
+  `target` (`eval_records.write_eval_outputs`, eval.json last); returns its record, timed from
+  `t0`. `members`: a mixture's members' results in the record (a run's own evaluation);
+  `hparams`: the hyper-parameters TensorBoard shows beside it; `extra`: keys its eval.json
+  adds."""
   plan = experiment.eval_plan
-  t0 = time.perf_counter()
   scored = stream_score(
     plan,
     experiment.model,
@@ -231,13 +240,11 @@ def _score_and_record(
     per_image=True,
   )
   eval_records.add_points(record, scored.points)
-  if extra is None:
+  if members:
     record = eval_records.with_members(record, scored.members)
-  else:
-    record.update(extra)
+  record.update(extra or {})
   if jax.process_index() == 0:
     images, gts, probs = scored.first  # the maps were written as they came
-    hparams = experiment.hparams if extra is None else None
     eval_records.write_eval_outputs(
       plan,
       target,
