@@ -4,9 +4,10 @@ FCN8s, HED, RCF, SegNet and DeepCrack start from ImageNet VGG16 in their papers,
 CrackSeg from ImageNet ResNet-50. Those weights cannot be downloaded here; a user who has them
 names a local ``.npz`` file in ``config.model_init.pretrained`` and the fresh state of a new run
 takes them (`initialise`, called by `crackjax.trainer.loop.restore_or_init` with the run's
-`InitSpec` when there is no checkpoint; a resumed run keeps its checkpoint). Without a file every parameter starts from
-scratch, and the run says so: a log line and ``<workdir>/init.json`` (``"pretrained": null``),
-besides ``model_init`` in config.json. docs/pretrained.md has the conversion recipes.
+`InitSpec` when there is no checkpoint; a resumed run keeps its checkpoint). Without a file
+every parameter starts from scratch, and the run says so: a log line and ``<workdir>/init.json``
+(``"pretrained": null``), besides ``model_init`` in config.json. docs/pretrained.md has the
+conversion recipes.
 
 The file: a ``.npz`` of named arrays (``np.savez(path, **arrays)``), in one of the layouts
 (`pretrained_layouts.LAYOUTS`), recognised from its names:
