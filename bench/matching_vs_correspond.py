@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   workdir = Path(fv.workdir)
   experiment = build(restored.read_config(workdir), training=False)
-  examples = list(experiment.splits.examples()[0])
+  examples = list(experiment.splits.examples())
   if fv.num_images:
     examples = examples[: fv.num_images]
   state = experiment.states.restore(workdir)

@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   workdir = Path(fv.workdir)
   experiment = build(restored.read_config(workdir), training=False)
   config = experiment.config
-  examples = list(experiment.splits.examples(fv.split)[0])
+  examples = list(experiment.splits.examples(fv.split))
   state = experiment.states.restore(workdir)
   threshold, source = restored.run_threshold(workdir, int(state.step))
   probs = scoring.predict_examples(experiment.model, state, examples)

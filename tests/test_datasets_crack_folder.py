@@ -254,7 +254,7 @@ def test_needs_both_dirs(tmp_path):
 
 def test_loader_reads_config_folder(tmp_path):
   config = fixtures.fake_folder_config(tmp_path, n=5)
-  examples = list(build_experiment(config).splits.examples()[0])
+  examples = list(build_experiment(config).splits.examples())
   assert len(examples) == 1  # 5 images: 4 train / 1 test.
   batch = next(build_experiment(config).splits.train_iterator())
   assert batch['image'].shape == (2, *SIZE, 3)

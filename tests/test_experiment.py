@@ -101,7 +101,7 @@ def test_parts_are_built_once_and_sources_opened_once(data_dirs, monkeypatch):
   check_data(experiment)
   assert experiment.splits.train_image_shape == experiment.splits.train_image_shape
   assert experiment.splits.train_source is experiment.splits.train_source
-  assert len(list(experiment.splits.examples()[0])) == len(list(experiment.splits.examples()[0]))
+  assert len(list(experiment.splits.examples())) == len(list(experiment.splits.examples()))
   assert experiment.fingerprint is experiment.fingerprint
   assert experiment.states.mesh is experiment.states.mesh
   other = on_other_data(experiment, experiment.config)  # crackjax-evaluate's: no new model

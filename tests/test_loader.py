@@ -109,10 +109,10 @@ def test_random_crop_and_noise(config):
 
 
 def test_eval_examples(config):
-  examples = list(build(config).splits.examples()[0])
+  examples = list(build(config).splits.examples())
   assert [ex['name'] for ex in examples] == ['001', '002', '009', '010']  # Stored (sorted).
   ex = examples[0]
   assert ex['image'].shape == (*SIZE, 3) and ex['image'].dtype == np.float32
   assert ex['mask'].shape == (*SIZE, 1) and ex['mask'].dtype == np.float32
   np.testing.assert_array_equal(ex['mask'][..., 0], fixtures.fake_crack_mask(SIZE))
-  assert len(list(build(config).splits.examples('train')[0])) == 6
+  assert len(list(build(config).splits.examples('train'))) == 6

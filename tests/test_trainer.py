@@ -66,7 +66,7 @@ def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
     for key in ('precision', 'recall', 'f1', 'threshold'):
       assert 0.0 <= res['ods'][key] <= 1.0
   assert {row['name'] for row in strict['per_image']} == {
-    ex['name'] for ex in build(config).splits.examples()[0]
+    ex['name'] for ex in build(config).splits.examples()
   }
   threshold = json.loads((workdir / 'threshold.json').read_text())
   assert threshold['threshold'] == strict['ods']['threshold']

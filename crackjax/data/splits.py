@@ -76,11 +76,9 @@ class Splits:
     h, w = np.asarray(self.train_source[0]['image']).shape[:2]
     return int(h), int(w), 3
 
-  def examples(self, split: str | None = None) -> tuple[Iterator[dict[str, Any]], int]:
-    """Every record of `split` (default the test split) once (`loader.eval_examples`), and
-    how many there are."""
-    source = self.source(split or self.test_split)
-    return loader.eval_examples(source), len(source)
+  def examples(self, split: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every record of `split` (default the test split) once (`loader.eval_examples`)."""
+    return loader.eval_examples(self.source(split or self.test_split))
 
   def train_iterator(self, start_step: int = 0, **kwargs: Any) -> Iterator[dict[str, np.ndarray]]:
     """This process's part of global batches `start_step`, `start_step` + 1, ... of the train

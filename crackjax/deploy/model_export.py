@@ -283,7 +283,7 @@ def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str,
   from crackjax.experiment.build import build
 
   experiment = build(run.config, training=False)
-  examples = list(experiment.splits.examples()[0])[:max_images]
+  examples = list(experiment.splits.examples())[:max_images]
   full = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
   probs32 = [full(ex['image']) for ex in examples]
   probs16 = [half(ex['image']) for ex in examples]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import flax.linen as nn
@@ -97,10 +96,3 @@ class States:
     return train_state.inference_state(
       self.model.apply, part['params'], part.get('batch_stats'), part['step']
     )
-
-  def restore_or_init(
-    self, mngr: ocp.CheckpointManager, init: Callable[[], TrainState]
-  ) -> TrainState:
-    """The newest readable checkpoint of `mngr` on the run's mesh, else `init()` (a fresh
-    state with the run's initial weights)."""
-    return checkpoints.restore_or_init(mngr, functools.partial(self.abstract, self.mesh), init)

@@ -9,6 +9,7 @@ interruption (`stopping`: what is kept, the line that says so), and scores epoch
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -134,7 +135,8 @@ def restore_or_init(experiment: Experiment, workdir: Path, mngr) -> TrainState:
     shape = experiment.splits.train_image_shape
     return pretrained.initialise(experiment.states.fresh(shape), experiment.init, workdir)
 
-  return experiment.states.restore_or_init(mngr, fresh)
+  states = experiment.states
+  return checkpoints.restore_or_init(mngr, functools.partial(states.abstract, states.mesh), fresh)
 
 
 def _close_quietly(evaluator: EpochEvaluator) -> None:

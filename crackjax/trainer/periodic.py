@@ -88,7 +88,7 @@ class EpochEvaluator:
     self.finish()  # the previous epoch's record first: at most one epoch in flight
     t0 = time.perf_counter()
     if self._examples is None:
-      self._examples = list(self.experiment.splits.examples(self.split)[0])
+      self._examples = list(self.experiment.splits.examples(self.split))
     plan = self.plan.with_protocols(self.protocols_at(epoch))
     names = [ex['name'] for ex in self._examples]
     first = self._first

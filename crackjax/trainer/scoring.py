@@ -136,7 +136,8 @@ def evaluate_checkpoint(
   out, target = eval_records.folders(plan, Path(workdir), split, step, out, overwrite)
   t0 = time.perf_counter()  # opening the split counts as the evaluation's
   if examples is None:
-    examples, num_examples = experiment.splits.examples(split)
+    examples = experiment.splits.examples(split)
+    num_examples = len(experiment.splits.source(split))
   record = _score_and_record(
     experiment,
     state,
@@ -176,7 +177,8 @@ def evaluate_state(
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
   split = experiment.eval_plan.split
   t0 = time.perf_counter()
-  examples, num_examples = experiment.splits.examples(split)
+  examples = experiment.splits.examples(split)
+  num_examples = len(experiment.splits.source(split))
   return _score_and_record(
     experiment,
     state,
