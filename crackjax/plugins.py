@@ -44,8 +44,9 @@ def plugin_names(config: Mapping[str, Any]) -> tuple[str, ...]:
   return tuple(plugins)
 
 
-def import_plugins(config: Mapping[str, Any]) -> None:
-  """Imports every module named by ``config.plugins``, so that what they register exists.
+def import_plugins(config: Mapping[str, Any]) -> tuple[str, ...]:
+  """Imports every module named by ``config.plugins``, so that what they register exists,
+  and returns their names (`plugin_names`).
 
   Importing is all a plugin needs: its module registers its entries at import
   time. A module already imported is not imported again.
@@ -57,7 +58,8 @@ def import_plugins(config: Mapping[str, Any]) -> None:
     ValueError: naming the module and the field, for a module that cannot be imported (with
       the import's own error), or a field that is not a tuple of module names.
   """
-  for name in plugin_names(config):
+  names = plugin_names(config)
+  for name in names:
     try:
       importlib.import_module(name)
     except Exception as e:  # any failure of the plugin's import, told as the config's problem
@@ -66,6 +68,7 @@ def import_plugins(config: Mapping[str, Any]) -> None:
         f'({type(e).__name__}: {e}); it must be importable by name (on PYTHONPATH or '
         'installed) in every process that trains, predicts or exports the run.'
       ) from e
+  return names
 
 
 #: The opt-in that lets a model file's plugins be imported, as each place names it.

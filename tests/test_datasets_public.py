@@ -182,7 +182,7 @@ def test_member_results_score_each_dataset_and_select_on_their_mean():
   config.eval.protocols = ('strict',)
   from crackjax.experiment.build import eval_plan_of
 
-  plan = eval_plan_of(config)
+  plan = eval_plan_of(config.to_dict())
   members = scoring.member_results(names, probs, gts, plan)
   assert members['a']['num_images'] == 2
   assert members['a']['results']['strict']['ods']['f1'] == pytest.approx(1.0)

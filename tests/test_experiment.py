@@ -146,8 +146,9 @@ def test_the_narrow_inputs_are_read_from_the_config_once():
   config.eval.protocols, config.eval.curve_protocols = ('strict', 'tolerance'), ('strict',)
   experiment = build(config)
   schedule, plan = experiment.schedule, experiment.eval_plan
-  assert schedule == schedule_of(config) and plan == eval_plan_of(config)
-  assert experiment.restore_spec == restore_spec_of(config, experiment.model)
+  c = config.to_dict()
+  assert schedule == schedule_of(c) and plan == eval_plan_of(c)
+  assert experiment.restore_spec == restore_spec_of(c, experiment.model)
   assert schedule.total_steps == 12
   assert [schedule.epoch_of(s) for s in (1, 3, 4, 12)] == [1, 1, 2, 4]
   assert [s for s in range(1, 13) if schedule.saves_at(s)] == [3, 6, 9, 12]

@@ -178,7 +178,7 @@ def test_score_shows_a_bar_per_protocol(capsys):
   config = base.get_config()
   config.eval.protocols = ('strict', 'tolerance')
   config.eval.num_thresholds = 10
-  results = scoring.score(probs, gts, experiment.eval_plan_of(config))
+  results = scoring.score(probs, gts, experiment.eval_plan_of(config.to_dict()))
   err = capsys.readouterr().err
   assert 'strict protocol' in err and 'tolerance protocol' in err
   assert err.count('3/3') >= 2

@@ -73,7 +73,7 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
   logged = []
   monkeypatch.setattr(absl_logging, 'info', lambda msg, *args: logged.append(msg % args))
   images = [np.stack([p] * 3, axis=-1) for p in probs]
-  plan = experiment.eval_plan_of(config)
+  plan = experiment.eval_plan_of(config.to_dict())
   eval_records.write_eval_outputs(plan, tmp_path, summary, results, images, probs, gts, names)
 
   # eval.json keeps the curve, the grid ODS and F1 at 0.5.

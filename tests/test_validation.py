@@ -56,6 +56,25 @@ def test_every_problem_is_listed_with_its_field():
     validation.check_config(config)
 
 
+def test_the_config_is_checked_as_plain_data():
+  # check_config reads one plain conversion of the config (specs.plain): a ConfigDict and
+  # its plain data get the same verdict, line for line, and the same parts.
+  config = base.get_config()
+  config.data.name, config.batch_size, config.eval.protocols = 'nope', 0, ('fuzzy',)
+  config.augment.zoom_range = -1.0
+  verdicts = []
+  for given in (config, config.to_dict()):
+    with pytest.raises(validation.ConfigError) as info:
+      validation.check_config(given)
+    verdicts.append(str(info.value))
+  assert verdicts[0] == verdicts[1] and len(verdicts[0].splitlines()) == 4, verdicts
+  good = smoke.get_config()
+  parts, plain_parts = validation.check_config(good), validation.check_config(good.to_dict())
+  assert parts.model == plain_parts.model
+  # The validation module reads no ConfigDict (tests/test_architecture.py's rule allows it).
+  assert 'ml_collections' not in Path(validation.__file__).read_text()
+
+
 def test_a_pretrained_path_that_is_no_file_is_a_config_error(tmp_path):
   # Checked with the config (seconds), not when the model is initialised after the data.
   config = smoke.get_config()

@@ -40,49 +40,51 @@ from crackjax.models import input_multiple, pretrained
 from crackjax.runs import identity
 
 
-def schedule_of(config: ml_collections.ConfigDict) -> Schedule:
-  """When the run of `config` steps, logs, saves and evaluates."""
-  ev = config.eval
+def schedule_of(c: specs.Plain) -> Schedule:
+  """When the run of config `c` (plain data, `specs.plain`) steps, logs, saves and
+  evaluates."""
+  ev = c['eval']
   return Schedule(
-    steps_per_epoch=int(config.steps_per_epoch),
-    num_epochs=int(config.num_epochs),
-    log_every_steps=int(config.log_every_steps),
+    steps_per_epoch=int(c['steps_per_epoch']),
+    num_epochs=int(c['num_epochs']),
+    log_every_steps=int(c['log_every_steps']),
     eval_every_epochs=int(ev.get('every_epochs', 0) or 0),
     full_eval_epochs=tuple(ev.get('full_epochs', ()) or ()),
   )
 
 
-def eval_plan_of(config: ml_collections.ConfigDict) -> EvalPlan:
-  """What an evaluation of `config`'s data scores and writes."""
-  ev = config.eval
-  # Plain JSON data, as a recorded config.json holds it (`eval_records.data_key`).
-  data = json.loads(json.dumps(config.data.to_dict(), default=str))
+def eval_plan_of(c: specs.Plain) -> EvalPlan:
+  """What an evaluation of config `c`'s data (plain data, `specs.plain`) scores and writes."""
+  ev = c['eval']
+  # JSON data, as a recorded config.json holds it (`eval_records.data_key`).
+  data = json.loads(json.dumps(c['data'], default=str))
   return EvalPlan(
-    dataset=config.data.name,
+    dataset=data['name'],
     folder=data.get('folder'),
-    split=config.data.get('test_split', 'test'),
-    protocols=tuple(ev.protocols),
+    split=data.get('test_split', 'test'),
+    protocols=tuple(ev['protocols']),
     curve_protocols=tuple(ev.get('curve_protocols') or ()),
-    num_thresholds=ev.num_thresholds,
+    num_thresholds=ev['num_thresholds'],
     tail_thresholds=bool(ev.get('tail_thresholds', True)),
-    num_qualitative=int(ev.num_qualitative),
+    num_qualitative=int(ev['num_qualitative']),
     save_probability_maps=bool(ev.get('save_probability_maps', False)),
     background_workers=int(ev.get('background_workers', 0) or 0),
   )
 
 
-def restore_spec_of(config: ml_collections.ConfigDict, model: nn.Module) -> RestoreSpec:
-  """What a restore of `config`'s run needs: the image shape of its abstract state, read
-  from the config alone (never from the data): ``data.input_size`` if set, else a square of
-  about 256 pixels that `model` takes; and how many checkpoints are kept."""
-  size = config.get('data', {}).get('input_size')
+def restore_spec_of(c: specs.Plain, model: nn.Module) -> RestoreSpec:
+  """What a restore of config `c`'s run (plain data, `specs.plain`) needs: the image shape of
+  its abstract state, read from the config alone (never from the data): ``data.input_size``
+  if set, else a square of about 256 pixels that `model` takes; and how many checkpoints are
+  kept."""
+  size = c.get('data', {}).get('input_size')
   if size:
     shape = (int(size[0]), int(size[1]), 3)
   else:
     multiple = input_multiple(model)
     side = multiple * -(-256 // multiple)
     shape = (side, side, 3)
-  return RestoreSpec(image_shape=shape, max_to_keep=config.max_checkpoints_to_keep)
+  return RestoreSpec(image_shape=shape, max_to_keep=c['max_checkpoints_to_keep'])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -133,9 +135,10 @@ class Experiment:
   states: States
 
 
-def splits_of(config: ml_collections.ConfigDict) -> Splits:
-  """The dataset of `config`'s run (`data.splits.Splits`: nothing is read yet)."""
-  return Splits(specs.data_group(config), specs.loader_spec_of(config))
+def splits_of(c: specs.Plain) -> Splits:
+  """The dataset of config `c`'s run (plain data, `specs.plain`; `data.splits.Splits`: nothing
+  is read yet)."""
+  return Splits(c['data'], specs.loader_spec_of(c))
 
 
 def check_data(experiment: Experiment) -> None:
@@ -146,7 +149,7 @@ def check_data(experiment: Experiment) -> None:
     sizes = {(1, 1): len(source)}  # any size fits a mixture (mirrored up)
   else:
     sizes = validation.train_image_sizes(source)
-  validation.check_data(experiment.config, sizes, experiment.model)
+  validation.check_data(experiment.splits.data, sizes, experiment.model)
 
 
 def on_other_data(experiment: Experiment, config: ml_collections.ConfigDict) -> Experiment:
@@ -155,12 +158,13 @@ def on_other_data(experiment: Experiment, config: ml_collections.ConfigDict) -> 
   ``eval`` may differ from the experiment's config; the model is not rebuilt. What follows the
   config follows `config`: its plan, protocols, splits and records (`recorded_fields`: the
   hyper-parameters TensorBoard shows, config.json's text, the fingerprint)."""
+  c = specs.plain(config)
   return dataclasses.replace(
     experiment,
     config=config,
-    protocols=tuple(config.eval.protocols),
-    eval_plan=eval_plan_of(config),
-    splits=splits_of(config),
+    protocols=tuple(c['eval']['protocols']),
+    eval_plan=eval_plan_of(c),
+    splits=splits_of(c),
     **recorded_fields(config, experiment.restore_spec),
   )
 
@@ -197,24 +201,25 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     validation.ConfigError: every problem of the config, one per line.
     ValueError: a module of ``config.plugins`` cannot be imported.
   """
+  c = specs.plain(config)  # read as plain data from here on
   # check_config imports config.plugins first (crackjax/plugins.py), so a plugin's
   # model, loss, dataset or protocol is registered before it is looked up.
-  parts = validation.check_config(config, training=training)
-  optimizer = train_state.create_optimizer(config.learning_rate)
-  restore_spec = restore_spec_of(config, parts.model)
+  parts = validation.check_config(c, training=training)
+  optimizer = train_state.create_optimizer(c['learning_rate'])
+  restore_spec = restore_spec_of(c, parts.model)
   return Experiment(
     config=config,
     model=parts.model,
     loss_fn=parts.loss_fn,
     augment_fn=parts.augment_fn,
-    protocols=tuple(config.eval.protocols),
-    schedule=schedule_of(config),
-    eval_plan=eval_plan_of(config),
+    protocols=tuple(c['eval']['protocols']),
+    schedule=schedule_of(c),
+    eval_plan=eval_plan_of(c),
     restore_spec=restore_spec,
     **recorded_fields(config, restore_spec),
-    init=specs.init_spec_of(config),
-    splits=splits_of(config),
-    states=States(parts.model, optimizer, int(config.seed), restore_spec),
+    init=specs.init_spec_of(c),
+    splits=splits_of(c),
+    states=States(parts.model, optimizer, int(c['seed']), restore_spec),
   )
 
 

@@ -1,6 +1,8 @@
 """A config turned into the plain data the parts below experiment/ take (issue 46 item 2).
 
-The registries (`crackjax.data.registry`, `crackjax.data.mixture`, `crackjax.models`,
+`plain(config)` converts a ConfigDict once: the whole config as nested dicts, which the
+validation, `crackjax.experiment.build` and the specs below read. The registries
+(`crackjax.data.registry`, `crackjax.data.mixture`, `crackjax.models`,
 `crackjax.losses`, `crackjax.data.augment`) take a config group as a plain mapping: what
 ``config.<group>.to_dict()`` gives, or that group of a recorded config.json. The loader takes
 a `crackjax.data.loader.LoaderSpec`, a fresh state's initial weights a
@@ -12,25 +14,33 @@ below experiment/ reads one (tests/test_architecture.py lists who may import ml_
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
 import ml_collections
 
 from crackjax.data import loader
 from crackjax.models import pretrained
 
-
-def group(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
-  """The config's group `name` (``data``, ``model``, ``loss``, ``augment``, ...) as plain
-  data: a new dict, its sub-groups dicts, its values as the config holds them (tuples stay
-  tuples), in name order."""
-  return config[name].to_dict()
+#: A whole config as plain data (`plain`): nested dicts, values as the config holds them.
+Plain: TypeAlias = Mapping[str, Any]
+#: A config as the experiment layer takes it: a ConfigDict or its plain data.
+Config: TypeAlias = ml_collections.ConfigDict | Plain
 
 
-def data_group(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """``config.data`` as plain data (`group`): what the dataset registry, a mixture, the
+def plain(config: Config) -> dict[str, Any]:
+  """The whole config as plain data: a new dict, its groups (``data``, ``model``, ``loss``,
+  ``augment``, ...) dicts, its values as the config holds them (tuples stay tuples), in name
+  order. A mapping is copied as it is."""
+  if isinstance(config, ml_collections.ConfigDict):
+    return config.to_dict()
+  return dict(config)
+
+
+def data_group(config: Config) -> dict[str, Any]:
+  """``config.data`` as plain data (`plain`): what the dataset registry, a mixture, the
   folder stream and `loader.crop_size` take."""
-  return group(config, 'data')
+  return plain(config)['data']
 
 
 def recorded(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -40,30 +50,32 @@ def recorded(config: ml_collections.ConfigDict) -> dict[str, Any]:
   return json.loads(config.to_json_best_effort())
 
 
-def loader_spec_of(config: ml_collections.ConfigDict) -> loader.LoaderSpec:
+def loader_spec_of(config: Config) -> loader.LoaderSpec:
   """What the train iterator of `config`'s run reads (`loader.create_train_iterator`).
 
   Raises:
     ValueError: ``config.data.input_size`` is neither None nor (H, W).
   """
-  data = config.data
+  c = plain(config)
+  data = c['data']
   return loader.LoaderSpec(
-    batch_size=config.batch_size,
-    seed=int(config.seed),
-    crop_size=loader.crop_size(data_group(config)),
+    batch_size=c['batch_size'],
+    seed=int(c['seed']),
+    crop_size=loader.crop_size(data),
     noise_std=float(data.get('noise_std', 0.0) or 0.0),
     dataset=str(data.get('name', '')),
     train_split=str(data.get('train_split', 'train')),
   )
 
 
-def init_spec_of(config: ml_collections.ConfigDict) -> pretrained.InitSpec:
+def init_spec_of(config: Config) -> pretrained.InitSpec:
   """Where a fresh state of `config`'s run takes its initial weights from
   (`pretrained.initialise`): ``config.model_init`` (absent: from scratch) and the model's
   name."""
-  init = config.get('model_init') or {}
+  c = plain(config)
+  init = c.get('model_init') or {}
   return pretrained.InitSpec(
-    model=config.model.name,
+    model=c['model']['name'],
     pretrained=init.get('pretrained'),
     normalization=init.get('normalization', 'auto'),
   )

@@ -1,14 +1,15 @@
 """One validation pass over a whole config, before any data is prepared or anything compiled.
 
-`check_config(config)` imports the config's plugins (crackjax/plugins.py), checks that
-a later process could rebuild its model, loss, dataset and protocols from config.json, checks
-every enum, range and size multiple it can without data and raises one `ConfigError` listing
-every problem, each naming the field, its value and what is valid; on success it returns the
-`Parts` it built (model, loss, augmentation), which `crackjax.experiment.build` hands to the
-experiment, so the config is validated and its parts built once. `check_data(config, sizes,
-model)` runs once the dataset is prepared (`build.check_data`): the train image sizes
-against ``config.data.input_size``. launch.py prints the message on one line per problem,
-without a traceback.
+`check_config(config)` reads the config as plain data (`specs.plain`: one conversion, the
+whole config as nested dicts), imports its plugins (crackjax/plugins.py), checks that a later
+process could rebuild its model, loss, dataset and protocols from config.json, checks every
+enum, range and size multiple it can without data and raises one `ConfigError` listing every
+problem, each naming the field, its value and what is valid; on success it returns the `Parts`
+it built (model, loss, augmentation), which `crackjax.experiment.build` hands to the
+experiment, so the config is validated and its parts built once. `check_data(data, sizes,
+model)` runs once the dataset is prepared (`build.check_data`): the train image sizes against
+``data.input_size``. launch.py prints the message on one line per problem, without a
+traceback.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import dataclasses
 import inspect
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from flax import linen as nn
 
@@ -36,6 +36,9 @@ from crackjax.models import input_multiple, model_from_config, pretrained
 # The kinds of config.model and config.loss fields, by their declared defaults: shared with
 # the model file's schema, which checks a file's crackjax.model the same way.
 from crackjax.models.model_schema import type_problems
+
+#: The config as plain data: `specs.plain`'s nested dicts (or that of a recorded config.json).
+Plain = specs.Plain
 
 
 class ConfigError(ValueError):
@@ -61,12 +64,16 @@ def _built(fn: Callable[[], object], problems: list[str]) -> object | None:
     return None
 
 
-def _positive(
-  config: ml_collections.ConfigDict, field: str, *, minimum: float = 1, integer: bool = True
-) -> list[str]:
-  value = config
+def _field(c: Plain, field: str) -> Any:
+  """The value of dotted `field` (``'eval.num_thresholds'``) in `c`, or None if absent."""
+  value: Any = c
   for part in field.split('.'):
-    value = value.get(part) if isinstance(value, ml_collections.ConfigDict) else None
+    value = value.get(part) if isinstance(value, Mapping) else None
+  return value
+
+
+def _positive(c: Plain, field: str, *, minimum: float = 1, integer: bool = True) -> list[str]:
+  value = _field(c, field)
   kind = int if integer else (int, float)
   if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
     what = 'an integer' if integer else 'a number'
@@ -88,49 +95,53 @@ def _multiple_suggestion(size: int, multiple: int) -> str:
   return f'{low} or {low + multiple}' if low else f'{multiple}'
 
 
-def check_config(config: ml_collections.ConfigDict, *, training: bool = True) -> Parts:
+def check_config(config: specs.Config, *, training: bool = True) -> Parts:
   """The model, loss and augmentation of `config`, built once (`crackjax.experiment.build`).
 
-  `training`: False for a run's recorded config rebuilt elsewhere (prediction, export,
-  scoring): the pretrained file and the batch split over this machine's devices concern only
-  a new training and are not checked.
+  Args:
+    config: a ConfigDict, or the same config as plain data (`specs.plain`).
+    training: False for a run's recorded config rebuilt elsewhere (prediction, export,
+      scoring): the pretrained file and the batch split over this machine's devices concern
+      only a new training and are not checked.
 
   Raises:
     ConfigError: listing every problem of `config` found without reading data.
   """
+  c = specs.plain(config)
   problems: list[str] = []
   # First: the plugins register the models, losses, datasets and protocols that the checks
   # below look up.
-  _built(lambda: plugins.import_plugins(config), problems)
-  problems += _plugin_problems(config)
-  problems += _data_problems(config)
+  names = _built(lambda: plugins.import_plugins(c), problems)
+  problems += _plugin_problems(c, names)
+  problems += _data_problems(c)
   # Each field of the model and loss groups of the kind its registry entry declares; a group
   # with a field of the wrong kind is not built (its error would only repeat this one).
-  entry = models.MODELS.get(config.model.get('name'))
-  model_types = type_problems('model', config.model, entry.config if entry else {})
-  loss_types = type_problems('loss', config.loss, _loss_defaults(config.loss.get('name')))
+  model_group, loss_group = c['model'], c['loss']
+  entry = models.MODELS.get(model_group.get('name'))
+  model_types = type_problems('model', model_group, entry.config if entry else {})
+  loss_types = type_problems('loss', loss_group, _loss_defaults(loss_group.get('name')))
   problems += model_types + loss_types
-  model_group, loss_group = specs.group(config, 'model'), specs.group(config, 'loss')
   model = None if model_types else _built(lambda: model_from_config(model_group), problems)
   loss_fn = None if loss_types else _built(lambda: losses.loss_from_config(loss_group), problems)
-  augment_fn = _built(lambda: augment.augment_fn(specs.group(config, 'augment')), problems)
-  problems += _input_size_problems(config, model)
-  problems += _run_problems(config, training=training)
+  augment_fn = _built(lambda: augment.augment_fn(c['augment']), problems)
+  problems += _input_size_problems(c, model)
+  problems += _run_problems(c, training=training)
   if problems:
     raise ConfigError('\n'.join(problems))
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
 
 
-def _data_problems(config: ml_collections.ConfigDict) -> list[str]:
+def _data_problems(c: Plain) -> list[str]:
   """The dataset's name (or a mixture's members), a folder's mask rule, the noise and the
   augmentation's ranges."""
   problems: list[str] = []
-  data = config.data
-  if mixture.is_mixture(specs.data_group(config)):
-    problems += mixture.problems(specs.data_group(config))
-  elif data.name not in data_registry.DATASETS:
+  data = c['data']
+  if mixture.is_mixture(data):
+    problems += mixture.problems(data)
+  elif data.get('name') not in data_registry.DATASETS:
     problems.append(
-      f'config.data.name={data.name!r} is not a dataset; known: {sorted(data_registry.DATASETS)}.'
+      f'config.data.name={data.get("name")!r} is not a dataset; known: '
+      f'{sorted(data_registry.DATASETS)}.'
     )
   folder = data.get('folder')
   if folder is not None:
@@ -142,7 +153,7 @@ def _data_problems(config: ml_collections.ConfigDict) -> list[str]:
     threshold = folder.get('mask_threshold')
     if not isinstance(threshold, float | int) or not 0 < threshold < 1:
       problems.append(f'config.data.folder.mask_threshold={threshold!r} must be in (0, 1).')
-  problems += _positive(config, 'data.noise_std', minimum=0, integer=False)
+  problems += _positive(c, 'data.noise_std', minimum=0, integer=False)
   for name in (
     'rotation_range',
     'width_shift_range',
@@ -150,14 +161,14 @@ def _data_problems(config: ml_collections.ConfigDict) -> list[str]:
     'shear_range',
     'zoom_range',
   ):
-    problems += _positive(config, f'augment.{name}', minimum=0, integer=False)
+    problems += _positive(c, f'augment.{name}', minimum=0, integer=False)
   return problems
 
 
-def _input_size_problems(config: ml_collections.ConfigDict, model: nn.Module | None) -> list[str]:
+def _input_size_problems(c: Plain, model: nn.Module | None) -> list[str]:
   """``data.input_size``: None or (H, W), multiples of the model's input multiple (checked
   when the model was built)."""
-  size = config.data.get('input_size')
+  size = c['data'].get('input_size')
   if size is None:
     return []
   if (
@@ -175,16 +186,16 @@ def _input_size_problems(config: ml_collections.ConfigDict, model: nn.Module | N
   hint = ', '.join(f'{v} -> {_multiple_suggestion(v, multiple)}' for v in bad)
   return [
     f'config.data.input_size={tuple(size)} must be multiples of {multiple} (the '
-    f'{config.model.name} model halves the image {int(math.log2(multiple))} times); '
+    f'{c["model"]["name"]} model halves the image {int(math.log2(multiple))} times); '
     f'nearest valid: {hint}.'
   ]
 
 
-def _run_problems(config: ml_collections.ConfigDict, *, training: bool) -> list[str]:
+def _run_problems(c: Plain, *, training: bool) -> list[str]:
   """The run's numbers (learning rate, batch, steps, epochs, logging, checkpoints), the
   evaluation group and, for a new training, the batch split over this machine's devices, the
   pretrained file and the data folder."""
-  problems = _positive(config, 'learning_rate', minimum=1e-12, integer=False)
+  problems = _positive(c, 'learning_rate', minimum=1e-12, integer=False)
   for field in (
     'batch_size',
     'steps_per_epoch',
@@ -193,27 +204,29 @@ def _run_problems(config: ml_collections.ConfigDict, *, training: bool) -> list[
     'max_checkpoints_to_keep',
     'eval.num_thresholds',
   ):
-    problems += _positive(config, field)
-  problems += _positive(config, 'eval.num_qualitative', minimum=0)
-  if training and isinstance(config.batch_size, int) and config.batch_size > 0:
+    problems += _positive(c, field)
+  problems += _positive(c, 'eval.num_qualitative', minimum=0)
+  batch = c.get('batch_size')
+  if training and isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
     n = jax.device_count()
-    if config.batch_size % n:
+    if batch % n:
       problems.append(
-        f'config.batch_size={config.batch_size} must be divisible by the number of devices '
+        f'config.batch_size={batch} must be divisible by the number of devices '
         f'({n}): the batch is split evenly over them.'
       )
-  protocols = tuple(config.eval.protocols or ())
+  ev = c['eval']
+  protocols = tuple(ev.get('protocols') or ())
   unknown = [p for p in protocols if p not in PROTOCOLS]
   if not protocols or unknown:
     problems.append(
       f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
     )
-  problems += _eval_problems(config.eval)
-  pretrained_path = (config.get('model_init') or {}).get('pretrained')
+  problems += _eval_problems(ev)
+  pretrained_path = (c.get('model_init') or {}).get('pretrained')
   if training and pretrained_path:  # here, not when the model is initialised after the data
     problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]
   if training:  # a run rebuilt to predict or export reads no dataset
-    problems += [p for p in [_not_a_folder('data.data_dir', config.data.get('data_dir'))] if p]
+    problems += [p for p in [_not_a_folder('data.data_dir', c['data'].get('data_dir'))] if p]
   return problems
 
 
@@ -235,22 +248,20 @@ def _not_a_folder(field: str, value: Any) -> str | None:
   )
 
 
-def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:
+def _plugin_problems(c: Plain, names: tuple[str, ...] | None) -> list[str]:
   """The model, loss, dataset or protocols that a later process could not rebuild from the
-  run's config.json: registered by a module that ``config.plugins`` does not name
-  (crackjax/plugins.py)."""
-  try:
-    names = plugins.plugin_names(config)
-  except ValueError:
-    return []  # import_plugins has reported the field
+  run's config.json: registered by a module that ``config.plugins`` (`names`) does not name
+  (crackjax/plugins.py). None: the field was reported already (`plugins.import_plugins`)."""
+  if names is None:
+    return []
   # (config field, the names it holds, their registry): an unknown name is reported below.
   used = [
-    ('model.name', [config.model.get('name')], models.MODELS),
-    ('loss.name', [config.loss.get('name')], losses.LOSSES),
-    ('data.name', [config.data.get('name')], data_registry.DATASETS),
+    ('model.name', [c['model'].get('name')], models.MODELS),
+    ('loss.name', [c['loss'].get('name')], losses.LOSSES),
+    ('data.name', [c['data'].get('name')], data_registry.DATASETS),
   ]
   for field in ('protocols', 'curve_protocols'):
-    value = config.eval.get(field) or ()
+    value = c['eval'].get(field) or ()
     listed = list(value) if isinstance(value, tuple | list) else []
     used.append((f'eval.{field}', listed, PROTOCOLS))
   problems = []
@@ -262,7 +273,7 @@ def _plugin_problems(config: ml_collections.ConfigDict) -> list[str]:
   return problems
 
 
-def _eval_problems(ev: ml_collections.ConfigDict) -> list[str]:
+def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
   full_epochs, background_workers)."""
   problems = []
@@ -299,23 +310,23 @@ def train_image_sizes(source: Sequence[dict[str, Any]]) -> dict[tuple[int, int],
 
 
 def check_data(
-  config: ml_collections.ConfigDict, sizes: dict[tuple[int, int], int], model: nn.Module
+  data: Mapping[str, Any], sizes: dict[tuple[int, int], int], model: nn.Module
 ) -> None:
   """Raises ConfigError if the train images (`sizes`, `train_image_sizes`) do not fit
-  ``config.data.input_size``.
+  ``data.input_size`` (`data`: the config's ``data`` group as plain data).
 
   Without input_size every train image must have one size, a multiple of the model's input
   multiple; with it, every train image must be at least that large (crops cannot grow).
   """
   if not sizes:
     raise ConfigError(
-      f'Split {config.data.train_split!r} of dataset {config.data.name!r} holds no images.'
+      f'Split {data.get("train_split", "train")!r} of dataset {data.get("name")!r} holds no images.'
     )
   multiple = input_multiple(model)
-  if mixture.is_mixture(specs.data_group(config)):
+  if mixture.is_mixture(data):
     # A mixture's train records are mirrored up to the crop size (data.loader._pad_to): any
     # size fits, but the crop size is the one shape the train step sees.
-    size = config.data.get('input_size')
+    size = data.get('input_size')
     if size is None:
       raise ConfigError(
         'A mixture of datasets needs config.data.input_size=(H, W): its members differ in size.'
@@ -331,18 +342,18 @@ def check_data(
     'that fits every train image)'
   )
   listed = ', '.join(f'{h}x{w} ({n})' for (h, w), n in sorted(sizes.items())[:5])
-  size = config.data.get('input_size')
+  size = data.get('input_size')
   if size is None:
     if len(sizes) > 1:
       raise ConfigError(
-        f'The train images of {config.data.name!r} differ in size (HxW: {listed}'
+        f'The train images of {data.get("name")!r} differ in size (HxW: {listed}'
         f'{", ..." if len(sizes) > 5 else ""}) and config.data.input_size is None; set '
         f'{hint}.'
       )
     (h, w), _ = next(iter(sizes.items()))
     if h % multiple or w % multiple:
       raise ConfigError(
-        f'The train images of {config.data.name!r} are {h}x{w} (HxW), not multiples of '
+        f'The train images of {data.get("name")!r} are {h}x{w} (HxW), not multiples of '
         f'{multiple}, and config.data.input_size is None; set {hint}.'
       )
     return
