@@ -28,16 +28,17 @@ Plain: TypeAlias = Mapping[str, Any]
 Config: TypeAlias = ml_collections.ConfigDict | Plain
 
 
-def plain(config: Config) -> dict[str, Any]:
-  """The whole config as plain data: a new dict, its groups (``data``, ``model``, ``loss``,
-  ``augment``, ...) dicts, its values as the config holds them (tuples stay tuples), in name
-  order. A mapping is copied as it is."""
+def plain(config: Config) -> Plain:
+  """The whole config as plain data: a ConfigDict as a new dict, its groups (``data``,
+  ``model``, ``loss``, ``augment``, ...) dicts, its values as the config holds them (tuples
+  stay tuples), in name order; plain data already is, and is returned as it is (not copied:
+  nothing here writes to it)."""
   if isinstance(config, ml_collections.ConfigDict):
     return config.to_dict()
-  return dict(config)
+  return config
 
 
-def data_group(config: Config) -> dict[str, Any]:
+def data_group(config: Config) -> Mapping[str, Any]:
   """``config.data`` as plain data (`plain`): what the dataset registry, a mixture, the
   folder stream and `loader.crop_size` take."""
   return plain(config)['data']

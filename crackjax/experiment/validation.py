@@ -37,9 +37,6 @@ from crackjax.models import input_multiple, model_from_config, pretrained
 # the model file's schema, which checks a file's crackjax.model the same way.
 from crackjax.models.model_schema import type_problems
 
-#: The config as plain data: `specs.plain`'s nested dicts (or that of a recorded config.json).
-Plain = specs.Plain
-
 
 class ConfigError(ValueError):
   """The config cannot be run; the message lists every problem, one per line."""
@@ -64,7 +61,7 @@ def _built(fn: Callable[[], object], problems: list[str]) -> object | None:
     return None
 
 
-def _field(c: Plain, field: str) -> Any:
+def _field(c: specs.Plain, field: str) -> Any:
   """The value of dotted `field` (``'eval.num_thresholds'``) in `c`, or None if absent."""
   value: Any = c
   for part in field.split('.'):
@@ -72,7 +69,7 @@ def _field(c: Plain, field: str) -> Any:
   return value
 
 
-def _positive(c: Plain, field: str, *, minimum: float = 1, integer: bool = True) -> list[str]:
+def _positive(c: specs.Plain, field: str, *, minimum: float = 1, integer: bool = True) -> list[str]:
   value = _field(c, field)
   kind = int if integer else (int, float)
   if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
@@ -131,7 +128,7 @@ def check_config(config: specs.Config, *, training: bool = True) -> Parts:
   return Parts(model=model, loss_fn=loss_fn, augment_fn=augment_fn)
 
 
-def _data_problems(c: Plain) -> list[str]:
+def _data_problems(c: specs.Plain) -> list[str]:
   """The dataset's name (or a mixture's members), a folder's mask rule, the noise and the
   augmentation's ranges."""
   problems: list[str] = []
@@ -165,7 +162,7 @@ def _data_problems(c: Plain) -> list[str]:
   return problems
 
 
-def _input_size_problems(c: Plain, model: nn.Module | None) -> list[str]:
+def _input_size_problems(c: specs.Plain, model: nn.Module | None) -> list[str]:
   """``data.input_size``: None or (H, W), multiples of the model's input multiple (checked
   when the model was built)."""
   size = c['data'].get('input_size')
@@ -191,7 +188,7 @@ def _input_size_problems(c: Plain, model: nn.Module | None) -> list[str]:
   ]
 
 
-def _run_problems(c: Plain, *, training: bool) -> list[str]:
+def _run_problems(c: specs.Plain, *, training: bool) -> list[str]:
   """The run's numbers (learning rate, batch, steps, epochs, logging, checkpoints), the
   evaluation group and, for a new training, the batch split over this machine's devices, the
   pretrained file and the data folder."""
@@ -248,7 +245,7 @@ def _not_a_folder(field: str, value: Any) -> str | None:
   )
 
 
-def _plugin_problems(c: Plain, names: tuple[str, ...] | None) -> list[str]:
+def _plugin_problems(c: specs.Plain, names: tuple[str, ...] | None) -> list[str]:
   """The model, loss, dataset or protocols that a later process could not rebuild from the
   run's config.json: registered by a module that ``config.plugins`` (`names`) does not name
   (crackjax/plugins.py). None: the field was reported already (`plugins.import_plugins`)."""
