@@ -24,6 +24,10 @@ Fields:
   data.input_size: (H, W) the network sees during training (random crops), or None for the
     stored size. Each dimension must be a multiple of the model's input multiple (16 for
     the U-Net's four 2x2 poolings).
+  data.scale_range: (low, high): every training photo is resized by a factor drawn
+    log-uniformly from [low, high] before the random crop (crack widths in pixels as other
+    cameras and distances give them; a mixture member's own scale multiplies it). (1.0, 1.0):
+    as stored, nothing drawn.
   data.noise_std: std of Gaussian noise the loader adds to training images in [0, 1] before
     augmentation (0 = none; AigleRN uses 0.1, i.e. variance 0.01).
   augment: random affine applied to image and mask together inside the train step (Keras
@@ -31,6 +35,11 @@ Fields:
     rotation_range (degrees), width_shift_range / height_shift_range (fraction of size),
     shear_range (degrees), zoom_range (fraction), horizontal_flip, enabled (False turns all
     of it off).
+  augment.photometric: per-example changes of the image alone after the affine transform
+    (crackjax/data/photometric.py), as another camera gives them: enabled (False: none),
+    brightness (largest shift), contrast and saturation (largest relative change), gamma
+    (largest |log| of the exponent), greyscale / blur / noise (probabilities), blur_sigma
+    (largest Gaussian sigma, pixels), noise_std (largest std of the sensor noise).
   model.name: a key of `crackjax.models.MODELS`; every other field of `model` is passed to
     that model's constructor. For 'unet':
     model.widths: channel widths of the U-Net's five stages.
@@ -100,6 +109,7 @@ Fields:
 import ml_collections
 
 from crackjax import models
+from crackjax.data import photometric
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -122,6 +132,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.train_split = 'train'
   c.data.test_split = 'test'
   c.data.input_size = ml_collections.FieldReference(None, field_type=tuple)
+  c.data.scale_range = (1.0, 1.0)
   c.data.noise_std = 0.0
 
   c.augment = ml_collections.ConfigDict()
@@ -132,6 +143,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.augment.shear_range = 0.05
   c.augment.zoom_range = 0.05
   c.augment.horizontal_flip = True
+  c.augment.photometric = ml_collections.ConfigDict(dict(photometric.FIELDS))
 
   # The paper's U-Net (name, widths, conv_impl, dtype), as its entry in crackjax.models.MODELS
   # declares it.

@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from crackjax.data import photometric
+
 AugmentFn = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
 
@@ -156,22 +158,34 @@ def _identity(rng: jax.Array, image: jax.Array, mask: jax.Array) -> tuple[jax.Ar
 
 
 def augment_fn(aug: Mapping[str, Any]) -> AugmentFn:
-  """`augment` with the ranges of ``config.augment`` bound; the identity if not enabled.
+  """`augment` with the ranges of ``config.augment`` bound, then the photometric changes of its
+  ``photometric`` group where enabled (`crackjax.data.photometric`); the identity if neither.
 
   Args:
     aug: the config's ``augment`` group as plain data (``config.augment.to_dict()``, or the
-      ``augment`` of a recorded config.json).
+      ``augment`` of a recorded config.json; one from before the photometric group has none).
 
-  The train step receives the result and calls it as ``augment_fn(rng, image, mask)``.
+  The train step receives the result and calls it as ``augment_fn(rng, image, mask)``. The
+  affine transform keeps its key (runs without photometric changes draw what they always
+  did); the photometric changes draw from ``fold_in(rng, 1)``.
   """
-  if not aug['enabled']:
-    return _identity
-  return functools.partial(
-    augment,
-    rotation_range=aug['rotation_range'],
-    width_shift_range=aug['width_shift_range'],
-    height_shift_range=aug['height_shift_range'],
-    shear_range=aug['shear_range'],
-    zoom_range=aug['zoom_range'],
-    horizontal_flip=aug['horizontal_flip'],
-  )
+  affine = _identity
+  if aug['enabled']:
+    affine = functools.partial(
+      augment,
+      rotation_range=aug['rotation_range'],
+      width_shift_range=aug['width_shift_range'],
+      height_shift_range=aug['height_shift_range'],
+      shear_range=aug['shear_range'],
+      zoom_range=aug['zoom_range'],
+      horizontal_flip=aug['horizontal_flip'],
+    )
+  colour = photometric.fields(aug)
+  if not (aug['enabled'] and colour.pop('enabled')):
+    return affine
+
+  def both(rng: jax.Array, image: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    image, mask = affine(rng, image, mask)
+    return photometric.photometric(jax.random.fold_in(rng, 1), image, **colour), mask
+
+  return both

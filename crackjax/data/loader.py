@@ -39,6 +39,7 @@ class LoaderSpec:
     seed: the seed of the shuffles, crops and noise (``config.seed``).
     crop_size: (H, W) of the random training crops (`crop_size`); None: whole images.
     noise_std: std of the Gaussian noise added to training images (``config.data.noise_std``).
+    scale_range: (low, high) of the random resize before the crop (`scale_range`).
     dataset: the dataset's name (``config.data.name``), for messages.
     train_split: the train split's name (``config.data.train_split``), for messages.
   """
@@ -47,6 +48,7 @@ class LoaderSpec:
   seed: int
   crop_size: tuple[int, int] | None = None
   noise_std: float = 0.0
+  scale_range: tuple[float, float] = (1.0, 1.0)
   dataset: str = ''
   train_split: str = 'train'
 
@@ -60,6 +62,14 @@ def crop_size(data: Mapping[str, Any]) -> tuple[int, int] | None:
   if len(size) != 2:
     raise ValueError(f'config.data.input_size must be (H, W) or None, got {size!r}')
   return int(size[0]), int(size[1])
+
+
+def scale_range(data: Mapping[str, Any]) -> tuple[float, float]:
+  """(low, high) of ``config.data.scale_range`` of the ``data`` group `data` (plain data): every
+  training photo is resized by a factor drawn log-uniformly from it before the crop; a recorded
+  config from before the field has none: (1.0, 1.0), as stored."""
+  low, high = data.get('scale_range') or (1.0, 1.0)
+  return float(low), float(high)
 
 
 def _rescale(image: np.ndarray, mask: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -91,17 +101,26 @@ def load_example(
   seed: int,
   input_size: tuple[int, int] | None,
   noise_std: float,
+  scale_range: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, np.ndarray]:
-  """Reads one training record; crop and noise are seeded by (seed, stream position).
+  """Reads one training record; scale, crop and noise are seeded by (seed, stream position).
 
-  A record of a mixture (`mixture.MixedSource`) is first resized by its member's ``scale`` and
-  mirrored up to the crop size where it is smaller."""
+  A record is first resized by a factor drawn log-uniformly from `scale_range` (nothing drawn
+  for (1, 1)) times, in a mixture (`mixture.MixedSource`), its member's ``scale``, and
+  mirrored up to the crop size where it is then smaller."""
   record = source[record_index]
   image = np.asarray(record['image'])
   mask = np.asarray(record['mask'])
   rng = np.random.default_rng((seed, position))
-  if isinstance(source, mixture.MixedSource):
-    image, mask = _rescale(image, mask, source.scales[record['member']])
+  scale = 1.0
+  if tuple(scale_range) != (1.0, 1.0):
+    low, high = scale_range
+    scale = float(np.exp(rng.uniform(np.log(low), np.log(high))))
+  mixed = isinstance(source, mixture.MixedSource)
+  if mixed:
+    scale *= source.scales[record['member']]
+  if mixed or scale != 1.0:
+    image, mask = _rescale(image, mask, scale)
     if input_size is not None:
       image, mask = _pad_to(image, mask, input_size)
   if input_size is not None and input_size != image.shape[:2]:
@@ -189,6 +208,7 @@ def create_train_iterator(
   input_size = spec.crop_size
   seed = int(spec.seed)
   noise_std = float(spec.noise_std or 0.0)
+  scales = tuple(spec.scale_range)
   if len(source) == 0:
     raise ValueError(f'Split {spec.train_split!r} of {spec.dataset!r} is empty.')
 
@@ -196,7 +216,13 @@ def create_train_iterator(
     return _stack(
       [
         load_example(
-          source, record, position, seed=seed, input_size=input_size, noise_std=noise_std
+          source,
+          record,
+          position,
+          seed=seed,
+          input_size=input_size,
+          noise_std=noise_std,
+          scale_range=scales,
         )
         for position, record in group
       ]

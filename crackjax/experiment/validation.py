@@ -27,7 +27,7 @@ import numpy as np
 from flax import linen as nn
 
 from crackjax import losses, models, plugins
-from crackjax.data import augment, mixture
+from crackjax.data import augment, mixture, photometric
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS
 from crackjax.experiment import specs
@@ -151,6 +151,8 @@ def _data_problems(c: specs.Plain) -> list[str]:
     if not isinstance(threshold, float | int) or not 0 < threshold < 1:
       problems.append(f'config.data.folder.mask_threshold={threshold!r} must be in (0, 1).')
   problems += _positive(c, 'data.noise_std', minimum=0, integer=False)
+  problems += _scale_range_problems(data.get('scale_range', (1.0, 1.0)))
+  problems += photometric.problems(c['augment'])
   for name in (
     'rotation_range',
     'width_shift_range',
@@ -160,6 +162,23 @@ def _data_problems(c: specs.Plain) -> list[str]:
   ):
     problems += _positive(c, f'augment.{name}', minimum=0, integer=False)
   return problems
+
+
+def _scale_range_problems(value: Any) -> list[str]:
+  """``data.scale_range``: (low, high) with 0 < low <= high."""
+  ok = (
+    isinstance(value, tuple | list)
+    and len(value) == 2
+    and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    and all(math.isfinite(v) for v in value)
+    and 0 < value[0] <= value[1]
+  )
+  if ok and value[1] / value[0] <= 16:
+    return []
+  return [
+    f'config.data.scale_range={value!r} must be (low, high) with 0 < low <= high <= 16 * low '
+    '(e.g. (0.5, 2.0); (1.0, 1.0): photos as stored).'
+  ]
 
 
 def _input_size_problems(c: specs.Plain, model: nn.Module | None) -> list[str]:

@@ -96,6 +96,21 @@ def _excluded(name: str) -> bool:
   return any(name == x or name.startswith(f'{x}.') for x in NOT_IDENTITY)
 
 
+# Fields added after runs were recorded: at these values they compute what a run from before
+# them computed, so they are left out of the fingerprint (such a run resumes, its fingerprint
+# unchanged). The photometric group computes nothing while it is not enabled.
+_PHOTOMETRIC = 'augment.photometric'
+_NEUTRAL = {'data.scale_range': [1.0, 1.0]}
+
+
+def _neutral(flat: Mapping[str, Any]) -> set[str]:
+  """The names of `flat` (a flattened config) that are at their neutral value."""
+  out = {k for k, v in _NEUTRAL.items() if k in flat and flat[k] == v}
+  if not flat.get(f'{_PHOTOMETRIC}.enabled'):
+    out |= {k for k in flat if k.startswith(f'{_PHOTOMETRIC}.')}
+  return out
+
+
 def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
   """The fields of `config` that define the computation, as {'dotted.name': value}.
 
@@ -106,7 +121,9 @@ def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
   Raises:
     TypeError: `config` is not a mapping (a ConfigDict: its recorded JSON is fingerprinted).
   """
-  return {k: v for k, v in sorted(_flatten(_as_dict(config)).items()) if not _excluded(k)}
+  flat = _flatten(_as_dict(config))
+  neutral = _neutral(flat)
+  return {k: v for k, v in sorted(flat.items()) if not _excluded(k) and k not in neutral}
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

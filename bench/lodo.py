@@ -1,0 +1,269 @@
+"""Leave-one-dataset-out (LODO): "F1 on roads never seen" for a training recipe (issue 55).
+
+For each of the five public members of the general model (configs/lodo.py), a model is
+trained on the other four with one fixed budget, its epoch and threshold chosen on those
+four's validation parts, and the held-out member's test split is scored by the exported
+model file (strict and tolerance_thin_gt; F1 at the file's stored threshold and ODS). The
+mean over the held-out sets is the recipe's LODO figure.
+
+  python bench/lodo.py --recipes=base,photometric --budget=short --work=/work/lodo \\
+      --crackforest=../shared/datasets/crackforest --public=/work/data/Datasets \\
+      [--held_out=crackforest,gaps384] [--data_dir=DIR] [--out=results/lodo_short]
+  python bench/lodo.py --plan --recipes=base     # what would train and be scored, nothing run
+
+Every stage is resumable: a fold whose last epoch is recorded is not trained again (a killed
+training resumes from its last checkpoint: `launch.py`), an exported file and a score already
+on disk are kept. Run it in the background (``nohup ... &``) and the same command later; the
+table (``--out``.json / .md) is rewritten from whatever folds are scored so far.
+
+Folders: ``WORK/<recipe>_<budget>/<held_out>/`` is the training run (launch.py's workdir), with
+``model.safetensors`` (the best validation epoch, `crackjax-export --format=model`) and
+``heldout/<held_out>_test/eval.json`` (`crackjax-evaluate --model`).
+
+``--peer=results/lodo_mtscrack.json`` (bench/peer_mtscrack.py's output on the same test splits)
+puts MTSCrack's row beside the recipes': F1 of its mask (output > 0) and its ODS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from crackjax.configs import lodo
+
+REPO = Path(__file__).resolve().parents[1]
+
+PROTOCOLS = ('strict', 'tolerance_thin_gt')
+MODEL_FILE = 'model.safetensors'
+HELDOUT_DIR = 'heldout'
+
+
+@dataclasses.dataclass(frozen=True)
+class Fold:
+  """One training of the plan: `recipe` at `budget` with `held_out` left out."""
+
+  recipe: str
+  budget: str
+  held_out: str
+  work: Path
+
+  @property
+  def run(self) -> Path:
+    return self.work / f'{self.recipe}_{self.budget}' / self.held_out
+
+  @property
+  def config(self) -> str:
+    return f'configs/lodo.py:{self.held_out},{self.recipe},{self.budget}'
+
+  @property
+  def trains_on(self) -> list[str]:
+    return [m for m in lodo.MEMBERS if m != self.held_out]
+
+  @property
+  def record(self) -> Path:
+    return self.run / HELDOUT_DIR / f'{self.held_out}_test' / 'eval.json'
+
+
+def plan(recipes: list[str], budget: str, held_out: list[str], work: Path) -> list[Fold]:
+  """Every fold, recipe by recipe, in the members' order."""
+  return [Fold(r, budget, h, work) for r in recipes for h in held_out]
+
+
+def manual_dir(member: str, crackforest: str, public: str) -> str:
+  return crackforest if member in lodo.roads_unet_cpu.CRACKFOREST_MEMBERS else public
+
+
+def train_command(fold: Fold, args: argparse.Namespace) -> list[str]:
+  cmd = [sys.executable, 'launch.py', f'--config={fold.config}', f'--workdir={fold.run}']
+  cmd += [
+    f'--config.data.mix.{m}.manual_dir={manual_dir(m, args.crackforest, args.public)}'
+    for m in fold.trains_on
+  ]
+  if args.data_dir:
+    cmd.append(f'--config.data.data_dir={args.data_dir}')
+  return cmd
+
+
+def trained(fold: Fold) -> bool:
+  """Whether the fold's last epoch is recorded (its config's num_epochs)."""
+  epochs = lodo.get_config(f'{fold.held_out},{fold.recipe},{fold.budget}').num_epochs
+  return (fold.run / f'epoch_{epochs:03d}.json').exists()
+
+
+def export_command(fold: Fold, step: int) -> list[str]:
+  return [
+    'crackjax-export',
+    f'--workdir={fold.run}',
+    f'--step={step}',
+    '--format=model',
+    f'--name=lodo-{fold.recipe}-{fold.budget}-without-{fold.held_out}',
+    f'--out={fold.run / MODEL_FILE}',
+    '--overwrite',
+    f'--notes=bench/lodo.py: {fold.config}, trained without {fold.held_out}.',
+  ]
+
+
+def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
+  h = fold.held_out
+  cmd = [
+    'crackjax-evaluate',
+    f'--model={fold.run / MODEL_FILE}',
+    f'--data={h}:{args.test_split}',
+    f'--protocols={",".join(PROTOCOLS)}',
+    f'--out={fold.run / HELDOUT_DIR}',
+    f'--manual_dir={h}={manual_dir(h, args.crackforest, args.public)}',
+    f'--workers={args.workers}',
+    '--overwrite',
+  ]
+  if args.data_dir:
+    cmd.append(f'--data_dir={args.data_dir}')
+  return cmd
+
+
+def _run(cmd: list[str]) -> None:
+  print('+', ' '.join(cmd), flush=True)
+  subprocess.run(cmd, cwd=REPO, check=True)
+
+
+def fold_scores(fold: Fold) -> dict[str, Any] | None:
+  """The fold's held-out scores from its eval.json (None if not scored yet):
+  {protocol: {'stored': F1 at the file's threshold, 'ods': ODS F1, 'ods_threshold', 'threshold'}}
+  in percent, plus the best validation epoch."""
+  if not fold.record.exists():
+    return None
+  record = json.loads(fold.record.read_text())
+  out: dict[str, Any] = {'images': record.get('num_images')}
+  for protocol in PROTOCOLS:
+    r = record['results'][protocol]
+    run = r['operating_points']['run']
+    out[protocol] = {
+      'stored': 100 * run['f1'],
+      'threshold': run['threshold'],
+      'ods': 100 * r['ods']['f1'],
+      'ods_threshold': r['ods']['threshold'],
+    }
+  return out
+
+
+def peer_scores(path: Path, held_out: list[str]) -> dict[str, dict[str, Any]]:
+  """MTSCrack's rows of bench/peer_mtscrack.py's JSON on ``<member>:test``: {member: {protocol:
+  {'stored': F1 of its mask, 'ods': ODS F1}}}, in percent."""
+  data = json.loads(path.read_text())
+  out: dict[str, dict[str, Any]] = {}
+  for row in data['rows']:
+    if row['model'].lower() != 'mtscrack':
+      continue
+    member = row['set'].split(':')[0]
+    if member in held_out and row['set'].endswith(':test'):
+      out.setdefault(member, {})[row['protocol']] = {
+        'stored': row['mask_f1'],
+        'ods': row['ods_f1'],
+      }
+  return out
+
+
+def table(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
+  """The Markdown table: one line per recipe (and peer), per held-out set strict and thin-GT
+  F1 at the stored threshold / ODS, then the means over the sets scored."""
+  head = '| recipe | ' + ' | '.join(held_out) + ' | mean strict (stored / ODS) | mean thin-GT |'
+  lines = [head, '|' + '---|' * (len(held_out) + 3)]
+  for name, by_set in rows.items():
+    cells, means = [], {p: ([], []) for p in PROTOCOLS}
+    for h in held_out:
+      s = by_set.get(h)
+      if not s:
+        cells.append('–')
+        continue
+      parts = []
+      for p in PROTOCOLS:
+        parts.append(f'{s[p]["stored"]:.1f} / {s[p]["ods"]:.1f}')
+        means[p][0].append(s[p]['stored'])
+        means[p][1].append(s[p]['ods'])
+      cells.append(' · '.join(parts))
+    mean_cells = []
+    for p in PROTOCOLS:
+      stored, ods = means[p]
+      n = len(stored)
+      complete = '' if n == len(held_out) else f' ({n} of {len(held_out)})'
+      mean_cells.append(f'{sum(stored) / n:.1f} / {sum(ods) / n:.1f}{complete}' if n else '–')
+    lines.append(f'| {name} | ' + ' | '.join(cells) + ' | ' + ' | '.join(mean_cells) + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--recipes', default='base', help=f'comma-separated, of {list(lodo.RECIPES)}')
+  p.add_argument('--budget', default='short', choices=list(lodo.BUDGETS))
+  p.add_argument('--held_out', default=','.join(lodo.MEMBERS), help='members, comma-separated')
+  p.add_argument('--work', default='workdirs/lodo', help='where the runs go')
+  p.add_argument('--crackforest', default='../shared/datasets/crackforest')
+  p.add_argument('--public', default=None, help="the cropped copies' Datasets/ folder")
+  p.add_argument('--data_dir', default=None, help='TFDS data dir (default ~/tensorflow_datasets)')
+  p.add_argument('--test_split', default='test', help="the held-out member's split scored")
+  p.add_argument('--workers', type=int, default=2, help='crackjax-evaluate --workers')
+  p.add_argument('--stages', default='train,export,score', help='of train, export, score')
+  p.add_argument('--peer', default=None, help="bench/peer_mtscrack.py's JSON on the test splits")
+  p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
+  p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
+  args = p.parse_args(argv)
+  recipes = [r for r in args.recipes.split(',') if r]
+  held_out = [h for h in args.held_out.split(',') if h]
+  for name, known, values in (
+    ('recipe', lodo.RECIPES, recipes),
+    ('held-out member', lodo.MEMBERS, held_out),
+  ):
+    bad = [v for v in values if v not in known]
+    if bad:
+      p.error(f'unknown {name} {bad}; known: {list(known)}')
+  stages = set(args.stages.split(','))
+  folds = plan(recipes, args.budget, held_out, Path(args.work))
+  if args.plan:
+    for f in folds:
+      print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
+    return 0
+  if stages & {'train', 'score'} and not args.public:
+    p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
+  from crackjax.deploy import release  # imported here: --plan needs no jax
+
+  for f in folds:
+    if 'train' in stages and not trained(f):
+      _run(train_command(f, args))
+    model = f.run / MODEL_FILE
+    if 'export' in stages and trained(f) and not model.exists():
+      _run(export_command(f, release.best_epoch(f.run)['step']))
+    if 'score' in stages and model.exists() and not f.record.exists():
+      _run(score_command(f, args))
+  rows: dict[str, dict[str, Any]] = {}
+  detail: dict[str, Any] = {}
+  for f in folds:
+    scores = fold_scores(f)
+    name = f'{f.recipe} ({f.budget})'
+    rows.setdefault(name, {})
+    if scores:
+      best = release.best_epoch(f.run)
+      scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
+      rows[name][f.held_out] = scores
+    detail.setdefault(name, {})[f.held_out] = scores
+  if args.peer:
+    rows['MTSCrack (its mask: output > 0)'] = peer_scores(Path(args.peer), held_out)
+  text = table(rows, held_out)
+  print(
+    '\nLODO: per held-out set "strict stored / ODS · thin-GT stored / ODS" F1 (%); stored = '
+    "the file's threshold, chosen on the other four's validation parts."
+  )
+  print(text)
+  if args.out:
+    Path(args.out).with_suffix('.json').write_text(
+      json.dumps({'command': sys.argv, 'folds': detail, 'rows': rows}, indent=1) + '\n'
+    )
+    Path(args.out).with_suffix('.md').write_text(text + '\n')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

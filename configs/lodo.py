@@ -1,0 +1,112 @@
+"""Leave-one-dataset-out (LODO): the general recipe trained on four of its five public datasets,
+to be scored on the fifth, which it never saw (issue 55; bench/lodo.py runs all five folds).
+
+  python launch.py --config=configs/lodo.py:crack500,base,short --workdir=... \\
+      --config.data.mix.<name>.manual_dir=DIR ...
+
+The argument is ``HELD_OUT[,RECIPE[,BUDGET]]``:
+
+- ``HELD_OUT``: the member left out, one of `MEMBERS` (the five of
+  configs/release/roads_unet_cpu.py). The run trains on the other four's train splits, scores
+  every epoch on their validation parts (strict; the epoch with the best mean per-dataset F1 is
+  the one kept, its pooled strict ODS threshold the stored one, as for the release), and never
+  reads the held-out member: it is not in ``config.data.mix``.
+- ``RECIPE`` (default ``base``): a key of `RECIPES`, the training changes under test; each is
+  a set of config overrides on top of roads-unet-cpu's recipe. ``base`` is that recipe as
+  released.
+- ``BUDGET`` (default ``short``): a key of `BUDGETS`, the fixed training length every fold and
+  recipe of a comparison shares (steps per epoch x epochs).
+
+Every other field is roads-unet-cpu's (configs/release/roads_unet_cpu.py): U-Net widths
+16...256, random 128x128 crops, batch 8, the exponential WCE (beta 0.75) + Jaccard.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from crackjax.configs.release import roads_unet_cpu
+
+#: The five public members; each is held out in turn.
+MEMBERS: tuple[str, ...] = tuple(roads_unet_cpu.MEMBERS)
+
+#: Photometric and sensor changes a new road's camera brings (crackjax.data.photometric):
+#: the ranges of `configs/base.py`'s ``augment.photometric`` group.
+PHOTOMETRIC = {
+  'enabled': True,
+  'brightness': 0.2,
+  'contrast': 0.3,
+  'gamma': 0.3,
+  'saturation': 0.5,
+  'greyscale': 0.2,
+  'blur': 0.3,
+  'blur_sigma': 1.5,
+  'noise': 0.3,
+  'noise_std': 0.04,
+}
+
+#: The recipes under comparison: config overrides (ConfigDict.update semantics) on top of
+#: roads-unet-cpu's.
+RECIPES: dict[str, dict] = {
+  # roads-unet-cpu's recipe as released.
+  'base': {},
+  # Colour, exposure, blur and sensor noise drawn per example in the train step.
+  'photometric': {'augment': {'photometric': PHOTOMETRIC}},
+  # Every training photo resized by a random factor in [0.5, 2] (log-uniform) before the
+  # crop: crack widths in pixels as different cameras and distances give them.
+  'scale': {'data': {'scale_range': (0.5, 2.0)}},
+  # Both.
+  'photometric_scale': {
+    'augment': {'photometric': PHOTOMETRIC},
+    'data': {'scale_range': (0.5, 2.0)},
+  },
+}
+
+#: Fixed training lengths (steps per epoch, epochs). ``short`` ranks recipes (about 8 minutes
+#: of training a fold on a 2-core CPU); ``long`` checks that the ranking holds and makes the
+#: final figure; ``smoke`` is for tests.
+BUDGETS: dict[str, dict] = {
+  'short': {'steps_per_epoch': 250, 'num_epochs': 4},
+  'long': {'steps_per_epoch': 500, 'num_epochs': 12},
+  'smoke': {'steps_per_epoch': 2, 'num_epochs': 2},
+}
+
+
+def parse_arg(arg: str | None) -> tuple[str, str, str]:
+  """(held_out, recipe, budget) of the config argument ``HELD_OUT[,RECIPE[,BUDGET]]``.
+
+  Raises:
+    ValueError: no held-out member, or a part that is not a known key (named with the known
+      ones).
+  """
+  parts = [p.strip() for p in (arg or '').split(',')]
+  if not parts[0] or len(parts) > 3:
+    raise ValueError(
+      f'configs/lodo.py needs HELD_OUT[,RECIPE[,BUDGET]], got {arg!r}; '
+      f'HELD_OUT one of {list(MEMBERS)}, RECIPE of {list(RECIPES)}, BUDGET of {list(BUDGETS)}.'
+    )
+  held_out, recipe, budget = (parts + ['base', 'short'][len(parts) - 1 :])[:3]
+  for value, known, what in (
+    (held_out, MEMBERS, 'held-out member'),
+    (recipe, RECIPES, 'recipe'),
+    (budget, BUDGETS, 'budget'),
+  ):
+    if value not in known:
+      raise ValueError(f'configs/lodo.py: unknown {what} {value!r}; known: {list(known)}.')
+  return held_out, recipe, budget
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  held_out, recipe, budget = parse_arg(arg)
+  c = roads_unet_cpu.get_config()
+  with c.data.mix.unlocked():
+    del c.data.mix[held_out]
+  c.update(RECIPES[recipe])
+  c.update(BUDGETS[budget])
+  c.max_checkpoints_to_keep = c.num_epochs
+  if budget == 'smoke':
+    c.model.widths = (4, 8, 16, 32, 64)
+    c.data.input_size = (64, 64)
+    c.batch_size = 2
+    c.log_every_steps = 1
+  return c

@@ -1,0 +1,148 @@
+"""Training for domain shift (issue 55): photometric augmentation, the random scale before the
+crop, the fingerprint of runs from before them, and the leave-one-dataset-out plan."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from crackjax.configs import base, lodo
+from crackjax.data import augment, loader, photometric
+from crackjax.experiment import validation
+from crackjax.runs import identity
+
+STRONG = dict(
+  brightness=0.3,
+  contrast=0.5,
+  gamma=0.5,
+  saturation=0.8,
+  greyscale=0.5,
+  blur=0.5,
+  blur_sigma=2.0,
+  noise=0.5,
+  noise_std=0.1,
+)
+jit_photometric = jax.jit(photometric.photometric, static_argnames=tuple(STRONG))
+
+
+def _images(b=4, h=24, w=20, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).random((b, h, w, 3)), jnp.float32)
+
+
+def test_photometric_shapes_range_determinism():
+  x = _images()
+  a = jit_photometric(jax.random.key(1), x, **STRONG)
+  b = jit_photometric(jax.random.key(1), x, **STRONG)
+  c = jit_photometric(jax.random.key(2), x, **STRONG)
+  assert a.shape == x.shape and a.dtype == x.dtype
+  assert float(a.min()) >= 0.0 and float(a.max()) <= 1.0
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same key, same images
+  assert not np.allclose(np.asarray(a), np.asarray(c))
+  # Each example draws its own changes: two copies of one image come out different.
+  same = jnp.stack([x[0], x[0]])
+  out = jit_photometric(jax.random.key(3), same, **STRONG)
+  assert not np.allclose(np.asarray(out[0]), np.asarray(out[1]))
+
+
+def test_photometric_neutral_is_identity_and_each_change_acts():
+  x = _images()
+  np.testing.assert_allclose(
+    np.asarray(jit_photometric(jax.random.key(0), x)), np.asarray(x), atol=1e-6
+  )
+  # Greyscale with probability 1: the three channels equal, the BT.601 luma.
+  g = np.asarray(jit_photometric(jax.random.key(0), x, greyscale=1.0))
+  luma = np.asarray(x) @ np.array([0.299, 0.587, 0.114])
+  np.testing.assert_allclose(g[..., 0], luma, atol=1e-5)
+  np.testing.assert_allclose(g[..., 0], g[..., 2], atol=1e-6)
+  # A blur with probability 1 keeps a constant image and smooths a random one.
+  flat = jnp.full((2, 16, 16, 3), 0.4)
+  np.testing.assert_allclose(
+    np.asarray(jit_photometric(jax.random.key(0), flat, blur=1.0, blur_sigma=2.0)), 0.4, atol=1e-5
+  )
+  blurred = np.asarray(jit_photometric(jax.random.key(0), x, blur=1.0, blur_sigma=2.0))
+  assert np.abs(np.diff(blurred, axis=1)).mean() < np.abs(np.diff(np.asarray(x), axis=1)).mean()
+  # Brightness moves the mean, by at most its range.
+  bright = np.asarray(jit_photometric(jax.random.key(0), x * 0.5 + 0.25, brightness=0.2))
+  shift = bright.mean(axis=(1, 2, 3)) - np.asarray(x * 0.5 + 0.25).mean(axis=(1, 2, 3))
+  assert np.all(np.abs(shift) <= 0.2 + 1e-6) and np.abs(shift).max() > 1e-3
+
+
+def test_augment_fn_leaves_masks_and_old_configs_alone():
+  c = base.get_config()
+  x, mask = (
+    _images(),
+    jnp.asarray(np.random.default_rng(1).random((4, 24, 20, 1)) > 0.8, jnp.float32),
+  )
+  plain = c.augment.to_dict()
+  old = {k: v for k, v in plain.items() if k != 'photometric'}  # a config.json from before
+  rng = jax.random.key(5)
+  a_img, a_mask = jax.jit(augment.augment_fn(plain))(rng, x, mask)
+  o_img, o_mask = jax.jit(augment.augment_fn(old))(rng, x, mask)
+  np.testing.assert_array_equal(np.asarray(a_img), np.asarray(o_img))  # disabled: as before
+  np.testing.assert_array_equal(np.asarray(a_mask), np.asarray(o_mask))
+  on = dict(plain, photometric={**plain['photometric'], 'enabled': True, **STRONG})
+  p_img, p_mask = jax.jit(augment.augment_fn(on))(rng, x, mask)
+  np.testing.assert_array_equal(np.asarray(p_mask), np.asarray(a_mask))  # the mask untouched
+  assert not np.allclose(np.asarray(p_img), np.asarray(a_img))
+
+
+def test_photometric_and_scale_range_checked():
+  c = lodo.get_config('crack500,photometric,smoke')
+  c.augment.photometric.blur = 1.5
+  c.data.scale_range = (2.0, 0.5)
+  with pytest.raises(validation.ConfigError) as e:
+    validation.check_config(c)
+  assert 'augment.photometric.blur=1.5' in str(e.value)
+  assert 'data.scale_range=(2.0, 0.5)' in str(e.value)
+
+
+class _Source(list):
+  pass
+
+
+def test_scale_range_resizes_before_the_crop():
+  image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+  mask = np.zeros((64, 64, 1), np.uint8)
+  mask[:, 30:32] = 1
+  source = _Source([{'image': image, 'mask': mask, 'name': b'a'}])
+  kw = dict(seed=0, input_size=(32, 32), noise_std=0.0)
+  same = loader.load_example(source, 0, 3, **kw)
+  neutral = loader.load_example(source, 0, 3, **kw, scale_range=(1.0, 1.0))
+  np.testing.assert_array_equal(same['image'], neutral['image'])  # nothing drawn at (1, 1)
+  widths = set()
+  for position in range(40):
+    ex = loader.load_example(source, 0, position, **kw, scale_range=(0.5, 2.0))
+    assert ex['image'].shape == (32, 32, 3) and ex['mask'].shape == (32, 32, 1)
+    assert set(np.unique(ex['mask'])) <= {0.0, 1.0}
+    row = ex['mask'][0, :, 0]
+    if row.any():
+      widths.add(int(row.sum()))
+  assert min(widths) < 2 < max(widths)  # the 2-pixel crack thinner and wider
+  again = loader.load_example(source, 0, 7, **kw, scale_range=(0.5, 2.0))
+  first = loader.load_example(source, 0, 7, **kw, scale_range=(0.5, 2.0))
+  np.testing.assert_array_equal(again['image'], first['image'])
+
+
+def test_old_runs_keep_their_fingerprint():
+  c = base.get_config().to_dict()
+  old = {**c, 'data': {k: v for k, v in c['data'].items() if k != 'scale_range'}}
+  old['augment'] = {k: v for k, v in c['augment'].items() if k != 'photometric'}
+  assert identity.fingerprint(old) == identity.fingerprint(c)
+  changed = lodo.get_config('gaps384,photometric_scale,smoke').to_dict()
+  fp = identity.fingerprint(changed)
+  assert fp['data.scale_range'] == [0.5, 2.0] and fp['augment.photometric.enabled'] is True
+
+
+def test_lodo_plan():
+  for held_out in lodo.MEMBERS:
+    c = lodo.get_config(f'{held_out},base,smoke')
+    assert held_out not in c.data.mix
+    assert sorted(c.data.mix) == sorted(m for m in lodo.MEMBERS if m != held_out)
+    assert c.data.test_split == 'valid'  # epochs scored on the four's validation parts
+  short = lodo.get_config('crackforest')
+  assert (short.steps_per_epoch, short.num_epochs) == (250, 4)
+  for bad in ('', 'nowhere', 'crack500,nothing', 'crack500,base,forever'):
+    with pytest.raises(ValueError, match='configs/lodo.py'):
+      lodo.get_config(bad)
