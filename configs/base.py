@@ -98,6 +98,11 @@ Fields:
     F1-against-epoch curves (empty: eval.protocols).
   eval.full_epochs: epochs scored under every eval.protocols even when curve_protocols is set
     (the last epoch always is); the runner names the epochs of the table rows.
+  eval.scales: test-time scales: every evaluated photo is predicted at each of these factors
+    of its size, each map resized back, and the maps averaged ((1.0,): once, as it is). A
+    model file keeps them: crackjax-predict, crackjax-evaluate and Predictor use them unless
+    told otherwise (--scales).
+  eval.flip: also predict each of those copies mirrored left-right and average (--flip).
   eval.background_workers: 0: those periodic evaluations score in the training loop (the
     accelerator waits; streamed, no map held). N >= 1: the maps are predicted in the loop and
     held (one epoch's), then scored in a
@@ -174,6 +179,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.curve_protocols = ()
   c.eval.full_epochs = ()
   c.eval.background_workers = 0
+  c.eval.scales = (1.0,)
+  c.eval.flip = False
   return c
 
 

@@ -66,6 +66,7 @@ from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as befo
 from crackjax.deploy.predict_batch import PROG
 from crackjax.deploy.predictor import BLENDS, Predictor
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.evaluation.inference import test_time_of
 from crackjax.experiment.restored import load_model, load_run, read_config
 from crackjax.runs import identity, outputs
 
@@ -84,6 +85,16 @@ def _define_flags(fv: flags.FlagValues) -> None:
     lower_bound=0.0,
     upper_bound=1.0,
     flag_values=fv,
+  )
+  flags.DEFINE_list(
+    'scales',
+    None,
+    'test-time scales: each photo predicted at these factors of its size, the maps averaged '
+    "(default: the model file's or run's eval.scales, 1 for most: as it is)",
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'flip', None, "also predict each photo mirrored, maps averaged (default: the file's)", fv
   )
   flags.DEFINE_float(
     'mm_per_pixel',
@@ -258,6 +269,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     # newer model file (model_file.ModelFileError).
     sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   try:
+    scales, flip = test_time_of(fv.scales, fv.flip, run.config.get('eval'))
     predictor = Predictor(
       run.model,
       run.params,
@@ -267,8 +279,10 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       overlap=fv.overlap,
       blend=fv.blend,
       batch_size=fv.batch_size,
+      scales=scales,
+      flip=flip,
     )
-  except ValueError as e:  # the tiling flags, checked where Python users get the same check
+  except ValueError as e:  # the tiling and test-time flags, checked as for Python users
     sys.exit(f'{PROG}: {e}')
   # Two predictions into one --out would replace each other's tables and orphan the maps:
   # --out is held as a training run holds its workdir (the second ends in one line).

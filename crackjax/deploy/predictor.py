@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax.evaluation.inference import predict_step
+from crackjax.evaluation.inference import check_test_time, predict_step, test_time_average
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.models import input_multiple
 
@@ -140,6 +140,17 @@ def as_float_image(image: np.ndarray) -> np.ndarray:
   raise ValueError(f'expected uint8, uint16 or float pixels, got {image.dtype}')
 
 
+def _run_defaults(run: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+  """`kwargs` with the run's threshold, BatchNorm averages and test-time scales and flip
+  (its config's ``eval`` group) where not given."""
+  ev = run.config.get('eval') or {}
+  kwargs.setdefault('threshold', run.threshold)
+  kwargs.setdefault('batch_stats', run.batch_stats)
+  kwargs.setdefault('scales', tuple(ev.get('scales') or (1.0,)))
+  kwargs.setdefault('flip', bool(ev.get('flip', False)))
+  return kwargs
+
+
 class Predictor:
   """Probability maps of a trained model for photos of any size.
 
@@ -154,6 +165,10 @@ class Predictor:
   neighbours over their overlap (`cosine_weights`), `'gaussian'` weights every tile by a
   Gaussian around its centre (`gaussian_weights`, nnU-Net's). At equal cost the cosine
   cross-fade stays closer to the whole-image prediction (docs/prediction.md).
+
+  With `scales` / `flip` (a model file's or run's ``eval.scales`` / ``eval.flip`` by default)
+  the photo is predicted at each scale, and mirrored, and the maps averaged
+  (`crackjax.evaluation.inference.test_time_average`; one pass per copy).
 
   Attributes:
     model: the linen Module.
@@ -175,6 +190,8 @@ class Predictor:
     bucket: int = PAD_BUCKET,
     devices: list[jax.Device] | None = None,
     blend: str = 'cosine',
+    scales: Sequence[float] = (1.0,),
+    flip: bool = False,
   ):
     if not 0.0 <= overlap < 1.0:
       raise ValueError(f'overlap must be in [0, 1), got {overlap}')
@@ -186,6 +203,7 @@ class Predictor:
       raise ValueError(f'threshold must be a number in [0, 1], got {threshold!r}')
     if blend not in BLENDS:
       raise ValueError(f'blend must be one of {sorted(BLENDS)}, got {blend!r}')
+    self.scales, self.flip = check_test_time(scales, flip)
     self.blend = blend
     self.model = model
     self.threshold = float(threshold)
@@ -217,9 +235,7 @@ class Predictor:
   def from_workdir(cls, workdir: str | Path, *, step: int | None = None, **kwargs) -> Predictor:
     """The model, parameters and saved threshold of a training run's workdir."""
     run = load_run(workdir, step=step)
-    kwargs.setdefault('threshold', run.threshold)
-    kwargs.setdefault('batch_stats', run.batch_stats)
-    return cls(run.model, run.params, **kwargs)
+    return cls(run.model, run.params, **_run_defaults(run, kwargs))
 
   @classmethod
   def from_pretrained(
@@ -233,9 +249,7 @@ class Predictor:
     `allow_plugins`: the plugin modules the file names that may be imported (a file never
     imports code on its own word; released models need none, `load_model`)."""
     run = load_model(spec, allow_plugins=allow_plugins)
-    kwargs.setdefault('threshold', run.threshold)
-    kwargs.setdefault('batch_stats', run.batch_stats)
-    return cls(run.model, run.params, **kwargs)
+    return cls(run.model, run.params, **_run_defaults(run, kwargs))
 
   def padded_shape(self, height: int, width: int) -> tuple[int, int]:
     """The shape an image is padded to (its compile bucket)."""
@@ -273,6 +287,19 @@ class Predictor:
   ) -> np.ndarray:
     """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image;
     `progress(n)` is called as each batch of n tiles is done (a tqdm bar's ``update``)."""
+    if self.scales == (1.0,) and not self.flip:
+      return self._predict(image, progress)
+    return test_time_average(
+      lambda copy: self._predict(copy, progress),
+      as_float_image(image),
+      scales=self.scales,
+      flip=self.flip,
+    )
+
+  def _predict(
+    self, image: np.ndarray, progress: Callable[[int], object] | None = None
+  ) -> np.ndarray:
+    """One pass of the model over the image (tiled where large)."""
     image = np.asarray(image)
     if image.dtype != np.uint8:
       image = as_float_image(image)

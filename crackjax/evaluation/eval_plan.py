@@ -29,6 +29,9 @@ class EvalPlan:
     tail_thresholds: whether the grids add the thresholds near 0 and 1.
     num_qualitative: test images in qualitative.png.
     save_probability_maps: whether probs/<name>.png are written.
+    scales: the test-time scales every photo is predicted at, the maps averaged
+      (``config.eval.scales``; (1.0,): as it is, `inference.test_time_average`).
+    flip: also predict each copy mirrored (``config.eval.flip``).
     background_workers: processes counting the periodic evaluation beside training (0: in
       the training loop).
     grids: (protocol, the size of its grid's uniform part) of every protocol of `protocols`
@@ -47,6 +50,8 @@ class EvalPlan:
   num_qualitative: int = 0
   save_probability_maps: bool = False
   background_workers: int = 0
+  scales: tuple[float, ...] = (1.0,)
+  flip: bool = False
   grids: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
 
   def __post_init__(self) -> None:

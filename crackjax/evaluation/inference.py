@@ -1,7 +1,9 @@
 """A trained model's crack probability maps for whole images: the evaluation's path.
 
 `predict_probabilities` edge-pads each image to the model's input multiple, applies the fused
-map of the model's outputs (`predict_step`, jitted once per model) and crops back. Evaluation
+map of the model's outputs (`predict_step`, jitted once per model) and crops back; with
+``scales`` / ``flip`` it averages the maps of resized and mirrored copies
+(`test_time_average`). Evaluation
 (`crackjax.trainer.scoring`) uses it; the user-facing `crackjax.deploy.predictor.Predictor`
 builds tiles, reflection padding and shape buckets on `predict_step`.
 """
@@ -9,12 +11,13 @@ builds tiles, reflection padding and shape buckets on `predict_step`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
 import numpy as np
+import PIL.Image
 
 from crackjax.models import apply_model, fused_logits, input_multiple
 
@@ -38,8 +41,105 @@ def _jitted_predict_step(model: nn.Module):
   return jax.jit(functools.partial(predict_step, apply_fn=model.apply))
 
 
+def _resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
+  """A float [H, W] or [H, W, C] array resized bilinearly (PIL's 'F' mode, channel by
+  channel; antialiased when it shrinks)."""
+  if array.shape[:2] == (height, width):
+    return array
+  if array.ndim == 3:
+    return np.stack([_resize(array[..., k], height, width) for k in range(array.shape[2])], -1)
+  image = PIL.Image.fromarray(np.ascontiguousarray(array, np.float32), mode='F')
+  return np.asarray(image.resize((width, height), PIL.Image.BILINEAR), np.float32)
+
+
+def check_test_time(scales: Sequence[float], flip: bool) -> tuple[tuple[float, ...], bool]:
+  """`scales` and `flip` as `test_time_average` takes them.
+
+  Raises:
+    ValueError: no scale, or a scale that is not a number in (0, 4].
+  """
+  scales = tuple(scales)
+  bad = [
+    s for s in scales if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s <= 4
+  ]
+  if not scales or bad:
+    raise ValueError(
+      f'test-time scales must be one or more numbers in (0, 4] (1: the photo as it is), '
+      f'got {list(scales)}.'
+    )
+  if not isinstance(flip, bool):
+    raise ValueError(f'test-time flip must be True or False, got {flip!r}.')
+  return tuple(float(s) for s in scales), flip
+
+
+def test_time_of(
+  scales: Sequence[str] | None, flip: bool | None, eval_group: Any
+) -> tuple[tuple[float, ...], bool]:
+  """The test-time scales and flip of a command: its ``--scales`` (strings) and ``--flip``
+  where given (not None), else the run's or model file's ``eval`` group's (`eval_group`, a
+  mapping; a config from before the fields has neither: once, as it is).
+
+  Raises:
+    ValueError: a scale that is not a number in (0, 4].
+  """
+  ev = eval_group or {}
+  if scales is not None:
+    try:
+      values = tuple(float(x) for x in scales)
+    except ValueError:
+      raise ValueError(f'scales must be numbers, got {",".join(scales)!r}') from None
+  else:
+    values = tuple(ev.get('scales') or (1.0,))
+  return check_test_time(values, bool(ev.get('flip', False)) if flip is None else flip)
+
+
+def test_time_average(
+  predict: Callable[[np.ndarray], np.ndarray],
+  image: np.ndarray,
+  *,
+  scales: Sequence[float] = (1.0,),
+  flip: bool = False,
+) -> np.ndarray:
+  """The mean of `predict`'s maps of `image` at each of `scales` (resized, the map resized
+  back to the image's size) and, with `flip`, of each copy mirrored left-right (its map
+  mirrored back).
+
+  Args:
+    predict: ``image [h, w, 3] float -> map [h, w]``, any size.
+    image: [H, W, 3] float in [0, 1].
+    scales: factors of the image's size (1.0: as it is; at least one).
+    flip: also predict every copy mirrored.
+
+  Returns:
+    The [H, W] float32 map; with ``scales=(1.0,)`` and no flip exactly ``predict(image)``.
+  """
+  scales, flip = check_test_time(scales, flip)
+  h, w = image.shape[:2]
+  total = None
+  count = 0
+  for scale in scales:
+    sh, sw = max(1, round(h * scale)), max(1, round(w * scale))
+    copy = _resize(image, sh, sw)
+    maps = [predict(copy)]
+    if flip:
+      maps.append(predict(np.ascontiguousarray(copy[:, ::-1]))[:, ::-1])
+    for m in maps:
+      m = _resize(np.asarray(m, np.float32), h, w)
+      total = m.copy() if total is None else total + m
+      count += 1
+  if count == 1:
+    return total
+  return total / count
+
+
 def predict_probabilities(
-  params: Any, model: nn.Module, images: Iterable[np.ndarray], *, batch_stats: Any = None
+  params: Any,
+  model: nn.Module,
+  images: Iterable[np.ndarray],
+  *,
+  batch_stats: Any = None,
+  scales: Sequence[float] = (1.0,),
+  flip: bool = False,
 ) -> Iterator[np.ndarray]:
   """Crack probability maps [H, W] for images [H, W, 3] (float, in [0, 1]) of any size.
 
@@ -47,13 +147,21 @@ def predict_probabilities(
   prediction cropped back, so sizes need not be multiples of 16 for the U-Net. This is the
   evaluation protocol's path (unchanged since the results in docs/results.md); `Predictor`
   is the one for users' photos. `batch_stats`: the running averages of a model with
-  BatchNorm (None for the others).
+  BatchNorm (None for the others). `scales` / `flip`: test-time averaging over resized and
+  mirrored copies (`test_time_average`; the defaults predict the image once, as it is).
   """
   multiple = input_multiple(model)
   apply = _jitted_predict_step(model)
-  for image in images:
+  scales, flip = check_test_time(scales, flip)
+
+  def one(image: np.ndarray) -> np.ndarray:
     h, w = image.shape[:2]
     ph, pw = -h % multiple, -w % multiple
     padded = np.pad(image, ((0, ph), (0, pw), (0, 0)), mode='edge')
-    prob = apply(params, padded[None], batch_stats=batch_stats)[0, :h, :w, 0]
-    yield np.asarray(prob)
+    return np.asarray(apply(params, padded[None], batch_stats=batch_stats)[0, :h, :w, 0])
+
+  for image in images:
+    if scales == (1.0,) and not flip:
+      yield one(image)
+    else:
+      yield test_time_average(one, image, scales=scales, flip=flip)

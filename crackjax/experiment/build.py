@@ -69,6 +69,8 @@ def eval_plan_of(c: specs.Plain) -> EvalPlan:
     num_qualitative=int(ev['num_qualitative']),
     save_probability_maps=bool(ev.get('save_probability_maps', False)),
     background_workers=int(ev.get('background_workers', 0) or 0),
+    scales=tuple(float(x) for x in ev.get('scales') or (1.0,)),
+    flip=bool(ev.get('flip', False)),
   )
 
 

@@ -29,7 +29,7 @@ from flax import linen as nn
 from crackjax import losses, models, plugins
 from crackjax.data import augment, mixture, photometric
 from crackjax.data import registry as data_registry
-from crackjax.evaluation import PROTOCOLS
+from crackjax.evaluation import PROTOCOLS, inference
 from crackjax.experiment import specs
 from crackjax.models import input_multiple, model_from_config, pretrained
 
@@ -291,7 +291,7 @@ def _plugin_problems(c: specs.Plain, names: tuple[str, ...] | None) -> list[str]
 
 def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
-  full_epochs, background_workers)."""
+  full_epochs, background_workers) and the test-time scales and flip."""
   problems = []
   every = ev.get('every_epochs', 0)
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
@@ -313,6 +313,10 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
       f'config.eval.background_workers={workers!r} must be an integer >= 0 (0: score in the '
       'training loop).'
     )
+  try:
+    inference.check_test_time(ev.get('scales') or (1.0,), ev.get('flip', False))
+  except ValueError as e:
+    problems.append(f'config.eval.scales / flip: {e}')
   return problems
 
 

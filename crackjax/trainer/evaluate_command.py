@@ -105,6 +105,19 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_list(
     'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
   )
+  flags.DEFINE_list(
+    'scales',
+    None,
+    'test-time scales: each photo predicted at these factors of its size, the maps averaged '
+    "(default: the run's or model file's eval.scales, 1 for most: as it is)",
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'flip',
+    None,
+    "also predict each photo mirrored and average (default: the run's or file's eval.flip)",
+    flag_values=fv,
+  )
   flags.DEFINE_string(
     'out',
     None,
@@ -286,6 +299,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
   from crackjax.engine import checkpoints
+  from crackjax.evaluation import inference
   from crackjax.experiment import restored
   from crackjax.experiment.build import build
 
@@ -316,13 +330,19 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
   if unknown:
     sys.exit(f'{PROG}: unknown --protocols {unknown}; known: {sorted(evaluation.PROTOCOLS)}')
+  try:
+    test_time = inference.test_time_of(fv.scales, fv.flip, config.eval)
+  except ValueError as e:
+    sys.exit(f'{PROG}: --scales / --flip: {e}')
   manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
   try:
     targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
-  if fv.data_dir:
-    for _, c, _ in targets:
+  for _, c, _ in targets:
+    with c.eval.unlocked():  # a recorded config from before the fields has neither
+      c.eval.scales, c.eval.flip = test_time
+    if fv.data_dir:
       c.data.data_dir = fv.data_dir
   folder = Path(fv.out) if fv.out else workdir / 'eval'
   if len(targets) > 1:  # the cross-dataset table: checked before the long work

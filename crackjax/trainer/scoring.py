@@ -328,7 +328,14 @@ def stream_score(
     reading = read_ahead(examples)
     try:
       for ex in reading:
-        [prob] = predict_probabilities(params, model, [ex['image']], batch_stats=batch_stats)
+        [prob] = predict_probabilities(
+          params,
+          model,
+          [ex['image']],
+          batch_stats=batch_stats,
+          scales=plan.scales,
+          flip=plan.flip,
+        )
         gt = ex['mask'][..., 0]
         names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
