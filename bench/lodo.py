@@ -39,6 +39,8 @@ from crackjax.configs import lodo
 REPO = Path(__file__).resolve().parents[1]
 
 PROTOCOLS = ('strict', 'tolerance_thin_gt')
+# The protocol the stored threshold is chosen under (the pooled validation strict ODS).
+THRESHOLD_PROTOCOL = 'strict'
 MODEL_FILE = 'model.safetensors'
 HELDOUT_DIR = 'heldout'
 
@@ -95,9 +97,15 @@ def trained(fold: Fold) -> bool:
   return (fold.run / f'epoch_{epochs:03d}.json').exists()
 
 
+def _script(name: str) -> str:
+  """A crackjax console script: the one beside this Python (its environment's), else PATH's."""
+  beside = Path(sys.executable).parent / name
+  return str(beside) if beside.exists() else name
+
+
 def export_command(fold: Fold, step: int) -> list[str]:
   return [
-    'crackjax-export',
+    _script('crackjax-export'),
     f'--workdir={fold.run}',
     f'--step={step}',
     '--format=model',
@@ -111,7 +119,7 @@ def export_command(fold: Fold, step: int) -> list[str]:
 def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
   h = fold.held_out
   cmd = [
-    'crackjax-evaluate',
+    _script('crackjax-evaluate'),
     f'--model={fold.run / MODEL_FILE}',
     f'--data={h}:{args.test_split}',
     f'--protocols={",".join(PROTOCOLS)}',
@@ -147,7 +155,41 @@ def fold_scores(fold: Fold) -> dict[str, Any] | None:
       'ods': 100 * r['ods']['f1'],
       'ods_threshold': r['ods']['threshold'],
     }
+  curve = record['results'][THRESHOLD_PROTOCOL]['curve']
+  out['curve'] = {'thresholds': curve['thresholds'], 'f1': [100 * f for f in curve['f1']]}
   return out
+
+
+def new_road_thresholds(by_set: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+  """A threshold chosen for new roads (issue 55 item 4), from the held-out sets' strict
+  curves (every fold's grid is the same config's): for each held-out set, the threshold that
+  maximises the mean F1 of the *other* held-out sets, and this set's F1 there (honest: its
+  own labels play no part); and the one threshold best for all of them (what a release
+  would store). None until at least three sets are scored."""
+  scored = {h: s['curve'] for h, s in by_set.items() if s and 'curve' in s}
+  if len(scored) < 3:
+    return None
+  grids = {tuple(c['thresholds']) for c in scored.values()}
+  if len(grids) != 1:
+    return None  # folds scored on different grids: no common threshold to compare
+  thresholds = list(grids.pop())
+  f1 = {h: c['f1'] for h, c in scored.items()}
+
+  def best(sets: list[str]) -> int:
+    means = [sum(f1[h][i] for h in sets) / len(sets) for i in range(len(thresholds))]
+    return max(range(len(thresholds)), key=lambda i: (means[i], -abs(thresholds[i] - 0.5)))
+
+  per_set = {}
+  for h in f1:
+    i = best([g for g in f1 if g != h])
+    per_set[h] = {'threshold': thresholds[i], 'f1': f1[h][i]}
+  i = best(list(f1))
+  return {
+    'per_set': per_set,
+    'mean_f1': sum(v['f1'] for v in per_set.values()) / len(per_set),
+    'one_threshold': thresholds[i],
+    'one_threshold_mean_f1': sum(f1[h][i] for h in f1) / len(f1),
+  }
 
 
 def peer_scores(path: Path, held_out: list[str]) -> dict[str, dict[str, Any]]:
@@ -192,6 +234,47 @@ def table(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
       complete = '' if n == len(held_out) else f' ({n} of {len(held_out)})'
       mean_cells.append(f'{sum(stored) / n:.1f} / {sum(ods) / n:.1f}{complete}' if n else '–')
     lines.append(f'| {name} | ' + ' | '.join(cells) + ' | ' + ' | '.join(mean_cells) + ' |')
+  return '\n'.join(lines)
+
+
+def threshold_table(
+  rows: dict[str, dict[str, Any]], choices: dict[str, Any], held_out: list[str]
+) -> str:
+  """Strict F1 on each held-out set at the fold's stored threshold (chosen on the four known
+  sets' validation parts) against at the threshold chosen on the other held-out sets."""
+  lines = [
+    '| recipe | threshold rule | ' + ' | '.join(held_out) + ' | mean |',
+    '|' + '---|' * (len(held_out) + 3),
+  ]
+  for name, chosen in choices.items():
+    stored = [rows[name][h]['strict'] for h in held_out if h in chosen['per_set']]
+    cells = []
+    for h in held_out:
+      s = rows[name].get(h, {}).get('strict')
+      cells.append(f'{s["stored"]:.1f} (t={s["threshold"]:.2f})' if h in chosen['per_set'] else '–')
+    mean = sum(s['stored'] for s in stored) / len(stored)
+    lines.append(
+      f"| {name} | stored (known sets' validation) | " + ' | '.join(cells) + f' | {mean:.1f} |'
+    )
+    cells = [
+      f'{chosen["per_set"][h]["f1"]:.1f} (t={chosen["per_set"][h]["threshold"]:.2f})'
+      if h in chosen['per_set']
+      else '–'
+      for h in held_out
+    ]
+    lines.append(
+      f'| {name} | chosen on the other held-out sets | '
+      + ' | '.join(cells)
+      + f' | {chosen["mean_f1"]:.1f} |'
+    )
+  lines.append(
+    '\nOne threshold for all held-out sets: '
+    + '; '.join(
+      f'{n}: t={c["one_threshold"]:.3g} (mean strict F1 {c["one_threshold_mean_f1"]:.1f}, '
+      'chosen on them)'
+      for n, c in choices.items()
+    )
+  )
   return '\n'.join(lines)
 
 
@@ -252,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
   if args.peer:
     rows['MTSCrack (its mask: output > 0)'] = peer_scores(Path(args.peer), held_out)
   text = table(rows, held_out)
+  choices = {}
+  for name, by_set in rows.items():
+    chosen = None if name.startswith('MTSCrack') else new_road_thresholds(by_set)
+    if chosen:
+      choices[name] = chosen
+  if choices:
+    text += '\n\n' + threshold_table(rows, choices, held_out)
   print(
     '\nLODO: per held-out set "strict stored / ODS · thin-GT stored / ODS" F1 (%); stored = '
     "the file's threshold, chosen on the other four's validation parts."
@@ -259,7 +349,11 @@ def main(argv: list[str] | None = None) -> int:
   print(text)
   if args.out:
     Path(args.out).with_suffix('.json').write_text(
-      json.dumps({'command': sys.argv, 'folds': detail, 'rows': rows}, indent=1) + '\n'
+      json.dumps(
+        {'command': sys.argv, 'folds': detail, 'rows': rows, 'new_road_thresholds': choices},
+        indent=1,
+      )
+      + '\n'
     )
     Path(args.out).with_suffix('.md').write_text(text + '\n')
   return 0

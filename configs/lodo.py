@@ -109,4 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.input_size = (64, 64)
     c.batch_size = 2
     c.log_every_steps = 1
+    if 'crackforest' in c.data.mix:  # tests' tiny copies hold fewer than 58 train photos
+      c.data.mix.crackforest.train_split = 'train[:80%]'
+      c.data.mix.crackforest.valid_split = 'train[80%:]'
   return c

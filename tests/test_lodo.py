@@ -1,0 +1,138 @@
+"""bench/lodo.py, leave-one-dataset-out (issue 55): which member each fold holds out, what it
+trains on and scores; the table and the threshold chosen on the other held-out sets; (slow)
+the whole command on tiny fake copies of the five datasets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+  spec = importlib.util.spec_from_file_location('lodo_bench', REPO / 'bench' / 'lodo.py')
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # its dataclass looks its module up
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_plan_holds_each_member_out_once(tmp_path):
+  lodo = _bench()
+  folds = lodo.plan(['base', 'photometric'], 'short', list(lodo.lodo.MEMBERS), tmp_path)
+  assert len(folds) == 10
+  for f in folds:
+    assert f.held_out not in f.trains_on and len(f.trains_on) == 4
+    assert f.run == tmp_path / f'{f.recipe}_short' / f.held_out
+    cmd = lodo.train_command(f, _args(lodo))
+    assert f'--config=configs/lodo.py:{f.held_out},{f.recipe},short' in cmd
+    # The held-out member's data is never handed to its training.
+    assert not any(f'mix.{f.held_out}.' in part for part in cmd)
+    score = lodo.score_command(f, _args(lodo))
+    assert f'--data={f.held_out}:test' in score
+    assert f'--model={f.run / lodo.MODEL_FILE}' in score
+  out = subprocess.run(
+    [sys.executable, 'bench/lodo.py', '--plan', '--recipes=base'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout
+  assert (
+    'base,short: train on deepcrack+crack500+gaps384+aiglern_trimm; score crackforest:test' in out
+  )
+  bad = subprocess.run(
+    [sys.executable, 'bench/lodo.py', '--plan', '--recipes=magic'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+  )
+  assert bad.returncode == 2 and "unknown recipe ['magic']" in bad.stderr
+
+
+def _args(lodo, **kw):
+  return lodo_args(
+    crackforest='CF', public='PUB', data_dir=None, test_split='test', workers=1, **kw
+  )
+
+
+class lodo_args:  # noqa: N801 (an argparse.Namespace stand-in)
+  def __init__(self, **kw):
+    self.__dict__.update(kw)
+
+
+def _scores(curve_f1, stored=50.0):
+  thresholds = [0.1 * i for i in range(10)]
+  point = {'stored': stored, 'threshold': 0.5, 'ods': max(curve_f1), 'ods_threshold': 0.0}
+  return {
+    'strict': point,
+    'tolerance_thin_gt': point,
+    'curve': {'thresholds': thresholds, 'f1': curve_f1},
+  }
+
+
+def test_new_road_threshold_is_chosen_on_the_other_sets():
+  lodo = _bench()
+  # Three held-out sets whose best thresholds are 0.2, 0.3 and 0.7.
+  a = [0, 10, 80, 60, 40, 30, 20, 10, 0, 0]
+  b = [0, 10, 60, 80, 50, 30, 20, 10, 0, 0]
+  c = [0, 0, 0, 20, 30, 40, 50, 70, 10, 0]
+  chosen = lodo.new_road_thresholds({'a': _scores(a), 'b': _scores(b), 'c': _scores(c)})
+  # For a: the mean of b and c is best at 0.3 (65 / 2 + ...): b 80 + c 20 = 100 -> 50.0;
+  # at 0.7: 10 + 70 = 80 -> 40; so 0.3, where a scores 60.
+  assert chosen['per_set']['a'] == {'threshold': pytest.approx(0.3), 'f1': 60}
+  # For c: a and b are best together at 0.2 or 0.3 (70 both), the tie to the one nearer 0.5.
+  assert chosen['per_set']['c'] == {'threshold': pytest.approx(0.3), 'f1': 20}
+  assert chosen['mean_f1'] == pytest.approx((60 + chosen['per_set']['b']['f1'] + 20) / 3)
+  assert lodo.new_road_thresholds({'a': _scores(a), 'b': _scores(b)}) is None  # too few
+  rows = {'base (short)': {'a': _scores(a), 'b': _scores(b), 'c': _scores(c)}}
+  text = lodo.table(rows, ['a', 'b', 'c', 'd'])
+  assert '| base (short) | 50.0 / 80.0 · 50.0 / 80.0 |' in text
+  assert '(3 of 4)' in text and '| – |' in text
+
+
+@pytest.mark.slow
+def test_lodo_end_to_end_on_fake_copies(tmp_path):
+  root = tmp_path / 'sources'
+  crackforest = fixtures.make_fake_crackforest(root / 'crackforest', n_labelled=10, n_unlabelled=0)
+  for name in fixtures.PUBLIC_SET_FOLDERS:
+    fixtures.make_fake_public_set(root, name, counts={'train': 6, 'valid': 2, 'test': 3})
+  work, out = tmp_path / 'lodo', tmp_path / 'table'
+  cmd = [
+    sys.executable,
+    'bench/lodo.py',
+    '--budget=smoke',
+    '--held_out=aiglern_trimm,crackforest,gaps384',
+    f'--work={work}',
+    f'--crackforest={crackforest}',
+    f'--public={root / "Datasets"}',
+    f'--data_dir={tmp_path / "tfds"}',
+    '--workers=1',
+    f'--out={out}',
+  ]
+  done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  record = json.loads(out.with_suffix('.json').read_text())
+  folds = record['folds']['base (smoke)']
+  for held_out in ('aiglern_trimm', 'crackforest', 'gaps384'):
+    run = work / 'base_smoke' / held_out
+    config = json.loads((run / 'config.json').read_text())
+    assert held_out not in config['data']['mix'] and len(config['data']['mix']) == 4
+    scored = json.loads((run / 'heldout' / f'{held_out}_test' / 'eval.json').read_text())
+    assert scored['dataset'] == held_out and scored['split'] == 'test'
+    assert (
+      scored['num_images'] == (46 if held_out == 'crackforest' else 3) or scored['num_images'] > 0
+    )
+    assert set(folds[held_out]) >= {'strict', 'tolerance_thin_gt', 'selected'}
+  assert 'new_road_thresholds' in record and record['new_road_thresholds']['base (smoke)']
+  # Resumable: a second run trains, exports and scores nothing again.
+  again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0 and '+ ' not in again.stdout
