@@ -4,10 +4,11 @@
 # installs it into a new virtual environment outside the repository, and from an empty folder
 # runs, each printing its normal output and each required to exit 0:
 #   crackjax-models; crackjax-docs troubleshooting --path (the installed page)
+#   the README's first command, verbatim (its first ```bash block, after the install's &&)
 #   crackjax-predict --model=crackforest-unet-cpu on one photo
 #   crackjax-evaluate --model=crackforest-unet-cpu --folder=IMAGES:MASKS on three pairs
-#   two steps of the fine-tuning recipe (crackjax-train --config=configs/finetune.py:
-#   crackforest-unet-cpu, docs/datasets.md) on a folder of its own
+#   two steps of the fine-tuning recipe (crackjax-train --config=configs/finetune.py, from
+#   roads-unet-cpu, docs/datasets.md) on a folder of its own
 # The pairs are three CrackForest photos with their masks, or three synthetic ones where the
 # CrackForest copy is absent. Prints each step's time and the total; fails at the first error.
 # Environment knobs: PYTHON=python3 (makes the venv), CRACKFOREST_DIR (the CrackForest copy;
@@ -18,6 +19,10 @@ cd "$(dirname "$0")/.."
 . scripts/script_help.sh
 script_help "usage: [PYTHON=python3 CRACKFOREST_DIR=DIR KEEP=1] bash scripts/wheel_smoke.sh" "$@"
 repo=$(pwd)
+# The README's first command as a user copies it: its first ```bash block, less the install
+# that precedes '&& ' (the wheel is this script's install).
+first=$(awk '/^```bash/{f=1; next} f && /^```/{exit} f' README.md | sed -n 's/^pip install [^&]*&& //p')
+[ -n "$first" ] || { echo "wheel_smoke: FAILED: no 'pip install ... && COMMAND' in README.md's first bash block" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
 CRACKFOREST_DIR=${CRACKFOREST_DIR:-$repo/../shared/datasets/crackforest}
 MODEL=crackforest-unet-cpu
@@ -58,6 +63,10 @@ case "$page" in "$tmp/venv/"*) echo "wheel_smoke: crackjax-docs: $page" ;;
 test -s "$page"
 test -s "$(dirname "$(python -c 'import crackjax.models; print(crackjax.models.__file__)')")/released/LICENSE-MODELS.md"
 
+step "the README's first command" bash -c "$first"
+test -s predictions/measurements.csv
+rm -rf predictions
+
 # Three pairs (IMAGES/x.png, MASKS/x.png): CrackForest's, or synthetic 320x480 ones.
 python - "$CRACKFOREST_DIR" pairs <<'EOF'
 import sys
@@ -93,7 +102,7 @@ EOF
 step "crackjax-predict" crackjax-predict --model=$MODEL --out=predictions pairs/images/001.png
 test -s predictions/measurements.csv
 step "crackjax-evaluate" crackjax-evaluate --model=$MODEL --folder=pairs/images:pairs/masks --out=scores
-step "fine-tuning, 2 steps" crackjax-train --config=configs/finetune.py:$MODEL --workdir=ft \
+step "fine-tuning, 2 steps" crackjax-train --config=configs/finetune.py --workdir=ft \
   --config.data.folder.images=pairs/images --config.data.folder.masks=pairs/masks \
   --config.num_epochs=1 --config.steps_per_epoch=2
 test -s ft/eval.json

@@ -42,9 +42,9 @@ def test_scales_and_flip_average_resized_maps():
   # By hand: each copy's map, mirrored back and resized back, then their mean.
   maps = []
   for h, w in ((20, 28), (40, 56)):
-    copy = inference._resize(image, h, w)
-    maps.append(inference._resize(predict(copy), 40, 56))
-    maps.append(inference._resize(predict(np.ascontiguousarray(copy[:, ::-1]))[:, ::-1], 40, 56))
+    copy = inference.resize(image, h, w)
+    maps.append(inference.resize(predict(copy), 40, 56))
+    maps.append(inference.resize(predict(np.ascontiguousarray(copy[:, ::-1]))[:, ::-1], 40, 56))
   np.testing.assert_allclose(out, np.mean(maps, axis=0), rtol=1e-6)
   # The column term is mirrored back: the mirrored scale-1 map is not the plain one.
   assert not np.allclose(maps[2], maps[3])

@@ -86,6 +86,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     upper_bound=1.0,
     flag_values=fv,
   )
+  flags.DEFINE_bool(
+    'examples',
+    False,
+    'also predict four example road photos (drawn here: crackjax/deploy/examples.py), written '
+    'to OUT/examples/ first: a first try without photos of your own',
+    flag_values=fv,
+  )
   flags.DEFINE_list(
     'scales',
     None,
@@ -225,8 +232,11 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       f'usage: {USAGE}'
     )
   cli.refuse_two_models(fv, PROG)
-  if not inputs:
-    sys.exit(f'{PROG}: no input given; name image files, folders or globs after the flags.')
+  if not inputs and not fv.examples:
+    sys.exit(
+      f'{PROG}: no input given; name image files, folders or globs after the flags (or '
+      '--examples for four example road photos).'
+    )
   if fv.model and fv.step is not None:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   if fv.workdir:
@@ -236,11 +246,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       sys.exit(f'{PROG}: {e}')
   origin = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
   out = Path(fv.out)
-  files, problems = find_inputs(inputs, out=out)
-  for problem in problems:
-    print(f'{PROG}: {problem}', file=sys.stderr)
-  if not files:
-    sys.exit(f'{PROG}: no image files to predict.')
+  files = _files(fv, inputs, out)
   table = out / 'measurements.csv'
   tables = [table, out / 'cracks.csv', out / 'index.html']
   names = output_names(files)
@@ -293,6 +299,22 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       )
   except identity.RunLockedError as e:
     sys.exit(f'{PROG}: --out={out}: {e}')
+
+
+def _files(fv: flags.FlagValues, inputs: list[str], out: Path) -> list[Path]:
+  """The image files to predict: those `inputs` name and, with --examples, the example photos
+  written into OUT/examples/ first; each input's problem printed; none: the command ends."""
+  if fv.examples:
+    from crackjax.deploy import examples
+
+    outputs.require_writable(PROG, f'--out={out}', out)
+    inputs = [*inputs, str(examples.write_examples(out / 'examples')[0].parent)]
+  files, problems = find_inputs(inputs, out=out)
+  for problem in problems:
+    print(f'{PROG}: {problem}', file=sys.stderr)
+  if not files:
+    sys.exit(f'{PROG}: no image files to predict.')
+  return files
 
 
 def _earlier(out: Path) -> list[str]:

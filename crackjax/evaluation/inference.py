@@ -41,13 +41,13 @@ def _jitted_predict_step(model: nn.Module):
   return jax.jit(functools.partial(predict_step, apply_fn=model.apply))
 
 
-def _resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
+def resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
   """A float [H, W] or [H, W, C] array resized bilinearly (PIL's 'F' mode, channel by
   channel; antialiased when it shrinks)."""
   if array.shape[:2] == (height, width):
     return array
   if array.ndim == 3:
-    return np.stack([_resize(array[..., k], height, width) for k in range(array.shape[2])], -1)
+    return np.stack([resize(array[..., k], height, width) for k in range(array.shape[2])], -1)
   image = PIL.Image.fromarray(np.ascontiguousarray(array, np.float32), mode='F')
   return np.asarray(image.resize((width, height), PIL.Image.BILINEAR), np.float32)
 
@@ -119,12 +119,12 @@ def test_time_average(
   count = 0
   for scale in scales:
     sh, sw = max(1, round(h * scale)), max(1, round(w * scale))
-    copy = _resize(image, sh, sw)
+    copy = resize(image, sh, sw)
     maps = [predict(copy)]
     if flip:
       maps.append(predict(np.ascontiguousarray(copy[:, ::-1]))[:, ::-1])
     for m in maps:
-      m = _resize(np.asarray(m, np.float32), h, w)
+      m = resize(np.asarray(m, np.float32), h, w)
       total = m.copy() if total is None else total + m
       count += 1
   if count == 1:

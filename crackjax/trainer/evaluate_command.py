@@ -299,7 +299,6 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
   from crackjax.engine import checkpoints
-  from crackjax.evaluation import inference
   from crackjax.experiment import restored
   from crackjax.experiment.build import build
 
@@ -330,20 +329,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
   if unknown:
     sys.exit(f'{PROG}: unknown --protocols {unknown}; known: {sorted(evaluation.PROTOCOLS)}')
-  try:
-    test_time = inference.test_time_of(fv.scales, fv.flip, config.eval)
-  except ValueError as e:
-    sys.exit(f'{PROG}: --scales / --flip: {e}')
-  manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
-  try:
-    targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
-  except ValueError as e:
-    sys.exit(f'{PROG}: {e}')
-  for _, c, _ in targets:
-    with c.eval.unlocked():  # a recorded config from before the fields has neither
-      c.eval.scales, c.eval.flip = test_time
-    if fv.data_dir:
-      c.data.data_dir = fv.data_dir
+  targets = _targets(fv, config, workdir)
   folder = Path(fv.out) if fv.out else workdir / 'eval'
   if len(targets) > 1:  # the cross-dataset table: checked before the long work
     try:
@@ -371,6 +357,28 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
       experiment, workdir, state, targets, protocols, threshold, fv.workers, records
     )
     return _cross_table(rows, targets, what, folder, step, threshold, source)
+
+
+def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
+  """(label, data config, split) per data argument (`data_configs`), each with the test-time
+  scales and flip and --data_dir applied; a bad one ends the command in one line."""
+  from crackjax.evaluation import inference
+
+  try:
+    test_time = inference.test_time_of(fv.scales, fv.flip, config.eval)
+  except ValueError as e:
+    sys.exit(f'{PROG}: --scales / --flip: {e}')
+  manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
+  try:
+    targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
+  except ValueError as e:
+    sys.exit(f'{PROG}: {e}')
+  for _, c, _ in targets:
+    with c.eval.unlocked():  # a recorded config from before the fields has neither
+      c.eval.scales, c.eval.flip = test_time
+    if fv.data_dir:
+      c.data.data_dir = fv.data_dir
+  return targets
 
 
 def _score_all(

@@ -1,0 +1,60 @@
+"""The example road photos of `crackjax-predict --examples` (issue 56): drawn, deterministic,
+the cracks where their masks say; the README's first command on a run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+
+from crackjax.configs import finetune
+from crackjax.deploy import examples
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_examples_are_deterministic_and_labelled():
+  for name, kind in examples.EXAMPLES.items():
+    photo, mask = examples.example_photo(name)
+    again, _ = examples.example_photo(name)
+    np.testing.assert_array_equal(photo, again)
+    assert photo.shape == (*examples.SIZE, 3) and photo.dtype == np.uint8
+    if kind == 'none':
+      assert not mask.any()
+    else:
+      # Cracks are darker than the road around them, and a small part of the photo.
+      grey = photo.mean(axis=2)
+      assert 0.002 < mask.mean() < 0.1
+      assert grey[mask].mean() < grey[~mask].mean() - 20
+
+
+def test_predict_examples_writes_and_predicts_them(smoke_run, tmp_path):
+  out = tmp_path / 'predictions'
+  done = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'crackjax.deploy.predict_command',
+      f'--workdir={smoke_run}',
+      f'--out={out}',
+      '--examples',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert sorted(p.name for p in (out / 'examples').iterdir()) == sorted(examples.EXAMPLES)
+  assert len(list((out / 'masks').iterdir())) == len(examples.EXAMPLES)
+  shipped = np.asarray(PIL.Image.open(out / 'examples' / 'example_2_transverse.png'))
+  np.testing.assert_array_equal(shipped, examples.example_photo('example_2_transverse.png')[0])
+
+
+def test_finetuning_starts_from_the_general_model_by_default():
+  c = finetune.get_config()
+  assert c.model_init.pretrained == finetune.DEFAULT_MODEL == 'roads-unet-cpu'
+  assert finetune.get_config('crackforest-unet-cpu').model_init.pretrained == 'crackforest-unet-cpu'
