@@ -103,6 +103,9 @@ Fields:
     model file keeps them: crackjax-predict, crackjax-evaluate and Predictor use them unless
     told otherwise (--scales).
   eval.flip: also predict each of those copies mirrored left-right and average (--flip).
+  eval.store_degenerate_threshold: False: a best threshold that finds nothing, or calls every
+    pixel crack, is named and not written to threshold.json (masks keep the threshold stored
+    before); True writes it anyway.
   eval.background_workers: 0: those periodic evaluations score in the training loop (the
     accelerator waits; streamed, no map held). N >= 1: the maps are predicted in the loop and
     held (one epoch's), then scored in a
@@ -181,6 +184,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.background_workers = 0
   c.eval.scales = (1.0,)
   c.eval.flip = False
+  c.eval.store_degenerate_threshold = False
   return c
 
 

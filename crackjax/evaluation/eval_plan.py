@@ -32,6 +32,8 @@ class EvalPlan:
     scales: the test-time scales every photo is predicted at, the maps averaged
       (``config.eval.scales``; (1.0,): as it is, `inference.test_time_average`).
     flip: also predict each copy mirrored (``config.eval.flip``).
+    store_degenerate_threshold: write threshold.json even when the best threshold is
+      degenerate (``config.eval.store_degenerate_threshold``; `result.degenerate_threshold`).
     background_workers: processes counting the periodic evaluation beside training (0: in
       the training loop).
     grids: (protocol, the size of its grid's uniform part) of every protocol of `protocols`
@@ -51,6 +53,7 @@ class EvalPlan:
   save_probability_maps: bool = False
   background_workers: int = 0
   scales: tuple[float, ...] = (1.0,)
+  store_degenerate_threshold: bool = False
   flip: bool = False
   grids: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
 

@@ -452,6 +452,25 @@ class EvalRecord:
     return _json(self)
 
 
+def degenerate_threshold(result: ProtocolResult) -> str | None:
+  """Why `result`'s best threshold (ODS) tells nothing about cracks, or None if it does: no
+  threshold finds a crack pixel (F1 0), or the best one calls (nearly) every pixel crack
+  (recall >= 99.9% at a precision no better than the grid's lowest threshold's, where every
+  pixel is crack: the model found nothing a threshold can separate)."""
+  ods = result.ods
+  if not ods.f1 > 0:
+    return f'no threshold finds a crack pixel (F1 0 at every threshold, t={ods.threshold:g})'
+  curve = result.curve
+  lowest = min(range(len(curve.thresholds)), key=lambda i: curve.thresholds[i])
+  base = curve.precision[lowest]
+  if ods.recall >= 0.999 and ods.precision <= base * 1.05 + 1e-12:
+    return (
+      f'the best threshold calls every pixel crack (t={ods.threshold:.2f}, P '
+      f'{100 * ods.precision:.1f}, R {100 * ods.recall:.1f}; all pixels: P {100 * base:.1f})'
+    )
+  return None
+
+
 #: The fields of an evaluation record, in order (a mixture's and a fine-tuning's left out).
 RECORD_FIELDS = tuple(k for k in _keys(EvalRecord) if k not in (DATASETS, SELECTION, START_MODEL))
 

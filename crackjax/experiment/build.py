@@ -71,6 +71,7 @@ def eval_plan_of(c: specs.Plain) -> EvalPlan:
     background_workers=int(ev.get('background_workers', 0) or 0),
     scales=tuple(float(x) for x in ev.get('scales') or (1.0,)),
     flip=bool(ev.get('flip', False)),
+    store_degenerate_threshold=bool(ev.get('store_degenerate_threshold', False)),
   )
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ from crackjax.data import mixture
 from crackjax.evaluation import plots
 from crackjax.evaluation import result as keys
 from crackjax.evaluation.eval_plan import EvalPlan
-from crackjax.evaluation.result import EvalRecord, ProtocolResult, Selection, ThresholdRecord
+from crackjax.evaluation.result import (
+  EvalRecord,
+  ProtocolResult,
+  Selection,
+  ThresholdRecord,
+  degenerate_threshold,
+)
 from crackjax.runs import identity, metric_writer
 from crackjax.runs.metric_writer import MetricWriter
 
@@ -274,14 +281,35 @@ def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
   return 0.5
 
 
-def write_threshold(workdir: Path, results: dict[str, dict[str, Any]], summary) -> float:
-  """Writes threshold.json from the first protocol that records one; returns the threshold."""
+def write_threshold(
+  workdir: Path, results: dict[str, dict[str, Any]], summary, *, store_degenerate: bool = False
+) -> float:
+  """Writes threshold.json from the first protocol that records one; returns the threshold.
+
+  A degenerate best threshold (`result.degenerate_threshold`: nothing found, or every pixel
+  crack) is named in one line and not written (unless `store_degenerate`,
+  ``config.eval.store_degenerate_threshold``): an earlier threshold.json stays, and the
+  returned threshold (the figures') is 0.5."""
   for protocol, r in results.items():
     spec = evaluation.get_protocol(protocol)
     if spec.writes_threshold_file:
       split = summary[keys.SPLIT]
+      typed = ProtocolResult.from_json(r)
+      why = degenerate_threshold(typed)
+      if why and not store_degenerate:
+        kept = (
+          'an earlier one stays, for its step'
+          if (workdir / 'threshold.json').exists()
+          else 'none kept'
+        )
+        message = (
+          f'{summary[keys.DATASET]} {split}, {protocol}: {why}; not stored as the threshold '
+          f'(threshold.json: {kept}; config.eval.store_degenerate_threshold=True stores it).'
+        )
+        print(f'warning: {message}', file=sys.stderr, flush=True)
+        return 0.5
       chosen = ThresholdRecord(
-        threshold=ProtocolResult.from_json(r).ods.threshold,
+        threshold=typed.ods.threshold,
         rule=spec.threshold_rule,
         chosen_by=f'ODS F1 on the {split} split, {protocol} protocol',
         dataset=summary[keys.DATASET],
@@ -347,7 +375,9 @@ def write_eval_outputs(
   (with their `names`) when `probs_saved` (the maps already written as they came)."""
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = summary[keys.STEP], summary[keys.SPLIT]
-  threshold = write_threshold(workdir, results, summary)
+  threshold = write_threshold(
+    workdir, results, summary, store_degenerate=plan.store_degenerate_threshold
+  )
   plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
