@@ -170,14 +170,16 @@ def test_an_interrupted_scoring_claims_nothing_complete(smoke_run, tmp_path, mon
 
   def interrupted(*args, **kwargs):
     calls.append(1)
-    if len(calls) == 7:  # the run's 4 test images, then the folder's third photo
+    # The run's 4 test images, the 4 its figure shows again (worst to best), then the
+    # folder's third photo.
+    if len(calls) == 11:
       raise KeyboardInterrupt
     return predict(*args, **kwargs)
 
   monkeypatch.setattr(scoring, 'predict_probabilities', interrupted)
   with pytest.raises(SystemExit):
     evaluate_command.main([*argv, '--workers=1'])
-  assert len(calls) == 7
+  assert len(calls) == 11
   folders = {p.name: p for p in (run / 'eval').iterdir() if p.is_dir()}
   # The first data argument was scored whole; the folder's holds nothing claimed complete,
   # and there is no cross-dataset table of a half-scored pair.

@@ -246,6 +246,16 @@ def create_train_iterator(
   )
 
 
+def eval_example(source: Sequence[dict[str, Any]], index: int) -> dict[str, Any]:
+  """Record `index` of `source` as `eval_examples` yields it."""
+  record = source[index]
+  return {
+    'image': np.asarray(record['image'], np.float32) / 255.0,
+    'mask': np.asarray(record['mask'], np.float32),
+    'name': record_name(record),
+  }
+
+
 def eval_examples(source: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
   """Every record of `source` (a split's source, `Splits.source`) once, in stored order.
 
@@ -253,9 +263,4 @@ def eval_examples(source: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     ``{'image': float32 [H, W, 3] in [0, 1], 'mask': float32 [H, W, 1], 'name': str}``.
   """
   for i in range(len(source)):
-    record = source[i]
-    yield {
-      'image': np.asarray(record['image'], np.float32) / 255.0,
-      'mask': np.asarray(record['mask'], np.float32),
-      'name': record_name(record),
-    }
+    yield eval_example(source, i)

@@ -37,6 +37,7 @@ from crackjax.evaluation.result import (
 __all__ = [
   'at_threshold',
   'evaluate',
+  'f1_of',
   'from_counts',
   'image_scores',
   'ods_ois_fields',
@@ -53,6 +54,13 @@ def _prf(
   denom = p + r
   f1 = np.divide(2 * p * r, denom, out=np.zeros_like(denom), where=denom > 0)
   return p, r, f1
+
+
+def f1_of(
+  matched_pred: np.ndarray, num_pred: np.ndarray, matched_gt: np.ndarray, num_gt: np.ndarray
+) -> np.ndarray:
+  """F1 elementwise from the four counts, with the package's conventions (`_prf`)."""
+  return _prf(*(np.asarray(c, np.float64) for c in (matched_pred, num_pred, matched_gt, num_gt)))[2]
 
 
 def _average_precision(precision: np.ndarray, recall: np.ndarray) -> float:

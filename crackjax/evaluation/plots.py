@@ -46,6 +46,9 @@ _STREAMED_KEYS = (F1, FIXED_PRECISION, FIXED_RECALL, FIXED_F1)
 #: The suffix of the per-image rows written as they come (`PerImageRows`): a name that claims
 #: nothing complete, until `write_per_image_csv` writes the whole CSV and removes that file.
 PARTIAL_SUFFIX = '.partial'
+#: The per-image CSV's columns of the threshold masks are made at and each image's F1 there.
+THRESHOLD_IN_USE = 'threshold_in_use'
+F1_IN_USE = 'f1_in_use'
 
 
 class PerImageRows:
@@ -91,17 +94,24 @@ class PerImageRows:
 
 
 def write_per_image_csv(
-  path: Path, names: Sequence[str], results: Mapping[str, Mapping[str, Any]]
+  path: Path,
+  names: Sequence[str],
+  results: Mapping[str, Mapping[str, Any]],
+  in_use: tuple[float, Mapping[str, Sequence[float]]] | None = None,
 ) -> None:
   """One row per image: under each protocol, its OIS threshold, P, R and F1, and P, R, F1 at 0.5.
 
   Columns ``<protocol>_threshold``, ``_precision``, ``_recall``, ``_f1`` (at the image's OIS
   threshold), then ``<protocol>_fixed_precision``, ``_fixed_recall``, ``_fixed_f1`` (at the
-  fixed threshold 0.5, the deployed model's), for each protocol in turn. Removes the rows
-  written as they came (`PerImageRows`' ``<path>.partial``), if any.
+  fixed threshold 0.5), for each protocol in turn; with `in_use` (the threshold masks are made
+  at, {protocol: each image's F1 there}) also ``threshold_in_use`` and
+  ``<protocol>_f1_in_use``. Removes the rows written as they came (`PerImageRows`'
+  ``<path>.partial``), if any.
   """
   protocols = list(results)
   fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _CSV_KEYS]
+  if in_use is not None:
+    fields += [THRESHOLD_IN_USE] + [f'{p}_{F1_IN_USE}' for p in protocols]
   with open(path, 'w', newline='', encoding='utf-8') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
@@ -110,6 +120,9 @@ def write_per_image_csv(
       for p in protocols:
         img = results[p][PER_IMAGE][i]
         row.update({f'{p}_{k}': f'{img[k]:.6g}' for k in _CSV_KEYS})
+      if in_use is not None:
+        row[THRESHOLD_IN_USE] = f'{in_use[0]:.6g}'
+        row.update({f'{p}_{F1_IN_USE}': f'{in_use[1][p][i]:.6g}' for p in protocols})
       writer.writerow(row)
   # The whole CSV is there: the rows written as they came (`PerImageRows`) are superseded.
   Path(f'{path}{PARTIAL_SUFFIX}').unlink(missing_ok=True)
@@ -167,15 +180,19 @@ def plot_qualitative(
   names: Sequence[str],
   threshold: float,
   title: str,
+  captions: Sequence[str] | None = None,
 ) -> None:
-  """Rows of image | ground truth | prediction (prob > threshold) | overlay."""
+  """Rows of image | ground truth | prediction (prob > threshold) | overlay; `captions`: a
+  word on each row after its name (e.g. 'worst, F1 0.12')."""
   n = len(images)
   fig = Figure(figsize=(12, 2.2 * n + 0.5))
   axes = fig.subplots(n, 4, squeeze=False)
-  for row, (image, gt, prob, name) in enumerate(zip(images, gts, probs, names, strict=True)):
+  captions = captions or [''] * n
+  rows = zip(images, gts, probs, names, captions, strict=True)
+  for row, (image, gt, prob, name, caption) in enumerate(rows):
     pred = prob > threshold
     panels = [
-      (image, f'{name}: image'),
+      (image, f'{name}: {caption}' if caption else f'{name}: image'),
       (gt, 'ground truth'),
       (pred, f'prediction (p > {threshold:.6g})'),
       (overlay(image, gt, pred), 'green TP, red FP, blue FN'),

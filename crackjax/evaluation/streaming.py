@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from crackjax.evaluation.aggregate import from_counts, image_scores, point_from_counts
+from crackjax.evaluation.aggregate import f1_of, from_counts, image_scores, point_from_counts
 from crackjax.evaluation.protocols import ThresholdCounts, _check_pair, get_protocol
 
 __all__ = ['StreamScorer', 'count_image']
@@ -162,6 +162,22 @@ class StreamScorer:
     if rows is not None:
       stacked = stacked[np.asarray(rows, np.intp)]
     return ThresholdCounts(*(stacked[:, k, :] for k in range(4)))
+
+  def image_f1(self, protocol: str, threshold: float) -> np.ndarray:
+    """Each image's F1 (in image order) under `protocol` at `threshold`: at an operating point
+    where one has that threshold, else at the grid's threshold nearest to it (an ODS threshold
+    is on the grid); the package's conventions (`aggregate.f1_of`: 0 without a crack)."""
+    self.finish()
+    names = [n for n, t in self.points.items() if float(t) == float(threshold)]
+    if names and self._at[protocol]:
+      i = list(self.points).index(names[0])
+      at = np.stack(self._at[protocol])[:, :, i]
+    else:
+      counts = self.counts(protocol)
+      _, grid, _ = self._jobs[protocol]
+      j = int(np.argmin(np.abs(np.asarray(grid) - threshold)))
+      at = np.stack([c[:, j] for c in counts], axis=1)
+    return f1_of(*(at[:, k] for k in range(4)))
 
   def results(
     self, rows: Sequence[int] | None = None

@@ -281,6 +281,44 @@ def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
   return 0.5
 
 
+def threshold_in_use(
+  results: dict[str, dict[str, Any]], operating_points: dict[str, float] | None = None
+) -> float:
+  """The threshold masks are made at after this evaluation: the run's or model file's own
+  (`operating_points`' 'run', crackjax-evaluate's) where given, else the one threshold.json
+  gets (`write_threshold`: the strict ODS threshold, 0.5 where it is degenerate)."""
+  if operating_points and 'run' in operating_points:
+    return float(operating_points['run'])
+  for protocol, r in results.items():
+    if evaluation.get_protocol(protocol).writes_threshold_file:
+      typed = ProtocolResult.from_json(r)
+      return 0.5 if degenerate_threshold(typed) else typed.ods.threshold
+  return 0.5
+
+
+def spread_by_f1(f1: Sequence[float], k: int) -> list[tuple[int, str]]:
+  """`k` images spread over the ranking by `f1` (ascending, ties by index): the worst, the
+  median and the best (k >= 3), then evenly spaced ranks between them; (index, caption)."""
+  n = len(f1)
+  k = min(k, n)
+  if k <= 0:
+    return []
+  order = sorted(range(n), key=lambda i: (f1[i], i))
+  ranks = {0, (n - 1) // 2, n - 1} if k >= 3 else {0, n - 1}
+  for j in range(k):  # evenly spaced ranks fill the rest
+    if len(ranks) >= k:
+      break
+    ranks.add(round(j * (n - 1) / (k - 1)))
+  ranks = sorted(ranks)[:k] if k > 1 else [0]
+  out = []
+  for r in ranks:
+    i = order[r]
+    word = 'worst' if r == 0 else 'best' if r == n - 1 else 'median' if r == (n - 1) // 2 else ''
+    where = word or f'rank {r + 1} of {n}'
+    out.append((i, f'{where}, F1 {f1[i]:.2f}'))
+  return out
+
+
 def write_threshold(
   workdir: Path, results: dict[str, dict[str, Any]], summary, *, store_degenerate: bool = False
 ) -> float:
@@ -367,30 +405,40 @@ def write_eval_outputs(
   hparams: dict[str, Any] | None = None,
   *,
   probs_saved: bool = False,
+  in_use: tuple[float, dict[str, Any]] | None = None,
+  shown: tuple[list[str], list[str]] | None = None,
 ) -> None:
   """threshold.json, the CSV, the plots, optional maps and the eval scalars, TensorBoard's PR
   curves, qualitative panels and `hparams` (the run's config as plain data;
   `write_tensorboard_extras`), and eval.json last, so that an eval.json there is a whole
   evaluation's. `images`, `probs` and `gts` may be the first ``plan.num_qualitative`` only
-  (with their `names`) when `probs_saved` (the maps already written as they came)."""
+  (with their `names`) when `probs_saved` (the maps already written as they came).
+  `in_use`: (the threshold masks are made at, {protocol: each image's F1 there}), for the CSV
+  and the figure; `shown`: (names, captions) of the images given, when they are not the
+  first ones (`spread_by_f1`'s)."""
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = summary[keys.STEP], summary[keys.SPLIT]
   threshold = write_threshold(
     workdir, results, summary, store_degenerate=plan.store_degenerate_threshold
   )
-  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results)
+  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results, in_use)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(plan.num_qualitative, len(images))
   if k:
+    shown_names, captions = shown or (list(names[:k]), None)
+    used = threshold if in_use is None else in_use[0]
+    how = 'the strict ODS threshold' if in_use is None else f'the threshold in use, {used:.3g}'
+    order = '' if shown is None else ' (worst to best by F1 there)'
     plots.plot_qualitative(
       workdir / 'qualitative.png',
       images[:k],
       gts[:k],
       probs[:k],
-      names[:k],
-      threshold,
-      f'{title}; prediction at the strict ODS threshold',
+      shown_names[:k],
+      used,
+      f'{title}; prediction at {how}{order}',
+      captions,
     )
   if plan.save_probability_maps and not probs_saved:
     plots.save_probability_maps(workdir / 'probs', probs, names)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import tqdm
 from flax import linen as nn
 
 from crackjax import evaluation
+from crackjax.data import loader
 from crackjax.engine import train_state
 from crackjax.engine.prefetch import read_ahead
 from crackjax.evaluation import plots
@@ -135,9 +137,11 @@ def evaluate_checkpoint(
   step = int(jax.device_get(state.step))
   out, target = eval_records.folders(plan, Path(workdir), split, step, out, overwrite)
   t0 = time.perf_counter()  # opening the split counts as the evaluation's
+  reread = None
   if examples is None:
     examples = experiment.splits.examples(split)
     num_examples = len(experiment.splits.source(split))
+    reread = functools.partial(loader.eval_example, experiment.splits.source(split))
   record = _score_and_record(
     experiment,
     state,
@@ -153,6 +157,7 @@ def evaluate_checkpoint(
     first=first_in_process,
     members=True,
     hparams=experiment.hparams,
+    reread=reread,
   )
   if jax.process_index() == 0:
     # The epoch record is that step's own (epoch_<NNN>.json), beside the others.
@@ -190,6 +195,7 @@ def evaluate_state(
     desc=desc,
     operating_points=operating_points,
     extra=extra,
+    reread=functools.partial(loader.eval_example, experiment.splits.source(split)),
   )
 
 
@@ -210,12 +216,14 @@ def _score_and_record(
   members: bool = False,
   hparams: dict[str, Any] | None = None,
   extra: dict[str, Any] | None = None,
+  reread: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
   """Predicts and scores `examples` (`stream_score`) and writes the evaluation's files in
   `target` (`eval_records.write_eval_outputs`, eval.json last); returns its record, timed from
   `t0`. `members`: a mixture's members' results in the record (a run's own evaluation);
   `hparams`: the hyper-parameters TensorBoard shows beside it; `extra`: keys its eval.json
-  adds."""
+  adds; `reread`: example i again (the split's records), so that the figure shows photos from
+  worst to best (`_shown`) instead of the first ones."""
   plan = experiment.eval_plan
   scored = stream_score(
     plan,
@@ -246,7 +254,10 @@ def _score_and_record(
     record = eval_records.with_members(record, scored.members)
   record.update(extra or {})
   if jax.process_index() == 0:
+    shown = None
     images, gts, probs = scored.first  # the maps were written as they came
+    if reread is not None and plan.num_qualitative:
+      (images, gts, probs), shown = _shown(plan, experiment.model, state, scored, reread)
     eval_records.write_eval_outputs(
       plan,
       target,
@@ -258,6 +269,8 @@ def _score_and_record(
       scored.names,
       hparams,
       probs_saved=True,
+      in_use=scored.in_use,
+      shown=shown,
     )
   return record
 
@@ -266,14 +279,16 @@ def _score_and_record(
 class Streamed:
   """What `stream_score` keeps of a split: the names in order, `score`'s results, the
   operating points ({protocol: {name: P/R/F1}}), the members' results of a mixture
-  (`member_results`' form, or None) and the first ``plan.num_qualitative`` (images, ground
-  truths, maps) for the figures. No other map."""
+  (`member_results`' form, or None), the first ``plan.num_qualitative`` (images, ground
+  truths, maps) for the figures, and the threshold masks are made at with each image's F1
+  there per protocol (`eval_records.threshold_in_use`). No other map."""
 
   names: list[str]
   results: dict[str, dict[str, Any]]
   points: dict[str, dict[str, dict[str, float]]]
   members: dict[str, dict[str, Any]] | None
   first: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+  in_use: tuple[float, dict[str, np.ndarray]] | None = None
 
 
 def stream_score(
@@ -328,14 +343,7 @@ def stream_score(
     reading = read_ahead(examples)
     try:
       for ex in reading:
-        [prob] = predict_probabilities(
-          params,
-          model,
-          [ex['image']],
-          batch_stats=batch_stats,
-          scales=plan.scales,
-          flip=plan.flip,
-        )
+        prob = _predict(plan, model, params, batch_stats, ex['image'])
         gt = ex['mask'][..., 0]
         names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
@@ -350,7 +358,42 @@ def stream_score(
       raise ValueError('no images to evaluate')
     results, points = scorer.results()
     members = _members_of(names, scorer)
-  return Streamed(names, results, points, members, first)
+    used = eval_records.threshold_in_use(results, operating_points)
+    in_use = (used, {p: scorer.image_f1(p, used) for p in plan.protocols})
+  return Streamed(names, results, points, members, first, in_use)
+
+
+def _predict(plan: EvalPlan, model: nn.Module, params, batch_stats, image: np.ndarray):
+  """The map of one image, at the plan's test-time scales and flip."""
+  [prob] = predict_probabilities(
+    params, model, [image], batch_stats=batch_stats, scales=plan.scales, flip=plan.flip
+  )
+  return prob
+
+
+def _shown(
+  plan: EvalPlan,
+  model: nn.Module,
+  state: train_state.TrainState,
+  scored: Streamed,
+  reread: Callable[[int], dict[str, Any]],
+) -> tuple[tuple[list, list, list], tuple[list[str], list[str]]]:
+  """The figure's images: spread from worst to best by F1 at the threshold in use (the
+  first protocol's; `eval_records.spread_by_f1`), read again and predicted again (a few
+  photos: the stream kept no map). ((images, ground truths, maps), (names, captions))."""
+  f1 = scored.in_use[1][next(iter(scored.in_use[1]))]
+  chosen = eval_records.spread_by_f1(list(f1), plan.num_qualitative)
+  params = train_state.local_params(state)
+  batch_stats = train_state.local_batch_stats(state)
+  images, gts, probs, names, captions = [], [], [], [], []
+  for i, caption in chosen:
+    ex = reread(i)
+    images.append(ex['image'])
+    gts.append(ex['mask'][..., 0])
+    probs.append(_predict(plan, model, params, batch_stats, ex['image']))
+    names.append(scored.names[i])
+    captions.append(caption)
+  return (images, gts, probs), (names, captions)
 
 
 def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, dict[str, Any]] | None:
