@@ -58,3 +58,28 @@ def test_finetuning_starts_from_the_general_model_by_default():
   c = finetune.get_config()
   assert c.model_init.pretrained == finetune.DEFAULT_MODEL == 'roads-unet-cpu'
   assert finetune.get_config('crackforest-unet-cpu').model_init.pretrained == 'crackforest-unet-cpu'
+
+
+def test_the_progress_bar_restarts_its_clock_after_compiling():
+  import io
+  import time
+
+  import tqdm
+
+  from crackjax.trainer import loop
+
+  f = io.StringIO()
+  bar = loop._progress_bar(10, 100)
+  bar.close()
+  bar = tqdm.tqdm(total=100, initial=10, desc=bar.desc, file=f, mininterval=0)
+  assert 'compiling' in bar.desc
+  time.sleep(0.5)  # the first step compiles: slow
+  bar.update(1)
+  loop._compiled(bar, 11)
+  for _ in range(5):
+    time.sleep(0.01)
+    bar.update(1)
+  last = f.getvalue().split('\r')[-1]
+  assert last.startswith('train: ') and '16/100' in last
+  rate = float(last.split(', ')[-1].split('it/s')[0])
+  assert rate > 20  # the steps' own rate, not one step per half second

@@ -227,6 +227,8 @@ def _train_and_evaluate(
       step += 1
       log.add(step, metrics)
       bar.update(1)
+      if step == start_step + 1:
+        _compiled(bar, step)
       if schedule.logs_at(step):
         log.flush()
         checkpoint_saves.check_saves(mngr)  # a full disk stops training here, not an epoch later
@@ -264,15 +266,24 @@ def _train_and_evaluate(
 
 
 def _progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
-  """The training's progress bar (process 0 only), from `start_step` of `total_steps`."""
+  """The training's progress bar (process 0 only), from `start_step` of `total_steps`; it says
+  'compiling' until the first step is done (`_compiled`)."""
   return tqdm.tqdm(
     total=total_steps,
     initial=start_step,
     unit='step',
     dynamic_ncols=True,
     disable=jax.process_index() != 0,
-    desc='train',
+    desc='train (compiling the step)',
   )
+
+
+def _compiled(bar: tqdm.tqdm, step: int) -> None:
+  """Restarts the bar's clock after the first step, which compiled: its rate and time left
+  count the steps from then on (the compilation made the first estimate hours long)."""
+  bar.reset(total=bar.total)
+  bar.initial = bar.n = bar.last_print_n = step
+  bar.set_description('train')
 
 
 def _evaluate_final(

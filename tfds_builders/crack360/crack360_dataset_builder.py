@@ -66,7 +66,9 @@ class Crack360(paired_builder.PairedImageBuilder):
   ground truth (links in the DeepCrack repository, {HOMEPAGE}), extract them into a folder DIR:
 {LAYOUT}
   and run with --config.data.manual_dir=DIR (launch.py; a builder:
-  DownloadConfig(manual_dir=DIR)). See tfds_builders/crack360/README.md.
+  DownloadConfig(manual_dir=DIR)); on a CPU, --config=configs/crack360_exp.py:cpu (U-Net
+  widths 16...256, 2 epochs) instead of the paper's setting. See
+  tfds_builders/crack360/README.md.
   """
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
