@@ -29,7 +29,7 @@ def _rows_and_cracks():
     )
     thumbs[name] = html_report.thumbnail_uri(np.full((600, 400, 3), 40 * i, np.uint8))
   cracks.append({'name': 'sub/photo_0', 'type': 'longitudinal', 'severity': 'low'})
-  cracks.append({'name': 'sub/photo_1', 'type': 'network', 'severity': 'high'})
+  cracks.append({'name': 'sub/photo_1', 'type': 'alligator', 'severity': 'high'})
   cracks.append({'name': 'sub/photo_1', 'type': 'transverse', 'severity': 'moderate'})
   return rows, cracks, thumbs
 
@@ -59,7 +59,7 @@ def test_index_is_self_contained_with_a_card_per_photo(tmp_path):
   assert not re.search(r'https?://', page)
   # Thumbnails are small; a click opens the full-size overlay beside the page.
   assert 'href="overlays/sub/photo_1.jpg"' in page
-  assert '3 photo(s)' in page and '3 crack(s): 1 longitudinal, 1 transverse, 1 network' in page
+  assert '3 photo(s)' in page and '3 crack(s): 1 longitudinal, 1 transverse, 1 alligator' in page
   assert 'worst severity: <span class="sev-high">high</span>' in page
   assert 'no crack of the minimum length' in page  # photo 2
   assert {key for key, _ in html_report.SORT_KEYS} == {'ratio', 'length', 'width'}

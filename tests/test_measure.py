@@ -7,9 +7,11 @@ Expectations are worked out by hand from the conventions in the modules' docstri
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +19,8 @@ from skimage.draw import circle_perimeter
 from skimage.morphology import skeletonize
 
 from crackjax.deploy import mask_analysis, measure, measure_summary
+
+REPO = Path(__file__).resolve().parents[1]
 
 H, W = 64, 96
 
@@ -401,17 +405,47 @@ def test_straight_cracks_are_typed_by_their_axis_to_the_road():
   assert row['length_px'] == pytest.approx(99 * np.sqrt(2))
 
 
-def test_a_grid_is_a_network_and_a_speck_is_no_crack():
+def test_cells_make_alligator_or_block_by_their_size_and_a_speck_is_no_crack():
   grid = np.zeros((100, 100), bool)
   grid[[20, 50, 80], 20:81] = True
   grid[20:81, [20, 50, 80]] = True
   speck = np.zeros((100, 100), bool)
   speck[5, 5:7] = True  # 2 pixels: shorter than min_length
   row = _crack(grid | speck)
-  assert row['type'] == 'network'
-  assert row['cells'] == 4 and row['branch_points'] == 5  # 4 T-junctions and the crossing
+  # Four cells of 29 px: 58 mm at the assumed 2 mm/px, under the manual's 0.3 m.
+  assert row['type'] == 'alligator' and row['cells'] == 4 and row['branch_points'] == 5
+  # The same grid photographed closer in: 29 px of 20 mm are 0.58 m cells, blocks.
+  assert _crack(grid, mm_per_pixel=20.0)['type'] == 'block'
   assert measure.measure_each_crack(speck) == []
   assert len(measure.measure_each_crack(speck, min_length=0)) == 1
+
+
+def test_branch_points_alone_never_make_a_pattern():
+  # One crack across the road with five spurs (five branch points): transverse.
+  across = np.zeros((120, 200), bool)
+  across[60, 10:190] = True
+  for x in (30, 60, 90, 120, 150):
+    across[45:60, x] = True
+  row = _crack(across)
+  assert row['branch_points'] == 5 and row['cells'] == 0 and row['type'] == 'transverse'
+  # A single loop (one cell) and two cells keep the axis' type.
+  loop = np.zeros((100, 200), bool)
+  loop[50, 5:195] = True
+  loop[40, 60:100] = True
+  loop[40:51, [60, 100]] = True
+  assert _crack(loop)['cells'] == 1 and _crack(loop)['type'] == 'transverse'
+
+
+def test_the_rule_on_labelled_shapes():
+  spec = importlib.util.spec_from_file_location('crack_types', REPO / 'bench' / 'crack_types.py')
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  new, _ = bench.confusion(per_type=4)
+  for kind in ('longitudinal', 'transverse', 'diagonal'):
+    # A single crack, spurs or not, is never a pattern of cells.
+    assert not new[kind].get('alligator') and not new[kind].get('block'), new
+    assert new[kind].get(kind, 0) >= 3
+  assert new['alligator'].get('alligator', 0) >= 3 and new['block'].get('block', 0) >= 3
 
 
 def test_severity_by_mean_width_in_millimetres():

@@ -203,15 +203,24 @@ def _totals(
 #: 0 keeps every component).
 DEFAULT_MIN_LENGTH = 20.0
 
-#: Crack types: the main axis within 30 degrees of the driving direction is longitudinal,
-#: within 30 degrees of across it transverse, in between diagonal; a crack that encloses at
-#: least NETWORK_CELLS cells or has NETWORK_BRANCHES branch points is a network (alligator /
-#: block cracking), whatever its axis.
-CRACK_TYPES = ('longitudinal', 'transverse', 'diagonal', 'network')
+#: Crack types as distress manuals define them (the LTPP Distress Identification Manual,
+#: FHWA-HRT-13-092, 2014), by pattern first: a crack that encloses at least PATTERN_CELLS cells
+#: (background regions it closes, each larger than the crack is wide) is a pattern of cells:
+#: `alligator` (fatigue cracking: "many-sided, sharp-angled pieces, usually less than 0.3 m on
+#: the longest side") when its median cell's longest side is under ALLIGATOR_CELL_MM, else
+#: `block` (blocks of about 0.1 to 10 m2). Without a pixel size the side is read at
+#: ASSUMED_MM_PER_PIXEL. Otherwise by its main axis: within 30 degrees of the driving
+#: direction `longitudinal`, within 30 degrees of across it `transverse`, in between
+#: `diagonal`. Branch points never decide a type: a crack across the road with spurs is
+#: transverse (docs/prediction.md has the rule's confusion table, bench/crack_types.py).
+CRACK_TYPES = ('longitudinal', 'transverse', 'diagonal', 'block', 'alligator')
 AXIS_TOLERANCE_DEG = 30.0
-NETWORK_CELLS = 2
-NETWORK_BRANCHES = 4
-# An enclosed background region smaller than this (pixels) is a pinhole of the mask, not a cell.
+PATTERN_CELLS = 3
+ALLIGATOR_CELL_MM = 300.0
+#: A road photo about a metre across at ~500 px: 2 mm a pixel.
+ASSUMED_MM_PER_PIXEL = 2.0
+# An enclosed background region smaller than this (pixels), or than a square twice the
+# crack's mean width on a side, is a pinhole of the mask, not a cell.
 MIN_CELL_AREA = 4
 
 #: Severity by mean width, the LTPP Distress Identification Manual's classes for longitudinal
@@ -227,7 +236,7 @@ SEVERITY_LIMITS_MM = ((6.0, 'low'), (19.0, 'moderate'), (math.inf, 'high'))
 #: (angle of the crack's main axis to the driving direction: 0 along the road, 90 across),
 #: type (CRACK_TYPES), severity (low / moderate / high by mean width in mm, SEVERITY_LIMITS_MM;
 #: empty without a pixel size), cells (enclosed background regions) and branch_points
-#: (skeleton junctions).
+#: (skeleton junctions, reported, not used for the type).
 CRACK_FIELDS: tuple[str, ...] = (
   'crack_id',
   'x0',
@@ -262,12 +271,30 @@ def _branch_points(skeleton: np.ndarray) -> int:
   return int(count)
 
 
-def _cells(component: np.ndarray) -> int:
-  """Background regions (4-connected) enclosed by a component, of at least MIN_CELL_AREA."""
-  background, _ = ndimage.label(np.pad(~component, 1, constant_values=True))
-  sizes = np.bincount(background.ravel())
+def _cells(component: np.ndarray, min_area: int = MIN_CELL_AREA) -> np.ndarray:
+  """The longest side (pixels, of its bounding box) of each background region (4-connected)
+  that a component encloses, of at least `min_area` pixels."""
+  background, count = ndimage.label(np.pad(~component, 1, constant_values=True))
+  sizes = np.bincount(background.ravel(), minlength=count + 1)
   outside = background[0, 0]
-  return int(sum(1 for i, n in enumerate(sizes) if i not in (0, outside) and n >= MIN_CELL_AREA))
+  sides = []
+  for i, box in enumerate(ndimage.find_objects(background), start=1):
+    if box is not None and i != outside and sizes[i] >= min_area:
+      sides.append(max(box[0].stop - box[0].start, box[1].stop - box[1].start))
+  return np.asarray(sides, np.float64)
+
+
+def crack_type(angle: float, cell_sides_px: np.ndarray, mm_per_pixel: float | None) -> str:
+  """The type of one crack (`CRACK_TYPES`) from its main axis' angle to the road (degrees)
+  and the longest sides of the cells it encloses (pixels)."""
+  if len(cell_sides_px) >= PATTERN_CELLS:
+    scale = ASSUMED_MM_PER_PIXEL if mm_per_pixel is None else mm_per_pixel
+    return 'alligator' if np.median(cell_sides_px) * scale < ALLIGATOR_CELL_MM else 'block'
+  if angle <= AXIS_TOLERANCE_DEG:
+    return 'longitudinal'
+  if angle >= 90.0 - AXIS_TOLERANCE_DEG:
+    return 'transverse'
+  return 'diagonal'
 
 
 def _orientation_to_road(ys: np.ndarray, xs: np.ndarray, direction: str) -> float:
@@ -347,16 +374,9 @@ def _per_crack(
     flat = (ys + box[0].start) * labels.shape[1] + (xs + box[1].start)
     widths = a.widths[np.searchsorted(a.bones, flat)]
     angle = _orientation_to_road(ys, xs, direction)
-    cells, branches = _cells(component), _branch_points(bones)
-    if cells >= NETWORK_CELLS or branches >= NETWORK_BRANCHES:
-      kind = 'network'
-    elif angle <= AXIS_TOLERANCE_DEG:
-      kind = 'longitudinal'
-    elif angle >= 90.0 - AXIS_TOLERANCE_DEG:
-      kind = 'transverse'
-    else:
-      kind = 'diagonal'
     mean_width = float(widths.mean())
+    cells = _cells(component, max(MIN_CELL_AREA, round(4 * mean_width**2)))
+    kind = crack_type(angle, cells, mm_per_pixel)
     rows.append(
       {
         'crack_id': len(rows) + 1,
@@ -373,8 +393,8 @@ def _per_crack(
         'orientation_deg': round(angle, 1),
         'type': kind,
         'severity': severity(mm(mean_width)),
-        'cells': cells,
-        'branch_points': branches,
+        'cells': len(cells),
+        'branch_points': _branch_points(bones),
       }
     )
   return rows
