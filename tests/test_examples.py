@@ -69,13 +69,13 @@ def test_the_progress_bar_restarts_its_clock_after_compiling():
   from crackjax.trainer import loop
 
   f = io.StringIO()
-  bar = loop._progress_bar(10, 100)
+  bar = loop.progress_bar(10, 100)
   bar.close()
   bar = tqdm.tqdm(total=100, initial=10, desc=bar.desc, file=f, mininterval=0)
   assert 'compiling' in bar.desc
   time.sleep(0.5)  # the first step compiles: slow
   bar.update(1)
-  loop._compiled(bar, 11)
+  loop.restart_after_compiling(bar, 11)
   for _ in range(5):
     time.sleep(0.01)
     bar.update(1)

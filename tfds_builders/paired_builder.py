@@ -57,6 +57,9 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
 
   def __init__(self, *, file_format: str | None = None, **kwargs: Any):
     super().__init__(file_format=file_format or 'array_record', **kwargs)
+    # Every image and mask file a preparation read: the copy's source
+    # (crackjax.data.source_record, written by crackjax.data.registry).
+    self.source_paths: list[str] = []
 
   @classmethod
   def description(cls) -> str:
@@ -119,6 +122,7 @@ class PairedImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
   ) -> Iterator[tuple[str, dict[str, Any]]]:
     report = SplitReport(f'{self.name}/{split}' if split else self.name)
     for pair in pairs:
+      self.source_paths += [str(pair.image_path), str(pair.mask_path)]
       with reporting_to(report):
         image, mask = self.load_pair(pair)
         check_same_size(image, mask, pair.image_path, pair.mask_path)

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from absl import logging
 from etils import epath
 
 from crackjax import plugins
+from crackjax.data import source_record
 from crackjax.runs import docs, file_locks
 from crackjax.tfds_builders.aiglern import AigleRN
 from crackjax.tfds_builders.aiglern_trimm import AigleRNTrimm
@@ -235,49 +237,87 @@ def _file_lock(path: epath.Path) -> Iterator[None]:
 
 
 def _prepared_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilder:
-  """Returns the builder of ``data``, preparing the dataset first if needed.
+  """Returns the builder of ``data``, preparing the dataset first if needed, and again if the
+  prepared copy no longer follows its source (`source_record.changed`: another manual dir, or
+  files added, removed or changed there; the old copy is kept until the new one is complete).
 
   Raises:
     DatasetNotFoundError: the dataset needs files that are absent (message: what and where).
     DatasetError: a file of the dataset is unusable (the message names it).
   """
   builder = get_builder(data)
+  manual_dir = _expand(data.get('manual_dir'))
   if builder.is_prepared():
     check_prepared(builder)
-    return builder
+    if source_record.changed(builder.data_dir, manual_dir) is None:
+      return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
+    # Another process may have prepared it while we waited for the lock: a fresh builder
+    # reads the dataset info (splits, sizes) from disk.
+    builder = get_builder(data)
+    stale = None
     if builder.is_prepared():
-      # Another process prepared it while we waited for the lock: a fresh builder reads the
-      # dataset info (splits, sizes) from disk.
-      return check_prepared(get_builder(data))
-    # Prepared here: the builder then holds the info itself and is returned as it is (one
-    # construction per process).
-    manual_dir = _expand(data['manual_dir'])
-    _check_manual_dir(builder, manual_dir)
-    logging.info(
-      'Preparing dataset %s into %s (once; later runs reuse it)...',
-      builder.name,
-      builder.data_dir,
-    )
-    made = _folders_tfds_makes(builder)
-    existed = {p for p in made if p.exists()}
-    _remove_incomplete(builder)  # a preparation killed earlier (kill -9, a lost machine)
+      why = source_record.changed(builder.data_dir, manual_dir)
+      if why is None:
+        return check_prepared(builder)
+      stale = _set_aside(builder, why, manual_dir)
+      builder = get_builder(data)
     try:
-      builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
-      )
-    except BaseException as e:  # Ctrl-C included: nothing half-made is left behind
-      _remove_incomplete(builder)
-      for folder in made:  # deepest first; only the empty ones this attempt made
-        if folder not in existed and folder.is_dir() and not any(folder.iterdir()):
-          folder.rmdir()
-      error = _dataset_error(e) if isinstance(e, Exception) else None
-      if error is None:
-        raise
-      # A builder's data error: re-raise with its message only.
-      raise error from e
+      _prepare(builder, manual_dir)
+    except BaseException:
+      if stale is not None:  # the old copy back: nothing lost
+        os.replace(stale, os.fspath(builder.data_dir))
+      raise
+    if stale is not None:
+      shutil.rmtree(stale, ignore_errors=True)
   return builder
+
+
+def _set_aside(builder: tfds.core.DatasetBuilder, why: str, manual_dir: str | None) -> str:
+  """Renames the stale copy aside (``<version>.stale``), saying why in one line; returns its
+  new path."""
+  here = os.fspath(builder.data_dir)
+  aside = f'{here}.stale'
+  shutil.rmtree(aside, ignore_errors=True)  # one left by a preparation killed earlier
+  print(
+    f'crackjax: the prepared {builder.name} in {here} no longer follows its source ({why}): '
+    f'preparing it again from {manual_dir} (the old copy is kept until the new one is complete).',
+    file=sys.stderr,
+    flush=True,
+  )
+  os.replace(here, aside)
+  return aside
+
+
+def _prepare(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
+  """Prepares `builder`'s dataset from `manual_dir` and records its source there; nothing
+  half-made is left behind when it fails."""
+  _check_manual_dir(builder, manual_dir)
+  logging.info(
+    'Preparing dataset %s into %s (once; later runs reuse it)...',
+    builder.name,
+    builder.data_dir,
+  )
+  made = _folders_tfds_makes(builder)
+  existed = {p for p in made if p.exists()}
+  _remove_incomplete(builder)  # a preparation killed earlier (kill -9, a lost machine)
+  try:
+    builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir)
+    )
+  except BaseException as e:  # Ctrl-C included: nothing half-made is left behind
+    _remove_incomplete(builder)
+    for folder in made:  # deepest first; only the empty ones this attempt made
+      if folder not in existed and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+    error = _dataset_error(e) if isinstance(e, Exception) else None
+    if error is None:
+      raise
+    # A builder's data error: re-raise with its message only.
+    raise error from e
+  if manual_dir and os.path.isdir(manual_dir):
+    source_record.write(builder.data_dir, manual_dir, getattr(builder, 'source_paths', ()))
 
 
 def _folders_tfds_makes(builder: tfds.core.DatasetBuilder) -> list[epath.Path]:

@@ -210,7 +210,7 @@ def _train_and_evaluate(
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
   writer = MetricWriter(workdir, resume_step=start_step)
-  bar = _progress_bar(start_step, total_steps)
+  bar = progress_bar(start_step, total_steps)
   log = _MetricLog(writer, bar)
   exits.clear_interrupt()
   try:
@@ -228,7 +228,7 @@ def _train_and_evaluate(
       log.add(step, metrics)
       bar.update(1)
       if step == start_step + 1:
-        _compiled(bar, step)
+        restart_after_compiling(bar, step)
       if schedule.logs_at(step):
         log.flush()
         checkpoint_saves.check_saves(mngr)  # a full disk stops training here, not an epoch later
@@ -265,9 +265,9 @@ def _train_and_evaluate(
   return state
 
 
-def _progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
+def progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
   """The training's progress bar (process 0 only), from `start_step` of `total_steps`; it says
-  'compiling' until the first step is done (`_compiled`)."""
+  'compiling' until the first step is done (`restart_after_compiling`)."""
   return tqdm.tqdm(
     total=total_steps,
     initial=start_step,
@@ -278,7 +278,7 @@ def _progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
   )
 
 
-def _compiled(bar: tqdm.tqdm, step: int) -> None:
+def restart_after_compiling(bar: tqdm.tqdm, step: int) -> None:
   """Restarts the bar's clock after the first step, which compiled: its rate and time left
   count the steps from then on (the compilation made the first estimate hours long)."""
   bar.reset(total=bar.total)
