@@ -66,16 +66,16 @@ def test_the_progress_bar_restarts_its_clock_after_compiling():
 
   import tqdm
 
-  from crackjax.trainer import loop
+  from crackjax.runs import logs
 
   f = io.StringIO()
-  bar = loop.progress_bar(10, 100)
+  bar = logs.progress_bar(10, 100)
   bar.close()
   bar = tqdm.tqdm(total=100, initial=10, desc=bar.desc, file=f, mininterval=0)
   assert 'compiling' in bar.desc
   time.sleep(0.5)  # the first step compiles: slow
   bar.update(1)
-  loop.restart_after_compiling(bar, 11)
+  logs.restart_after_compiling(bar, 11)
   for _ in range(5):
     time.sleep(0.01)
     bar.update(1)

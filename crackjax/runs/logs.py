@@ -1,4 +1,5 @@
-"""Quiet logs: third-party chatter demoted to DEBUG, and a one-line header of a run's facts.
+"""Quiet logs: third-party chatter demoted to DEBUG, a one-line header of a run's facts, and
+the training's progress bar.
 
 ``launch.py`` calls `quiet_third_party_logs` once at start-up and logs `run_header` (of the
 config as config.json records it). TFDS logs
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import tqdm
 from absl import logging as absl_logging
 
 # Warnings of TFDS that every normal run triggers; demoted like its INFO lines.
@@ -149,3 +151,24 @@ def run_header(config: Mapping[str, Any], workdir: Any) -> str:
     f'workdir {workdir}',
   ]
   return 'Run: ' + ' | '.join(parts)
+
+
+def progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
+  """The training's progress bar (process 0 only), from `start_step` of `total_steps`; it says
+  'compiling' until the first step is done (`restart_after_compiling`)."""
+  return tqdm.tqdm(
+    total=total_steps,
+    initial=start_step,
+    unit='step',
+    dynamic_ncols=True,
+    disable=jax.process_index() != 0,
+    desc='train (compiling the step)',
+  )
+
+
+def restart_after_compiling(bar: tqdm.tqdm, step: int) -> None:
+  """Restarts the bar's clock after the first step, which compiled: its rate and time left
+  count the steps from then on (the compilation made the first estimate hours long)."""
+  bar.reset(total=bar.total)
+  bar.initial = bar.n = bar.last_print_n = step
+  bar.set_description('train')

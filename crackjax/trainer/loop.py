@@ -27,7 +27,7 @@ from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memo
 from crackjax.engine.train_state import TrainState
 from crackjax.experiment.build import Experiment
 from crackjax.models import pretrained
-from crackjax.runs import exits, identity
+from crackjax.runs import exits, identity, logs
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.trainer import stopping
 from crackjax.trainer.periodic import EpochEvaluator
@@ -210,7 +210,7 @@ def _train_and_evaluate(
   saved_step = start_step if mngr.latest_step() == start_step else None
   step = start_step
   writer = MetricWriter(workdir, resume_step=start_step)
-  bar = progress_bar(start_step, total_steps)
+  bar = logs.progress_bar(start_step, total_steps)
   log = _MetricLog(writer, bar)
   exits.clear_interrupt()
   try:
@@ -228,7 +228,7 @@ def _train_and_evaluate(
       log.add(step, metrics)
       bar.update(1)
       if step == start_step + 1:
-        restart_after_compiling(bar, step)
+        logs.restart_after_compiling(bar, step)
       if schedule.logs_at(step):
         log.flush()
         checkpoint_saves.check_saves(mngr)  # a full disk stops training here, not an epoch later
@@ -263,27 +263,6 @@ def _train_and_evaluate(
   if evaluate_after:
     _evaluate_final(experiment, workdir, state, evaluator, trained=step != start_step)
   return state
-
-
-def progress_bar(start_step: int, total_steps: int) -> tqdm.tqdm:
-  """The training's progress bar (process 0 only), from `start_step` of `total_steps`; it says
-  'compiling' until the first step is done (`restart_after_compiling`)."""
-  return tqdm.tqdm(
-    total=total_steps,
-    initial=start_step,
-    unit='step',
-    dynamic_ncols=True,
-    disable=jax.process_index() != 0,
-    desc='train (compiling the step)',
-  )
-
-
-def restart_after_compiling(bar: tqdm.tqdm, step: int) -> None:
-  """Restarts the bar's clock after the first step, which compiled: its rate and time left
-  count the steps from then on (the compilation made the first estimate hours long)."""
-  bar.reset(total=bar.total)
-  bar.initial = bar.n = bar.last_print_n = step
-  bar.set_description('train')
 
 
 def _evaluate_final(
