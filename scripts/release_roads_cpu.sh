@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Makes the released general model `roads-unet-cpu` (docs/models.md) on a CPU, in stages:
 #   train    : launch.py with configs/release/roads_unet_cpu.py (five public datasets mixed; every
-#              epoch scored on their validation parts). Resumes from its last checkpoint;
-#              TRAIN_MINUTES=N stops it after N minutes (SIGTERM: the checkpoints are kept, the
-#              scored epochs are the candidates; the same command resumes later).
+#              epoch scored on their validation parts) until the plateau: at least MIN_EPOCHS
+#              (30) epochs, then PATIENCE (5) more at a time until the mean validation F1 has
+#              not risen for PATIENCE epochs (`python -m crackjax.deploy.release plateau`), at
+#              most MAX_EPOCHS (100). Resumes from its last checkpoint; TRAIN_MINUTES=N stops
+#              it after N minutes (SIGTERM: the checkpoints are kept, the scored epochs are the
+#              candidates; the same command resumes later).
 #   export   : the epoch with the best mean validation ODS F1 over the datasets, exported as a
 #              model file (its threshold: the pooled validation strict ODS threshold).
 #   score    : the model file scored once on every public test split (strict, tolerance_thin_gt;
@@ -42,15 +45,33 @@ done
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has train; then
-  cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}")
-  if [[ -n "${TRAIN_MINUTES:-}" ]]; then
-    status=0
-    timeout --signal=TERM --kill-after=120 "$((TRAIN_MINUTES * 60))" "${cmd[@]}" || status=$?
-    # 124: the time limit's SIGTERM ended it (checkpoint kept); anything else is a failure.
-    [[ $status == 0 || $status == 124 || $status == 1 && -f "$RUN/epoch_001.json" ]] || exit "$status"
-  else
-    "${cmd[@]}"
-  fi
+  MIN_EPOCHS=${MIN_EPOCHS:-30}
+  PATIENCE=${PATIENCE:-5}
+  MAX_EPOCHS=${MAX_EPOCHS:-100}
+  deadline=$((SECONDS + ${TRAIN_MINUTES:-0} * 60))
+  # The epochs to train to: MIN_EPOCHS, or as many as the run has scored already (a resumed
+  # script continues where the last one stopped).
+  last=$(ls "$RUN"/epoch_*.json 2>/dev/null | sed 's/.*epoch_0*\([0-9]*\).json/\1/' | sort -n | tail -1)
+  epochs=$(( ${last:-0} > MIN_EPOCHS ? ${last:-0} : MIN_EPOCHS ))
+  while :; do
+    cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}"
+      --config.num_epochs="$epochs" --config.max_checkpoints_to_keep="$epochs")
+    if [[ -n "${TRAIN_MINUTES:-}" ]]; then
+      left=$((deadline - SECONDS))
+      (( left > 60 )) || { echo "TRAIN_MINUTES spent: resume with the same command."; break; }
+      status=0
+      timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" || status=$?
+      # 124: the time limit's SIGTERM ended it (checkpoint kept); anything else is a failure.
+      [[ $status == 0 || $status == 124 || $status == 1 && -f "$RUN/epoch_001.json" ]] || exit "$status"
+      [[ $status == 0 ]] || { echo "Stopped by TRAIN_MINUTES: resume with the same command."; break; }
+    else
+      "${cmd[@]}"
+    fi
+    python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
+      --min_epochs="$MIN_EPOCHS" && break
+    (( epochs < MAX_EPOCHS )) || { echo "MAX_EPOCHS=$MAX_EPOCHS reached before the plateau."; break; }
+    epochs=$((epochs + PATIENCE))
+  done
   python -m crackjax.deploy.release show --workdir="$RUN"
 fi
 if has export; then

@@ -44,6 +44,25 @@ def test_show_marks_the_best_epoch_and_best_step_prints_its_step(tmp_path, capsy
   assert capsys.readouterr().out.strip() == '600'
 
 
+def test_plateau_waits_for_min_epochs_and_patience(tmp_path, capsys):
+  scores = [0.5, 0.6, 0.65, 0.64, 0.66, 0.65, 0.65, 0.64]
+  for epoch, f1 in enumerate(scores[:5], start=1):
+    _epoch_record(tmp_path, epoch, f1, 0.9)
+  # Still rising at epoch 5 (its best): not reached, exit 1.
+  argv = ['plateau', f'--workdir={tmp_path}', '--patience=3', '--min_epochs=4']
+  assert release_lib.main(argv) == 1
+  assert 'plateau not reached' in capsys.readouterr().out
+  for epoch, f1 in enumerate(scores[5:], start=6):
+    _epoch_record(tmp_path, epoch, f1, 0.9)
+  # Best 0.66 at epoch 5, three epochs without a rise since: reached.
+  assert release_lib.main(argv) == 0
+  out = capsys.readouterr().out
+  assert 'plateau reached' in out and 'the best 0.6600 at epoch 5, 3 epoch(s) ago' in out
+  # Fewer epochs than min_epochs: never reached, however flat.
+  assert release_lib.plateau(tmp_path, 3, 20)[0] is False
+  assert release_lib.main(['plateau', f'--workdir={tmp_path / "none"}']) == 2
+
+
 @pytest.fixture
 def half(smoke_run, tmp_path) -> Path:
   """The smoke run exported with bfloat16 parameters."""

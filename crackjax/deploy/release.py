@@ -7,6 +7,9 @@
       prints the step whose epoch record has the best validation ODS F1 (the epoch exported).
   python -m crackjax.deploy.release show --workdir=RUN
       prints every epoch's validation ODS F1 and threshold, the best one marked.
+  python -m crackjax.deploy.release plateau --workdir=RUN [--patience=5] [--min_epochs=30]
+      exits 0 once the validation score has not risen for PATIENCE epochs (at least
+      MIN_EPOCHS scored), 1 while it still rises (scripts/release_roads_cpu.sh trains on).
   python -m crackjax.deploy.release register --file=F --name=NAME --held_out=SPLIT
       copies the model file F into the package (crackjax/models/released/NAME.safetensors) and
       writes its registry entry (`registry_entry`), its scores those of its card on SPLIT.
@@ -91,6 +94,21 @@ def best_epoch(workdir: str | Path, protocol: str = PROTOCOL) -> dict[str, Any]:
 
 def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
   return max(rows, key=lambda r: (r['ods_f1'], -r['epoch']))
+
+
+def plateau(workdir: str | Path, patience: int, min_epochs: int) -> tuple[bool, str]:
+  """Whether the run in `workdir` has reached its plateau: at least `min_epochs` epochs scored
+  and its selection score (`epoch_scores`' ods_f1: a mixture's mean over its datasets) not
+  risen for `patience` epochs since its best; (done, one line saying so)."""
+  rows = epoch_scores(workdir)
+  best, last = _best(rows), rows[-1]
+  since = last['epoch'] - best['epoch']
+  done = last['epoch'] >= min_epochs and since >= patience
+  word = 'reached' if done else 'not reached'
+  return done, (
+    f'plateau {word}: {last["epoch"]} epoch(s) scored (at least {min_epochs}), the best '
+    f'{best["ods_f1"]:.4f} at epoch {best["epoch"]}, {since} epoch(s) ago (patience {patience}).'
+  )
 
 
 def _load_config_module(path: str):
@@ -231,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     return _rescore(parser.prog, args)
   if args.command == 'select':
     return select(args.config, args.work)
+  if args.command == 'plateau':
+    try:
+      done, line = plateau(args.workdir, args.patience, args.min_epochs)
+    except FileNotFoundError as e:
+      print(f'{parser.prog} plateau: {e}', file=sys.stderr)
+      return 2
+    print(line)
+    return 0 if done else 1
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
     entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
@@ -250,6 +276,12 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--workdir', required=True)
   p = sub.add_parser('show', help="every epoch's validation ODS F1, the best marked")
   p.add_argument('--workdir', required=True)
+  p = sub.add_parser(
+    'plateau', help='exit 0 once the validation score has not risen for PATIENCE epochs, else 1'
+  )
+  p.add_argument('--workdir', required=True)
+  p.add_argument('--patience', type=int, default=5)
+  p.add_argument('--min_epochs', type=int, default=30)
   p = sub.add_parser('register', help='ship a model file in the package')
   p.add_argument('--file', required=True)
   p.add_argument('--name', required=True)
