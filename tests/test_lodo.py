@@ -60,7 +60,13 @@ def test_plan_holds_each_member_out_once(tmp_path):
 
 def _args(lodo, **kw):
   return lodo_args(
-    crackforest='CF', public='PUB', data_dir=None, test_split='test', workers=1, **kw
+    crackforest='CF',
+    public='PUB',
+    data_dir=None,
+    test_split='test',
+    workers=1,
+    protocols='strict,tolerance_thin_gt',
+    **kw,
   )
 
 
