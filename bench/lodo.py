@@ -53,6 +53,24 @@ class Fold:
   budget: str
   held_out: str
   work: Path
+  #: Test-time scales and flip of the held-out scoring ((1.0,), False: the photo as it is).
+  scales: tuple[float, ...] = (1.0,)
+  flip: bool = False
+
+  @property
+  def test_time(self) -> str:
+    """'' for the plain prediction, else e.g. 'scales 0.5,1 + flip' (a row's suffix)."""
+    if self.scales == (1.0,) and not self.flip:
+      return ''
+    words = [f'scales {",".join(f"{x:g}" for x in self.scales)}'] if self.scales != (1.0,) else []
+    return ' + '.join(words + (['flip'] if self.flip else []))
+
+  @property
+  def heldout_dir(self) -> Path:
+    if not self.test_time:
+      return self.run / HELDOUT_DIR
+    tag = '_'.join(f'{x:g}' for x in self.scales) + ('_flip' if self.flip else '')
+    return self.run / f'{HELDOUT_DIR}_{tag}'
 
   @property
   def run(self) -> Path:
@@ -68,12 +86,19 @@ class Fold:
 
   @property
   def record(self) -> Path:
-    return self.run / HELDOUT_DIR / f'{self.held_out}_test' / 'eval.json'
+    return self.heldout_dir / f'{self.held_out}_test' / 'eval.json'
 
 
-def plan(recipes: list[str], budget: str, held_out: list[str], work: Path) -> list[Fold]:
+def plan(
+  recipes: list[str],
+  budget: str,
+  held_out: list[str],
+  work: Path,
+  scales: tuple[float, ...] = (1.0,),
+  flip: bool = False,
+) -> list[Fold]:
   """Every fold, recipe by recipe, in the members' order."""
-  return [Fold(r, budget, h, work) for r in recipes for h in held_out]
+  return [Fold(r, budget, h, work, scales, flip) for r in recipes for h in held_out]
 
 
 def manual_dir(member: str, crackforest: str, public: str) -> str:
@@ -123,7 +148,9 @@ def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
     f'--model={fold.run / MODEL_FILE}',
     f'--data={h}:{args.test_split}',
     f'--protocols={args.protocols}',
-    f'--out={fold.run / HELDOUT_DIR}',
+    f'--out={fold.heldout_dir}',
+    f'--scales={",".join(f"{x:g}" for x in fold.scales)}',
+    f'--flip={str(fold.flip).lower()}',
     f'--manual_dir={h}={manual_dir(h, args.crackforest, args.public)}',
     f'--workers={args.workers}',
     '--overwrite',
@@ -308,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     'fold scored under fewer is scored again when more are asked)',
   )
   p.add_argument('--stages', default='train,export,score', help='of train, export, score')
+  p.add_argument(
+    '--scales', default='1', help='test-time scales of the held-out scoring (crackjax-evaluate)'
+  )
+  p.add_argument('--flip', action='store_true', help='also predict mirrored (test time)')
   p.add_argument('--peer', default=None, help="bench/peer_mtscrack.py's JSON on the test splits")
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
@@ -322,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
       p.error(f'unknown {name} {bad}; known: {list(known)}')
   stages = set(args.stages.split(','))
-  folds = plan(recipes, args.budget, held_out, Path(args.work))
+  scales = tuple(float(x) for x in args.scales.split(','))
+  folds = plan(recipes, args.budget, held_out, Path(args.work), scales, args.flip)
   if args.plan:
     for f in folds:
       print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
@@ -344,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
   detail: dict[str, Any] = {}
   for f in folds:
     scores = fold_scores(f)
-    name = f'{f.recipe} ({f.budget})'
+    name = f'{f.recipe} ({f.budget})' + (f' at {f.test_time}' if f.test_time else '')
     rows.setdefault(name, {})
     if scores:
       best = release.best_epoch(f.run)
