@@ -11,6 +11,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -223,6 +224,29 @@ def test_commands_refuse_a_damaged_model_in_one_line(exported, tmp_path, capsys)
   assert message.startswith('crackjax-predict: ') and '\n' not in message
   assert 'checksum mismatch' in message and str(damaged) in message
   assert not (tmp_path / 'o').exists()
+
+
+def test_weights_holding_nan_are_refused_in_one_line(exported, tmp_path):
+  from crackjax.deploy import predict_command
+
+  loaded = model_file.read(exported)
+  params = jax.tree.map(np.array, loaded.params)
+  leaf = next(iter(jax.tree.leaves(params)))
+  leaf.flat[0] = np.nan  # the checksum recomputed by write: only the values tell
+  bad = tmp_path / 'nan.safetensors'
+  model_file.write(
+    bad,
+    params=params,
+    batch_stats=loaded.batch_stats,
+    meta={k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')},
+  )
+  with pytest.raises(model_file.ModelFileError, match='hold NaN or infinite values'):
+    model_file.read(bad)
+  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
+  with pytest.raises(SystemExit) as e:
+    predict_command.main([f'--model={bad}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')])
+  message = str(e.value.code)
+  assert message.startswith('crackjax-predict: ') and '\n' not in message and 'NaN' in message
 
 
 def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):

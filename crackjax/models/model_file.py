@@ -296,8 +296,9 @@ def read(path: str | Path) -> ModelFile:
 
   Raises:
     FileNotFoundError: no such file.
-    ModelFileError: not a model file, a newer format, or content that does not match its
-      checksum (one line naming the file and both checksums).
+    ModelFileError: not a model file, a newer format, content that does not match its
+      checksum (one line naming the file and both checksums), or weights holding NaN or
+      infinite values.
   """
   import safetensors
 
@@ -325,8 +326,25 @@ def read(path: str | Path) -> ModelFile:
       f'{stored}, content {computed}); download or export it again.'
     )
   check_metadata(path, meta)
+  bad = _non_finite(tensors)
+  if bad:
+    raise ModelFileError(
+      f'{path}: {len(bad)} tensor(s) hold NaN or infinite values ({", ".join(bad[:3])}'
+      f'{", ..." if len(bad) > 3 else ""}): the weights are unusable (a diverged training '
+      'exported, or a file altered and its checksum recomputed); export it again from a good '
+      'checkpoint.'
+    )
   batch_stats = unflatten(tensors, 'batch_stats') or None
   return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed)
+
+
+def _non_finite(tensors: Mapping[str, np.ndarray]) -> list[str]:
+  """The names of the floating-point tensors holding a NaN or an infinity."""
+  return sorted(
+    name
+    for name, t in tensors.items()
+    if _is_float(t.dtype) and not np.isfinite(t.astype(np.float32)).all()
+  )
 
 
 def as_float32(tree: Any) -> Any:
