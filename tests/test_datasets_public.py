@@ -167,9 +167,43 @@ def test_mixture_config_problems_name_the_member_and_field(tmp_path):
   with pytest.raises(validation.ConfigError) as e:
     validation.check_config(config)
   text = str(e.value)
-  assert 'config.data.mix.deepcrack.weight=0.0 must be a number > 0' in text
-  assert 'config.data.mix.crack500.scale=-1.0 must be a number > 0' in text
+  assert 'config.data.mix.deepcrack.weight=0.0 must be a finite number > 0' in text
+  assert 'config.data.mix.crack500.scale=-1.0 must be a finite number > 0' in text
   assert "config.data.mix.nosuch: 'nosuch' is not a dataset" in text
+  # Infinite weights, a weight sum that overflows, a scale of a few pixels.
+  config = _mixture_config(tmp_path)
+  config.data.mix.deepcrack.weight = float('inf')
+  config.data.mix.crack500.scale = 1e-9
+  with pytest.raises(validation.ConfigError) as e:
+    validation.check_config(config)
+  text = str(e.value)
+  assert 'config.data.mix.deepcrack.weight=inf must be a finite number > 0' in text
+  assert 'config.data.mix.crack500.scale=1e-09: photos resized by it' in text
+  config.data.mix.deepcrack.weight = config.data.mix.crack500.weight = 1e308
+  config.data.mix.crack500.scale = 1.0
+  with pytest.raises(validation.ConfigError, match='sum to infinity'):
+    validation.check_config(config)
+
+
+def test_mixture_members_checked_before_anything_is_prepared_or_trained(tmp_path):
+  config = _mixture_config(tmp_path)
+  config.data.mix.deepcrack.manual_dir = None
+  config.data.mix.crack500.manual_dir = str(tmp_path / 'nowhere')
+  with pytest.raises(data_registry.DatasetNotFoundError) as e:
+    mixture.prepare(config.data.to_dict())
+  text = str(e.value)
+  assert 'deepcrack: ' in text and 'config.data.mix.deepcrack.manual_dir is not set' in text
+  assert 'config.data.mix.crack500.manual_dir=' in text and 'does not exist' in text
+  assert not (tmp_path / 'tfds' / 'crackforest').exists()  # nothing prepared first
+  # A member split that does not exist, and one that selects nothing: named at preparation.
+  config = _mixture_config(tmp_path)
+  config.data.mix.crackforest.valid_split = 'valid'
+  config.data.mix.deepcrack.valid_split = 'valid[:0]'
+  with pytest.raises(data_registry.DatasetError) as e:
+    mixture.prepare(config.data.to_dict())
+  text = str(e.value)
+  assert "config.data.mix.crackforest.valid_split='valid': crackforest has the splits" in text
+  assert "config.data.mix.deepcrack.valid_split='valid[:0]' selects no example" in text
 
 
 def test_member_results_score_each_dataset_and_select_on_their_mean():

@@ -16,6 +16,7 @@ group as plain data (``config.data.to_dict()``, or the ``data`` of a recorded co
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,8 @@ MEMBER_FIELDS: dict[str, Any] = {
 #: The mixture's split names -> the member field that names each member's own split.
 SPLITS = {'train': 'train_split', 'valid': 'valid_split', 'test': 'test_split'}
 SEPARATOR = '/'
+#: A member's ``scale`` bounds: beyond them a photo is a few pixels, or a crop sees one crack.
+SCALE_RANGE = (0.1, 10.0)
 
 
 def is_mixture(data: Mapping[str, Any]) -> bool:
@@ -68,8 +71,21 @@ def problems(data: Mapping[str, Any]) -> list[str]:
       out.append(f'{where} has field(s) {unknown}; a member takes {sorted(MEMBER_FIELDS)}.')
     for key in ('weight', 'scale'):
       value = fields[key]
-      if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        out.append(f'{where}.{key}={value!r} must be a number > 0.')
+      if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not value > 0
+      ):
+        out.append(f'{where}.{key}={value!r} must be a finite number > 0.')
+      elif key == 'scale' and not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
+        out.append(
+          f'{where}.scale={value!r}: photos resized by it before the crop; it must be in '
+          f'[{SCALE_RANGE[0]}, {SCALE_RANGE[1]}].'
+        )
+  weights = [f['weight'] for f in members.values() if isinstance(f['weight'], int | float)]
+  if weights and all(math.isfinite(w) for w in weights) and not math.isfinite(sum(weights)):
+    out.append(f'config.data.mix: the weights {weights} sum to infinity; use smaller numbers.')
   return out
 
 
@@ -140,8 +156,57 @@ class MixedSource(Sequence):
 
 
 def prepare(data: Mapping[str, Any]) -> list[Any]:
-  """Prepares every member (once; `registry.prepare_dataset`) and returns their builders."""
-  return [registry.prepare_dataset(member_data(data, name)) for name in member_fields(data)]
+  """Prepares every member (once; `registry.prepare_dataset`) and returns their builders.
+
+  First every member not prepared yet is checked for its manual dir, and after the
+  preparation every member's splits (`split_problems`): all problems in one message, before
+  any member is prepared or any step trained.
+
+  Raises:
+    registry.DatasetNotFoundError: a member needs a manual dir that is not given or not there
+      (each named by its own flag).
+    registry.DatasetError: a member's split that does not exist or is empty.
+  """
+  members = member_fields(data)
+  missing = [
+    f'{name}: ' + why.replace('config.data.manual_dir', f'config.data.mix.{name}.manual_dir')
+    for name in members
+    if (why := registry.manual_dir_problem(member_data(data, name)))
+  ]
+  if missing:
+    raise registry.DatasetNotFoundError(
+      'Mixture members need their files (--config.data.mix.<member>.manual_dir=DIR):\n'
+      + '\n'.join(missing)
+    )
+  builders = [registry.prepare_dataset(member_data(data, name)) for name in members]
+  problems = [
+    p
+    for name, b in zip(members, builders, strict=True)
+    for p in split_problems(name, members[name], b)
+  ]
+  if problems:
+    raise registry.DatasetError('\n'.join(problems))
+  return builders
+
+
+def split_problems(name: str, fields: Mapping[str, Any], builder: Any) -> list[str]:
+  """Member `name`'s splits (its train, valid and test split fields) that its prepared
+  `builder` does not have, or that select no example; one line each."""
+  out = []
+  known = sorted(builder.info.splits)
+  for field in SPLITS.values():
+    spec = fields[field]
+    try:
+      n = builder.info.splits[spec].num_examples
+    except (KeyError, ValueError, AssertionError) as e:
+      out.append(
+        f'config.data.mix.{name}.{field}={spec!r}: {name} has the splits {known} '
+        f'({" ".join(str(e).split())[:120]}).'
+      )
+      continue
+    if n == 0:
+      out.append(f'config.data.mix.{name}.{field}={spec!r} selects no example of {name}.')
+  return out
 
 
 def open_split(data: Mapping[str, Any], split: str) -> MixedSource:

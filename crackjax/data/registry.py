@@ -175,6 +175,19 @@ def get_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilder:
   return DATASETS[name].builder(data_dir=_expand(data['data_dir']), **builder_kwargs(data))
 
 
+def manual_dir_problem(data: Mapping[str, Any]) -> str | None:
+  """Why dataset ``data`` cannot be prepared for want of its manual dir (one phrase), or None:
+  it is prepared already, or its manual dir is given and holds files, or it needs none."""
+  builder = get_builder(data)
+  if builder.is_prepared():
+    return None
+  try:
+    _check_manual_dir(builder, _expand(data.get('manual_dir')))
+  except DatasetNotFoundError as e:
+    return str(e).splitlines()[0]
+  return None
+
+
 def _check_manual_dir(builder: tfds.core.GeneratorBasedBuilder, manual_dir: str | None) -> None:
   """Raises DatasetNotFoundError if the manual download is needed, or given, but not there.
 
