@@ -266,11 +266,11 @@ def _prepared_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilde
       return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
-    # Another process may have prepared it while we waited for the lock: a fresh builder
-    # reads the dataset info (splits, sizes) from disk.
-    builder = get_builder(data)
     stale = None
     if builder.is_prepared():
+      # Prepared (by another process while we waited for the lock, or earlier and stale): a
+      # fresh builder reads the dataset info (splits, sizes) from disk.
+      builder = get_builder(data)
       why = source_record.changed(builder.data_dir, manual_dir)
       if why is None:
         return check_prepared(builder)
