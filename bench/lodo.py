@@ -228,20 +228,23 @@ def new_road_thresholds(by_set: dict[str, dict[str, Any]]) -> dict[str, Any] | N
   }
 
 
-def peer_scores(path: Path, held_out: list[str]) -> dict[str, dict[str, Any]]:
-  """MTSCrack's rows of bench/peer_mtscrack.py's JSON on ``<member>:test``: {member: {protocol:
-  {'stored': F1 of its mask, 'ods': ODS F1}}}, in percent."""
-  data = json.loads(path.read_text())
+def peer_scores(paths: list[Path], held_out: list[str]) -> dict[str, dict[str, Any]]:
+  """MTSCrack's scores in bench/peer_mtscrack.py's JSON files on ``<member>:test`` (the first
+  file holding a set wins): {member: {protocol: {'stored': F1 of its mask, 'ods': ODS F1},
+  'images': 'n of N'}}, in percent."""
   out: dict[str, dict[str, Any]] = {}
-  for row in data['rows']:
-    if row['model'].lower() != 'mtscrack':
-      continue
-    member = row['set'].split(':')[0]
-    if member in held_out and row['set'].endswith(':test'):
-      out.setdefault(member, {})[row['protocol']] = {
-        'stored': row['mask_f1'],
-        'ods': row['ods_f1'],
+  for path in paths:
+    data = json.loads(Path(path).read_text())
+    for label, entry in data['sets'].items():
+      member, _, split = label.partition(':')
+      peer = entry['models'].get('MTSCrack')
+      if member not in held_out or split != 'test' or member in out or peer is None:
+        continue
+      out[member] = {
+        p: {'stored': 100 * r['f1_model'], 'ods': 100 * r['ods_f1']}
+        for p, r in peer['protocols'].items()
       }
+      out[member]['images'] = f'{entry["images"]} of {entry["images_in_set"]}'
   return out
 
 
@@ -339,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     '--scales', default='1', help='test-time scales of the held-out scoring (crackjax-evaluate)'
   )
   p.add_argument('--flip', action='store_true', help='also predict mirrored (test time)')
-  p.add_argument('--peer', default=None, help="bench/peer_mtscrack.py's JSON on the test splits")
+  p.add_argument(
+    '--peer',
+    default=None,
+    help="bench/peer_mtscrack.py's JSON files on the test splits, comma-separated",
+  )
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
   args = p.parse_args(argv)
@@ -384,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
   if args.peer:
-    rows['MTSCrack (its mask: output > 0)'] = peer_scores(Path(args.peer), held_out)
+    peer = peer_scores([Path(p) for p in args.peer.split(',')], held_out)
+    rows['MTSCrack (its mask: output > 0)'] = peer
+    detail['MTSCrack images scored'] = {h: v.get('images') for h, v in peer.items()}
   text = table(rows, held_out)
   choices = {}
   for name, by_set in rows.items():

@@ -9,7 +9,7 @@
 #   WORK        where the runs go (default workdirs/lodo)
 #   RECIPES     the recipes, in order (default: base photometric_scale photometric scale)
 #   OUT         the table (default results/lodo_short: .json and .md)
-#   PEER        bench/peer_mtscrack.py's JSON on the same test splits (optional)
+#   PEER        bench/peer_mtscrack.py JSON files on the same test splits, comma-separated
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/script_help.sh

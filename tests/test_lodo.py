@@ -142,3 +142,21 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
   # Resumable: a second run trains, exports and scores nothing again.
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert again.returncode == 0 and '+ ' not in again.stdout
+
+
+def test_peer_rows_from_peer_mtscrack_json(tmp_path):
+  lodo = _bench()
+  entry = {
+    'images': 3,
+    'images_in_set': 30,
+    'models': {
+      'MTSCrack': {'protocols': {'strict': {'f1_model': 0.5, 'ods_f1': 0.6}}},
+      'roads-unet-cpu': {'protocols': {'strict': {'f1_model': 0.9, 'ods_f1': 0.9}}},
+    },
+  }
+  first, second = tmp_path / 'a.json', tmp_path / 'b.json'
+  first.write_text(json.dumps({'sets': {'gaps384:test': entry, 'DeepCrack photos': entry}}))
+  later = {**entry, 'images': 30}
+  second.write_text(json.dumps({'sets': {'gaps384:test': later, 'crack500:valid': entry}}))
+  peer = lodo.peer_scores([first, second], ['gaps384', 'crack500'])
+  assert peer == {'gaps384': {'strict': {'stored': 50.0, 'ods': 60.0}, 'images': '3 of 30'}}
