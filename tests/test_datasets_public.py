@@ -202,8 +202,10 @@ def test_mixture_members_checked_before_anything_is_prepared_or_trained(tmp_path
   with pytest.raises(data_registry.DatasetError) as e:
     mixture.prepare(config.data.to_dict())
   text = str(e.value)
-  assert "config.data.mix.crackforest.valid_split='valid': crackforest has the splits" in text
-  assert "config.data.mix.deepcrack.valid_split='valid[:0]' selects no example" in text
+  assert (
+    "config.data.mix.crackforest.valid_split='valid': Dataset crackforest has the splits" in text
+  )
+  assert "deepcrack.valid_split='valid[:0]': Split 'valid[:0]' of dataset deepcrack selects" in text
 
 
 def test_member_results_score_each_dataset_and_select_on_their_mean():

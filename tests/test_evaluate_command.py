@@ -57,6 +57,11 @@ def test_bad_arguments_are_one_line(smoke_run, tmp_path):
     ([f'--workdir={smoke_run}', f'--folder={tmp_path}'], 'expected IMAGES_DIR:MASKS_DIR'),
     ([f'--workdir={smoke_run}', '--protocols=bogus'], "unknown --protocols ['bogus']"),
     ([f'--workdir={smoke_run}', '--step=5'], 'No checkpoint of step 5'),
+    ([f'--workdir={smoke_run}', f'--out={smoke_run / "config.json"}'], 'is a file; name a folder'),
+    (
+      [f'--workdir={smoke_run}', '--data=crackforest:test', '--data=crackforest:valid'],
+      "has the splits ['test', 'train'], not 'valid'",
+    ),
   ]:
     with pytest.raises(SystemExit) as e:
       evaluate_command.main(argv)

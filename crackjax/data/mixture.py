@@ -191,43 +191,11 @@ def prepare(data: Mapping[str, Any]) -> list[Any]:
 
 def split_problems(name: str, fields: Mapping[str, Any], builder: Any) -> list[str]:
   """Member `name`'s splits (its train, valid and test split fields) that its prepared
-  `builder` does not have, or that select no example; one line each."""
+  `builder` does not have, or that select no example (`registry.check_split`); one line each."""
   out = []
-  known = sorted(builder.info.splits)
   for field in SPLITS.values():
-    spec = fields[field]
     try:
-      n = builder.info.splits[spec].num_examples
-    except (KeyError, ValueError, AssertionError) as e:
-      out.append(
-        f'config.data.mix.{name}.{field}={spec!r}: {name} has the splits {known} '
-        f'({" ".join(str(e).split())[:120]}).'
-      )
-      continue
-    if n == 0:
-      out.append(f'config.data.mix.{name}.{field}={spec!r} selects no example of {name}.')
+      registry.check_split(builder, fields[field])
+    except registry.DatasetError as e:
+      out.append(f'config.data.mix.{name}.{field}={fields[field]!r}: {e}')
   return out
-
-
-def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
-  """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role.
-
-  Raises:
-    ValueError: `split` is not one of the mixture's splits.
-  """
-  if split not in SPLITS:
-    raise ValueError(
-      f'A mixture of datasets has the splits {sorted(SPLITS)}, not {split!r} (each member '
-      'names its own in config.data.mix.<member>.{train,valid,test}_split).'
-    )
-  members = member_fields(data)
-  sources = [
-    registry.get_data_source(member_data(data, name), fields[SPLITS[split]])
-    for name, fields in members.items()
-  ]
-  return MixedSource(
-    list(members),
-    sources,
-    [f['weight'] for f in members.values()],
-    [f['scale'] for f in members.values()],
-  )

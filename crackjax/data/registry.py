@@ -390,12 +390,34 @@ def check_prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilde
   return builder
 
 
+def check_split(builder: tfds.core.DatasetBuilder, split: str) -> int:
+  """The number of examples `split` (a TFDS split string: 'test', 'train[58:]') selects of
+  `builder`'s prepared copy.
+
+  Raises:
+    DatasetError: the dataset has no such split, or it selects no example (one line naming
+      the dataset, the split and the splits it has).
+  """
+  known = sorted(builder.info.splits)
+  try:
+    n = builder.info.splits[split].num_examples
+  except (KeyError, ValueError, AssertionError) as e:
+    raise DatasetError(
+      f'Dataset {builder.name} has the splits {known}, not {split!r} '
+      f'({" ".join(str(e).split())[:120]}).'
+    ) from None
+  if n == 0:
+    raise DatasetError(f'Split {split!r} of dataset {builder.name} selects no example ({known}).')
+  return n
+
+
 class ReadableSource(Sequence):
   """A split's random-access source whose unreadable records (a prepared file damaged after
   `check_prepared`, e.g. a flipped byte) end in `_damaged`'s one line, not in array_record's
   'Corrupted Riegeli/records file' traceback."""
 
   def __init__(self, builder: tfds.core.DatasetBuilder, split: str):
+    check_split(builder, split)
     self._builder, self._source = builder, builder.as_data_source(split)
 
   def __len__(self) -> int:

@@ -295,6 +295,8 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   cli.refuse_two_models(fv, PROG)
   if fv.model and not fv.out:
     sys.exit(f'{PROG}: --model needs --out=DIR, where the records go; usage: {USAGE}')
+  if fv.out and Path(fv.out).exists() and not Path(fv.out).is_dir():
+    sys.exit(f'{PROG}: --out={fv.out} is a file; name a folder (made if missing).')
   if fv.model and fv.step is not None:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
@@ -394,6 +396,9 @@ def _score_all(
 
   step = int(state.step)
   rows = []
+  opened = []
+  # Every data argument opened first (each dataset prepared, each split checked): a split
+  # that does not exist ends the command before anything is scored.
   for label, c, split in targets:
     c.eval.protocols = protocols
     scored = on_other_data(experiment, c)
@@ -402,9 +407,11 @@ def _score_all(
       if label.startswith('folder:'):  # streamed from its files, nothing prepared
         total, examples = folder_stream.folder_examples(specs.data_group(c))
       else:
-        scored.splits.prepare()
+        scored.splits.source(split)
     except (data_registry.DatasetError, ValueError) as e:
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
+    opened.append((label, split, scored, examples, total))
+  for label, split, scored, examples, total in opened:
     out = eval_records.other_results_dir(scored.eval_plan, workdir, split)
     if records is not None:  # --out=DIR: DIR/<dataset>_<split>
       out = Path(records) / out.name
