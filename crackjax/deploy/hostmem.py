@@ -152,5 +152,6 @@ class PhotoMemory:
     return (
       f'{path}: {width}x{height} ({width * height / 1e6:.3g} MP) needs about '
       f'{need / 1e9:.3g} GB of memory to predict and measure, and {free / 1e9:.3g} GB are free '
-      'here; free some memory, or predict it where there is more (or cut it into parts)'
+      'here; free some memory, predict it where there is more (or cut it into parts), or '
+      'try anyway with --ignore_memory_estimate'
     )

@@ -228,7 +228,7 @@ def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path
   if existing and not fv.overwrite and not progress.started(name):
     return f'{path}: {existing[0]} exists (pass --overwrite)'
   size = photo_size(path)
-  if size and size[0] * size[1] <= fv.max_megapixels * 1e6:
+  if size and size[0] * size[1] <= fv.max_megapixels * 1e6 and not fv.ignore_memory_estimate:
     return memory.refusal(path, *size) or None
   return None
 

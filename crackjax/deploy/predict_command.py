@@ -87,6 +87,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   flags.DEFINE_bool(
+    'ignore_memory_estimate',
+    False,
+    'predict a photo even when its estimated memory need exceeds the memory free here (the '
+    "estimate errs on the safe side; the Python API's Predictor never refuses)",
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
     'examples',
     False,
     'also predict four example road photos (drawn here: crackjax/deploy/examples.py), written '

@@ -13,6 +13,7 @@ source tree (a clone, an editable install), the installed file's path otherwise.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,8 +72,25 @@ def main(argv: Sequence[str] | None = None) -> int:
       file=sys.stderr,
     )
     return 1
-  print(path if args.path else path.read_text(encoding='utf-8'), end='\n' if args.path else '')
+  try:
+    print(path if args.path else path.read_text(encoding='utf-8'), end='\n' if args.path else '')
+    sys.stdout.flush()
+  except BrokenPipeError:  # `crackjax-docs models | head`: the reader had enough
+    _quiet_stdout()
+    return 0
+  except OSError as e:  # a full disk or a closed stdout
+    _quiet_stdout()
+    print(f'{PROG}: cannot write the page to standard output ({e.strerror or e}).', file=sys.stderr)
+    return 1
   return 0
+
+
+def _quiet_stdout() -> None:
+  """Points stdout at devnull, so that the interpreter's own flush at exit raises nothing."""
+  try:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+  except (OSError, ValueError):
+    pass
 
 
 if __name__ == '__main__':

@@ -260,10 +260,16 @@ def test_a_photo_that_will_not_fit_in_memory_is_skipped_with_a_line(
   assert line.startswith(f'crackjax-predict: skipped {folder}/a_big.png: 400x300 (0.12 MP) needs ')
   free = f'{hostmem.BYTES_PER_PIXEL * 10_000 / 1e9:.3g}'
   assert line.endswith(
-    f'of memory to predict and measure, and {free} GB are free here; free some memory, or '
-    'predict it where there is more (or cut it into parts)'
+    f'of memory to predict and measure, and {free} GB are free here; free some memory, '
+    'predict it where there is more (or cut it into parts), or try anyway with '
+    '--ignore_memory_estimate'
   )
   assert hostmem.PhotoMemory().needs(12000, 9000) == hostmem.BYTES_PER_PIXEL * 108_000_000
+  # The override: the same photo predicted.
+  again = tmp_path / 'again'
+  argv = args(smoke_run, again, folder, extra=['--ignore_memory_estimate'])
+  assert predict_command.main(argv) == 0
+  assert table_names(again) == ['a_big', 'b_small']
 
 
 @pytest.mark.slow
