@@ -145,3 +145,23 @@ def test_out_takes_the_records_with_one_data_argument(smoke_run, tmp_path, capsy
   assert json.loads(record.read_text())['num_images'] == 2
   assert not (run / 'eval').exists() or not list((run / 'eval').glob('*/eval.json'))
   assert str(record.parent) in capsys.readouterr().out
+
+
+def test_masks_named_with_a_suffix_are_hinted_and_paired(smoke_run, tmp_path):
+  images, masks = tmp_path / 'img', tmp_path / 'msk'
+  for i in range(3):
+    fixtures.write_image(images / f'p{i}.png', (np.full((40, 48, 3), 120 + i)).astype(np.uint8))
+    mask = np.zeros((40, 48), np.uint8)
+    mask[20:22] = 255
+    fixtures.write_image(masks / f'p{i}_mask.png', mask)
+  argv = [f'--workdir={smoke_run}', f'--folder={images}:{masks}', f'--out={tmp_path / "o"}']
+  with pytest.raises(SystemExit) as e:
+    evaluate_command.main([*argv, '--protocols=strict', '--workers=1'])
+  message = str(e.value)
+  assert '\n' not in message and 'have no mask' in message
+  assert message.endswith(
+    'the masks are named <image name>_mask (e.g. p0_mask.png): set --mask_suffix=_mask'
+  )
+  assert (
+    evaluate_command.main([*argv, '--mask_suffix=_mask', '--protocols=strict', '--workers=1']) == 0
+  )

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -111,6 +112,25 @@ class Pair:
   mask_path: epath.Path
 
 
+def _suffix_hint(no_mask: Sequence[str], spare: set[str], masks: Mapping[str, Any]) -> str:
+  """'; the masks are named <name><suffix> ...' when every unmatched image has a spare mask
+  whose name is its own plus one common suffix (e.g. '_mask'), else ''."""
+  suffixes = set()
+  for key in no_mask:
+    found = [m[len(key) :] for m in spare if m.startswith(key) and len(m) > len(key)]
+    if len(found) != 1:
+      return ''
+    suffixes.add(found[0])
+  if len(suffixes) != 1:
+    return ''
+  (suffix,) = suffixes
+  example = masks[f'{no_mask[0]}{suffix}']
+  return (
+    f'; the masks are named <image name>{suffix} (e.g. {epath.Path(example).name}): set '
+    f'--config.data.folder.mask_suffix={suffix}'
+  )
+
+
 def pair_by_stem(
   images: Mapping[str, epath.Path],
   masks: Mapping[str, epath.Path],
@@ -124,7 +144,7 @@ def pair_by_stem(
     names = ', '.join(str(images[k]) for k in no_mask[:5]) + (' ...' if len(no_mask) > 5 else '')
     raise DatasetError(
       f'{len(no_mask)} image(s) have no mask in {mask_dir} (matched by file name without '
-      f'extension): {names}'
+      f'extension): {names}{_suffix_hint(no_mask, set(masks) - set(images), masks)}'
     )
   no_image = sorted(set(masks) - set(images))
   if no_image:

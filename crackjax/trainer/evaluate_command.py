@@ -102,6 +102,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'dark (black cracks on white) or auto (the minority of each mask)',
     flag_values=fv,
   )
+  flags.DEFINE_string(
+    'mask_suffix',
+    None,
+    "the --folder masks' names: the image's name plus this suffix (e.g. _mask for "
+    'photo.jpg + photo_mask.png; default: the same name)',
+    flag_values=fv,
+  )
   flags.DEFINE_list(
     'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
   )
@@ -146,9 +153,11 @@ def data_configs(
   manual_dirs,
   workdir,
   mask_polarity: str | None = None,
+  mask_suffix: str | None = None,
 ):
   """(label, data config, split) per data argument; ValueError naming a malformed one.
-  `mask_polarity`: the --folder masks' polarity (default the run's config)."""
+  `mask_polarity`: the --folder masks' polarity (default the run's config); `mask_suffix`:
+  their names' suffix (default the run's config)."""
   from crackjax.data import mixture
   from crackjax.data import registry as data_registry
   from crackjax.experiment import specs
@@ -186,6 +195,8 @@ def data_configs(
     c.data.folder.test_list = None
     if mask_polarity:
       c.data.folder.mask_polarity = mask_polarity
+    if mask_suffix is not None:
+      c.data.folder.mask_suffix = mask_suffix
     out.append((f'folder:{images}', c, 'test'))
   return out
 
@@ -222,6 +233,7 @@ def _in_this_command(message: str) -> str:
   """A data message's advice in this command's flags: a folder's mask polarity is
   --mask_polarity here (the builders name the training config's field)."""
   message = message.replace('--config.data.folder.mask_polarity=', '--mask_polarity=')
+  message = message.replace('--config.data.folder.mask_suffix=', '--mask_suffix=')
   # Scoring takes labelled crack images: a mask that is mostly crack is a polarity problem.
   return message.replace(
     ' If cracks really cover most of these images, set '
@@ -372,7 +384,9 @@ def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
     sys.exit(f'{PROG}: --scales / --flip: {e}')
   manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
   try:
-    targets = data_configs(config, fv.data, fv.folder, manual, workdir, fv.mask_polarity)
+    targets = data_configs(
+      config, fv.data, fv.folder, manual, workdir, fv.mask_polarity, fv.mask_suffix
+    )
   except ValueError as e:
     sys.exit(f'{PROG}: {e}')
   for _, c, _ in targets:
