@@ -35,3 +35,24 @@ def test_docs_to_an_unwritable_stdout_is_one_line():
     timeout=60,
   )
   assert piped.stdout.startswith('# ') and 'Traceback' not in piped.stderr
+
+
+def test_colour_masks_keep_their_cracks(tmp_path):
+  import numpy as np
+  import PIL.Image
+
+  from crackjax.tfds_builders import reading
+
+  red = np.zeros((20, 30, 3), np.uint8)
+  red[10:12, :, 0] = 255  # pure red cracks on black: luma read them at 30% and lost them
+  PIL.Image.fromarray(red).save(tmp_path / 'red.png')
+  mask = reading.load_mask(tmp_path / 'red.png')
+  assert mask.sum() == 60 and set(np.unique(mask)) == {0, 1}
+  # Blue cracks on white, read with the dark polarity: the darkest channel.
+  white = np.full((20, 30, 3), 255, np.uint8)
+  white[5, :, :2] = 0  # (0, 0, 255)
+  PIL.Image.fromarray(white).save(tmp_path / 'blue.png')
+  assert reading.load_mask(tmp_path / 'blue.png', polarity='dark').sum() == 30
+  # A JPEG of red cracks: its noisy channels thresholded the same way.
+  PIL.Image.fromarray(red).save(tmp_path / 'red.jpg', quality=90)
+  assert abs(int(reading.load_mask(tmp_path / 'red.jpg').sum()) - 60) <= 6

@@ -108,8 +108,11 @@ def load_rgb(path: epath.PathLike) -> PIL.Image.Image:
   return image.convert('RGB')  # L, 1, P, RGBA, LA, CMYK, YCbCr ...
 
 
-def mask_array(path: epath.PathLike) -> np.ndarray:
-  """The raw 2-D values of a mask file (colour masks reduced to one channel)."""
+def mask_array(path: epath.PathLike, polarity: str = 'bright') -> np.ndarray:
+  """The raw 2-D values of a mask file. A colour mask (its channels differ) is reduced to its
+  brightest channel (`polarity` 'bright' or 'auto': a crack drawn in any colour on black, e.g.
+  pure red, is crack; luma read red at 30% and lost it) or its darkest (`polarity` 'dark': a
+  crack in any colour on white)."""
   image = read_pil(path, 'mask')
   if image.mode == 'P':
     image = image.convert('RGBA' if 'transparency' in image.info else 'RGB')
@@ -119,13 +122,14 @@ def mask_array(path: epath.PathLike) -> np.ndarray:
     if all(np.array_equal(array[..., 0], array[..., c]) for c in range(1, array.shape[2])):
       array = array[..., 0]
     else:
+      how = 'darkest' if polarity == 'dark' else 'brightest'
       note(
         'colour_mask',
         path,
         '',
-        f'Mask {path} is a colour image; converted to grey (ITU-R 601 luma) before thresholding.',
+        f'Mask {path} is a colour image; each pixel read as its {how} channel before thresholding.',
       )
-      array = np.asarray(PIL.Image.fromarray(np.ascontiguousarray(array)).convert('L'))
+      array = array.min(axis=2) if polarity == 'dark' else array.max(axis=2)
   return array
 
 
@@ -184,7 +188,7 @@ def load_mask(
   path: epath.PathLike, *, threshold: float = 0.5, polarity: str = 'bright'
 ) -> np.ndarray:
   """Reads a mask file as uint8 HxW with 1 = crack (see `binarize`)."""
-  return binarize(mask_array(path), path, threshold=threshold, polarity=polarity)
+  return binarize(mask_array(path, polarity), path, threshold=threshold, polarity=polarity)
 
 
 def check_same_size(

@@ -32,7 +32,10 @@ CONDITIONS = {
     'mask(s) are not binary (e.g. saved as JPEG or anti-aliased) and were thresholded '
     '(the mask threshold sets the cut)'
   ),
-  'colour_mask': 'mask(s) are colour images; converted to grey (ITU-R 601 luma) first',
+  'colour_mask': (
+    'mask(s) are colour images; each pixel read as its brightest channel (its darkest for '
+    'dark cracks) first'
+  ),
   'high_bit_depth': (
     'image(s) have more than 8 bits per value; read by their actual range (the smallest '
     'of 10/12/14/16 bits that holds their maximum) rather than as 16-bit'
