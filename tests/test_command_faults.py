@@ -56,3 +56,29 @@ def test_colour_masks_keep_their_cracks(tmp_path):
   # A JPEG of red cracks: its noisy channels thresholded the same way.
   PIL.Image.fromarray(red).save(tmp_path / 'red.jpg', quality=90)
   assert abs(int(reading.load_mask(tmp_path / 'red.jpg').sum()) - 60) <= 6
+
+
+def test_a_builder_refuses_another_datasets_folder(tmp_path):
+  from crackjax.configs import base
+  from crackjax.data import registry as data_registry
+  from tests import fixtures
+
+  def data(manual_dir):
+    d = base.get_config().data
+    d.name, d.data_dir, d.manual_dir = 'deepcrack', str(tmp_path / 'tfds'), str(manual_dir)
+    return d.to_dict()
+
+  # CRACK500's crops (213x121) under their own folder, handed to the DeepCrack builder.
+  raw = fixtures.make_fake_public_set(tmp_path / 'a', 'crack500', size=(121, 213))
+  with pytest.raises(data_registry.DatasetError, match="named as crack500's folder"):
+    data_registry.prepare_dataset(data(raw / 'Datasets' / 'Crack500'))
+  # The same crops in a folder named DeepCrack: their sizes tell.
+  (raw / 'Datasets' / 'Crack500').rename(raw / 'Datasets' / 'DeepCrack')
+  with pytest.raises(data_registry.DatasetError) as e:
+    data_registry.prepare_dataset(data(raw / 'Datasets'))
+  message = str(e.value)
+  assert '\n' not in message and "the sizes of crack500's, not of deepcrack's" in message
+  assert not (tmp_path / 'tfds' / 'deepcrack' / '1.0.0').exists()
+  # DeepCrack's own sizes pass.
+  ok = fixtures.make_fake_public_set(tmp_path / 'b', 'deepcrack', size=(128, 181))
+  assert data_registry.prepare_dataset(data(ok / 'Datasets')).is_prepared()

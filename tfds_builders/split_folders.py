@@ -24,12 +24,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
 
 from crackjax.tfds_builders import listing, paired_builder
 from crackjax.tfds_builders.contract import normalise
-from crackjax.tfds_builders.errors import DatasetNotFoundError
+from crackjax.tfds_builders.errors import DatasetError, DatasetNotFoundError
 
 # Split -> the folder names (normalised) a source uses for it.
 SPLIT_NAMES: dict[str, tuple[str, ...]] = {
@@ -134,6 +135,9 @@ class SplitFolderBuilder(paired_builder.PairedImageBuilder, skip_registration=Tr
   """
 
   KEYS: ClassVar[tuple[str, ...]] = ()
+  #: The (width, height) its copies' photos have (either orientation): a folder whose photos
+  #: all have another dataset's sizes is refused as that dataset's (`recognise`).
+  SIZES: ClassVar[frozenset[tuple[int, int]]] = frozenset()
   LAYOUT: ClassVar[str] = ''
   LICENSE: ClassVar[str] = ''
   #: Where to get the files, for the instructions (`instructions`).
@@ -144,6 +148,8 @@ class SplitFolderBuilder(paired_builder.PairedImageBuilder, skip_registration=Tr
 
   def __init_subclass__(cls, **kwargs):
     super().__init_subclass__(**kwargs)
+    if cls.KEYS:
+      KNOWN[cls.name] = cls
     if cls.SOURCE:  # a dataset (not a further base): its instructions from its declarations
       title = cls.__doc__.split(':')[0] if cls.__doc__ else cls.name
       cls.MANUAL_DOWNLOAD_INSTRUCTIONS = instructions(
@@ -151,11 +157,62 @@ class SplitFolderBuilder(paired_builder.PairedImageBuilder, skip_registration=Tr
       )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> Mapping:
-    folders = find_split_folders(self.manual_root(dl_manager), self.KEYS, layout=self.LAYOUT)
+    root = self.manual_root(dl_manager)
+    folders = find_split_folders(root, self.KEYS, layout=self.LAYOUT)
+    recognise(self.name, folders)
     return {
       split: self._generate_examples(split_pairs(split, images, masks, what=self.name), split=split)
       for split, (images, masks) in folders.items()
     }
+
+
+#: The split-folder datasets by name (each subclass that declares KEYS), for `recognise`.
+KNOWN: dict[str, type] = {}
+# Photos sampled from a folder to tell whose it is.
+_SAMPLE = 20
+
+
+def _both(sizes: frozenset[tuple[int, int]]) -> set[tuple[int, int]]:
+  return set(sizes) | {(h, w) for w, h in sizes}
+
+
+def recognise(name: str, folders: Mapping[str, tuple[epath.Path, epath.Path | None]]) -> None:
+  """Refuses, in one line, a folder found for dataset `name` that is another's: its dataset
+  folder is named as another's (``Crack500/`` given to the deepcrack builder), or every
+  photo of a sample has another dataset's sizes (`SplitFolderBuilder.SIZES`) and none its own.
+
+  Raises:
+    DatasetError: naming the folder, what it looks like and why.
+  """
+  first = next(iter(folders.values()))[0]
+  here = first.parent
+  own = KNOWN.get(name)
+  for other, cls in KNOWN.items():
+    if other != name and normalise(here.name) in cls.KEYS:
+      raise DatasetError(
+        f"{name}: {here} is named as {other}'s folder, not {name}'s: point the manual dir at "
+        f"{name}'s copy (or prepare it as {other})."
+      )
+  if own is None or not own.SIZES:
+    return
+  files = sorted(p for p in first.iterdir() if listing.is_image_file(p))
+  if not files:
+    return
+  step = max(1, len(files) // _SAMPLE)
+  sizes = set()
+  for path in files[::step][:_SAMPLE]:
+    with PIL.Image.open(path) as image:
+      sizes.add(image.size)
+  if sizes & _both(own.SIZES):
+    return
+  for other, cls in KNOWN.items():
+    if other != name and cls.SIZES and sizes <= _both(cls.SIZES):
+      shown = ', '.join(f'{w}x{h}' for w, h in sorted(sizes)[:3])
+      expected = ', '.join(f'{w}x{h}' for w, h in sorted(own.SIZES))
+      raise DatasetError(
+        f"{name}: the photos in {first} are {shown}, the sizes of {other}'s, not of {name}'s "
+        f"({expected}): the folder looks like {other}; point the manual dir at {name}'s copy."
+      )
 
 
 def instructions(name: str, source: str, layout: str, readme: str) -> str:

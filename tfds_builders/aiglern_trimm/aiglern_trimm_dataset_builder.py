@@ -47,6 +47,7 @@ class AigleRNTrimm(split_folders.SplitFolderBuilder):
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('aiglerntrimm',)
+  SIZES = frozenset({(240, 141)})
   LAYOUT = LAYOUT
   LICENSE = LICENSE
   SOURCE = split_folders.LMM_SOURCE

@@ -58,6 +58,7 @@ class Crack500(split_folders.SplitFolderBuilder):
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('crack500',)
+  SIZES = frozenset({(213, 121), (213, 122), (224, 138), (640, 360)})
   LAYOUT = LAYOUT
   LICENSE = LICENSE
   SOURCE = f'the authors (links in {HOMEPAGE}) or {split_folders.LMM_SOURCE}'

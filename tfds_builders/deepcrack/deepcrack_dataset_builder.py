@@ -49,6 +49,7 @@ class DeepCrack(split_folders.SplitFolderBuilder):
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('deepcrack',)
+  SIZES = frozenset({(181, 128), (544, 384)})
   LAYOUT = LAYOUT
   LICENSE = LICENSE
   SOURCE = f'{HOMEPAGE} (dataset/) or {split_folders.LMM_SOURCE}'

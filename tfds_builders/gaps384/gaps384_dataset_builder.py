@@ -49,6 +49,7 @@ class GAPs384(split_folders.SplitFolderBuilder):
   HOMEPAGE = HOMEPAGE
   CITATION = _CITATION
   KEYS = ('gaps384',)
+  SIZES = frozenset({(133, 133)})
   LAYOUT = LAYOUT
   LICENSE = LICENSE
   SOURCE = split_folders.LMM_SOURCE
