@@ -199,3 +199,27 @@ def split_problems(name: str, fields: Mapping[str, Any], builder: Any) -> list[s
     except registry.DatasetError as e:
       out.append(f'config.data.mix.{name}.{field}={fields[field]!r}: {e}')
   return out
+
+
+def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
+  """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role.
+
+  Raises:
+    ValueError: `split` is not one of the mixture's splits.
+  """
+  if split not in SPLITS:
+    raise ValueError(
+      f'A mixture of datasets has the splits {sorted(SPLITS)}, not {split!r} (each member '
+      'names its own in config.data.mix.<member>.{train,valid,test}_split).'
+    )
+  members = member_fields(data)
+  sources = [
+    registry.get_data_source(member_data(data, name), fields[SPLITS[split]])
+    for name, fields in members.items()
+  ]
+  return MixedSource(
+    list(members),
+    sources,
+    [f['weight'] for f in members.values()],
+    [f['scale'] for f in members.values()],
+  )
