@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from crackjax.configs import lodo
+from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -409,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
   print(text)
   if args.out:
     Path(args.out).with_suffix('.json').write_text(
-      json.dumps(
+      outputs.dumps(
         {'command': sys.argv, 'folds': detail, 'rows': rows, 'new_road_thresholds': choices},
         indent=1,
       )

@@ -61,7 +61,7 @@ def test_a_mixture_takes_a_plain_mapping():
   assert data['folder']['images'] is None and data['name'] == 'mixture'
   bad = {**data, 'mix': {'deepcrack': {'weight': 0}}}
   assert mixture.problems(_plain(bad)) == [
-    'config.data.mix.deepcrack.weight=0 must be a number > 0.'
+    'config.data.mix.deepcrack.weight=0 must be a finite number > 0.'
   ]
 
 

@@ -201,9 +201,12 @@ def recognise(name: str, folders: Mapping[str, tuple[epath.Path, epath.Path | No
   step = max(1, len(files) // _SAMPLE)
   sizes = set()
   for path in files[::step][:_SAMPLE]:
-    with PIL.Image.open(path) as image:
-      sizes.add(image.size)
-  if sizes & _both(own.SIZES):
+    try:
+      with PIL.Image.open(path) as image:
+        sizes.add(image.size)
+    except (OSError, ValueError):  # an unreadable photo is the preparation's to name
+      continue
+  if not sizes or sizes & _both(own.SIZES):
     return
   for other, cls in KNOWN.items():
     if other != name and cls.SIZES and sizes <= _both(cls.SIZES):

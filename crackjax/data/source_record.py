@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from crackjax.runs import outputs
+
 RECORD = 'crackjax_source.json'
 
 
@@ -71,7 +73,7 @@ def write(copy_dir: str | os.PathLike, manual_dir: str, read: Iterable[str]) -> 
     'listing_sha256': _digest(files),
     'listing': {k: list(v) for k, v in sorted(files.items())},
   }
-  Path(copy_dir, RECORD).write_text(json.dumps(record, indent=1) + '\n')
+  Path(copy_dir, RECORD).write_text(outputs.dumps(record, indent=1) + '\n')
   return record
 
 
