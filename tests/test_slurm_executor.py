@@ -102,6 +102,19 @@ def test_slurm_without_sbatch_is_one_line_naming_the_script(tmp_path, monkeypatc
   assert '\n' not in message
 
 
+def test_sbatch_without_srun_is_one_line(tmp_path, monkeypatch):
+  fake = tmp_path / 'bin'
+  fake.mkdir()
+  sbatch = fake / 'sbatch'
+  sbatch.write_text('#!/bin/sh\nexit 0\n')
+  sbatch.chmod(0o755)
+  monkeypatch.setenv('PATH', str(fake))  # sbatch alone: no srun, no squeue
+  with pytest.raises(SystemExit) as stopped:
+    runner.main(['--table=1', f'--workdir={tmp_path / "w"}', '--executor=slurm'])
+  message = str(stopped.value.code)
+  assert 'sbatch is on PATH but srun and squeue not' in message and '\n' not in message
+
+
 def test_sbatchs_error_line_is_kept():
   text = (
     'Command [sbatch, /w/slurm/.submission_file.sh] failed with return code 1 and stderr:\n'

@@ -259,6 +259,15 @@ def check_available() -> None:
     raise SlurmError(NO_SUBMITIT) from None
   if shutil.which('sbatch') is None:
     raise SlurmError(NO_SLURM)
+  # submitit's job scripts run the task with srun: a machine with sbatch alone ended in its
+  # traceback after the submission.
+  missing = [c for c in ('srun', 'squeue') if shutil.which(c) is None]
+  if missing:
+    raise SlurmError(
+      f'sbatch is on PATH but {" and ".join(missing)} not: --executor=slurm needs the SLURM '
+      'client commands (sbatch, srun, squeue) where it submits; install the SLURM client, or '
+      'for a one-node SLURM on this machine: sudo bash scripts/slurm_local.sh start.'
+    )
 
 
 def folder(workdir: str | Path) -> Path:
