@@ -172,7 +172,7 @@ def test_diagnose_flags_and_input_size():
     'train: 1 of 2 images have no crack pixels.',
     'train: sizes are mixed (2 sizes).',
     'test: no crack pixels in any of its 2 masks; training on it learns nothing and F1 on it '
-    'is meaningless (check the masks, mask_polarity and mask_threshold).',
+    'is meaningless (check the masks, --config.data.folder.mask_polarity and mask_threshold).',
     'input_size: every train image is at least 330x490 (HxW): --config.data.input_size='
     "'(320, 480)' fits all; sizes are mixed, so training needs it.",
   ]
@@ -184,6 +184,11 @@ def test_diagnose_flags_and_input_size():
   )
   assert lines[1].startswith('input_size: every train image is 32x48 (HxW)')
   assert 'whole images work' in lines[1]
+  # A public dataset has no mask settings: the advice names none.
+  public = data_stats.diagnose(inverted, dataset='deepcrack')[0]
+  assert (
+    'mask_polarity' not in public and 'the deepcrack builder reads masks as its source' in public
+  )
 
 
 def test_data_stats_cli_suggests_input_size_for_mixed_sizes(tmp_path, capsys):

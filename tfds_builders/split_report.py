@@ -29,8 +29,9 @@ MAX_EXAMPLES = 5
 # What each condition of a SplitReport says, after '<dataset>/<split>: <count> '.
 CONDITIONS = {
   'non_binary': (
-    'mask(s) are not binary (e.g. saved as JPEG or anti-aliased) and were thresholded '
-    '(the mask threshold sets the cut)'
+    'mask(s) are not binary (e.g. saved as JPEG or anti-aliased) and were thresholded at '
+    'the cut shown (a crack_folder\'s --config.data.folder.mask_threshold sets it; the public '
+    'datasets\' builders cut at half the range)'
   ),
   'colour_mask': (
     'mask(s) are colour images; each pixel read as its brightest channel (its darkest for '

@@ -80,13 +80,24 @@ def _sizes_hw(st: dict[str, Any]) -> list[tuple[int, int]]:
   return [(int(h), int(w)) for w, h in (k.split('x') for k in st.get('sizes_wxh', {}))]
 
 
-def diagnose(stats: dict[str, dict], train_split: str = 'train') -> list[str]:
+def diagnose(
+  stats: dict[str, dict], train_split: str = 'train', dataset: str = 'crack_folder'
+) -> list[str]:
   """Problems in `dataset_stats`' output, one line each, and the input_size that fits.
 
   Flags per split: no crack pixel at all; masks mostly crack (suggests mask_polarity);
   images without crack pixels; mixed sizes. Then, from ``train_split`` (if described): the
-  largest (H, W), both multiples of 16, no larger than its smallest height and width.
+  largest (H, W), both multiples of 16, no larger than its smallest height and width. The
+  advice names the settings `dataset` has: a folder's (``crack_folder``) mask polarity and
+  threshold; a public dataset's builder reads its masks as its source ships them.
   """
+  own = dataset == 'crack_folder'
+  check = (
+    'check the masks, --config.data.folder.mask_polarity and mask_threshold'
+    if own
+    else f'the {dataset} builder reads masks as its source ships them: check that the manual '
+    'dir holds that copy'
+  )
   lines = []
   for split, st in stats.items():
     n = st['num_images']
@@ -96,7 +107,7 @@ def diagnose(stats: dict[str, dict], train_split: str = 'train') -> list[str]:
     if not st['crack_pixels']:
       lines.append(
         f'{split}: no crack pixels in any of its {n} masks; training on it learns nothing and '
-        'F1 on it is meaningless (check the masks, mask_polarity and mask_threshold).'
+        f'F1 on it is meaningless ({check}).'
       )
     elif st['images_without_crack']:
       lines.append(f'{split}: {st["images_without_crack"]} of {n} images have no crack pixels.')
@@ -106,7 +117,7 @@ def diagnose(stats: dict[str, dict], train_split: str = 'train') -> list[str]:
       lines.append(
         f'{split}: crack is the majority ({st["crack_proportion"] * 100:.1f}% of the split; '
         f'{len(majority)} masks more than half crack: {shown}); black cracks on white? '
-        'Set --config.data.folder.mask_polarity=dark (or auto).'
+        + ('Set --config.data.folder.mask_polarity=dark (or auto).' if own else f'{check}.')
       )
     if len(st['sizes_wxh']) > 1:
       lines.append(f'{split}: sizes are mixed ({len(st["sizes_wxh"])} sizes).')
@@ -191,7 +202,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
   except (data_registry.DatasetError, ValueError) as e:
     print(f'{PROG}: {e}', file=sys.stderr)
     return 1
-  flagged = diagnose(stats, data.get('train_split') or 'train')
+  flagged = diagnose(stats, data.get('train_split') or 'train', str(data.get('name')))
   if fv.json:
     print(outputs.dumps({**stats, 'diagnosis': flagged}, indent=2))
   else:
