@@ -71,6 +71,7 @@ MIN_TIME_MIN = 3
 #: Seconds between two looks at the queue while --wait waits.
 POLL_SECONDS = 5.0
 
+NO_CLIENT = '--executor=slurm needs sbatch, srun and squeue (or: scripts/slurm_local.sh start).'
 NO_SUBMITIT = "--executor=slurm needs submitit: pip install 'crackjax[slurm]' (or submitit)."
 NO_SLURM = (
   'no sbatch on PATH: --executor=slurm runs where SLURM jobs are submitted (a login node); '
@@ -259,15 +260,9 @@ def check_available() -> None:
     raise SlurmError(NO_SUBMITIT) from None
   if shutil.which('sbatch') is None:
     raise SlurmError(NO_SLURM)
-  # submitit's job scripts run the task with srun: a machine with sbatch alone ended in its
-  # traceback after the submission.
-  missing = [c for c in ('srun', 'squeue') if shutil.which(c) is None]
-  if missing:
-    raise SlurmError(
-      f'sbatch is on PATH but {" and ".join(missing)} not: --executor=slurm needs the SLURM '
-      'client commands (sbatch, srun, squeue) where it submits; install the SLURM client, or '
-      'for a one-node SLURM on this machine: sudo bash scripts/slurm_local.sh start.'
-    )
+  # submitit's job scripts run the task with srun (sbatch alone ended in its traceback).
+  if missing := [c for c in ('srun', 'squeue') if shutil.which(c) is None]:
+    raise SlurmError(f'sbatch is on PATH but {" and ".join(missing)} not: {NO_CLIENT}')
 
 
 def folder(workdir: str | Path) -> Path:
