@@ -30,8 +30,8 @@ MAX_EXAMPLES = 5
 CONDITIONS = {
   'non_binary': (
     'mask(s) are not binary (e.g. saved as JPEG or anti-aliased) and were thresholded at '
-    'the cut shown (a crack_folder\'s --config.data.folder.mask_threshold sets it; the public '
-    'datasets\' builders cut at half the range)'
+    "the cut shown (a crack_folder's --config.data.folder.mask_threshold sets it; the public "
+    "datasets' builders cut at half the range)"
   ),
   'colour_mask': (
     'mask(s) are colour images; each pixel read as its brightest channel (its darkest for '
