@@ -273,11 +273,13 @@ def other_results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
 
 
 def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
-  """The ODS threshold of the first protocol that records one (threshold.json's), else 0.5:
-  the threshold of the qualitative figures."""
+  """The ODS threshold of the first protocol that records one (threshold.json's), else 0.5
+  (also where that threshold is degenerate, `result.degenerate_threshold`, as `write_threshold`
+  returns): the threshold of the qualitative figures."""
   for protocol, r in results.items():
     if evaluation.get_protocol(protocol).writes_threshold_file:
-      return ProtocolResult.from_json(r).ods.threshold
+      typed = ProtocolResult.from_json(r)
+      return 0.5 if degenerate_threshold(typed) else typed.ods.threshold
   return 0.5
 
 
@@ -286,14 +288,10 @@ def threshold_in_use(
 ) -> float:
   """The threshold masks are made at after this evaluation: the run's or model file's own
   (`operating_points`' 'run', crackjax-evaluate's) where given, else the one threshold.json
-  gets (`write_threshold`: the strict ODS threshold, 0.5 where it is degenerate)."""
+  gets (`mask_threshold`: the strict ODS threshold, 0.5 where it is degenerate)."""
   if operating_points and 'run' in operating_points:
     return float(operating_points['run'])
-  for protocol, r in results.items():
-    if evaluation.get_protocol(protocol).writes_threshold_file:
-      typed = ProtocolResult.from_json(r)
-      return 0.5 if degenerate_threshold(typed) else typed.ods.threshold
-  return 0.5
+  return mask_threshold(results)
 
 
 def spread_by_f1(f1: Sequence[float], k: int) -> list[tuple[int, str]]:
