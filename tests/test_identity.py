@@ -160,3 +160,21 @@ def test_crackjax_imports_without_fcntl():
     [sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO, timeout=300
   )
   assert done.returncode == 0 and done.stdout.strip() == 'ok', done.stderr[-2000:]
+
+
+def test_a_mixture_members_folder_is_where_its_data_is_not_what_it_is(tmp_path):
+  # A LODO fold resumed with a member's folder spelt another way (relative, moved) is the
+  # same run, as data.manual_dir is; its weight is part of the computation.
+  from configs import lodo
+
+  config = lodo.get_config('crackforest,base,smoke')
+  config.data.mix.deepcrack.manual_dir = '../data'
+  identity.check_identity(tmp_path, fingerprint(config))
+  _started(tmp_path)
+  config.data.mix.deepcrack.manual_dir = '/work/data'
+  identity.check_identity(tmp_path, fingerprint(config))
+  assert identity.is_machine_path('data.mix.deepcrack.manual_dir')
+  assert not identity.is_machine_path('data.mix.deepcrack.weight')
+  config.data.mix.deepcrack.weight = 7.0
+  with pytest.raises(identity.RunMismatchError, match='data.mix.deepcrack.weight'):
+    identity.check_identity(tmp_path, fingerprint(config))

@@ -247,18 +247,17 @@ def model_card(
 
 
 def portable_config(config) -> dict[str, Any]:
-  """The run's config as JSON, with None at `identity.MACHINE_PATHS` (and at a mixture's
-  members' manual_dir): no path of the machine that trained it."""
+  """The run's config as JSON, with None at every path of the machine that trained it
+  (`identity.is_machine_path`: `MACHINE_PATHS` and a mixture's members' manual_dir)."""
   out = json.loads(config.to_json_best_effort())
-  for member in (out.get('data', {}).get('mix') or {}).values():  # a mixture's members
-    if isinstance(member, dict) and 'manual_dir' in member:
-      member['manual_dir'] = None
-  for field in identity.MACHINE_PATHS:
+  members = out.get('data', {}).get('mix') or {}
+  fields = [*identity.MACHINE_PATHS, *(f'data.mix.{name}.manual_dir' for name in members)]
+  for field in fields:
     node = out
     *parents, leaf = field.split('.')
     for part in parents:
       node = node.get(part) or {}
-    if leaf in node:
+    if isinstance(node, dict) and leaf in node:
       node[leaf] = None
   return out
 

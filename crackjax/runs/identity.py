@@ -92,8 +92,18 @@ def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
   return flat
 
 
+def is_machine_path(name: str) -> bool:
+  """Whether the dotted config field `name` is a path of the machine (`MACHINE_PATHS`, or a
+  mixture member's manual_dir, `data.mix.<member>.manual_dir`)."""
+  parts = name.split('.')
+  member_dir = len(parts) == 4 and parts[:2] == ['data', 'mix'] and parts[3] == 'manual_dir'
+  return name in MACHINE_PATHS or member_dir
+
+
 def _excluded(name: str) -> bool:
-  return any(name == x or name.startswith(f'{x}.') for x in NOT_IDENTITY)
+  # A mixture member's folder is where its data is, as data.manual_dir is: the prepared copy's
+  # source record (crackjax.data.source_record) answers for what the data is.
+  return is_machine_path(name) or any(name == x or name.startswith(f'{x}.') for x in NOT_IDENTITY)
 
 
 # Fields added after runs were recorded: at these values they compute what a run from before
