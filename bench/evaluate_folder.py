@@ -23,14 +23,27 @@ Usage (from the repository root)::
     python bench/evaluate_folder.py --ns=100,1000 --synthetic=64x96 --predict --no_evaluate
 
 Prints one Markdown row per N (and writes them as JSON with ``--json``).
+
+``--profile`` says instead where a photo's scoring time goes, in CPU-seconds a photo
+(issue 59): the first ``--n`` labelled CrackForest photos (with ``--scales=1,2,4`` also
+enlarged, masks by nearest neighbour) predicted by the model, then counted under strict and
+``tolerance_thin_gt`` (its ~115 thresholds); each cost is the process's CPU time over the
+photos (all threads, prediction's XLA threads included), best of ``--repeat``; the tolerance
+protocol's total is split into thinning, matching and the rest by a cProfile run's shares
+(`STAGES`; the profiler's overhead is not in the total). It measures the crackjax first on
+the path, so the code before a change is measured as
+``PYTHONPATH=/tmp/crackjax-base python bench/evaluate_folder.py --profile``; the header names
+the code, its commit and the CPU's kind (AVX-512 or AVX2), as every mode's does.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import shutil
 import subprocess
 import sys
@@ -49,6 +62,21 @@ CHECK = (
   'import os, sys, crackjax; '
   "assert crackjax.__file__.startswith(os.environ['PYTHONPATH']), crackjax.__file__; "
 )
+
+
+def cpu_kind() -> str:
+  """The CPU's model name and its widest vector unit (AVX-512, AVX2 or neither), from
+  /proc/cpuinfo: scoring's cost per photo depends on it far more than prediction's (issue 59)."""
+  try:
+    info = Path('/proc/cpuinfo').read_text()
+  except OSError:
+    return f'{platform.processor() or platform.machine()} (vector unit unknown)'
+  name = next((ln.split(':', 1)[1].strip() for ln in info.splitlines() if 'model name' in ln), '?')
+  flags = next(
+    (ln.split(':', 1)[1].split() for ln in info.splitlines() if ln.startswith('flags')), []
+  )
+  unit = 'AVX-512' if 'avx512f' in flags else 'AVX2' if 'avx2' in flags else 'no AVX2'
+  return f'{name}, {unit}, {os.cpu_count()} cores'
 
 
 def crackforest_pairs(root: Path, work: Path) -> list[tuple[Path, Path]]:
@@ -126,6 +154,120 @@ def run_measured(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, f
   }
 
 
+# ------------------------------------------------------------------- --profile: per-stage costs
+
+# Each stage's functions, the outermost first: the first one the profile holds is counted
+# (today's thin_prefixes also holds the ground truth's thinning, by thin_coords; before issue
+# 59 thin_coords did all of it and max_matching_size all the matching).
+STAGES = {
+  'thinning': ('thin_prefixes', 'thin_coords'),
+  'matching': ('match_prefixes', 'max_matching_size'),
+}
+
+
+def photos(root: Path, n: int, scale: int) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The first `n` labelled CrackForest photos and masks, enlarged `scale` times."""
+  from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cf
+
+  out = []
+  for pair in cf.list_records(cf.find_dataset_root(root))[:n]:
+    image = PIL.Image.open(pair.image_path).convert('RGB')
+    mask = PIL.Image.fromarray(cf.load_crack_mask(pair.mask_path).astype(np.uint8))
+    if scale != 1:
+      size = (image.width * scale, image.height * scale)
+      image, mask = image.resize(size, PIL.Image.BILINEAR), mask.resize(size, PIL.Image.NEAREST)
+    out.append((np.asarray(image), np.asarray(mask).astype(bool)))
+  return out
+
+
+def cpu_seconds(fn, repeat: int) -> float:
+  """The least process CPU time of `repeat` calls of `fn`."""
+  best = float('inf')
+  for _ in range(repeat):
+    t0 = time.process_time()
+    fn()
+    best = min(best, time.process_time() - t0)
+  return best
+
+
+def stage_shares(fn) -> dict[str, float]:
+  """Each stage's share of `fn`'s profiled time (cumulative time of its functions)."""
+  profile = cProfile.Profile()
+  profile.runcall(fn)
+  stats = pstats.Stats(profile).stats
+  total = max(s[3] for s in stats.values())  # the outermost call's cumulative time
+  shares = {}
+  for stage, names in STAGES.items():
+    # A name's outermost entry (a wrapper and its kernel share a name): its largest
+    # cumulative time.
+    times = [max((s[3] for (_, _, f), s in stats.items() if f == n), default=0.0) for n in names]
+    shares[stage] = min(next((t for t in times if t > 0), 0.0), total) / total
+  shares['rest'] = max(0.0, 1.0 - sum(shares.values()))
+  return shares
+
+
+def measure(pairs, predictor, repeat: int) -> dict[str, float]:
+  """Prediction's, strict's and tolerance_thin_gt's CPU-s a photo, the last by stage."""
+  from crackjax.evaluation import protocols
+
+  n = len(pairs)
+  probs = [predictor(image) for image, _ in pairs]  # also compiles for this size
+  grid = protocols.PROTOCOLS['tolerance_thin_gt'].thresholds(99)
+  strict_grid = protocols.PROTOCOLS['strict'].thresholds(100)
+
+  def tolerance():
+    for p, (_, g) in zip(probs, pairs, strict=True):
+      protocols.tolerance_counts(p, g, thresholds=grid, thin_gt=True)
+
+  tolerance()  # numba compiles (or loads its cache) here, outside the timing
+  row = {
+    'megapixels': pairs[0][0].shape[0] * pairs[0][0].shape[1] / 1e6,
+    'photos': n,
+    'thresholds': int(grid.size),
+    'predict_cpu_s': cpu_seconds(lambda: [predictor(i) for i, _ in pairs], repeat) / n,
+    'strict_cpu_s': cpu_seconds(
+      lambda: [
+        protocols.counts_per_threshold(p, g, thresholds=strict_grid)
+        for p, (_, g) in zip(probs, pairs, strict=True)
+      ],
+      repeat,
+    )
+    / n,
+    'tolerance_thin_gt_cpu_s': cpu_seconds(tolerance, repeat) / n,
+  }
+  for stage, share in stage_shares(tolerance).items():
+    row[f'{stage}_cpu_s'] = share * row['tolerance_thin_gt_cpu_s']
+  return row
+
+
+def profile(args) -> list[dict]:
+  """The --profile rows: per-stage CPU-seconds a photo at each of --scales."""
+  import crackjax
+  from crackjax.deploy.predictor import Predictor
+
+  code = Path(crackjax.__file__).resolve().parents[1]
+  commit = subprocess.run(
+    ['git', '-C', str(code), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True
+  ).stdout.strip()
+  print(f'# crackjax {code} ({commit}); {cpu_kind()}; load {os.getloadavg()}')
+  print('| MP | predict | strict | tolerance_thin_gt | thinning | matching | rest | a threshold |')
+  print('|---|---|---|---|---|---|---|---|')
+  predictor = Predictor.from_pretrained(args.model)
+  rows = []
+  for scale in (int(s) for s in args.scales.split(',')):
+    row = measure(photos(Path(args.crackforest), args.n, scale), predictor, args.repeat)
+    row.update(commit=commit, cpu=cpu_kind(), load_1min_after=os.getloadavg()[0])
+    rows.append(row)
+    per_threshold = row['tolerance_thin_gt_cpu_s'] / row['thresholds'] * 1e3
+    print(
+      f'| {row["megapixels"]:.2f} | {row["predict_cpu_s"]:.3f} | {row["strict_cpu_s"]:.4f} | '
+      f'{row["tolerance_thin_gt_cpu_s"]:.3f} | {row["thinning_cpu_s"]:.3f} | '
+      f'{row["matching_cpu_s"]:.3f} | {row["rest_cpu_s"]:.3f} | {per_threshold:.2f} ms |',
+      flush=True,
+    )
+  return rows
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--ns', default='100,1000,5000', help='photo counts, comma-separated')
@@ -138,7 +280,18 @@ def main() -> None:
   parser.add_argument('--predict', action='store_true', help='also crackjax-predict each folder')
   parser.add_argument('--no_evaluate', action='store_true', help='crackjax-predict only')
   parser.add_argument('--json', help='write the rows there')
+  parser.add_argument(
+    '--profile', action='store_true', help='per-stage CPU-s a photo (the crackjax on the path)'
+  )
+  parser.add_argument('--n', type=int, default=20, help='--profile: photos per size')
+  parser.add_argument('--scales', default='1', help='--profile: photo enlargements, e.g. 1,2,4')
+  parser.add_argument('--repeat', type=int, default=2, help='--profile: best of this many')
   args = parser.parse_args()
+  if args.profile:
+    rows = profile(args)
+    if args.json:
+      Path(args.json).write_text(outputs.dumps(rows, indent=1) + '\n')
+    return
 
   code = Path(args.code).resolve()
   commit = subprocess.run(
@@ -153,7 +306,8 @@ def main() -> None:
     else:
       h, w = (int(x) for x in (args.synthetic or '320x480').split('x'))
       pairs, source = synthetic_pairs(work, h=h, w=w), f'synthetic {h}x{w}'
-    print(f'# {source}; code {code} ({commit}); {platform.node()}; load {os.getloadavg()}')
+    kind = cpu_kind()
+    print(f'# {source}; code {code} ({commit}); {kind}; load {os.getloadavg()}')
     for n in (int(x) for x in args.ns.split(',')):
       images, masks = replicate(pairs, n, work / f'n{n}', copy=args.predict)
       env = {**os.environ, 'PYTHONPATH': str(code), 'TFDS_DATA_DIR': str(work / f'tfds{n}')}
@@ -170,6 +324,7 @@ def main() -> None:
           'what': 'evaluate',
           'n': n,
           'commit': commit,
+          'cpu': kind,
           'photos_per_s': n / m['wall_s'],
           'wall_s': m['wall_s'],
           'cpu_s_per_photo': m['cpu_s'] / n,
@@ -190,6 +345,7 @@ def main() -> None:
           'what': 'predict',
           'n': n,
           'commit': commit,
+          'cpu': kind,
           'photos_per_s': n / m['wall_s'],
           'wall_s': m['wall_s'],
           'cpu_s_per_photo': m['cpu_s'] / n,

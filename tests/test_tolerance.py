@@ -168,6 +168,31 @@ def test_thin_equals_skimage():
   assert np.array_equal(thin(np.ones((23, 31))), morphology.thin(np.ones((23, 31))))
 
 
+def test_thin_prefixes_thins_each_prefix_on_its_own():
+  # The tolerance protocols thin the nested predictions of one photo in one call: each
+  # prefix as skimage thins it alone, survivors in the order given.
+  morphology = pytest.importorskip('skimage.morphology')
+  from scipy import ndimage as ndi
+
+  from crackjax.evaluation.thinning import thin_prefixes
+
+  rng = np.random.default_rng(5)
+  prob = ndi.gaussian_filter(rng.random((60, 80)), 2.0)
+  order = np.argsort(-prob, axis=None, kind='stable')
+  ys, xs = np.divmod(order, 80)
+  ks = np.array([0, 1, 300, 300, 1700, 2400, 4800])
+  pos, starts = thin_prefixes(ys, xs, ks)
+  assert starts.tolist()[0] == 0 and len(starts) == len(ks) + 1
+  for j, k in enumerate(ks):
+    mask = np.zeros((60, 80), bool)
+    mask[ys[:k], xs[:k]] = True
+    kept = pos[starts[j] : starts[j + 1]]
+    assert np.all(np.diff(kept) > 0)  # the order given
+    got = np.zeros_like(mask)
+    got[ys[kept], xs[kept]] = True
+    assert np.array_equal(got, morphology.thin(mask)), k
+
+
 def test_thin_large_blob_equals_skimage():
   # Low thresholds of real maps give one blob over most of the image, with holes.
   morphology = pytest.importorskip('skimage.morphology')
@@ -377,3 +402,69 @@ def test_tolerance_result_keys_match_strict():
   assert b['curve']['thresholds'][0] == BOTTOM
   assert b['curve']['thresholds'][-1] == TOP
   assert b['protocol'] == 'tolerance' and 'prob >= t' in b['protocol_description']
+
+
+def flow_matching_size(graph) -> int:
+  """Reference maximum matching of a bipartite scipy graph (left x right) by scipy's maximum
+  flow (polynomial, unlike maximum_bipartite_matching on layered pixel graphs)."""
+  from scipy import sparse
+  from scipy.sparse.csgraph import maximum_flow
+
+  nl, nr = graph.shape
+  coo = sparse.coo_matrix(graph)
+  rows = np.r_[np.zeros(nl, int), 1 + coo.row, 1 + nl + np.arange(nr)]
+  cols = np.r_[1 + np.arange(nl), 1 + nl + coo.col, np.full(nr, 1 + nl + nr)]
+  n = nl + nr + 2
+  net = sparse.csr_array((np.ones(rows.size, np.int32), (rows, cols)), shape=(n, n))
+  return int(maximum_flow(net, 0, n - 1).flow_value)
+
+
+def reference_tolerance_counts(prob, gt, thresholds, thin_gt):
+  """The tolerance counts computed the plain way with the field's libraries: skimage's
+  thinning at each threshold, a KD-tree's pairs within the radius, scipy's maximum flow."""
+  from scipy import sparse
+  from scipy.spatial import cKDTree
+  from skimage.morphology import thin as skimage_thin
+
+  radius = 0.0075 * math.hypot(*prob.shape)
+  g = np.argwhere(skimage_thin(gt) if thin_gt else gt)
+  matched, num_pred = [], []
+  for t in thresholds:
+    pred = np.argwhere(skimage_thin(prob >= prob.dtype.type(t)))
+    num_pred.append(len(pred))
+    if not len(g) or not len(pred):
+      matched.append(0)
+      continue
+    pairs = cKDTree(pred).sparse_distance_matrix(cKDTree(g), radius, output_type='coo_matrix')
+    graph = sparse.csr_matrix(
+      (np.ones(pairs.nnz), (pairs.row, pairs.col)), shape=(len(pred), len(g))
+    )
+    matched.append(flow_matching_size(graph))
+  return np.array(matched), np.array(num_pred), len(g)
+
+
+@pytest.mark.slow
+def test_tolerance_counts_on_real_photos_equal_the_plain_computation():
+  # Issue 59: the compiled thinning and matching change no count. Real CrackForest photos as a
+  # released model predicts them: thick blobs at low thresholds, broken lines at high ones.
+  from pathlib import Path
+
+  from crackjax.deploy.predictor import Predictor
+  from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cf
+
+  root = Path(__file__).resolve().parents[2] / 'shared' / 'datasets' / 'crackforest'
+  if not root.is_dir():
+    pytest.skip(f'the real CrackForest is not at {root}')
+  import PIL.Image
+
+  predictor = Predictor.from_pretrained('crackforest-unet-cpu')
+  grid = get_protocol('tolerance_thin_gt').thresholds(99)
+  for pair in cf.list_records(cf.find_dataset_root(root))[:4]:
+    prob = predictor(np.asarray(PIL.Image.open(pair.image_path).convert('RGB')))
+    gt = cf.load_crack_mask(pair.mask_path).astype(bool)
+    for thin_gt in (False, True):
+      c = tolerance_counts(prob, gt, thresholds=grid, thin_gt=thin_gt)
+      matched, num_pred, num_gt = reference_tolerance_counts(prob, gt, grid, thin_gt)
+      assert c.matched_pred.tolist() == matched.tolist(), (pair.name, thin_gt)
+      assert c.num_pred.tolist() == num_pred.tolist(), (pair.name, thin_gt)
+      assert set(c.num_gt.tolist()) == {num_gt}

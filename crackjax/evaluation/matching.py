@@ -12,81 +12,29 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import maximum_flow
 
-from crackjax.evaluation.thinning import thin_coords
-
-
-def greedy_matches_all_left(nbr: np.ndarray, num_right: int, rounds: int = 4) -> bool:
-  """Whether a few greedy rounds match every left vertex (each row of ``nbr``).
-
-  Each round, every unmatched left vertex proposes to its first (with nearest-first
-  neighbour lists: nearest) right vertex not yet taken, and each proposed right
-  vertex accepts one proposer. Only a yes is conclusive.
-  """
-  taken = np.zeros(num_right + 1, bool)
-  taken[-1] = True  # padding (-1) indexes this sentinel: never free
-  free = nbr
-  for _ in range(rounds):
-    ok = ~taken[free]
-    if not ok.any(axis=1).all():
-      return False
-    first = free[np.arange(len(free)), ok.argmax(axis=1)]
-    won, idx = np.unique(first, return_index=True)
-    taken[won] = True
-    lost = np.ones(len(free), bool)
-    lost[idx] = False
-    free = free[lost]
-    if free.size == 0:
-      return True
-  return False
+from crackjax.evaluation.thinning import thin_coords, thin_prefixes
 
 
 def max_matching_size(nbr: np.ndarray, num_right: int) -> int:
   """Size of a maximum matching of a bipartite graph given by neighbour lists.
 
   Row ``u`` of ``nbr`` lists the right-vertex ids (in ``[0, num_right)``) adjacent to
-  left vertex ``u``, padded with negative entries.
+  left vertex ``u``, padded with negative entries anywhere in the row.
 
-  Solved as a unit-capacity maximum flow, source -> left -> right -> sink, with
-  ``scipy.sparse.csgraph.maximum_flow`` (Dinic, ``O(E sqrt(V))`` on such networks).
-  Not ``maximum_bipartite_matching``: its Hopcroft-Karp depth-first search never marks
-  dead ends, which makes it exponentially slow on the layered graphs that nearby
-  pixel sets form (scipy issue #26147; minutes for one ~1000-pixel threshold of a
-  CrackForest image).
+  Hopcroft-Karp, compiled (`kernels.matching_size`), dead ends marked in each phase. Not
+  scipy's ``maximum_bipartite_matching``: its depth-first search never marks dead ends, which
+  makes it exponentially slow on the layered graphs that nearby pixel sets form (scipy issue
+  #26147; minutes for one ~1000-pixel threshold of a CrackForest image).
   """
+  from crackjax.evaluation import kernels  # numba: imported only where matching runs
+
+  nbr = np.asarray(nbr, np.int64)
+  if nbr.ndim != 2:
+    raise ValueError(f'nbr must be 2-D (left vertices x neighbours), got shape {nbr.shape}')
   edge = nbr >= 0
-  right = nbr[edge]  # row-major: grouped by left vertex
-  if right.size == 0:
-    return 0
-  deg = np.count_nonzero(edge, axis=1)
-  nl = deg.size
-  if deg.all() and greedy_matches_all_left(nbr, num_right):
-    return nl  # a matching covering the left side is maximum; no flow needed
-  # Compact the right ids to those adjacent to some left vertex.
-  used = np.zeros(num_right, bool)
-  used[right] = True
-  compact = np.cumsum(used) - 1
-  nr = int(compact[-1]) + 1
-  # Nodes: 0 source, 1..nl left, nl+1..nl+nr right, nl+nr+1 sink.
-  sink = nl + nr + 1
-  ne = right.size
-  indptr = np.empty(sink + 2, np.int32)
-  indptr[0] = 0
-  indptr[1] = nl
-  np.cumsum(deg, out=indptr[2 : nl + 2])
-  indptr[2 : nl + 2] += nl
-  indptr[nl + 2 : sink + 1] = np.arange(nl + ne + 1, nl + ne + nr + 1)
-  indptr[sink + 1] = nl + ne + nr
-  indices = np.empty(nl + ne + nr, np.int32)
-  indices[:nl] = np.arange(1, nl + 1)
-  indices[nl : nl + ne] = compact[right] + nl + 1
-  indices[nl + ne :] = sink
-  graph = sparse.csr_array(
-    (np.ones(indices.size, np.int32), indices, indptr), shape=(sink + 1, sink + 1)
-  )
-  return int(maximum_flow(graph, 0, sink, method='dinic').flow_value)
+  start = np.concatenate([[0], np.cumsum(np.count_nonzero(edge, axis=1))]).astype(np.int64)
+  return int(kernels.matching_size(start, nbr[edge], int(num_right)))
 
 
 def tolerance_image(
@@ -100,6 +48,8 @@ def tolerance_image(
   diagonal (`max_matching_size`). One ground truth, so matched predictions == matched GT
   pixels == matching size.
   """
+  from crackjax.evaluation import kernels  # numba: imported only where matching runs
+
   h, w = prob.shape
   radius = max_dist * math.sqrt(h * h + w * w)  # correspondPixels: maxDist * diagonal
   out = np.zeros((thresholds.size, 3), np.int64)
@@ -129,7 +79,7 @@ def tolerance_image(
 
   # Predictions are nested: sort candidate pixels by decreasing prob once; the
   # prediction at threshold i is a prefix of that order. Thresholds are compared in the
-  # map's dtype; neighbours that coincide there give the same map (reused below).
+  # map's dtype; neighbours that coincide there give the same map (counted once).
   flat = prob.ravel()
   thr = thresholds.astype(flat.dtype)
   cand = np.flatnonzero(flat >= thr[0])
@@ -138,23 +88,20 @@ def tolerance_image(
   counts = cand.size - np.searchsorted(vals[order], thr, side='left')
   cand = cand[order[::-1]]
   cy, cx = np.divmod(cand, w)
-  prev_k, prev_lin = -1, None
-  for i, k in enumerate(counts):
-    if k == prev_k:  # same binary map as the previous threshold
-      out[i, :2] = out[i - 1, :2]
-      continue
-    prev_k = k
-    ty, tx = thin_coords(cy[:k], cx[:k])
-    out[i, 1] = ty.size
-    if num_gt == 0 or ty.size == 0:
-      prev_lin = None
-      continue
+  # One compiled pass thins every distinct prefix, one more matches each (a threshold whose
+  # matchable pixels equal the previous one's has its matching size).
+  distinct = np.flatnonzero(np.r_[True, counts[1:] != counts[:-1]])
+  pos, starts = thin_prefixes(cy, cx, counts[distinct])
+  ty, tx = cy[pos], cx[pos]
+  num_thinned = np.diff(starts)
+  matched = np.zeros(distinct.size, np.int64)
+  if num_gt:
     keep = near[ty, tx]
-    lin = (ty[keep] + r) * stride + tx[keep] + r
-    if prev_lin is not None and np.array_equal(lin, prev_lin):
-      out[i, 0] = out[i - 1, 0]  # same matchable pixels -> same graph
-      continue
-    prev_lin = lin
-    if lin.size:
-      out[i, 0] = max_matching_size(gid[lin[:, None] + offs], num_gt)
+    left = (ty[keep] + r) * stride + tx[keep] + r
+    left_starts = np.concatenate([[0], np.cumsum(keep)])[starts]
+    matched = kernels.match_prefixes(left, left_starts, offs, gid, num_gt)
+  # Each threshold takes the counts of the last distinct prefix at or before it.
+  which = np.cumsum(np.r_[True, counts[1:] != counts[:-1]]) - 1
+  out[:, 0] = matched[which]
+  out[:, 1] = num_thinned[which]
   return out

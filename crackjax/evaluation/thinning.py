@@ -38,60 +38,48 @@ def _thin_luts() -> np.ndarray:
 _THIN_LUTS = _thin_luts()
 
 
-def _dedupe(idx: np.ndarray, stamp: np.ndarray) -> np.ndarray:
-  """``idx`` without repeats (order not kept), in O(len(idx)); ``stamp`` is scratch."""
-  pos = np.arange(idx.size)
-  stamp[idx] = pos  # for repeated indices one position wins
-  return idx[stamp[idx] == pos]
+def _neighbour_offsets(stride: int) -> np.ndarray:
+  return (_NB_DY * stride + _NB_DX).astype(np.int64)
+
+
+def thin_prefixes(ys: np.ndarray, xs: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Thins each prefix ``(ys[:k], xs[:k])``, ``k`` in `ks`, on its own (as `thin_coords`).
+
+  The tolerance protocols' predictions at their thresholds are prefixes of one pixel order
+  (decreasing probability); one compiled call thins them all (`kernels.thin_prefixes`).
+
+  Returns:
+    ``(pos, starts)``: the pixels left of prefix j are at positions
+    ``pos[starts[j]:starts[j + 1]]`` of `ys`/`xs`, in the order given.
+  """
+  from crackjax.evaluation import kernels  # numba: imported only where thinning runs
+
+  ks = np.asarray(ks, np.int64)
+  if ys.size == 0 or not ks.size:
+    return np.zeros(0, np.int64), np.zeros(ks.size + 1, np.int64)
+  y0, x0 = int(ys.min()), int(xs.min())
+  h, w = int(ys.max()) - y0 + 1, int(xs.max()) - x0 + 1
+  stride = w + 2  # one pixel of zero padding on every side (mode='constant')
+  lin = ((ys - y0 + 1) * stride + (xs - x0 + 1)).astype(np.int64)
+  size = (h + 2) * stride
+  return kernels.thin_prefixes(lin, ks, size, _neighbour_offsets(stride), _THIN_LUTS)
 
 
 def thin_coords(ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Thins the foreground pixels (ys, xs); returns the remaining pixels' (ys, xs).
 
-  The same result as ``skimage.morphology.thin`` (parallel sub-iterations with the
-  tables above, until nothing changes), but each sub-iteration only re-examines
-  pixels whose 8-neighbourhood changed since that sub-iteration last ran: a pixel's
-  deletion decision depends only on its neighbourhood code, so the others cannot
-  change. Those are the neighbours of the pixels deleted by the previous two
-  sub-iterations. The neighbourhood codes are kept up to date incrementally (a
-  deletion clears one bit in each neighbour's code), so the work is proportional to
-  the foreground and the deletions, not to the image. Pixels come back in the order
-  given (restricted to the survivors).
+  The same result as ``skimage.morphology.thin`` (parallel sub-iterations with the tables
+  above, until nothing changes), but each sub-iteration only re-examines pixels whose
+  8-neighbourhood changed since that sub-iteration last ran: a pixel's deletion decision
+  depends only on its neighbourhood code, so the others cannot change. Those are the
+  neighbours of the pixels deleted by the previous two sub-iterations. The work is
+  proportional to the foreground and the deletions, not to the image (compiled:
+  `kernels.thin_prefixes`). Pixels come back in the order given (restricted to the survivors).
   """
   if ys.size == 0:
     return ys, xs
-  y0, x0 = int(ys.min()), int(xs.min())
-  h, w = int(ys.max()) - y0 + 1, int(xs.max()) - x0 + 1
-  stride = w + 2  # one pixel of zero padding on every side (mode='constant')
-  img = np.zeros((h + 2) * stride, np.uint8)
-  fg = (ys - y0 + 1) * stride + (xs - x0 + 1)
-  img[fg] = 1
-  offs = _NB_DY * stride + _NB_DX
-  # code[p] has bit k set iff pixel p + offs[k] is foreground (valid on the foreground).
-  code = np.zeros(img.size, np.uint8)
-  code[fg] = np.packbits(img[fg[:, None] + offs], axis=1, bitorder='little')[:, 0]
-  stamp = np.empty(img.size, np.intp)  # scratch for sort-free de-duplication
-  changed = [fg, fg]  # neighbours of the deletions of the last two sub-iterations
-  sub = 0
-  while changed[0].size or changed[1].size:
-    if changed[0] is changed[1]:
-      cand = changed[0]
-    else:
-      cand = _dedupe(np.concatenate(changed), stamp)
-    cand = cand[img[cand] == 1]
-    gone = cand[_THIN_LUTS[sub][code[cand]]]
-    if gone.size:
-      img[gone] = 0  # all deletions of a sub-iteration happen at once
-      for k in range(8):
-        code[gone - offs[k]] -= np.uint8(1 << k)
-      nbrs = (gone[:, None] + offs).ravel()
-      nbrs = nbrs[img[nbrs] == 1]
-    else:
-      nbrs = fg[:0]
-    changed = [changed[1], nbrs]
-    sub ^= 1
-  left = fg[img[fg] == 1]
-  return left // stride - 1 + y0, left % stride - 1 + x0
+  pos, _ = thin_prefixes(ys, xs, np.array([ys.size]))
+  return ys[pos], xs[pos]
 
 
 def thin(mask: np.ndarray) -> np.ndarray:
