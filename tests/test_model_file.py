@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, export_command, model_export, predictor
+from crackjax.deploy import export, export_command, predictor, self_check
 from crackjax.models import hub, model_file
 from tests import fixtures
 
@@ -87,7 +87,7 @@ def test_the_card_and_metadata(smoke_run, exported):
   saved = json.loads((smoke_run / 'threshold.json').read_text())
   assert loaded.threshold['threshold'] == saved['threshold']
   # The self check is what the file's model gives on the synthetic image.
-  check = model_export.self_check(predictor.Predictor.from_pretrained(exported))
+  check = self_check.self_check(predictor.Predictor.from_pretrained(exported))
   assert check == card['self_check']
 
 
@@ -247,6 +247,49 @@ def test_weights_holding_nan_are_refused_in_one_line(exported, tmp_path):
     predict_command.main([f'--model={bad}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')])
   message = str(e.value.code)
   assert message.startswith('crackjax-predict: ') and '\n' not in message and 'NaN' in message
+
+
+def test_weights_that_do_not_give_the_cards_self_check_are_refused(
+  exported, tmp_path, cache, monkeypatch
+):
+  # Finite weights changed after the export, the checksum recomputed: only the self check
+  # (the card's output on a fixed synthetic image) tells.
+  from crackjax.deploy import predict_command
+
+  loaded = model_file.read(exported)
+  altered = tmp_path / 'altered.safetensors'
+  model_file.write(
+    altered,
+    params=jax.tree.map(lambda a: np.asarray(a) * 1.5 + 0.5, loaded.params),
+    batch_stats=loaded.batch_stats,
+    meta={k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')},
+  )
+  with pytest.raises(model_file.ModelFileError, match='do not give the self check') as e:
+    predictor.Predictor.from_pretrained(altered)
+  assert str(altered) in str(e.value) and '(card ' in str(e.value)
+  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
+  with pytest.raises(SystemExit) as e:
+    predict_command.main(
+      [f'--model={altered}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')]
+    )
+  message = str(e.value.code)
+  assert message.startswith('crackjax-predict: ') and '\n' not in message
+  assert 'self check' in message
+  assert not (cache / 'verified').exists() or not any((cache / 'verified').iterdir())
+  # The file as exported passes, once: its checksum is remembered, the next load trusts it.
+  predictor.Predictor.from_pretrained(exported)
+  assert [p.name for p in (cache / 'verified').iterdir()] == [loaded.sha256]
+  calls = []
+  original = self_check.run_self_check
+  monkeypatch.setattr(self_check, 'run_self_check', lambda run: calls.append(run) or original(run))
+  predictor.Predictor.from_pretrained(exported)
+  assert calls == []
+  # Within the tolerances, another machine's arithmetic passes; beyond them it does not.
+  card = loaded.card['self_check']
+  near = {**card, 'mean_probability': card['mean_probability'] + 0.01}
+  assert self_check.mismatch(near, card) is None
+  far = {**card, 'crack_pixels': card['crack_pixels'] + 500}
+  assert 'crack pixels' in self_check.mismatch(far, card)
 
 
 def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):

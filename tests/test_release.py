@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, model_card, model_export
+from crackjax.deploy import export, model_card, self_check
 from crackjax.deploy import release as release_lib
 from crackjax.deploy.predictor import Predictor
 from crackjax.models import model_file
@@ -103,7 +103,7 @@ def test_rescore_puts_the_files_own_scores_and_self_check_in_its_card(smoke_run,
   assert after.meta['threshold'] == before.meta['threshold']
   assert after.meta['config'] == before.meta['config']
   assert card['bfloat16'] == before.card['bfloat16']
-  assert card['self_check'] == model_export.self_check(Predictor.from_pretrained(str(half)))
+  assert card['self_check'] == self_check.self_check(Predictor.from_pretrained(str(half)))
   # What the release registers is the file's own score.
   entry = release_lib.registry_entry(half, 'half', 'test')
   assert entry['scores']['strict']['ods'] == 0.123456 and entry['dtype'] == 'bfloat16'

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import model_export, models_command, predictor
+from crackjax.deploy import models_command, predictor, self_check
 from crackjax.deploy import release as release_lib
 from crackjax.models import hub, model_file
 
@@ -63,7 +63,7 @@ def test_file_matches_its_registry_entry_and_card(name):
 @pytest.mark.parametrize('name', NAMES)
 def test_self_check_reproduces(name):
   card = model_file.read(hub.resolve(name)).card
-  got = model_export.self_check(predictor.Predictor.from_pretrained(name))
+  got = self_check.self_check(predictor.Predictor.from_pretrained(name))
   want = card['self_check']
   assert got['crack_pixels'] == pytest.approx(want['crack_pixels'], abs=2)
   for key in ('mean_probability', 'max_probability'):

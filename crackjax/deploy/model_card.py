@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from crackjax.deploy import self_check
 from crackjax.evaluation.result import AP, F1, ODS, OIS, RESULTS
 
 
@@ -112,7 +113,7 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
       'scores': replaced,
     }
   predictor = Predictor.from_pretrained(str(file))
-  card['self_check'] = model_export.self_check(predictor)
+  card['self_check'] = self_check.self_check(predictor)
   card['rescored'] = {
     'by': 'python -m crackjax.deploy.release rescore',
     'date': datetime.date.today().isoformat(),

@@ -6,8 +6,8 @@ chosen, and the model card built here (`model_card`) from what the run recorded 
 step: every evaluation record of it in the workdir (eval.json, epoch_<NNN>.json,
 eval/*/eval.json), each with its dataset, split and number of images, so the card's scores
 name the split they were measured on. The card also holds a `self_check`: the model's output
-on a synthetic image drawn from a fixed seed, which anyone can recompute without data
-(`self_check`; tests/test_released_models.py does for every shipped file).
+on a synthetic image drawn from a fixed seed, which anyone can recompute without data and
+every load compares (`crackjax.deploy.self_check`).
 
 With ``dtype='bfloat16'`` the stored parameters are rounded to bfloat16 (half the size); the
 card then states the measured change on the run's test split (max |Δp| over every pixel and
@@ -26,6 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple
+from crackjax.deploy.self_check import self_check
 from crackjax.evaluation.result import (
   AP,
   CHOSEN_BY,
@@ -57,35 +58,6 @@ DATA_LICENCES = {
   'crackforest': 'non-commercial research only (CrackForest dataset, Shi et al. 2016, its README)',
   'crack_folder': "the training images' owner's terms (a user's own folder)",
 }
-SELF_CHECK_SEED = 20261127
-SELF_CHECK_SHAPE = (96, 160)
-# The pixels whose probabilities the self check records, as (row, column).
-SELF_CHECK_PIXELS = ((10, 10), (48, 80), (48, 30), (70, 120), (90, 150))
-
-
-def self_check_image() -> np.ndarray:
-  """The self check's input: a fixed synthetic road-like patch (uint8 H x W x 3): noise around
-  grey with a dark wandering line, from `SELF_CHECK_SEED`."""
-  rng = np.random.default_rng(SELF_CHECK_SEED)
-  h, w = SELF_CHECK_SHAPE
-  image = 120 + rng.normal(0, 18, size=(h, w, 1)).repeat(3, axis=2)
-  rows = (h / 2 + 12 * np.sin(np.linspace(0, 3 * np.pi, w))).astype(int)
-  for x, y in enumerate(rows):
-    image[max(y - 1, 0) : y + 2, x] -= 70
-  return np.clip(image, 0, 255).astype(np.uint8)
-
-
-def self_check(predictor: Predictor) -> dict[str, Any]:
-  """The model's output on `self_check_image`: mean and max probability, crack pixels at the
-  predictor's threshold and the probabilities at `SELF_CHECK_PIXELS`."""
-  prob = predictor(self_check_image())
-  return {
-    'image': f'crackjax.deploy.model_export.self_check_image() (seed {SELF_CHECK_SEED})',
-    'mean_probability': float(prob.mean()),
-    'max_probability': float(prob.max()),
-    'crack_pixels': int((prob > predictor.threshold).sum()),
-    'pixels': [[y, x, float(prob[y, x])] for y, x in SELF_CHECK_PIXELS],
-  }
 
 
 def _summary(result: dict[str, Any]) -> dict[str, Any]:

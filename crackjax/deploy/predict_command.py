@@ -49,7 +49,7 @@ from pathlib import Path
 from absl import flags
 
 from crackjax import cli
-from crackjax.deploy import hostmem, measure, predict_batch
+from crackjax.deploy import hostmem, measure, predict_batch, self_check
 from crackjax.deploy import predict_outputs as written
 from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as before the split)
   DEFAULT_MAX_MEGAPIXELS,
@@ -277,6 +277,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       if fv.model
       else load_run(fv.workdir, step=fv.step)
     )
+    self_check.verify(run)  # a model file's weights give its card's self check
   except (OSError, ValueError, CheckpointError) as e:
     # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
     # newer model file (model_file.ModelFileError).

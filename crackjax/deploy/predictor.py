@@ -247,8 +247,15 @@ class Predictor:
     The file's threshold is the default of `mask`; `kwargs` are the constructor's.
 
     `allow_plugins`: the plugin modules the file names that may be imported (a file never
-    imports code on its own word; released models need none, `load_model`)."""
+    imports code on its own word; released models need none, `load_model`).
+
+    Raises:
+      model_file.ModelFileError: a damaged or altered file, one whose weights do not give its
+        card's self check (`crackjax.deploy.self_check.verify`), ... (one line naming it)."""
+    from crackjax.deploy.self_check import verify  # it predicts with a Predictor
+
     run = load_model(spec, allow_plugins=allow_plugins)
+    verify(run)
     return cls(run.model, run.params, **_run_defaults(run, kwargs))
 
   def padded_shape(self, height: int, width: int) -> tuple[int, int]:

@@ -63,8 +63,8 @@ thinned to one-pixel-wide lines (:func:`thin`, equal to ``skimage.morphology.thi
 ``bwmorph(bw, 'thin', Inf)``); the ground truth is used as given (BSDS does not thin
 it). Predicted and ground-truth pixels are matched one-to-one when their Euclidean
 distance is ``<= 0.0075 * sqrt(H^2 + W^2)`` (correspondPixels drops a pair iff
-``d > maxDist``), by a maximum-cardinality bipartite matching (a unit-capacity
-``scipy.sparse.csgraph.maximum_flow``; not ``maximum_bipartite_matching``, which is
+``d > maxDist``), by a maximum-cardinality bipartite matching (Hopcroft-Karp compiled by
+numba, ``kernels.matching_size``; not scipy's ``maximum_bipartite_matching``, which is
 exponentially slow on such graphs, see ``matching.max_matching_size``).
 The counts are therefore at least correspondPixels' on the same maps, not always equal:
 correspondPixels' min-cost assignment (each unmatched pixel costing ``100 * maxDist``)

@@ -368,8 +368,9 @@ class Protocol:
           threshold worth recording for later prediction (``threshold.json``). The
           tolerance thresholds apply to thinned maps, so they are not.
       parallel: whether counting is worth splitting over processes (``evaluate(...,
-          workers=N)``): the tolerance protocols' matching takes ~0.3-0.4 s per CrackForest
-          image, strict's vectorised counting ~4 ms, less than starting a process
+          workers=N)``): the tolerance protocols' thinning and matching take ~0.05 CPU-s per
+          CrackForest image (docs/performance.md), strict's vectorised counting ~3 ms, less
+          than starting a process
           (docs/evaluation.md, "Scoring a run on other data"). The worker processes are
           spawned and unpickle ``counts`` by its module and name: it must then be a
           module-level function of an importable module.

@@ -41,6 +41,11 @@ class Run:
   threshold: float  # crack where probability > threshold
   threshold_source: str
   batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
+  # A model file's (`load_model`): its path, checksum and card's self check, which
+  # `crackjax.deploy.self_check.verify` compares with what its weights give.
+  file: str | None = None
+  sha256: str | None = None
+  self_check: dict[str, Any] | None = None
 
   def model_group(self) -> dict[str, Any]:
     """The run's ``model`` group as plain data (a new dict; `crackjax.models.model_from_config`
@@ -135,6 +140,9 @@ def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
     float(threshold['threshold']),
     source,
     model_file.as_float32(loaded.batch_stats),
+    file=str(path),
+    sha256=loaded.sha256,
+    self_check=loaded.card.get('self_check'),
   )
 
 
