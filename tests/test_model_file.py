@@ -280,8 +280,8 @@ def test_weights_that_do_not_give_the_cards_self_check_are_refused(
   predictor.Predictor.from_pretrained(exported)
   assert [p.name for p in (cache / 'verified').iterdir()] == [loaded.sha256]
   calls = []
-  original = self_check.run_self_check
-  monkeypatch.setattr(self_check, 'run_self_check', lambda run: calls.append(run) or original(run))
+  original = self_check.self_check
+  monkeypatch.setattr(self_check, 'self_check', lambda p: calls.append(p) or original(p))
   predictor.Predictor.from_pretrained(exported)
   assert calls == []
   # Within the tolerances, another machine's arithmetic passes; beyond them it does not.

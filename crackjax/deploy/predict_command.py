@@ -64,7 +64,7 @@ from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as befo
   photo_size,
 )
 from crackjax.deploy.predict_batch import PROG
-from crackjax.deploy.predictor import BLENDS, Predictor
+from crackjax.deploy.predictor import BLENDS, Predictor, plain_predictor
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.evaluation.inference import test_time_of
 from crackjax.experiment.restored import load_model, load_run, read_config
@@ -277,7 +277,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       if fv.model
       else load_run(fv.workdir, step=fv.step)
     )
-    self_check.verify(run)  # a model file's weights give its card's self check
+    self_check.verify(run, lambda: plain_predictor(run))  # weights as the card's self check
   except (OSError, ValueError, CheckpointError) as e:
     # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
     # newer model file (model_file.ModelFileError).

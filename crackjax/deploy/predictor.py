@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from crackjax.deploy import self_check
 from crackjax.evaluation.inference import check_test_time, predict_step, test_time_average
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.models import input_multiple
@@ -151,6 +152,12 @@ def _run_defaults(run: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
   return kwargs
 
 
+def plain_predictor(run: Any) -> Predictor:
+  """A run's predictor as a model file's self check is made: one scale, no flip, whole tiles
+  by default, the run's threshold and BatchNorm statistics."""
+  return Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
+
+
 class Predictor:
   """Probability maps of a trained model for photos of any size.
 
@@ -252,10 +259,8 @@ class Predictor:
     Raises:
       model_file.ModelFileError: a damaged or altered file, one whose weights do not give its
         card's self check (`crackjax.deploy.self_check.verify`), ... (one line naming it)."""
-    from crackjax.deploy.self_check import verify  # it predicts with a Predictor
-
     run = load_model(spec, allow_plugins=allow_plugins)
-    verify(run)
+    self_check.verify(run, lambda: plain_predictor(run))
     return cls(run.model, run.params, **_run_defaults(run, kwargs))
 
   def padded_shape(self, height: int, width: int) -> tuple[int, int]:

@@ -13,11 +13,11 @@ loads do not predict again (a second compilation of the model, about a second on
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from crackjax.deploy.predictor import Predictor
 from crackjax.experiment.restored import Run
 from crackjax.models import hub, model_file
 
@@ -44,9 +44,10 @@ def self_check_image() -> np.ndarray:
   return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def self_check(predictor: Predictor) -> dict[str, Any]:
+def self_check(predictor: Any) -> dict[str, Any]:
   """The model's output on `self_check_image`: mean and max probability, crack pixels at the
-  predictor's threshold and the probabilities at `SELF_CHECK_PIXELS`."""
+  predictor's threshold and the probabilities at `SELF_CHECK_PIXELS`. `predictor`: a
+  `crackjax.deploy.predictor.Predictor` (which imports this module)."""
   prob = predictor(self_check_image())
   return {
     'image': f'crackjax.deploy.self_check.self_check_image() (seed {SELF_CHECK_SEED})',
@@ -69,17 +70,13 @@ def mismatch(got: dict[str, Any], want: dict[str, Any]) -> str | None:
   return '; '.join(far) or None
 
 
-def run_self_check(run: Run) -> dict[str, Any]:
-  """`self_check` of a run's weights as a model file writes it: one scale, no flip, the run's
-  threshold."""
-  return self_check(
-    Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
-  )
-
-
-def verify(run: Run) -> None:
+def verify(run: Run, plain_predictor: Callable[[], Any]) -> None:
   """Refuses a model file (`run`, from `load_model`) whose weights do not give its card's self
   check; a file without one (or not from a file) is not checked. Passed files are remembered.
+
+  `plain_predictor()` makes the predictor a model file's self check is made with
+  (`crackjax.deploy.predictor.plain_predictor`: one scale, no flip, the run's threshold); it
+  is called only when the file has not passed before.
 
   Raises:
     model_file.ModelFileError: one line naming the file and what differs.
@@ -89,7 +86,7 @@ def verify(run: Run) -> None:
   marker = hub.cache_dir() / 'verified' / run.sha256
   if marker.exists():
     return
-  problem = mismatch(run_self_check(run), run.self_check)
+  problem = mismatch(self_check(plain_predictor()), run.self_check)
   if problem:
     raise model_file.ModelFileError(
       f'{run.file}: its weights do not give the self check its card records ({problem}): '
