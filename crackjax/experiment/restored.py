@@ -2,8 +2,8 @@
 model file.
 
 * `load_run(workdir)`: the run's recorded config (`read_config`: config.json, else what its
-  checkpoints record) rebuilt as an experiment (`crackjax.experiment.build`, importing its
-  ``plugins``), its parameters restored through `States.restore` (the one restore path)
+  checkpoints record), its model alone built (after importing its ``plugins``), its
+  parameters restored through `States.restore` (the one restore path, a params-only state)
   and the threshold chosen at that step (`run_threshold`).
 * `load_model(spec)`: a model file by released name, path or URL, as the same `Run`.
 
@@ -22,12 +22,16 @@ from typing import Any
 import flax.linen as nn
 import jax
 import ml_collections
+import optax
 
+from crackjax import plugins
 from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.engine.states import States
 from crackjax.evaluation.result import CHOSEN_BY, DATASET, ODS, RESULTS, SPLIT, STEP, THRESHOLD
-from crackjax.experiment.build import build, one_device_mesh
-from crackjax.models import hub, model_file
+from crackjax.experiment import specs
+from crackjax.experiment.build import one_device_mesh, restore_spec_of
+from crackjax.models import hub, model_file, model_from_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,35 +81,41 @@ def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
 def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   """Restores the parameters of step `step` (default: the newest readable) of a training run.
 
-  The run's config (`read_config`: config.json, or what its checkpoints record) is rebuilt
-  as an experiment (`crackjax.experiment.build`, importing its ``plugins``) and its
-  parameters and BatchNorm statistics restored, without the optimiser state, by
-  `States.restore` (the one restore path): without `step`, a damaged newer checkpoint is
-  set aside and an older one used; a requested `step` that cannot be read is an error.
-  `workdir` may be the run's ``checkpoints/`` folder alone, wherever it was copied.
+  Reads the run's config (`read_config`: config.json, or what its checkpoints record), imports
+  its ``plugins``, builds its model alone (no loss, augmentation, schedule or data: what a
+  training `build` adds is not needed for inference) and restores only the parameters and
+  BatchNorm statistics, through `States.restore` (the one restore path): without `step`, a
+  damaged newer checkpoint is set aside and an older one used; a requested `step` that cannot
+  be read is an error. `workdir` may be the run's ``checkpoints/`` folder alone, wherever it
+  was copied.
 
   Raises:
     FileNotFoundError: no config.json, no checkpoint, or no checkpoint of that step (the
       message names the directory and the steps there are).
-    state.CheckpointError: no readable checkpoint, the requested step cannot be read, or the
-      checkpoint does not match config.json's model (one-line message naming the directory).
+    state.CheckpointError: no readable checkpoint, the requested step cannot be read, the
+      config's model cannot be built here (e.g. a plugin not installed), or the checkpoint
+      does not match config.json's model (one-line message naming the directory).
   """
   workdir = Path(workdir)
   config = read_config(workdir)
+  c = specs.plain(config)
   try:
-    experiment = build(config, training=False)
-  except ValueError as e:  # e.g. a plugin module of config.plugins that is not installed here
+    plugins.import_plugins(c)
+    model = model_from_config(c['model'])
+  except (ValueError, KeyError, TypeError) as e:  # a plugin not installed, a damaged config
     problem = ' '.join(str(e).split())
     recorded = checkpoints.run_directory(workdir) / 'config.json'
     where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
     raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
+  # A params-only restore: the abstract state's optimiser (optax.identity) holds nothing.
+  states = States(model, optax.identity(), int(c.get('seed', 0)), restore_spec_of(c, model))
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
-  restored = experiment.states.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
+  restored = states.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
   params = train_state.local_params(restored)
   batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
   threshold, source = run_threshold(checkpoints.run_directory(workdir), step)
-  return Run(config, experiment.model, params, step, threshold, source, batch_stats)
+  return Run(config, model, params, step, threshold, source, batch_stats)
 
 
 def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
