@@ -131,6 +131,22 @@ def test_one_restore_path():
   assert users == ['crackjax/engine/checkpoints.py']
 
 
+def test_one_reader_of_model_files_outside_models():
+  # A model file is read, and a released name resolved, in crackjax/models/ and, for every
+  # other layer, in experiment/restored.py alone (load_model, read_model_file,
+  # model_file_metadata): the rest takes a Run or what those return.
+  readers = sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / 'crackjax').rglob('*.py')
+    if 'crackjax/models/' not in p.as_posix()
+    and any(
+      call in p.read_text()
+      for call in ('model_file.read(', 'read_metadata(', 'hub.resolve(', 'model_file.read_metadata')
+    )
+  )
+  assert readers == ['crackjax/experiment/restored.py']
+
+
 # The layers of docs/architecture.md, bottom first: each is a folder of crackjax (a package
 # with its submodules) or a top-level module, and a module imports only from its own folder or
 # a lower one. The package itself (`crackjax/__init__.py`, the lazy `crackjax.Predictor`) is the

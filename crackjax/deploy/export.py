@@ -54,7 +54,7 @@ from jax import export as jax_export
 
 from crackjax.deploy.predictor import pad_multiple, predict_step
 from crackjax.experiment.restored import Run, load_model, load_run
-from crackjax.models import hub, input_multiple, model_from_config
+from crackjax.models import input_multiple, model_from_config
 from crackjax.runs import outputs
 
 FORMATS = ('jax', 'onnx', 'model')
@@ -269,7 +269,7 @@ def export_run(
   _check_out(out, [out, sidecar], format, overwrite)
   if model is not None:
     run = load_model(model, allow_plugins=allow_plugins)
-    source = {'model_file': str(hub.resolve(model))}
+    source = {'model_file': run.file}
   else:
     workdir = Path(workdir)
     if not workdir.is_dir():

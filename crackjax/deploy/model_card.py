@@ -32,9 +32,9 @@ def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
   """Compares the card's scores of the record's dataset and split with `record` (the eval.json
   of ``crackjax-evaluate --model=file``): 0 if every protocol's ODS F1, OIS F1 and AP agree
   within `tolerance`, else 1 (each difference printed)."""
-  from crackjax.models import model_file
+  from crackjax.experiment.restored import read_model_file
 
-  card = model_file.read(file).card
+  card = read_model_file(file).card
   got = json.loads(Path(record).read_text())
   mine = [s for s in card['scores'] if (s['dataset'], s['split']) == (got['dataset'], got['split'])]
   if not mine:
@@ -85,10 +85,10 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
 
   from crackjax.deploy import model_export
   from crackjax.deploy.predictor import Predictor
-  from crackjax.models import model_file
+  from crackjax.experiment.restored import read_model_file
 
   file, record = Path(file), Path(record)
-  loaded = model_file.read(file)
+  loaded = read_model_file(file)
   got = json.loads(record.read_text())
   card = dict(loaded.card)
   mine = (card['model']['parameters'], card['training']['step'])
@@ -150,7 +150,7 @@ def false_positives(
   file's stored threshold. Returns the card's new entry."""
   from crackjax.deploy import crack_free
   from crackjax.deploy.predictor import Predictor
-  from crackjax.models import model_file
+  from crackjax.experiment.restored import read_model_file
   from crackjax.tfds_builders import listing, reading
   from crackjax.tfds_builders.errors import CrackDataWarning
 
@@ -187,7 +187,7 @@ def false_positives(
     ),
     'sets': sets,
   }
-  loaded = model_file.read(file)
+  loaded = read_model_file(file)
   card = {**loaded.card, 'false_positives': entry}
   _rewrite_card(file, loaded, card)
   return entry

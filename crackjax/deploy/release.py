@@ -155,10 +155,11 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
   Raises:
     ValueError: the card has no scores on `held_out`.
   """
+  from crackjax.experiment.restored import read_model_file
   from crackjax.models import model_file
 
   path = Path(path)
-  loaded = model_file.read(path)
+  loaded = read_model_file(path)
   card = loaded.card
   held = [s for s in card['scores'] if s['split'] == held_out]
   if not held:

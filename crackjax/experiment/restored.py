@@ -45,11 +45,11 @@ class Run:
   threshold: float  # crack where probability > threshold
   threshold_source: str
   batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
-  # A model file's (`load_model`): its path, checksum and card's self check, which
-  # `crackjax.deploy.self_check.verify` compares with what its weights give.
+  # A model file's (`load_model`): its path, checksum and card (whose self check
+  # `crackjax.deploy.self_check.verify` compares with what its weights give).
   file: str | None = None
   sha256: str | None = None
-  self_check: dict[str, Any] | None = None
+  card: dict[str, Any] | None = None
 
   def model_group(self) -> dict[str, Any]:
     """The run's ``model`` group as plain data (a new dict; `crackjax.models.model_from_config`
@@ -118,6 +118,24 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   return Run(config, model, params, step, threshold, source, batch_stats)
 
 
+def read_model_file(spec: str | Path) -> model_file.ModelFile:
+  """A model file by released name, path or URL as it is stored (`model_file.read`: checked,
+  its tensors in their stored dtype), for what rewrites or lists a file (its card, the
+  registry) rather than predicts with it (`load_model`). With `load_model`, the one reader of
+  model files outside `crackjax.models` (tests/test_architecture.py keeps it so).
+
+  Raises:
+    hub.ModelNotFoundError, model_file.ModelFileError, OSError: as `load_model`.
+  """
+  return model_file.read(hub.resolve(spec))
+
+
+def model_file_metadata(spec: str | Path) -> dict[str, Any]:
+  """A model file's metadata (card, threshold, model group, ...) without its tensors
+  (`model_file.read_metadata`), by released name, path or URL."""
+  return model_file.read_metadata(hub.resolve(spec))
+
+
 def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
   """A model file (`crackjax.models.model_file`) by released name, path or URL
   (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
@@ -152,7 +170,7 @@ def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
     model_file.as_float32(loaded.batch_stats),
     file=str(path),
     sha256=loaded.sha256,
-    self_check=loaded.card.get('self_check'),
+    card=dict(loaded.card),
   )
 
 

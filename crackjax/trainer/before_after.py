@@ -30,8 +30,9 @@ import jax
 from absl import logging
 
 from crackjax.evaluation.result import F1, ODS, OPERATING_POINTS, THRESHOLD
+from crackjax.experiment import restored
 from crackjax.experiment.build import Experiment
-from crackjax.models import hub, model_file, pretrained
+from crackjax.models import pretrained
 from crackjax.trainer import scoring
 
 #: Where the scores of the initial weights go, under the workdir.
@@ -66,7 +67,7 @@ def start_model(init: pretrained.InitSpec) -> StartModel | None:
   spec = init.pretrained
   if not spec or not pretrained.is_model_file(spec):
     return None
-  meta = model_file.read_metadata(hub.resolve(spec))
+  meta = restored.model_file_metadata(spec)
   return StartModel(
     spec=str(spec),
     name=str(meta.get('card', {}).get('name') or spec),
@@ -84,8 +85,6 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
   start = start_model(experiment.init)
   if start is None or read_before(workdir) is not None:
     return None
-  from crackjax.experiment import restored
-
   state = restored.inference_state(restored.load_model(start.spec))
   record = scoring.evaluate_state(
     experiment,
