@@ -55,6 +55,19 @@ def photo(seed: int = 0, shape=(40, 56)) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, size=(*shape, 3), dtype=np.uint8)
 
 
+def predict_refusal(model: Path, tmp_path: Path) -> str:
+  """crackjax-predict's one-line refusal of `model` on one photo (nothing written)."""
+  from crackjax.deploy import predict_command
+
+  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
+  with pytest.raises(SystemExit) as e:
+    predict_command.main([f'--model={model}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')])
+  message = str(e.value.code)
+  assert message.startswith('crackjax-predict: ') and '\n' not in message
+  assert not (tmp_path / 'o').exists()
+  return message
+
+
 def flip_byte(path: Path, offset: int) -> None:
   data = bytearray(path.read_bytes())
   data[offset] ^= 0x01
@@ -210,43 +223,35 @@ def test_predict_evaluate_and_export_take_model(exported, smoke_run, tmp_path, c
 
 
 def test_commands_refuse_a_damaged_model_in_one_line(exported, tmp_path, capsys):
-  from crackjax.deploy import predict_command
-
   damaged = tmp_path / 'damaged.safetensors'
   shutil.copyfile(exported, damaged)
   flip_byte(damaged, damaged.stat().st_size - 7)
-  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
-  with pytest.raises(SystemExit) as e:
-    predict_command.main(
-      [f'--model={damaged}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')]
-    )
-  message = str(e.value.code)
-  assert message.startswith('crackjax-predict: ') and '\n' not in message
+  message = predict_refusal(damaged, tmp_path)
   assert 'checksum mismatch' in message and str(damaged) in message
-  assert not (tmp_path / 'o').exists()
 
 
-def test_weights_holding_nan_are_refused_in_one_line(exported, tmp_path):
-  from crackjax.deploy import predict_command
-
+def rewritten(exported: Path, out: Path, change) -> Path:
+  """`exported` written again to `out` with its parameters changed by `change` (a function of
+  the tree of numpy arrays) and its checksum recomputed: only the values can tell."""
   loaded = model_file.read(exported)
-  params = jax.tree.map(np.array, loaded.params)
-  leaf = next(iter(jax.tree.leaves(params)))
-  leaf.flat[0] = np.nan  # the checksum recomputed by write: only the values tell
-  bad = tmp_path / 'nan.safetensors'
   model_file.write(
-    bad,
-    params=params,
+    out,
+    params=change(jax.tree.map(np.array, loaded.params)),
     batch_stats=loaded.batch_stats,
     meta={k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')},
   )
+  return out
+
+
+def test_weights_holding_nan_are_refused_in_one_line(exported, tmp_path):
+  def nan_first(params):
+    next(iter(jax.tree.leaves(params))).flat[0] = np.nan
+    return params
+
+  bad = rewritten(exported, tmp_path / 'nan.safetensors', nan_first)
   with pytest.raises(model_file.ModelFileError, match='hold NaN or infinite values'):
     model_file.read(bad)
-  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
-  with pytest.raises(SystemExit) as e:
-    predict_command.main([f'--model={bad}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')])
-  message = str(e.value.code)
-  assert message.startswith('crackjax-predict: ') and '\n' not in message and 'NaN' in message
+  assert 'NaN' in predict_refusal(bad, tmp_path)
 
 
 def test_weights_that_do_not_give_the_cards_self_check_are_refused(
@@ -254,29 +259,16 @@ def test_weights_that_do_not_give_the_cards_self_check_are_refused(
 ):
   # Finite weights changed after the export, the checksum recomputed: only the self check
   # (the card's output on a fixed synthetic image) tells.
-  from crackjax.deploy import predict_command
-
-  loaded = model_file.read(exported)
-  altered = tmp_path / 'altered.safetensors'
-  model_file.write(
-    altered,
-    params=jax.tree.map(lambda a: np.asarray(a) * 1.5 + 0.5, loaded.params),
-    batch_stats=loaded.batch_stats,
-    meta={k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')},
+  altered = rewritten(
+    exported, tmp_path / 'altered.safetensors', lambda p: jax.tree.map(lambda a: a * 1.5 + 0.5, p)
   )
   with pytest.raises(model_file.ModelFileError, match='do not give the self check') as e:
     predictor.Predictor.from_pretrained(altered)
   assert str(altered) in str(e.value) and '(card ' in str(e.value)
-  fixtures.write_image(tmp_path / 'photos' / 'a.png', photo())
-  with pytest.raises(SystemExit) as e:
-    predict_command.main(
-      [f'--model={altered}', f'--out={tmp_path / "o"}', str(tmp_path / 'photos')]
-    )
-  message = str(e.value.code)
-  assert message.startswith('crackjax-predict: ') and '\n' not in message
-  assert 'self check' in message
+  assert 'self check' in predict_refusal(altered, tmp_path)
   assert not (cache / 'verified').exists() or not any((cache / 'verified').iterdir())
   # The file as exported passes, once: its checksum is remembered, the next load trusts it.
+  loaded = model_file.read(exported)
   predictor.Predictor.from_pretrained(exported)
   assert [p.name for p in (cache / 'verified').iterdir()] == [loaded.sha256]
   calls = []
