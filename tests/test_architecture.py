@@ -273,13 +273,34 @@ LONG_FUNCTIONS = {
 }
 
 
-def test_no_module_over_500_lines_and_no_new_long_function():
-  long_files = {
-    str(p.relative_to(REPO)): n
+# Modules over 450 lines, each with the reason it is one module (issue 58: a cap that serves
+# the reader). None may pass 500; a module that shrinks under 450 leaves the list, and one that
+# grows over it needs its reason here.
+OVER_450 = {
+  'crackjax/paper/slurm.py': 'one executor: submitit, the array job and its tasks, its errors',
+  'crackjax/evaluation/result.py': 'the one place that spells the JSON keys of a result',
+  'crackjax/engine/checkpoints.py': 'the one restore path and recovery from damaged steps',
+  'crackjax/evaluation/protocols.py': 'the protocol table: grids, input checks and counts',
+  'crackjax/paper/runner.py': "the runner's command: its plan, flags and campaign loop",
+  'crackjax/cli.py': 'the command scaffold every command shares: flags, config, exits',
+  'crackjax/trainer/evaluate_command.py': "one command's flags and its data arguments",
+  'crackjax/trainer/eval_records.py': 'every file one evaluation leaves, written in one place',
+  'crackjax/data/registry.py': 'the explicit dataset registry and its preparation errors',
+  'crackjax/evaluation/aggregate.py': 'ODS, OIS and AP, shared by every protocol',
+  'crackjax/models/pretrained.py': 'reads initial weights of every layout (merged with '
+  'pretrained_layouts.py once it stops reading model files)',
+}
+
+
+def test_no_module_over_500_lines_none_over_450_without_a_reason_no_new_long_function():
+  lengths = {
+    str(p.relative_to(REPO)): len(p.read_text().splitlines())
     for p in (REPO / 'crackjax').rglob('*.py')
-    if (n := len(p.read_text().splitlines())) > 500
   }
-  assert not long_files
+  assert not {f: n for f, n in lengths.items() if n > 500}
+  over = {f for f, n in lengths.items() if n > 450}
+  assert over <= set(OVER_450), f'over 450 lines without a reason: {sorted(over - set(OVER_450))}'
+  assert set(OVER_450) <= over, f'under 450 now, leave OVER_450: {sorted(set(OVER_450) - over)}'
   long_functions = {
     f'{p.relative_to(REPO)}:{node.name}'
     for p in (REPO / 'crackjax').rglob('*.py')
