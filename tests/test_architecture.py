@@ -322,6 +322,10 @@ def test_the_layout_in_the_docs_names_every_module():
     if p.name != '__init__.py' and p.name not in layout
   ]
   assert not missing, missing
+  # And every bench and script, by file name.
+  tools = [p for d in ('bench', 'scripts') for p in sorted((REPO / d).iterdir()) if p.is_file()]
+  unnamed = [str(p.relative_to(REPO)) for p in tools if p.name not in layout]
+  assert not unnamed, unnamed
   # The folders appear in the order of LAYERS, bottom first.
   heads = [layout.index(f'--- {m.removeprefix("crackjax.")}') for m in LAYERS[:-1]]
   assert heads == sorted(heads)
