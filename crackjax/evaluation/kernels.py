@@ -39,9 +39,10 @@ def _deletions(img, stamp, sweep, buf, n, sub, offs, luts, gone, num_gone):  # p
 
 
 @_jit
-def _thin_in_place(img, stamp, sweep, lin, k, offs, luts, bufs, gone):  # pragma: no cover
+def _thin_in_place(img, stamp, queued, sweep, lin, k, offs, luts, bufs, gone):  # pragma: no cover
   """Thins the pixels ``lin[:k]`` set in `img` (parallel sub-iterations until nothing
-  changes); returns the last sweep number. `bufs` (3, >= 8k) is scratch."""
+  changes); returns the last sweep number. `bufs` (3, > k) is scratch; `queued` marks the
+  sweep that last queued a pixel, so a list holds each pixel once (at most k)."""
   older, newer, spare = bufs[0], bufs[1], bufs[2]
   for i in range(k):
     older[i] = lin[i]
@@ -64,7 +65,8 @@ def _thin_in_place(img, stamp, sweep, lin, k, offs, luts, bufs, gone):  # pragma
       p = gone[t]
       for q in range(8):
         r = p + offs[q]
-        if img[r] == 1:
+        if img[r] == 1 and queued[r] != sweep:
+          queued[r] = sweep
           spare[n_fresh] = r
           n_fresh += 1
     older, newer, spare = newer, spare, older
@@ -94,7 +96,8 @@ def thin_prefixes(lin, ks, size, offs, luts):  # pragma: no cover - compiled
     kmax = max(kmax, ks[j])
   img = np.zeros(size, np.uint8)
   stamp = np.zeros(size, np.int32)  # the last sweep that examined a pixel (de-duplication)
-  bufs = np.empty((3, 8 * kmax + 8), np.int64)
+  queued = np.zeros(size, np.int32)  # the last sweep that queued it for the next ones
+  bufs = np.empty((3, kmax + 1), np.int64)
   gone = np.empty(kmax + 1, np.int64)
   pos = np.empty(max(16, kmax), np.int64)
   starts = np.zeros(ks.size + 1, np.int64)
@@ -104,7 +107,7 @@ def thin_prefixes(lin, ks, size, offs, luts):  # pragma: no cover - compiled
     k = ks[j]
     for i in range(k):
       img[lin[i]] = 1
-    sweep = _thin_in_place(img, stamp, sweep, lin, k, offs, luts, bufs, gone)
+    sweep = _thin_in_place(img, stamp, queued, sweep, lin, k, offs, luts, bufs, gone)
     for i in range(k):
       if img[lin[i]] == 1:
         if num == pos.size:

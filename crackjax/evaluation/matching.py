@@ -90,7 +90,8 @@ def tolerance_image(
   cy, cx = np.divmod(cand, w)
   # One compiled pass thins every distinct prefix, one more matches each (a threshold whose
   # matchable pixels equal the previous one's has its matching size).
-  distinct = np.flatnonzero(np.r_[True, counts[1:] != counts[:-1]])
+  new_map = np.r_[True, counts[1:] != counts[:-1]]
+  distinct = np.flatnonzero(new_map)
   pos, starts = thin_prefixes(cy, cx, counts[distinct])
   ty, tx = cy[pos], cx[pos]
   num_thinned = np.diff(starts)
@@ -101,7 +102,7 @@ def tolerance_image(
     left_starts = np.concatenate([[0], np.cumsum(keep)])[starts]
     matched = kernels.match_prefixes(left, left_starts, offs, gid, num_gt)
   # Each threshold takes the counts of the last distinct prefix at or before it.
-  which = np.cumsum(np.r_[True, counts[1:] != counts[:-1]]) - 1
+  which = np.cumsum(new_map) - 1
   out[:, 0] = matched[which]
   out[:, 1] = num_thinned[which]
   return out
