@@ -70,7 +70,7 @@ def finetune_config(model: Path, folder: Path, data_dir: Path, protocols=('stric
 
 
 def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
-  exported, tmp_path, capsys
+  exported, tmp_path, capsys, monkeypatch
 ):
   from crackjax.experiment import restored
   from crackjax.experiment.build import build
@@ -79,14 +79,19 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   folder = roads(tmp_path / 'roads')
   config = finetune_config(exported, folder, tmp_path / 'tfds')
   experiment = build(config)
-  assert start_model(experiment.init).spec == str(exported)
+  reads = []
+  real_read = model_file.read
+  monkeypatch.setattr(model_file, 'read', lambda path: reads.append(path) or real_read(path))
+  assert start_model(experiment).spec == str(exported)
   assert (
-    start_model(experiment.init).threshold
+    start_model(experiment).threshold
     == model_file.read_metadata(exported)['threshold']['threshold']
   )
   run = tmp_path / 'run'
   train_command.run(experiment, run, 'train_and_eval')
   printed = capsys.readouterr().out
+  # The start model is read once (issue 58): its before-score and the initial weights share it.
+  assert [str(p) for p in reads] == [str(exported)]
 
   before = json.loads((run / 'before' / 'eval.json').read_text())
   after = json.loads((run / 'eval.json').read_text())
@@ -95,7 +100,7 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   assert before['num_images'] == after['num_images'] == len(HELD_OUT)
   assert sorted(r['name'] for r in before['results']['strict']['per_image']) == HELD_OUT
   stored = before['results']['strict']['operating_points']['stored']
-  assert stored['threshold'] == start_model(experiment.init).threshold
+  assert stored['threshold'] == start_model(experiment).threshold
   # The "before" is the model file as shipped: crackjax-evaluate --model on the same photos
   # gives the same scores (its F1 @run t is at the file's stored threshold).
   out = tmp_path / 'evaluated'
@@ -141,9 +146,9 @@ def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
   from crackjax.experiment.build import build
 
   config = fixtures.fake_folder_config(tmp_path)
-  assert start_model(build(config).init) is None
+  assert start_model(build(config)) is None
   config.model_init.pretrained = str(tmp_path / 'weights.npz')  # a .npz: not a model file
-  assert start_model(build(config, training=False).init) is None
+  assert start_model(build(config, training=False)) is None
 
 
 def test_the_table_reads_both_records():

@@ -39,3 +39,9 @@ def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
   """Assembles the per-process numpy batches into global arrays sharded along 'data'."""
   sharding = batch_sharded(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def one_device_mesh() -> Mesh:
+  """A mesh of this process's first device: prediction and export run the parameters as host
+  arrays on one device."""
+  return Mesh(np.asarray(jax.local_devices()[:1]), ('data',))

@@ -18,25 +18,25 @@ hand them down; nothing below rebuilds them from the config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
 import flax.linen as nn
-import jax
 import ml_collections
-import numpy as np
-from jax.sharding import Mesh
 
 from crackjax import losses
 from crackjax.data import augment, mixture
 from crackjax.data.splits import Splits
 from crackjax.engine import train_state
 from crackjax.engine.checkpoints import RestoreSpec
+from crackjax.engine.mesh import one_device_mesh  # noqa: F401 (its name here before it moved)
 from crackjax.engine.schedule import Schedule
 from crackjax.engine.states import States
 from crackjax.evaluation.eval_plan import EvalPlan
-from crackjax.experiment import specs, validation
-from crackjax.models import input_multiple, pretrained
+from crackjax.experiment import restored, specs, validation
+from crackjax.experiment.specs import restore_spec_of
+from crackjax.models import pretrained
 from crackjax.runs import identity
 
 
@@ -75,21 +75,6 @@ def eval_plan_of(c: specs.Plain) -> EvalPlan:
   )
 
 
-def restore_spec_of(c: specs.Plain, model: nn.Module) -> RestoreSpec:
-  """What a restore of config `c`'s run (plain data, `specs.plain`) needs: the image shape of
-  its abstract state, read from the config alone (never from the data): ``data.input_size``
-  if set, else a square of about 256 pixels that `model` takes; and how many checkpoints are
-  kept."""
-  size = c.get('data', {}).get('input_size')
-  if size:
-    shape = (int(size[0]), int(size[1]), 3)
-  else:
-    multiple = input_multiple(model)
-    side = multiple * -(-256 // multiple)
-    shape = (side, side, 3)
-  return RestoreSpec(image_shape=shape, max_to_keep=c['max_checkpoints_to_keep'])
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Experiment:
   """The parts of one run, built once from a validated config (`build`): plain data and the
@@ -119,6 +104,7 @@ class Experiment:
     splits: the dataset, prepared on first use, each split opened once (`data.splits.Splits`).
     states: fresh, abstract and restored TrainStates and the device mesh
       (`engine.states.States`; it holds the run's optimiser, Adam at ``config.learning_rate``).
+    start: a fine-tuning's start model file as a `restored.Run`, read on first use.
   """
 
   config: ml_collections.ConfigDict
@@ -136,6 +122,18 @@ class Experiment:
   init: pretrained.InitSpec
   splits: Splits
   states: States
+
+  @functools.cached_property
+  def start(self) -> restored.Run | None:
+    """The model file a fine-tuning starts from (``config.model_init.pretrained`` naming a
+    released model, a .safetensors file or a URL), read on first use and then kept: its
+    initial weights, and its scores as shipped before training, come from this one read
+    (`restored.start_run`). None for a run from scratch or from a .npz.
+
+    Raises:
+      pretrained.PretrainedError: the file cannot be found, fetched or verified (one line).
+    """
+    return restored.start_run(self.init)
 
 
 def splits_of(c: specs.Plain) -> Splits:
@@ -224,9 +222,3 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     splits=splits_of(c),
     states=States(parts.model, optimizer, int(c['seed']), restore_spec),
   )
-
-
-def one_device_mesh() -> Mesh:
-  """A mesh of this process's first device: prediction and export run the parameters as host
-  arrays on one device."""
-  return Mesh(np.asarray(jax.local_devices()[:1]), ('data',))

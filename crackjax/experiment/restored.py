@@ -27,11 +27,12 @@ import optax
 from crackjax import plugins
 from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.engine.mesh import one_device_mesh
 from crackjax.engine.states import States
 from crackjax.evaluation.result import CHOSEN_BY, DATASET, ODS, RESULTS, SPLIT, STEP, THRESHOLD
 from crackjax.experiment import specs
-from crackjax.experiment.build import one_device_mesh, restore_spec_of
-from crackjax.models import hub, model_file, model_from_config
+from crackjax.experiment.specs import restore_spec_of
+from crackjax.models import hub, model_file, model_from_config, pretrained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,36 @@ def model_file_metadata(spec: str | Path) -> dict[str, Any]:
   return model_file.read_metadata(hub.resolve(spec))
 
 
-def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
+def start_run(init: pretrained.InitSpec) -> Run | None:
+  """The model file a run with initial weights `init` (``config.model_init``) starts from, as
+  a `Run` (`load_model`; its plugins only if the run's config imported them: a model file
+  never imports code); None for a run from scratch or from a .npz of named arrays.
+
+  Raises:
+    pretrained.PretrainedError: the file cannot be found, fetched or verified (its one line,
+      prefixed with the config field).
+  """
+  spec = init.pretrained
+  if not spec or not pretrained.is_model_file(spec):
+    return None
+  try:
+    return load_model(spec, how=pretrained.FINETUNE_PLUGINS)
+  except (OSError, ValueError) as e:
+    raise pretrained.PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
+
+
+def variables_of(run: Run) -> dict[str, Any]:
+  """A run's variables as crackjax-layout named float32 arrays (``params/...``,
+  ``batch_stats/...``): what `pretrained.initialise` maps onto a fresh state."""
+  arrays = model_file.flatten(run.params, 'params')
+  if run.batch_stats:
+    arrays.update(model_file.flatten(run.batch_stats, 'batch_stats'))
+  return arrays
+
+
+def load_model(
+  spec: str | Path, *, allow_plugins: Sequence[str] = (), how: str | None = None
+) -> Run:
   """A model file (`crackjax.models.model_file`) by released name, path or URL
   (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
   parameters (float32 on the host), BatchNorm statistics and threshold.
@@ -154,7 +184,7 @@ def load_model(spec: str | Path, *, allow_plugins: Sequence[str] = ()) -> Run:
   """
   path = hub.resolve(spec)
   loaded = model_file.read(path)
-  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins))
+  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins), how=how)
   config = ml_collections.ConfigDict(loaded.config)
   # The model group checked against the tensors is the one every later build uses.
   config.model = ml_collections.ConfigDict(loaded.model)

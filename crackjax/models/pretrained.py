@@ -414,13 +414,22 @@ def _replace(tree: Any, prefix: str, updates: Mapping[str, np.ndarray]) -> Any:
   return jax.tree_util.tree_map_with_path(replace, tree)
 
 
-def initialise(state: Any, spec: InitSpec, workdir: str | Path | None = None):
+def initialise(
+  state: Any,
+  spec: InitSpec,
+  workdir: str | Path | None = None,
+  *,
+  arrays: Mapping[str, np.ndarray] | None = None,
+):
   """The fresh TrainState `state` with the weights of `spec`'s pretrained file if it names one
   (``config.model_init.pretrained``; `InitSpec`).
 
   Logs what was loaded and what starts from scratch, or that everything does, and writes the
   report to ``<workdir>/init.json`` (process 0). The optimiser state needs no change: Adam's
   moments start at zero whatever the parameters.
+
+  `arrays`: the pretrained file's named arrays when the caller has read it already (a
+  fine-tuning's start model, `crackjax.experiment.build.Experiment.start`), else read here.
 
   Raises:
     PretrainedError: the file cannot be read or does not fit the model.
@@ -435,7 +444,8 @@ def initialise(state: Any, spec: InitSpec, workdir: str | Path | None = None):
       total_values=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
     )
   else:
-    arrays = load_model_file_arrays(path) if is_model_file(path) else load_npz(path)
+    if arrays is None:
+      arrays = load_model_file_arrays(path) if is_model_file(path) else load_npz(path)
     updates, report = load_arrays(
       arrays,
       spec.model,

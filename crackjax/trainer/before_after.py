@@ -59,19 +59,18 @@ class StartModel:
   threshold: float
 
 
-def start_model(init: pretrained.InitSpec) -> StartModel | None:
-  """The model file a run with initial weights `init` (``config.model_init``) starts from:
-  a released model's name, a .safetensors file or a URL (a fine-tuning), with the threshold
-  the file stores; None for a run from scratch or from a .npz. The file is resolved as its
-  weights are (a URL comes from the download cache)."""
-  spec = init.pretrained
-  if not spec or not pretrained.is_model_file(spec):
+def start_model(experiment: Experiment) -> StartModel | None:
+  """The model file the run of `experiment` starts from (``config.model_init``: a released
+  model's name, a .safetensors file or a URL, a fine-tuning), with the threshold the file
+  stores; None for a run from scratch or from a .npz. The file is `experiment.start`, read once
+  for this and the run's initial weights."""
+  if not pretrained.is_model_file(experiment.init.pretrained or ''):
     return None
-  meta = restored.model_file_metadata(spec)
+  run = experiment.start
   return StartModel(
-    spec=str(spec),
-    name=str(meta.get('card', {}).get('name') or spec),
-    threshold=float(meta['threshold']['threshold']),
+    spec=str(experiment.init.pretrained),
+    name=str((run.card or {}).get('name') or experiment.init.pretrained),
+    threshold=run.threshold,
   )
 
 
@@ -82,10 +81,12 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
   crackjax-evaluate --model reads it (`restored.load_model`), so the scores are that
   command's on the same photos. None (nothing done) for a run that does not start from a
   model file, or whose record is there already (a resumed run)."""
-  start = start_model(experiment.init)
-  if start is None or read_before(workdir) is not None:
+  if not pretrained.is_model_file(experiment.init.pretrained or ''):
     return None
-  state = restored.inference_state(restored.load_model(start.spec))
+  if read_before(workdir) is not None:  # a resumed run: its initial weights are not read
+    return None
+  start = start_model(experiment)
+  state = restored.inference_state(experiment.start)
   record = scoring.evaluate_state(
     experiment,
     state,

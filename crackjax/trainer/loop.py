@@ -25,6 +25,7 @@ from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.engine.train_state import TrainState
+from crackjax.experiment import restored
 from crackjax.experiment.build import Experiment
 from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
@@ -133,7 +134,10 @@ def restore_or_init(experiment: Experiment, workdir: Path, mngr) -> TrainState:
 
   def fresh() -> TrainState:
     shape = experiment.splits.train_image_shape
-    return pretrained.initialise(experiment.states.fresh(shape), experiment.init, workdir)
+    start = experiment.start  # a fine-tuning's model file, read once (its before-score too)
+    arrays = restored.variables_of(start) if start is not None else None
+    state = experiment.states.fresh(shape)
+    return pretrained.initialise(state, experiment.init, workdir, arrays=arrays)
 
   states = experiment.states
   return checkpoints.restore_or_init(mngr, functools.partial(states.abstract, states.mesh), fresh)
