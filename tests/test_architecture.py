@@ -133,8 +133,8 @@ def test_one_restore_path():
 
 def test_one_reader_of_model_files_outside_models():
   # A model file is read, and a released name resolved, in crackjax/models/ and, for every
-  # other layer, in experiment/restored.py alone (load_model, read_model_file,
-  # model_file_metadata): the rest takes a Run or what those return.
+  # other layer, in experiment/restored.py alone (load_model, start_run, read_model_file): the
+  # rest takes a Run or what those return.
   readers = sorted(
     str(p.relative_to(REPO))
     for p in (REPO / 'crackjax').rglob('*.py')

@@ -131,12 +131,6 @@ def read_model_file(spec: str | Path) -> model_file.ModelFile:
   return model_file.read(hub.resolve(spec))
 
 
-def model_file_metadata(spec: str | Path) -> dict[str, Any]:
-  """A model file's metadata (card, threshold, model group, ...) without its tensors
-  (`model_file.read_metadata`), by released name, path or URL."""
-  return model_file.read_metadata(hub.resolve(spec))
-
-
 def start_run(init: pretrained.InitSpec) -> Run | None:
   """The model file a run with initial weights `init` (``config.model_init``) starts from, as
   a `Run` (`load_model`; its plugins only if the run's config imported them: a model file
