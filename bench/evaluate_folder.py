@@ -79,6 +79,13 @@ def cpu_kind() -> str:
   return f'{name}, {unit}, {os.cpu_count()} cores'
 
 
+def short_commit(code: Path) -> str:
+  """The short commit of the tree `code` (a checkout or worktree)."""
+  return subprocess.run(
+    ['git', '-C', str(code), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True
+  ).stdout.strip()
+
+
 def crackforest_pairs(root: Path, work: Path) -> list[tuple[Path, Path]]:
   """(image, PNG mask) of every labelled CrackForest photo, masks converted once into `work`."""
   from crackjax.tfds_builders.crackforest import crackforest_dataset_builder as cf
@@ -246,9 +253,7 @@ def profile(args) -> list[dict]:
   from crackjax.deploy.predictor import Predictor
 
   code = Path(crackjax.__file__).resolve().parents[1]
-  commit = subprocess.run(
-    ['git', '-C', str(code), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True
-  ).stdout.strip()
+  commit = short_commit(code)
   print(f'# crackjax {code} ({commit}); {cpu_kind()}; load {os.getloadavg()}')
   print('| MP | predict | strict | tolerance_thin_gt | thinning | matching | rest | a threshold |')
   print('|---|---|---|---|---|---|---|---|')
@@ -294,9 +299,7 @@ def main() -> None:
     return
 
   code = Path(args.code).resolve()
-  commit = subprocess.run(
-    ['git', '-C', str(code), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True
-  ).stdout.strip()
+  commit = short_commit(code)
   rows = []
   with tempfile.TemporaryDirectory(prefix='evaluate_folder_') as tmp:
     work = Path(tmp)

@@ -25,7 +25,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple
+from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple, plain_predictor
 from crackjax.deploy.self_check import self_check
 from crackjax.evaluation.result import (
   AP,
@@ -255,7 +255,7 @@ def bfloat16_change(run: Run, half: Predictor, max_images: int = 8) -> dict[str,
 
   experiment = build(run.config, training=False)
   examples = list(experiment.splits.examples())[:max_images]
-  full = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
+  full = plain_predictor(run)
   probs32 = [full(ex['image']) for ex in examples]
   probs16 = [half(ex['image']) for ex in examples]
   gts = [ex['mask'][..., 0] for ex in examples]
@@ -289,7 +289,7 @@ def export_model(
   threshold, chosen_by = step_threshold(run, workdir)
   run = dataclasses.replace(run, threshold=threshold, threshold_source=chosen_by)
   card = model_card(run, workdir, name=name, licence=licence, notes=notes)
-  predictor = Predictor(run.model, run.params, batch_stats=run.batch_stats, threshold=run.threshold)
+  predictor = plain_predictor(run)
   if dtype == 'bfloat16':  # what the file will predict: the parameters rounded
     predictor = Predictor(
       run.model,

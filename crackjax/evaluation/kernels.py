@@ -8,8 +8,8 @@ machine into ``__pycache__``, then loaded in ~0.4 s). They are imported only by 
 that need them (`crackjax.evaluation.thinning`, `crackjax.evaluation.matching`), so importing
 crackjax does not import numba.
 
-The results equal the numpy programs they replace exactly (integer counts; tests/test_tolerance.py,
-tests/test_thinning.py).
+The results equal the numpy programs they replace exactly (integer counts): tests/test_tolerance.py
+checks the thinning against skimage and the counts against skimage and scipy's maximum flow.
 """
 
 from __future__ import annotations

@@ -149,15 +149,6 @@ def start_run(init: pretrained.InitSpec) -> Run | None:
     raise pretrained.PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
 
 
-def variables_of(run: Run) -> dict[str, Any]:
-  """A run's variables as crackjax-layout named float32 arrays (``params/...``,
-  ``batch_stats/...``): what `pretrained.initialise` maps onto a fresh state."""
-  arrays = model_file.flatten(run.params, 'params')
-  if run.batch_stats:
-    arrays.update(model_file.flatten(run.batch_stats, 'batch_stats'))
-  return arrays
-
-
 def load_model(
   spec: str | Path, *, allow_plugins: Sequence[str] = (), how: str | None = None
 ) -> Run:

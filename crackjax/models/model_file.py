@@ -120,6 +120,17 @@ def flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, np.ndarray]:
   return out
 
 
+def named_arrays(
+  params: Mapping[str, Any], batch_stats: Mapping[str, Any] | None
+) -> dict[str, Any]:
+  """A model's variables as crackjax-layout named arrays (``params/...``, ``batch_stats/...``):
+  what `crackjax.models.pretrained.initialise` maps onto a fresh state."""
+  arrays = flatten(params, 'params')
+  if batch_stats:
+    arrays.update(flatten(batch_stats, 'batch_stats'))
+  return arrays
+
+
 def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, Any]:
   """The nested dicts of the arrays whose names start with '<prefix>/'."""
   tree: dict[str, Any] = {}

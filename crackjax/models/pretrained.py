@@ -191,10 +191,9 @@ def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
     model_file.checked_model(loaded, how=FINETUNE_PLUGINS)
   except (OSError, ValueError) as e:
     raise PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
-  arrays = model_file.flatten(model_file.as_float32(loaded.params), 'params')
-  if loaded.batch_stats:
-    arrays.update(model_file.flatten(model_file.as_float32(loaded.batch_stats), 'batch_stats'))
-  return arrays
+  return model_file.named_arrays(
+    model_file.as_float32(loaded.params), model_file.as_float32(loaded.batch_stats)
+  )
 
 
 def not_a_file(path: str | Path) -> str | None:

@@ -25,9 +25,8 @@ from crackjax.engine import checkpoint_saves, checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.engine.train_state import TrainState
-from crackjax.experiment import restored
 from crackjax.experiment.build import Experiment
-from crackjax.models import pretrained
+from crackjax.models import model_file, pretrained
 from crackjax.runs import exits, identity, logs
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.trainer import stopping
@@ -135,7 +134,7 @@ def restore_or_init(experiment: Experiment, workdir: Path, mngr) -> TrainState:
   def fresh() -> TrainState:
     shape = experiment.splits.train_image_shape
     start = experiment.start  # a fine-tuning's model file, read once (its before-score too)
-    arrays = restored.variables_of(start) if start is not None else None
+    arrays = model_file.named_arrays(start.params, start.batch_stats) if start else None
     state = experiment.states.fresh(shape)
     return pretrained.initialise(state, experiment.init, workdir, arrays=arrays)
 
