@@ -47,7 +47,7 @@ def get_config(arg: str | None = None):
   plugins.model_file_plugins(str(path), names, how=FINETUNE_PLUGINS)
   problems = model_schema.model_problems(meta['model'])
   if problems:
-    raise model_file.ModelFileError(model_schema.refusal(path, problems))
+    raise model_file.ModelFileError(model_file.refusal(path, problems))
   c = crack_folder.get_config()
   if names:
     c.plugins = tuple(dict.fromkeys(names))  # imported already (above): importing is a no-op

@@ -81,7 +81,9 @@ def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   experiment = build(config)
   reads = []
   real_read = model_file.read
-  monkeypatch.setattr(model_file, 'read', lambda path: reads.append(path) or real_read(path))
+  monkeypatch.setattr(
+    model_file, 'read', lambda path, **kw: reads.append(path) or real_read(path, **kw)
+  )
   assert start_model(experiment).spec == str(exported)
   assert (
     start_model(experiment).threshold

@@ -128,7 +128,7 @@ def read_model_file(spec: str | Path) -> model_file.ModelFile:
   Raises:
     hub.ModelNotFoundError, model_file.ModelFileError, OSError: as `load_model`.
   """
-  return model_file.read(hub.resolve(spec))
+  return model_file.read(hub.resolve(spec), build=False)
 
 
 def start_run(init: pretrained.InitSpec) -> Run | None:
@@ -158,8 +158,8 @@ def load_model(
 
   Nothing the file names is imported on its word: a plugin module it needs is used only if
   this process imported it already or `allow_plugins` names it (``--allow_plugins``;
-  `crackjax.plugins.model_file_plugins`). Every field and tensor is checked first
-  (`crackjax.models.model_schema`).
+  `crackjax.plugins.model_file_plugins`). Every field and tensor is checked first, in one
+  pass (`crackjax.models.model_file.read`).
 
   Raises:
     hub.ModelNotFoundError: the spec names no released model, file or URL.
@@ -168,8 +168,7 @@ def load_model(
     OSError: a download that failed.
   """
   path = hub.resolve(spec)
-  loaded = model_file.read(path)
-  model = model_file.checked_model(loaded, allow_plugins=tuple(allow_plugins), how=how)
+  loaded = model_file.read(path, allow_plugins=allow_plugins, how=how)
   config = ml_collections.ConfigDict(loaded.config)
   # The model group checked against the tensors is the one every later build uses.
   config.model = ml_collections.ConfigDict(loaded.model)
@@ -177,7 +176,7 @@ def load_model(
   source = f'{path} ({threshold.get("chosen_by", "stored in the model file")})'
   return Run(
     config,
-    model,
+    loaded.module,
     model_file.as_float32(loaded.params),
     int(loaded.card.get('training', {}).get('step', 0)),
     float(threshold['threshold']),

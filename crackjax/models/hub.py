@@ -138,7 +138,7 @@ def _cached_problem(path: Path, sha256: str | None) -> str | None:
   if sha256 and model_file.file_sha256(path) != sha256:
     return f'its sha256 is not the pinned {sha256}'
   try:
-    model_file.read(path)
+    model_file.read(path, build=False)
   except model_file.ModelFileError as e:
     return ' '.join(str(e).replace(str(path), 'it').split())
   return None
@@ -212,7 +212,7 @@ def download(url: str, *, sha256: str | None = None, progress: bool = True) -> P
         'the download was damaged or the file changed; nothing was kept.'
       )
     try:  # its own content checksum, before it counts as downloaded
-      model_file.read(tmp)
+      model_file.read(tmp, build=False)
     except model_file.ModelFileError as e:
       raise model_file.ModelFileError(str(e).replace(str(tmp), bare)) from e
     os.replace(tmp, target)

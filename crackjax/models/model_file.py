@@ -81,6 +81,8 @@ class ModelFile:
     batch_stats: the BatchNorm running averages (nested), or None for a model without.
     meta: the decoded metadata, FIELDS -> values.
     sha256: the content checksum (`content_sha256`), verified.
+    module: the linen Module its metadata describes, its tensors checked against it (`read`
+      with ``build``), else None.
   """
 
   path: Path
@@ -88,6 +90,7 @@ class ModelFile:
   batch_stats: dict[str, Any] | None
   meta: dict[str, Any]
   sha256: str
+  module: Any = None
 
   # The metadata's groups, read as attributes.
   model = _meta_group('model')
@@ -252,21 +255,24 @@ def _header(path: Path) -> dict[str, Any]:
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-  """The decoded metadata (FIELDS) of a model file, without reading its tensors or verifying
-  its checksum (`read` does both).
+  """The decoded metadata (FIELDS) of a model file, checked against `model_schema.SCHEMA`,
+  without reading its tensors or verifying its checksum (`read` does both).
 
   Raises:
-    ModelFileError: not a model file, or one of a newer format.
+    ModelFileError: not a model file, one of a newer format, or a field at fault.
     FileNotFoundError: no such file.
   """
   path = Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'{path}: no such model file.')
-  raw = _header(path).get('__metadata__') or {}
-  return _decode(path, raw)
+  meta = _decode(path, _header(path).get('__metadata__') or {})
+  _refuse(path, model_schema.problems(meta))
+  return meta
 
 
-def _decode(path: Path, raw: Mapping[str, str], *, check: bool = True) -> dict[str, Any]:
+def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
+  """The metadata's JSON values; a file of a newer format is named as such before any field
+  is judged (its fields may differ), a malformed one by `model_schema.problems`."""
   if PREFIX + 'format' not in raw:
     raise ModelFileError(
       f'{path} is a safetensors file but not a crackjax model file (no {PREFIX}format '
@@ -277,10 +283,8 @@ def _decode(path: Path, raw: Mapping[str, str], *, check: bool = True) -> dict[s
   except json.JSONDecodeError as e:
     raise ModelFileError(f'{path}: damaged metadata ({e}); the file was altered.') from e
   version = meta.get('format')
-  problems = model_schema.metadata_problems({'format': version})
-  if problems:  # a string "1" is a damaged file, not a newer one
-    raise ModelFileError(model_schema.refusal(path, problems))
-  if version > FORMAT_VERSION:
+  newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+  if newer:  # a string "1" is a damaged file, not a newer one: the schema says so
     raise ModelFileError(
       f'{path} is a crackjax model file of format {version}, newer than this crackjax '
       f'({crackjax_version()}) reads (format {FORMAT_VERSION}); it needs {meta.get("requires")}: '
@@ -289,46 +293,52 @@ def _decode(path: Path, raw: Mapping[str, str], *, check: bool = True) -> dict[s
   missing = [f for f in FIELDS if f not in meta]
   if missing:
     raise ModelFileError(f'{path}: the model file lacks {missing}; the file was altered.')
-  if check:
-    check_metadata(path, meta)
   return meta
 
 
-def check_metadata(path: Path, meta: Mapping[str, Any]) -> None:
-  """Raises ModelFileError, one line naming the file and each field at fault, unless every
-  field has the type and range of `model_schema.SCHEMA`."""
-  problems = model_schema.metadata_problems(meta)
+def refusal(path: str | Path, problems: Sequence[str]) -> str:
+  """The one line for a file whose metadata or tensors break the schema (`model_schema`)."""
+  shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more' if len(problems) > 6 else '')
+  return (
+    f'{path}: not a usable crackjax model file: {shown}. It was altered or not written by '
+    'crackjax-export --format=model; get it again from its source.'
+  )
+
+
+def _refuse(path: Path, problems: Sequence[str]) -> None:
   if problems:
-    raise ModelFileError(model_schema.refusal(path, problems))
+    raise ModelFileError(refusal(path, problems))
 
 
-def read(path: str | Path) -> ModelFile:
-  """Reads and verifies a model file.
+def read(
+  path: str | Path,
+  *,
+  build: bool = True,
+  allow_plugins: Sequence[str] = (),
+  how: str | None = None,
+) -> ModelFile:
+  """Reads and verifies a model file, in one pass.
+
+  The checksum first (damage before anything else), then every problem at once
+  (`model_schema.problems`): each metadata field and, with `build`, the model group and every
+  tensor against the model it builds. With `build`, the file's plugins must be allowed first
+  (`crackjax.plugins.model_file_plugins`: a plugin module it needs is used only if this
+  process imported it already or `allow_plugins` names it; never imported on the file's word
+  alone) and the returned `ModelFile.module` is its linen Module. Without `build` (what
+  rewrites a card or lists a registry), the metadata alone is judged and ``module`` is None.
 
   Raises:
     FileNotFoundError: no such file.
     ModelFileError: not a model file, a newer format, content that does not match its
-      checksum (one line naming the file and both checksums), or weights holding NaN or
-      infinite values.
+      checksum (one line naming the file and both checksums), a field or tensor at fault,
+      a plugin not allowed, or weights holding NaN or infinite values.
   """
-  import safetensors
-
   path = Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'{path}: no such model file.')
   raw_meta = _header(path).get('__metadata__') or {}
-  meta = _decode(path, raw_meta, check=False)  # checked after the checksum: damage first
-  data = path.read_bytes()
-  try:
-    entries = safetensors.deserialize(data)
-  except Exception as e:  # noqa: BLE001 - safetensors' own error types vary by version
-    raise ModelFileError(f'{path}: damaged (safetensors cannot read it: {e}).') from e
-  tensors = {}
-  for name, entry in entries:
-    if entry['dtype'] not in _ST_DTYPES:
-      raise ModelFileError(f'{path}: tensor {name} has dtype {entry["dtype"]}, not a model dtype.')
-    dtype = _ST_DTYPES[entry['dtype']]
-    tensors[name] = np.frombuffer(bytes(entry['data']), dtype=dtype).reshape(entry['shape'])
+  meta = _decode(path, raw_meta)
+  tensors = _tensors(path)
   stored = raw_meta.get(CHECKSUM_KEY)
   computed = content_sha256(tensors, raw_meta)
   if stored != computed:
@@ -336,7 +346,9 @@ def read(path: str | Path) -> ModelFile:
       f'{path}: checksum mismatch, the content was altered or damaged (stored sha256 '
       f'{stored}, content {computed}); download or export it again.'
     )
-  check_metadata(path, meta)
+  if build:
+    _allowed(path, meta, allow_plugins, how)
+  _refuse(path, model_schema.problems(meta, tensors if build else None))
   bad = _non_finite(tensors)
   if bad:
     raise ModelFileError(
@@ -345,8 +357,50 @@ def read(path: str | Path) -> ModelFile:
       'exported, or a file altered and its checksum recomputed); export it again from a good '
       'checkpoint.'
     )
+  module = None
+  if build:
+    from crackjax.models import model_from_config
+
+    module = model_from_config(dict(meta['model']))
   batch_stats = unflatten(tensors, 'batch_stats') or None
-  return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed)
+  return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed, module)
+
+
+def _tensors(path: Path) -> dict[str, np.ndarray]:
+  """The file's tensors by name, in their stored dtypes."""
+  import safetensors
+
+  try:
+    entries = safetensors.deserialize(path.read_bytes())
+  except Exception as e:  # noqa: BLE001 - safetensors' own error types vary by version
+    raise ModelFileError(f'{path}: damaged (safetensors cannot read it: {e}).') from e
+  tensors = {}
+  for name, entry in entries:
+    if entry['dtype'] not in _ST_DTYPES:
+      raise ModelFileError(f'{path}: tensor {name} has dtype {entry["dtype"]}, not a model dtype.')
+    dtype = _ST_DTYPES[entry['dtype']]
+    tensors[name] = np.frombuffer(bytes(entry['data']), dtype=dtype).reshape(entry['shape'])
+  return tensors
+
+
+def _allowed(path: Path, meta: Mapping[str, Any], allow_plugins: Sequence[str], how) -> None:
+  """Raises ModelFileError unless every plugin the file names is allowed; names of a malformed
+  field are left to `model_schema.problems`."""
+  from crackjax import plugins
+
+  config = meta.get('config')
+  names = [
+    *_strings(meta.get('plugins')),
+    *_strings(config.get('plugins') if isinstance(config, dict) else None),
+  ]
+  try:
+    plugins.model_file_plugins(str(path), names, tuple(allow_plugins), how=how)
+  except ValueError as e:
+    raise ModelFileError(str(e)) from e
+
+
+def _strings(value: Any) -> list[str]:
+  return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _non_finite(tensors: Mapping[str, np.ndarray]) -> list[str]:
@@ -366,45 +420,3 @@ def as_float32(tree: Any) -> Any:
   if tree is None:
     return None
   return tree.astype(np.float32) if _is_float(tree.dtype) else tree
-
-
-def checked_model(loaded: ModelFile, *, allow_plugins: Sequence[str] = (), how: str | None = None):
-  """The linen Module a model file describes, once its plugins are
-  allowed (`crackjax.plugins.model_file_plugins`: never imported on the file's word alone),
-  its model group fits the model's registry entry and every tensor fits the model's variables
-  (`crackjax.models.model_schema`).
-
-  Raises:
-    ModelFileError: one line naming the file and each problem (a plugin not allowed too).
-  """
-  from crackjax import plugins
-  from crackjax.models import model_from_config
-
-  path = loaded.path
-  names = [*loaded.meta['plugins'], *(loaded.config.get('plugins') or ())]
-  try:
-    plugins.model_file_plugins(str(path), names, allow_plugins, how=how)
-  except ValueError as e:
-    raise ModelFileError(str(e)) from e
-  problems = model_schema.model_problems(loaded.model)
-  if problems:
-    raise ModelFileError(model_schema.refusal(path, problems))
-  try:
-    model = model_from_config(dict(loaded.model))
-    expected = model_schema.expected_variables(model)
-  except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
-    detail = ' '.join(str(e).split())[:300]
-    raise ModelFileError(
-      model_schema.refusal(
-        path, [f'crackjax.model cannot be built here ({type(e).__name__}: {detail})']
-      )
-    ) from e
-  tensors = flatten(loaded.params, 'params')
-  tensors.update(flatten(loaded.batch_stats or {}, 'batch_stats'))
-  problems = model_schema.tensor_problems(tensors, expected)
-  if problems:
-    problems[0] = (
-      f'its tensors do not fit crackjax.model ({loaded.model.get("name")!r}): {problems[0]}'
-    )
-    raise ModelFileError(model_schema.refusal(path, problems))
-  return model

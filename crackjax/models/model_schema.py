@@ -1,12 +1,13 @@
 """The schema of a model file's metadata, and its tensors checked against the model it names.
 
-`check_metadata` runs on every load (`crackjax.models.model_file`), before anything is built:
-each field of `SCHEMA` has a type and range, and a file that breaks any is refused in one line
-naming the file and every field at fault (``crackjax.threshold.threshold=nan: expected a
-finite number in [0, 1]``). `check_tensors` then builds the model the metadata describes
-(``crackjax.model``, its fields judged by the defaults its registry entry declares, as configs
-are: `type_problems`, which config validation uses too) and compares every tensor's name, dtype and
-shape with the model's variables (`jax.eval_shape` of its init: no weights are made).
+`problems` lists everything wrong with a model file at once, as `check_config` does for a
+config; `crackjax.models.model_file.read` calls it once per load and refuses the file in one
+line naming it and every problem (``crackjax.threshold.threshold=nan: expected a finite number
+in [0, 1]``). It checks each field of `SCHEMA` (a type and range) and, given the tensors, the
+model the metadata describes (``crackjax.model``, its fields judged by the defaults its registry
+entry declares, as configs are: `type_problems`, which config validation uses too) and every
+tensor's name, dtype and shape against the model's variables (`jax.eval_shape` of its init: no
+weights are made).
 
 Why a small declarative schema in code rather than a library: the checks the file needs are
 few and exact (a finite number in [0, 1], positive integers, objects and lists of strings),
@@ -19,7 +20,7 @@ compiled core for a dozen fields. Neither is a dependency of crackjax today.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # A rule: value -> what was expected (None when the value is fine); a mapping rule checks its
@@ -98,15 +99,6 @@ def _problems(field: str, value: Any, rule: Any) -> list[str]:
     return out
   expected = rule(value)
   return [] if expected is None else [f'{field}={_shown(value)}: expected {expected}']
-
-
-def refusal(path: Any, problems: Sequence[str]) -> str:
-  """The one line for a file whose metadata or tensors break the schema."""
-  shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more' if len(problems) > 6 else '')
-  return (
-    f'{path}: not a usable crackjax model file: {shown}. It was altered or not written by '
-    'crackjax-export --format=model; get it again from its source.'
-  )
 
 
 def metadata_problems(meta: Mapping[str, Any], prefix: str = 'crackjax.') -> list[str]:
@@ -229,3 +221,29 @@ def tensor_problems(tensors: Mapping[str, Any], expected: Mapping[str, Any]) -> 
     ) or got.dtype.name not in ('float32', 'bfloat16', want.dtype.name):
       out.append(f'tensor {n} has dtype {got.dtype.name}; the model needs {want.dtype.name}')
   return out
+
+
+def problems(meta: Mapping[str, Any], tensors: Mapping[str, Any] | None = None) -> list[str]:
+  """Every problem of a model file at once: a line per field of `meta` (the decoded metadata)
+  that breaks `SCHEMA` and, given its `tensors` (``params/...`` and ``batch_stats/...``
+  arrays), per field of the model group its registry entry does not take (`model_problems`)
+  and per tensor that does not fit the model built from it (`tensor_problems`). The model is
+  judged only once the metadata is sound (a malformed group builds nothing)."""
+  out = metadata_problems(meta)
+  if tensors is None or out:
+    return out
+  found = model_problems(meta['model'])
+  if found:
+    return found
+  from crackjax.models import model_from_config
+
+  try:
+    expected = expected_variables(model_from_config(dict(meta['model'])))
+  except Exception as e:  # noqa: BLE001 - any failure to build what the metadata describes
+    detail = ' '.join(str(e).split())[:300]
+    return [f'crackjax.model cannot be built here ({type(e).__name__}: {detail})']
+  found = tensor_problems(tensors, expected)
+  if found:
+    name = meta['model'].get('name')
+    found[0] = f'its tensors do not fit crackjax.model ({name!r}): {found[0]}'
+  return found

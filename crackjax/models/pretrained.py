@@ -174,26 +174,9 @@ def is_model_file(spec: str | Path) -> bool:
   return hub.is_url(text) or hub.entry(text) is not None or text.endswith(model_file.SUFFIX)
 
 
+# How a fine-tuning allows its start model's plugins (`crackjax.experiment.restored.start_run`
+# reads the file, once): a model file never imports code.
 FINETUNE_PLUGINS = "name them in the run's config.plugins (c.plugins = ('my_plugin',))"
-
-
-def load_model_file_arrays(spec: str | Path) -> dict[str, np.ndarray]:
-  """A model file's variables as crackjax-layout named arrays (``params/...``,
-  ``batch_stats/...``, float32): fine-tuning starts from a released or exported model.
-
-  Raises:
-    PretrainedError: the file cannot be found, fetched or verified (its one-line message).
-  """
-  try:
-    loaded = model_file.read(hub.resolve(spec))
-    # Its tensors against its own model; its plugins only if the run's config imported them
-    # (config.plugins): a model file never imports code.
-    model_file.checked_model(loaded, how=FINETUNE_PLUGINS)
-  except (OSError, ValueError) as e:
-    raise PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
-  return model_file.named_arrays(
-    model_file.as_float32(loaded.params), model_file.as_float32(loaded.batch_stats)
-  )
 
 
 def not_a_file(path: str | Path) -> str | None:
@@ -427,8 +410,9 @@ def initialise(
   report to ``<workdir>/init.json`` (process 0). The optimiser state needs no change: Adam's
   moments start at zero whatever the parameters.
 
-  `arrays`: the pretrained file's named arrays when the caller has read it already (a
-  fine-tuning's start model, `crackjax.experiment.build.Experiment.start`), else read here.
+  `arrays`: the pretrained file's named arrays, required when it is a model file (a
+  fine-tuning's start model, read once by `crackjax.experiment.restored.start_run` and held
+  by `crackjax.experiment.build.Experiment.start`); a .npz is read here when not given.
 
   Raises:
     PretrainedError: the file cannot be read or does not fit the model.
@@ -443,8 +427,13 @@ def initialise(
       total_values=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
     )
   else:
+    if arrays is None and is_model_file(path):
+      raise PretrainedError(
+        f'config.model_init.pretrained={str(path)!r} is a model file: read it once with '
+        'crackjax.experiment.restored.start_run and pass its arrays (model_file.named_arrays).'
+      )
     if arrays is None:
-      arrays = load_model_file_arrays(path) if is_model_file(path) else load_npz(path)
+      arrays = load_npz(path)
     updates, report = load_arrays(
       arrays,
       spec.model,

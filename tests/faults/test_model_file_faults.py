@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from crackjax.deploy import export, export_command, predict_command, predictor
+from crackjax.experiment import restored
 from crackjax.models import hub, model_file, pretrained
 from crackjax.trainer import evaluate_command
 from tests import fixtures
@@ -185,7 +186,7 @@ def test_fine_tuning_refuses_each_hostile_field_in_one_line(exported, tmp_path, 
       finetune.get_config(str(path))
     one_line(str(e.value), path, says)
   with pytest.raises(pretrained.PretrainedError) as e:  # model_init.pretrained=FILE
-    pretrained.load_model_file_arrays(path)
+    restored.start_run(pretrained.InitSpec('unet', str(path)))
   one_line(str(e.value), path, says)
 
 
@@ -288,7 +289,7 @@ def test_a_file_never_imports_the_module_it_names(exported, tmp_path, marker_plu
     finetune.get_config(str(path))
   one_line(str(e.value), path, 'a config file of your own')
   with pytest.raises(pretrained.PretrainedError) as e:
-    pretrained.load_model_file_arrays(path)
+    restored.start_run(pretrained.InitSpec('unet', str(path)))
   one_line(str(e.value), path, 'config.plugins')
   # By URL too.
   from tests.test_model_file import serve
