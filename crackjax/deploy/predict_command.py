@@ -67,7 +67,7 @@ from crackjax.deploy.predict_batch import PROG
 from crackjax.deploy.predictor import BLENDS, Predictor, plain_predictor
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.evaluation.inference import test_time_of
-from crackjax.experiment.restored import load_model, load_run, read_config
+from crackjax.experiment.restored import load_model, load_run
 from crackjax.runs import identity, outputs
 
 USAGE = (
@@ -246,11 +246,21 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     )
   if fv.model and fv.step is not None:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
-  if fv.workdir:
-    try:
-      read_config(fv.workdir)  # A wrong --workdir is reported before anything else.
-    except FileNotFoundError as e:
-      sys.exit(f'{PROG}: {e}')
+  if fv.tune_malloc:
+    # Before the first computation (restoring the run), when JAX's CPU threads start.
+    hostmem.tune_malloc()
+  # The model first: a wrong --workdir or --model is reported before anything else.
+  try:
+    run = (
+      load_model(fv.model, allow_plugins=fv.allow_plugins)
+      if fv.model
+      else load_run(fv.workdir, step=fv.step)
+    )
+    self_check.verify(run, lambda: plain_predictor(run))  # weights as the card's self check
+  except (OSError, ValueError, CheckpointError) as e:
+    # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
+    # newer model file (model_file.ModelFileError).
+    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   origin = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
   out = Path(fv.out)
   files = _files(fv, inputs, out)
@@ -266,22 +276,8 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     outputs.check_inside(out, [f for n in earlier for f in map_files(out, n)])
   except outputs.UnsafeOutputError as e:
     sys.exit(f'{PROG}: {e}')
-  predict_batch.refuse_existing_tables(out, tables, fv.overwrite)
+  predict_batch.refuse_existing_tables(out, tables, fv.overwrite)  # before the lock is taken
   outputs.require_writable(PROG, f'--out={out}', out)
-  if fv.tune_malloc:
-    # Before the first computation (restoring the run), when JAX's CPU threads start.
-    hostmem.tune_malloc()
-  try:
-    run = (
-      load_model(fv.model, allow_plugins=fv.allow_plugins)
-      if fv.model
-      else load_run(fv.workdir, step=fv.step)
-    )
-    self_check.verify(run, lambda: plain_predictor(run))  # weights as the card's self check
-  except (OSError, ValueError, CheckpointError) as e:
-    # OSError: a missing run or file, a failed download; ValueError: a damaged, altered or
-    # newer model file (model_file.ModelFileError).
-    sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   try:
     scales, flip = test_time_of(fv.scales, fv.flip, run.config.get('eval'))
     predictor = Predictor(

@@ -30,7 +30,6 @@ from crackjax.engine.checkpoints import CheckpointError
 from crackjax.engine.mesh import one_device_mesh
 from crackjax.engine.states import States
 from crackjax.evaluation.result import CHOSEN_BY, DATASET, ODS, RESULTS, SPLIT, STEP, THRESHOLD
-from crackjax.experiment import specs
 from crackjax.experiment.specs import restore_spec_of
 from crackjax.models import hub, model_file, model_from_config, pretrained
 
@@ -66,12 +65,18 @@ def read_config(workdir: str | Path) -> ml_collections.ConfigDict:
   Raises:
     FileNotFoundError: neither, i.e. not a crackjax run or checkpoint folder.
   """
-  path = checkpoints.run_directory(workdir) / 'config.json'
+  return ml_collections.ConfigDict(_recorded_config(workdir)[0])
+
+
+def _recorded_config(workdir: str | Path) -> tuple[dict[str, Any], Path, Path]:
+  """(the run's config as plain data, where it was read, the run's directory): `read_config`."""
+  run = checkpoints.run_directory(workdir)
+  path = run / 'config.json'
   if path.is_file():
-    return ml_collections.ConfigDict(json.loads(path.read_text()))
+    return json.loads(path.read_text()), path, run
   recorded = checkpoints.run_metadata(workdir)
   if recorded is not None:
-    return ml_collections.ConfigDict(recorded['config'])
+    return recorded['config'], checkpoints.checkpoint_directory(workdir), run
   raise FileNotFoundError(
     f'{path} does not exist and no checkpoint in {checkpoints.checkpoint_directory(workdir)} '
     f'records its config: {workdir} is not a crackjax run directory (the --workdir of a '
@@ -97,17 +102,12 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
       config's model cannot be built here (e.g. a plugin not installed), or the checkpoint
       does not match config.json's model (one-line message naming the directory).
   """
-  workdir = Path(workdir)
-  config = read_config(workdir)
-  c = specs.plain(config)
+  c, where, run = _recorded_config(workdir)  # plain data, as JSON holds it
   try:
     plugins.import_plugins(c)
     model = model_from_config(c['model'])
   except (ValueError, KeyError, TypeError) as e:  # a plugin not installed, a damaged config
-    problem = ' '.join(str(e).split())
-    recorded = checkpoints.run_directory(workdir) / 'config.json'
-    where = recorded if recorded.is_file() else checkpoints.checkpoint_directory(workdir)
-    raise CheckpointError(f'{where} cannot be rebuilt: {problem}') from e
+    raise CheckpointError(f'{where} cannot be rebuilt: {" ".join(str(e).split())}') from e
   # A params-only restore: the abstract state's optimiser (optax.identity) holds nothing.
   states = States(model, optax.identity(), int(c.get('seed', 0)), restore_spec_of(c, model))
   # One device: prediction runs the parameters as host arrays (Predictor spreads them).
@@ -115,7 +115,8 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   params = train_state.local_params(restored)
   batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))
-  threshold, source = run_threshold(checkpoints.run_directory(workdir), step)
+  threshold, source = run_threshold(run, step)
+  config = ml_collections.ConfigDict(c)
   return Run(config, model, params, step, threshold, source, batch_stats)
 
 

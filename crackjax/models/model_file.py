@@ -27,6 +27,7 @@ way. A file of a newer `FORMAT_VERSION` names the crackjax that wrote it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -81,8 +82,6 @@ class ModelFile:
     batch_stats: the BatchNorm running averages (nested), or None for a model without.
     meta: the decoded metadata, FIELDS -> values.
     sha256: the content checksum (`content_sha256`), verified.
-    module: the linen Module its metadata describes, its tensors checked against it (`read`
-      with ``build``), else None.
   """
 
   path: Path
@@ -90,7 +89,6 @@ class ModelFile:
   batch_stats: dict[str, Any] | None
   meta: dict[str, Any]
   sha256: str
-  module: Any = None
 
   # The metadata's groups, read as attributes.
   model = _meta_group('model')
@@ -98,6 +96,14 @@ class ModelFile:
   threshold = _meta_group('threshold')
   config = _meta_group('config')
   input = _meta_group('input')
+
+  @functools.cached_property
+  def module(self):
+    """The linen Module its ``crackjax.model`` group describes, built on first use (`read`
+    with ``build`` has checked every tensor against it, its plugins allowed)."""
+    from crackjax.models import model_from_config
+
+    return model_from_config(dict(self.model))
 
 
 def crackjax_version() -> str:
@@ -152,13 +158,16 @@ def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, Any]:
 def content_sha256(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> str:
   """The checksum of a model file's content: every tensor's name, dtype, shape and bytes, and
   every metadata entry except the checksum itself, in sorted order."""
+  # json.dumps' own defaults, not `outputs.dumps`: the canonical form of a released file's
+  # checksum must never move with how crackjax writes its JSON (names, numbers and strings
+  # only here, so the bytes are those every crackjax so far has hashed).
   h = hashlib.sha256()
   for name in sorted(tensors):
     array = np.ascontiguousarray(tensors[name])
-    h.update(outputs.dumps([name, array.dtype.name, list(array.shape)]).encode())
+    h.update(json.dumps([name, array.dtype.name, list(array.shape)], allow_nan=False).encode())
     h.update(array.tobytes())
   for key in sorted(k for k in metadata if k != CHECKSUM_KEY):
-    h.update(outputs.dumps([key, metadata[key]]).encode())
+    h.update(json.dumps([key, metadata[key]], allow_nan=False).encode())
   return h.hexdigest()
 
 
@@ -324,8 +333,8 @@ def read(
   tensor against the model it builds. With `build`, the file's plugins must be allowed first
   (`crackjax.plugins.model_file_plugins`: a plugin module it needs is used only if this
   process imported it already or `allow_plugins` names it; never imported on the file's word
-  alone) and the returned `ModelFile.module` is its linen Module. Without `build` (what
-  rewrites a card or lists a registry), the metadata alone is judged and ``module`` is None.
+  alone) and the returned `ModelFile.module` is the model its tensors fit. Without `build`
+  (what rewrites a card or lists a registry), the metadata alone is judged.
 
   Raises:
     FileNotFoundError: no such file.
@@ -346,9 +355,6 @@ def read(
       f'{path}: checksum mismatch, the content was altered or damaged (stored sha256 '
       f'{stored}, content {computed}); download or export it again.'
     )
-  if build:
-    _allowed(path, meta, allow_plugins, how)
-  _refuse(path, model_schema.problems(meta, tensors if build else None))
   bad = _non_finite(tensors)
   if bad:
     raise ModelFileError(
@@ -357,13 +363,11 @@ def read(
       'exported, or a file altered and its checksum recomputed); export it again from a good '
       'checkpoint.'
     )
-  module = None
   if build:
-    from crackjax.models import model_from_config
-
-    module = model_from_config(dict(meta['model']))
+    _allowed(path, meta, allow_plugins, how)
+  _refuse(path, model_schema.problems(meta, tensors if build else None))
   batch_stats = unflatten(tensors, 'batch_stats') or None
-  return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed, module)
+  return ModelFile(path, unflatten(tensors, 'params'), batch_stats, meta, computed)
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:

@@ -151,6 +151,7 @@ NOT_WRITTEN = {
   ): 'the data folders as plain data, a comparison key',
   ('crackjax/trainer/eval_records.py', 'other_results_dir'): 'a hash of a key',
   ('crackjax/paper/records.py', '_check_keys'): 'a value in a message',
+  ('crackjax/models/model_file.py', 'content_sha256'): 'bytes hashed, pinned to json defaults',
   ('crackjax/paper/records.py', '_check_export_run'): 'a value in a message',
   ('crackjax/paper/report_tables.py', '_describe_runs'): 'a set key',
   ('crackjax/paper/jobs.py', 'prepare'): 'a cache key',
