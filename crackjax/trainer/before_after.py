@@ -32,7 +32,6 @@ from absl import logging
 from crackjax.evaluation.result import F1, ODS, OPERATING_POINTS, THRESHOLD
 from crackjax.experiment import restored
 from crackjax.experiment.build import Experiment
-from crackjax.models import pretrained
 from crackjax.trainer import scoring
 
 #: Where the scores of the initial weights go, under the workdir.
@@ -64,9 +63,9 @@ def start_model(experiment: Experiment) -> StartModel | None:
   model's name, a .safetensors file or a URL, a fine-tuning), with the threshold the file
   stores; None for a run from scratch or from a .npz. The file is `experiment.start`, read once
   for this and the run's initial weights."""
-  if not pretrained.is_model_file(experiment.init.pretrained or ''):
-    return None
   run = experiment.start
+  if run is None:
+    return None
   return StartModel(
     spec=str(experiment.init.pretrained),
     name=str((run.card or {}).get('name') or experiment.init.pretrained),
@@ -81,11 +80,11 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
   crackjax-evaluate --model reads it (`restored.load_model`), so the scores are that
   command's on the same photos. None (nothing done) for a run that does not start from a
   model file, or whose record is there already (a resumed run)."""
-  if not pretrained.is_model_file(experiment.init.pretrained or ''):
-    return None
   if read_before(workdir) is not None:  # a resumed run: its initial weights are not read
     return None
   start = start_model(experiment)
+  if start is None:
+    return None
   state = restored.inference_state(experiment.start)
   record = scoring.evaluate_state(
     experiment,
