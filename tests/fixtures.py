@@ -19,6 +19,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -351,13 +352,19 @@ def make_fake_bjn260(root: Path, n: int = 6, size: tuple[int, int] = BJN_SIZE) -
   return root
 
 
-# The folder names of the public split-folder datasets' copies (tfds_builders/split_folders.py).
-PUBLIC_SET_FOLDERS = {
-  'deepcrack': 'DeepCrack',
-  'crack500': 'Crack500',
-  'gaps384': 'GAPs384',
-  'aiglern_trimm': 'AigleRN-TRIMM',
-}
+def public_set_folders() -> dict[str, str]:
+  """The registry's split-folder datasets -> their copies' folder, the first their LAYOUT names
+  (``<manual_dir>/DeepCrack/...``): a new one gets its fixture with no edit here."""
+  from crackjax.data import registry
+  from crackjax.tfds_builders import split_folders
+
+  return {
+    name: re.search(r'<manual_dir>/([^/{]+)/', entry.builder.LAYOUT).group(1)
+    for name, entry in registry.DATASETS.items()
+    if issubclass(entry.builder, split_folders.SplitFolderBuilder)
+  }
+
+
 PUBLIC_SIZE = (40, 56)  # (H, W): the public crops are ~128-240 pixels a side.
 
 
@@ -369,7 +376,7 @@ def make_fake_public_set(
   counts: dict[str, int] | None = None,
   size: tuple[int, int] = PUBLIC_SIZE,
 ) -> Path:
-  """A fake copy of public dataset `name` (a key of PUBLIC_SET_FOLDERS) under ``root``; returns
+  """A fake copy of public dataset `name` (a key of `public_set_folders`) under ``root``; returns
   ``root``.
 
   layout 'cropped': ``Datasets/<Set>/{train,valid,test}/<n>.jpg`` + ``{split}_lab/<n>.jpg`` (the
@@ -380,7 +387,7 @@ def make_fake_public_set(
   'authors' has no validation split).
   """
   root = Path(root)
-  folder = PUBLIC_SET_FOLDERS[name]
+  folder = public_set_folders()[name]
   splits = {'cropped': ('train', 'valid', 'test'), 'authors': ('train', 'test')}.get(
     layout, ('train', 'val', 'test')
   )

@@ -318,7 +318,7 @@ DATASET_FIXTURES: dict[str, Callable[[Path], dict[str, Any]]] = {
   'crack_folder': _crack_folder,
   **{
     name: (lambda root, name=name: {'manual_dir': str(fixtures.make_fake_public_set(root, name))})
-    for name in fixtures.PUBLIC_SET_FOLDERS
+    for name in fixtures.public_set_folders()
   },
 }
 

@@ -1,6 +1,7 @@
-"""The public crack datasets (DeepCrack, CRACK500, GAPs384, AigleRN-TRIMM crops) in each of their
-copies' layouts, and training on a mixture of datasets (crackjax/data/mixture.py): members,
-sampling weights, crop rule, per-dataset validation. Tiny synthetic layouts only."""
+"""The public crack datasets with their own split folders (DeepCrack, CRACK500, GAPs384,
+AigleRN-TRIMM crops: every one of the registry) in each of their copies' layouts, and training
+on a mixture of datasets (crackjax/data/mixture.py): members, sampling weights, crop rule,
+per-dataset validation. Tiny synthetic layouts only."""
 
 from __future__ import annotations
 
@@ -27,17 +28,18 @@ def _data(name: str, tmp_path, **fake):
   return data
 
 
-@pytest.mark.parametrize(
-  ('name', 'layout', 'splits'),
-  [
-    ('deepcrack', 'cropped', {'train': 3, 'valid': 2, 'test': 4}),
-    ('deepcrack', 'authors', {'train': 3, 'test': 4}),
-    ('crack500', 'cropped', {'train': 3, 'valid': 2, 'test': 4}),
-    ('crack500', 'crop', {'train': 3, 'valid': 2, 'test': 4}),
-    ('gaps384', 'cropped', {'train': 3, 'valid': 2, 'test': 4}),
-    ('aiglern_trimm', 'cropped', {'train': 3, 'valid': 2, 'test': 4}),
-  ],
-)
+# Every split-folder dataset of the registry in the cropped copies' layout (a new one is tested
+# here without an edit), and the authors' own layouts of DeepCrack and CRACK500.
+LAYOUTS = [
+  *(
+    (name, 'cropped', {'train': 3, 'valid': 2, 'test': 4}) for name in fixtures.public_set_folders()
+  ),
+  ('deepcrack', 'authors', {'train': 3, 'test': 4}),
+  ('crack500', 'crop', {'train': 3, 'valid': 2, 'test': 4}),
+]
+
+
+@pytest.mark.parametrize(('name', 'layout', 'splits'), LAYOUTS)
 def test_public_set_keeps_its_source_splits_in_every_layout(name, layout, splits, tmp_path):
   counts = {('val' if s == 'valid' and layout == 'crop' else s): n for s, n in splits.items()}
   data = _data(name, tmp_path, layout=layout, counts=counts)

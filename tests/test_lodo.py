@@ -109,7 +109,7 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
 def test_lodo_end_to_end_on_fake_copies(tmp_path):
   root = tmp_path / 'sources'
   crackforest = fixtures.make_fake_crackforest(root / 'crackforest', n_labelled=10, n_unlabelled=0)
-  for name in fixtures.PUBLIC_SET_FOLDERS:
+  for name in fixtures.public_set_folders():
     fixtures.make_fake_public_set(root, name, counts={'train': 6, 'valid': 2, 'test': 3})
   work, out = tmp_path / 'lodo', tmp_path / 'table'
   cmd = [

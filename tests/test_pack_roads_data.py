@@ -30,7 +30,7 @@ def _packer():
 def sources(tmp_path_factory):
   root = tmp_path_factory.mktemp('sources')
   crackforest = fixtures.make_fake_crackforest(root / 'crackforest', n_labelled=10, n_unlabelled=2)
-  for name in fixtures.PUBLIC_SET_FOLDERS:
+  for name in fixtures.public_set_folders():
     fixtures.make_fake_public_set(root, name, counts=COUNTS)
   return crackforest, root / 'Datasets'
 

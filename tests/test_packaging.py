@@ -1,9 +1,11 @@
 """What the wheel installs and how an install finds its configs: only `crackjax*` packages
 (the repository's configs/ and tfds_builders/ become crackjax.configs and
-crackjax.tfds_builders), the shipped configs found from any folder, the metadata a user and a
-type checker read."""
+crackjax.tfds_builders; setup.py derives the list from the folders, a new builder included),
+the shipped configs found from any folder, the metadata a user and a type checker read."""
 
+import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -38,17 +40,67 @@ def _package_folders() -> set[str]:
   return names
 
 
+def wheel_packages() -> list[str]:
+  """The packages the wheel installs: setup.py's list, derived from the folders."""
+  spec = importlib.util.spec_from_file_location('crackjax_setup', REPO / 'setup.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)  # not as __main__: lists, does not build
+  return module.packages()
+
+
 def test_the_wheel_installs_only_the_crackjax_namespace():
   setuptools = PYPROJECT['tool']['setuptools']
-  packages = set(setuptools['packages'])
+  # No hand list in pyproject.toml: setup.py derives it.
+  assert 'packages' not in setuptools
+  packages = set(wheel_packages())
   assert all(p == 'crackjax' or p.startswith('crackjax.') for p in packages), packages
-  # Every folder of code is listed (a new one must be added, or the wheel lacks it).
+  # Every folder of code is in it, and the data folders the package-data globs name.
   assert _package_folders() <= packages, _package_folders() - packages
+  assert {'crackjax.docs', 'crackjax.models.released', 'crackjax.paper.data'} <= packages
   assert setuptools['package-dir'] == {
     'crackjax.configs': 'configs',
     'crackjax.tfds_builders': 'tfds_builders',
     'crackjax.docs': 'docs',  # data only: the pages
   }
+
+
+def test_a_builder_folder_ships_and_registers_without_a_line_elsewhere():
+  # A new tfds_builders/<name>/ is in the wheel with its README, registered with TFDS and
+  # importable as crackjax.tfds_builders.<Class> by `import crackjax.tfds_builders`, with no
+  # line naming it in pyproject.toml or tfds_builders/__init__.py. Outside its folder it needs
+  # its entry in registry.DATASETS and its row in docs/datasets.md (and a config), no more:
+  # docs/architecture.md, "Add a dataset".
+  import tensorflow_datasets as tfds
+
+  import crackjax.tfds_builders
+  from crackjax.data import registry
+
+  packages = set(wheel_packages())
+  readmes = PYPROJECT['tool']['setuptools']['package-data']['crackjax.tfds_builders']
+  assert '*/README.md' in readmes
+  folders = sorted(p.parent for p in (REPO / 'tfds_builders').glob('*/__init__.py'))
+  assert len(folders) >= 9
+  registered = {entry.builder for entry in registry.DATASETS.values()}
+  table = (REPO / 'docs' / 'datasets.md').read_text()
+  for folder in folders:
+    assert f'crackjax.tfds_builders.{folder.name}' in packages, folder.name
+    assert (folder / 'README.md').is_file(), folder.name
+    row = f'[tfds_builders/{folder.name}](../tfds_builders/{folder.name}/README.md)'
+    assert row in table, f'docs/datasets.md: add the row of {folder.name}'
+    for text in (REPO / 'pyproject.toml', REPO / 'tfds_builders' / '__init__.py'):
+      assert not re.search(rf'\b{folder.name}\b', text.read_text()), (folder.name, text.name)
+    package = importlib.import_module(f'crackjax.tfds_builders.{folder.name}')
+    builders = [
+      value
+      for value in (getattr(package, name) for name in package.__all__)
+      if isinstance(value, type) and issubclass(value, tfds.core.DatasetBuilder)
+    ]
+    assert builders, f'{folder.name}/__init__.py exports no builder class in __all__'
+    for builder in builders:
+      assert getattr(crackjax.tfds_builders, builder.__name__) is builder
+      assert builder.__name__ in crackjax.tfds_builders.__all__
+      assert tfds.builder_cls(builder.name) is builder
+      assert builder in registered, f'{builder.name}: add its DatasetEntry to registry.DATASETS'
 
 
 def test_the_source_tree_has_the_installed_names():
@@ -175,7 +227,7 @@ def test_the_docs_ship_as_package_data_and_crackjax_docs_prints_them(capsys, mon
 
   # The wheel carries docs/*.md as crackjax/docs/ (a hint naming docs/X.md leads somewhere).
   setuptools = PYPROJECT['tool']['setuptools']
-  assert 'crackjax.docs' in setuptools['packages']
+  assert 'crackjax.docs' in wheel_packages()
   assert '*.md' in setuptools['package-data']['crackjax.docs']
   assert PYPROJECT['project']['scripts']['crackjax-docs'] == 'crackjax.runs.docs:main'
   # Every page a message names through docs.doc exists.
