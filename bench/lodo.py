@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from crackjax.configs import lodo
+from crackjax.evaluation import result
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,7 +171,7 @@ def scored_protocols(fold: Fold) -> set[str]:
   """The protocols the fold's held-out record holds (none if not scored yet)."""
   if not fold.record.exists():
     return set()
-  return set(json.loads(fold.record.read_text())['results'])
+  return set(result.read_record(fold.record).results)
 
 
 def fold_scores(fold: Fold) -> dict[str, Any] | None:
@@ -179,21 +180,21 @@ def fold_scores(fold: Fold) -> dict[str, Any] | None:
   in percent for each protocol it holds, plus the strict curve."""
   if not fold.record.exists():
     return None
-  record = json.loads(fold.record.read_text())
-  out: dict[str, Any] = {'images': record.get('num_images')}
+  record = result.read_record(fold.record)
+  out: dict[str, Any] = {'images': record.num_images}
   for protocol in PROTOCOLS:
-    if protocol not in record['results']:
+    if protocol not in record.results:
       continue
-    r = record['results'][protocol]
-    run = r['operating_points']['run']
+    r = record.results[protocol]
+    run = r.operating_points['run']
     out[protocol] = {
-      'stored': 100 * run['f1'],
-      'threshold': run['threshold'],
-      'ods': 100 * r['ods']['f1'],
-      'ods_threshold': r['ods']['threshold'],
+      'stored': 100 * run.f1,
+      'threshold': run.threshold,
+      'ods': 100 * r.ods.f1,
+      'ods_threshold': r.ods.threshold,
     }
-  curve = record['results'][THRESHOLD_PROTOCOL]['curve']
-  out['curve'] = {'thresholds': curve['thresholds'], 'f1': [100 * f for f in curve['f1']]}
+  curve = record.results[THRESHOLD_PROTOCOL].curve
+  out['curve'] = {'thresholds': list(curve.thresholds), 'f1': [100 * f for f in curve.f1]}
   return out
 
 

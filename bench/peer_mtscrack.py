@@ -340,12 +340,12 @@ def score_model(
   for protocol, r in results.items():
     point = evaluation.at_threshold(binary, gts, protocol=protocol, threshold=0.5)
     out[protocol] = {
-      'ods_f1': r['ods']['f1'],
-      'ods_threshold': r['ods']['threshold'],
-      'ods_precision': r['ods']['precision'],
-      'ods_recall': r['ods']['recall'],
-      'ois_f1': r['ois']['f1'],
-      'ap': r['ap'],
+      'ods_f1': r.ods.f1,
+      'ods_threshold': r.ods.threshold,
+      'ods_precision': r.ods.precision,
+      'ods_recall': r.ods.recall,
+      'ois_f1': r.ois.f1,
+      'ap': r.ap,
       'f1_model': point['f1'],
       'precision_model': point['precision'],
       'recall_model': point['recall'],

@@ -529,3 +529,41 @@ def run_gpu_script(script: str, tmp_path: Path, timeout: int = 400, **env: str |
     timeout=timeout,
   )
   return done, done.stdout + done.stderr
+
+
+def eval_record(
+  epoch: int,
+  step: int,
+  split: str,
+  ods: dict[str, tuple[float, float]],
+  *,
+  dataset: str = 'crackforest',
+  members: dict[str, float] | None = None,
+) -> dict:
+  """A whole evaluation record's JSON (an epoch_<NNN>.json, as scoring writes it) whose
+  protocols have the ODS (F1, threshold) of `ods`; `members`: a mixture's datasets and their
+  strict ODS F1 (the selection their mean)."""
+  import dataclasses
+
+  from crackjax import evaluation
+  from crackjax.evaluation.result import MemberResult, OperatingPoint
+  from crackjax.runs import outputs
+  from crackjax.trainer import eval_records
+
+  gts = [np.eye(8, dtype=bool)] * 2
+  base = evaluation.protocol_result([g * np.float32(0.7) for g in gts], gts)
+
+  def with_ods(f1: float, t: float):
+    point = OperatingPoint(precision=f1, recall=f1, f1=f1, threshold=t)
+    return dataclasses.replace(base, protocol='strict', ods=point)
+
+  results = {p: with_ods(*v) for p, v in ods.items()}
+  record = eval_records.evaluation_record(
+    lambda s: epoch, dataset, (step, 0), split, ['a', 'b'], results, eval_seconds=0.0
+  )
+  if members:
+    by_name = {
+      n: MemberResult(1, {'strict': with_ods(f1, 0.5).summary()}) for n, f1 in members.items()
+    }
+    record = eval_records.with_members(record, by_name)
+  return json.loads(outputs.dumps(record.to_json()))

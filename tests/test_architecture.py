@@ -284,7 +284,6 @@ OVER_450 = {
   'crackjax/paper/runner.py': "the runner's command: its plan, flags and campaign loop",
   'crackjax/cli.py': 'the command scaffold every command shares: flags, config, exits',
   'crackjax/trainer/evaluate_command.py': "one command's flags and its data arguments",
-  'crackjax/trainer/eval_records.py': 'every file one evaluation leaves, written in one place',
   'crackjax/data/registry.py': 'the explicit dataset registry and its preparation errors',
   'crackjax/evaluation/aggregate.py': 'ODS, OIS and AP, shared by every protocol',
   'crackjax/models/pretrained.py': 'reads initial weights of every layout (merged with '

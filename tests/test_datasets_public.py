@@ -222,14 +222,18 @@ def test_member_results_score_each_dataset_and_select_on_their_mean():
 
   plan = eval_plan_of(config.to_dict())
   members = scoring.member_results(names, probs, gts, plan)
-  assert members['a']['num_images'] == 2
-  assert members['a']['results']['strict']['ods']['f1'] == pytest.approx(1.0)
-  f1_b = members['b']['results']['strict']['ods']['f1']
+  assert members['a'].num_images == 2
+  assert members['a'].results['strict'].ods.f1 == pytest.approx(1.0)
+  f1_b = members['b'].results['strict'].ods.f1
   assert f1_b < 0.6
-  record = eval_records.with_members({'results': {'strict': {}}}, members)
-  assert record['selection']['value'] == pytest.approx((1.0 + f1_b) / 2)
+  results = scoring.score(probs, gts, plan)
+  record = eval_records.evaluation_record(
+    lambda step: 1, 'mixture', (4, 0), 'test', names, results, eval_seconds=0.0
+  )
+  record = eval_records.with_members(record, members)
+  assert record.selection.value == pytest.approx((1.0 + f1_b) / 2)
   assert scoring.member_results(['x', 'y'], probs[:2], gts[:2], plan) is None
-  json.dumps(record)  # the epoch record stays JSON
+  json.dumps(record.to_json())  # the epoch record stays JSON
 
 
 @pytest.mark.slow

@@ -4,8 +4,8 @@ is missing or unknown."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 
 import numpy as np
 import pytest
@@ -79,8 +79,9 @@ def test_evaluate_result_round_trips():
 
 def test_record_with_members_points_and_start_model_round_trips(tmp_path):
   """A mixture's record (datasets, selection), with operating points and a fine-tuning's
-  start_model, as the writers build it: the same JSON back, and its epoch record too."""
-  results = _evaluated()
+  start_model, as the writers build it (typed, carried to the end): its JSON reads back to
+  the same bytes, and its epoch record too."""
+  results = {p: ProtocolResult.from_json(r) for p, r in _evaluated().items()}
   names = ['crackforest/a', 'crackforest/b', 'deepcrack/c']
   record = eval_records.evaluation_record(
     lambda step: step // 3,
@@ -92,22 +93,38 @@ def test_record_with_members_points_and_start_model_round_trips(tmp_path):
     eval_seconds=1.5,
     per_image=True,
   )
-  eval_records.add_points(
-    record, {'strict': {'run': {'threshold': 0.3, 'precision': 0.5, 'recall': 0.25, 'f1': 1 / 3}}}
-  )
+  run = OperatingPoint(threshold=0.3, precision=0.5, recall=0.25, f1=1 / 3)
+  record = eval_records.add_points(record, {'strict': {'run': run}})
   members = eval_records.by_member(names, lambda rows: results)
   record = eval_records.with_members(record, members)
-  record['start_model'] = {'spec': 'x.safetensors', 'name': 'x', 'threshold': 0.4}
-  typed = EvalRecord.from_json(record)
-  assert _dumps(typed.to_json()) == _dumps(record)
-  assert math.isnan(typed.train_seconds)
-  assert typed.selection.value == pytest.approx(results['strict']['ods']['f1'])
-  assert typed.datasets['deepcrack'].results['tolerance'].ap == results['tolerance']['ap']
-  assert typed.results['strict'].operating_points['run'].f1 == pytest.approx(1 / 3)
+  start = {'spec': 'x.safetensors', 'name': 'x', 'threshold': 0.4}
+  record = dataclasses.replace(record, start_model=start)
+  data = json.loads(_dumps(record.to_json()))
+  typed = EvalRecord.from_json(data)
+  assert _dumps(typed.to_json()) == _dumps(record.to_json())
+  assert typed.train_seconds is None  # NaN written as null, read back as None
+  assert typed.selection.value == pytest.approx(results['strict'].ods.f1)
+  assert typed.datasets['deepcrack'].results['tolerance'].ap == results['tolerance'].ap
+  assert typed.results['strict'].operating_points['run'] == run
+  assert typed.results['tolerance'].operating_points is None
   assert [row.name for row in typed.results['strict'].per_image] == names
+  assert typed.start_model == start
   path = eval_records.write_epoch_record(tmp_path, record, 3)
   text = path.read_text()
-  assert _dumps(EvalRecord.from_json(json.loads(text)).to_json()) == text
+  epoch = result.read_record(path)
+  assert _dumps(epoch.to_json()) == text and epoch.results['strict'].per_image is None
+
+
+def test_read_record_names_the_file_and_the_key(tmp_path):
+  bad = tmp_path / 'eval.json'
+  bad.write_text('{"step": ')
+  with pytest.raises(result.ResultKeyError, match=f'{bad}: not a JSON evaluation record'):
+    result.read_record(bad)
+  bad.write_text('{"step": 3, "colour": "red"}')
+  with pytest.raises(result.ResultKeyError, match=f"{bad}: unknown key 'colour'"):
+    result.read_record(bad)
+  with pytest.raises(FileNotFoundError):
+    result.read_record(tmp_path / 'none.json')
 
 
 def test_hand_built_values():
@@ -161,7 +178,7 @@ def test_hand_built_values():
   assert data['curve']['thresholds'] == [0.0, 0.5, 0.7]
   assert 'name' not in data['per_image'][0]
   assert ProtocolResult.from_json(data) == typed
-  assert typed.scalars() == eval_records.eval_scalars(data)
+  assert ProtocolResult.from_json(data).scalars() == typed.scalars()
   assert typed.scalars()['ods_f1'] == 1 / 3 and typed.scalars()['fixed_f1'] == 0.27
 
 

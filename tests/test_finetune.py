@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from crackjax.deploy import export
 from crackjax.models import hub, model_file
+from crackjax.runs import outputs
 from crackjax.trainer.before_after import start_model
 from tests import fixtures
 
@@ -153,29 +155,43 @@ def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
   assert start_model(build(config, training=False)) is None
 
 
+def _record(names, step, ods, stored=None, start=None):
+  """A typed evaluation record of `names` at `step`: {protocol: (ODS F1, its threshold)},
+  `stored` the same at the start model's stored threshold, `start` its start_model."""
+  import dataclasses
+
+  from crackjax import evaluation
+  from crackjax.evaluation.result import OperatingPoint
+  from crackjax.trainer import eval_records
+
+  def point(f1, t):
+    return OperatingPoint(precision=f1, recall=f1, f1=f1, threshold=t)
+
+  gts = [np.eye(8, dtype=bool)] * len(names)
+  results = {}
+  for protocol, (f1, t) in ods.items():
+    r = evaluation.protocol_result([g * np.float32(0.7) for g in gts], gts, protocol=protocol)
+    if stored:
+      r = dataclasses.replace(r, operating_points={'stored': point(*stored[protocol])})
+    results[protocol] = dataclasses.replace(r, ods=point(f1, t))
+  record = eval_records.evaluation_record(
+    lambda s: 1, 'crack_folder', (step, 0), 'test', names, results, eval_seconds=0.0,
+    per_image=True,
+  )  # fmt: skip
+  return dataclasses.replace(record, start_model=start)
+
+
 def test_the_table_reads_both_records():
   from crackjax.trainer import before_after
 
-  def point(f1, t):
-    return {'f1': f1, 'threshold': t}
-
-  before = {
-    'start_model': {'name': 'crackforest-unet-cpu', 'threshold': 0.93},
-    'results': {
-      'strict': {'ods': point(0.25, 0.003), 'operating_points': {'stored': point(0.106, 0.93)}},
-      'tolerance_thin_gt': {
-        'ods': point(0.22, 0.01),
-        'operating_points': {'stored': point(0.1, 0.93)},
-      },
-    },
-  }
-  after = {
-    'num_images': 20,
-    'dataset': 'crack_folder',
-    'split': 'test',
-    'step': 300,
-    'results': {'strict': {'ods': point(0.58, 0.41)}},
-  }
+  before = _record(
+    ['a'],
+    6,
+    {'strict': (0.25, 0.003), 'tolerance_thin_gt': (0.22, 0.01)},
+    stored={'strict': (0.106, 0.93), 'tolerance_thin_gt': (0.1, 0.93)},
+    start={'name': 'crackforest-unet-cpu', 'threshold': 0.93},
+  )
+  after = _record([f'p{i}' for i in range(20)], 300, {'strict': (0.58, 0.41)})
   lines = before_after.table(before, after).splitlines()
   assert lines[0].startswith('Fine-tuning crackforest-unet-cpu: 20 held-out images')
   assert lines[2].endswith('| after 300 steps: best threshold (ODS) |')
@@ -223,26 +239,17 @@ def test_the_recipe_through_launch_prints_the_table(exported, tmp_path):
 def test_the_table_is_of_the_same_images_only(tmp_path, capsys):
   from crackjax.trainer import before_after
 
-  def record(names, **extra):
-    point = {'f1': 0.5, 'threshold': 0.5}
-    rows = [{'name': n} for n in names]
-    strict = {'ods': point, 'per_image': rows, 'operating_points': {'stored': point}}
-    return {
-      'dataset': 'crack_folder',
-      'split': 'test',
-      'num_images': len(names),
-      'step': 3,
-      'results': {'strict': strict},
-      **extra,
-    }
+  def record(names, start=None):
+    typed = _record(names, 3, {'strict': (0.5, 0.5)}, {'strict': (0.5, 0.5)}, start)
+    return outputs.dumps(typed.to_json())
 
   (tmp_path / 'before').mkdir()
-  start = {'start_model': {'name': 'm', 'spec': 'm', 'threshold': 0.9}}
-  (tmp_path / 'before' / 'eval.json').write_text(json.dumps(record(['a', 'b'], **start)))
-  (tmp_path / 'eval.json').write_text(json.dumps(record(['a', 'c'])))
+  start = {'name': 'm', 'spec': 'm', 'threshold': 0.9}
+  (tmp_path / 'before' / 'eval.json').write_text(record(['a', 'b'], start))
+  (tmp_path / 'eval.json').write_text(record(['a', 'c']))
   assert before_after.report(tmp_path) is None  # other photos: no table
   assert not (tmp_path / before_after.TABLE_FILE).exists()
-  (tmp_path / 'eval.json').write_text(json.dumps(record(['b', 'a'])))
+  (tmp_path / 'eval.json').write_text(record(['b', 'a']))
   text = before_after.report(tmp_path)
   assert text and text in capsys.readouterr().out
   assert (tmp_path / before_after.TABLE_FILE).read_text() == text + '\n'

@@ -8,10 +8,16 @@ import json
 import numpy as np
 
 from crackjax.evaluation import aggregate
-from crackjax.evaluation.result import ProtocolResult, degenerate_threshold
+from crackjax.evaluation.result import degenerate_threshold
 from crackjax.trainer import eval_records
 
-SUMMARY = {'dataset': 'crack_folder', 'split': 'test', 'step': 300}
+
+def _record(result):
+  """The evaluation record `write_threshold` reads the dataset, split and step of."""
+  return eval_records.evaluation_record(
+    lambda step: 1, 'crack_folder', (300, 0), 'test', ['a', 'b', 'c'], {'strict': result},
+    eval_seconds=0.0,
+  )  # fmt: skip
 
 
 def _gts(n=3, size=(32, 40)):
@@ -25,7 +31,7 @@ def _gts(n=3, size=(32, 40)):
 
 
 def _result(probs, gts):
-  return aggregate.evaluate(probs, gts, protocol='strict')
+  return aggregate.protocol_result(probs, gts, protocol='strict')
 
 
 def test_a_model_that_finds_nothing_is_named(tmp_path, capsys):
@@ -34,27 +40,27 @@ def test_a_model_that_finds_nothing_is_named(tmp_path, capsys):
   # Maps unrelated to the cracks: the best F1 is reached by calling every pixel crack.
   blind = [rng.random(g.shape).astype(np.float32) * 0.01 for g in gts]
   r = _result(blind, gts)
-  why = degenerate_threshold(ProtocolResult.from_json(r))
+  why = degenerate_threshold(r)
   assert why and 'every pixel crack' in why
-  threshold = eval_records.write_threshold(tmp_path, {'strict': r}, SUMMARY)
+  threshold = eval_records.write_threshold(tmp_path, {'strict': r}, _record(r))
   assert threshold == 0.5 and not (tmp_path / 'threshold.json').exists()
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'crack_folder test, strict: the best threshold calls every' in err
   assert 'store_degenerate_threshold=True' in err
   # With the flag it is stored as before.
-  eval_records.write_threshold(tmp_path, {'strict': r}, SUMMARY, store_degenerate=True)
-  assert json.loads((tmp_path / 'threshold.json').read_text())['threshold'] == r['ods']['threshold']
+  eval_records.write_threshold(tmp_path, {'strict': r}, _record(r), store_degenerate=True)
+  assert json.loads((tmp_path / 'threshold.json').read_text())['threshold'] == r.ods.threshold
   # Zero maps: no threshold finds anything.
   zero = _result([np.zeros(g.shape, np.float32) for g in gts], gts)
-  assert 'no threshold finds a crack pixel' in degenerate_threshold(ProtocolResult.from_json(zero))
+  assert 'no threshold finds a crack pixel' in degenerate_threshold(zero)
 
 
 def test_a_useful_threshold_is_stored(tmp_path, capsys):
   gts = _gts()
   good = [np.where(g, 0.8, 0.1).astype(np.float32) for g in gts]
   r = _result(good, gts)
-  assert degenerate_threshold(ProtocolResult.from_json(r)) is None
-  threshold = eval_records.write_threshold(tmp_path, {'strict': r}, SUMMARY)
+  assert degenerate_threshold(r) is None
+  threshold = eval_records.write_threshold(tmp_path, {'strict': r}, _record(r))
   assert 0.1 <= threshold < 0.8
   assert json.loads((tmp_path / 'threshold.json').read_text())['threshold'] == threshold
   assert capsys.readouterr().err == ''

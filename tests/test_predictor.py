@@ -80,13 +80,10 @@ def test_an_older_step_takes_its_epoch_records_threshold(run_dir, tmp_path):
   rule as threshold.json (strict ODS on the run's test split): crackjax-evaluate / -predict /
   -export of that step use it, not 0.5."""
   run_dir = Path(shutil.copytree(run_dir, tmp_path / 'run'))
-  record = {
-    'epoch': 1,
-    'step': 3,
-    'dataset': 'crackforest',
-    'split': 'test',
-    'results': {'strict': {'ods': {'f1': 0.4, 'threshold': 0.73}}},
-  }
+  # The run's own epoch record (a whole one, as scoring writes it), moved to step 3.
+  record = json.loads(sorted(run_dir.glob('epoch_*.json'))[-1].read_text())
+  record.update(epoch=1, step=3, dataset='crackforest', split='test')
+  record['results']['strict']['ods']['threshold'] = 0.73
   (run_dir / 'epoch_001.json').write_text(json.dumps(record))
   threshold, source = restored.run_threshold(run_dir, 3)
   assert threshold == 0.73

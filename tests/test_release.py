@@ -22,12 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _epoch_record(folder: Path, epoch: int, f1: float, threshold: float) -> None:
-  record = {
-    'epoch': epoch,
-    'step': 300 * epoch,
-    'split': 'train[58:]',
-    'results': {'strict': {'ods': {'f1': f1, 'threshold': threshold}}},
-  }
+  record = fixtures.eval_record(epoch, 300 * epoch, 'train[58:]', {'strict': (f1, threshold)})
   (folder / f'epoch_{epoch:03d}.json').write_text(json.dumps(record))
 
 
@@ -182,17 +177,13 @@ def test_show_and_best_step_of_a_mixture_select_on_the_datasets_mean(tmp_path, c
   # Epoch 2 has the better pooled F1 (more pixels of the big dataset), epoch 1 the better mean
   # over the datasets: the mean selects, the pooled threshold is shown.
   for epoch, pooled, members in ((1, 0.60, (0.5, 0.7)), (2, 0.65, (0.3, 0.8))):
-    record = {
-      'epoch': epoch,
-      'step': 1000 * epoch,
-      'split': 'valid',
-      'results': {'strict': {'ods': {'f1': pooled, 'threshold': 0.4}}},
-      'datasets': {
-        name: {'num_images': 3, 'results': {'strict': {'ods': {'f1': f1}}}}
-        for name, f1 in zip(('small', 'big'), members, strict=True)
-      },
-      'selection': {'metric': 'mean', 'value': float(np.mean(members))},
-    }
+    record = fixtures.eval_record(
+      epoch,
+      1000 * epoch,
+      'valid',
+      {'strict': (pooled, 0.4)},
+      members=dict(zip(('small', 'big'), members, strict=True)),
+    )
     (tmp_path / f'epoch_{epoch:03d}.json').write_text(json.dumps(record))
   assert release_lib.main(['best-step', f'--workdir={tmp_path}']) == 0
   assert capsys.readouterr().out.strip() == '1000'

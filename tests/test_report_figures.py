@@ -7,6 +7,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from crackjax.evaluation import plots
+from crackjax.evaluation.result import Curve, OperatingPoint, PooledPoint, ProtocolResult
 from crackjax.paper import report_figures
 
 
@@ -83,15 +84,23 @@ def test_assumed_epochs_are_not_marked(saved, tmp_path):
 
 def test_pr_curve_legend_is_off_the_axes(saved, tmp_path):
   r = np.linspace(0, 1, 50)
-  point = {'precision': 0.8, 'recall': 0.7, 'f1': 0.75, 'threshold': 0.5}
+  point = OperatingPoint(precision=0.8, recall=0.7, f1=0.75, threshold=0.5)
+  curve = Curve(thresholds=tuple(r), precision=tuple(1 - 0.5 * r), recall=tuple(r), f1=tuple(r))
   results = {
-    p: {
-      'curve': {'recall': r.tolist(), 'precision': (1 - 0.5 * r).tolist()},
-      'ods': point,
-      'ois': point,
-      'fixed': point,
-      'ap': 0.8,
-    }
+    p: ProtocolResult(
+      protocol=p,
+      protocol_description=p,
+      num_thresholds=50,
+      tail_thresholds=False,
+      grid_size=50,
+      ods=point,
+      ods_grid=point,
+      ois=PooledPoint(precision=0.8, recall=0.7, f1=0.75),
+      ois_mean_f1=0.75,
+      ap=0.8,
+      fixed=point,
+      curve=curve,
+    )
     for p in ('strict', 'tolerance')
   }
   plots.plot_pr_curves(tmp_path / 'pr.png', results, 'test')

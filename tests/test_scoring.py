@@ -22,14 +22,14 @@ def _results(protocols=('strict', 'tolerance')):
     g[10 + 5 * k, 4:50] = True
   probs = [np.clip(g * 0.7 + rng.random(g.shape) * 0.4, 0, 1).astype(np.float32) for g in gts]
   names = ['a', 'b', 'c']
-  results = {p: evaluation.evaluate(probs, gts, protocol=p) for p in protocols}
+  results = {p: evaluation.protocol_result(probs, gts, protocol=p) for p in protocols}
   return probs, gts, names, results
 
 
 def test_protocol_summary_keeps_everything_but_per_image():
   _, _, _, results = _results()
-  for r in results.values():
-    s = eval_records.protocol_summary(r)
+  for typed in results.values():
+    r, s = typed.to_json(), typed.summary().to_json()
     assert list(s) == [
       'protocol',
       'protocol_description',
@@ -56,25 +56,16 @@ def test_write_eval_outputs(tmp_path, monkeypatch):
   probs, gts, names, results = _results()
   config = base.get_config()
   config.eval.num_qualitative = 1
-  summary = {
-    'step': 7,
-    'dataset': config.data.name,
-    'split': 'test',
-    'num_images': len(names),
-    'protocols': list(results),
-    'results': {
-      p: {
-        **eval_records.protocol_summary(r),
-        'per_image': [dict(name=n, **row) for n, row in zip(names, r['per_image'], strict=True)],
-      }
-      for p, r in results.items()
-    },
-  }
+  record = eval_records.evaluation_record(
+    lambda step: 1, config.data.name, (7, 0), 'test', names, results, eval_seconds=0.0,
+    per_image=True,
+  )  # fmt: skip
   logged = []
   monkeypatch.setattr(absl_logging, 'info', lambda msg, *args: logged.append(msg % args))
   images = [np.stack([p] * 3, axis=-1) for p in probs]
   plan = experiment.eval_plan_of(config.to_dict())
-  eval_records.write_eval_outputs(plan, tmp_path, summary, results, images, probs, gts, names)
+  eval_records.write_eval_outputs(plan, tmp_path, record, results, images, probs, gts, names)
+  results = {p: r.to_json() for p, r in results.items()}  # what the files hold
 
   # eval.json keeps the curve, the grid ODS and F1 at 0.5.
   written = json.loads((tmp_path / 'eval.json').read_text())

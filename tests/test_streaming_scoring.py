@@ -58,12 +58,13 @@ def test_counts_kept_give_the_results_of_evaluate(workers):
     results, points = scorer.results()
     part, _ = scorer.results([1, 3, 4])  # e.g. one dataset of a mixture
   for protocol in grids:
-    _close(results[protocol], evaluation.evaluate(probs, gts, protocol=protocol), protocol)
+    want = evaluation.evaluate(probs, gts, protocol=protocol)
+    _close(results[protocol].to_json(), want, protocol)  # typed, and the same JSON
     point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=0.37)
-    _close(points[protocol]['run'], point)
+    _close(points[protocol]['run'].to_json(threshold_first=True), point)
     sub = evaluation.evaluate([probs[i] for i in (1, 3, 4)], [gts[i] for i in (1, 3, 4)],
                               protocol=protocol)  # fmt: skip
-    _close(part[protocol], sub)
+    _close(part[protocol].to_json(), sub)
 
 
 @pytest.mark.parametrize('workers', [1, 2])
@@ -83,7 +84,7 @@ def test_each_images_row_as_it_comes_is_its_final_one(workers):
   assert [i for i, _ in came] == list(range(len(probs)))
   for protocol in grids:
     for i, row in came:
-      final = results[protocol]['per_image'][i]
+      final = results[protocol].to_json()['per_image'][i]
       assert row[protocol] == {k: final[k] for k in row[protocol]}, (protocol, i)
       assert set(row[protocol]) == {'f1', 'fixed_precision', 'fixed_recall', 'fixed_f1'}
 

@@ -16,7 +16,7 @@ from crackjax.data import loader
 from crackjax.engine import checkpoints
 from crackjax.engine import step as step_lib
 from crackjax.experiment.build import build
-from crackjax.runs import exits, identity
+from crackjax.runs import exits, identity, outputs
 from crackjax.trainer import eval_records, loop, periodic, scoring, stopping, train_command
 from tests import fixtures
 
@@ -121,7 +121,8 @@ def test_background_scoring_writes_the_same_record_as_scoring_in_the_loop(
     finished = evaluator.finish()
     evaluator.close()
     records[workers] = json.loads((tmp_path / str(workers) / 'epoch_002.json').read_text())
-    assert (finished if workers else returned)['results'] == records[workers]['results']
+    typed = finished if workers else returned
+    assert json.loads(outputs.dumps(typed.to_json()))['results'] == records[workers]['results']
   assert records[1]['results'] == records[0]['results']
   assert records[1]['step'] == 6 and records[1]['protocols'] == list(config.eval.protocols)
   assert evaluator.finish() is None  # nothing left in flight

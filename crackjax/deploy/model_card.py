@@ -8,7 +8,6 @@ and this machine's self check into its card, keeping the run's scores they repla
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from crackjax.deploy import self_check
-from crackjax.evaluation.result import AP, F1, ODS, OIS, RESULTS
+from crackjax.evaluation.result import AP, F1, ODS, OIS, read_record
 
 
 def stored_dtype(loaded) -> str:
@@ -35,20 +34,20 @@ def check(file: str | Path, record: str | Path, tolerance: float = 1e-6) -> int:
   from crackjax.experiment.restored import read_model_file
 
   card = read_model_file(file).card
-  got = json.loads(Path(record).read_text())
-  mine = [s for s in card['scores'] if (s['dataset'], s['split']) == (got['dataset'], got['split'])]
+  got = read_record(record)
+  mine = [s for s in card['scores'] if (s['dataset'], s['split']) == (got.dataset, got.split)]
   if not mine:
-    print(f'{file}: the card has no scores on {got["dataset"]} {got["split"]}.', file=sys.stderr)
+    print(f'{file}: the card has no scores on {got.dataset} {got.split}.', file=sys.stderr)
     return 1
   bad = 0
-  for protocol, result in got[RESULTS].items():
+  for protocol, result in got.results.items():
     want = mine[0]['protocols'].get(protocol)
     if want is None:
       continue
     pairs = {
-      'ODS F1': (want[ODS][F1], result[ODS][F1]),
-      'OIS F1': (want[OIS][F1], result[OIS][F1]),
-      'AP': (want[AP], result[AP]),
+      'ODS F1': (want[ODS][F1], result.ods.f1),
+      'OIS F1': (want[OIS][F1], result.ois.f1),
+      'AP': (want[AP], result.ap),
     }
     for what, (a, b) in pairs.items():
       ok = abs(a - b) <= tolerance
@@ -89,17 +88,17 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
 
   file, record = Path(file), Path(record)
   loaded = read_model_file(file)
-  got = json.loads(record.read_text())
+  got = read_record(record)
   card = dict(loaded.card)
   mine = (card['model']['parameters'], card['training']['step'])
-  if (got.get('params'), got.get('step')) != mine:
+  if (got.params, got.step) != mine:
     raise ValueError(
-      f'{record} evaluates a model of {got.get("params")} parameters at step '
-      f'{got.get("step")}, not {file} ({mine[0]} parameters, step {mine[1]}).'
+      f'{record} evaluates a model of {got.params} parameters at step {got.step}, not {file} '
+      f'({mine[0]} parameters, step {mine[1]}).'
     )
-  if not got.get('results') or not all(r.get('per_image') for r in got['results'].values()):
+  if not got.results or not all(r.per_image for r in got.results.values()):
     raise ValueError(f'{record} has no per-image rows (write it with crackjax-evaluate).')
-  key = (got['dataset'], got['split'], copy)
+  key = (got.dataset, got.split, copy)
   kept = [s for s in card['scores'] if _key(s) != key]
   replaced = [s for s in card['scores'] if _key(s) == key]
   card['scores'] = [*kept, model_export.record_scores(got, record.name, copy)]
@@ -118,8 +117,8 @@ def rescore(file: str | Path, record: str | Path, copy: str | None = None) -> di
     'by': 'python -m crackjax.deploy.release rescore',
     'date': datetime.date.today().isoformat(),
     'platform': f'{jax.devices()[0].platform} ({jax.devices()[0].device_kind})',
-    'dataset': got['dataset'],
-    'split': got['split'],
+    'dataset': got.dataset,
+    'split': got.split,
   }
   _rewrite_card(file, loaded, card)
   return card

@@ -39,14 +39,16 @@ from crackjax.evaluation.result import (
   ODS,
   OIS,
   OIS_MEAN_F1,
-  OPERATING_POINTS,
-  PER_IMAGE,
   PRECISION,
   RECALL,
-  RESULTS,
   SPLIT,
   STEP,
   THRESHOLD,
+  EvalRecord,
+  OperatingPoint,
+  PooledPoint,
+  ProtocolResult,
+  read_record,
 )
 from crackjax.experiment.restored import Run, epoch_threshold, load_run
 from crackjax.models import input_multiple, model_file
@@ -60,42 +62,42 @@ DATA_LICENCES = {
 }
 
 
-def _summary(result: dict[str, Any]) -> dict[str, Any]:
-  keep = (PRECISION, RECALL, F1, THRESHOLD)
-  out = {
-    ODS: {k: result[ODS][k] for k in keep if k in result[ODS]},
-    OIS: {k: result[OIS][k] for k in keep if k in result[OIS]},
-    AP: result[AP],
-  }
-  if FIXED in result:
-    out[FIXED] = {k: result[FIXED][k] for k in keep if k in result[FIXED]}
-  if OIS_MEAN_F1 in result:
-    out[OIS_MEAN_F1] = result[OIS_MEAN_F1]
-  stored = (result.get(OPERATING_POINTS) or {}).get('run')
+def _picked(point: OperatingPoint | PooledPoint) -> dict[str, float]:
+  """A point's precision, recall, F1 and threshold (where it has one), in that order."""
+  data = point.to_json()
+  return {k: data[k] for k in (PRECISION, RECALL, F1, THRESHOLD) if data.get(k) is not None}
+
+
+def _summary(result: ProtocolResult) -> dict[str, Any]:
+  out = {ODS: _picked(result.ods), OIS: _picked(result.ois), AP: result.ap}
+  out[FIXED] = _picked(result.fixed)
+  out[OIS_MEAN_F1] = result.ois_mean_f1
+  stored = (result.operating_points or {}).get('run')
   if stored:  # crackjax-evaluate's P/R/F1 at the model's stored threshold (the calibration)
-    out['at_stored_threshold'] = {k: stored[k] for k in keep if k in stored}
+    out['at_stored_threshold'] = _picked(stored)
   return out
 
 
-def record_scores(record: dict[str, Any], name: str, copy: str | None = None) -> dict[str, Any]:
-  """One evaluation record (eval.json, epoch_<NNN>.json) as a card's scores entry: dataset,
-  split, `copy` (which copy of the dataset, where two are scored: e.g. 'crops' and 'photos'),
-  images, the record's `name`, per protocol ODS/OIS/AP, P/R/F1 at the stored threshold and,
-  where the record has them, the first three images' rows."""
+def record_scores(record: EvalRecord, name: str, copy: str | None = None) -> dict[str, Any]:
+  """One evaluation record (eval.json, epoch_<NNN>.json; `result.read_record`) as a card's
+  scores entry: dataset, split, `copy` (which copy of the dataset, where two are scored: e.g.
+  'crops' and 'photos'), images, the record's `name`, per protocol ODS/OIS/AP, P/R/F1 at the
+  stored threshold and, where the record has them, the first three images' rows."""
   protocols = {}
-  for protocol, result in record[RESULTS].items():
+  for protocol, result in record.results.items():
     summary = _summary(result)
-    if result.get(PER_IMAGE):
+    if result.per_image:
+      rows = [row.to_json() for row in result.per_image[:3]]
       summary['first_images'] = [
-        {k: row[k] for k in (NAME, THRESHOLD, F1, FIXED_F1) if k in row}
-        for row in result[PER_IMAGE][:3]
+        {k: row[k] for k in (NAME, THRESHOLD, F1, FIXED_F1) if row.get(k) is not None}
+        for row in rows
       ]
     protocols[protocol] = summary
   return {
-    DATASET: record[DATASET],
-    SPLIT: record[SPLIT],
+    DATASET: record.dataset,
+    SPLIT: record.split,
     **({'copy': copy} if copy else {}),
-    NUM_IMAGES: record[NUM_IMAGES],
+    NUM_IMAGES: record.num_images,
     'record': name,
     'protocols': protocols,
   }
@@ -111,10 +113,10 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
     if not path.is_file():
       continue
     try:
-      record = json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError):
+      record = read_record(path)
+    except (OSError, ValueError):
       continue  # a damaged record is not a score
-    if record.get(STEP) != step:
+    if record.step != step:
       continue
     scores = record_scores(record, str(path.relative_to(workdir)))
     entry = found.setdefault((scores['dataset'], scores['split']), {**scores, 'protocols': {}})

@@ -26,26 +26,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from crackjax.deploy import model_card
-from crackjax.evaluation.result import (
-  AP,
-  DATASETS,
-  EPOCH,
-  F1,
-  ODS,
-  OIS,
-  RESULTS,
-  SELECTION,
-  SPLIT,
-  STEP,
-  THRESHOLD,
-  VALUE,
-)
+from crackjax.evaluation.result import AP, F1, ODS, OIS, THRESHOLD, read_record
 from crackjax.runs import outputs
 
 PROTOCOL = 'strict'
@@ -59,23 +45,22 @@ def epoch_scores(workdir: str | Path, protocol: str = PROTOCOL) -> list[dict[str
   """
   rows = []
   for path in sorted(Path(workdir).glob('epoch_*.json')):
-    record = json.loads(path.read_text())
-    ods = record[RESULTS][protocol][ODS]
-    # A mixture of datasets is selected on its members' mean ODS F1 (record['selection']:
-    # every dataset alike), its threshold stays the pooled one.
-    selection = record.get(SELECTION) or {}
+    record = read_record(path)
+    ods = record.results[protocol].ods
+    # A mixture of datasets is selected on its members' mean ODS F1 (record.selection: every
+    # dataset alike), its threshold stays the pooled one.
     rows.append(
       {
-        'epoch': record[EPOCH],
-        'step': record[STEP],
-        'split': record[SPLIT],
-        'ods_f1': selection.get(VALUE, ods[F1]),
-        'pooled_f1': ods[F1],
-        'threshold': ods[THRESHOLD],
+        'epoch': record.epoch,
+        'step': record.step,
+        'split': record.split,
+        'ods_f1': record.selection.value if record.selection else ods.f1,
+        'pooled_f1': ods.f1,
+        'threshold': ods.threshold,
         'datasets': {
-          name: d[RESULTS][protocol][ODS][F1]
-          for name, d in (record.get(DATASETS) or {}).items()
-          if protocol in d[RESULTS]
+          name: d.results[protocol].ods.f1
+          for name, d in (record.datasets or {}).items()
+          if protocol in d.results
         },
       }
     )

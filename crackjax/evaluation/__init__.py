@@ -158,7 +158,7 @@ Conventions (no NaN is ever produced)
 from __future__ import annotations
 
 from crackjax.evaluation import protocols
-from crackjax.evaluation.aggregate import at_threshold, evaluate
+from crackjax.evaluation.aggregate import at_threshold, evaluate, protocol_result
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.protocols import *  # noqa: F403 (re-exported: its __all__)
 from crackjax.evaluation.thinning import thin
@@ -169,5 +169,6 @@ __all__ = [
   'at_threshold',
   'EvalPlan',
   'evaluate',
+  'protocol_result',
   'thin',
 ]

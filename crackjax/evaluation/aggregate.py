@@ -42,6 +42,7 @@ __all__ = [
   'image_scores',
   'ods_ois_fields',
   'point_from_counts',
+  'protocol_result',
 ]
 
 
@@ -318,7 +319,14 @@ def _counts(
   return ThresholdCounts(*(np.concatenate(arrays) for arrays in zip(*rows, strict=True)))
 
 
-def evaluate(
+def evaluate(probs: Sequence[np.ndarray], gts: Sequence[np.ndarray], **options: Any) -> dict:
+  """:func:`protocol_result`'s result as JSON (a dict of python floats, ints and lists: what
+  eval.json holds); `options`: its keyword arguments (protocol, num_thresholds,
+  tail_thresholds, progress, workers), and the same errors."""
+  return protocol_result(probs, gts, **options).to_json()
+
+
+def protocol_result(
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
   *,
@@ -327,8 +335,10 @@ def evaluate(
   tail_thresholds: bool = True,
   progress: Callable[[int], None] | None = None,
   workers: int = 1,
-) -> dict[str, Any]:
-  """Evaluates crack probability maps against binary ground truth.
+) -> ProtocolResult:
+  """Evaluates crack probability maps against binary ground truth, typed
+  (`crackjax.evaluation.result.ProtocolResult`; :func:`evaluate` gives its JSON). crackjax's
+  own scoring carries this typed result and writes its JSON once.
 
   See the package docstring for the protocol, the 0/0 conventions and tie-breaks.
 
@@ -354,7 +364,8 @@ def evaluate(
           (``Protocol.parallel``: the tolerance protocols); the others count in this one.
 
   Returns:
-      A JSON-serialisable dict (python floats/ints/lists only)::
+      The result, whose JSON (``to_json()``, :func:`evaluate`) is a dict of python
+      floats/ints/lists only::
 
           {'protocol', 'protocol_description', 'num_images',
            'num_thresholds',  # the uniform part (the argument, resolved)
@@ -387,12 +398,12 @@ def evaluate(
 
 def from_counts(
   protocol: str, counts: ThresholdCounts, num_thresholds: int, tail_thresholds: bool = True
-) -> dict[str, Any]:
-  """The result of :func:`evaluate` from the images' per-threshold counts on `protocol`'s
-  grid (``get_protocol(protocol).thresholds(num_thresholds, tail_thresholds)``), each array
-  of shape (num_images, T) in image order: what a scoring that keeps counts instead of maps
-  (`crackjax.evaluation.streaming`) aggregates at the end. `num_thresholds` as resolved (an
-  int). Everything :func:`evaluate` returns follows from the counts alone."""
+) -> ProtocolResult:
+  """The result of :func:`protocol_result` (typed) from the images' per-threshold counts on
+  `protocol`'s grid (``get_protocol(protocol).thresholds(num_thresholds, tail_thresholds)``),
+  each array of shape (num_images, T) in image order: what a scoring that keeps counts instead
+  of maps (`crackjax.evaluation.streaming`) aggregates at the end. `num_thresholds` as
+  resolved (an int). Everything :func:`evaluate` returns follows from the counts alone."""
   spec = get_protocol(protocol)
   num_thresholds = _resolve_num_thresholds(spec, num_thresholds)
   thresholds = spec.thresholds(num_thresholds, bool(tail_thresholds))
@@ -429,7 +440,7 @@ def from_counts(
       f1=tuple(curve.f1.tolist()),
     ),
     per_image=_per_image(images, thresholds, chosen, fixed_index),
-  ).to_json()
+  )
 
 
 def at_threshold(
@@ -442,14 +453,13 @@ def at_threshold(
   spec = get_protocol(protocol)
   probs, gts = _check_images(probs, gts)
   counts = spec.counts(probs, gts, np.array([float(threshold)]))
-  return point_from_counts(counts, threshold)
+  return point_from_counts(counts, threshold).to_json(threshold_first=True)
 
 
-def point_from_counts(counts: ThresholdCounts, threshold: float) -> dict[str, float]:
-  """:func:`at_threshold`'s result from the images' counts at that one threshold (arrays of
-  shape (num_images, 1)): pooled over the images."""
+def point_from_counts(counts: ThresholdCounts, threshold: float) -> OperatingPoint:
+  """:func:`at_threshold`'s result, typed, from the images' counts at that one threshold
+  (arrays of shape (num_images, 1)): pooled over the images."""
   p, r, f1 = _prf(*(np.sum(c, axis=0) for c in counts))
-  point = OperatingPoint(
+  return OperatingPoint(
     precision=float(p[0]), recall=float(r[0]), f1=float(f1[0]), threshold=float(threshold)
   )
-  return point.to_json(threshold_first=True)

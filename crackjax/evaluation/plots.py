@@ -18,19 +18,14 @@ import PIL.Image
 from matplotlib.figure import Figure
 
 from crackjax.evaluation.result import (
-  AP,
-  CURVE,
   F1,
-  FIXED,
   FIXED_F1,
   FIXED_PRECISION,
   FIXED_RECALL,
-  ODS,
-  OIS,
-  PER_IMAGE,
   PRECISION,
   RECALL,
   THRESHOLD,
+  ProtocolResult,
 )
 from crackjax.runs import exits
 
@@ -96,7 +91,7 @@ class PerImageRows:
 def write_per_image_csv(
   path: Path,
   names: Sequence[str],
-  results: Mapping[str, Mapping[str, Any]],
+  results: Mapping[str, ProtocolResult],
   in_use: tuple[float, Mapping[str, Sequence[float]]] | None = None,
 ) -> None:
   """One row per image: under each protocol, its OIS threshold, P, R and F1, and P, R, F1 at 0.5.
@@ -118,8 +113,8 @@ def write_per_image_csv(
     for i, name in enumerate(names):
       row = {'name': name}
       for p in protocols:
-        img = results[p][PER_IMAGE][i]
-        row.update({f'{p}_{k}': f'{img[k]:.6g}' for k in _CSV_KEYS})
+        img = results[p].per_image[i]
+        row.update({f'{p}_{k}': f'{getattr(img, k):.6g}' for k in _CSV_KEYS})
       if in_use is not None:
         row[THRESHOLD_IN_USE] = f'{in_use[0]:.6g}'
         row.update({f'{p}_{F1_IN_USE}': f'{in_use[1][p][i]:.6g}' for p in protocols})
@@ -128,7 +123,7 @@ def write_per_image_csv(
   Path(f'{path}{PARTIAL_SUFFIX}').unlink(missing_ok=True)
 
 
-def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
+def plot_pr_curves(path: Path, results: Mapping[str, ProtocolResult], title: str) -> None:
   """Precision-recall curve of every protocol with its ODS, OIS and threshold-0.5 points marked."""
   # The legend goes below the axes (`outside`, constrained layout): inside it covered the
   # curves, which run through every corner of the unit square.
@@ -142,17 +137,17 @@ def plot_pr_curves(path: Path, results: Mapping[str, Mapping[str, Any]], title: 
     ax.plot(r[ok], p[ok], color='0.85', lw=0.8, zorder=0)
   for i, (protocol, res) in enumerate(results.items()):
     color = f'C{i}'
-    ods, ois, fixed, curve = res[ODS], res[OIS], res[FIXED], res[CURVE]
+    ods, ois, fixed, curve = res.ods, res.ois, res.fixed, res.curve
     ax.plot(
-      curve[RECALL],
-      curve[PRECISION],
+      curve.recall,
+      curve.precision,
       color=color,
-      label=f'{protocol}: ODS F1 {ods[F1]:.3f}, OIS F1 {ois[F1]:.3f}, '
-      f'AP {res[AP]:.3f}, F1@0.5 {fixed[F1]:.3f}',
+      label=f'{protocol}: ODS F1 {ods.f1:.3f}, OIS F1 {ois.f1:.3f}, '
+      f'AP {res.ap:.3f}, F1@0.5 {fixed.f1:.3f}',
     )
-    ax.plot(ods[RECALL], ods[PRECISION], 'o', color=color, ms=7)
-    ax.plot(ois[RECALL], ois[PRECISION], 's', color=color, ms=6, mfc='none')
-    ax.plot(fixed[RECALL], fixed[PRECISION], 'x', color=color, ms=7)
+    ax.plot(ods.recall, ods.precision, 'o', color=color, ms=7)
+    ax.plot(ois.recall, ois.precision, 's', color=color, ms=6, mfc='none')
+    ax.plot(fixed.recall, fixed.precision, 'x', color=color, ms=7)
   ax.plot([], [], 'ko', label='ODS')
   ax.plot([], [], 'ks', mfc='none', label='OIS (pooled)')
   ax.plot([], [], 'kx', label='threshold 0.5')

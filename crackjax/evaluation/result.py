@@ -23,7 +23,9 @@ null (NaN when written) stays None.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
   'ResultKeyError',
   'Selection',
   'ThresholdRecord',
+  'read_record',
 ]
 
 # Keys of a point (`OperatingPoint`, `PooledPoint`) and of the curve (`Curve`).
@@ -170,14 +173,8 @@ class _Flat:
 
 @dataclasses.dataclass(frozen=True)
 class OperatingPoint:
-  """The dataset's precision, recall and F1 at one threshold.
-
-  Attributes:
-    precision: counts pooled over the images.
-    recall: counts pooled over the images.
-    f1: from that precision and recall.
-    threshold: the threshold (interpolated for the BSDS ``ods``).
-  """
+  """The dataset's precision and recall (counts pooled over the images), the F1 of those, at
+  `threshold` (interpolated for the BSDS ``ods``)."""
 
   precision: float
   recall: float
@@ -201,14 +198,7 @@ class OperatingPoint:
 @dataclasses.dataclass(frozen=True)
 class PooledPoint(_Flat):
   """OIS: precision, recall and F1 of the counts pooled over the images, each image at its own
-  best threshold.
-
-  Attributes:
-    precision: pooled.
-    recall: pooled.
-    f1: from that precision and recall.
-    pooling: the sentence saying how (None where a compact copy left it out).
-  """
+  best threshold; `pooling`: the sentence saying how (None where a compact copy left it out)."""
 
   precision: float
   recall: float
@@ -240,19 +230,8 @@ class Curve:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ImageRow(_Flat):
-  """One image's row: its OIS threshold and P, R, F1 there, and P, R, F1 at 0.5.
-
-  Attributes:
-    name: the image's name (in a record's rows; `evaluate`'s have none).
-    index: its position in the evaluation.
-    threshold: its OIS threshold.
-    precision: at that threshold.
-    recall: at that threshold.
-    f1: at that threshold.
-    fixed_precision: at threshold 0.5.
-    fixed_recall: at threshold 0.5.
-    fixed_f1: at threshold 0.5.
-  """
+  """One image's row: its `name` (in a record's rows; `evaluate`'s have none), its `index` in
+  the evaluation, its OIS `threshold` and P, R, F1 there, and P, R, F1 at 0.5 (``fixed_*``)."""
 
   name: str | None = None
   index: int
@@ -450,6 +429,24 @@ class EvalRecord:
   def to_json(self) -> dict[str, Any]:
     """The JSON object, key for key as the record is written."""
     return _json(self)
+
+
+def read_record(path: str | Path) -> EvalRecord:
+  """The evaluation record in `path` (eval.json, epoch_<NNN>.json, before/eval.json), typed:
+  the one reader of records (the run's threshold, a release's epoch, a card's scores, a
+  fine-tuning's table, a campaign's rows).
+
+  Raises:
+    OSError: the file cannot be read (FileNotFoundError: it is not there).
+    ResultKeyError: it is not JSON, or not a record (the key at fault and the file named).
+  """
+  path = Path(path)
+  text = path.read_text()
+  try:
+    data = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ResultKeyError(f'{path}: not a JSON evaluation record ({e})') from e
+  return EvalRecord.from_json(data, str(path))
 
 
 def degenerate_threshold(result: ProtocolResult) -> str | None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from crackjax.evaluation.aggregate import f1_of, from_counts, image_scores, point_from_counts
 from crackjax.evaluation.protocols import ThresholdCounts, _check_pair, get_protocol
+from crackjax.evaluation.result import OperatingPoint, ProtocolResult
 
 __all__ = ['StreamScorer', 'count_image']
 
@@ -181,8 +182,8 @@ class StreamScorer:
 
   def results(
     self, rows: Sequence[int] | None = None
-  ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, float]]]]:
-    """({protocol: `evaluate`'s result}, {protocol: {point name: `at_threshold`'s result}})
+  ) -> tuple[dict[str, ProtocolResult], dict[str, dict[str, OperatingPoint]]]:
+    """({protocol: `protocol_result`'s result}, {protocol: {point name: the point}}), typed,
     of every image so far (of `rows` only, if given: e.g. one dataset of a mixture)."""
     self.finish()
     results, points = {}, {}

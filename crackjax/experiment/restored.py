@@ -29,7 +29,7 @@ from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.engine.mesh import one_device_mesh
 from crackjax.engine.states import States
-from crackjax.evaluation.result import CHOSEN_BY, DATASET, ODS, RESULTS, SPLIT, STEP, THRESHOLD
+from crackjax.evaluation.result import CHOSEN_BY, DATASET, SPLIT, STEP, THRESHOLD, read_record
 from crackjax.experiment.specs import restore_spec_of
 from crackjax.models import hub, model_file, model_from_config, pretrained
 
@@ -203,13 +203,13 @@ def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
   """The strict ODS threshold of the run's epoch record of `step` and its source, if any."""
   for path in sorted(workdir.glob('epoch_*.json')):
     try:
-      record = json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError):
+      record = read_record(path)
+    except (OSError, ValueError):
       continue  # a damaged record chooses nothing
-    strict = (record.get(RESULTS) or {}).get('strict')
-    if record.get(STEP) == step and strict:
-      return float(strict[ODS][THRESHOLD]), (
-        f'ODS F1 on the {record[SPLIT]} split, strict protocol, {record[DATASET]}, '
+    strict = record.results.get('strict')
+    if record.step == step and strict:
+      return float(strict.ods.threshold), (
+        f'ODS F1 on the {record.split} split, strict protocol, {record.dataset}, '
         f'step {step} ({path.name})'
       )
   return None

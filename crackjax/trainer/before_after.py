@@ -22,14 +22,12 @@ before column's ODS F1 is.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
-from typing import Any
 
 import jax
 from absl import logging
 
-from crackjax.evaluation.result import F1, ODS, OPERATING_POINTS, THRESHOLD
+from crackjax.evaluation.result import EvalRecord, OperatingPoint, read_record
 from crackjax.experiment import restored
 from crackjax.experiment.build import Experiment
 from crackjax.trainer import scoring
@@ -73,7 +71,7 @@ def start_model(experiment: Experiment) -> StartModel | None:
   )
 
 
-def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] | None:
+def score_start(experiment: Experiment, workdir: str | Path) -> EvalRecord | None:
   """Scores the model file the run starts from (`start_model`), as shipped, on the
   run's test split, with its stored threshold as the operating point ``'stored'``, and writes
   the evaluation's files in ``<workdir>/before/``; returns the record. The file is read as
@@ -91,65 +89,64 @@ def score_start(experiment: Experiment, workdir: str | Path) -> dict[str, Any] |
     state,
     Path(workdir) / BEFORE_DIR,
     operating_points={STORED: start.threshold},
-    extra={'start_model': {'spec': start.spec, 'name': start.name, 'threshold': start.threshold}},
+    start_model={'spec': start.spec, 'name': start.name, 'threshold': start.threshold},
     desc='predict, before fine-tuning',
   )
-  first = next(iter(record['results'].values()))
+  first = next(iter(record.results.values()))
   logging.info(
     'Before fine-tuning (%s as shipped) on the %d %s images: ODS F1 %.4f, F1 %.4f at its '
     'stored threshold %g (%s protocol).',
     start.name,
-    record['num_images'],
-    record['split'],
-    first[ODS][F1],
-    first[OPERATING_POINTS][STORED][F1],
+    record.num_images,
+    record.split,
+    first.ods.f1,
+    first.operating_points[STORED].f1,
     start.threshold,
-    first['protocol'],
+    first.protocol,
   )
   return record
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> EvalRecord | None:
   try:
-    record = json.loads(path.read_text())
-  except (OSError, ValueError):
+    return read_record(path)
+  except (OSError, ValueError):  # not there, or damaged: no table
     return None
-  return record if isinstance(record, dict) and 'results' in record else None
 
 
-def read_before(workdir: str | Path) -> dict[str, Any] | None:
+def read_before(workdir: str | Path) -> EvalRecord | None:
   """The record `score_start` wrote in `workdir`, or None."""
   record = _read(Path(workdir) / BEFORE_DIR / 'eval.json')
-  return record if record is not None and 'start_model' in record else None
+  return record if record is not None and record.start_model else None
 
 
-def table(before: dict[str, Any], after: dict[str, Any]) -> str:
+def table(before: EvalRecord, after: EvalRecord) -> str:
   """The before / after table (Markdown, F1 in percent with its threshold) of two records
   of the same images: `score_start`'s and the run's final evaluation."""
-  start = before['start_model']
+  start = before.start_model
   lines = [
-    f'Fine-tuning {start["name"]}: {after["num_images"]} held-out images '
-    f'({after["dataset"]} {after["split"]} split), F1 in percent (threshold)',
+    f'Fine-tuning {start["name"]}: {after.num_images} held-out images '
+    f'({after.dataset} {after.split} split), F1 in percent (threshold)',
     '',
     f'| protocol | before: at its stored threshold | before: best threshold (ODS) '
-    f'| after {after["step"]} steps: best threshold (ODS) |',
+    f'| after {after.step} steps: best threshold (ODS) |',
     '|---|---|---|---|',
   ]
 
-  def cell(point: dict[str, Any]) -> str:
-    return f'{100 * point[F1]:.1f} (t={point[THRESHOLD]:.3g})'
+  def cell(point: OperatingPoint) -> str:
+    return f'{100 * point.f1:.1f} (t={point.threshold:.3g})'
 
-  for protocol, b in before['results'].items():
-    a = after['results'].get(protocol)
-    stored = b.get(OPERATING_POINTS, {}).get(STORED)
+  for protocol, b in before.results.items():
+    a = after.results.get(protocol)
+    stored = (b.operating_points or {}).get(STORED)
     lines.append(
-      f'| {protocol} | {cell(stored) if stored else ""} | {cell(b[ODS])} '
-      f'| {cell(a[ODS]) if a else "not scored"} |'
+      f'| {protocol} | {cell(stored) if stored else ""} | {cell(b.ods)} '
+      f'| {cell(a.ods) if a else "not scored"} |'
     )
   return '\n'.join(lines)
 
 
-def report(workdir: str | Path, after: dict[str, Any] | None = None) -> str | None:
+def report(workdir: str | Path, after: EvalRecord | None = None) -> str | None:
   """Prints the before / after table of the run in `workdir` and writes it to
   ``<workdir>/before_after.md``; `after`: the final evaluation's record (default the run's
   eval.json). Returns the table; None (nothing printed) for a run without both records or
@@ -169,11 +166,12 @@ def report(workdir: str | Path, after: dict[str, Any] | None = None) -> str | No
   return text
 
 
-def _images(record: dict[str, Any]) -> tuple:
+def _images(record: EvalRecord) -> tuple:
   """What a record scored: its dataset, split and image names (their count without rows)."""
-  rows = next(iter(record['results'].values()), {}).get('per_image')
-  names = sorted(r['name'] for r in rows) if rows else record.get('num_images')
-  return record.get('dataset'), record.get('split'), names
+  first = next(iter(record.results.values()), None)
+  rows = first.per_image if first is not None else None
+  names = sorted(r.name for r in rows) if rows else record.num_images
+  return record.dataset, record.split, names
 
 
 def _write_text(path: Path, text: str) -> None:

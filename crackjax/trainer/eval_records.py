@@ -28,6 +28,8 @@ from crackjax.evaluation import result as keys
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.result import (
   EvalRecord,
+  MemberResult,
+  OperatingPoint,
   ProtocolResult,
   Selection,
   ThresholdRecord,
@@ -40,33 +42,18 @@ from crackjax.runs.metric_writer import MetricWriter
 #: the rows so far are in this name + `plots.PARTIAL_SUFFIX` (`scoring.stream_score`).
 PER_IMAGE_CSV = 'eval_per_image.csv'
 
-#: The keys of an `evaluation.evaluate` result that `protocol_summary` keeps, in order.
-_SUMMARY_KEYS = keys.SUMMARY_KEYS
-
-
-def protocol_summary(result: dict[str, Any]) -> dict[str, Any]:
-  """The compact per-protocol dict of eval.json, from one `evaluation.evaluate` result.
-
-  Everything but the per-image rows (and ``num_images``, which eval.json keeps once):
-  protocol, protocol_description, num_thresholds (the uniform part), tail_thresholds,
-  grid_size, ods, ods_grid, ois, ois_mean_f1, ap, fixed (P/R/F1 at threshold 0.5) and
-  curve (thresholds, precision, recall and F1 of the dataset at every grid point, enough
-  to redraw the P-R curve). JSON-serialisable; the values are the result's own (not
-  copied).
-  """
-  return {k: result[k] for k in _SUMMARY_KEYS}
-
-
 #: The fields of an evaluation record (`evaluation_record`), in order: eval.json and every
 #: epoch_<NNN>.json, whoever wrote them (launch, the periodic evaluation, the runner).
 RECORD_FIELDS = keys.RECORD_FIELDS
 
+Results = dict[str, ProtocolResult]
+
 
 def by_member(
-  names: Sequence[str], results_of: Callable[[list[int]], dict[str, dict[str, Any]]]
-) -> dict[str, dict[str, Any]] | None:
-  """`member_results`' form from `results_of(rows)`, the results of the images at `rows`:
-  the images grouped by the member their name starts with (None: not a mixture's)."""
+  names: Sequence[str], results_of: Callable[[list[int]], Results]
+) -> dict[str, MemberResult] | None:
+  """Each member's results from `results_of(rows)`, the results of the images at `rows`: the
+  images grouped by the member their name starts with (None: not a mixture's)."""
   groups: dict[str, list[int]] = {}
   for i, name in enumerate(names):
     member, _ = mixture.member_of_name(name)
@@ -74,24 +61,21 @@ def by_member(
       return None
     groups.setdefault(member, []).append(i)
   return {
-    member: {
-      keys.NUM_IMAGES: len(rows),
-      keys.RESULTS: {p: protocol_summary(r) for p, r in results_of(rows).items()},
-    }
+    member: MemberResult(len(rows), {p: r.summary() for p, r in results_of(rows).items()})
     for member, rows in groups.items()
   }
 
 
-def with_members(record: dict[str, Any], members: dict[str, dict[str, Any]] | None) -> dict:
-  """`record` with its members' results (`member_results`) and the selection score of a
+def with_members(record: EvalRecord, members: dict[str, MemberResult] | None) -> EvalRecord:
+  """`record` with its members' results (`by_member`) and the selection score of a
   mixture: the mean over the members of the first protocol's ODS F1, so that every dataset
   counts alike however many images it has (the pooled ``results`` weigh them by pixels)."""
   if not members:
     return record
-  protocol = next(iter(record[keys.RESULTS]))
-  f1s = [ProtocolResult.from_json(m[keys.RESULTS][protocol]).ods.f1 for m in members.values()]
+  protocol = next(iter(record.results))
+  f1s = [m.results[protocol].ods.f1 for m in members.values()]
   selection = Selection(f'mean over the datasets of the {protocol} ODS F1', float(np.mean(f1s)))
-  return {**record, keys.DATASETS: members, keys.SELECTION: selection.to_json()}
+  return dataclasses.replace(record, datasets=members, selection=selection)
 
 
 def evaluation_record(
@@ -100,13 +84,13 @@ def evaluation_record(
   facts: tuple[int, int],
   split: str,
   names: Sequence[str],
-  results: dict[str, dict[str, Any]],
+  results: Results,
   *,
   eval_seconds: float,
   train_seconds: float = math.nan,
   first_in_process: bool = False,
   per_image: bool = False,
-) -> dict[str, Any]:
+) -> EvalRecord:
   """The one evaluation record: eval.json (with the per-image rows) and epoch_<NNN>.json
   (without) of launch, of the periodic evaluation and of the reproduction runner; `epoch_of`:
   the epoch of a step (`Schedule.epoch_of`).
@@ -118,14 +102,13 @@ def evaluation_record(
   """
   step, params = facts  # `scoring.state_facts`
 
-  def recorded(result: dict[str, Any]) -> ProtocolResult:
-    typed = ProtocolResult.from_json(result)
+  def recorded(result: ProtocolResult) -> ProtocolResult:
     rows = None
     if per_image:
       rows = tuple(
-        dataclasses.replace(row, name=n) for n, row in zip(names, typed.per_image, strict=True)
+        dataclasses.replace(row, name=n) for n, row in zip(names, result.per_image, strict=True)
       )
-    return dataclasses.replace(typed.summary(), per_image=rows)
+    return dataclasses.replace(result.summary(), per_image=rows)
 
   return EvalRecord(
     epoch=epoch_of(step),
@@ -139,44 +122,46 @@ def evaluation_record(
     eval_seconds=eval_seconds,
     first_in_process=first_in_process,
     results={protocol: recorded(r) for protocol, r in results.items()},
-  ).to_json()
+  )
 
 
 def write_epoch_record(
-  directory: str | Path, record: dict[str, Any], steps_per_epoch: int
+  directory: str | Path, record: EvalRecord, steps_per_epoch: int
 ) -> Path | None:
   """Writes `record` (without per-image rows) as its epoch's record, atomically; merged with
   an existing record of the same step (its other protocols and its training time kept).
   Only an epoch's last step has an epoch record (a checkpoint saved mid-epoch, e.g. on an
   interrupt, is not an epoch): returns None and writes nothing for any other step."""
-  if record[keys.STEP] != record[keys.EPOCH] * steps_per_epoch:
+  if record.step != record.epoch * steps_per_epoch:
     return None
-  path = identity.epoch_path(directory, record[keys.EPOCH])
+  path = identity.epoch_path(directory, record.epoch)
   path.parent.mkdir(parents=True, exist_ok=True)
-  record = {
-    **record,
-    keys.RESULTS: {
-      p: {k: v for k, v in r.items() if k != keys.PER_IMAGE}
-      for p, r in record[keys.RESULTS].items()
-    },
-  }
+  results = {p: dataclasses.replace(r, per_image=None) for p, r in record.results.items()}
+  data = dataclasses.replace(record, results=results).to_json()
   required = (keys.EPOCH, keys.RESULTS)
   old = identity.read_record(path, required=required) if path.exists() else None
-  if old is not None and old.get(keys.STEP) == record[keys.STEP]:
-    results = {**old[keys.RESULTS], **record[keys.RESULTS]}
-    record[keys.RESULTS], record[keys.PROTOCOLS] = results, list(results)
-    if math.isnan(record[keys.TRAIN_SECONDS]):
-      record[keys.TRAIN_SECONDS] = old.get(keys.TRAIN_SECONDS, math.nan)
-      record[keys.FIRST_IN_PROCESS] = old.get(keys.FIRST_IN_PROCESS, False)
-  identity.write_json(path, record)
+  if old is not None and old.get(keys.STEP) == record.step:
+    merged = {**old[keys.RESULTS], **data[keys.RESULTS]}
+    data[keys.RESULTS], data[keys.PROTOCOLS] = merged, list(merged)
+    if math.isnan(record.train_seconds):
+      data[keys.TRAIN_SECONDS] = old.get(keys.TRAIN_SECONDS, math.nan)
+      data[keys.FIRST_IN_PROCESS] = old.get(keys.FIRST_IN_PROCESS, False)
+  identity.write_json(path, data)
   return path
 
 
-def add_points(summary: dict[str, Any], points: dict[str, dict[str, dict[str, float]]]) -> None:
-  """Each protocol's operating points (`StreamScorer.results`) into its results, if any."""
-  for protocol, result in summary[keys.RESULTS].items():
-    for name, point in points.get(protocol, {}).items():
-      result.setdefault(keys.OPERATING_POINTS, {})[name] = point
+def add_points(record: EvalRecord, points: dict[str, dict[str, OperatingPoint]]) -> EvalRecord:
+  """`record` with each protocol's operating points (`StreamScorer.results`) in its results,
+  if any."""
+  results = {
+    protocol: dataclasses.replace(
+      r, operating_points={**(r.operating_points or {}), **points[protocol]}
+    )
+    if points.get(protocol)
+    else r
+    for protocol, r in record.results.items()
+  }
+  return dataclasses.replace(record, results=results)
 
 
 def step_results_dir(directory: str | Path, step: int) -> Path:
@@ -272,20 +257,17 @@ def other_results_dir(plan: EvalPlan, workdir: str | Path, split: str) -> Path:
   return Path(workdir) / 'eval' / name
 
 
-def mask_threshold(results: dict[str, dict[str, Any]]) -> float:
+def mask_threshold(results: Results) -> float:
   """The ODS threshold of the first protocol that records one (threshold.json's), else 0.5
   (also where that threshold is degenerate, `result.degenerate_threshold`, as `write_threshold`
   returns): the threshold of the qualitative figures."""
   for protocol, r in results.items():
     if evaluation.get_protocol(protocol).writes_threshold_file:
-      typed = ProtocolResult.from_json(r)
-      return 0.5 if degenerate_threshold(typed) else typed.ods.threshold
+      return 0.5 if degenerate_threshold(r) else r.ods.threshold
   return 0.5
 
 
-def threshold_in_use(
-  results: dict[str, dict[str, Any]], operating_points: dict[str, float] | None = None
-) -> float:
+def threshold_in_use(results: Results, operating_points: dict[str, float] | None = None) -> float:
   """The threshold masks are made at after this evaluation: the run's or model file's own
   (`operating_points`' 'run', crackjax-evaluate's) where given, else the one threshold.json
   gets (`mask_threshold`: the strict ODS threshold, 0.5 where it is degenerate)."""
@@ -318,7 +300,7 @@ def spread_by_f1(f1: Sequence[float], k: int) -> list[tuple[int, str]]:
 
 
 def write_threshold(
-  workdir: Path, results: dict[str, dict[str, Any]], summary, *, store_degenerate: bool = False
+  workdir: Path, results: Results, record: EvalRecord, *, store_degenerate: bool = False
 ) -> float:
   """Writes threshold.json from the first protocol that records one; returns the threshold.
 
@@ -329,9 +311,8 @@ def write_threshold(
   for protocol, r in results.items():
     spec = evaluation.get_protocol(protocol)
     if spec.writes_threshold_file:
-      split = summary[keys.SPLIT]
-      typed = ProtocolResult.from_json(r)
-      why = degenerate_threshold(typed)
+      split = record.split
+      why = degenerate_threshold(r)
       if why and not store_degenerate:
         kept = (
           'an earlier one stays, for its step'
@@ -339,18 +320,18 @@ def write_threshold(
           else 'none kept'
         )
         message = (
-          f'{summary[keys.DATASET]} {split}, {protocol}: {why}; not stored as the threshold '
+          f'{record.dataset} {split}, {protocol}: {why}; not stored as the threshold '
           f'(threshold.json: {kept}; config.eval.store_degenerate_threshold=True stores it).'
         )
         print(f'warning: {message}', file=sys.stderr, flush=True)
         return 0.5
       chosen = ThresholdRecord(
-        threshold=typed.ods.threshold,
+        threshold=r.ods.threshold,
         rule=spec.threshold_rule,
         chosen_by=f'ODS F1 on the {split} split, {protocol} protocol',
-        dataset=summary[keys.DATASET],
+        dataset=record.dataset,
         split=split,
-        step=summary[keys.STEP],
+        step=record.step,
       )
       # Atomic, as every record: crackjax-predict reads it (without the lock) at any time.
       identity.write_json(workdir / 'threshold.json', chosen.to_json())
@@ -358,16 +339,11 @@ def write_threshold(
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
 
 
-def eval_scalars(r: dict[str, Any]) -> dict[str, float]:
-  """The scalars of one protocol's result (TensorBoard and metrics.jsonl)."""
-  return ProtocolResult.from_json(r).scalars()
-
-
 def write_tensorboard_extras(
   writer: MetricWriter,
   plan: EvalPlan,
-  record: dict[str, Any],
-  results: dict[str, dict[str, Any]],
+  record: EvalRecord,
+  results: Results,
   images: Sequence[np.ndarray],
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
@@ -377,8 +353,8 @@ def write_tensorboard_extras(
   """One evaluation's TensorBoard beyond scalars (`MetricWriter.write_evaluation`): each
   protocol's PR curve, the first ``plan.num_qualitative`` images as image | ground truth |
   probability | overlay at `threshold` panels, and the run's hyper-parameters."""
-  kind = f'eval_{record[keys.SPLIT]}'
-  curves = {f'{kind}_{p}/pr_curve': r[keys.CURVE] for p, r in results.items()}
+  kind = f'eval_{record.split}'
+  curves = {f'{kind}_{p}/pr_curve': r.curve.to_json() for p, r in results.items()}
   k = min(plan.num_qualitative, len(images))
   panels = [
     (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
@@ -386,16 +362,14 @@ def write_tensorboard_extras(
   ]
   metrics = [f'{kind}_{p}/{m}' for p in results for m in keys.HEADLINE_SCALARS]
   flat = metric_writer.flat_hparams(hparams) if hparams else None
-  writer.write_evaluation(
-    record[keys.STEP], curves=curves, panels=panels, hparams=flat, metrics=metrics
-  )
+  writer.write_evaluation(record.step, curves=curves, panels=panels, hparams=flat, metrics=metrics)
 
 
 def write_eval_outputs(
   plan: EvalPlan,
   workdir: Path,
-  summary: dict[str, Any],
-  results: dict[str, dict[str, Any]],
+  record: EvalRecord,
+  results: Results,
   images: Sequence[np.ndarray],
   probs: Sequence[np.ndarray],
   gts: Sequence[np.ndarray],
@@ -415,9 +389,9 @@ def write_eval_outputs(
   and the figure; `shown`: (names, captions) of the images given, when they are not the
   first ones (`spread_by_f1`'s)."""
   workdir.mkdir(parents=True, exist_ok=True)
-  step, split = summary[keys.STEP], summary[keys.SPLIT]
+  step, split = record.step, record.split
   threshold = write_threshold(
-    workdir, results, summary, store_degenerate=plan.store_degenerate_threshold
+    workdir, results, record, store_degenerate=plan.store_degenerate_threshold
   )
   plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results, in_use)
   title = f'{plan.dataset} {split}, step {step}'
@@ -441,25 +415,24 @@ def write_eval_outputs(
   if plan.save_probability_maps and not probs_saved:
     plots.save_probability_maps(workdir / 'probs', probs, names)
   writer = MetricWriter(workdir)
-  write_tensorboard_extras(writer, plan, summary, results, images, probs, gts, threshold, hparams)
+  write_tensorboard_extras(writer, plan, record, results, images, probs, gts, threshold, hparams)
   for protocol, r in results.items():
-    writer.write_scalars(step, eval_scalars(r), kind=f'eval_{split}_{protocol}')
-    typed = ProtocolResult.from_json(r)
+    writer.write_scalars(step, r.scalars(), kind=f'eval_{split}_{protocol}')
     logging.info(
       'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
       'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
       protocol,
       step,
-      typed.ods.f1,
-      typed.ods.threshold,
-      typed.ods.precision,
-      typed.ods.recall,
-      typed.ois.f1,
-      typed.ap,
-      typed.fixed.f1,
-      typed.fixed.threshold,
-      typed.fixed.precision,
-      typed.fixed.recall,
+      r.ods.f1,
+      r.ods.threshold,
+      r.ods.precision,
+      r.ods.recall,
+      r.ois.f1,
+      r.ap,
+      r.fixed.f1,
+      r.fixed.threshold,
+      r.fixed.precision,
+      r.fixed.recall,
     )
   writer.close()
-  identity.write_json(workdir / 'eval.json', summary)
+  identity.write_json(workdir / 'eval.json', record.to_json())

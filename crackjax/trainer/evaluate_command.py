@@ -39,7 +39,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
-from crackjax.evaluation.result import NUM_IMAGES, RESULTS, ProtocolResult
+from crackjax.evaluation.result import EvalRecord
 from crackjax.runs import docs, identity, outputs
 
 PROG = 'crackjax-evaluate'
@@ -242,17 +242,16 @@ def _in_this_command(message: str) -> str:
   )
 
 
-def table_rows(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(label: str, record: EvalRecord) -> list[dict[str, Any]]:
   """One row per protocol of an evaluation record, with the COLUMNS' keys."""
   rows = []
-  for protocol, data in record[RESULTS].items():
-    r = ProtocolResult.from_json(data, protocol)
+  for protocol, r in record.results.items():
     run = (r.operating_points or {}).get('run')
     rows.append(
       {
         'data': label,
         'protocol': protocol,
-        'images': record[NUM_IMAGES],
+        'images': record.num_images,
         'ods_p': r.ods.precision,
         'ods_r': r.ods.recall,
         'ods_f1': r.ods.f1,
@@ -445,7 +444,7 @@ def _score_all(
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
     mine = table_rows(label, record)
     rows += mine
-    print(markdown(mine, f'{label} ({record["num_images"]} images, step {step}) -> {out}'))
+    print(markdown(mine, f'{label} ({record.num_images} images, step {step}) -> {out}'))
     print(flush=True)
   return rows
 

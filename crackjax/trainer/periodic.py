@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from crackjax.engine import train_state
-from crackjax.evaluation.result import F1, ODS, PROTOCOL
+from crackjax.evaluation.result import EvalRecord, MemberResult, ProtocolResult
 from crackjax.experiment.build import Experiment
 from crackjax.runs import identity
 from crackjax.runs.metric_writer import MetricWriter
@@ -79,7 +79,7 @@ class EpochEvaluator:
 
   def __call__(
     self, state: train_state.TrainState, epoch: int, *, trained: bool = True
-  ) -> dict[str, Any] | None:
+  ) -> EvalRecord | None:
     """Scores `state` (the end of `epoch`), writes and returns its record (None while it is
     scored in the background). `trained`: whether the time since the last call was spent
     training (else its train_seconds is NaN). The training time of the next call is counted
@@ -97,10 +97,10 @@ class EpochEvaluator:
     facts = scoring.state_facts(state)
 
     def record_of(
-      results: dict[str, dict[str, Any]],
-      members: dict[str, dict[str, Any]] | None,
+      results: dict[str, ProtocolResult],
+      members: dict[str, MemberResult] | None,
       shown: tuple[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray]],
-    ) -> dict[str, Any]:
+    ) -> EvalRecord:
       """The epoch's record, written; `shown`: (images, ground truths, maps), the first
       ``num_qualitative`` at least, for TensorBoard's panels."""
       record = eval_records.evaluation_record(
@@ -136,7 +136,7 @@ class EpochEvaluator:
     gts = [ex['mask'][..., 0] for ex in self._examples]
     images = [ex['image'] for ex in self._examples]
 
-    def job() -> dict[str, Any]:
+    def job() -> EvalRecord:
       results = scoring.score(probs, gts, plan, workers=self._workers, progress=False)
       members = scoring.member_results(names, probs, gts, plan, workers=self._workers)
       return record_of(results, members, (images, gts, probs))
@@ -147,11 +147,11 @@ class EpochEvaluator:
     self._clock = time.perf_counter()
     return None
 
-  def _write(self, record: dict[str, Any], epoch: int) -> None:
+  def _write(self, record: EvalRecord, epoch: int) -> None:
     if jax.process_index() == 0:
       eval_records.write_epoch_record(self.directory, record, self.schedule.steps_per_epoch)
-    first = next(iter(record['results'].values()))
-    seconds = record['train_seconds']
+    first = next(iter(record.results.values()))
+    seconds = record.train_seconds
     logging.info(
       'Epoch %d: %s, %.1f s evaluation%s, ODS F1 %.4f (%s protocol).',
       epoch,
@@ -159,10 +159,10 @@ class EpochEvaluator:
       f'{seconds:.1f} s training'
       if math.isfinite(seconds)
       else 'training time not measured (evaluated later from its checkpoint)',
-      record['eval_seconds'],
+      record.eval_seconds,
       ' (scored beside training)' if self._workers else '',
-      first[ODS][F1],
-      first[PROTOCOL],
+      first.ods.f1,
+      first.protocol,
     )
 
   def _write_tensorboard(self, record, results, images, gts, probs) -> None:
@@ -172,9 +172,7 @@ class EpochEvaluator:
     writer = MetricWriter(self.directory)
     try:
       for protocol, r in results.items():
-        writer.write_scalars(
-          record['step'], eval_records.eval_scalars(r), kind=f'eval_{self.split}_{protocol}'
-        )
+        writer.write_scalars(record.step, r.scalars(), kind=f'eval_{self.split}_{protocol}')
       threshold = eval_records.mask_threshold(results)
       hparams = self.experiment.hparams
       eval_records.write_tensorboard_extras(
@@ -183,7 +181,7 @@ class EpochEvaluator:
     finally:
       writer.close()
 
-  def finish(self) -> dict[str, Any] | None:
+  def finish(self) -> EvalRecord | None:
     """Waits for the epoch scored in the background, if any, and returns its record (written
     when its scoring ended); an error of that scoring is raised here."""
     if self._pending is None:

@@ -31,6 +31,7 @@ from crackjax.engine.prefetch import read_ahead
 from crackjax.evaluation import plots
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
+from crackjax.evaluation.result import EvalRecord, MemberResult, OperatingPoint, ProtocolResult
 from crackjax.evaluation.streaming import StreamScorer
 from crackjax.experiment.build import Experiment
 from crackjax.trainer import eval_records
@@ -43,8 +44,8 @@ def score(
   *,
   workers: int = 1,
   progress: bool = True,
-) -> dict[str, dict[str, Any]]:
-  """`evaluation.evaluate` under every protocol of `plan`, each on its grid.
+) -> dict[str, ProtocolResult]:
+  """`evaluation.protocol_result` under every protocol of `plan`, each on its grid (typed).
 
   Each grid has the protocol's uniform thresholds (`EvalPlan.thresholds_of`), 0.5 and, if
   `plan.tail_thresholds`, the tail thresholds near 0 and 1. Shows a progress bar per
@@ -60,7 +61,7 @@ def score(
       unit='img',
       disable=not progress or jax.process_index() != 0,
     ) as bar:
-      results[protocol] = evaluation.evaluate(
+      results[protocol] = evaluation.protocol_result(
         probs,
         gts,
         protocol=protocol,
@@ -79,10 +80,10 @@ def member_results(
   plan: EvalPlan,
   *,
   workers: int = 1,
-) -> dict[str, dict[str, Any]] | None:
+) -> dict[str, MemberResult] | None:
   """Each member's own results on an evaluation of a mixture of datasets (records named
-  ``<member>/<name>``, `crackjax.data.mixture`): ``{member: {'num_images', 'results':
-  {protocol: summary}}}``; None when the images are not a mixture's."""
+  ``<member>/<name>``, `crackjax.data.mixture`): {member: its images and its results'
+  summaries}; None when the images are not a mixture's."""
   return eval_records.by_member(
     names,
     lambda rows: score(
@@ -111,7 +112,7 @@ def evaluate_checkpoint(
   overwrite: bool = False,
   examples: Iterable[dict[str, Any]] | None = None,
   num_examples: int | None = None,
-) -> dict[str, Any]:
+) -> EvalRecord:
   """Scores the newest checkpoint of the run in `workdir` (or `state`) on its test split (or
   `split`) under every protocol of the experiment's `EvalPlan`: restore, predict and score
   one photo at a time (`stream_score`: counts kept, maps dropped; from `examples`, e.g. a
@@ -171,13 +172,13 @@ def evaluate_state(
   out: str | Path,
   *,
   operating_points: dict[str, float] | None = None,
-  extra: dict[str, Any] | None = None,
+  start_model: dict[str, Any] | None = None,
   desc: str = 'predict',
-) -> dict[str, Any]:
+) -> EvalRecord:
   """Scores `state`, parameters that are no checkpoint of the run (e.g. the model file a
   fine-tuning starts from, `trainer.before_after`), on the experiment's test split under every
   protocol of its `EvalPlan`, and writes that evaluation's files in `out` (eval.json with the
-  per-image rows and `extra`'s keys, eval_per_image.csv, the plots, threshold.json), as
+  per-image rows and `start_model`, eval_per_image.csv, the plots, threshold.json), as
   `evaluate_checkpoint` does, but no epoch record and nothing of the run's own results.
   `operating_points` as `evaluate_checkpoint`'s. Returns the record."""
   split = experiment.eval_plan.split
@@ -194,7 +195,7 @@ def evaluate_state(
     t0=t0,
     desc=desc,
     operating_points=operating_points,
-    extra=extra,
+    start_model=start_model,
     reread=functools.partial(loader.eval_example, experiment.splits.source(split)),
   )
 
@@ -215,15 +216,16 @@ def _score_and_record(
   first: bool = False,
   members: bool = False,
   hparams: dict[str, Any] | None = None,
-  extra: dict[str, Any] | None = None,
+  start_model: dict[str, Any] | None = None,
   reread: Callable[[int], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> EvalRecord:
   """Predicts and scores `examples` (`stream_score`) and writes the evaluation's files in
   `target` (`eval_records.write_eval_outputs`, eval.json last); returns its record, timed from
   `t0`. `members`: a mixture's members' results in the record (a run's own evaluation);
-  `hparams`: the hyper-parameters TensorBoard shows beside it; `extra`: keys its eval.json
-  adds; `reread`: example i again (the split's records), so that the figure shows photos from
-  worst to best (`_shown`) instead of the first ones."""
+  `hparams`: the hyper-parameters TensorBoard shows beside it; `start_model`: a
+  fine-tuning's start model, as its eval.json records it; `reread`: example i again (the
+  split's records), so that the figure shows photos from worst to best (`_shown`) instead of
+  the first ones."""
   plan = experiment.eval_plan
   scored = stream_score(
     plan,
@@ -249,10 +251,11 @@ def _score_and_record(
     first_in_process=first,
     per_image=True,
   )
-  eval_records.add_points(record, scored.points)
+  record = eval_records.add_points(record, scored.points)
   if members:
     record = eval_records.with_members(record, scored.members)
-  record.update(extra or {})
+  if start_model is not None:
+    record = dataclasses.replace(record, start_model=start_model)
   if jax.process_index() == 0:
     shown = None
     images, gts, probs = scored.first  # the maps were written as they came
@@ -284,9 +287,9 @@ class Streamed:
   there per protocol (`eval_records.threshold_in_use`). No other map."""
 
   names: list[str]
-  results: dict[str, dict[str, Any]]
-  points: dict[str, dict[str, dict[str, float]]]
-  members: dict[str, dict[str, Any]] | None
+  results: dict[str, ProtocolResult]
+  points: dict[str, dict[str, OperatingPoint]]
+  members: dict[str, MemberResult] | None
   first: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
   in_use: tuple[float, dict[str, np.ndarray]] | None = None
 
@@ -396,7 +399,7 @@ def _shown(
   return (images, gts, probs), (names, captions)
 
 
-def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, dict[str, Any]] | None:
+def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, MemberResult] | None:
   """`member_results` from the counts a `StreamScorer` kept."""
   return eval_records.by_member(names, lambda rows: scorer.results(rows)[0])
 
