@@ -286,8 +286,6 @@ OVER_450 = {
   'crackjax/trainer/evaluate_command.py': "one command's flags and its data arguments",
   'crackjax/data/registry.py': 'the explicit dataset registry and its preparation errors',
   'crackjax/evaluation/aggregate.py': 'ODS, OIS and AP, shared by every protocol',
-  'crackjax/models/pretrained.py': 'reads initial weights of every layout (merged with '
-  'pretrained_layouts.py once it stops reading model files)',
 }
 
 

@@ -11,21 +11,21 @@ import numpy as np
 
 from crackjax.evaluation import aggregate
 from crackjax.evaluation.streaming import StreamScorer
-from crackjax.trainer import eval_records, evaluate_command
+from crackjax.trainer import eval_records, evaluate_command, scoring
 
 
 def test_spread_by_f1_names_worst_median_best():
   f1 = [0.5, 0.1, 0.9, 0.3, 0.7]
-  assert eval_records.spread_by_f1(f1, 3) == [
+  assert scoring.spread_by_f1(f1, 3) == [
     (1, 'worst, F1 0.10'),
     (0, 'median, F1 0.50'),
     (2, 'best, F1 0.90'),
   ]
-  four = eval_records.spread_by_f1(list(np.linspace(0, 1, 46)), 4)
+  four = scoring.spread_by_f1(list(np.linspace(0, 1, 46)), 4)
   assert [i for i, _ in four] == [0, 15, 22, 45]
   assert [c.split(',')[0] for _, c in four] == ['worst', 'rank 16 of 46', 'median', 'best']
-  assert eval_records.spread_by_f1([0.2], 4) == [(0, 'worst, F1 0.20')]
-  assert eval_records.spread_by_f1([], 4) == []
+  assert scoring.spread_by_f1([0.2], 4) == [(0, 'worst, F1 0.20')]
+  assert scoring.spread_by_f1([], 4) == []
 
 
 def test_image_f1_at_a_threshold_equals_scoring_each_image_alone():

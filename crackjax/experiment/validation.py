@@ -152,7 +152,6 @@ def _data_problems(c: specs.Plain) -> list[str]:
       problems.append(f'config.data.folder.mask_threshold={threshold!r} must be in (0, 1).')
   problems += _positive(c, 'data.noise_std', minimum=0, integer=False)
   problems += _scale_range_problems(data.get('scale_range', (1.0, 1.0)))
-  problems += photometric.problems(c['augment'])
   for name in (
     'rotation_range',
     'width_shift_range',
@@ -161,7 +160,7 @@ def _data_problems(c: specs.Plain) -> list[str]:
     'zoom_range',
   ):
     problems += _positive(c, f'augment.{name}', minimum=0, integer=False)
-  return problems
+  return problems + photometric.problems(c['augment'])
 
 
 def _scale_range_problems(value: Any) -> list[str]:

@@ -57,24 +57,19 @@ import numpy as np
 from absl import logging
 
 from crackjax.models import hub, model_file
-from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
 from crackjax.models.pretrained_layouts import (
-  Mapped,
   PretrainedError,
+  convert,
   detect_layout,
   flat_variables,
+  fold_into_first_conv,
   key_name,
-  layout_of,
   mapping,
   source_shape,
 )
 from crackjax.runs import docs, outputs
 
 NORMALIZATIONS = ('auto', 'torchvision', 'caffe', 'none')
-
-# torchvision's ImageNet input normalisation, RGB, on [0, 1].
-TORCHVISION_MEAN = (0.485, 0.456, 0.406)
-TORCHVISION_STD = (0.229, 0.224, 0.225)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,15 +150,6 @@ def _ordered(paths: Any) -> list[str]:
   return sorted(paths, key=lambda p: (not p.startswith('params/'), p))
 
 
-def _convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> np.ndarray:
-  if entry.kind == 'conv':
-    return np.transpose(array, (2, 3, 1, 0))
-  if entry.kind == 'fc':
-    kh, kw, cin, cout = target_shape
-    return np.transpose(array.reshape(cout, cin, kh, kw), (2, 3, 1, 0))
-  return array
-
-
 # ------------------------------------------------------------------------------- loading
 
 
@@ -225,24 +211,6 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
   if not arrays:
     raise PretrainedError(f'{path} holds no arrays.')
   return arrays
-
-
-def _fold(
-  weight: np.ndarray, normalization: str, offset: Sequence[float]
-) -> tuple[np.ndarray, np.ndarray]:
-  """(kernel for the model's input, constant it lacks per output channel) of a first
-  convolution [O, I, kh, kw] expecting `normalization`'s input (module docstring)."""
-  weight = weight.astype(np.float64)
-  if normalization == 'caffe':
-    weight = weight[:, ::-1]  # BGR -> RGB input channels
-    mean, std = np.asarray(CAFFE_MEAN_RGB), np.full(3, 1 / 255)
-  else:
-    mean, std = np.asarray(TORCHVISION_MEAN), np.asarray(TORCHVISION_STD)
-  if weight.shape[1] != 3:
-    raise PretrainedError(f'The first convolution has {weight.shape[1]} input channels, not 3.')
-  folded = weight / std[None, :, None, None]
-  shift = np.einsum('oihw,i->o', weight, (np.asarray(offset) - mean) / std)
-  return folded, shift
 
 
 def load_arrays(
@@ -307,7 +275,7 @@ def load_arrays(
         model_side += f' (stored as {tuple(target.shape)})'
       problems.append(f'{entry.key} has shape {array.shape}; needed {want}{model_side}')
       continue
-    updates[entry.path] = _convert(entry, array, target.shape)
+    updates[entry.path] = convert(entry, array, target.shape)
   if problems:
     width = ''
     if layout != 'crackjax':
@@ -324,7 +292,7 @@ def load_arrays(
       f'{source} ({layout} layout) has no array for any parameter of model {model!r}.'
     )
   if layout != 'crackjax' and normalization != 'none':
-    _fold_into_first_conv(updates, model, layout, normalization)
+    fold_into_first_conv(updates, model, layout, normalization)
   for path, value in updates.items():
     updates[path] = np.asarray(value, dtype=targets[path].dtype)
   used = {e.key for e in entries if e.path in updates}
@@ -340,39 +308,6 @@ def load_arrays(
     total_values=sum(int(np.prod(x.shape)) for x in params.values()),
   )
   return updates, report
-
-
-def first_conv(model: str, layout: str) -> tuple[str, str]:
-  """(kernel, running mean of the BatchNorm after it) of a backbone's first convolution."""
-  if layout == 'resnet50':
-    return 'params/conv1/conv/kernel', 'batch_stats/conv1/bn/mean'
-  name = 'conv1_1/conv' if layout_of(model).conv_bn else 'conv1_1'
-  return f'params/{name}/kernel', 'batch_stats/conv1_1/bn/mean'
-
-
-def _fold_into_first_conv(
-  updates: dict[str, np.ndarray], model: str, layout: str, normalization: str
-) -> None:
-  """Folds the input normalisation into the first convolution's kernel (in HWIO already) and
-  its bias, or the running mean of the BatchNorm after it (module docstring)."""
-  kernel, mean = first_conv(model, layout)
-  if kernel not in updates:
-    return
-  offset = layout_of(model).input_offset
-  folded, shift = _fold(np.transpose(updates[kernel], (3, 2, 0, 1)), normalization, offset)
-  updates[kernel] = np.transpose(folded, (2, 3, 1, 0))
-  bias = kernel.rsplit('/', 1)[0] + '/bias'
-  if bias in updates:
-    updates[bias] = updates[bias] + shift
-  elif mean in updates:
-    updates[mean] = updates[mean] - shift
-  else:
-    logging.warning(
-      'The input normalisation was folded into %s, but its constant term (%s) has no bias or '
-      'running mean to go to.',
-      kernel,
-      np.array2string(shift, precision=3, threshold=4),
-    )
 
 
 def export_arrays(variables: Mapping[str, Any], path: str | Path) -> None:

@@ -1,7 +1,9 @@
 """The layouts of pretrained-weights files (`crackjax.models.pretrained`): which names a file
 of each layout has (`LAYOUTS`, `detect_layout`), where each of its arrays goes in a model
 (`mapping`: torchvision's VGG16, VGG16-BN and ResNet-50 names onto the comparison models'
-variables, or crackjax's own paths) and the shape it must have there (`source_shapes`).
+variables, or crackjax's own paths), the shape it must have there (`source_shapes`) and how its
+values become the variable's (`convert`; `fold_into_first_conv`: the input normalisation a
+torchvision or Caffe file expects, folded into the first convolution).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
+from absl import logging
 
 from crackjax.models import MODELS
 from crackjax.models.backbones import PretrainedLayout
+from crackjax.models.fcn8s import IMAGENET_MEAN_RGB as CAFFE_MEAN_RGB
 from crackjax.runs import docs
 
 LAYOUTS = ('vgg16', 'vgg16_bn', 'resnet50', 'crackjax')
@@ -190,3 +195,74 @@ def source_shapes(model: str, layout: str, variables: Mapping[str, Any]) -> dict
   or their shapes from `jax.eval_shape(model.init, ...)`)."""
   targets = flat_variables(variables)
   return {e.key: source_shape(e, targets[e.path].shape) for e in mapping(model, layout, targets)}
+
+
+# ------------------------------------------------------------- values: a file's as crackjax's
+
+# torchvision's ImageNet input normalisation, RGB, on [0, 1].
+TORCHVISION_MEAN = (0.485, 0.456, 0.406)
+TORCHVISION_STD = (0.229, 0.224, 0.225)
+
+
+def convert(entry: Mapped, array: np.ndarray, target_shape: Sequence[int]) -> np.ndarray:
+  """A file's array as the crackjax variable of `entry` holds it: convolutions from PyTorch's
+  OIHW to flax's HWIO, fc6 [4096, 25088] reshaped to 7x7x512 first; others as they are."""
+  if entry.kind == 'conv':
+    return np.transpose(array, (2, 3, 1, 0))
+  if entry.kind == 'fc':
+    kh, kw, cin, cout = target_shape
+    return np.transpose(array.reshape(cout, cin, kh, kw), (2, 3, 1, 0))
+  return array
+
+
+def _fold(
+  weight: np.ndarray, normalization: str, offset: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+  """(kernel for the model's input, constant it lacks per output channel) of a first
+  convolution [O, I, kh, kw] expecting `normalization`'s input (`crackjax.models.pretrained`,
+  "Input normalisation")."""
+  weight = weight.astype(np.float64)
+  if normalization == 'caffe':
+    weight = weight[:, ::-1]  # BGR -> RGB input channels
+    mean, std = np.asarray(CAFFE_MEAN_RGB), np.full(3, 1 / 255)
+  else:
+    mean, std = np.asarray(TORCHVISION_MEAN), np.asarray(TORCHVISION_STD)
+  if weight.shape[1] != 3:
+    raise PretrainedError(f'The first convolution has {weight.shape[1]} input channels, not 3.')
+  folded = weight / std[None, :, None, None]
+  shift = np.einsum('oihw,i->o', weight, (np.asarray(offset) - mean) / std)
+  return folded, shift
+
+
+def first_conv(model: str, layout: str) -> tuple[str, str]:
+  """(kernel, running mean of the BatchNorm after it) of a backbone's first convolution."""
+  if layout == 'resnet50':
+    return 'params/conv1/conv/kernel', 'batch_stats/conv1/bn/mean'
+  name = 'conv1_1/conv' if layout_of(model).conv_bn else 'conv1_1'
+  return f'params/{name}/kernel', 'batch_stats/conv1_1/bn/mean'
+
+
+def fold_into_first_conv(
+  updates: dict[str, np.ndarray], model: str, layout: str, normalization: str
+) -> None:
+  """Folds the input normalisation into the first convolution's kernel (in HWIO already) and
+  its bias, or the running mean of the BatchNorm after it (`crackjax.models.pretrained`,
+  "Input normalisation")."""
+  kernel, mean = first_conv(model, layout)
+  if kernel not in updates:
+    return
+  offset = layout_of(model).input_offset
+  folded, shift = _fold(np.transpose(updates[kernel], (3, 2, 0, 1)), normalization, offset)
+  updates[kernel] = np.transpose(folded, (2, 3, 1, 0))
+  bias = kernel.rsplit('/', 1)[0] + '/bias'
+  if bias in updates:
+    updates[bias] = updates[bias] + shift
+  elif mean in updates:
+    updates[mean] = updates[mean] - shift
+  else:
+    logging.warning(
+      'The input normalisation was folded into %s, but its constant term (%s) has no bias or '
+      'running mean to go to.',
+      kernel,
+      np.array2string(shift, precision=3, threshold=4),
+    )

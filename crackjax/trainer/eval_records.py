@@ -276,29 +276,6 @@ def threshold_in_use(results: Results, operating_points: dict[str, float] | None
   return mask_threshold(results)
 
 
-def spread_by_f1(f1: Sequence[float], k: int) -> list[tuple[int, str]]:
-  """`k` images spread over the ranking by `f1` (ascending, ties by index): the worst, the
-  median and the best (k >= 3), then evenly spaced ranks between them; (index, caption)."""
-  n = len(f1)
-  k = min(k, n)
-  if k <= 0:
-    return []
-  order = sorted(range(n), key=lambda i: (f1[i], i))
-  ranks = {0, (n - 1) // 2, n - 1} if k >= 3 else {0, n - 1}
-  for j in range(k):  # evenly spaced ranks fill the rest
-    if len(ranks) >= k:
-      break
-    ranks.add(round(j * (n - 1) / (k - 1)))
-  ranks = sorted(ranks)[:k] if k > 1 else [0]
-  out = []
-  for r in ranks:
-    i = order[r]
-    word = 'worst' if r == 0 else 'best' if r == n - 1 else 'median' if r == (n - 1) // 2 else ''
-    where = word or f'rank {r + 1} of {n}'
-    out.append((i, f'{where}, F1 {f1[i]:.2f}'))
-  return out
-
-
 def write_threshold(
   workdir: Path, results: Results, record: EvalRecord, *, store_degenerate: bool = False
 ) -> float:
@@ -387,7 +364,7 @@ def write_eval_outputs(
   (with their `names`) when `probs_saved` (the maps already written as they came).
   `in_use`: (the threshold masks are made at, {protocol: each image's F1 there}), for the CSV
   and the figure; `shown`: (names, captions) of the images given, when they are not the
-  first ones (`spread_by_f1`'s)."""
+  first ones (`scoring.spread_by_f1`'s)."""
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = record.step, record.split
   threshold = write_threshold(

@@ -382,10 +382,10 @@ def _shown(
   reread: Callable[[int], dict[str, Any]],
 ) -> tuple[tuple[list, list, list], tuple[list[str], list[str]]]:
   """The figure's images: spread from worst to best by F1 at the threshold in use (the
-  first protocol's; `eval_records.spread_by_f1`), read again and predicted again (a few
+  first protocol's; `spread_by_f1`), read again and predicted again (a few
   photos: the stream kept no map). ((images, ground truths, maps), (names, captions))."""
   f1 = scored.in_use[1][next(iter(scored.in_use[1]))]
-  chosen = eval_records.spread_by_f1(list(f1), plan.num_qualitative)
+  chosen = spread_by_f1(list(f1), plan.num_qualitative)
   params = train_state.local_params(state)
   batch_stats = train_state.local_batch_stats(state)
   images, gts, probs, names, captions = [], [], [], [], []
@@ -397,6 +397,29 @@ def _shown(
     names.append(scored.names[i])
     captions.append(caption)
   return (images, gts, probs), (names, captions)
+
+
+def spread_by_f1(f1: Sequence[float], k: int) -> list[tuple[int, str]]:
+  """`k` images spread over the ranking by `f1` (ascending, ties by index): the worst, the
+  median and the best (k >= 3), then evenly spaced ranks between them; (index, caption)."""
+  n = len(f1)
+  k = min(k, n)
+  if k <= 0:
+    return []
+  order = sorted(range(n), key=lambda i: (f1[i], i))
+  ranks = {0, (n - 1) // 2, n - 1} if k >= 3 else {0, n - 1}
+  for j in range(k):  # evenly spaced ranks fill the rest
+    if len(ranks) >= k:
+      break
+    ranks.add(round(j * (n - 1) / (k - 1)))
+  ranks = sorted(ranks)[:k] if k > 1 else [0]
+  out = []
+  for r in ranks:
+    i = order[r]
+    word = 'worst' if r == 0 else 'best' if r == n - 1 else 'median' if r == (n - 1) // 2 else ''
+    where = word or f'rank {r + 1} of {n}'
+    out.append((i, f'{where}, F1 {f1[i]:.2f}'))
+  return out
 
 
 def _members_of(names: Sequence[str], scorer: StreamScorer) -> dict[str, MemberResult] | None:
