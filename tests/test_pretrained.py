@@ -215,7 +215,8 @@ def test_folded_torchvision_normalisation_reproduces_the_first_layer():
   arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
   updates, _ = pretrained.load_arrays(arrays, 'hed', variables, normalization='torchvision')
   x = rng.random((1, 6, 6, 3)).astype(np.float32)  # crackjax's input: RGB in [0, 1]
-  normalised = (x - np.array(pretrained_layouts.TORCHVISION_MEAN)) / np.array(pretrained_layouts.TORCHVISION_STD)
+  mean, std = pretrained_layouts.TORCHVISION_MEAN, pretrained_layouts.TORCHVISION_STD
+  normalised = (x - np.array(mean)) / np.array(std)
   weight, bias = arrays['features.0.weight'], arrays['features.0.bias']
   want = _conv_valid(normalised.astype(np.float32), weight.transpose(2, 3, 1, 0)) + bias
   got = _conv_valid(x, updates['params/conv1_1/kernel']) + updates['params/conv1_1/bias']
@@ -252,7 +253,8 @@ def test_resnet_conv1_without_bias_moves_the_constant_into_bn1s_running_mean():
   arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
   updates, _ = pretrained.load_arrays(arrays, 'crackseg', variables)
   x = rng.random((1, 9, 9, 3)).astype(np.float32)
-  normalised = (x - np.array(pretrained_layouts.TORCHVISION_MEAN)) / np.array(pretrained_layouts.TORCHVISION_STD)
+  mean, std = pretrained_layouts.TORCHVISION_MEAN, pretrained_layouts.TORCHVISION_STD
+  normalised = (x - np.array(mean)) / np.array(std)
   # What bn1 subtracts its running mean from, before and after folding.
   want = _conv_valid(normalised.astype(np.float32), arrays['conv1.weight'].transpose(2, 3, 1, 0))
   want = want - arrays['bn1.running_mean']
