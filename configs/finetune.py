@@ -38,10 +38,10 @@ def get_config(arg: str | None = None):
   arg = arg or DEFAULT_MODEL
   # Imported here: the file is read only when a fine-tuning config is asked for.
   from crackjax import plugins
-  from crackjax.models import hub, model_file, model_schema
+  from crackjax.experiment import restored
+  from crackjax.models import model_file, model_schema
 
-  path = hub.resolve(arg)
-  meta = model_file.read_metadata(path)  # every field's type and range checked
+  path, meta = restored.model_file_metadata(arg)  # every field's type and range checked
   # A model file never imports code: plugins it names must be imported by your own config.
   names = [*meta['plugins'], *(meta['config'].get('plugins') or ())]
   plugins.model_file_plugins(str(path), names, how=FINETUNE_PLUGINS)

@@ -135,9 +135,11 @@ def test_one_reader_of_model_files_outside_models():
   # A model file is read, and a released name resolved, in crackjax/models/ and, for every
   # other layer, in experiment/restored.py alone (load_model, start_run, read_model_file): the
   # rest takes a Run or what those return.
+  # configs/ is crackjax.configs: a config made from a file (finetune.py) asks restored too.
+  files = [*(REPO / 'crackjax').rglob('*.py'), *(REPO / 'configs').rglob('*.py')]
   readers = sorted(
     str(p.relative_to(REPO))
-    for p in (REPO / 'crackjax').rglob('*.py')
+    for p in files
     if 'crackjax/models/' not in p.as_posix()
     and any(
       call in p.read_text()

@@ -124,12 +124,24 @@ def read_model_file(spec: str | Path) -> model_file.ModelFile:
   """A model file by released name, path or URL as it is stored (`model_file.read`: checked,
   its tensors in their stored dtype), for what rewrites or lists a file (its card, the
   registry) rather than predicts with it (`load_model`). With `load_model`, the one reader of
-  model files outside `crackjax.models` (tests/test_architecture.py keeps it so).
+  model files outside `crackjax.models` (tests/test_architecture.py keeps it so, configs/ too).
 
   Raises:
     hub.ModelNotFoundError, model_file.ModelFileError, OSError: as `load_model`.
   """
   return model_file.read(hub.resolve(spec), build=False)
+
+
+def model_file_metadata(spec: str | Path) -> tuple[Path, dict[str, Any]]:
+  """A model file's path (a released name, path or URL resolved, `hub.resolve`) and its
+  metadata, every field checked (`model_file.read_metadata`), its tensors not read: what a
+  config made from a file takes (configs/finetune.py: its model group, plugins and loss).
+
+  Raises:
+    hub.ModelNotFoundError, model_file.ModelFileError, OSError: as `load_model`.
+  """
+  path = hub.resolve(spec)
+  return path, model_file.read_metadata(path)
 
 
 def start_run(init: pretrained.InitSpec) -> Run | None:
