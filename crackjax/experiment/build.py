@@ -27,6 +27,7 @@ import ml_collections
 
 from crackjax import losses
 from crackjax.data import augment, mixture
+from crackjax.data.loader import LoaderSpec
 from crackjax.data.splits import Splits
 from crackjax.engine import train_state
 from crackjax.engine.checkpoints import RestoreSpec
@@ -136,10 +137,10 @@ class Experiment:
     return restored.start_run(self.init)
 
 
-def splits_of(c: specs.Plain) -> Splits:
+def splits_of(c: specs.Plain, loader_spec: LoaderSpec) -> Splits:
   """The dataset of config `c`'s run (plain data, `specs.plain`; `data.splits.Splits`: nothing
-  is read yet)."""
-  return Splits(c['data'], specs.loader_spec_of(c))
+  is read yet), read as `loader_spec` says (`specs.loader_spec_of(c)`)."""
+  return Splits(c['data'], loader_spec)
 
 
 def check_data(experiment: Experiment) -> None:
@@ -165,16 +166,18 @@ def on_other_data(experiment: Experiment, config: ml_collections.ConfigDict) -> 
     config=config,
     protocols=tuple(c['eval']['protocols']),
     eval_plan=eval_plan_of(c),
-    splits=splits_of(c),
-    **recorded_fields(config, experiment.restore_spec),
+    splits=splits_of(c, specs.loader_spec_of(c)),
+    **recorded_fields(config, experiment.restore_spec, specs.recorded(config)),
   )
 
 
-def recorded_fields(config: ml_collections.ConfigDict, restore_spec: RestoreSpec) -> dict[str, Any]:
-  """The Experiment's fields that record `config`: ``hparams`` (the config as config.json
-  holds it), ``config_json`` (that file's text), ``fingerprint`` and ``checkpoint_metadata``
-  (each checkpoint step's record of its run, with the image shape of `restore_spec`)."""
-  hparams = specs.recorded(config)
+def recorded_fields(
+  config: ml_collections.ConfigDict, restore_spec: RestoreSpec, hparams: dict[str, Any]
+) -> dict[str, Any]:
+  """The Experiment's fields that record `config`: ``hparams`` (given: the config as
+  config.json holds it, `specs.recorded`), ``config_json`` (that file's text), ``fingerprint``
+  and ``checkpoint_metadata`` (each checkpoint step's record of its run, with the image shape
+  of `restore_spec`)."""
   return {
     'hparams': hparams,
     'config_json': config.to_json_best_effort(indent=2),
@@ -206,8 +209,12 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
   # check_config imports config.plugins first (crackjax/plugins.py), so a plugin's
   # model, loss, dataset or protocol is registered before it is looked up.
   parts = validation.check_config(c, training=training)
-  optimizer = train_state.create_optimizer(c['learning_rate'])
+  # What the parts below take of the config, derived together (`specs`).
   restore_spec = restore_spec_of(c, parts.model)
+  init = specs.init_spec_of(c)
+  hparams = specs.recorded(config)
+  loader_spec = specs.loader_spec_of(c)
+  optimizer = train_state.create_optimizer(c['learning_rate'])
   return Experiment(
     config=config,
     model=parts.model,
@@ -217,8 +224,8 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     schedule=schedule_of(c),
     eval_plan=eval_plan_of(c),
     restore_spec=restore_spec,
-    **recorded_fields(config, restore_spec),
-    init=specs.init_spec_of(c),
-    splits=splits_of(c),
+    **recorded_fields(config, restore_spec, hparams),
+    init=init,
+    splits=splits_of(c, loader_spec),
     states=States(parts.model, optimizer, int(c['seed']), restore_spec),
   )
