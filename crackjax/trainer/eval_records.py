@@ -316,30 +316,30 @@ def write_threshold(
   return 0.5  # No protocol gives a mask threshold: show the qualitative figure at 0.5.
 
 
-def write_tensorboard_extras(
-  writer: MetricWriter,
+def tensorboard_extras(
   plan: EvalPlan,
   record: EvalRecord,
   results: Results,
-  images: Sequence[np.ndarray],
-  probs: Sequence[np.ndarray],
-  gts: Sequence[np.ndarray],
+  shown: tuple[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray]],
   threshold: float,
   hparams: dict[str, Any] | None,
-) -> None:
-  """One evaluation's TensorBoard beyond scalars (`MetricWriter.write_evaluation`): each
-  protocol's PR curve, the first ``plan.num_qualitative`` images as image | ground truth |
-  probability | overlay at `threshold` panels, and the run's hyper-parameters."""
+) -> dict[str, Any]:
+  """One evaluation's TensorBoard beyond scalars, as `MetricWriter.write_evaluation`'s
+  keyword arguments: each protocol's PR curve, the first ``plan.num_qualitative`` of `shown`
+  (images, ground truths, maps) as image | ground truth | probability | overlay at
+  `threshold` panels, and the run's hyper-parameters."""
+  images, gts, probs = shown
   kind = f'eval_{record.split}'
-  curves = {f'{kind}_{p}/pr_curve': r.curve.to_json() for p, r in results.items()}
   k = min(plan.num_qualitative, len(images))
-  panels = [
-    (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
-    for i in range(k)
-  ]
-  metrics = [f'{kind}_{p}/{m}' for p in results for m in keys.HEADLINE_SCALARS]
-  flat = metric_writer.flat_hparams(hparams) if hparams else None
-  writer.write_evaluation(record.step, curves=curves, panels=panels, hparams=flat, metrics=metrics)
+  return {
+    'curves': {f'{kind}_{p}/pr_curve': r.curve.to_json() for p, r in results.items()},
+    'panels': [
+      (f'{kind}/qualitative_{i}', plots.qualitative_panel(images[i], gts[i], probs[i], threshold))
+      for i in range(k)
+    ],
+    'hparams': metric_writer.flat_hparams(hparams) if hparams else None,
+    'metrics': [f'{kind}_{p}/{m}' for p in results for m in keys.HEADLINE_SCALARS],
+  }
 
 
 def write_eval_outputs(
@@ -359,7 +359,7 @@ def write_eval_outputs(
 ) -> None:
   """threshold.json, the CSV, the plots, optional maps and the eval scalars, TensorBoard's PR
   curves, qualitative panels and `hparams` (the run's config as plain data;
-  `write_tensorboard_extras`), and eval.json last, so that an eval.json there is a whole
+  `tensorboard_extras`), and eval.json last, so that an eval.json there is a whole
   evaluation's. `images`, `probs` and `gts` may be the first ``plan.num_qualitative`` only
   (with their `names`) when `probs_saved` (the maps already written as they came).
   `in_use`: (the threshold masks are made at, {protocol: each image's F1 there}), for the CSV
@@ -391,10 +391,13 @@ def write_eval_outputs(
     )
   if plan.save_probability_maps and not probs_saved:
     plots.save_probability_maps(workdir / 'probs', probs, names)
+  extras = tensorboard_extras(plan, record, results, (images, gts, probs), threshold, hparams)
+  scalars = {protocol: r.scalars() for protocol, r in results.items()}
+  data = record.to_json()
   writer = MetricWriter(workdir)
-  write_tensorboard_extras(writer, plan, record, results, images, probs, gts, threshold, hparams)
+  writer.write_evaluation(step, **extras)
   for protocol, r in results.items():
-    writer.write_scalars(step, r.scalars(), kind=f'eval_{split}_{protocol}')
+    writer.write_scalars(step, scalars[protocol], kind=f'eval_{split}_{protocol}')
     logging.info(
       'Eval (%s protocol) at step %d: ODS F1 %.4f (t=%.4g, P %.4f, R %.4f), OIS F1 %.4f, '
       'AP %.4f, F1 %.4f at t=%g (P %.4f, R %.4f)',
@@ -412,4 +415,4 @@ def write_eval_outputs(
       r.fixed.recall,
     )
   writer.close()
-  identity.write_json(workdir / 'eval.json', record.to_json())
+  identity.write_json(workdir / 'eval.json', data)

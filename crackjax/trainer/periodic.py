@@ -74,7 +74,8 @@ class EpochEvaluator:
     if not step or step % spe or not self.due(step // spe):
       return None
     epoch = step // spe
-    done = identity.evaluated_epochs(self.directory, required=self.protocols_at(epoch))
+    required = self.protocols_at(epoch)  # a record lacking one of these is not whole
+    done = identity.evaluated_epochs(self.directory, required=required)
     return None if epoch in done else epoch
 
   def __call__(
@@ -174,10 +175,11 @@ class EpochEvaluator:
       for protocol, r in results.items():
         writer.write_scalars(record.step, r.scalars(), kind=f'eval_{self.split}_{protocol}')
       threshold = eval_records.mask_threshold(results)
-      hparams = self.experiment.hparams
-      eval_records.write_tensorboard_extras(
-        writer, self.plan, record, results, images, probs, gts, threshold, hparams
+      shown = (images, gts, probs)
+      extras = eval_records.tensorboard_extras(
+        self.plan, record, results, shown, threshold, self.experiment.hparams
       )
+      writer.write_evaluation(record.step, **extras)
     finally:
       writer.close()
 
