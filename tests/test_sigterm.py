@@ -36,3 +36,40 @@ def test_a_second_sigterm_does_not_interrupt_the_way_out():
   )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == [f'exit: Received signal {int(signal.SIGTERM)}', 'saved']
+
+
+_GC_SCRIPT = textwrap.dedent("""
+  import gc, os, signal
+  from crackjax.runs import exits
+
+  exits.watch_interrupts()
+
+  def callback(phase, info):  # as JAX's `_xla_gc_callback`: run by the collector at any time
+    if phase == 'start':
+      os.kill(os.getpid(), signal.SIGINT)
+      sum(range(1000))  # bytecodes, where Python runs the handler
+
+  gc.callbacks.append(callback)
+  gc.collect()
+  gc.callbacks.remove(callback)
+  print('requested:', exits.interrupt_requested(), flush=True)
+  try:
+    os.kill(os.getpid(), signal.SIGINT)  # anywhere else it raises, as always
+    sum(range(1000))
+  except KeyboardInterrupt:
+    print('raised', flush=True)
+""")
+
+
+def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
+  # A Ctrl-C that landed in JAX's gc callback printed 'Exception ignored in: <function
+  # _xla_gc_callback>' and its traceback (seen once when interrupting the first compilation).
+  env = dict(
+    os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')]))
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', _GC_SCRIPT], capture_output=True, text=True, timeout=60, env=env
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == ['requested: True', 'raised']
+  assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr

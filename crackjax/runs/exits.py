@@ -156,14 +156,31 @@ def watch_interrupts() -> None:
   """Ctrl-C raises KeyboardInterrupt as always, and is also remembered (`interrupt_requested`):
   a KeyboardInterrupt that lands in a finalizer or a library's callback is swallowed there
   ('Exception ignored in ...'), and the training loop would go on as if nothing happened.
-  Commands call it first, in the main thread."""
+  One that lands in a garbage-collection callback (JAX has one, run at any allocation) is
+  only remembered: raised there, Python would print its traceback and drop it, so the loop's
+  check of `interrupt_requested` ends the run instead, in its one line. Commands call it
+  first, in the main thread."""
 
   def handler(signum, frame):
     _REQUESTED.set()
-    raise KeyboardInterrupt
+    if not _in_gc_callback(frame):
+      raise KeyboardInterrupt
 
   if threading.current_thread() is threading.main_thread():  # where Python takes signals
     signal.signal(signal.SIGINT, handler)
+
+
+def _in_gc_callback(frame) -> bool:
+  """Whether `frame` (where a signal landed) runs inside a `gc.callbacks` function: such a
+  frame is on the stack only while the collector calls it."""
+  import gc
+
+  codes = {getattr(callback, '__code__', None) for callback in gc.callbacks} - {None}
+  while frame is not None and codes:
+    if frame.f_code in codes:
+      return True
+    frame = frame.f_back
+  return False
 
 
 def interrupt_requested() -> bool:
