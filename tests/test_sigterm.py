@@ -27,13 +27,18 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_second_sigterm_does_not_interrupt_the_way_out():
+def _run(script: str) -> subprocess.CompletedProcess:
+  """`script` in a new Python process that imports this checkout's crackjax."""
   env = dict(
     os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')]))
   )
-  proc = subprocess.run(
-    [sys.executable, '-c', _SCRIPT], capture_output=True, text=True, timeout=60, env=env
+  return subprocess.run(
+    [sys.executable, '-c', script], capture_output=True, text=True, timeout=60, env=env
   )
+
+
+def test_a_second_sigterm_does_not_interrupt_the_way_out():
+  proc = _run(_SCRIPT)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == [f'exit: Received signal {int(signal.SIGTERM)}', 'saved']
 
@@ -64,12 +69,7 @@ _GC_SCRIPT = textwrap.dedent("""
 def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
   # A Ctrl-C that landed in JAX's gc callback printed 'Exception ignored in: <function
   # _xla_gc_callback>' and its traceback (seen once when interrupting the first compilation).
-  env = dict(
-    os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')]))
-  )
-  proc = subprocess.run(
-    [sys.executable, '-c', _GC_SCRIPT], capture_output=True, text=True, timeout=60, env=env
-  )
+  proc = _run(_GC_SCRIPT)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == ['requested: True', 'raised']
   assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr
