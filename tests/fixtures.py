@@ -531,6 +531,55 @@ def run_gpu_script(script: str, tmp_path: Path, timeout: int = 400, **env: str |
   return done, done.stdout + done.stderr
 
 
+def typed_eval_record(
+  step: int,
+  ods: dict[str, tuple[float, float]],
+  *,
+  epoch: int = 1,
+  split: str = 'test',
+  dataset: str = 'crackforest',
+  names: tuple[str, ...] | list[str] = ('a', 'b'),
+  stored: dict[str, tuple[float, float]] | None = None,
+  members: dict[str, float] | None = None,
+  start_model: dict | None = None,
+  per_image: bool = False,
+):
+  """A whole evaluation record (`EvalRecord`, as scoring builds it) of the images `names` whose
+  protocols have the ODS (F1, threshold) of `ods`; `stored`: each protocol's point at a start
+  model's stored threshold (operating point 'stored'); `members`: a mixture's datasets and
+  their strict ODS F1 (the selection their mean); `start_model`: a fine-tuning's."""
+  import dataclasses
+
+  from crackjax import evaluation
+  from crackjax.evaluation.result import MemberResult, OperatingPoint
+  from crackjax.trainer import eval_records
+
+  gts = [np.eye(8, dtype=bool)] * len(names)
+  probs = [g * np.float32(0.7) for g in gts]
+
+  def point(f1: float, t: float) -> OperatingPoint:
+    return OperatingPoint(precision=f1, recall=f1, f1=f1, threshold=t)
+
+  results = {}
+  for protocol, value in ods.items():
+    r = evaluation.protocol_result(probs, gts, protocol=protocol)
+    if stored:
+      r = dataclasses.replace(r, operating_points={'stored': point(*stored[protocol])})
+    results[protocol] = dataclasses.replace(r, ods=point(*value))
+  record = eval_records.evaluation_record(
+    lambda s: epoch, dataset, (step, 0), split, list(names), results, eval_seconds=0.0,
+    per_image=per_image,
+  )  # fmt: skip
+  if members:
+    strict = results['strict'].summary()
+    parts = {
+      n: MemberResult(1, {'strict': dataclasses.replace(strict, ods=point(f1, 0.5))})
+      for n, f1 in members.items()
+    }
+    record = eval_records.with_members(record, parts)
+  return dataclasses.replace(record, start_model=start_model)
+
+
 def eval_record(
   epoch: int,
   step: int,
@@ -540,30 +589,8 @@ def eval_record(
   dataset: str = 'crackforest',
   members: dict[str, float] | None = None,
 ) -> dict:
-  """A whole evaluation record's JSON (an epoch_<NNN>.json, as scoring writes it) whose
-  protocols have the ODS (F1, threshold) of `ods`; `members`: a mixture's datasets and their
-  strict ODS F1 (the selection their mean)."""
-  import dataclasses
-
-  from crackjax import evaluation
-  from crackjax.evaluation.result import MemberResult, OperatingPoint
+  """`typed_eval_record`'s JSON, as an epoch_<NNN>.json holds it."""
   from crackjax.runs import outputs
-  from crackjax.trainer import eval_records
 
-  gts = [np.eye(8, dtype=bool)] * 2
-  base = evaluation.protocol_result([g * np.float32(0.7) for g in gts], gts)
-
-  def with_ods(f1: float, t: float):
-    point = OperatingPoint(precision=f1, recall=f1, f1=f1, threshold=t)
-    return dataclasses.replace(base, protocol='strict', ods=point)
-
-  results = {p: with_ods(*v) for p, v in ods.items()}
-  record = eval_records.evaluation_record(
-    lambda s: epoch, dataset, (step, 0), split, ['a', 'b'], results, eval_seconds=0.0
-  )
-  if members:
-    by_name = {
-      n: MemberResult(1, {'strict': with_ods(f1, 0.5).summary()}) for n, f1 in members.items()
-    }
-    record = eval_records.with_members(record, by_name)
+  record = typed_eval_record(step, ods, epoch=epoch, split=split, dataset=dataset, members=members)
   return json.loads(outputs.dumps(record.to_json()))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from crackjax.deploy import export
@@ -155,43 +154,18 @@ def test_a_run_from_scratch_has_no_before(tmp_path, capsys):
   assert start_model(build(config, training=False)) is None
 
 
-def _record(names, step, ods, stored=None, start=None):
-  """A typed evaluation record of `names` at `step`: {protocol: (ODS F1, its threshold)},
-  `stored` the same at the start model's stored threshold, `start` its start_model."""
-  import dataclasses
-
-  from crackjax import evaluation
-  from crackjax.evaluation.result import OperatingPoint
-  from crackjax.trainer import eval_records
-
-  def point(f1, t):
-    return OperatingPoint(precision=f1, recall=f1, f1=f1, threshold=t)
-
-  gts = [np.eye(8, dtype=bool)] * len(names)
-  results = {}
-  for protocol, (f1, t) in ods.items():
-    r = evaluation.protocol_result([g * np.float32(0.7) for g in gts], gts, protocol=protocol)
-    if stored:
-      r = dataclasses.replace(r, operating_points={'stored': point(*stored[protocol])})
-    results[protocol] = dataclasses.replace(r, ods=point(f1, t))
-  record = eval_records.evaluation_record(
-    lambda s: 1, 'crack_folder', (step, 0), 'test', names, results, eval_seconds=0.0,
-    per_image=True,
-  )  # fmt: skip
-  return dataclasses.replace(record, start_model=start)
-
-
 def test_the_table_reads_both_records():
   from crackjax.trainer import before_after
 
-  before = _record(
-    ['a'],
+  before = fixtures.typed_eval_record(
     6,
     {'strict': (0.25, 0.003), 'tolerance_thin_gt': (0.22, 0.01)},
     stored={'strict': (0.106, 0.93), 'tolerance_thin_gt': (0.1, 0.93)},
-    start={'name': 'crackforest-unet-cpu', 'threshold': 0.93},
+    start_model={'name': 'crackforest-unet-cpu', 'threshold': 0.93},
   )
-  after = _record([f'p{i}' for i in range(20)], 300, {'strict': (0.58, 0.41)})
+  after = fixtures.typed_eval_record(
+    300, {'strict': (0.58, 0.41)}, dataset='crack_folder', names=[f'p{i}' for i in range(20)]
+  )
   lines = before_after.table(before, after).splitlines()
   assert lines[0].startswith('Fine-tuning crackforest-unet-cpu: 20 held-out images')
   assert lines[2].endswith('| after 300 steps: best threshold (ODS) |')
@@ -240,7 +214,15 @@ def test_the_table_is_of_the_same_images_only(tmp_path, capsys):
   from crackjax.trainer import before_after
 
   def record(names, start=None):
-    typed = _record(names, 3, {'strict': (0.5, 0.5)}, {'strict': (0.5, 0.5)}, start)
+    typed = fixtures.typed_eval_record(
+      3,
+      {'strict': (0.5, 0.5)},
+      dataset='crack_folder',
+      names=names,
+      stored={'strict': (0.5, 0.5)},
+      start_model=start,
+      per_image=True,
+    )
     return outputs.dumps(typed.to_json())
 
   (tmp_path / 'before').mkdir()
