@@ -134,9 +134,12 @@ def cache_problem(url: str, error: OSError) -> str:
 
 
 def _cached_problem(path: Path, sha256: str | None) -> str | None:
-  """Why the cached copy `path` cannot be used (damaged, or not the pinned file), or None."""
-  if sha256 and model_file.file_sha256(path) != sha256:
-    return f'its sha256 is not the pinned {sha256}'
+  """Why the cached copy `path` cannot be used (damaged, or not the pinned file), or None.
+  With a pinned sha256 its bytes are the file verified when it was downloaded: not read again
+  here (the loader reads and checks it next)."""
+  if sha256:
+    actual = model_file.file_sha256(path)
+    return None if actual == sha256 else f'its sha256 is not the pinned {sha256}'
   try:
     model_file.read(path, build=False)
   except model_file.ModelFileError as e:

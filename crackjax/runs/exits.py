@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import signal
 import sys
@@ -173,8 +174,6 @@ def watch_interrupts() -> None:
 def _in_gc_callback(frame) -> bool:
   """Whether `frame` (where a signal landed) runs inside a `gc.callbacks` function: such a
   frame is on the stack only while the collector calls it."""
-  import gc
-
   codes = {getattr(callback, '__code__', None) for callback in gc.callbacks} - {None}
   while frame is not None and codes:
     if frame.f_code in codes:
