@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, export_command, predictor, self_check
+from crackjax.deploy import export, export_command, model_export, predictor, self_check
 from crackjax.models import hub, model_file
 from tests import fixtures
 
@@ -151,6 +151,58 @@ def test_bfloat16_parameters_are_stored_and_the_card_states_the_change(smoke_run
   full = tmp_path / 'full.safetensors'
   export.export_model_file(smoke_run, full)
   assert out.stat().st_size < 0.6 * full.stat().st_size
+
+
+def test_a_threshold_chosen_elsewhere_is_stored_with_how_it_was_chosen(smoke_run, tmp_path):
+  """--threshold (e.g. chosen on held-out datasets, bench/lodo.py) replaces the run's; the card
+  keeps no "at stored threshold" figures measured at the run's threshold."""
+  run_file = tmp_path / 'run.safetensors'
+  export.export_model_file(smoke_run, run_file)
+  run_card = model_file.read(run_file, build=False).card
+  out = tmp_path / 'lodo.safetensors'
+  why = 'one threshold for the held-out datasets (bench/lodo.py)'
+  export_command.main(
+    [f'--workdir={smoke_run}', f'--out={out}', '--format=model', '--threshold=0.37',
+     f'--threshold_chosen_by={why}']
+  )  # fmt: skip
+  loaded = model_file.read(out)
+  assert loaded.threshold == {'threshold': 0.37, 'chosen_by': why}
+  assert predictor.Predictor.from_pretrained(out).threshold == 0.37
+  assert [s['protocols']['strict']['ods'] for s in loaded.card['scores']] == [
+    s['protocols']['strict']['ods'] for s in run_card['scores']
+  ]
+
+
+def test_a_cards_scores_keep_at_stored_threshold_figures_of_the_files_threshold_only():
+  def entry(t):
+    at = {'precision': 0.5, 'recall': 0.5, 'f1': 0.5, 'threshold': t}
+    return {'protocols': {'strict': {'ods': {'f1': 0.6}, 'at_stored_threshold': at}}}
+
+  assert (
+    'at_stored_threshold'
+    in model_export.at_threshold_only(entry(0.37), 0.37)['protocols']['strict']
+  )
+  kept = model_export.at_threshold_only(entry(0.93), 0.37)['protocols']['strict']
+  assert kept == {'ods': {'f1': 0.6}}
+
+
+@pytest.mark.parametrize(
+  'flags, says',
+  [
+    (['--format=model', '--threshold=0.4'], '--threshold=0.4 needs --threshold_chosen_by'),
+    (['--format=model', '--threshold=1.5', '--threshold_chosen_by=x'], '--threshold=1.5'),
+    (['--format=model', '--threshold_chosen_by=x'], '--threshold_chosen_by needs --threshold'),
+    (['--format=jax', '--threshold=0.4'], 'are for --format=model'),
+  ],
+)
+def test_a_threshold_without_its_reason_or_out_of_range_is_refused(
+  smoke_run, tmp_path, flags, says
+):
+  out = tmp_path / 'm.safetensors'
+  with pytest.raises(SystemExit) as e:
+    export_command.main([f'--workdir={smoke_run}', f'--out={out}', *flags])
+  assert says in str(e.value.code) and '\n' not in str(e.value.code)
+  assert not out.exists()
 
 
 def test_by_url_then_offline_from_the_cache(exported, tmp_path, cache):

@@ -62,6 +62,18 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     flag_values=flag_values,
   )
   flags.DEFINE_string('notes', None, 'Format model: notes for the card.', flag_values=flag_values)
+  flags.DEFINE_float(
+    'threshold',
+    None,
+    "Format model: the stored threshold (default: the run's, chosen on its validation part).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'threshold_chosen_by',
+    None,
+    'Format model: how --threshold was chosen (stored in the file beside it; required with it).',
+    flag_values=flag_values,
+  )
   flags.DEFINE_enum(
     'format',
     'jax',
@@ -118,6 +130,8 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
   cli.refuse_two_models(fv, PROG)
   if fv.model and fv.format == 'model':
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
+  if fv.format != 'model' and (fv.threshold is not None or fv.threshold_chosen_by):
+    sys.exit(f'{PROG}: --threshold and --threshold_chosen_by are for --format=model.')
   # Before the run is restored and traced.
   outputs.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
@@ -168,6 +182,8 @@ def _main_model(fv: flags.FlagValues) -> None:
       name=fv.name,
       licence=fv.licence,
       notes=fv.notes,
+      threshold=fv.threshold,
+      threshold_chosen_by=fv.threshold_chosen_by,
       overwrite=fv.overwrite,
     )
   except (OSError, ValueError, CheckpointError) as e:

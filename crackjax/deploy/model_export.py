@@ -103,6 +103,16 @@ def record_scores(record: EvalRecord, name: str, copy: str | None = None) -> dic
   }
 
 
+def at_threshold_only(entry: dict[str, Any], threshold: float) -> dict[str, Any]:
+  """A card's scores entry without "at stored threshold" figures measured at another
+  threshold than the file's (a threshold given to the export, not the run's)."""
+  for summary in entry['protocols'].values():
+    at = summary.get('at_stored_threshold')
+    if at and THRESHOLD in at and abs(at[THRESHOLD] - threshold) > 1e-9:
+      del summary['at_stored_threshold']
+  return entry
+
+
 def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
   """Every evaluation record of `step` in the run (one per dataset and split, the one with
   the most protocols kept), as the card's scores (`record_scores`)."""
@@ -142,6 +152,26 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
         f'{chosen[CHOSEN_BY]}, {chosen.get(DATASET)}, step {chosen[STEP]}'
       )
   return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
+
+
+def check_threshold_override(threshold: float | None, chosen_by: str | None) -> None:
+  """Refuses a stored threshold outside (0, 1), or one given without how it was chosen (the
+  file says it to every user), or a reason without a threshold.
+
+  Raises:
+    ValueError: naming the value at fault.
+  """
+  if threshold is None:
+    if chosen_by:
+      raise ValueError('--threshold_chosen_by needs --threshold (the threshold it describes).')
+    return
+  if not 0.0 < threshold < 1.0:
+    raise ValueError(f'--threshold={threshold}: expected a probability strictly between 0 and 1.')
+  if not (chosen_by or '').strip():
+    raise ValueError(
+      f'--threshold={threshold} needs --threshold_chosen_by: how it was chosen (the model '
+      'file tells its users), e.g. "one threshold for five held-out datasets, bench/lodo.py".'
+    )
 
 
 def dataset_licence(name: str) -> str:
@@ -215,7 +245,7 @@ def model_card(
       'seed': c.seed,
       'loss': c.loss.to_dict(),
     },
-    'scores': step_records(workdir, run.step),
+    'scores': [at_threshold_only(e, run.threshold) for e in step_records(workdir, run.step)],
     'notes': notes or '',
   }
 
@@ -283,13 +313,26 @@ def export_model(
   name: str | None = None,
   licence: str | None = None,
   notes: str | None = None,
+  threshold: float | None = None,
+  threshold_chosen_by: str | None = None,
 ) -> tuple[Path, str, dict[str, Any]]:
   """Writes the model file of a run's checkpoint (default: the newest); returns (the path,
-  its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export)."""
+  its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export).
+
+  The stored threshold is the run's (`step_threshold`) unless `threshold` is given, with
+  `threshold_chosen_by` saying how it was chosen (e.g. on held-out datasets' predictions,
+  bench/lodo.py); the card's training records then keep no "at stored threshold" figures of
+  another threshold (`crackjax.deploy.release rescore` scores the file at its own).
+
+  Raises:
+    ValueError: `threshold` outside (0, 1) or given without `threshold_chosen_by`.
+  """
   workdir, out = Path(workdir), Path(out)
+  check_threshold_override(threshold, threshold_chosen_by)
   run = load_run(workdir, step=step)
-  threshold, chosen_by = step_threshold(run, workdir)
-  run = dataclasses.replace(run, threshold=threshold, threshold_source=chosen_by)
+  if threshold is None:
+    threshold, threshold_chosen_by = step_threshold(run, workdir)
+  run = dataclasses.replace(run, threshold=threshold, threshold_source=threshold_chosen_by)
   card = model_card(run, workdir, name=name, licence=licence, notes=notes)
   predictor = plain_predictor(run)
   if dtype == 'bfloat16':  # what the file will predict: the parameters rounded
