@@ -124,15 +124,15 @@ def trained(fold: Fold) -> bool:
   return (fold.run / f'epoch_{epochs:03d}.json').exists()
 
 
-def _script(name: str) -> str:
-  """A crackjax console script: the one beside this Python (its environment's), else PATH's."""
-  beside = Path(sys.executable).parent / name
-  return str(beside) if beside.exists() else name
+# The commands by module, run by this Python: crackjax need not be installed (the GPU
+# machines import it from the checkout, scripts/lodo_gpu.sh).
+EXPORT = [sys.executable, '-m', 'crackjax.deploy.export_command']
+EVALUATE = [sys.executable, '-m', 'crackjax.trainer.evaluate_command']
 
 
 def export_command(fold: Fold, step: int) -> list[str]:
   return [
-    _script('crackjax-export'),
+    *EXPORT,
     f'--workdir={fold.run}',
     f'--step={step}',
     '--format=model',
@@ -146,7 +146,7 @@ def export_command(fold: Fold, step: int) -> list[str]:
 def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
   h = fold.held_out
   cmd = [
-    _script('crackjax-evaluate'),
+    *EVALUATE,
     f'--model={fold.run / MODEL_FILE}',
     f'--data={h}:{args.test_split}',
     f'--protocols={args.protocols}',

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The leave-one-dataset-out campaign of issue 55 (docs/models.md, "Roads never seen") in ONE call
+# of a project GPU machine (../shared/gpu/README.md: Python 3.12 + jax 0.11, no network): the
+# five held-out sets side by side, one process each (bench/lodo.py: every recipe of RECIPES
+# trained on the other four, its best validation epoch exported, the held-out test split scored
+# under strict and tolerance_thin_gt), then the table. The data is scripts/pack_roads_data.py's
+# pack (what a call can carry): its train subsets and its test parts, so this campaign is its
+# own yardstick, comparable within itself (recipes, budgets), not cell by cell with the CPU
+# campaign on the full copies (scripts/lodo.sh).
+#
+# Prepare here (once per checkout; .whl and .data are in .gitignore):
+#   bash ../shared/gpu/fetch-wheels.sh; python scripts/pack_roads_data.py
+# Try it here first (minutes: the `smoke` budget on a tiny pack made from the copies here):
+#   TINY=1 bash scripts/lodo_gpu.sh
+# On the GPU, one call:
+#   device run: command="bash scripts/lodo_gpu.sh", carry=[".whl", ".data"], timeout_s=600
+# What comes back in $OUT: log.txt, lodo_gpu.md / .json (the table, bench/lodo.py --out) and
+# lodo_gpu_runs.tar.gz (every fold's records: epochs, held-out eval.json, logs; no checkpoints
+# or model files), packed after the folds and on the way out.
+# Environment knobs: RECIPES ('base photometric'), BUDGET (long; TINY: smoke), HELD_OUT (the
+# five), LIMIT_MINUTES=8 (each held-out set's process: SIGTERM then, its finished folds kept),
+# MEM_FRACTION=0.15 (each process's share of the GPU's memory), DATA=.data/roads (the pack),
+# OUT=<the device tool's output folder>, WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY: the
+# copies the tiny pack is made from).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# --help prints the comment above; the settings are environment variables, not arguments.
+. scripts/script_help.sh
+script_help "usage: [RECIPES='base photometric' BUDGET=long TINY=1 LIMIT_MINUTES=8 DATA=...] bash scripts/lodo_gpu.sh" "$@"
+RECIPES=${RECIPES:-base photometric}
+OUT=${OUT:-/tmp/lodo_gpu_out}
+WORK=${WORK:-/tmp/lodo_gpu}
+LIMIT_MINUTES=${LIMIT_MINUTES:-8}
+MEM_FRACTION=${MEM_FRACTION:-0.15}
+HELD_OUT=${HELD_OUT:-crackforest deepcrack crack500 gaps384 aiglern_trimm}
+if [ "${TINY:-0}" = 1 ]; then
+  BUDGET=${BUDGET:-smoke}
+  DATA=${DATA:-$WORK/tiny_pack}
+else
+  BUDGET=${BUDGET:-long}
+  DATA=${DATA:-.data/roads}
+fi
+export TFDS_DATA_DIR=${TFDS_DATA_DIR:-$WORK/tfds}
+mkdir -p "$OUT" "$WORK"
+# The folds' records (not their checkpoints or model files, too large to come back).
+pack_records() {
+  (cd "$WORK" && find . -path ./tfds -prune -o -path ./tiny_pack -prune -o -name checkpoints -prune \
+    -o -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.csv' -o -name '*.md' -o -name '*.log' \) \
+    -print0 | tar -czf "$OUT/lodo_gpu_runs.tar.gz" --null -T -) || true
+}
+trap pack_records EXIT
+exec > >(tee -a "$OUT/log.txt") 2>&1
+echo "lodo_gpu.sh: recipes '$RECIPES', budget $BUDGET, held out '$HELD_OUT', data $DATA, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%F %T UTC')"
+T0=$(date +%s)
+clock() { echo "[$1: $(($(date +%s) - T0)) s]"; }
+
+if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
+python3 -c 'import jax; print("jax", jax.__version__, jax.devices())'
+if [ "${TINY:-0}" = 1 ] && [ ! -d "$DATA" ]; then
+  python3 scripts/pack_roads_data.py --tiny --out="$DATA" \
+    --crackforest="${CRACKFOREST:-../shared/datasets/crackforest}" --public="${PUBLIC:-/work/data/Datasets}"
+fi
+DATA=$(cd "$DATA" && pwd)
+
+# Prepared once, before the folds: five processes preparing one TFDS folder at once would race.
+DATA="$DATA" BUDGET="$BUDGET" python3 - <<'EOF'
+import os
+
+from crackjax.configs import lodo
+from crackjax.data import mixture
+
+# Two folds' configs hold every member (each leaves one out), with the budget's split names.
+for held_out in lodo.MEMBERS[:2]:
+  data = lodo.get_config(f'{held_out},base,{os.environ["BUDGET"]}').data
+  data.data_dir = os.environ['TFDS_DATA_DIR']
+  for name in data.mix:
+    folder = 'crackforest' if name in lodo.roads_unet_cpu.CRACKFOREST_MEMBERS else 'Datasets'
+    data.mix[name].manual_dir = os.path.join(os.environ['DATA'], folder)
+  for builder in mixture.prepare(data.to_dict()):
+    counts = ', '.join(f'{s} {v.num_examples}' for s, v in sorted(builder.info.splits.items()))
+    print(f'prepared {builder.name}: {counts}')
+EOF
+clock prepare
+
+recipes=$(echo $RECIPES | tr ' ' ',')
+COMMON=(--recipes="$recipes" --budget="$BUDGET" --work="$WORK" --crackforest="$DATA/crackforest"
+  --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2)
+pids=()
+for held_out in $HELD_OUT; do
+  # SIGTERM at the limit: the training saves its checkpoint; the folds finished are kept.
+  XLA_PYTHON_CLIENT_MEM_FRACTION=$MEM_FRACTION PYTHONUNBUFFERED=1 timeout --signal=TERM \
+    --kill-after=30 "$((60 * LIMIT_MINUTES))" python3 bench/lodo.py "${COMMON[@]}" \
+    --held_out="$held_out" > "$WORK/lodo_$held_out.log" 2>&1 &
+  pids+=("$held_out:$!")
+done
+for entry in "${pids[@]}"; do
+  set +e
+  wait "${entry#*:}"
+  code=$?
+  set -e
+  echo "held out ${entry%%:*}: exit code $code ($(grep -c '^+ ' "$WORK/lodo_${entry%%:*}.log") commands); $(clock folds)"
+  [ "$code" = 0 ] || tail -n 5 "$WORK/lodo_${entry%%:*}.log"
+done
+pack_records
+held=$(echo $HELD_OUT | tr ' ' ',')
+python3 bench/lodo.py "${COMMON[@]}" --held_out="$held" --stages=none --out="$OUT/lodo_gpu"
+clock table
