@@ -103,7 +103,7 @@ for entry in "${pids[@]}"; do
   wait "${entry#*:}"
   code=$?
   set -e
-  echo "held out ${entry%%:*}: exit code $code ($(grep -c '^+ ' "$WORK/lodo_${entry%%:*}.log") commands); $(clock folds)"
+  echo "held out ${entry%%:*}: exit code $code ($(grep --count '^+ ' "$WORK/lodo_${entry%%:*}.log") commands); $(clock folds)"
   [ "$code" = 0 ] || tail -n 5 "$WORK/lodo_${entry%%:*}.log"
 done
 pack_records

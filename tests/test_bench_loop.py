@@ -221,6 +221,7 @@ SHELL_SCRIPTS = (
   'scripts/reproduce_gpu.sh',
   'scripts/release_gpu.sh',
   'scripts/release_roads_gpu.sh',
+  'scripts/lodo_gpu.sh',
 )
 
 

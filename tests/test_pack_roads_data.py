@@ -149,3 +149,41 @@ def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   assert 'bfloat16' in card
   # TFDS prepared the pack under WORK, not in the home folder.
   assert (tmp_path / 'work' / 'tfds' / 'crack500').is_dir()
+
+
+@pytest.mark.slow
+def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
+  """scripts/lodo_gpu.sh with TINY=1 (about 3 min): two held-out sets side by side, each fold
+  trained on the tiny pack's other four, exported and scored on its held-out test part; the
+  table and the folds' records come back, no checkpoint or model file among them."""
+  import tarfile
+
+  crackforest, public = sources
+  done, log = fixtures.run_gpu_script(
+    'scripts/lodo_gpu.sh',
+    tmp_path,
+    timeout=600,
+    TINY='1',
+    RECIPES='base',
+    HELD_OUT='crackforest aiglern_trimm',
+    CRACKFOREST=str(crackforest),
+    PUBLIC=str(public),
+    TFDS_DATA_DIR=None,
+  )
+  assert done.returncode == 0, log[-4000:]
+  assert 'held out crackforest: exit code 0' in log and 'held out aiglern_trimm: exit code 0' in log
+  out = tmp_path / 'out'
+  assert sorted(p.name for p in out.iterdir()) == [
+    'lodo_gpu.json',
+    'lodo_gpu.md',
+    'lodo_gpu_runs.tar.gz',
+    'log.txt',
+  ]
+  table = json.loads((out / 'lodo_gpu.json').read_text())
+  scored = table['rows']['base (smoke)']
+  assert set(scored) == {'crackforest', 'aiglern_trimm'}
+  assert all(0 <= s['strict']['stored'] <= 100 for s in scored.values())
+  with tarfile.open(out / 'lodo_gpu_runs.tar.gz') as tar:
+    names = tar.getnames()
+  assert './base_smoke/aiglern_trimm/heldout/aiglern_trimm_test/eval.json' in names
+  assert not [n for n in names if 'checkpoints' in n or n.endswith('.safetensors')]
