@@ -64,10 +64,19 @@ RECIPES: dict[str, dict] = {
 
 #: Fixed training lengths (steps per epoch, epochs). ``short`` ranks recipes (about 8 minutes
 #: of training a fold on a 2-core CPU); ``long`` checks that the ranking holds and makes the
-#: final figure; ``smoke`` is for tests.
+#: final figure; ``gpu`` is the GPU-made `roads-unet`'s model and batch (configs/release/
+#: roads_unet.py: widths 32...512, batch 16) for 4 of its epochs, its five folds side by side in
+#: one GPU call (scripts/lodo_gpu.sh); ``smoke`` is for tests.
 BUDGETS: dict[str, dict] = {
   'short': {'steps_per_epoch': 250, 'num_epochs': 4},
   'long': {'steps_per_epoch': 500, 'num_epochs': 12},
+  'gpu': {
+    'steps_per_epoch': 2000,
+    'num_epochs': 4,
+    'batch_size': 16,
+    'log_every_steps': 100,
+    'model': {'widths': (32, 64, 128, 256, 512)},
+  },
   'smoke': {'steps_per_epoch': 2, 'num_epochs': 2},
 }
 

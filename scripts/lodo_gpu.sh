@@ -17,11 +17,16 @@
 # What comes back in $OUT: log.txt, lodo_gpu.md / .json (the table, bench/lodo.py --out) and
 # lodo_gpu_runs.tar.gz (every fold's records: epochs, held-out eval.json, logs; no checkpoints
 # or model files), packed after the folds and on the way out.
-# Environment knobs: RECIPES ('base photometric'), BUDGET (long; TINY: smoke), HELD_OUT (the
-# five), LIMIT_MINUTES=8 (each held-out set's process: SIGTERM then, its finished folds kept),
-# MEM_FRACTION=0.15 (each process's share of the GPU's memory), DATA=.data/roads (the pack),
-# OUT=<the device tool's output folder>, WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY: the
-# copies the tiny pack is made from).
+# Environment knobs: RECIPES ('base photometric'), BUDGET (long; gpu: the GPU-made
+# roads-unet's widths and batch for 8,000 steps, with RECIPES=base; TINY: smoke), HELD_OUT
+# (the five), LIMIT_MINUTES=8 (each held-out set's process: SIGTERM then, its finished folds
+# kept), MEM_FRACTION=0.15 (each process's share of the GPU's memory), DATA=.data/roads (the
+# pack), OUT=<the device tool's output folder>, WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY:
+# the copies the tiny pack is made from).
+# Not yet timed on a GPU (28 Nov 2026: the session's device time ran out first). One
+# roads-unet run alone went 54 steps/s on an H200 at the gpu budget's widths and batch, with
+# its loader on the host: five side by side share 16 cores, so try BUDGET=gpu RECIPES=base
+# first and read the steps/s of lodo_*.log in the records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --help prints the comment above; the settings are environment variables, not arguments.

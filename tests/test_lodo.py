@@ -58,6 +58,23 @@ def test_plan_holds_each_member_out_once(tmp_path):
   assert bad.returncode == 2 and "unknown recipe ['magic']" in bad.stderr
 
 
+def test_the_gpu_budget_is_the_gpu_models_recipe_without_the_held_out_member():
+  """configs/lodo.py's ``gpu`` budget (scripts/lodo_gpu.sh) differs from the GPU-made
+  roads-unet's config (configs/release/roads_unet.py) only by the member left out and the
+  number of epochs: its LODO figure is that recipe's."""
+  from crackjax.configs import lodo
+  from crackjax.configs.release import roads_unet
+
+  release = roads_unet.get_config().to_dict()
+  for held_out in lodo.MEMBERS:
+    fold = lodo.get_config(f'{held_out},base,gpu').to_dict()
+    assert list(fold['data']['mix']) == sorted(m for m in lodo.MEMBERS if m != held_out)
+    fold['data']['mix'][held_out] = release['data']['mix'][held_out]
+    differ = {k for k in release if release[k] != fold[k]}
+    assert differ == {'num_epochs', 'max_checkpoints_to_keep'}, held_out
+    assert fold['num_epochs'] * fold['steps_per_epoch'] == 8000
+
+
 def _args(lodo, **kw):
   return lodo_args(
     crackforest='CF',
