@@ -45,8 +45,18 @@ PHOTOMETRIC = {
   'noise_std': 0.04,
 }
 
+#: sqrt of each member's train split size (the cropped copies' crops, CrackForest's 58 photos),
+#: rounded: the ``sqrt_size`` recipe's sampling weights.
+SQRT_SIZE_WEIGHTS = {
+  'crackforest': 7.6,
+  'deepcrack': 53.9,
+  'crack500': 72.6,
+  'gaps384': 30.7,
+  'aiglern_trimm': 12.3,
+}
+
 #: The recipes under comparison: config overrides (ConfigDict.update semantics) on top of
-#: roads-unet-cpu's.
+#: roads-unet-cpu's, applied before the held-out member leaves the mixture.
 RECIPES: dict[str, dict] = {
   # roads-unet-cpu's recipe as released.
   'base': {},
@@ -60,6 +70,12 @@ RECIPES: dict[str, dict] = {
     'augment': {'photometric': PHOTOMETRIC},
     'data': {'scale_range': (0.5, 2.0)},
   },
+  # Each member sampled in proportion to the square root of its train split's size (58 photos,
+  # 2,908, 5,270, 942 and 152 crops), between every set alike (base) and every crop alike.
+  'sqrt_size': {'data': {'mix': {m: {'weight': w} for m, w in SQRT_SIZE_WEIGHTS.items()}}},
+  # Larger crops for more context (256x256) and a quarter of the budget's batch (get_config):
+  # the same pixels per step; photos smaller than the crop are mirrored up, as they are today.
+  'crop256': {'data': {'input_size': (256, 256)}},
 }
 
 #: Fixed training lengths (steps per epoch, epochs). ``short`` ranks recipes (about 8 minutes
@@ -108,10 +124,12 @@ def parse_arg(arg: str | None) -> tuple[str, str, str]:
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   held_out, recipe, budget = parse_arg(arg)
   c = roads_unet_cpu.get_config()
-  with c.data.mix.unlocked():
-    del c.data.mix[held_out]
   c.update(RECIPES[recipe])
   c.update(BUDGETS[budget])
+  with c.data.mix.unlocked():
+    del c.data.mix[held_out]
+  if recipe == 'crop256':  # 4x the pixels per crop: a quarter of the crops per step
+    c.batch_size = max(1, c.batch_size // 4)
   c.max_checkpoints_to_keep = c.num_epochs
   if budget == 'smoke':
     c.model.widths = (4, 8, 16, 32, 64)

@@ -146,3 +146,26 @@ def test_lodo_plan():
   for bad in ('', 'nowhere', 'crack500,nothing', 'crack500,base,forever'):
     with pytest.raises(ValueError, match='configs/lodo.py'):
       lodo.get_config(bad)
+
+
+@pytest.mark.parametrize('recipe', list(lodo.RECIPES))
+def test_every_lodo_recipe_is_a_valid_config_of_every_fold(recipe):
+  """Each recipe of configs/lodo.py (the recipes' changes applied before the held-out member
+  leaves the mixture) passes the config checks for every held-out member and budget."""
+  for held_out in lodo.MEMBERS:
+    for budget in lodo.BUDGETS:
+      c = lodo.get_config(f'{held_out},{recipe},{budget}')
+      assert held_out not in c.data.mix, (held_out, recipe, budget)
+      validation.check_config(c, training=False)
+
+
+def test_the_sample_weight_and_crop_recipes():
+  weighted = lodo.get_config('crackforest,sqrt_size,short')
+  assert {m: weighted.data.mix[m].weight for m in weighted.data.mix} == {
+    m: w for m, w in lodo.SQRT_SIZE_WEIGHTS.items() if m != 'crackforest'
+  }
+  for budget in ('short', 'gpu'):
+    crop, plain = (lodo.get_config(f'gaps384,{r},{budget}') for r in ('crop256', 'base'))
+    assert crop.data.input_size == (256, 256) and plain.data.input_size == (128, 128)
+    # The same pixels per step as the base recipe at that budget.
+    assert crop.batch_size * 256**2 == plain.batch_size * 128**2
