@@ -30,6 +30,10 @@ Fields:
     as stored, nothing drawn.
   data.noise_std: std of Gaussian noise the loader adds to training images in [0, 1] before
     augmentation (0 = none; AigleRN uses 0.1, i.e. variance 0.01).
+  data.jpeg_probability / data.jpeg_quality: each training crop is, with this probability,
+    JPEG-compressed at a quality drawn uniformly from jpeg_quality (low, high), 1...100, and
+    decoded again (the blocks and ringing of other cameras' files); the mask is untouched.
+    0.0: never, nothing drawn.
   augment: random affine applied to image and mask together inside the train step (Keras
     ImageDataGenerator semantics of the zhixuhao/unet recipe the paper follows):
     rotation_range (degrees), width_shift_range / height_shift_range (fraction of size),
@@ -142,6 +146,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.input_size = ml_collections.FieldReference(None, field_type=tuple)
   c.data.scale_range = (1.0, 1.0)
   c.data.noise_std = 0.0
+  c.data.jpeg_probability = 0.0
+  c.data.jpeg_quality = (30, 95)
 
   c.augment = ml_collections.ConfigDict()
   c.augment.enabled = True

@@ -70,6 +70,8 @@ RECIPES: dict[str, dict] = {
     'augment': {'photometric': PHOTOMETRIC},
     'data': {'scale_range': (0.5, 2.0)},
   },
+  # Half the training crops JPEG-compressed at a quality in [30, 95] and decoded again.
+  'jpeg': {'data': {'jpeg_probability': 0.5, 'jpeg_quality': (30, 95)}},
   # Each member sampled in proportion to the square root of its train split's size (58 photos,
   # 2,908, 5,270, 942 and 152 crops), between every set alike (base) and every crop alike.
   'sqrt_size': {'data': {'mix': {m: {'weight': w} for m, w in SQRT_SIZE_WEIGHTS.items()}}},

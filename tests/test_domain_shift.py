@@ -125,6 +125,56 @@ def test_scale_range_resizes_before_the_crop():
   np.testing.assert_array_equal(again['image'], first['image'])
 
 
+def test_jpeg_recompression_changes_the_image_only_and_is_seeded():
+  rng = np.random.default_rng(1)
+  # A smooth photo with a sharp dark crack: JPEG blurs and rings around the edge.
+  image = np.full((64, 64, 3), 140, np.uint8) + rng.integers(0, 20, (64, 64, 3), dtype=np.uint8)
+  image[:, 30:32] = 20
+  mask = np.zeros((64, 64, 1), np.uint8)
+  mask[:, 30:32] = 1
+  source = _Source([{'image': image, 'mask': mask, 'name': b'a'}])
+  kw = dict(seed=0, input_size=(32, 32), noise_std=0.0)
+  plain = loader.load_example(source, 0, 5, **kw)
+  never = loader.load_example(source, 0, 5, **kw, jpeg=(0.0, 30, 95))
+  np.testing.assert_array_equal(plain['image'], never['image'])  # nothing drawn when never
+  ex = loader.load_example(source, 0, 5, **kw, jpeg=(1.0, 5, 5))
+  assert ex['image'].shape == (32, 32, 3) and ex['image'].dtype == np.float32
+  assert 0.0 <= ex['image'].min() and ex['image'].max() <= 1.0
+  assert np.abs(ex['image'] - plain['image']).max() > 8 / 255  # quality 5 visibly changes it
+  np.testing.assert_array_equal(ex['mask'], plain['mask'])  # the crop and the mask as without
+  again = loader.load_example(source, 0, 5, **kw, jpeg=(1.0, 5, 5))
+  np.testing.assert_array_equal(again['image'], ex['image'])
+  # Quality 95 stays close; the share compressed follows the probability.
+  smooth = np.broadcast_to(np.linspace(60, 200, 64, dtype=np.uint8)[None, :, None], (64, 64, 3))
+  smooth = np.ascontiguousarray(smooth)
+  smooth[:, 30:32] = 20
+  error = {q: np.abs(loader.recompress(smooth, q).astype(int) - smooth).mean() for q in (5, 95)}
+  assert loader.recompress(smooth, 95).shape == smooth.shape and error[95] < error[5] / 2
+  changed = [
+    not np.array_equal(
+      loader.load_example(source, 0, i, **kw, jpeg=(0.5, 5, 5))['image'],
+      loader.load_example(source, 0, i, **kw)['image'],
+    )
+    for i in range(40)
+  ]
+  assert 10 < sum(changed) < 30
+
+
+def test_jpeg_fields_checked_and_old_runs_keep_their_fingerprint():
+  c = lodo.get_config('crack500,jpeg,smoke')
+  c.data.jpeg_probability = 1.5
+  c.data.jpeg_quality = (90, 30)
+  with pytest.raises(validation.ConfigError) as e:
+    validation.check_config(c)
+  assert 'data.jpeg_probability=1.5' in str(e.value)
+  assert 'data.jpeg_quality=(90, 30)' in str(e.value)
+  new = base.get_config().to_dict()
+  old = {**new, 'data': {k: v for k, v in new['data'].items() if not k.startswith('jpeg_')}}
+  assert identity.fingerprint(old) == identity.fingerprint(new)
+  fp = identity.fingerprint(lodo.get_config('gaps384,jpeg,smoke').to_dict())
+  assert fp['data.jpeg_probability'] == 0.5 and fp['data.jpeg_quality'] == [30, 95]
+
+
 def test_old_runs_keep_their_fingerprint():
   c = base.get_config().to_dict()
   old = {**c, 'data': {k: v for k, v in c['data'].items() if k != 'scale_range'}}

@@ -14,6 +14,7 @@ The loader reads plain data: a `LoaderSpec` (derived once from the config by
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ class LoaderSpec:
     crop_size: (H, W) of the random training crops (`crop_size`); None: whole images.
     noise_std: std of the Gaussian noise added to training images (``config.data.noise_std``).
     scale_range: (low, high) of the random resize before the crop (`scale_range`).
+    jpeg: (probability, lowest quality, highest quality) of the JPEG re-compression of a
+      crop (`jpeg`); probability 0: none.
     dataset: the dataset's name (``config.data.name``), for messages.
     train_split: the train split's name (``config.data.train_split``), for messages.
   """
@@ -49,6 +52,7 @@ class LoaderSpec:
   crop_size: tuple[int, int] | None = None
   noise_std: float = 0.0
   scale_range: tuple[float, float] = (1.0, 1.0)
+  jpeg: tuple[float, int, int] = (0.0, 30, 95)
   dataset: str = ''
   train_split: str = 'train'
 
@@ -70,6 +74,24 @@ def scale_range(data: Mapping[str, Any]) -> tuple[float, float]:
   config from before the field has none: (1.0, 1.0), as stored."""
   low, high = data.get('scale_range') or (1.0, 1.0)
   return float(low), float(high)
+
+
+def jpeg(data: Mapping[str, Any]) -> tuple[float, int, int]:
+  """(probability, low, high) of ``config.data.jpeg_probability`` / ``jpeg_quality`` of the
+  ``data`` group `data` (plain data); a recorded config from before the fields has none:
+  (0.0, 30, 95), never."""
+  low, high = data.get('jpeg_quality') or (30, 95)
+  return float(data.get('jpeg_probability') or 0.0), int(low), int(high)
+
+
+def recompress(image: np.ndarray, quality: int) -> np.ndarray:
+  """uint8 H x W x 3 `image` JPEG-encoded at `quality` (PIL, 4:2:0 as most cameras) and
+  decoded again."""
+  buffer = io.BytesIO()
+  PIL.Image.fromarray(image).save(buffer, format='JPEG', quality=int(quality))
+  buffer.seek(0)
+  with PIL.Image.open(buffer) as decoded:
+    return np.asarray(decoded.convert('RGB'))
 
 
 def _rescale(image: np.ndarray, mask: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -102,8 +124,10 @@ def load_example(
   input_size: tuple[int, int] | None,
   noise_std: float,
   scale_range: tuple[float, float] = (1.0, 1.0),
+  jpeg: tuple[float, int, int] = (0.0, 30, 95),
 ) -> dict[str, np.ndarray]:
-  """Reads one training record; scale, crop and noise are seeded by (seed, stream position).
+  """Reads one training record; scale, crop, JPEG and noise are seeded by (seed, stream
+  position).
 
   A record is first resized by a factor drawn log-uniformly from `scale_range` (nothing drawn
   for (1, 1)) times, in a mixture (`mixture.MixedSource`), its member's ``scale``, and
@@ -134,6 +158,9 @@ def load_example(
     left = int(rng.integers(0, w - tw + 1))
     image = image[top : top + th, left : left + tw]
     mask = mask[top : top + th, left : left + tw]
+  probability, low, high = jpeg
+  if probability > 0 and rng.random() < probability:  # nothing drawn when never
+    image = recompress(image, int(rng.integers(low, high + 1)))
   image = image.astype(np.float32) / 255.0
   if noise_std > 0:
     image = np.clip(image + rng.normal(0.0, noise_std, image.shape).astype(np.float32), 0.0, 1.0)
@@ -209,6 +236,7 @@ def create_train_iterator(
   seed = int(spec.seed)
   noise_std = float(spec.noise_std or 0.0)
   scales = tuple(spec.scale_range)
+  jpeg_rule = tuple(spec.jpeg)
   if len(source) == 0:
     raise ValueError(f'Split {spec.train_split!r} of {spec.dataset!r} is empty.')
 
@@ -223,6 +251,7 @@ def create_train_iterator(
           input_size=input_size,
           noise_std=noise_std,
           scale_range=scales,
+          jpeg=jpeg_rule,
         )
         for position, record in group
       ]

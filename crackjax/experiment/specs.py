@@ -67,6 +67,7 @@ def loader_spec_of(config: Config) -> loader.LoaderSpec:
     crop_size=loader.crop_size(data),
     noise_std=float(data.get('noise_std', 0.0) or 0.0),
     scale_range=loader.scale_range(data),
+    jpeg=loader.jpeg(data),
     dataset=str(data.get('name', '')),
     train_split=str(data.get('train_split', 'train')),
   )

@@ -152,6 +152,7 @@ def _data_problems(c: specs.Plain) -> list[str]:
       problems.append(f'config.data.folder.mask_threshold={threshold!r} must be in (0, 1).')
   problems += _positive(c, 'data.noise_std', minimum=0, integer=False)
   problems += _scale_range_problems(data.get('scale_range', (1.0, 1.0)))
+  problems += _jpeg_problems(data)
   for name in (
     'rotation_range',
     'width_shift_range',
@@ -178,6 +179,28 @@ def _scale_range_problems(value: Any) -> list[str]:
     f'config.data.scale_range={value!r} must be (low, high) with 0 < low <= high <= 16 * low '
     '(e.g. (0.5, 2.0); (1.0, 1.0): photos as stored).'
   ]
+
+
+def _jpeg_problems(data: Mapping[str, Any]) -> list[str]:
+  """``data.jpeg_probability`` in [0, 1]; ``data.jpeg_quality`` (low, high), integers with
+  1 <= low <= high <= 100."""
+  problems = []
+  p = data.get('jpeg_probability', 0.0)
+  if not isinstance(p, int | float) or isinstance(p, bool) or not 0 <= p <= 1:
+    problems.append(f'config.data.jpeg_probability={p!r} must be in [0, 1] (0: never).')
+  q = data.get('jpeg_quality', (30, 95))
+  ok = (
+    isinstance(q, tuple | list)
+    and len(q) == 2
+    and all(isinstance(v, int) and not isinstance(v, bool) for v in q)
+    and 1 <= q[0] <= q[1] <= 100
+  )
+  if not ok:
+    problems.append(
+      f'config.data.jpeg_quality={q!r} must be (low, high), integers with 1 <= low <= high '
+      '<= 100 (e.g. (30, 95)).'
+    )
+  return problems
 
 
 def _input_size_problems(c: specs.Plain, model: nn.Module | None) -> list[str]:

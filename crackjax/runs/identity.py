@@ -118,6 +118,8 @@ def _neutral(flat: Mapping[str, Any]) -> set[str]:
   out = {k for k, v in _NEUTRAL.items() if k in flat and flat[k] == v}
   if not flat.get(f'{_PHOTOMETRIC}.enabled'):
     out |= {k for k in flat if k.startswith(f'{_PHOTOMETRIC}.')}
+  if not flat.get('data.jpeg_probability'):  # never: its quality range computes nothing
+    out |= {k for k in ('data.jpeg_probability', 'data.jpeg_quality') if k in flat}
   return out
 
 
