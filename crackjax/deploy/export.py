@@ -341,8 +341,8 @@ def export_model_file(
 ) -> tuple[Path, str, dict[str, Any]]:
   """Writes a run's checkpoint as a model file (`crackjax.deploy.model_export.export_model`,
   whose keyword `options` it takes: step, dtype, name, licence, notes, threshold,
-  threshold_chosen_by); returns (the path, its
-  SHA-256, its metadata). Same refusals as `export_run`."""
+  threshold_chosen_by); returns (the path, its SHA-256, its metadata). Same refusals as
+  `export_run`."""
   from crackjax.deploy import model_export
 
   out = Path(out)
