@@ -59,13 +59,7 @@ echo "lodo_gpu.sh: recipes '$RECIPES', budget $BUDGET, held out '$HELD_OUT', dat
 T0=$(date +%s)
 clock() { echo "[$1: $(($(date +%s) - T0)) s]"; }
 
-if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-python3 -c 'import jax; print("jax", jax.__version__, jax.devices())'
+gpu_python
 if [ "${TINY:-0}" = 1 ] && [ ! -d "$DATA" ]; then
   python3 scripts/pack_roads_data.py --tiny --out="$DATA" \
     --crackforest="${CRACKFOREST:-../shared/datasets/crackforest}" --public="${PUBLIC:-/work/data/Datasets}"

@@ -63,13 +63,7 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "release_gpu.sh: STAGES='$STAGES' config $CONFIG$ARG, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%F %T UTC')"
 
 if has train || has export; then
-  if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-  fi
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  python3 -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__, jax.devices())'
+  gpu_python
 fi
 
 if has train; then

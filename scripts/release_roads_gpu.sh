@@ -83,13 +83,7 @@ echo "release_roads_gpu.sh: STAGES='$STAGES' config $CONFIG$ARG, data $DATA, com
 clock() { echo "[$1: $(($(date +%s) - T0)) s]"; }
 
 if [ "$GPU_STAGES" = 1 ]; then
-  if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-  fi
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  python3 -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__, jax.devices())'
+  gpu_python
 fi
 if [ "${TINY:-0}" = 1 ] && [ ! -d "$DATA" ]; then
   # The tiny pack: a few images of every split of the copies here (or fake ones in a test).

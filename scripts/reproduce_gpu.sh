@@ -64,13 +64,7 @@ fi
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 
-if [ -d .whl ] && ! python3 -c 'import tensorflow_datasets, grain, ml_collections' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-python3 -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__, jax.devices())'
+gpu_python
 # GPU utilisation and memory every 5 s: does the GPU wait for the loop?
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 \
