@@ -69,20 +69,15 @@ DATA=$(cd "$DATA" && pwd)
 # Prepared once, before the folds: five processes preparing one TFDS folder at once would race.
 DATA="$DATA" BUDGET="$BUDGET" python3 - <<'EOF'
 import os
+import runpy
 
 from crackjax.configs import lodo
-from crackjax.data import mixture
 
+prepare = runpy.run_path('scripts/pack_roads_data.py')['prepare']
 # Two folds' configs hold every member (each leaves one out), with the budget's split names.
 for held_out in lodo.MEMBERS[:2]:
-  data = lodo.get_config(f'{held_out},base,{os.environ["BUDGET"]}').data
-  data.data_dir = os.environ['TFDS_DATA_DIR']
-  for name in data.mix:
-    folder = 'crackforest' if name in lodo.roads_unet_cpu.CRACKFOREST_MEMBERS else 'Datasets'
-    data.mix[name].manual_dir = os.path.join(os.environ['DATA'], folder)
-  for builder in mixture.prepare(data.to_dict()):
-    counts = ', '.join(f'{s} {v.num_examples}' for s, v in sorted(builder.info.splits.items()))
-    print(f'prepared {builder.name}: {counts}')
+  config = lodo.get_config(f'{held_out},base,{os.environ["BUDGET"]}')
+  prepare(config.data, os.environ['DATA'], os.environ['TFDS_DATA_DIR'])
 EOF
 clock prepare
 

@@ -253,6 +253,23 @@ def report(record: dict, out: Path, repo: Path = REPO) -> str:
   return '\n'.join(lines)
 
 
+def prepare(data, pack_dir: str, data_dir: str) -> None:
+  """The members of mixture config group `data` (a ConfigDict) prepared as TFDS data in
+  `data_dir` from a pack at `pack_dir` (its crackforest/ and Datasets/ folders, the builders'
+  layouts); prints each builder's split counts. The one-call GPU scripts' prepare step
+  (scripts/release_roads_gpu.sh, scripts/lodo_gpu.sh), on the GPU machine."""
+  from crackjax.configs.release import roads_unet_cpu
+  from crackjax.data import mixture
+
+  data.data_dir = data_dir
+  for name in data.mix:
+    folder = 'crackforest' if name in roads_unet_cpu.CRACKFOREST_MEMBERS else 'Datasets'
+    data.mix[name].manual_dir = str(Path(pack_dir) / folder)
+  for builder in mixture.prepare(data.to_dict()):
+    counts = ', '.join(f'{s} {v.num_examples}' for s, v in sorted(builder.info.splits.items()))
+    print(f'prepared {builder.name}: {counts}')
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', type=Path, default=REPO / '.data' / 'roads')

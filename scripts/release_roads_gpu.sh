@@ -100,19 +100,13 @@ if has prepare; then
   T0=$(date +%s)
   CONFIG_ARG=${ARG#:} DATA="$DATA" python3 - <<'EOF' | tee "$WORK/prepare.log"
 import os
+import runpy
 
 from crackjax.configs.release import roads_unet
-from crackjax.data import mixture
 
+prepare = runpy.run_path('scripts/pack_roads_data.py')['prepare']
 config = roads_unet.get_config(os.environ['CONFIG_ARG'] or None)
-data = config.data
-data.data_dir = os.environ['TFDS_DATA_DIR']
-for name in data.mix:
-  folder = 'crackforest' if name in roads_unet.CRACKFOREST_MEMBERS else 'Datasets'
-  data.mix[name].manual_dir = os.path.join(os.environ['DATA'], folder)
-for builder in mixture.prepare(data.to_dict()):
-  counts = ', '.join(f'{s} {v.num_examples}' for s, v in sorted(builder.info.splits.items()))
-  print(f'prepared {builder.name}: {counts}')
+prepare(config.data, os.environ['DATA'], os.environ['TFDS_DATA_DIR'])
 EOF
   clock prepare
   pack_records

@@ -6,6 +6,7 @@ TINY stages of the data and the table row run on a fake CrackForest."""
 import ast
 import gzip
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -21,8 +22,8 @@ from tests import fixtures
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
+def _load(name: str, folder: str = 'bench'):
+  spec = importlib.util.spec_from_file_location(f'{folder}_{name}', REPO / folder / f'{name}.py')
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -240,7 +241,11 @@ def _python_snippets(script: str) -> list[tuple[str, str]]:
   found += [(f'{script} -c', body) for body in re.findall(r"-c '([^']*)'", text)]
   for _where, code in list(found):
     for path, name in re.findall(r"run_path\('([^']+)'\)\['(\w+)'\]", code):
-      found.append((f'{path} {name}', getattr(_load(Path(path).stem), name)))
+      value = getattr(_load(Path(path).stem, Path(path).parent.name), name)
+      # A string of code (PREPARE_CODE) or a function (its source: its imports run too).
+      found.append(
+        (f'{path} {name}', value if isinstance(value, str) else inspect.getsource(value))
+      )
   return found
 
 
@@ -256,7 +261,7 @@ def test_gpu_scripts_run_what_exists(script):
   assert len(snippets) >= (4 if script.startswith('bench') else 3), snippets
   for where, code in snippets:
     tree = ast.parse(code, filename=where)
-    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     try:
       exec(compile(ast.Module(body=imports, type_ignores=[]), where, 'exec'), {})
     except ImportError as e:

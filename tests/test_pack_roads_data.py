@@ -112,6 +112,22 @@ def test_tiny_pack_and_its_report(sources, tmp_path, capsys):
   assert 'limit 64 MiB' in printed
 
 
+def _run_tiny(script: str, sources, tmp_path, **env: str):
+  """A one-call GPU script with TINY=1 on this CPU, its tiny pack made from the fake copies
+  `sources`, TFDS data under its WORK."""
+  crackforest, public = sources
+  return fixtures.run_gpu_script(
+    script,
+    tmp_path,
+    timeout=600,
+    TINY='1',
+    CRACKFOREST=str(crackforest),
+    PUBLIC=str(public),
+    TFDS_DATA_DIR=None,
+    **env,
+  )
+
+
 @pytest.mark.slow
 def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   """scripts/release_roads_gpu.sh with TINY=1 (about 2 min): the tiny pack of the fake copies,
@@ -119,16 +135,7 @@ def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   its card holds the file's own test scores of every dataset."""
   from crackjax.models import model_file
 
-  crackforest, public = sources
-  done, log = fixtures.run_gpu_script(
-    'scripts/release_roads_gpu.sh',
-    tmp_path,
-    timeout=600,
-    TINY='1',
-    CRACKFOREST=str(crackforest),
-    PUBLIC=str(public),
-    TFDS_DATA_DIR=None,
-  )
+  done, log = _run_tiny('scripts/release_roads_gpu.sh', sources, tmp_path)
   assert done.returncode == 0, log[-4000:]
   assert 'train exit code 0' in log and '<- best' in log and '[finish: ' in log
   out = tmp_path / 'out'
@@ -158,17 +165,8 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   table and the folds' records come back, no checkpoint or model file among them."""
   import tarfile
 
-  crackforest, public = sources
-  done, log = fixtures.run_gpu_script(
-    'scripts/lodo_gpu.sh',
-    tmp_path,
-    timeout=600,
-    TINY='1',
-    RECIPES='base',
-    HELD_OUT='crackforest aiglern_trimm',
-    CRACKFOREST=str(crackforest),
-    PUBLIC=str(public),
-    TFDS_DATA_DIR=None,
+  done, log = _run_tiny(
+    'scripts/lodo_gpu.sh', sources, tmp_path, RECIPES='base', HELD_OUT='crackforest aiglern_trimm'
   )
   assert done.returncode == 0, log[-4000:]
   assert 'held out crackforest: exit code 0' in log and 'held out aiglern_trimm: exit code 0' in log
