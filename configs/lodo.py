@@ -75,10 +75,14 @@ RECIPES: dict[str, dict] = {
   # Each member sampled in proportion to the square root of its train split's size (58 photos,
   # 2,908, 5,270, 942 and 152 crops), between every set alike (base) and every crop alike.
   'sqrt_size': {'data': {'mix': {m: {'weight': w} for m, w in SQRT_SIZE_WEIGHTS.items()}}},
-  # Larger crops for more context (256x256) and a quarter of the budget's batch (get_config):
-  # the same pixels per step; photos smaller than the crop are mirrored up, as they are today.
+  # Larger crops for more context (256x256): a quarter of the budget's batch, the same pixels
+  # per step (`CROP_PIXELS`); photos smaller than the crop are mirrored up, as they are today.
   'crop256': {'data': {'input_size': (256, 256)}},
 }
+
+#: The pixels of one training crop of roads-unet-cpu's recipe (128 x 128): a recipe with
+#: other crops keeps its budget's pixels per step (fewer crops of more pixels).
+CROP_PIXELS = 128 * 128
 
 #: Fixed training lengths (steps per epoch, epochs). ``short`` ranks recipes (about 8 minutes
 #: of training a fold on a 2-core CPU); ``long`` checks that the ranking holds and makes the
@@ -130,8 +134,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.update(BUDGETS[budget])
   with c.data.mix.unlocked():
     del c.data.mix[held_out]
-  if recipe == 'crop256':  # 4x the pixels per crop: a quarter of the crops per step
-    c.batch_size = max(1, c.batch_size // 4)
+  h, w = c.data.input_size
+  c.batch_size = max(1, c.batch_size * CROP_PIXELS // (h * w))
   c.max_checkpoints_to_keep = c.num_epochs
   if budget == 'smoke':
     c.model.widths = (4, 8, 16, 32, 64)

@@ -29,6 +29,8 @@ from crackjax.data.registry import record_name
 # Threads decoding PNGs in parallel; PIL releases the GIL while decoding.
 _READ_THREADS = 4
 _PREFETCH_BATCHES = 4
+# (probability, lowest quality, highest quality) of the JPEG re-compression: never (base config).
+JPEG_NEVER = (0.0, 30, 95)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +54,7 @@ class LoaderSpec:
   crop_size: tuple[int, int] | None = None
   noise_std: float = 0.0
   scale_range: tuple[float, float] = (1.0, 1.0)
-  jpeg: tuple[float, int, int] = (0.0, 30, 95)
+  jpeg: tuple[float, int, int] = JPEG_NEVER
   dataset: str = ''
   train_split: str = 'train'
 
@@ -79,8 +81,8 @@ def scale_range(data: Mapping[str, Any]) -> tuple[float, float]:
 def jpeg(data: Mapping[str, Any]) -> tuple[float, int, int]:
   """(probability, low, high) of ``config.data.jpeg_probability`` / ``jpeg_quality`` of the
   ``data`` group `data` (plain data); a recorded config from before the fields has none:
-  (0.0, 30, 95), never."""
-  low, high = data.get('jpeg_quality') or (30, 95)
+  `JPEG_NEVER`."""
+  low, high = data.get('jpeg_quality') or JPEG_NEVER[1:]
   return float(data.get('jpeg_probability') or 0.0), int(low), int(high)
 
 
@@ -124,7 +126,7 @@ def load_example(
   input_size: tuple[int, int] | None,
   noise_std: float,
   scale_range: tuple[float, float] = (1.0, 1.0),
-  jpeg: tuple[float, int, int] = (0.0, 30, 95),
+  jpeg: tuple[float, int, int] = JPEG_NEVER,
 ) -> dict[str, np.ndarray]:
   """Reads one training record; scale, crop, JPEG and noise are seeded by (seed, stream
   position).

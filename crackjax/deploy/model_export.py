@@ -321,8 +321,9 @@ def export_model(
 
   The stored threshold is the run's (`step_threshold`) unless `threshold` is given, with
   `threshold_chosen_by` saying how it was chosen (e.g. on held-out datasets' predictions,
-  bench/lodo.py); the card's training records then keep no "at stored threshold" figures of
-  another threshold (`crackjax.deploy.release rescore` scores the file at its own).
+  bench/lodo.py). Either way the card keeps "at stored threshold" figures only where a record
+  scored at the stored threshold (`at_threshold_only`; `crackjax.deploy.release rescore`
+  scores the file at its own).
 
   Raises:
     ValueError: `threshold` outside (0, 1) or given without `threshold_chosen_by`.

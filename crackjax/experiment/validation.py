@@ -27,7 +27,7 @@ import numpy as np
 from flax import linen as nn
 
 from crackjax import losses, models, plugins
-from crackjax.data import augment, mixture, photometric
+from crackjax.data import augment, loader, mixture, photometric
 from crackjax.data import registry as data_registry
 from crackjax.evaluation import PROTOCOLS, inference
 from crackjax.experiment import specs
@@ -188,7 +188,7 @@ def _jpeg_problems(data: Mapping[str, Any]) -> list[str]:
   p = data.get('jpeg_probability', 0.0)
   if not isinstance(p, int | float) or isinstance(p, bool) or not 0 <= p <= 1:
     problems.append(f'config.data.jpeg_probability={p!r} must be in [0, 1] (0: never).')
-  q = data.get('jpeg_quality', (30, 95))
+  q = data.get('jpeg_quality', loader.JPEG_NEVER[1:])
   ok = (
     isinstance(q, tuple | list)
     and len(q) == 2
