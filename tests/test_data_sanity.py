@@ -191,6 +191,27 @@ def test_diagnose_flags_and_input_size():
   )
 
 
+def test_diagnose_a_few_dense_masks_and_cropped_members():
+  # One tight crop of a wide crack among three: not the polarity of the whole split.
+  stats = {'train': stats_of(((32, 48), 0.7), ((32, 48), 0.1), ((40, 48), 0.1))}
+  assert data_stats.diagnose(stats, dataset='crack500', cropped=True) == []
+  lines = data_stats.diagnose(stats)  # a folder's masks: named, with both readings
+  assert lines[0] == (
+    'train: 1 of 3 masks are more than half crack (m0; the split 28.5%): wide cracks in tight '
+    'crops, or masks saved black on white? check the masks, --config.data.folder.mask_polarity '
+    'and mask_threshold.'
+  )
+  assert lines[1:] == [
+    'train: sizes are mixed (2 sizes).',
+    'input_size: every train image is at least 32x48 (HxW): --config.data.input_size='
+    "'(32, 48)' fits all; sizes are mixed, so training needs it.",
+  ]
+  # Most masks more than half crack is flagged for any dataset, cropped or not.
+  most = {'test': stats_of(((32, 48), 0.7), ((32, 48), 0.6), ((32, 48), 0.05))}
+  (line,) = data_stats.diagnose(most, dataset='deepcrack', cropped=True)
+  assert line.startswith('test: crack is the majority (45.0% of the split; 2 masks more than')
+
+
 def test_data_stats_cli_suggests_input_size_for_mixed_sizes(tmp_path, capsys):
   images, masks = fixtures.make_fake_folder(tmp_path / 'f', n=5, size=(40, 70), sizes={2: (35, 50)})
   rc = data_stats.main(

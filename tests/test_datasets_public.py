@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +17,10 @@ from crackjax.configs.release import roads_unet_cpu
 from crackjax.data import loader, mixture
 from crackjax.data import registry as data_registry
 from crackjax.experiment import specs, validation
-from crackjax.trainer import eval_records, scoring
+from crackjax.trainer import data_stats, eval_records, scoring
 from tests import fixtures
+
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
 
 
 def _data(name: str, tmp_path, **fake):
@@ -266,3 +269,52 @@ def test_mixture_trains_and_records_each_dataset_every_epoch(tmp_path):
   assert 'non-commercial research only (crackforest)' in data['licence']
   assert all(m['manual_dir'] is None for m in loaded.meta['config']['data']['mix'].values())
   assert loaded.threshold['threshold'] == threshold['threshold']
+
+
+def test_data_stats_describes_a_mixture_member_by_member(tmp_path, capsys):
+  config = _mixture_config(tmp_path)
+  data = config.data.to_dict()
+  stats = data_stats.dataset_stats(data, ('train', 'valid'))
+  assert list(stats) == [
+    'crack500/train',
+    'crack500/valid',
+    'crackforest/train',
+    'crackforest/valid',
+    'deepcrack/train',
+    'deepcrack/valid',
+  ]
+  # Each member's own split of the role: CRACK500's 5 + 2, CrackForest's train[:-2] / train[-2:].
+  counts = {k: st['num_images'] for k, st in stats.items()}
+  assert counts['crack500/train'] == 5 and counts['crack500/valid'] == 2
+  assert counts['crackforest/valid'] == 2
+  assert counts == {
+    k: len(mixture.member_sources(data, k.split('/')[1])[k.split('/')[0]]) for k in stats
+  }
+  # A member whose masks hold no crack pixels is named with its split; no input_size advice.
+  empty = dict(stats['deepcrack/train'], crack_pixels=0)
+  lines = data_stats.diagnose_mixture({**stats, 'deepcrack/train': empty}, data)
+  assert any(line.startswith('deepcrack/train: no crack pixels in any of its') for line in lines)
+  assert not any('input_size' in line for line in lines)
+  with pytest.raises(ValueError, match="not 'train\\[:3\\]'"):
+    data_stats.dataset_stats(data, ['train[:3]'])
+  # The command on the general model's config (its five members), --json.
+  capsys.readouterr()  # what preparing the members above printed
+  raw = tmp_path / 'raw'
+  for name in ('gaps384', 'aiglern_trimm'):
+    fixtures.make_fake_public_set(raw, name)
+  rc = data_stats.main(
+    [
+      f'--config={CONFIGS / "release" / "roads_unet_cpu.py"}:smoke',
+      f'--config.data.data_dir={config.data.data_dir}',
+      *roads_unet_cpu.manual_dir_flags(str(tmp_path / 'cfd'), str(raw)),
+      '--splits=test',
+      '--json',
+    ]
+  )
+  out = capsys.readouterr().out
+  assert rc == 0
+  described = json.loads(out)  # stdout holds the JSON alone (TFDS' preparing notes: stderr)
+  assert [k for k in described if k != 'diagnosis'] == [
+    f'{m}/test' for m in ('aiglern_trimm', 'crack500', 'crackforest', 'deepcrack', 'gaps384')
+  ]
+  assert described['crack500/test']['num_images'] == 2

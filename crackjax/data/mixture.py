@@ -201,8 +201,9 @@ def split_problems(name: str, fields: Mapping[str, Any], builder: Any) -> list[s
   return out
 
 
-def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
-  """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role.
+def member_sources(data: Mapping[str, Any], split: str) -> dict[str, Sequence[dict[str, Any]]]:
+  """``{member: its own split of role `split`}`` ('train', 'valid' or 'test'), in member order:
+  what `open_split` mixes and what `crackjax.trainer.data_stats` describes member by member.
 
   Raises:
     ValueError: `split` is not one of the mixture's splits.
@@ -212,14 +213,24 @@ def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
       f'A mixture of datasets has the splits {sorted(SPLITS)}, not {split!r} (each member '
       'names its own in config.data.mix.<member>.{train,valid,test}_split).'
     )
+  return {
+    name: registry.get_data_source(member_data(data, name), fields[SPLITS[split]])
+    for name, fields in member_fields(data).items()
+  }
+
+
+def open_split(data: Mapping[str, Any], split: str) -> MixedSource:
+  """The mixture's `split` ('train', 'valid' or 'test'): each member's own split of that role
+  (`member_sources`), sampled by weight.
+
+  Raises:
+    ValueError: `split` is not one of the mixture's splits.
+  """
+  sources = member_sources(data, split)
   members = member_fields(data)
-  sources = [
-    registry.get_data_source(member_data(data, name), fields[SPLITS[split]])
-    for name, fields in members.items()
-  ]
   return MixedSource(
-    list(members),
-    sources,
+    list(sources),
+    list(sources.values()),
     [f['weight'] for f in members.values()],
     [f['scale'] for f in members.values()],
   )
