@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from crackjax.configs import lodo
-from crackjax.evaluation import result
+from crackjax.evaluation import result, threshold_choice
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,6 +230,22 @@ def new_road_thresholds(by_set: dict[str, dict[str, Any]]) -> dict[str, Any] | N
   }
 
 
+def datasets_alike(fold: Fold, step: int, curve: dict[str, list[float]]) -> dict[str, float] | None:
+  """The held-out strict F1 at the threshold chosen on the known sets with every set alike
+  (``config.eval.threshold_over='datasets'``, `threshold_choice`): from the fold's epoch record
+  of `step` (the exported one) and the held-out `curve` (`fold_scores`'), whatever the fold
+  stored; None where the record or its threshold is not on the curve's grid."""
+  for path in sorted(fold.run.glob('epoch_*.json')):
+    record = result.read_record(path)
+    if record.step != step:
+      continue
+    chosen = threshold_choice.mean_over_datasets(record, THRESHOLD_PROTOCOL)
+    if chosen is None or chosen[0] not in curve['thresholds']:
+      return None
+    return {'threshold': chosen[0], 'f1': curve['f1'][curve['thresholds'].index(chosen[0])]}
+  return None
+
+
 def peer_scores(paths: list[Path], held_out: list[str]) -> dict[str, dict[str, Any]]:
   """MTSCrack's scores in bench/peer_mtscrack.py's JSON files on ``<member>:test`` (the first
   file holding a set wins): {member: {protocol: {'stored': F1 of its mask, 'ods': ODS F1},
@@ -311,6 +327,15 @@ def threshold_table(
       + ' | '.join(cells)
       + f' | {chosen["mean_f1"]:.1f} |'
     )
+    alike = [rows[name].get(h, {}).get('datasets_alike') for h in held_out]
+    if all(alike):
+      cells = [f'{a["f1"]:.1f} (t={a["threshold"]:.2f})' for a in alike]
+      mean = sum(a['f1'] for a in alike) / len(alike)
+      lines.append(
+        f"| {name} | known sets' validation, every set alike | "
+        + ' | '.join(cells)
+        + f' | {mean:.1f} |'
+      )
   lines.append(
     '\nOne threshold for all held-out sets: '
     + '; '.join(
@@ -390,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     if scores:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
+      scores['datasets_alike'] = datasets_alike(f, best['step'], scores['curve'])
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
   if args.peer:

@@ -110,6 +110,12 @@ Fields:
   eval.store_degenerate_threshold: False: a best threshold that finds nothing, or calls every
     pixel crack, is named and not written to threshold.json (masks keep the threshold stored
     before); True writes it anyway.
+  eval.threshold_over: how the run's threshold (threshold.json, a model file's) is chosen on
+    its evaluation: 'pooled', the best threshold (ODS) of the split's pooled pixels; 'datasets',
+    for a mixture the one threshold best on the mean over its datasets of their F1, every
+    dataset alike, as its epoch is chosen (a single dataset: the same as pooled). Pooled
+    counts weigh the sets by crack pixels, so the densest set chooses
+    (crackjax.evaluation.threshold_choice).
   eval.background_workers: 0: those periodic evaluations score in the training loop (the
     accelerator waits; streamed, no map held). N >= 1: the maps are predicted in the loop and
     held (one epoch's), then scored in a
@@ -191,6 +197,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.scales = (1.0,)
   c.eval.flip = False
   c.eval.store_degenerate_threshold = False
+  c.eval.threshold_over = 'pooled'
   return c
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from crackjax.evaluation import result, threshold_choice
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,6 +121,15 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
   text = lodo.table(rows, ['a', 'b', 'c', 'd'])
   assert '| base (short) | 50.0 / 80.0 · 50.0 / 80.0 |' in text
   assert '(3 of 4)' in text and '| – |' in text
+  # The threshold chosen on the known sets with every set alike (eval.threshold_over='datasets'),
+  # a row of its own when every held-out set has it.
+  for name, f1 in (('a', 70.0), ('b', 40.0), ('c', 10.0)):
+    rows['base (short)'][name]['datasets_alike'] = {'threshold': 0.4, 'f1': f1}
+  text = lodo.threshold_table(rows, {'base (short)': chosen}, ['a', 'b', 'c'])
+  assert (
+    "| base (short) | known sets' validation, every set alike | 70.0 (t=0.40) | 40.0 (t=0.40) | "
+    '10.0 (t=0.40) | 40.0 |'
+  ) in text
 
 
 @pytest.mark.slow
@@ -154,7 +164,14 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
     assert (
       scored['num_images'] == (46 if held_out == 'crackforest' else 3) or scored['num_images'] > 0
     )
-    assert set(folds[held_out]) >= {'strict', 'tolerance_thin_gt', 'selected'}
+    assert set(folds[held_out]) >= {'strict', 'tolerance_thin_gt', 'selected', 'datasets_alike'}
+    # Every set alike: the threshold of the exported epoch's record, the held-out F1 there.
+    step = folds[held_out]['selected']['step']
+    (epoch,) = [r for r in map(result.read_record, run.glob('epoch_*.json')) if r.step == step]
+    alike = folds[held_out]['datasets_alike']
+    assert alike['threshold'] == threshold_choice.mean_over_datasets(epoch, 'strict')[0]
+    curve = folds[held_out]['curve']
+    assert alike['f1'] == curve['f1'][curve['thresholds'].index(alike['threshold'])]
   assert 'new_road_thresholds' in record and record['new_road_thresholds']['base (smoke)']
   # Resumable: a second run trains, exports and scores nothing again.
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -34,6 +34,8 @@ class EvalPlan:
     flip: also predict each copy mirrored (``config.eval.flip``).
     store_degenerate_threshold: write threshold.json even when the best threshold is
       degenerate (``config.eval.store_degenerate_threshold``; `result.degenerate_threshold`).
+    threshold_over: how threshold.json's threshold is chosen (``config.eval.threshold_over``,
+      `crackjax.evaluation.threshold_choice`: 'pooled' or a mixture's 'datasets' alike).
     background_workers: processes counting the periodic evaluation beside training (0: in
       the training loop).
     grids: (protocol, the size of its grid's uniform part) of every protocol of `protocols`
@@ -54,6 +56,7 @@ class EvalPlan:
   background_workers: int = 0
   scales: tuple[float, ...] = (1.0,)
   store_degenerate_threshold: bool = False
+  threshold_over: str = 'pooled'
   flip: bool = False
   grids: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
 

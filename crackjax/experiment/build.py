@@ -73,6 +73,7 @@ def eval_plan_of(c: specs.Plain) -> EvalPlan:
     scales=tuple(float(x) for x in ev.get('scales') or (1.0,)),
     flip=bool(ev.get('flip', False)),
     store_degenerate_threshold=bool(ev.get('store_degenerate_threshold', False)),
+    threshold_over=str(ev.get('threshold_over', 'pooled')),
   )
 
 

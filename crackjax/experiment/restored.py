@@ -30,6 +30,7 @@ from crackjax.engine.checkpoints import CheckpointError
 from crackjax.engine.mesh import one_device_mesh
 from crackjax.engine.states import States
 from crackjax.evaluation.result import CHOSEN_BY, DATASET, SPLIT, STEP, THRESHOLD, read_record
+from crackjax.evaluation.threshold_choice import chosen_threshold
 from crackjax.experiment.specs import restore_spec_of
 from crackjax.models import hub, model_file, model_from_config, pretrained
 
@@ -211,19 +212,27 @@ def inference_state(run: Run) -> train_state.TrainState:
   return train_state.inference_state(run.model.apply, params, batch_stats, step)
 
 
+def threshold_over(workdir: str | Path) -> str:
+  """The run's rule for its threshold (``config.eval.threshold_over``, `threshold_choice`);
+  'pooled' for a run recorded before the field, or whose config cannot be read."""
+  try:
+    c = _recorded_config(workdir)[0]
+  except (FileNotFoundError, OSError, ValueError):
+    return 'pooled'
+  return (c.get('eval') or {}).get('threshold_over', 'pooled')
+
+
 def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
-  """The strict ODS threshold of the run's epoch record of `step` and its source, if any."""
+  """The strict threshold of the run's epoch record of `step` under the run's rule
+  (`threshold_over`: its ODS, or a mixture's datasets alike) and its source, if any."""
   for path in sorted(workdir.glob('epoch_*.json')):
     try:
       record = read_record(path)
     except (OSError, ValueError):
       continue  # a damaged record chooses nothing
-    strict = record.results.get('strict')
-    if record.step == step and strict:
-      return float(strict.ods.threshold), (
-        f'ODS F1 on the {record.split} split, strict protocol, {record.dataset}, '
-        f'step {step} ({path.name})'
-      )
+    if record.step == step and 'strict' in record.results:
+      threshold, chosen_by = chosen_threshold(record, 'strict', threshold_over(workdir))
+      return threshold, f'{chosen_by}, {record.dataset}, step {step} ({path.name})'
   return None
 
 

@@ -29,7 +29,7 @@ from flax import linen as nn
 from crackjax import losses, models, plugins
 from crackjax.data import augment, loader, mixture, photometric
 from crackjax.data import registry as data_registry
-from crackjax.evaluation import PROTOCOLS, inference
+from crackjax.evaluation import PROTOCOLS, inference, threshold_choice
 from crackjax.experiment import specs
 from crackjax.models import input_multiple, model_from_config, pretrained
 
@@ -315,6 +315,9 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
   full_epochs, background_workers) and the test-time scales and flip."""
   problems = []
+  over = threshold_choice.check_threshold_over(ev.get('threshold_over', 'pooled'))
+  if over:
+    problems.append(over)
   every = ev.get('every_epochs', 0)
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
     problems.append(f'config.eval.every_epochs={every!r} must be an integer >= 0 (0: off).')

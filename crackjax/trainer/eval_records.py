@@ -23,7 +23,7 @@ from absl import logging
 
 from crackjax import evaluation
 from crackjax.data import mixture
-from crackjax.evaluation import plots
+from crackjax.evaluation import plots, threshold_choice
 from crackjax.evaluation import result as keys
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.result import (
@@ -277,9 +277,16 @@ def threshold_in_use(results: Results, operating_points: dict[str, float] | None
 
 
 def write_threshold(
-  workdir: Path, results: Results, record: EvalRecord, *, store_degenerate: bool = False
+  workdir: Path,
+  results: Results,
+  record: EvalRecord,
+  *,
+  store_degenerate: bool = False,
+  over: str = 'pooled',
 ) -> float:
-  """Writes threshold.json from the first protocol that records one; returns the threshold.
+  """Writes threshold.json from the first protocol that records one; returns the threshold,
+  chosen under rule `over` (``config.eval.threshold_over``, `threshold_choice`: the pooled
+  ODS, or a mixture's datasets alike).
 
   A degenerate best threshold (`result.degenerate_threshold`: nothing found, or every pixel
   crack) is named in one line and not written (unless `store_degenerate`,
@@ -302,10 +309,11 @@ def write_threshold(
         )
         print(f'warning: {message}', file=sys.stderr, flush=True)
         return 0.5
+      threshold, chosen_by = threshold_choice.chosen_threshold(record, protocol, over)
       chosen = ThresholdRecord(
-        threshold=r.ods.threshold,
+        threshold=threshold,
         rule=spec.threshold_rule,
-        chosen_by=f'ODS F1 on the {split} split, {protocol} protocol',
+        chosen_by=chosen_by,
         dataset=record.dataset,
         split=split,
         step=record.step,
@@ -368,7 +376,11 @@ def write_eval_outputs(
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = record.step, record.split
   threshold = write_threshold(
-    workdir, results, record, store_degenerate=plan.store_degenerate_threshold
+    workdir,
+    results,
+    record,
+    store_degenerate=plan.store_degenerate_threshold,
+    over=plan.threshold_over,
   )
   plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results, in_use)
   title = f'{plan.dataset} {split}, step {step}'
