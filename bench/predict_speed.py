@@ -10,7 +10,12 @@ trained run's with `--workdir`. In one invocation it times
   including padding, tiling, blending and the host-side copies;
 
 after one untimed call of each (compilation). The baseline is timed again after every
-setting and each setting is compared with the mean of the baselines around it. It prints,
+setting and each setting is compared with the mean of the baselines around it.
+
+With ``--test_time`` it also times test-time variants (issue 55 item 3: maps at several scales,
+and mirrored, averaged; `Predictor(scales=, flip=)`) on the same whole images, each against the
+baselines around it: seconds a photo and the ratio to the plain prediction. An entry is the
+scales joined by ``+``, ``:flip`` to mirror too: ``--test_time=2,1+2,1:flip``. It prints,
 per setting, the tile layout, the pixels the model computes relative to the photo's, photos/s,
 megapixels/s and the ratio of seconds per megapixel, tiled / whole (<= 1: tiling is not
 slower per pixel).
@@ -18,6 +23,8 @@ slower per pixel).
   python bench/predict_speed.py --config=configs/crackforest_exp.py:cpu
   python bench/predict_speed.py --workdir=workdirs/cfd_exp_cpu --tile_size=512,1024 \\
       --overlap=0,0.0625,0.125 --num_large=2
+  python bench/predict_speed.py --config=configs/release/roads_unet_cpu.py \\
+      --test_time=2,1+2,0.5+1+2,1:flip --num_large=0 --tile_size=1024
 """
 
 from __future__ import annotations
@@ -58,6 +65,13 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string('blend', None, 'Predictor blend (default: its default)', flag_values=fv)
   flags.DEFINE_integer(
     'batch_size', None, 'tiles per call (default: Predictor default)', flag_values=fv
+  )
+  flags.DEFINE_list(
+    'test_time',
+    [],
+    'also time these test-time variants on the whole images: scales joined by +, :flip to '
+    'mirror too (e.g. 2,1+2,1:flip)',
+    flag_values=fv,
   )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
   flags.DEFINE_bool(
@@ -123,10 +137,61 @@ def _time(photo_predictor, images) -> float:
   return time.perf_counter() - t0
 
 
+def test_time_variant(entry: str) -> tuple[tuple[float, ...], bool]:
+  """(scales, flip) of a ``--test_time`` entry: '1+2' -> ((1.0, 2.0), False), '1:flip' ->
+  ((1.0,), True).
+
+  Raises:
+    ValueError: not scales joined by '+', optionally followed by ':flip'.
+  """
+  scales, sep, tail = entry.partition(':')
+  if sep and tail != 'flip':
+    raise ValueError(f'--test_time entry {entry!r}: only :flip may follow the scales')
+  try:
+    return tuple(float(x) for x in scales.split('+')), bool(sep)
+  except ValueError:
+    raise ValueError(f'--test_time entry {entry!r}: scales must be numbers joined by +') from None
+
+
+def _time_test_time(model, params, batch_stats, small, entries, baselines) -> list[dict]:
+  """Each ``--test_time`` variant on the whole `small` images against the plain prediction
+  timed around it (appended to `baselines`): seconds a photo and their ratio."""
+  from crackjax.deploy import predictor
+
+  plain = predictor.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
+  rows = []
+  for entry in entries:
+    scales, flip = test_time_variant(entry)
+    variant = predictor.Predictor(
+      model, params, batch_stats=batch_stats, tile_size=512, scales=scales, flip=flip
+    )
+    t = _time(variant, small)
+    baselines.append(_time(plain, small))
+    t_plain = (baselines[-2] + baselines[-1]) / 2
+    row = {
+      'test_time': entry,
+      'seconds_per_photo': t / len(small),
+      'plain_seconds_per_photo': t_plain / len(small),
+      'ratio_to_plain': t / t_plain,
+    }
+    rows.append(row)
+    print(
+      f'test time {entry}: {1000 * row["seconds_per_photo"]:.0f} ms a photo against '
+      f'{1000 * row["plain_seconds_per_photo"]:.0f} ms plain: {row["ratio_to_plain"]:.2f}x',
+      flush=True,
+    )
+  return rows
+
+
 def main(argv=None) -> dict:
   """Runs the benchmark, prints the report and returns its figures."""
   default = f'{REPO / "configs" / "crackforest_exp.py"}:cpu'
   fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
+  for entry in fv.test_time:  # refused before anything is timed
+    try:
+      test_time_variant(entry)
+    except ValueError as e:
+      sys.exit(f'{PROG}: {e}')
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
   import jax
 
@@ -159,6 +224,7 @@ def main(argv=None) -> dict:
     }
     for t in (fv.tile_size or [None])
     for o in (fv.overlap or [None])
+    if fv.num_large  # --num_large=0: no tiled photo (e.g. --test_time alone)
   ]
   # 320 x 480: one whole image (tile_size 512: never tiled)
   whole = predictor.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
@@ -210,6 +276,7 @@ def main(argv=None) -> dict:
       f'seconds per MP, tiled / whole: {row["ratio_s_per_mp"]:.3f}',
       flush=True,
     )
+  test_time_rows = _time_test_time(model, params, batch_stats, small, fv.test_time, baselines)
   print(
     'whole 320x480 baselines (MP/s, in order): '
     + ', '.join(f'{mp_small / t:.3f}' for t in baselines)
@@ -224,6 +291,7 @@ def main(argv=None) -> dict:
     'baseline_mp_per_s': [mp_small / t for t in baselines],
     'settings': rows,
     'shapes': shape_rows,
+    'test_time': test_time_rows,
     'tuned_malloc': tuned,
     'host_peak_rss_mb': _peak_rss_mb(),
   }

@@ -362,3 +362,38 @@ def test_cpu_profile_sorts_instructions_by_name_stack():
     {'kinds': {'forward convolutions': 5.0}, 'ops': {'c': 5.0}, 'op_ms': 5.0, 'events': 3}, tk
   )
   assert any(line.split()[-2:] == ['5.0', '3.0'] for line in lines), lines
+
+
+def _predict_speed():
+  spec = importlib.util.spec_from_file_location(
+    'bench_predict_speed', REPO / 'bench' / 'predict_speed.py'
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_predict_speed_times_test_time_variants_against_the_plain_prediction(capsys):
+  bench = _predict_speed()
+  assert bench.test_time_variant('1+2') == ((1.0, 2.0), False)
+  assert bench.test_time_variant('0.5:flip') == ((0.5,), True)
+  with pytest.raises(SystemExit, match="entry '2:mirror': only :flip may follow"):
+    bench.main(['--test_time=2:mirror'])
+  r = bench.main(
+    [
+      '--config=configs/crackforest_exp.py:smoke',
+      '--num_small=1',
+      '--num_large=0',
+      '--test_time=2,1:flip',
+    ]
+  )
+  assert r['settings'] == []  # --num_large=0: no tiled photo
+  assert [row['test_time'] for row in r['test_time']] == ['2', '1:flip']
+  # Each against the plain prediction timed around it (a baseline before and after each).
+  assert len(r['baseline_mp_per_s']) == 3
+  for row in r['test_time']:
+    assert row['seconds_per_photo'] > 0 and row['plain_seconds_per_photo'] > 0
+    assert row['ratio_to_plain'] == pytest.approx(
+      row['seconds_per_photo'] / row['plain_seconds_per_photo']
+    )
+  assert 'test time 2: ' in capsys.readouterr().out
