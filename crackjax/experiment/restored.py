@@ -217,7 +217,7 @@ def threshold_over(workdir: str | Path) -> str:
   'pooled' for a run recorded before the field, or whose config cannot be read."""
   try:
     c = _recorded_config(workdir)[0]
-  except (FileNotFoundError, OSError, ValueError):
+  except (OSError, ValueError):  # no config (FileNotFoundError), or damaged JSON
     return 'pooled'
   return (c.get('eval') or {}).get('threshold_over', 'pooled')
 
