@@ -45,6 +45,9 @@ PROTOCOLS = ('strict', 'tolerance_thin_gt')
 THRESHOLD_PROTOCOL = 'strict'
 MODEL_FILE = 'model.safetensors'
 HELDOUT_DIR = 'heldout'
+FP_FILE = 'false_positives.json'
+#: Held-out test photos (evenly spaced) whose false positives are counted.
+FP_IMAGES = 300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,11 @@ class Fold:
   @property
   def record(self) -> Path:
     return self.heldout_dir / f'{self.held_out}_test' / 'eval.json'
+
+  @property
+  def fp_record(self) -> Path:
+    """Its false positives on the held-out test split's crack-free patches (`false_positives`)."""
+    return self.heldout_dir / f'{self.held_out}_test' / FP_FILE
 
 
 def plan(
@@ -160,6 +168,46 @@ def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
   if args.data_dir:
     cmd.append(f'--data_dir={args.data_dir}')
   return cmd
+
+
+def false_positives(fold: Fold, args: argparse.Namespace) -> None:
+  """Writes the fold's false positives on roads it never saw (issue 55 item 2): the predicted
+  crack length per megapixel, at the file's stored threshold (and the fold's test-time scales),
+  of the area farther than `crackjax.deploy.crack_free.MARGIN` px from any labelled crack, on
+  `FP_IMAGES` evenly spaced held-out test photos each predicted whole
+  (`crack_free.far_false_positives`)."""
+  import numpy as np
+
+  from crackjax.data import registry
+  from crackjax.deploy import crack_free
+  from crackjax.deploy.predictor import Predictor
+
+  h = fold.held_out
+  data = {'name': h, 'manual_dir': manual_dir(h, args.crackforest, args.public)}
+  source = registry.get_data_source({**data, 'data_dir': args.data_dir}, args.test_split)
+  rows = np.unique(np.linspace(0, len(source) - 1, min(FP_IMAGES, len(source))).astype(int))
+  records = (source[int(i)] for i in rows)
+  pairs = ((np.asarray(r['image']), np.asarray(r['mask'])[..., 0]) for r in records)
+  model = fold.run / MODEL_FILE
+  predictor = Predictor.from_pretrained(str(model), scales=fold.scales, flip=fold.flip)
+  result = crack_free.far_false_positives(predictor, pairs)
+  print(f'+ false positives of {model} on {h}:{args.test_split}: {result["length_per_mp"]:.0f}')
+  fold.fp_record.parent.mkdir(parents=True, exist_ok=True)
+  fold.fp_record.write_text(outputs.dumps(result, indent=1) + '\n')
+
+
+def fp_table(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
+  """Predicted crack length per megapixel far from labelled cracks (`false_positives`),
+  per held-out set and their mean over the sets measured."""
+  lines = ['| recipe | ' + ' | '.join(held_out) + ' | mean |', '|' + '---|' * (len(held_out) + 2)]
+  for name, by_set in rows.items():
+    fps = [by_set.get(h, {}).get('false_positives') for h in held_out]
+    if all(f is None for f in fps):
+      continue
+    measured = [f for f in fps if f is not None]
+    cells = ['–' if f is None else f'{f:,.0f}' for f in fps]
+    lines.append(f'| {name} | ' + ' | '.join(cells) + f' | {sum(measured) / len(measured):,.0f} |')
+  return '\n'.join(lines) if len(lines) > 2 else ''
 
 
 def _run(cmd: list[str]) -> None:
@@ -364,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     help='scored on the held-out sets (strict alone ranks recipes in a fifth of the time; a '
     'fold scored under fewer is scored again when more are asked)',
   )
-  p.add_argument('--stages', default='train,export,score', help='of train, export, score')
+  p.add_argument(
+    '--stages',
+    default='train,export,score,fp',
+    help='of train, export, score, fp (false positives on held-out crack-free patches)',
+  )
   p.add_argument(
     '--scales', default='1', help='test-time scales of the held-out scoring (crackjax-evaluate)'
   )
@@ -393,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in folds:
       print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
     return 0
-  if stages & {'train', 'score'} and not args.public:
+  if stages & {'train', 'score', 'fp'} and not args.public:
     p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
   from crackjax.deploy import release  # imported here: --plan needs no jax
 
@@ -406,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.protocols.split(','))
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
+    if 'fp' in stages and model.exists() and not f.fp_record.exists():
+      false_positives(f, args)
   rows: dict[str, dict[str, Any]] = {}
   detail: dict[str, Any] = {}
   for f in folds:
@@ -416,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
       scores['datasets_alike'] = datasets_alike(f, best['step'], scores['curve'])
+      if f.fp_record.exists():
+        scores['false_positives'] = json.loads(f.fp_record.read_text())['length_per_mp']
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
   if args.peer:
@@ -430,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
       choices[name] = chosen
   if choices:
     text += '\n\n' + threshold_table(rows, choices, held_out)
+  fps = fp_table(rows, held_out)
+  if fps:
+    text += (
+      '\n\nFalse positives on roads never seen: predicted crack length (px) per megapixel of the '
+      "held-out test photos' area farther than 16 px from a labelled crack, at the file's "
+      'threshold:\n\n' + fps
+    )
   print(
     '\nLODO: per held-out set "strict stored / ODS · thin-GT stored / ODS" F1 (%); stored = '
     "the file's threshold, chosen on the other four's validation parts."

@@ -130,6 +130,13 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
     "| base (short) | known sets' validation, every set alike | 70.0 (t=0.40) | 40.0 (t=0.40) | "
     '10.0 (t=0.40) | 40.0 |'
   ) in text
+  # False positives far from labelled cracks, per set and their mean over the sets measured.
+  rows['base (short)']['a']['false_positives'] = 1234.4
+  rows['base (short)']['c']['false_positives'] = 100.0
+  assert lodo.fp_table(rows, ['a', 'b', 'c']).splitlines()[2] == (
+    '| base (short) | 1,234 | – | 100 | 667 |'
+  )
+  assert lodo.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
 
 
 @pytest.mark.slow
@@ -172,6 +179,10 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
     assert alike['threshold'] == threshold_choice.mean_over_datasets(epoch, 'strict')[0]
     curve = folds[held_out]['curve']
     assert alike['f1'] == curve['f1'][curve['thresholds'].index(alike['threshold'])]
+    # False positives far from the held-out set's labelled cracks, at the file's threshold.
+    fp = json.loads((run / 'heldout' / f'{held_out}_test' / 'false_positives.json').read_text())
+    assert fp['photos'] > 0 and fp['length_per_mp'] == folds[held_out]['false_positives']
+    assert fp['threshold'] == folds[held_out]['strict']['threshold']
   assert 'new_road_thresholds' in record and record['new_road_thresholds']['base (smoke)']
   # Resumable: a second run trains, exports and scores nothing again.
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -335,3 +335,29 @@ def test_fp_length_per_mp_is_the_skeleton_length_per_megapixel():
   )
   with pytest.raises(ValueError):
     crack_free.fp_length_of_masks([])
+
+
+def test_far_false_positives_count_only_what_lies_beyond_the_margin():
+  class Fake:
+    threshold = 0.9
+
+    def __call__(self, image):  # crack where the image's red channel is bright
+      return np.where(np.asarray(image)[..., 0] > 0, 0.95, 0.1).astype(np.float32)
+
+  gt = np.zeros((100, 100), np.uint8)
+  gt[:, 10] = 1  # a labelled crack along column 10: pixels within 16 px are near it
+  image = np.zeros((100, 100, 3), np.uint8)
+  image[:, 10] = 255  # found: not a false positive
+  image[:, 20] = 255  # 10 px off the label: near it, not counted either
+  image[40, 50:71] = 255  # 21 pixels in a row far from it: 20 px long
+  result = crack_free.far_false_positives(Fake(), [(image, gt)])
+  far = 100 * (100 - 27)  # columns 27..99 lie farther than 16 px from column 10
+  assert result['megapixels'] == pytest.approx(far / 1e6)
+  assert result['length_px'] == pytest.approx(20.0)
+  assert result['length_per_mp'] == pytest.approx(20.0 / (far / 1e6))
+  assert (result['photos'], result['photos_with_fp'], result['threshold']) == (1, 1, 0.9)
+  # A photo without a labelled crack counts whole; nothing predicted: no false positive.
+  clean = crack_free.far_false_positives(Fake(), [(np.zeros_like(image), np.zeros_like(gt))])
+  assert clean['megapixels'] == pytest.approx(0.01) and clean['length_px'] == 0
+  with pytest.raises(ValueError, match='farther than 16 px'):
+    crack_free.far_false_positives(Fake(), [(image, np.ones_like(gt))])

@@ -164,3 +164,61 @@ def fp_length_per_mp(
     if progress is not None:
       progress(1)
   return {'threshold': float(t), **fp_length_of_masks(masks)}
+
+
+def far_false_positives(
+  predictor: Callable[[np.ndarray], np.ndarray],
+  pairs: Iterable[tuple[np.ndarray, np.ndarray]],
+  *,
+  margin: int = MARGIN,
+  threshold: float | None = None,
+) -> dict[str, Any]:
+  """`predictor`'s false positives on labelled photos, each predicted whole: the skeleton
+  length (px) of its mask at `threshold` (default the predictor's) where the photo lies
+  farther than `margin` pixels from any labelled crack, per megapixel of that area. Unlike
+  `crack_free_patches`, which needs whole crack-free windows (few in tight crops of cracks),
+  every photo counts, and each is predicted with its whole context.
+
+  Args:
+    pairs: (H x W x 3 image, H x W mask) pairs, crack = nonzero.
+  """
+  t = getattr(predictor, 'threshold', None) if threshold is None else threshold
+  if t is None:
+    raise ValueError('give a threshold: the predictor has none')
+  length = 0.0
+  area = photos = with_fp = 0
+  for image, gt in pairs:
+    crack = np.asarray(gt) != 0
+    far = ndimage.distance_transform_edt(~crack) > margin if crack.any() else ~crack
+    fp = (np.asarray(predictor(image)) > t) & far
+    length += skeleton_length(fp)
+    area += int(far.sum())
+    photos += 1
+    with_fp += bool(fp.any())
+  if not area:
+    raise ValueError(f'no pixel lies farther than {margin} px from a labelled crack')
+  return {
+    'threshold': float(t),
+    'margin': margin,
+    'photos': photos,
+    'photos_with_fp': with_fp,
+    'megapixels': area / 1e6,
+    'length_px': length,
+    'length_per_mp': length / (area / 1e6),
+  }
+
+
+def patch_false_positives(
+  predictor: Callable[[np.ndarray], np.ndarray],
+  triples: Iterable[tuple[str, np.ndarray, np.ndarray]],
+  *,
+  max_patches: int | None = 200,
+) -> dict[str, Any]:
+  """`predictor`'s false positives on the crack-free patches of labelled images: the
+  `crack_free_patches` of (name, image, mask) `triples` (at most `max_patches`) and
+  `fp_length_per_mp` on them at the predictor's threshold, in one dict. With no crack-free
+  patch (crops whose every window lies near a crack), the counts and ``length_per_mp`` None."""
+  patches, counts = crack_free_patches(triples, max_patches=max_patches)
+  if not patches:
+    return {**counts, 'images': 0, 'length_per_mp': None}
+  return {**counts, **fp_length_per_mp(predictor, [image for _, image in patches])}
