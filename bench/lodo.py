@@ -95,7 +95,7 @@ class Fold:
 
   @property
   def fp_record(self) -> Path:
-    """Its false positives on the held-out test split's crack-free patches (`false_positives`)."""
+    """Its false positives far from the held-out test split's cracks (`false_positives`)."""
     return self.heldout_dir / f'{self.held_out}_test' / FP_FILE
 
 
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument(
     '--stages',
     default='train,export,score,fp',
-    help='of train, export, score, fp (false positives on held-out crack-free patches)',
+    help='of train, export, score, fp (false positives far from the held-out cracks)',
   )
   p.add_argument(
     '--scales', default='1', help='test-time scales of the held-out scoring (crackjax-evaluate)'

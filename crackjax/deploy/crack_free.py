@@ -206,19 +206,3 @@ def far_false_positives(
     'length_px': length,
     'length_per_mp': length / (area / 1e6),
   }
-
-
-def patch_false_positives(
-  predictor: Callable[[np.ndarray], np.ndarray],
-  triples: Iterable[tuple[str, np.ndarray, np.ndarray]],
-  *,
-  max_patches: int | None = 200,
-) -> dict[str, Any]:
-  """`predictor`'s false positives on the crack-free patches of labelled images: the
-  `crack_free_patches` of (name, image, mask) `triples` (at most `max_patches`) and
-  `fp_length_per_mp` on them at the predictor's threshold, in one dict. With no crack-free
-  patch (crops whose every window lies near a crack), the counts and ``length_per_mp`` None."""
-  patches, counts = crack_free_patches(triples, max_patches=max_patches)
-  if not patches:
-    return {**counts, 'images': 0, 'length_per_mp': None}
-  return {**counts, **fp_length_per_mp(predictor, [image for _, image in patches])}

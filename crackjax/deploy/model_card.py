@@ -170,10 +170,9 @@ def false_positives(
         (p.name, np.asarray(reading.load_rgb(p.image_path)), reading.load_mask(p.mask_path))
         for p in pairs
       ]
-    result = crack_free.patch_false_positives(predictor, triples, max_patches=max_patches)
-    if result['length_per_mp'] is None:
-      raise ValueError(f'{label}: no crack-free patch in its photos to measure')
-    sets[label] = result
+    patches, counts = crack_free.crack_free_patches(triples, max_patches=max_patches)
+    result = crack_free.fp_length_per_mp(predictor, [image for _, image in patches])
+    sets[label] = {**counts, **result}
     print(
       f'{file.name}: {label}: {result["length_per_mp"]:.0f} px of predicted crack per MP on '
       f'{result["images"]} crack-free patches ({result["images_with_fp"]} with any)'
