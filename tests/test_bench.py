@@ -16,10 +16,8 @@ TINY = (4, 8, 16, 32, 64)
 TINY_PARAMS = 121_725
 
 
-def _load_bench():
-  spec = importlib.util.spec_from_file_location(
-    'bench_train_step', REPO / 'bench' / 'train_step.py'
-  )
+def _load_bench(name: str = 'train_step'):
+  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -364,17 +362,8 @@ def test_cpu_profile_sorts_instructions_by_name_stack():
   assert any(line.split()[-2:] == ['5.0', '3.0'] for line in lines), lines
 
 
-def _predict_speed():
-  spec = importlib.util.spec_from_file_location(
-    'bench_predict_speed', REPO / 'bench' / 'predict_speed.py'
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_predict_speed_times_test_time_variants_against_the_plain_prediction(capsys):
-  bench = _predict_speed()
+  bench = _load_bench('predict_speed')
   assert bench.test_time_variant('1+2') == ((1.0, 2.0), False)
   assert bench.test_time_variant('0.5:flip') == ((0.5,), True)
   with pytest.raises(SystemExit, match="entry '2:mirror': only :flip may follow"):
