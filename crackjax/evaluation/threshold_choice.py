@@ -21,16 +21,6 @@ from crackjax.evaluation.result import EvalRecord
 THRESHOLD_OVER = ('pooled', 'datasets')
 
 
-def check_threshold_over(value: object) -> str | None:
-  """Why ``config.eval.threshold_over`` = `value` is not a rule, or None."""
-  if value in THRESHOLD_OVER:
-    return None
-  return (
-    f'config.eval.threshold_over={value!r} must be one of {list(THRESHOLD_OVER)} (pooled: the '
-    "split's pooled ODS; datasets: a mixture's datasets alike)."
-  )
-
-
 def mean_over_datasets(record: EvalRecord, protocol: str) -> tuple[float, float] | None:
   """(the threshold, the mean F1 there) that maximises the mean over the record's datasets (a
   mixture's, ``record.datasets``) of their `protocol` F1 at one threshold; the highest of equal
@@ -56,9 +46,8 @@ def chosen_threshold(record: EvalRecord, protocol: str, over: str = 'pooled') ->
   Raises:
     ValueError: `over` is not a rule; `record` has no `protocol` result.
   """
-  problem = check_threshold_over(over)
-  if problem:
-    raise ValueError(problem)
+  if over not in THRESHOLD_OVER:
+    raise ValueError(f'threshold_over={over!r} must be one of {list(THRESHOLD_OVER)}.')
   if protocol not in record.results:
     raise ValueError(f'the record of step {record.step} has no {protocol} result.')
   split = record.split

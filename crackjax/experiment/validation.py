@@ -315,9 +315,12 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
   full_epochs, background_workers) and the test-time scales and flip."""
   problems = []
-  over = threshold_choice.check_threshold_over(ev.get('threshold_over', 'pooled'))
-  if over:
-    problems.append(over)
+  over = ev.get('threshold_over', 'pooled')
+  if over not in threshold_choice.THRESHOLD_OVER:
+    problems.append(
+      f'config.eval.threshold_over={over!r} must be one of {list(threshold_choice.THRESHOLD_OVER)}'
+      " (pooled: the split's pooled ODS; datasets: a mixture's datasets alike)."
+    )
   every = ev.get('every_epochs', 0)
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
     problems.append(f'config.eval.every_epochs={every!r} must be an integer >= 0 (0: off).')
