@@ -10,21 +10,21 @@ trained run's with `--workdir`. In one invocation it times
   including padding, tiling, blending and the host-side copies;
 
 after one untimed call of each (compilation). The baseline is timed again after every
-setting and each setting is compared with the mean of the baselines around it.
+setting and each setting is compared with the mean of the baselines around it. It prints,
+per setting, the tile layout, the pixels the model computes relative to the photo's, photos/s,
+megapixels/s and the ratio of seconds per megapixel, tiled / whole (<= 1: tiling is not
+slower per pixel).
 
 With ``--test_time`` it also times test-time variants (issue 55 item 3: maps at several scales,
 and mirrored, averaged; `Predictor(scales=, flip=)`) on the same whole images, each against the
 baselines around it: seconds a photo and the ratio to the plain prediction. An entry is the
-scales joined by ``+``, ``:flip`` to mirror too: ``--test_time=2,1+2,1:flip``. It prints,
-per setting, the tile layout, the pixels the model computes relative to the photo's, photos/s,
-megapixels/s and the ratio of seconds per megapixel, tiled / whole (<= 1: tiling is not
-slower per pixel).
+scales joined by ``+``, ``:flip`` to mirror too: ``--test_time=2,1+2,1:flip``.
 
   python bench/predict_speed.py --config=configs/crackforest_exp.py:cpu
   python bench/predict_speed.py --workdir=workdirs/cfd_exp_cpu --tile_size=512,1024 \\
       --overlap=0,0.0625,0.125 --num_large=2
   python bench/predict_speed.py --config=configs/release/roads_unet_cpu.py \\
-      --test_time=2,1+2,0.5+1+2,1:flip --num_large=0 --tile_size=1024
+      --test_time=2,1+2,0.5+1+2,1:flip --num_large=0
 """
 
 from __future__ import annotations
@@ -153,17 +153,21 @@ def test_time_variant(entry: str) -> tuple[tuple[float, ...], bool]:
     raise ValueError(f'--test_time entry {entry!r}: scales must be numbers joined by +') from None
 
 
-def _time_test_time(model, params, batch_stats, small, entries, baselines) -> list[dict]:
-  """Each ``--test_time`` variant on the whole `small` images against the plain prediction
-  timed around it (appended to `baselines`): seconds a photo and their ratio."""
+def _time_test_time(plain, small, entries, baselines) -> list[dict]:
+  """Each ``--test_time`` variant on the whole `small` images against the `plain` predictor
+  (the baseline's) timed around it (appended to `baselines`): seconds a photo and their ratio."""
   from crackjax.deploy import predictor
 
-  plain = predictor.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
   rows = []
   for entry in entries:
     scales, flip = test_time_variant(entry)
     variant = predictor.Predictor(
-      model, params, batch_stats=batch_stats, tile_size=512, scales=scales, flip=flip
+      plain.model,
+      plain.params,
+      batch_stats=plain.batch_stats,
+      tile_size=plain.tile_size,
+      scales=scales,
+      flip=flip,
     )
     t = _time(variant, small)
     baselines.append(_time(plain, small))
@@ -276,7 +280,7 @@ def main(argv=None) -> dict:
       f'seconds per MP, tiled / whole: {row["ratio_s_per_mp"]:.3f}',
       flush=True,
     )
-  test_time_rows = _time_test_time(model, params, batch_stats, small, fv.test_time, baselines)
+  test_time_rows = _time_test_time(whole, small, fv.test_time, baselines)
   print(
     'whole 320x480 baselines (MP/s, in order): '
     + ', '.join(f'{mp_small / t:.3f}' for t in baselines)

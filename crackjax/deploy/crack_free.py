@@ -33,6 +33,22 @@ WINDOW = 128
 MARGIN = 16
 
 
+def near_crack(crack: np.ndarray, margin: int) -> np.ndarray:
+  """The pixels within `margin` pixels (Euclidean) of a crack pixel of the boolean `crack`
+  (none where it has no crack)."""
+  if not crack.any():
+    return np.zeros_like(crack, bool)
+  return ndimage.distance_transform_edt(~crack) <= margin
+
+
+def _threshold(predictor: Any, threshold: float | None) -> float:
+  """`threshold`, else the predictor's own (a model file's stored one)."""
+  t = getattr(predictor, 'threshold', None) if threshold is None else threshold
+  if t is None:
+    raise ValueError('give a threshold: the predictor has none')
+  return float(t)
+
+
 def crack_free_windows(
   gt: np.ndarray, *, size: int = WINDOW, margin: int = MARGIN, stride: int | None = None
 ) -> list[tuple[int, int]]:
@@ -52,11 +68,7 @@ def crack_free_windows(
     raise ValueError(f'stride must be >= 1, got {stride}')
   h, w = gt.shape
   crack = gt != 0
-  if not crack.any():
-    near = crack
-  else:
-    # Distance of every pixel to the nearest crack pixel; "near" within the margin.
-    near = ndimage.distance_transform_edt(~crack) <= margin
+  near = near_crack(crack, margin)
   # Integral image: the number of near pixels in any window in O(1).
   total = np.zeros((h + 1, w + 1), np.int64)
   total[1:, 1:] = np.cumsum(np.cumsum(near, axis=0), axis=1)
@@ -155,9 +167,7 @@ def fp_length_per_mp(
   > `threshold`, default the predictor's own ``threshold``: a model file's stored one) and the
   skeleton length of the mask counted (`fp_length_of_masks`, whose dict is returned with the
   threshold). `progress(1)` is called after each image (a tqdm bar's ``update``)."""
-  t = getattr(predictor, 'threshold', None) if threshold is None else threshold
-  if t is None:
-    raise ValueError('give a threshold: the predictor has none')
+  t = _threshold(predictor, threshold)
   masks = []
   for image in images:
     masks.append(np.asarray(predictor(image)) > t)
@@ -182,14 +192,11 @@ def far_false_positives(
   Args:
     pairs: (H x W x 3 image, H x W mask) pairs, crack = nonzero.
   """
-  t = getattr(predictor, 'threshold', None) if threshold is None else threshold
-  if t is None:
-    raise ValueError('give a threshold: the predictor has none')
+  t = _threshold(predictor, threshold)
   length = 0.0
   area = photos = with_fp = 0
   for image, gt in pairs:
-    crack = np.asarray(gt) != 0
-    far = ndimage.distance_transform_edt(~crack) > margin if crack.any() else ~crack
+    far = ~near_crack(np.asarray(gt) != 0, margin)
     fp = (np.asarray(predictor(image)) > t) & far
     length += skeleton_length(fp)
     area += int(far.sum())
@@ -198,7 +205,7 @@ def far_false_positives(
   if not area:
     raise ValueError(f'no pixel lies farther than {margin} px from a labelled crack')
   return {
-    'threshold': float(t),
+    'threshold': t,
     'margin': margin,
     'photos': photos,
     'photos_with_fp': with_fp,
