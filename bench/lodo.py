@@ -22,12 +22,20 @@ Folders: ``WORK/<recipe>_<budget>/<held_out>/`` is the training run (launch.py's
 
 ``--peer=results/lodo_mtscrack.json`` (bench/peer_mtscrack.py's output on the same test splits)
 puts MTSCrack's row beside the recipes': F1 of its mask (output > 0) and its ODS.
+
+``--test_time=base:2,base:flip,photometric:1+2`` adds rows of the same folds' files scored at
+test-time scales and flip (`crackjax-evaluate --scales/--flip`; ``[RECIPE:]PART+PART``, a part
+a scale factor or ``flip``; without a recipe, every recipe's): strict only, into
+``heldout_<scales>[_flip]/``, no false-positive count. One command thus writes every row of the
+table (scripts/lodo.sh's ``TEST_TIME``); ``--out`` heads the .md with the command, the commit,
+the machine and the dates the folds were scored.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import subprocess
 import sys
@@ -111,6 +119,47 @@ def plan(
   return [Fold(r, budget, h, work, scales, flip) for r in recipes for h in held_out]
 
 
+#: A test-time variant of ``--test_time``: (recipe or None for every recipe, scales, flip).
+Variant = tuple[str | None, tuple[float, ...], bool]
+
+
+def parse_test_time(text: str, recipes: list[str]) -> list[Variant]:
+  """``--test_time``'s variants, e.g. 'base:2,flip,photometric:1+2' (a part is a scale factor
+  or 'flip'; the scales default to 1).
+
+  Raises:
+    ValueError: a recipe not in `recipes`, a part neither a positive number nor 'flip', or a
+      variant that is the plain prediction (its row is the recipe's own); naming the variant.
+  """
+  out: list[Variant] = []
+  for item in (x.strip() for x in text.split(',')):
+    if not item:
+      continue
+    recipe, _, spec = item.rpartition(':')
+    if recipe and recipe not in recipes:
+      raise ValueError(f'--test_time {item!r}: recipe {recipe!r} is not in --recipes {recipes}')
+    parts = spec.split('+')
+    flip = 'flip' in parts
+    try:
+      scales = tuple(float(x) for x in parts if x != 'flip') or (1.0,)
+    except ValueError:
+      raise ValueError(f"--test_time {item!r}: a part is a scale factor or 'flip'") from None
+    if min(scales) <= 0 or (scales == (1.0,) and not flip):
+      raise ValueError(f'--test_time {item!r}: scales must be > 0, and not the plain 1 alone')
+    out.append((recipe or None, scales, flip))
+  return out
+
+
+def variant_folds(variants: list[Variant], folds: list[Fold]) -> list[Fold]:
+  """The folds of `folds` scored again at each test-time variant, variant by variant."""
+  return [
+    dataclasses.replace(f, scales=scales, flip=flip)
+    for recipe, scales, flip in variants
+    for f in folds
+    if recipe in (None, f.recipe)
+  ]
+
+
 def manual_dir(member: str, crackforest: str, public: str) -> str:
   return crackforest if member in lodo.roads_unet_cpu.CRACKFOREST_MEMBERS else public
 
@@ -151,13 +200,14 @@ def export_command(fold: Fold, step: int) -> list[str]:
   ]
 
 
-def score_command(fold: Fold, args: argparse.Namespace) -> list[str]:
+def score_command(fold: Fold, args: argparse.Namespace, protocols: str | None = None) -> list[str]:
+  """crackjax-evaluate on the held-out test split, under `protocols` (default --protocols)."""
   h = fold.held_out
   cmd = [
     *EVALUATE,
     f'--model={fold.run / MODEL_FILE}',
     f'--data={h}:{args.test_split}',
-    f'--protocols={args.protocols}',
+    f'--protocols={protocols or args.protocols}',
     f'--out={fold.heldout_dir}',
     f'--scales={",".join(f"{x:g}" for x in fold.scales)}',
     f'--flip={str(fold.flip).lower()}',
@@ -395,7 +445,28 @@ def threshold_table(
   return '\n'.join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def tables(rows: dict[str, dict[str, Any]], held_out: list[str]) -> tuple[str, dict[str, Any]]:
+  """The Markdown of the F1 table, the threshold table (for each row with three or more sets
+  scored, `new_road_thresholds`) and the false-positive table; and those thresholds."""
+  text = table(rows, held_out)
+  choices = {}
+  for name, by_set in rows.items():
+    chosen = None if name.startswith('MTSCrack') else new_road_thresholds(by_set)
+    if chosen:
+      choices[name] = chosen
+  if choices:
+    text += '\n\n' + threshold_table(rows, choices, held_out)
+  fps = fp_table(rows, held_out)
+  if fps:
+    text += (
+      '\n\nFalse positives on roads never seen: predicted crack length (px) per megapixel of the '
+      "held-out test photos' area farther than 16 px from a labelled crack, at the file's "
+      'threshold:\n\n' + fps
+    )
+  return text, choices
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--recipes', default='base', help=f'comma-separated, of {list(lodo.RECIPES)}')
   p.add_argument('--budget', default='short', choices=list(lodo.BUDGETS))
@@ -418,9 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     help='of train, export, score, fp (false positives far from the held-out cracks)',
   )
   p.add_argument(
-    '--scales', default='1', help='test-time scales of the held-out scoring (crackjax-evaluate)'
+    '--test_time',
+    default='',
+    help="rows of the folds' files scored at test-time scales and flip (strict), e.g. "
+    "'base:2,base:flip,photometric:1+2' ([RECIPE:]PART+PART, a part a scale or 'flip')",
   )
-  p.add_argument('--flip', action='store_true', help='also predict mirrored (test time)')
   p.add_argument(
     '--peer',
     default=None,
@@ -429,37 +502,52 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
   args = p.parse_args(argv)
-  recipes = [r for r in args.recipes.split(',') if r]
-  held_out = [h for h in args.held_out.split(',') if h]
+  args.recipes = [r for r in args.recipes.split(',') if r]
+  args.held_out = [h for h in args.held_out.split(',') if h]
   for name, known, values in (
-    ('recipe', lodo.RECIPES, recipes),
-    ('held-out member', lodo.MEMBERS, held_out),
+    ('recipe', lodo.RECIPES, args.recipes),
+    ('held-out member', lodo.MEMBERS, args.held_out),
   ):
     bad = [v for v in values if v not in known]
     if bad:
       p.error(f'unknown {name} {bad}; known: {list(known)}')
-  stages = set(args.stages.split(','))
-  scales = tuple(float(x) for x in args.scales.split(','))
-  folds = plan(recipes, args.budget, held_out, Path(args.work), scales, args.flip)
-  if args.plan:
-    for f in folds:
-      print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
-    return 0
-  if stages & {'train', 'score', 'fp'} and not args.public:
+  try:
+    args.variants = parse_test_time(args.test_time, args.recipes)
+  except ValueError as e:
+    p.error(str(e))
+  args.stages = set(args.stages.split(','))
+  if args.stages & {'train', 'score', 'fp'} and not args.public and not args.plan:
     p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
+  return args
+
+
+def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace) -> None:
+  """Trains, exports, scores and counts the false positives of each fold not done yet; then
+  scores each test-time variant's fold (strict) whose file exists."""
   from crackjax.deploy import release  # imported here: --plan needs no jax
 
+  stages, wanted = args.stages, set(args.protocols.split(','))
   for f in folds:
     if 'train' in stages and not trained(f):
       _run(train_command(f, args))
     model = f.run / MODEL_FILE
     if 'export' in stages and trained(f) and not model.exists():
       _run(export_command(f, release.best_epoch(f.run)['step']))
-    wanted = set(args.protocols.split(','))
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
     if 'fp' in stages and model.exists() and not f.fp_record.exists():
       false_positives(f, args)
+  for f in variants:
+    model = f.run / MODEL_FILE
+    if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
+      _run(score_command(f, args, THRESHOLD_PROTOCOL))
+
+
+def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+  """(rows: {row name: {held-out set: its scores}} of the folds scored, detail: the same with
+  None for a fold not scored yet)."""
+  from crackjax.deploy import release
+
   rows: dict[str, dict[str, Any]] = {}
   detail: dict[str, Any] = {}
   for f in folds:
@@ -474,25 +562,54 @@ def main(argv: list[str] | None = None) -> int:
         scores['false_positives'] = json.loads(f.fp_record.read_text())['length_per_mp']
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
+  return rows, detail
+
+
+def provenance(folds: list[Fold]) -> str:
+  """The .md's first paragraph: the command that wrote the table, its commit, the machine
+  (`crackjax.paper.jobs.hardware`) and when the folds were scored (their eval.json)."""
+  from crackjax.paper import jobs
+
+  commit = subprocess.run(
+    ['git', 'describe', '--always', '--dirty', '--abbrev=7'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+  ).stdout.strip()
+  hw = jobs.hardware()
+  times = [f.record.stat().st_mtime for f in folds if f.record.exists()]
+  scored = 'no fold scored yet'
+  if times:
+    first, last = (
+      datetime.datetime.fromtimestamp(t, datetime.UTC) for t in (min(times), max(times))
+    )
+    scored = f'folds scored {first:%d %b %Y %H:%M} to {last:%d %b %Y %H:%M} UTC (their eval.json)'
+  now = datetime.datetime.now(datetime.UTC)
+  command = ' '.join(['python', 'bench/lodo.py', *sys.argv[1:]])
+  return (
+    f'Written by `{command}` at commit {commit or "unknown"}, {now:%d %b %Y %H:%M} UTC, on '
+    f'{hw["cpu"]} ({hw["cpu_count"]} cores, {hw["backend"]} backend); {scored}. Per held-out '
+    'test split: "strict F1 at the stored threshold / ODS · tolerance_thin_gt the same" (%).'
+  )
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = parse_args(argv)
+  folds = plan(args.recipes, args.budget, args.held_out, Path(args.work))
+  variants = variant_folds(args.variants, folds)
+  if args.plan:
+    for f in folds:
+      print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
+    for f in variants:
+      print(f'{f.recipe},{f.budget}: score {f.held_out}:test again at {f.test_time} (strict)')
+    return 0
+  run_stages(folds, variants, args)
+  rows, detail = collect(folds + variants)
   if args.peer:
-    peer = peer_scores([Path(p) for p in args.peer.split(',')], held_out)
+    peer = peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)
     rows['MTSCrack (its mask: output > 0)'] = peer
     detail['MTSCrack images scored'] = {h: v.get('images') for h, v in peer.items()}
-  text = table(rows, held_out)
-  choices = {}
-  for name, by_set in rows.items():
-    chosen = None if name.startswith('MTSCrack') else new_road_thresholds(by_set)
-    if chosen:
-      choices[name] = chosen
-  if choices:
-    text += '\n\n' + threshold_table(rows, choices, held_out)
-  fps = fp_table(rows, held_out)
-  if fps:
-    text += (
-      '\n\nFalse positives on roads never seen: predicted crack length (px) per megapixel of the '
-      "held-out test photos' area farther than 16 px from a labelled crack, at the file's "
-      'threshold:\n\n' + fps
-    )
+  text, choices = tables(rows, args.held_out)
   print(
     '\nLODO: per held-out set "strict stored / ODS · thin-GT stored / ODS" F1 (%); stored = '
     "the file's threshold, chosen on the other four's validation parts."
@@ -506,7 +623,9 @@ def main(argv: list[str] | None = None) -> int:
       )
       + '\n'
     )
-    Path(args.out).with_suffix('.md').write_text(text + '\n')
+    Path(args.out).with_suffix('.md').write_text(
+      provenance(folds + variants) + '\n\n' + text + '\n'
+    )
   return 0
 
 

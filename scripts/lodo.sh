@@ -14,6 +14,8 @@
 #   HELD_OUT    the held-out sets, in order (default: all five, configs/lodo.py's order)
 #   OUT         the table (default results/lodo_<BUDGET>: .json and .md)
 #   PEER        bench/peer_mtscrack.py JSON files on the same test splits, comma-separated
+#   TEST_TIME   rows of the same files at test-time scales / flip (bench/lodo.py --test_time,
+#               e.g. base:2,base:flip,photometric:1+2), scored after each held-out set's folds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/script_help.sh
@@ -25,7 +27,8 @@ RECIPES=${RECIPES:-base photometric_scale photometric scale}
 BUDGET=${BUDGET:-short}
 HELD_OUT=${HELD_OUT:-$(python -c 'from crackjax.configs import lodo; print(" ".join(lodo.MEMBERS))')}
 OUT=${OUT:-results/lodo_$BUDGET}
-COMMON=(--budget="$BUDGET" --work="$WORK" --crackforest="$CRACKFOREST" --public="$PUBLIC")
+COMMON=(--budget="$BUDGET" --work="$WORK" --crackforest="$CRACKFOREST" --public="$PUBLIC"
+  --test_time="${TEST_TIME:-}")
 recipes=$(echo $RECIPES | tr ' ' ',')
 for held_out in $HELD_OUT; do
   python bench/lodo.py --recipes="$recipes" --held_out="$held_out" --protocols=strict "${COMMON[@]}"

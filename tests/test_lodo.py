@@ -59,6 +59,40 @@ def test_plan_holds_each_member_out_once(tmp_path):
   assert bad.returncode == 2 and "unknown recipe ['magic']" in bad.stderr
 
 
+def test_test_time_variants_score_the_same_files_again(tmp_path):
+  lodo = _bench()
+  variants = lodo.parse_test_time('base:2,flip,photometric:1+2+flip', ['base', 'photometric'])
+  assert variants == [
+    ('base', (2.0,), False),
+    (None, (1.0,), True),
+    ('photometric', (1.0, 2.0), True),
+  ]
+  folds = lodo.plan(['base', 'photometric'], 'short', ['crackforest', 'gaps384'], tmp_path)
+  again = lodo.variant_folds(variants, folds)
+  # base at 2 (two sets), every recipe mirrored (four folds), photometric at 1+2 mirrored (two).
+  assert [(f.recipe, f.test_time) for f in again[::2]] == [
+    ('base', 'scales 2'),
+    ('base', 'flip'),
+    ('photometric', 'flip'),
+    ('photometric', 'scales 1,2 + flip'),
+  ]
+  for f in again:
+    # The fold's own file and run, scored into a folder of its own.
+    assert f.run == tmp_path / f'{f.recipe}_short' / f.held_out
+    assert f.heldout_dir.parent == f.run and f.heldout_dir.name != lodo.HELDOUT_DIR
+    score = lodo.score_command(f, _args(lodo), 'strict')
+    assert '--protocols=strict' in score and f'--model={f.run / lodo.MODEL_FILE}' in score
+  assert again[0].heldout_dir.name == 'heldout_2' and again[2].heldout_dir.name == 'heldout_1_flip'
+  for bad, why in (
+    ('scale:2', "recipe 'scale' is not in --recipes"),
+    ('base:big', "a part is a scale factor or 'flip'"),
+    ('1', 'not the plain 1 alone'),
+    ('0+2', 'scales must be > 0'),
+  ):
+    with pytest.raises(ValueError, match=why):
+      lodo.parse_test_time(bad, ['base', 'photometric'])
+
+
 def test_the_gpu_budget_is_the_gpu_models_recipe_without_the_held_out_member():
   """configs/lodo.py's ``gpu`` budget (scripts/lodo_gpu.sh) differs from the GPU-made
   roads-unet's config (configs/release/roads_unet.py) only by the member left out and the
@@ -156,6 +190,7 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
     f'--public={root / "Datasets"}',
     f'--data_dir={tmp_path / "tfds"}',
     '--workers=1',
+    '--test_time=2',
     f'--out={out}',
   ]
   done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -184,6 +219,16 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
     assert fp['photos'] > 0 and fp['length_per_mp'] == folds[held_out]['false_positives']
     assert fp['threshold'] == folds[held_out]['strict']['threshold']
   assert 'new_road_thresholds' in record and record['new_road_thresholds']['base (smoke)']
+  # The test-time row: the same files scored at scale 2 (strict alone), in the same table.
+  at_2 = record['folds']['base (smoke) at scales 2']
+  for held_out in ('aiglern_trimm', 'crackforest', 'gaps384'):
+    scored = json.loads(
+      (work / 'base_smoke' / held_out / 'heldout_2' / f'{held_out}_test' / 'eval.json').read_text()
+    )
+    assert scored['protocols'] == ['strict'] and 'strict' in at_2[held_out]
+  md = out.with_suffix('.md').read_text()
+  assert md.startswith('Written by `python bench/lodo.py --budget=smoke')
+  assert 'folds scored ' in md.split('\n')[0] and '| base (smoke) at scales 2 |' in md
   # Resumable: a second run trains, exports and scores nothing again.
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert again.returncode == 0 and '+ ' not in again.stdout
