@@ -138,7 +138,8 @@ def test_one_launch_builds_each_part_once(tmp_path):
 
 def test_the_narrow_inputs_are_read_from_the_config_once():
   from crackjax.configs import smoke
-  from crackjax.experiment.build import eval_plan_of, restore_spec_of, schedule_of
+  from crackjax.experiment.build import eval_plan_of, schedule_of
+  from crackjax.models import input_multiple
 
   config = smoke.get_config()
   config.steps_per_epoch, config.num_epochs, config.log_every_steps = 3, 4, 2
@@ -148,7 +149,15 @@ def test_the_narrow_inputs_are_read_from_the_config_once():
   schedule, plan = experiment.schedule, experiment.eval_plan
   c = config.to_dict()
   assert schedule == schedule_of(c) and plan == eval_plan_of(c)
-  assert experiment.restore_spec == restore_spec_of(c, experiment.model)
+  # No data.input_size: the abstract state's image is a square of about 256 px the model takes.
+  side = experiment.restore_spec.image_shape[0]
+  assert experiment.restore_spec.image_shape == (side, side, 3) and 256 <= side
+  assert (
+    side % input_multiple(experiment.model) == 0 and side - input_multiple(experiment.model) < 256
+  )
+  assert experiment.restore_spec.max_to_keep == config.max_checkpoints_to_keep
+  config.data.input_size = (96, 64)
+  assert build(config).restore_spec.image_shape == (96, 64, 3)
   assert schedule.total_steps == 12
   assert [schedule.epoch_of(s) for s in (1, 3, 4, 12)] == [1, 1, 2, 4]
   assert [s for s in range(1, 13) if schedule.saves_at(s)] == [3, 6, 9, 12]

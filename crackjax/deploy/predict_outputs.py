@@ -40,28 +40,18 @@ def partial_path(path: Path) -> Path:
   return path.with_name(path.name + PARTIAL)
 
 
-def _named(error: OSError, path: Path) -> OSError:
-  """`error` naming `path` (PIL's writes raise it without a file name)."""
-  if error.filename:
-    return error
-  named = OSError(error.errno, error.strerror or str(error), str(path))
-  named.__cause__ = error
-  return named
-
-
 def write_whole(path: Path, save: Callable[[Path], None]) -> None:
   """Writes `path` by `save(temporary)` and a rename: it never exists half-written. An error
   of the disk names `path` (`cannot write O/probs/003.png: No space left on device`)."""
   path.parent.mkdir(parents=True, exist_ok=True)
   temporary = partial_path(path)
   try:
-    save(temporary)
-    os.replace(temporary, path)
-  except BaseException as e:
+    with outputs.naming(path):
+      save(temporary)
+      os.replace(temporary, path)
+  except BaseException:
     with contextlib.suppress(OSError):
       temporary.unlink()
-    if isinstance(e, OSError):
-      raise _named(e, path) from e
     raise
 
 
@@ -136,12 +126,9 @@ class Progress:
     self.done[name] = {'row': dict(row), 'cracks': [dict(c) for c in cracks]}
 
   def _append(self, entry: Mapping[str, Any]) -> None:
-    try:
-      with self.path.open('a', encoding='utf-8') as f:
-        f.write(outputs.dumps(dict(entry)) + '\n')
-        f.flush()
-    except OSError as e:
-      raise _named(e, self.path) from e
+    with outputs.naming(self.path), self.path.open('a', encoding='utf-8') as f:
+      f.write(outputs.dumps(dict(entry)) + '\n')
+      f.flush()
 
 
 def read_progress(

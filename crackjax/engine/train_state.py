@@ -109,6 +109,14 @@ def abstract_train_state(
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
 
+def abstract_inference_fields(
+  seed: int, image_shape: tuple[int, int, int], mesh: Mesh, model: nn.Module
+) -> dict[str, Any]:
+  """`inference_fields` of the abstract TrainState of `model` without an optimiser: what a
+  params-only restore reads (`crackjax.experiment.restored.load_run`)."""
+  return inference_fields(abstract_train_state(seed, image_shape, mesh, model, optax.identity()))
+
+
 def inference_fields(abstract: TrainState) -> dict[str, Any]:
   """The fields of (abstract) state `abstract` that inference needs: step, params and, for a
   BatchNorm model, batch_stats; not the optimiser state (a partial restore reads only these)."""

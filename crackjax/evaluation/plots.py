@@ -27,7 +27,7 @@ from crackjax.evaluation.result import (
   THRESHOLD,
   ProtocolResult,
 )
-from crackjax.runs import exits
+from crackjax.runs import outputs
 
 # Colours of the overlay: true positives, false positives, false negatives.
 _TP, _FP, _FN = (0, 200, 0), (230, 0, 0), (0, 90, 255)
@@ -65,7 +65,7 @@ class PerImageRows:
     self._file = open(self.path, 'w', newline='', encoding='utf-8')  # open while rows come
     fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _STREAMED_KEYS]
     self._writer = csv.DictWriter(self._file, fieldnames=fields)
-    with exits.naming(self.path):  # a full disk's line names this file
+    with outputs.naming(self.path):  # a full disk's line names this file
       self._writer.writeheader()
       self._file.flush()
 
@@ -74,7 +74,7 @@ class PerImageRows:
     row = {'name': name}
     for protocol, values in scores.items():
       row.update({f'{protocol}_{k}': f'{values[k]:.6g}' for k in _STREAMED_KEYS})
-    with exits.naming(self.path):
+    with outputs.naming(self.path):
       self._writer.writerow(row)
       self._file.flush()  # each row on disk as it comes: an interruption keeps those scored
 

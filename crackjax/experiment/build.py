@@ -36,8 +36,7 @@ from crackjax.engine.schedule import Schedule
 from crackjax.engine.states import States
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.experiment import restored, specs, validation
-from crackjax.experiment.specs import restore_spec_of
-from crackjax.models import pretrained
+from crackjax.models import init_image_shape, pretrained
 from crackjax.runs import identity
 
 
@@ -92,8 +91,8 @@ class Experiment:
     protocols: the evaluation protocols of ``config.eval.protocols``.
     schedule: steps, epochs and when to log, save and evaluate (`schedule_of`).
     eval_plan: the split, protocols, grids and outputs of an evaluation (`eval_plan_of`).
-    restore_spec: the image shape of the abstract state and the checkpoints kept
-      (`restore_spec_of`).
+    restore_spec: the image shape of the abstract state (`crackjax.models.init_image_shape`)
+      and the checkpoints kept.
     hparams: the config as plain JSON data, as config.json holds it (TensorBoard's
       hyper-parameters, each checkpoint's record).
     config_json: config.json's text.
@@ -206,15 +205,17 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
     validation.ConfigError: every problem of the config, one per line.
     ValueError: a module of ``config.plugins`` cannot be imported.
   """
-  c = specs.plain(config)  # read as plain data from here on
   # check_config imports config.plugins first (crackjax/plugins.py), so a plugin's
   # model, loss, dataset or protocol is registered before it is looked up.
-  parts = validation.check_config(c, training=training)
+  parts = validation.check_config(config, training=training)
+  c = specs.plain(config)  # read as plain data from here on
   # What the parts below take of the config, derived together (`specs`).
-  restore_spec = restore_spec_of(c, parts.model)
   init = specs.init_spec_of(c)
   hparams = specs.recorded(config)
   loader_spec = specs.loader_spec_of(c)
+  # The abstract state's image shape, from the config alone (never from the data).
+  image_shape = init_image_shape(parts.model, c['data'].get('input_size'))
+  restore_spec = RestoreSpec(image_shape, max_to_keep=c['max_checkpoints_to_keep'])
   optimizer = train_state.create_optimizer(c['learning_rate'])
   return Experiment(
     config=config,

@@ -3,7 +3,7 @@ model file.
 
 * `load_run(workdir)`: the run's recorded config (`read_config`: config.json, else what its
   checkpoints record), its model alone built (after importing its ``plugins``), its
-  parameters restored through `States.restore` (the one restore path, a params-only state)
+  parameters restored through `checkpoints.restore` (the one restore path, a params-only state)
   and the threshold chosen at that step (`run_threshold`).
 * `load_model(spec)`: a model file by released name, path or URL, as the same `Run`.
 
@@ -14,6 +14,7 @@ crackjax-evaluate take their runs from here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,17 +23,14 @@ from typing import Any
 import flax.linen as nn
 import jax
 import ml_collections
-import optax
 
 from crackjax import plugins
 from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.engine.mesh import one_device_mesh
-from crackjax.engine.states import States
 from crackjax.evaluation.result import CHOSEN_BY, DATASET, SPLIT, STEP, THRESHOLD, read_record
 from crackjax.evaluation.threshold_choice import chosen_threshold
-from crackjax.experiment.specs import restore_spec_of
-from crackjax.models import hub, model_file, model_from_config, pretrained
+from crackjax.models import hub, init_image_shape, model_file, model_from_config, pretrained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +89,7 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
   Reads the run's config (`read_config`: config.json, or what its checkpoints record), imports
   its ``plugins``, builds its model alone (no loss, augmentation, schedule or data: what a
   training `build` adds is not needed for inference) and restores only the parameters and
-  BatchNorm statistics, through `States.restore` (the one restore path): without `step`, a
+  BatchNorm statistics, through `checkpoints.restore` (the one restore path): without `step`, a
   damaged newer checkpoint is set aside and an older one used; a requested `step` that cannot
   be read is an error. `workdir` may be the run's ``checkpoints/`` folder alone, wherever it
   was copied.
@@ -109,10 +107,17 @@ def load_run(workdir: str | Path, *, step: int | None = None) -> Run:
     model = model_from_config(c['model'])
   except (ValueError, KeyError, TypeError) as e:  # a plugin not installed, a damaged config
     raise CheckpointError(f'{where} cannot be rebuilt: {" ".join(str(e).split())}') from e
-  # A params-only restore: the abstract state's optimiser (optax.identity) holds nothing.
-  states = States(model, optax.identity(), int(c.get('seed', 0)), restore_spec_of(c, model))
-  # One device: prediction runs the parameters as host arrays (Predictor spreads them).
-  restored = states.restore(workdir, step=step, mesh=one_device_mesh(), inference=True)
+  # A params-only restore (no optimiser state), on one device: prediction runs the parameters
+  # as host arrays (Predictor spreads them).
+  shape = init_image_shape(model, c.get('data', {}).get('input_size'))
+  abstract = functools.partial(
+    train_state.abstract_inference_fields, int(c.get('seed', 0)), shape, one_device_mesh(), model
+  )
+  mngr = checkpoints.existing_manager(workdir, c['max_checkpoints_to_keep'])
+  part = checkpoints.restore(mngr, abstract, step=step)
+  restored = train_state.inference_state(
+    model.apply, part['params'], part.get('batch_stats'), part['step']
+  )
   params = train_state.local_params(restored)
   batch_stats = train_state.local_batch_stats(restored)
   step = int(jax.device_get(restored.step))

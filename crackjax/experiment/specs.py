@@ -17,12 +17,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-import flax.linen as nn
 import ml_collections
 
 from crackjax.data import loader
-from crackjax.engine.checkpoints import RestoreSpec
-from crackjax.models import input_multiple, pretrained
+from crackjax.models import pretrained
 
 #: A whole config as plain data (`plain`): nested dicts, values as the config holds them.
 Plain: TypeAlias = Mapping[str, Any]
@@ -84,18 +82,3 @@ def init_spec_of(config: Config) -> pretrained.InitSpec:
     pretrained=init.get('pretrained'),
     normalization=init.get('normalization', 'auto'),
   )
-
-
-def restore_spec_of(c: Plain, model: nn.Module) -> RestoreSpec:
-  """What a restore of config `c`'s run (plain data, `plain`) needs: the image shape of
-  its abstract state, read from the config alone (never from the data): ``data.input_size``
-  if set, else a square of about 256 pixels that `model` takes; and how many checkpoints are
-  kept."""
-  size = c.get('data', {}).get('input_size')
-  if size:
-    shape = (int(size[0]), int(size[1]), 3)
-  else:
-    multiple = input_multiple(model)
-    side = multiple * -(-256 // multiple)
-    shape = (side, side, 3)
-  return RestoreSpec(image_shape=shape, max_to_keep=c['max_checkpoints_to_keep'])

@@ -36,7 +36,7 @@ model from a run's config.json, find it too.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -298,6 +298,19 @@ def fused_logits(outputs: Any) -> jax.Array:
 def input_multiple(model: nn.Module) -> int:
   """The number H and W must be multiples of for `model` (1 if it declares none)."""
   return int(getattr(model, 'input_multiple', 1))
+
+
+def init_image_shape(
+  model: nn.Module, input_size: Sequence[int] | None = None
+) -> tuple[int, int, int]:
+  """The (H, W, 3) `model`'s variables are built on from a config alone (never from data):
+  ``data.input_size`` if set, else a square of about 256 pixels that `model` takes. The
+  models are fully convolutional, so their parameters do not depend on it."""
+  if input_size:
+    return (int(input_size[0]), int(input_size[1]), 3)
+  multiple = input_multiple(model)
+  side = multiple * -(-256 // multiple)
+  return (side, side, 3)
 
 
 def model_variables(params: Any, batch_stats: Any = None) -> dict[str, Any]:

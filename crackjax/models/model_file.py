@@ -158,17 +158,21 @@ def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, Any]:
 def content_sha256(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> str:
   """The checksum of a model file's content: every tensor's name, dtype, shape and bytes, and
   every metadata entry except the checksum itself, in sorted order."""
-  # json.dumps' own defaults, not `outputs.dumps`: the canonical form of a released file's
-  # checksum must never move with how crackjax writes its JSON (names, numbers and strings
-  # only here, so the bytes are those every crackjax so far has hashed).
   h = hashlib.sha256()
   for name in sorted(tensors):
     array = np.ascontiguousarray(tensors[name])
-    h.update(json.dumps([name, array.dtype.name, list(array.shape)], allow_nan=False).encode())
+    h.update(_CANONICAL.encode([name, array.dtype.name, list(array.shape)]).encode())
     h.update(array.tobytes())
   for key in sorted(k for k in metadata if k != CHECKSUM_KEY):
-    h.update(json.dumps([key, metadata[key]], allow_nan=False).encode())
+    h.update(_CANONICAL.encode([key, metadata[key]]).encode())
   return h.hexdigest()
+
+
+# The checksum's canonical form of its entries: the json module's own defaults (as
+# json.dumps(x, allow_nan=False)), not `outputs.dumps`, so that it never moves with how
+# crackjax writes its JSON (names, numbers and strings only here: the bytes are those every
+# crackjax so far has hashed).
+_CANONICAL = json.JSONEncoder(allow_nan=False)
 
 
 def file_sha256(path: str | Path) -> str:

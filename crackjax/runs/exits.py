@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import os
 import signal
 import sys
 import threading
@@ -68,19 +67,6 @@ def disk_error(error: OSError) -> str | None:
   where = f'cannot write {error.filename}' if error.filename else 'cannot write'
   reason = error.strerror or errno.errorcode.get(error.errno, str(error.errno))
   return f'{where}: {reason}; {_ADVICE[error.errno]} and run the same command again.'
-
-
-@contextlib.contextmanager
-def naming(path: object) -> Iterator[None]:
-  """Gives an OSError raised inside it without a file name (a write or flush that the disk
-  refused: Python names the file only when it is opened) the name `path`, so that the one
-  line of `one_line_exits` says which file could not be written."""
-  try:
-    yield
-  except OSError as e:
-    if e.filename is not None or e.errno is None:
-      raise
-    raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from e
 
 
 def _end(prog: str, message: str, code: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import filelock
 
-from crackjax.runs import exits, outputs
+from crackjax.runs import outputs
 
 FINGERPRINT_FILE = 'fingerprint.json'
 #: The file whose system lock holds a workdir (`lock`).
@@ -78,7 +78,7 @@ def _as_dict(config: Mapping[str, Any]) -> dict[str, Any]:
       f'A fingerprint is of the config as config.json records it (a dict), not of a '
       f'{type(config).__name__}.'
     )
-  return json.loads(json.dumps(config, default=str))
+  return json.loads(json.JSONEncoder(default=str).encode(config))  # as json.dumps(default=str)
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -214,7 +214,7 @@ def write_json(path: str | Path, obj: Any, **dump_kwargs) -> None:
   path = Path(path)
   tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
   try:
-    with exits.naming(path):  # a full disk's line names the record, not a nameless write
+    with outputs.naming(path):  # a full disk's line names the record, not a nameless write
       tmp.write_text(outputs.dumps(obj, indent=1, **dump_kwargs))
   except OSError:
     tmp.unlink(missing_ok=True)  # no half-written temporary file left behind

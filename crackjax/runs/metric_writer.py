@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from crackjax.runs import exits, outputs
+from crackjax.runs import outputs
 
 _SERIAL = itertools.count()  # this process's writers, for their event files' names
 # The characters TensorBoard takes in a tag (tensorboardX's own rule): a split such as
@@ -72,8 +72,8 @@ class MetricWriter:
       record[name] = value
       self._tb.add_scalar(tag(f'{kind}/{name}'), value, int(step))
     # Strict JSON: a diverged step's loss=nan is null here (TensorBoard keeps the NaN). A full
-    # disk's error names the file (`exits.naming`): a write names none.
-    with exits.naming(self._jsonl.name):
+    # disk's error names the file (`outputs.naming`): a write names none.
+    with outputs.naming(self._jsonl.name):
       self._jsonl.write(outputs.dumps(record) + '\n')
       self._jsonl.flush()
 
@@ -121,14 +121,14 @@ class MetricWriter:
   def flush(self) -> None:
     if self._active:
       self._tb.flush()
-      with exits.naming(self._jsonl.name):
+      with outputs.naming(self._jsonl.name):
         self._jsonl.flush()
 
   def close(self) -> None:
     if self._active:
       self._active = False
       self._tb.close()
-      with exits.naming(self._jsonl.name):
+      with outputs.naming(self._jsonl.name):
         self._jsonl.close()
 
 

@@ -15,16 +15,21 @@ user made, and is resolved once. `foreign_files` tells a command's own earlier o
 it may replace, from files a user made or edited, which it replaces only with --overwrite:
 its own are listed with their SHA-256 in the folder's manifest (`MANIFEST`, written by
 `record_outputs` after the files).
+
+Failed writes: inside `naming(path)`, an OSError of a write or flush (which Python raises
+without a file name) names `path`, so that the command's one line (`crackjax.runs.exits`) says
+which file the disk refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,19 @@ def dumps(obj: Any, **kwargs: Any) -> str:
 
 
 # ------------------------------------------------------------------------------ output folders
+
+
+@contextlib.contextmanager
+def naming(path: object) -> Iterator[None]:
+  """Gives an OSError raised inside it without a file name (a write or flush that the disk
+  refused: Python names the file only when it is opened) the name `path`, so that the one
+  line of `crackjax.runs.exits.one_line_exits` says which file could not be written."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is not None or e.errno is None:
+      raise
+    raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from e
 
 
 def check_inside(folder: str | Path, paths: Iterable[str | Path], flag: str = '--out') -> None:
