@@ -54,6 +54,7 @@ THRESHOLD_PROTOCOL = 'strict'
 MODEL_FILE = 'model.safetensors'
 HELDOUT_DIR = 'heldout'
 FP_FILE = 'false_positives.json'
+PHOTO_FILE = 'photo_thresholds.json'
 #: Held-out test photos (evenly spaced) whose false positives are counted.
 FP_IMAGES = 300
 
@@ -105,6 +106,11 @@ class Fold:
   def fp_record(self) -> Path:
     """Its false positives far from the held-out test split's cracks (`false_positives`)."""
     return self.heldout_dir / f'{self.held_out}_test' / FP_FILE
+
+  @property
+  def photo_record(self) -> Path:
+    """Its F1 at each photo's own threshold (`photo_thresholds`)."""
+    return self.heldout_dir / f'{self.held_out}_test' / PHOTO_FILE
 
 
 def plan(
@@ -220,16 +226,12 @@ def score_command(fold: Fold, args: argparse.Namespace, protocols: str | None = 
   return cmd
 
 
-def false_positives(fold: Fold, args: argparse.Namespace) -> None:
-  """Writes the fold's false positives on roads it never saw (issue 55 item 2): the predicted
-  crack length per megapixel, at the file's stored threshold (and the fold's test-time scales),
-  of the area farther than `crackjax.deploy.crack_free.MARGIN` px from any labelled crack, on
-  `FP_IMAGES` evenly spaced held-out test photos each predicted whole
-  (`crack_free.far_false_positives`)."""
+def held_out_photos(fold: Fold, args: argparse.Namespace):
+  """`FP_IMAGES` evenly spaced (image, mask) pairs of the held-out test split, and the fold's
+  model file as a `Predictor` at its test-time scales."""
   import numpy as np
 
   from crackjax.data import registry
-  from crackjax.deploy import crack_free
   from crackjax.deploy.predictor import Predictor
 
   h = fold.held_out
@@ -238,12 +240,96 @@ def false_positives(fold: Fold, args: argparse.Namespace) -> None:
   rows = np.unique(np.linspace(0, len(source) - 1, min(FP_IMAGES, len(source))).astype(int))
   records = (source[int(i)] for i in rows)
   pairs = ((np.asarray(r['image']), np.asarray(r['mask'])[..., 0]) for r in records)
-  model = fold.run / MODEL_FILE
-  predictor = Predictor.from_pretrained(str(model), scales=fold.scales, flip=fold.flip)
+  predictor = Predictor.from_pretrained(
+    str(fold.run / MODEL_FILE), scales=fold.scales, flip=fold.flip
+  )
+  return pairs, predictor
+
+
+def false_positives(fold: Fold, args: argparse.Namespace) -> None:
+  """Writes the fold's false positives on roads it never saw (issue 55 item 2): the predicted
+  crack length per megapixel, at the file's stored threshold (and the fold's test-time scales),
+  of the area farther than `crackjax.deploy.crack_free.MARGIN` px from any labelled crack, on
+  `FP_IMAGES` evenly spaced held-out test photos each predicted whole
+  (`crack_free.far_false_positives`)."""
+  from crackjax.deploy import crack_free
+
+  pairs, predictor = held_out_photos(fold, args)
   result = crack_free.far_false_positives(predictor, pairs)
-  print(f'+ false positives of {model} on {h}:{args.test_split}: {result["length_per_mp"]:.0f}')
+  print(f'+ false positives on {fold.held_out}:{args.test_split}: {result["length_per_mp"]:.0f}')
   fold.fp_record.parent.mkdir(parents=True, exist_ok=True)
   fold.fp_record.write_text(outputs.dumps(result, indent=1) + '\n')
+
+
+def photo_thresholds(fold: Fold, args: argparse.Namespace) -> None:
+  """Writes the fold's strict F1 on the same held-out photos as `false_positives`, each photo
+  thresholded at its own `threshold_choice.photo_threshold` (the stored threshold blended with
+  the Otsu threshold of its map) for each weight of `threshold_choice.PHOTO_WEIGHTS` (issue 55
+  item 4: a rule chosen on held-out datasets)."""
+  pairs, predictor = held_out_photos(fold, args)
+  result = threshold_choice.photo_threshold_counts(predictor, pairs, predictor.threshold)
+  result['threshold'] = predictor.threshold
+  best = max(range(len(result['f1'])), key=result['f1'].__getitem__)
+  print(
+    f'+ photo thresholds on {fold.held_out}:{args.test_split}: F1 {100 * result["f1"][-1]:.1f} '
+    f'stored, {100 * result["f1"][best]:.1f} at weight {result["weights"][best]}'
+  )
+  fold.photo_record.parent.mkdir(parents=True, exist_ok=True)
+  fold.photo_record.write_text(outputs.dumps(result, indent=1) + '\n')
+
+
+def photo_rule(by_set: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+  """Each photo its own threshold (`photo_thresholds`), the blend weight chosen for each
+  held-out set on the *other* held-out sets (the mean of their F1; its own labels play no
+  part), as `new_road_thresholds` chooses one threshold; and the one weight best for all.
+  None until three sets are measured."""
+  f1 = {h: s['photo']['f1'] for h, s in by_set.items() if s and 'photo' in s}
+  if len(f1) < 3:
+    return None
+  weights = next(s['photo']['weights'] for s in by_set.values() if s and 'photo' in s)
+
+  def best(sets: list[str]) -> int:
+    means = [sum(f1[h][i] for h in sets) / len(sets) for i in range(len(weights))]
+    return max(range(len(weights)), key=lambda i: (means[i], weights[i]))
+
+  per_set = {}
+  for h in f1:
+    i = best([g for g in f1 if g != h])
+    per_set[h] = {'weight': weights[i], 'f1': f1[h][i], 'stored': f1[h][weights.index(1.0)]}
+  i = best(list(f1))
+  return {
+    'per_set': per_set,
+    'mean_f1': sum(v['f1'] for v in per_set.values()) / len(per_set),
+    'mean_stored': sum(v['stored'] for v in per_set.values()) / len(per_set),
+    'one_weight': weights[i],
+    'one_weight_mean_f1': sum(f1[h][i] for h in f1) / len(f1),
+  }
+
+
+def photo_table(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
+  """Strict F1 on the held-out photos of `photo_thresholds` at the stored threshold against at
+  each photo's own threshold (`photo_rule`: the weight chosen on the other held-out sets)."""
+  lines = ['| recipe | ' + ' | '.join(held_out) + ' | mean |', '|' + '---|' * (len(held_out) + 2)]
+  notes = []
+  for name, by_set in rows.items():
+    rule = None if name.startswith('MTSCrack') else photo_rule(by_set)
+    if not rule:
+      continue
+    cells = []
+    for h in held_out:
+      r = rule['per_set'].get(h)
+      cells.append('–' if r is None else f'{r["stored"]:.1f} → {r["f1"]:.1f} (w={r["weight"]:g})')
+    lines.append(
+      f'| {name} | '
+      + ' | '.join(cells)
+      + f' | {rule["mean_stored"]:.1f} → **{rule["mean_f1"]:.1f}** |'
+    )
+    notes.append(
+      f'{name}: w={rule["one_weight"]:g} (mean {rule["one_weight_mean_f1"]:.1f}, chosen on them)'
+    )
+  if len(lines) == 2:
+    return ''
+  return '\n'.join(lines) + '\n\nOne weight for all held-out sets: ' + '; '.join(notes)
 
 
 def fp_table(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
@@ -456,6 +542,14 @@ def tables(rows: dict[str, dict[str, Any]], held_out: list[str]) -> tuple[str, d
       choices[name] = chosen
   if choices:
     text += '\n\n' + threshold_table(rows, choices, held_out)
+  photo = photo_table(rows, held_out)
+  if photo:
+    text += (
+      '\n\nEach photo its own threshold, without labels (`threshold_choice.photo_threshold`: w × '
+      "the file's threshold + (1 − w) × the Otsu threshold of the photo's map), strict F1 on "
+      f'{FP_IMAGES} evenly spaced held-out test photos at most, stored → photo threshold, the '
+      'weight w chosen on the other held-out sets:\n\n' + photo
+    )
   fps = fp_table(rows, held_out)
   if fps:
     text += (
@@ -485,8 +579,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   )
   p.add_argument(
     '--stages',
-    default='train,export,score,fp',
-    help='of train, export, score, fp (false positives far from the held-out cracks)',
+    default='train,export,score,fp,photo',
+    help='of train, export, score, fp (false positives far from the held-out cracks), photo '
+    "(F1 at each photo's own threshold)",
   )
   p.add_argument(
     '--test_time',
@@ -537,6 +632,8 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
       _run(score_command(f, args))
     if 'fp' in stages and model.exists() and not f.fp_record.exists():
       false_positives(f, args)
+    if 'photo' in stages and model.exists() and not f.photo_record.exists():
+      photo_thresholds(f, args)
   for f in variants:
     model = f.run / MODEL_FILE
     if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
@@ -560,6 +657,9 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
       scores['datasets_alike'] = datasets_alike(f, best['step'], scores['curve'])
       if f.fp_record.exists():
         scores['false_positives'] = json.loads(f.fp_record.read_text())['length_per_mp']
+      if f.photo_record.exists():
+        photo = json.loads(f.photo_record.read_text())
+        scores['photo'] = {'weights': photo['weights'], 'f1': [100 * x for x in photo['f1']]}
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
   return rows, detail

@@ -218,6 +218,14 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
     fp = json.loads((run / 'heldout' / f'{held_out}_test' / 'false_positives.json').read_text())
     assert fp['photos'] > 0 and fp['length_per_mp'] == folds[held_out]['false_positives']
     assert fp['threshold'] == folds[held_out]['strict']['threshold']
+    # Each photo its own threshold, on the same photos (all of these tiny test splits): at
+    # weight 1 the stored threshold, i.e. about the held-out score's strict F1 at it (the
+    # Predictor pads a photo as prediction does, the scoring as evaluation does).
+    photo = json.loads((run / 'heldout' / f'{held_out}_test' / 'photo_thresholds.json').read_text())
+    assert photo['photos'] == scored['num_images'] and photo['weights'][-1] == 1.0
+    assert photo['threshold'] == folds[held_out]['strict']['threshold']
+    assert 100 * photo['f1'][-1] == pytest.approx(folds[held_out]['strict']['stored'], abs=3)
+    assert set(folds[held_out]['photo']) == {'weights', 'f1'}
   assert 'new_road_thresholds' in record and record['new_road_thresholds']['base (smoke)']
   # The test-time row: the same files scored at scale 2 (strict alone), in the same table.
   at_2 = record['folds']['base (smoke) at scales 2']
@@ -231,7 +239,29 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
   assert 'folds scored ' in md.split('\n')[0] and '| base (smoke) at scales 2 |' in md
   # Resumable: a second run trains, exports and scores nothing again.
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and '+ ' not in again.stdout
+  assert again.returncode == 0
+  assert not [line for line in again.stdout.splitlines() if line.startswith('+ ')]
+
+
+def test_photo_threshold_weight_is_chosen_on_the_other_sets():
+  lodo = _bench()
+  weights = [0.0, 0.5, 1.0]
+  # F1 at weights 0, 0.5, 1 (1: the stored threshold): a and b best at 0.5, c at 0.
+  by_set = {
+    'a': {'photo': {'weights': weights, 'f1': [40.0, 60.0, 30.0]}},
+    'b': {'photo': {'weights': weights, 'f1': [50.0, 70.0, 20.0]}},
+    'c': {'photo': {'weights': weights, 'f1': [65.0, 20.0, 10.0]}},
+  }
+  rule = lodo.photo_rule(by_set)
+  # a: b and c mean (57.5, 45, 15) -> 0; b: a and c (52.5, 40, 20) -> 0; c: a and b -> 0.5.
+  assert {h: r['weight'] for h, r in rule['per_set'].items()} == {'a': 0.0, 'b': 0.0, 'c': 0.5}
+  assert rule['mean_f1'] == pytest.approx((40 + 50 + 20) / 3)
+  assert rule['mean_stored'] == pytest.approx(20.0)
+  # All three: (51.7, 50, 20) -> 0.
+  assert rule['one_weight'] == 0.0 and rule['one_weight_mean_f1'] == pytest.approx(155 / 3)
+  assert lodo.photo_rule({'a': by_set['a'], 'b': by_set['b']}) is None
+  text = lodo.photo_table({'r (short)': by_set}, ['a', 'b', 'c'])
+  assert '| r (short) | 30.0 → 40.0 (w=0) | 20.0 → 50.0 (w=0) | 10.0 → 20.0 (w=0.5) |' in text
 
 
 def test_peer_rows_from_peer_mtscrack_json(tmp_path):

@@ -95,3 +95,38 @@ def test_a_mistyped_rule_is_named_with_the_config():
   with pytest.raises(validation.ConfigError) as excinfo:
     validation.check_config(config, training=False)
   assert "config.eval.threshold_over='per_set' must be one of" in str(excinfo.value)
+
+
+def test_photo_threshold_blends_the_stored_one_with_the_photos_otsu():
+  # A map of two values: Otsu splits them (its threshold sits just above the lower value).
+  probs = np.full((6, 6), 0.1, np.float32)
+  probs[:, :2] = 0.9
+  otsu = threshold_choice.photo_threshold(probs, 0.8, 0.0)
+  assert 0.1 <= otsu < 0.9
+  assert ((probs > otsu) == (probs == np.float32(0.9))).all()
+  assert threshold_choice.photo_threshold(probs, 0.8, 1.0) == 0.8
+  assert threshold_choice.photo_threshold(probs, 0.8, 0.5) == pytest.approx(0.4 + otsu / 2)
+  # A map of one value has no histogram to split: the stored threshold.
+  assert threshold_choice.photo_threshold(np.full((4, 4), 0.3), 0.8, 0.0) == 0.8
+  with pytest.raises(ValueError, match=r'weight must be in \[0, 1\], got 1.5'):
+    threshold_choice.photo_threshold(probs, 0.8, 1.5)
+
+
+def test_photo_threshold_counts_by_hand():
+  # Photo a: cracks at 0.6 (two columns), background 0.1: the stored 0.8 misses them, the
+  # photo's own Otsu threshold finds them. Photo b: a crack at 0.95, a stain at 0.5 (one
+  # column each), background 0: the stored threshold keeps the stain out, Otsu lets it in.
+  a = np.full((4, 4), 0.1, np.float32)
+  a[:, :2] = 0.6
+  a_gt = a > 0.5
+  b = np.zeros((4, 4), np.float32)
+  b[:, 0], b[:, 1] = 0.95, 0.5
+  b_gt = b > 0.9
+  images = {1: a, 2: b}
+  pairs = [(1, a_gt), (2, b_gt)]
+  out = threshold_choice.photo_threshold_counts(images.__getitem__, pairs, 0.8, (0.0, 1.0))
+  assert out['photos'] == 2 and out['weights'] == [0.0, 1.0]
+  # Weight 1 (stored 0.8): a: 8 cracks missed; b: 4 found. TP 4, FP 0, FN 8.
+  # Weight 0 (each photo's Otsu): a: 8 found; b: Otsu between 0 and 0.5, so 4 + 4 stain pixels.
+  assert (out['tp'], out['fp'], out['fn']) == ([12, 4], [4, 0], [0, 8])
+  assert out['f1'] == pytest.approx([24 / 28, 8 / 16])

@@ -11,10 +11,22 @@
 `chosen_threshold` applies the rule to a record; threshold.json (`eval_records.write_threshold`)
 and a model's threshold read back from an epoch record (`crackjax.experiment.restored`) both
 take it from here.
+
+A photo of a road never seen may need its own threshold, chosen without labels: the model is
+less sure of itself there than on the validation parts the stored one was chosen on.
+`photo_threshold` blends the stored threshold with the Otsu threshold of the photo's own
+probability map; `photo_threshold_counts` scores a weight grid of it on labelled photos
+(`bench/lodo.py`'s ``photo`` stage measures it on held-out datasets, issue 55 item 4).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+from skimage.filters import threshold_otsu
+
+from crackjax.evaluation.protocols import counts_per_threshold
 from crackjax.evaluation.result import EvalRecord
 
 #: The values of ``config.eval.threshold_over``.
@@ -62,3 +74,62 @@ def chosen_threshold(record: EvalRecord, protocol: str, over: str = 'pooled') ->
   return float(record.results[protocol].ods.threshold), (
     f'ODS F1 on the {split} split, {protocol} protocol'
   )
+
+
+#: The blend weights `photo_threshold_counts` scores by default: 1 is the stored threshold.
+PHOTO_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+def photo_threshold(probs: np.ndarray, stored: float, weight: float) -> float:
+  """A photo's own threshold, chosen without labels: ``weight * stored + (1 - weight) *
+  otsu``, `otsu` the Otsu threshold of its probability map `probs` (the value that best splits
+  its histogram in two, `skimage.filters.threshold_otsu`); `stored` for a map of one value.
+
+  Raises:
+    ValueError: `weight` outside [0, 1].
+  """
+  if not 0.0 <= weight <= 1.0:
+    raise ValueError(f'the photo threshold weight must be in [0, 1], got {weight}.')
+  probs = np.asarray(probs, np.float32)
+  if weight == 1.0 or probs.min() == probs.max():
+    return float(stored)
+  return float(weight * stored + (1.0 - weight) * threshold_otsu(probs))
+
+
+def photo_threshold_counts(
+  predict: Callable[[np.ndarray], np.ndarray],
+  pairs: Iterable[tuple[np.ndarray, np.ndarray]],
+  stored: float,
+  weights: Sequence[float] = PHOTO_WEIGHTS,
+) -> dict[str, list]:
+  """Strict (pixel-to-pixel) TP / FP / FN summed over labelled photos, each thresholded at its
+  `photo_threshold` for every weight of `weights`.
+
+  Args:
+    predict: an image's crack probability map (e.g. a `crackjax.deploy.predictor.Predictor`).
+    pairs: (H x W x 3 image, H x W mask) pairs, crack = nonzero.
+    stored: the model's stored threshold.
+    weights: the blend weights scored (1: the stored threshold itself).
+
+  Returns:
+    {'weights', 'tp', 'fp', 'fn', 'f1'} (lists in the order of `weights`) and 'photos'.
+  """
+  totals = np.zeros((len(weights), 3), np.int64)
+  photos = 0
+  for image, gt in pairs:
+    probs = np.asarray(predict(image), np.float32)
+    cuts = [photo_threshold(probs, stored, w) for w in weights]
+    grid = np.unique(np.asarray(cuts, np.float32))
+    tp, fp, fn = counts_per_threshold(probs, np.asarray(gt) != 0, thresholds=grid)
+    at = np.searchsorted(grid, np.asarray(cuts, np.float32))
+    totals += np.stack([tp[at], fp[at], fn[at]], axis=1)
+    photos += 1
+  f1 = [2 * tp / max(2 * tp + fp + fn, 1) for tp, fp, fn in totals.tolist()]
+  return {
+    'weights': list(weights),
+    'tp': totals[:, 0].tolist(),
+    'fp': totals[:, 1].tolist(),
+    'fn': totals[:, 2].tolist(),
+    'f1': f1,
+    'photos': photos,
+  }
