@@ -107,6 +107,13 @@ Fields:
     model file keeps them: crackjax-predict, crackjax-evaluate and Predictor use them unless
     told otherwise (--scales).
   eval.flip: also predict each of those copies mirrored left-right and average (--flip).
+  eval.photo_threshold: None: every photo's mask at the one stored threshold. A weight w in
+    [0, 1]: each photo at its own threshold, chosen without labels, w x the stored one +
+    (1 - w) x the Otsu threshold of its probability map (photos of roads unlike the training
+    ones, on which the model is less sure of itself). A model file keeps it: crackjax-predict
+    and Predictor use it unless told otherwise (--photo_threshold); crackjax-evaluate scores
+    at the stored threshold (bench/lodo.py measures the rule;
+    crackjax.evaluation.threshold_choice.photo_threshold).
   eval.store_degenerate_threshold: False: a best threshold that finds nothing, or calls every
     pixel crack, is named and not written to threshold.json (masks keep the threshold stored
     before); True writes it anyway.
@@ -196,6 +203,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.background_workers = 0
   c.eval.scales = (1.0,)
   c.eval.flip = False
+  c.eval.photo_threshold = ml_collections.FieldReference(None, field_type=float)
   c.eval.store_degenerate_threshold = False
   c.eval.threshold_over = 'pooled'
   return c

@@ -14,10 +14,11 @@ import jax
 import numpy as np
 import PIL.Image
 import pytest
+import skimage.filters
 
 import crackjax
 from crackjax.deploy import measure, predict_command, predict_outputs, predictor
-from crackjax.evaluation import inference
+from crackjax.evaluation import inference, threshold_choice
 from crackjax.experiment import restored
 from crackjax.experiment.build import build
 from crackjax.runs import outputs
@@ -356,6 +357,40 @@ def test_an_unwritable_out_is_one_line_before_any_work(run_dir, tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ['file.txt', 'p.png']  # probe removed
 
 
+def test_each_photo_its_own_threshold(run, run_dir, tmp_path, capsys):
+  """--photo_threshold / Predictor(photo_threshold=w): each photo's mask at w x the threshold +
+  (1 - w) x the Otsu threshold of its map; None (the default) and w = 1: the threshold."""
+  image = photo(48, 64)
+  plain = predictor.Predictor.from_workdir(run_dir)
+  prob = plain(image)
+  assert plain.photo_threshold is None and plain.threshold_of(prob) == run.threshold
+  own = predictor.Predictor.from_workdir(run_dir, photo_threshold=0.25)
+  t = own.threshold_of(prob)
+  assert t == threshold_choice.photo_threshold(prob, run.threshold, 0.25)
+  assert t == pytest.approx(0.25 * run.threshold + 0.75 * skimage.filters.threshold_otsu(prob))
+  assert (own.mask(prob) == (prob > t)).all()
+  assert (
+    predictor.Predictor.from_workdir(run_dir, photo_threshold=1.0).threshold_of(prob)
+    == run.threshold
+  )
+  with pytest.raises(ValueError, match=r'photo_threshold must be None or a weight in \[0, 1\]'):
+    predictor.Predictor.from_workdir(run_dir, photo_threshold=2)
+  # The command: the photo's own threshold in measurements.csv, its mask at it.
+  folder = tmp_path / 'photos'
+  folder.mkdir()
+  PIL.Image.fromarray(image).save(folder / 'road.png')
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--photo_threshold=0.25', str(folder)]
+  assert predict_command.main(args) == 0
+  assert (
+    "each photo's own: 0.25 x that + 0.75 x its map's Otsu threshold" in capsys.readouterr().err
+  )
+  (row,) = csv.DictReader((out / 'measurements.csv').open())
+  assert float(row['threshold']) == pytest.approx(t, abs=1e-4)
+  mask = np.asarray(PIL.Image.open(out / 'masks' / 'road.png')) > 0
+  assert (mask == (prob > t)).all()
+
+
 def test_command_line_errors(run_dir, tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()
@@ -380,6 +415,7 @@ def test_command_line_errors(run_dir, tmp_path):
     ('--tile_size=7', '--tile_size=7: --tile_size must be at least 128'),
     ('--batch_size=0', '--batch_size=0: 0 is not a positive integer'),
     ('--step=0', 'step must be >= 1'),
+    ('--photo_threshold=1.5', r'--photo_threshold must be a weight in \[0, 1\]'),
   ]:
     out = tmp_path / 'never'
     with pytest.raises(SystemExit, match=named):

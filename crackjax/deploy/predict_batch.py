@@ -116,13 +116,8 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   `_main`); returns the exit status (1: no photo was predicted)."""
   refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
   threshold = run.threshold if fv.threshold is None else fv.threshold
-  progress = _progress(fv, run, out, origin, threshold)
-  source = run.threshold_source if fv.threshold is None else '--threshold'
-  print(
-    f'{PROG}: {len(files)} image(s), {origin} step {run.step}, crack where '
-    f'probability > {threshold:g} ({source})',
-    file=sys.stderr,
-  )
+  progress = _progress(fv, run, out, origin, threshold, predictor.photo_threshold)
+  _say_threshold(fv, run, predictor.photo_threshold, len(files), origin, threshold)
 
   # An --overwrite replaces the earlier prediction whole: its maps that this one does not
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
@@ -158,7 +153,8 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     progress.start(name)
     with _stages(name, large=predictor.num_tiles(height, width) >= TILE_PROGRESS_FROM) as stage:
       stage('mask')
-      mask = predictor.mask(prob, threshold)
+      own = predictor.threshold_of(prob, threshold)  # the photo's own (--photo_threshold)
+      mask = prob > own
       stage('probs/')
       written.save_image(targets[0], written.as_8bit(prob), 'PNG')
       del prob
@@ -171,6 +167,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       thumbnails[name] = html_report.thumbnail_uri(painted)
       del painted
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
+      row |= {'threshold': round(own, 4)}
       totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
     row |= totals | {'cracks': len(found)}
     progress.add(name, row, found)
@@ -189,6 +186,22 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   seconds = time.perf_counter() - start
   _say_written(out, len(rows), resumed, len(skipped), megapixels, seconds, predict_seconds)
   return 0
+
+
+def _say_threshold(fv, run, weight: float | None, count: int, origin: str, threshold: float):
+  """The command's first line: how many photos, which model, and where crack begins (the
+  threshold and its source; with --photo_threshold, each photo's own blend of it)."""
+  source = run.threshold_source if fv.threshold is None else '--threshold'
+  own = (
+    ''
+    if weight is None
+    else f"; each photo's own: {weight:g} x that + {1 - weight:g} x its map's Otsu threshold"
+  )
+  print(
+    f'{PROG}: {count} image(s), {origin} step {run.step}, crack where '
+    f'probability > {threshold:g} ({source}){own}',
+    file=sys.stderr,
+  )
 
 
 def _say_written(out, count, resumed, skipped, megapixels, seconds, predict_seconds) -> None:
@@ -233,7 +246,9 @@ def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path
   return None
 
 
-def _progress(fv, run, out: Path, origin: str, threshold: float) -> written.Progress:
+def _progress(
+  fv, run, out: Path, origin: str, threshold: float, photo_threshold: float | None
+) -> written.Progress:
   """The progress file of --out for this prediction's settings (`predict_outputs.Progress`);
   settings other than an earlier, unfinished prediction's end the command in one line."""
   settings = {
@@ -247,6 +262,8 @@ def _progress(fv, run, out: Path, origin: str, threshold: float) -> written.Prog
     'min_length': fv.min_length,
     'direction': fv.direction,
   }
+  if photo_threshold is not None:  # absent otherwise: an earlier unfinished run's settings hold
+    settings['photo_threshold'] = photo_threshold
   try:
     return written.Progress(out, settings, restart=fv.overwrite)
   except written.SettingsDiffer as e:
@@ -257,7 +274,7 @@ def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
   """measurements.csv, cracks.csv and index.html of `rows`; the maps of an earlier
   prediction that this one does not hold removed (said); the outputs recorded as crackjax's
   own; the progress file finished."""
-  fields = ['name', 'source', 'height', 'width', *measure.MEASURE_FIELDS, 'cracks']
+  fields = ['name', 'source', 'height', 'width', 'threshold', *measure.MEASURE_FIELDS, 'cracks']
   written.write_text(tables[0], written.csv_table(fields, rows))
   written.write_text(tables[1], written.csv_table(['name', *measure.CRACK_FIELDS], cracks))
   html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')

@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from crackjax.deploy import self_check
 from crackjax.evaluation.inference import check_test_time, predict_step, test_time_average
+from crackjax.evaluation.threshold_choice import photo_threshold
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.models import input_multiple
 
@@ -149,6 +150,7 @@ def _run_defaults(run: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
   kwargs.setdefault('batch_stats', run.batch_stats)
   kwargs.setdefault('scales', tuple(ev.get('scales') or (1.0,)))
   kwargs.setdefault('flip', bool(ev.get('flip', False)))
+  kwargs.setdefault('photo_threshold', ev.get('photo_threshold'))
   return kwargs
 
 
@@ -182,6 +184,10 @@ class Predictor:
     params: its parameters.
     batch_stats: its BatchNorm running averages (None for a model without BatchNorm).
     threshold: default threshold of `mask` (crack where probability > threshold).
+    photo_threshold: None (every photo at `threshold`), or a weight w in [0, 1]: each photo
+      at its own threshold, w x `threshold` + (1 - w) x the Otsu threshold of its map
+      (`crackjax.evaluation.threshold_choice.photo_threshold`; a model file's or run's
+      ``eval.photo_threshold`` by default).
   """
 
   def __init__(
@@ -199,6 +205,7 @@ class Predictor:
     blend: str = 'cosine',
     scales: Sequence[float] = (1.0,),
     flip: bool = False,
+    photo_threshold: float | None = None,
   ):
     if not 0.0 <= overlap < 1.0:
       raise ValueError(f'overlap must be in [0, 1), got {overlap}')
@@ -208,12 +215,19 @@ class Predictor:
       isinstance(threshold, int | float | np.floating) and 0.0 <= threshold <= 1.0
     ):  # NaN fails the comparison: every mask would be empty
       raise ValueError(f'threshold must be a number in [0, 1], got {threshold!r}')
+    if photo_threshold is not None and not (
+      isinstance(photo_threshold, int | float) and 0.0 <= photo_threshold <= 1.0
+    ):
+      raise ValueError(
+        f'photo_threshold must be None or a weight in [0, 1], got {photo_threshold!r}'
+      )
     if blend not in BLENDS:
       raise ValueError(f'blend must be one of {sorted(BLENDS)}, got {blend!r}')
     self.scales, self.flip = check_test_time(scales, flip)
     self.blend = blend
     self.model = model
     self.threshold = float(threshold)
+    self.photo_threshold = None if photo_threshold is None else float(photo_threshold)
     self.multiple = input_multiple(model)
     self.bucket = math.lcm(bucket, self.multiple)
     self.tile_size = _round_up(tile_size, self.multiple)
@@ -344,6 +358,14 @@ class Predictor:
     del padded
     return np.divide(total, norm, out=total)[:h, :w]
 
+  def threshold_of(self, prob: np.ndarray, threshold: float | None = None) -> float:
+    """The threshold of the photo whose map is `prob`: `threshold` (default: the run's), or
+    with `photo_threshold` set, that blended with the Otsu threshold of `prob`."""
+    t = self.threshold if threshold is None else threshold
+    if self.photo_threshold is None:
+      return t
+    return photo_threshold(prob, t, self.photo_threshold)
+
   def mask(self, prob: np.ndarray, threshold: float | None = None) -> np.ndarray:
-    """Binary crack mask (bool): probability > threshold (default: the run's)."""
-    return prob > (self.threshold if threshold is None else threshold)
+    """Binary crack mask (bool): probability > the photo's threshold (`threshold_of`)."""
+    return prob > self.threshold_of(prob, threshold)

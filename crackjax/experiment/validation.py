@@ -313,7 +313,7 @@ def _plugin_problems(c: specs.Plain, names: tuple[str, ...] | None) -> list[str]
 
 def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
   """The periodic evaluation's fields (configs/base.py: eval.every_epochs, curve_protocols,
-  full_epochs, background_workers) and the test-time scales and flip."""
+  full_epochs, background_workers), the test-time scales and flip and the photo threshold."""
   problems = []
   over = ev.get('threshold_over', 'pooled')
   if over not in threshold_choice.THRESHOLD_OVER:
@@ -345,6 +345,12 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
     inference.check_test_time(ev.get('scales') or (1.0,), ev.get('flip', False))
   except ValueError as e:
     problems.append(f'config.eval.scales / flip: {e}')
+  w = ev.get('photo_threshold')
+  if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 1):
+    problems.append(
+      f'config.eval.photo_threshold={w!r} must be None or a weight in [0, 1] (1: the stored '
+      'threshold itself).'
+    )
   return problems
 
 
