@@ -112,8 +112,8 @@ Fields:
     (1 - w) x the Otsu threshold of its probability map (photos of roads unlike the training
     ones, on which the model is less sure of itself). A model file keeps it: crackjax-predict
     and Predictor use it unless told otherwise (--photo_threshold); crackjax-evaluate scores
-    at the stored threshold (bench/lodo.py measures the rule;
-    crackjax.evaluation.threshold_choice.photo_threshold).
+    it beside the stored threshold (operating point 'photo'; bench/lodo.py measures it on
+    held-out sets; crackjax.evaluation.threshold_choice.photo_threshold).
   eval.store_degenerate_threshold: False: a best threshold that finds nothing, or calls every
     pixel crack, is named and not written to threshold.json (masks keep the threshold stored
     before); True writes it anyway.

@@ -475,6 +475,24 @@ def define_model_flags(flag_values: flags.FlagValues, *, model_note: str = '') -
   )
 
 
+def define_photo_threshold_flag(flag_values: flags.FlagValues, *, note: str) -> None:
+  """``--photo_threshold=W`` of crackjax-predict and -evaluate, `note` added."""
+  flags.DEFINE_float(
+    'photo_threshold',
+    None,
+    "each photo at its own threshold, chosen without labels: W x the model's threshold + "
+    f"(1 - W) x the Otsu threshold of its map, W in [0, 1] (default: the file's "
+    f'eval.photo_threshold, none for most){note}',
+    flag_values=flag_values,
+  )
+  flags.register_validator(
+    'photo_threshold',
+    lambda v: v is None or 0 <= v <= 1,
+    message='--photo_threshold must be a weight in [0, 1] (1: the threshold itself)',
+    flag_values=flag_values,
+  )
+
+
 def refuse_two_models(flag_values: flags.FlagValues, prog: str) -> None:
   """Ends the command in one line if both ``--workdir`` and ``--model`` are given."""
   if flag_values.workdir and flag_values.model:

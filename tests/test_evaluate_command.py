@@ -147,6 +147,22 @@ def test_out_takes_the_records_with_one_data_argument(smoke_run, tmp_path, capsy
   assert str(record.parent) in capsys.readouterr().out
 
 
+def test_photo_threshold_adds_each_photos_own_threshold_as_a_column(smoke_run, tmp_path):
+  run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
+  images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=3)
+  argv = [f'--workdir={run}', f'--folder={images}:{masks}', '--protocols=strict', '--workers=1']
+  assert evaluate_command.main([*argv, f'--out={tmp_path / "a"}', '--photo_threshold=0.4']) == 0
+  assert evaluate_command.main([*argv, f'--out={tmp_path / "b"}']) == 0
+  (with_it,) = (tmp_path / 'a').glob('*/eval.json')
+  (without,) = (tmp_path / 'b').glob('*/eval.json')
+  points = json.loads(with_it.read_text())['results']['strict']['operating_points']
+  run_t = points['run']['threshold']
+  assert set(points) == {'run', 'photo'} and points['photo']['threshold'] != run_t
+  assert json.loads(without.read_text())['results']['strict']['operating_points'].keys() == {'run'}
+  with pytest.raises(SystemExit):
+    evaluate_command.main([*argv, f'--out={tmp_path / "c"}', '--photo_threshold=2'])
+
+
 def test_masks_named_with_a_suffix_are_hinted_and_paired(smoke_run, tmp_path):
   images, masks = tmp_path / 'img', tmp_path / 'msk'
   for i in range(3):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from crackjax import evaluation
+from crackjax.evaluation import threshold_choice
 from crackjax.evaluation.streaming import StreamScorer
 from crackjax.trainer import eval_records, evaluate_command, scoring
 from tests import fixtures
@@ -65,6 +66,41 @@ def test_counts_kept_give_the_results_of_evaluate(workers):
     sub = evaluation.evaluate([probs[i] for i in (1, 3, 4)], [gts[i] for i in (1, 3, 4)],
                               protocol=protocol)  # fmt: skip
     _close(part[protocol].to_json(), sub)
+
+
+@pytest.mark.parametrize('workers', [1, 2])
+def test_a_photo_threshold_point_counts_each_photo_at_its_own(workers):
+  # threshold_choice.PhotoThreshold as an operating point: each image thresholded at its own
+  # photo_threshold, the counts pooled; the point's threshold is the mean of theirs. The
+  # fixed point beside it is as without it.
+  probs, gts = _maps()
+  photo = threshold_choice.PhotoThreshold(0.8, 0.3)
+  grids = {'strict': 100, 'tolerance_thin_gt': 99}
+  with StreamScorer(
+    grids, operating_points={'run': 0.37, 'photo': photo}, workers=workers
+  ) as scorer:
+    for p, g in zip(probs, gts, strict=True):
+      scorer.add(p, g)
+    _, points = scorer.results()
+    _, part = scorer.results([1, 3])
+  own = [threshold_choice.photo_threshold(p, 0.8, 0.3) for p in probs]
+  assert len(set(own)) > 1 and all(0.3 * 0.8 < t < 0.8 for t in own)  # not one threshold
+  for protocol in grids:
+    counts = [
+      evaluation.get_protocol(protocol).counts([p], [g], np.array([t]))
+      for p, g, t in zip(probs, gts, own, strict=True)
+    ]
+    mp, npred, mg, ngt = (sum(int(c[k][0, 0]) for c in counts) for k in range(4))
+    p, r = mp / npred, mg / ngt  # pooled over the images, as at any operating point
+    point = points[protocol]['photo']
+    assert (point.precision, point.recall) == (pytest.approx(p), pytest.approx(r))
+    assert point.f1 == pytest.approx(2 * p * r / (p + r))
+    assert point.threshold == pytest.approx(np.mean(own))
+    assert part[protocol]['photo'].threshold == pytest.approx(np.mean([own[1], own[3]]))
+    fixed = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=0.37)
+    _close(points[protocol]['run'].to_json(threshold_first=True), fixed)
+  with pytest.raises(ValueError, match=r'a weight in \[0, 1\]'):
+    threshold_choice.PhotoThreshold(0.8, 1.5)
 
 
 @pytest.mark.parametrize('workers', [1, 2])

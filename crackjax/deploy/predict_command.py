@@ -110,13 +110,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool(
     'flip', None, "also predict each photo mirrored, maps averaged (default: the file's)", fv
   )
-  flags.DEFINE_float(
-    'photo_threshold',
-    None,
-    'each photo at its own threshold, chosen without labels: W x the threshold + (1 - W) x the '
-    "Otsu threshold of its map, W in [0, 1] (default: the file's eval.photo_threshold, none "
-    'for most: every photo at the one threshold); for photos of roads unlike the training ones',
-    flag_values=fv,
+  cli.define_photo_threshold_flag(
+    fv, note='; for photos of roads unlike the training ones (measurements.csv: threshold)'
   )
   flags.DEFINE_float(
     'mm_per_pixel',
@@ -186,12 +181,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'threshold',
     lambda v: v is None or 0 <= v <= 1,  # NaN passes the bounds above (no comparison holds)
     message='--threshold must be a number in [0, 1] (crack where probability > it)',
-    flag_values=fv,
-  )
-  flags.register_validator(
-    'photo_threshold',
-    lambda v: v is None or 0 <= v <= 1,
-    message='--photo_threshold must be a weight in [0, 1] (1: the threshold itself)',
     flag_values=fv,
   )
   flags.register_validator(

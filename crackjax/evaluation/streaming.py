@@ -12,7 +12,9 @@ most ``max_pending`` photos are in flight (a bounded queue: the caller waits whe
 full), and their counts are taken in image order. The others (strict: milliseconds) are
 counted at once in the calling thread. As each image's counts are complete, `on_image` gets
 what they alone decide of its per-image row (`aggregate.image_scores`), for a caller that
-writes the rows as they come.
+writes the rows as they come. An operating point may be each photo's own threshold
+(`threshold_choice.PhotoThreshold`): computed from the map as it is added, its counts pooled
+like any other point's, its reported threshold the mean of the photos' own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from crackjax.evaluation.aggregate import f1_of, from_counts, image_scores, point_from_counts
 from crackjax.evaluation.protocols import ThresholdCounts, _check_pair, get_protocol
 from crackjax.evaluation.result import OperatingPoint, ProtocolResult
+from crackjax.evaluation.threshold_choice import PhotoThreshold
 
 __all__ = ['StreamScorer', 'count_image']
 
@@ -56,7 +59,8 @@ class StreamScorer:
     protocols: {protocol: the size of its grid's uniform part} (`EvalPlan.thresholds_of`).
     tail_thresholds: whether the grids add the tail thresholds (`evaluate`'s argument).
     operating_points: {name: threshold}: per protocol, P/R/F1 pooled at each threshold
-      (`aggregate.at_threshold`), in `results`' second part.
+      (`aggregate.at_threshold`), in `results`' second part; a `PhotoThreshold` there is each
+      photo's own threshold.
     workers: processes counting the parallel protocols (1: all in this thread).
     progress: called with 1 as each image's counts are complete (a tqdm bar's ``update``).
     max_pending: photos in flight to the workers before `add` waits (default 2 per worker).
@@ -69,7 +73,7 @@ class StreamScorer:
     protocols: Mapping[str, int],
     *,
     tail_thresholds: bool = True,
-    operating_points: Mapping[str, float] | None = None,
+    operating_points: Mapping[str, float | PhotoThreshold] | None = None,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
     max_pending: int | None = None,
@@ -79,7 +83,7 @@ class StreamScorer:
     self.tail_thresholds = bool(tail_thresholds)
     self.points = dict(operating_points or {})
     for name, t in self.points.items():
-      if not 0.0 <= float(t) <= 1.0:
+      if not isinstance(t, PhotoThreshold) and not 0.0 <= float(t) <= 1.0:
         raise ValueError(f'threshold must be in [0, 1], got {t} ({name})')
     self.progress = progress
     self.on_image = on_image
@@ -89,11 +93,12 @@ class StreamScorer:
     self._remote: list[str] = []
     self._jobs: dict[str, _Job] = {}
     self._bsds: dict[str, bool] = {}
+    self._own: list[tuple[float, ...]] = []  # each image's thresholds of the points
     for protocol, n in self.protocols.items():
       spec = get_protocol(protocol)
       grid = spec.thresholds(n, self.tail_thresholds)
       self._bsds[protocol] = spec.bsds
-      self._jobs[protocol] = (spec.counts, grid, tuple(float(t) for t in self.points.values()))
+      self._jobs[protocol] = (spec.counts, grid, ())  # the points: `add`'s, image by image
       (self._remote if workers > 1 and spec.parallel else self._local).append(protocol)
     self._rows: dict[str, list[np.ndarray]] = {p: [] for p in self.protocols}
     self._at: dict[str, list[np.ndarray]] = {p: [] for p in self.protocols}
@@ -121,10 +126,15 @@ class StreamScorer:
     """Counts one image (validated as `evaluate` does; errors name it by its index)."""
     prob, gt = _check_pair(self.num_images, prob, gt)
     self.num_images += 1
-    local = count_image([self._jobs[p] for p in self._local], prob, gt)
+    points = tuple(
+      t.of(prob) if isinstance(t, PhotoThreshold) else float(t) for t in self.points.values()
+    )
+    self._own.append(points)
+    jobs = {p: (counts, grid, points) for p, (counts, grid, _) in self._jobs.items()}
+    local = count_image([jobs[p] for p in self._local], prob, gt)
     future = None
     if self._remote:
-      future = self._pool.submit(count_image, [self._jobs[p] for p in self._remote], prob, gt)
+      future = self._pool.submit(count_image, [jobs[p] for p in self._remote], prob, gt)
     self._pending.append((local, future))
     while self._pending and (
       len(self._pending) > self._max_pending
@@ -169,7 +179,11 @@ class StreamScorer:
     where one has that threshold, else at the grid's threshold nearest to it (an ODS threshold
     is on the grid); the package's conventions (`aggregate.f1_of`: 0 without a crack)."""
     self.finish()
-    names = [n for n, t in self.points.items() if float(t) == float(threshold)]
+    names = [
+      n
+      for n, t in self.points.items()
+      if not isinstance(t, PhotoThreshold) and float(t) == float(threshold)
+    ]
     if names and self._at[protocol]:
       i = list(self.points).index(names[0])
       at = np.stack(self._at[protocol])[:, :, i]
@@ -187,6 +201,14 @@ class StreamScorer:
     of every image so far (of `rows` only, if given: e.g. one dataset of a mixture)."""
     self.finish()
     results, points = {}, {}
+    own = np.asarray(self._own, np.float64).reshape(len(self._own), len(self.points))
+    if rows is not None:
+      own = own[np.asarray(rows, np.intp)]
+    # A fixed point's threshold as given; a photo point's, the mean of the photos' own.
+    cuts = [
+      float(np.mean(own[:, i])) if isinstance(t, PhotoThreshold) else float(t)
+      for i, t in enumerate(self.points.values())
+    ]
     for protocol, n in self.protocols.items():
       results[protocol] = from_counts(
         protocol, self.counts(protocol, rows), n, self.tail_thresholds
@@ -195,7 +217,7 @@ class StreamScorer:
       if rows is not None:
         at = at[np.asarray(rows, np.intp)]
       points[protocol] = {
-        name: point_from_counts(ThresholdCounts(*(at[:, k, i : i + 1] for k in range(4))), t)
-        for i, (name, t) in enumerate(self.points.items())
+        name: point_from_counts(ThresholdCounts(*(at[:, k, i : i + 1] for k in range(4))), cuts[i])
+        for i, name in enumerate(self.points)
       }
     return results, points

@@ -16,11 +16,14 @@ A photo of a road never seen may need its own threshold, chosen without labels: 
 less sure of itself there than on the validation parts the stored one was chosen on.
 `photo_threshold` blends the stored threshold with the Otsu threshold of the photo's own
 probability map; `photo_threshold_counts` scores a weight grid of it on labelled photos
-(`bench/lodo.py`'s ``photo`` stage measures it on held-out datasets, issue 55 item 4).
+(`bench/lodo.py`'s ``photo`` stage measures it on held-out datasets, issue 55 item 4);
+`PhotoThreshold` is the rule as an operating point of a scoring (crackjax-evaluate
+--photo_threshold, `crackjax.evaluation.streaming.StreamScorer`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -94,6 +97,26 @@ def photo_threshold(probs: np.ndarray, stored: float, weight: float) -> float:
   if weight == 1.0 or probs.min() == probs.max():
     return float(stored)
   return float(weight * stored + (1.0 - weight) * threshold_otsu(probs))
+
+
+@dataclasses.dataclass(frozen=True)
+class PhotoThreshold:
+  """An operating point at which each photo has its own threshold, `photo_threshold` of its
+  map with `stored` and `weight` (e.g. ``{'photo': PhotoThreshold(0.8, 0.3)}`` beside fixed
+  thresholds in `StreamScorer`'s operating points)."""
+
+  stored: float
+  weight: float
+
+  def __post_init__(self):
+    if not (0.0 <= self.stored <= 1.0 and 0.0 <= self.weight <= 1.0):
+      raise ValueError(
+        f'a photo threshold needs a stored threshold and a weight in [0, 1], got {self}.'
+      )
+
+  def of(self, probs: np.ndarray) -> float:
+    """The threshold of the photo whose map is `probs`."""
+    return photo_threshold(probs, self.stored, self.weight)
 
 
 def photo_threshold_counts(

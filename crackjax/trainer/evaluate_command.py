@@ -60,12 +60,54 @@ COLUMNS = (
   ('ois_f1', 'OIS F1'),
   ('ap', 'AP'),
   ('f1_run', 'F1 @run t'),
+  ('f1_photo', 'F1 @photo t'),
   ('f1_05', 'F1 @0.5'),
 )
 
 
 def _define_flags(fv: flags.FlagValues) -> None:
   cli.define_model_flags(fv, model_note='; needs --out')
+  _define_data_flags(fv)
+  flags.DEFINE_list(
+    'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
+  )
+  flags.DEFINE_list(
+    'scales',
+    None,
+    'test-time scales: each photo predicted at these factors of its size, the maps averaged '
+    "(default: the run's or model file's eval.scales, 1 for most: as it is)",
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'flip',
+    None,
+    "also predict each photo mirrored and average (default: the run's or file's eval.flip)",
+    flag_values=fv,
+  )
+  cli.define_photo_threshold_flag(fv, note='; its F1 in the F1 @photo t column')
+  flags.DEFINE_string(
+    'out',
+    None,
+    'where the records (DIR/<dataset>_<split>/) and the cross-dataset table go (default: RUN/eval)',
+    flag_values=fv,
+  )
+  flags.DEFINE_bool(
+    'overwrite',
+    False,
+    'replace cross_dataset.md / .csv in --out that this command did not write there, or that '
+    'changed since (its own unchanged ones it replaces anyway)',
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    'workers', os.cpu_count() or 1, 'processes that count the metrics', flag_values=fv
+  )
+  flags.register_validator(
+    'workers', lambda v: v >= 1, message='--workers must be >= 1', flag_values=fv
+  )
+
+
+def _define_data_flags(fv: flags.FlagValues) -> None:
+  """The flags that say what is scored: --data, --folder and how their files are read."""
   flags.DEFINE_multi_string(
     'data',
     [],
@@ -108,41 +150,6 @@ def _define_flags(fv: flags.FlagValues) -> None:
     "the --folder masks' names: the image's name plus this suffix (e.g. _mask for "
     'photo.jpg + photo_mask.png; default: the same name)',
     flag_values=fv,
-  )
-  flags.DEFINE_list(
-    'protocols', None, "protocols (default: the run's eval.protocols)", flag_values=fv
-  )
-  flags.DEFINE_list(
-    'scales',
-    None,
-    'test-time scales: each photo predicted at these factors of its size, the maps averaged '
-    "(default: the run's or model file's eval.scales, 1 for most: as it is)",
-    flag_values=fv,
-  )
-  flags.DEFINE_bool(
-    'flip',
-    None,
-    "also predict each photo mirrored and average (default: the run's or file's eval.flip)",
-    flag_values=fv,
-  )
-  flags.DEFINE_string(
-    'out',
-    None,
-    'where the records (DIR/<dataset>_<split>/) and the cross-dataset table go (default: RUN/eval)',
-    flag_values=fv,
-  )
-  flags.DEFINE_bool(
-    'overwrite',
-    False,
-    'replace cross_dataset.md / .csv in --out that this command did not write there, or that '
-    'changed since (its own unchanged ones it replaces anyway)',
-    flag_values=fv,
-  )
-  flags.DEFINE_integer(
-    'workers', os.cpu_count() or 1, 'processes that count the metrics', flag_values=fv
-  )
-  flags.register_validator(
-    'workers', lambda v: v >= 1, message='--workers must be >= 1', flag_values=fv
   )
 
 
@@ -246,7 +253,7 @@ def table_rows(label: str, record: EvalRecord) -> list[dict[str, Any]]:
   """One row per protocol of an evaluation record, with the COLUMNS' keys."""
   rows = []
   for protocol, r in record.results.items():
-    run = (r.operating_points or {}).get('run')
+    run, photo = ((r.operating_points or {}).get(k) for k in ('run', 'photo'))
     rows.append(
       {
         'data': label,
@@ -260,6 +267,7 @@ def table_rows(label: str, record: EvalRecord) -> list[dict[str, Any]]:
         'ois_f1': r.ois.f1,
         'ap': r.ap,
         'f1_run': run.f1 if run else None,
+        'f1_photo': photo.f1 if photo else None,
         'f1_05': r.fixed.f1,
       }
     )
@@ -312,6 +320,7 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     sys.exit(f'{PROG}: --step chooses a checkpoint of a --workdir run; a model file has one.')
   from crackjax import evaluation
   from crackjax.engine import checkpoints
+  from crackjax.evaluation import threshold_choice
   from crackjax.experiment import restored
   from crackjax.experiment.build import build
 
@@ -364,11 +373,13 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
     what = f'run {workdir}'
   step = int(state.step)
   print(f'{PROG}: {what} step {step}; run threshold {threshold:g} ({source})', flush=True)
+  points = {'run': threshold}
+  weight = config.eval.get('photo_threshold') if fv.photo_threshold is None else fv.photo_threshold
+  if weight is not None:  # each photo's own threshold too (threshold_choice.photo_threshold)
+    points['photo'] = threshold_choice.PhotoThreshold(threshold, weight)
   with identity.leader_lock(workdir):  # it writes RUN/eval/...: one writer of a run at a time
     records = Path(fv.out) if fv.out else None  # --out: the records go there, not into RUN
-    rows = _score_all(
-      experiment, workdir, state, targets, protocols, threshold, fv.workers, records
-    )
+    rows = _score_all(experiment, workdir, state, targets, protocols, points, fv.workers, records)
     return _cross_table(rows, targets, what, folder, step, threshold, source)
 
 
@@ -396,11 +407,10 @@ def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
   return targets
 
 
-def _score_all(
-  experiment, workdir, state, targets, protocols, threshold, workers, records=None
-) -> list:
+def _score_all(experiment, workdir, state, targets, protocols, points, workers, records=None):
   """Scores each data argument beside the run's own results (in `records`/<dataset>_<split>
-  when given: --out); prints its table."""
+  when given: --out) at the operating `points` ('run', and 'photo' with --photo_threshold);
+  prints its table."""
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
   from crackjax.experiment import specs
@@ -434,7 +444,7 @@ def _score_all(
         workdir,
         state=state,
         split=split,
-        operating_points={'run': threshold},
+        operating_points=points,
         workers=workers,
         out=out,
         examples=examples,
