@@ -115,7 +115,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   `fv`, then writes the tables and prints the summary, with --out held (the command's
   `_main`); returns the exit status (1: no photo was predicted)."""
   refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
-  threshold = run.threshold if fv.threshold is None else fv.threshold
+  threshold = predictor.threshold  # the run's, or --threshold (`_main` made it so)
   progress = _progress(fv, run, out, origin, threshold, predictor.photo_threshold)
   _say_threshold(fv, run, predictor.photo_threshold, len(files), origin, threshold)
 
@@ -153,7 +153,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     progress.start(name)
     with _stages(name, large=predictor.num_tiles(height, width) >= TILE_PROGRESS_FROM) as stage:
       stage('mask')
-      own = predictor.threshold_of(prob, threshold)  # the photo's own (--photo_threshold)
+      own = predictor.threshold_of(prob)  # the threshold, or the photo's own (--photo_threshold)
       mask = prob > own
       stage('probs/')
       written.save_image(targets[0], written.as_8bit(prob), 'PNG')

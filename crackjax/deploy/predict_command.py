@@ -287,7 +287,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
       run.model,
       run.params,
       batch_stats=run.batch_stats,
-      threshold=run.threshold,
+      threshold=run.threshold if fv.threshold is None else fv.threshold,
       tile_size=fv.tile_size,
       overlap=fv.overlap,
       blend=fv.blend,
