@@ -348,8 +348,8 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   config.model_init.pretrained = str(exported)
   experiment = build(config)
   state = experiment.states.fresh((32, 48, 3))
-  start = experiment.start  # the model file, read once (restored.start_run)
-  arrays = model_file.named_arrays(start.params, start.batch_stats)
+  arrays = experiment.init_arrays  # the model file, read once (restored.start_run)
+  assert experiment.init_arrays is arrays and experiment.start is not None
   state = pretrained.initialise(state, specs.init_spec_of(config), tmp_path / 'run', arrays=arrays)
   report = json.loads((tmp_path / 'run' / 'init.json').read_text())
   assert report['pretrained'] == str(exported) and not report['from_scratch']
@@ -357,7 +357,7 @@ def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):
   got = model_file.flatten(jax.tree.map(np.asarray, state.params), 'params')
   want = model_file.flatten(loaded.params, 'params')
   assert got.keys() == want.keys()
-  with pytest.raises(pretrained.PretrainedError, match='start_run'):  # never read here
+  with pytest.raises(pretrained.PretrainedError, match='initial_arrays'):  # never read here
     pretrained.initialise(state, specs.init_spec_of(config), tmp_path / 'run2')
   for name in want:
     np.testing.assert_array_equal(got[name], want[name])

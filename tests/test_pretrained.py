@@ -17,7 +17,6 @@ from jax import lax
 from crackjax.configs import compare
 from crackjax.engine import mesh as mesh_lib
 from crackjax.engine import train_state
-from crackjax.experiment import specs
 from crackjax.experiment.build import build
 from crackjax.models import get_model, pretrained, pretrained_layouts
 from crackjax.models.fcn8s import IMAGENET_MEAN_RGB
@@ -153,7 +152,10 @@ def test_synthetic_vgg16_file_initialises_a_reduced_hed(tmp_path, caplog):
   config.model_init.pretrained = str(path)
   config.model_init.normalization = 'none'
   with caplog.at_level(logging.INFO, logger='absl'):
-    new = pretrained.initialise(state, specs.init_spec_of(config), workdir=tmp_path)
+    experiment = build(config)  # the file is read by the experiment, once (init_arrays)
+    new = pretrained.initialise(
+      state, experiment.init, workdir=tmp_path, arrays=experiment.init_arrays
+    )
   # OIHW -> HWIO, every VGG16 convolution.
   np.testing.assert_array_equal(
     new.params['conv3_2']['kernel'], arrays['features.12.weight'].transpose(2, 3, 1, 0)

@@ -106,6 +106,7 @@ class Experiment:
     states: fresh, abstract and restored TrainStates and the device mesh
       (`engine.states.States`; it holds the run's optimiser, Adam at ``config.learning_rate``).
     start: a fine-tuning's start model file as a `restored.Run`, read on first use.
+    init_arrays: the named arrays of a fresh state's initial weights, read on first use.
   """
 
   config: ml_collections.ConfigDict
@@ -135,6 +136,16 @@ class Experiment:
       pretrained.PretrainedError: the file cannot be found, fetched or verified (one line).
     """
     return restored.start_run(self.init)
+
+  @functools.cached_property
+  def init_arrays(self) -> dict[str, Any] | None:
+    """The named arrays a fresh state takes (``config.model_init.pretrained``: the start
+    model's, or a .npz's), read on first use (`restored.initial_arrays`); None: from scratch.
+
+    Raises:
+      pretrained.PretrainedError: the file cannot be read (one line).
+    """
+    return restored.initial_arrays(self.init, self.start)
 
 
 def splits_of(c: specs.Plain, loader_spec: LoaderSpec) -> Splits:

@@ -168,6 +168,19 @@ def start_run(init: pretrained.InitSpec) -> Run | None:
     raise pretrained.PretrainedError(f'config.model_init.pretrained={str(spec)!r}: {e}') from e
 
 
+def initial_arrays(init: pretrained.InitSpec, start: Run | None) -> dict[str, Any] | None:
+  """The named arrays a fresh state of a run with initial weights `init` takes
+  (`pretrained.initialise`): its start model's (`start`, `start_run`'s `Run`), or the .npz's
+  that ``config.model_init.pretrained`` names, read here; None for a run from scratch.
+
+  Raises:
+    pretrained.PretrainedError: the .npz cannot be read.
+  """
+  if start is not None:
+    return model_file.named_arrays(start.params, start.batch_stats)
+  return pretrained.load_npz(init.pretrained) if init.pretrained else None
+
+
 def load_model(
   spec: str | Path, *, allow_plugins: Sequence[str] = (), how: str | None = None
 ) -> Run:

@@ -345,12 +345,13 @@ def initialise(
   report to ``<workdir>/init.json`` (process 0). The optimiser state needs no change: Adam's
   moments start at zero whatever the parameters.
 
-  `arrays`: the pretrained file's named arrays, required when it is a model file (a
-  fine-tuning's start model, read once by `crackjax.experiment.restored.start_run` and held
-  by `crackjax.experiment.build.Experiment.start`); a .npz is read here when not given.
+  `arrays`: the pretrained file's named arrays, required when it names one: read once by the
+  experiment (`crackjax.experiment.build.Experiment.init_arrays`: a .npz by `load_npz`, a
+  fine-tuning's start model by `crackjax.experiment.restored.start_run`); nothing is read
+  here.
 
   Raises:
-    PretrainedError: the file cannot be read or does not fit the model.
+    PretrainedError: no `arrays` for a file, or they do not fit the model.
   """
   path = spec.pretrained
   batch_stats = getattr(state, 'batch_stats', None) or {}
@@ -362,13 +363,11 @@ def initialise(
       total_values=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
     )
   else:
-    if arrays is None and is_model_file(path):
-      raise PretrainedError(
-        f'config.model_init.pretrained={str(path)!r} is a model file: read it once with '
-        'crackjax.experiment.restored.start_run and pass its arrays (model_file.named_arrays).'
-      )
     if arrays is None:
-      arrays = load_npz(path)
+      raise PretrainedError(
+        f'config.model_init.pretrained={str(path)!r}: read it once with '
+        'crackjax.experiment.restored.initial_arrays (Experiment.init_arrays) and pass its arrays.'
+      )
     updates, report = load_arrays(
       arrays,
       spec.model,

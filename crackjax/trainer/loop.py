@@ -26,7 +26,7 @@ from crackjax.engine import step as step_lib
 from crackjax.engine.prefetch import prefetch_to_device, release_freed_host_memory
 from crackjax.engine.train_state import TrainState
 from crackjax.experiment.build import Experiment
-from crackjax.models import model_file, pretrained
+from crackjax.models import pretrained
 from crackjax.runs import exits, identity, logs
 from crackjax.runs.metric_writer import MetricWriter
 from crackjax.trainer import stopping
@@ -132,11 +132,9 @@ def restore_or_init(experiment: Experiment, workdir: Path, mngr) -> TrainState:
   ``config.model_init`` (`pretrained.initialise`: logged and written to ``<workdir>/init.json``)."""
 
   def fresh() -> TrainState:
-    shape = experiment.splits.train_image_shape
-    start = experiment.start  # a fine-tuning's model file, read once (its before-score too)
-    arrays = model_file.named_arrays(start.params, start.batch_stats) if start else None
-    state = experiment.states.fresh(shape)
-    return pretrained.initialise(state, experiment.init, workdir, arrays=arrays)
+    state = experiment.states.fresh(experiment.splits.train_image_shape)
+    # The file is read by the experiment, once (a fine-tuning's start model: its before-score too).
+    return pretrained.initialise(state, experiment.init, workdir, arrays=experiment.init_arrays)
 
   states = experiment.states
   return checkpoints.restore_or_init(mngr, functools.partial(states.abstract, states.mesh), fresh)
