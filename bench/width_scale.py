@@ -1,0 +1,160 @@
+"""Does a photo's predicted crack width tell which test-time scale suits it? (issue 55 item 3)
+
+A model sees crack widths in pixels, which depend on the camera's distance and resolution:
+thin cracks gain at scale 2, CRACK500's wide ones at scale 0.5 (docs/models.md, "Scale at
+prediction"). A rule that looks at each photo first would keep both gains. This bench
+measures, for each labelled test set and without changing any code of prediction:
+
+* the strict F1 (pooled over the set's photos) of the model's stored threshold at each of
+  ``--scales`` (each photo predicted at that factor of its size, the map resized back;
+  `Predictor(scales=(s,))`);
+* each photo's crack width as crackjax-predict measures it (`measure.measure_photo`'s
+  ``mean_width_px`` of the mask at scale 1) beside its label's, the medians per set;
+* the F1 of the width rule: a photo whose predicted width is below ``--thin`` px is taken at
+  scale 2, above ``--wide`` px at scale 0.5, otherwise as it is (photos without a predicted
+  crack stay at scale 1).
+
+Usage (a LODO fold's run, or a released model; the sets prepared as crackjax-evaluate
+prepares them)::
+
+    python bench/width_scale.py --workdir=WORK/base_short/gaps384 \\
+        --set=gaps384:test --set=crack500:test --manual_dir=gaps384=.../Datasets ... \\
+        [--max_images=30] [--thin=4] [--wide=8] [--out=FILE.json]
+
+``--max_images`` takes evenly spaced photos of a larger set (deterministic), said in the
+output. The rule's two widths are inputs here, not chosen on the sets it is scored on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tqdm
+
+from crackjax.configs import base
+from crackjax.data import registry
+from crackjax.deploy import measure
+from crackjax.deploy.predictor import Predictor
+
+
+def width(mask: np.ndarray) -> float:
+  """The mean crack width (px) crackjax-predict reports for `mask`; NaN without a crack."""
+  if not mask.any():
+    return float('nan')
+  value = measure.measure_photo(mask, min_length=0)[0]['mean_width_px']
+  return float('nan') if value is None else float(value)
+
+
+def counts(prob: np.ndarray, gt: np.ndarray, threshold: float) -> np.ndarray:
+  """Strict TP, FP, FN of one map at `threshold`."""
+  mask = prob > threshold
+  return np.array([np.sum(mask & gt), np.sum(mask & ~gt), np.sum(~mask & gt)], np.int64)
+
+
+def f1(total: np.ndarray) -> float:
+  tp, fp, fn = (int(x) for x in total)
+  return 2 * tp / max(2 * tp + fp + fn, 1)
+
+
+def rule_scale(predicted_width: float, thin: float, wide: float) -> float:
+  """The scale the width rule gives a photo whose mask at scale 1 is `predicted_width` wide."""
+  if np.isnan(predicted_width):
+    return 1.0
+  return 2.0 if predicted_width < thin else 0.5 if predicted_width > wide else 1.0
+
+
+def _source(spec: str, manual: dict[str, str], data_dir: str | None):
+  name, _, split = spec.partition(':')
+  data = base.get_config().data
+  data.name, data.data_dir, data.manual_dir = name, data_dir, manual.get(name)
+  return registry.get_data_source(data.to_dict(), split or 'test')
+
+
+def score_set(predictors, source, indices, thin, wide) -> dict:
+  """One set's figures (module docstring) over the photos `indices` of `source`."""
+  threshold = predictors[1.0].threshold
+  totals = {s: np.zeros(3, np.int64) for s in predictors}
+  rule = np.zeros(3, np.int64)
+  widths, label_widths, chosen = [], [], []
+  for i in tqdm.tqdm(indices, unit='img', file=sys.stderr):
+    record = source[i]
+    image, gt = np.asarray(record['image']), np.asarray(record['mask'])[..., 0] != 0
+    by_scale = {s: counts(p(image), gt, threshold) for s, p in predictors.items()}
+    for s, c in by_scale.items():
+      totals[s] += c
+    w = width(predictors[1.0](image) > threshold)
+    s = rule_scale(w, thin, wide)
+    rule += by_scale[s] if s in by_scale else by_scale[1.0]
+    widths.append(w)
+    label_widths.append(width(gt))
+    chosen.append(s)
+  return {
+    'photos': len(indices),
+    'f1_at_scale': {str(s): f1(t) for s, t in totals.items()},
+    'f1_width_rule': f1(rule),
+    'rule_scales': {str(s): chosen.count(s) for s in sorted(set(chosen))},
+    'median_predicted_width': float(np.nanmedian(widths)) if not np.all(np.isnan(widths)) else None,
+    'median_label_width': float(np.nanmedian(label_widths)),
+  }
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  who = parser.add_mutually_exclusive_group(required=True)
+  who.add_argument('--workdir', help='a training run (a LODO fold)')
+  who.add_argument('--model', help='a released model name or a model file')
+  parser.add_argument('--set', action='append', required=True, help='DATASET:SPLIT, repeatable')
+  parser.add_argument('--manual_dir', action='append', default=[], help='DATASET=DIR')
+  parser.add_argument('--data_dir', default=None)
+  parser.add_argument('--scales', default='0.5,1,2')
+  parser.add_argument('--thin', type=float, default=4.0)
+  parser.add_argument('--wide', type=float, default=8.0)
+  parser.add_argument('--max_images', type=int, default=0, help='evenly spaced photos, at most N')
+  parser.add_argument('--out', default=None, help='a JSON file for the figures')
+  args = parser.parse_args(argv)
+  scales = sorted({float(s) for s in args.scales.split(',')} | {1.0})
+  make = (
+    (lambda **kw: Predictor.from_workdir(args.workdir, **kw))
+    if args.workdir
+    else (lambda **kw: Predictor.from_pretrained(args.model, **kw))
+  )
+  predictors = {s: make(scales=(s,)) for s in scales}
+  manual = dict(item.partition('=')[::2] for item in args.manual_dir)
+  report = {
+    'model': args.workdir or args.model,
+    'stored_threshold': predictors[1.0].threshold,
+    'thin': args.thin,
+    'wide': args.wide,
+    'machine': f'{platform.processor() or platform.machine()}, {platform.system()}',
+    'date': time.strftime('%Y-%m-%d'),
+    'sets': {},
+  }
+  print(f'{report["model"]}: stored threshold {report["stored_threshold"]:g}')
+  for spec in args.set:
+    source = _source(spec, manual, args.data_dir)
+    n = len(source)
+    indices = list(range(n))
+    if args.max_images and n > args.max_images:
+      indices = sorted({int(round(x)) for x in np.linspace(0, n - 1, args.max_images)})
+    row = score_set(predictors, source, indices, args.thin, args.wide)
+    report['sets'][spec] = row
+    at = ' '.join(f's{s} {100 * v:.1f}' for s, v in row['f1_at_scale'].items())
+    print(
+      f'{spec} ({row["photos"]} of {n} photos): strict F1 {at}; width rule '
+      f'{100 * row["f1_width_rule"]:.1f} (scales {row["rule_scales"]}); median width '
+      f'predicted {row["median_predicted_width"]} px, labelled {row["median_label_width"]:.1f} px',
+      flush=True,
+    )
+  if args.out:
+    Path(args.out).write_text(json.dumps(report, indent=2) + '\n')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
