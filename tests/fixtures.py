@@ -16,6 +16,7 @@ models built and applied abstractly (`jax.eval_shape`, no full-size weights).
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import math
 import os
@@ -37,6 +38,14 @@ PATCH_PIXEL = (10, 10)  # Inside the 3x3 block of label 3 (background).
 FAINT_CRACK_PIXEL = (20, 30)  # The single pixel of label 4 (crack).
 BACKGROUND_PIXEL = (0, 0)  # Label 1.
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_bench(name: str):
+  """bench/<name>.py as a module (the benches are scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location(f'bench_{name}', REPO / 'bench' / f'{name}.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def fake_segmentation(size: tuple[int, int]) -> np.ndarray:

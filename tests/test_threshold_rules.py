@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / 'bench' / 'threshold_rules.py'
+from tests import fixtures
 
 
 @pytest.fixture(scope='module')
 def rules():
-  spec = importlib.util.spec_from_file_location('bench_threshold_rules', PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return fixtures.load_bench('threshold_rules')
 
 
 def test_rules_on_a_map_whose_best_threshold_is_not_the_stored_one(rules):

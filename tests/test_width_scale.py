@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / 'bench' / 'width_scale.py'
+from tests import fixtures
 
 
 @pytest.fixture(scope='module')
 def bench():
-  spec = importlib.util.spec_from_file_location('bench_width_scale', PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return fixtures.load_bench('width_scale')
 
 
 def _crack(width: int) -> np.ndarray:
