@@ -28,7 +28,6 @@ output. The rule's two widths are inputs here, not chosen on the sets it is scor
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -41,6 +40,7 @@ from crackjax.configs import base
 from crackjax.data import registry
 from crackjax.deploy import measure
 from crackjax.deploy.predictor import Predictor
+from crackjax.runs import outputs
 
 
 def width(mask: np.ndarray) -> float:
@@ -67,6 +67,12 @@ def rule_scale(predicted_width: float, thin: float, wide: float) -> float:
   if np.isnan(predicted_width):
     return 1.0
   return 2.0 if predicted_width < thin else 0.5 if predicted_width > wide else 1.0
+
+
+def _median(widths: list[float]) -> float | None:
+  """The median of the widths that are not NaN; None if none is."""
+  known = [w for w in widths if not np.isnan(w)]
+  return float(np.median(known)) if known else None
 
 
 def _source(spec: str, manual: dict[str, str], data_dir: str | None):
@@ -99,8 +105,8 @@ def score_set(predictors, source, indices, thin, wide) -> dict:
     'f1_at_scale': {str(s): f1(t) for s, t in totals.items()},
     'f1_width_rule': f1(rule),
     'rule_scales': {str(s): chosen.count(s) for s in sorted(set(chosen))},
-    'median_predicted_width': float(np.nanmedian(widths)) if not np.all(np.isnan(widths)) else None,
-    'median_label_width': float(np.nanmedian(label_widths)),
+    'median_predicted_width': _median(widths),
+    'median_label_width': _median(label_widths),
   }
 
 
@@ -148,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
       f'{spec} ({row["photos"]} of {n} photos): strict F1 {at}; width rule '
       f'{100 * row["f1_width_rule"]:.1f} (scales {row["rule_scales"]}); median width '
-      f'predicted {row["median_predicted_width"]} px, labelled {row["median_label_width"]:.1f} px',
+      f'predicted {row["median_predicted_width"]} px, labelled {row["median_label_width"]} px',
       flush=True,
     )
   if args.out:
-    Path(args.out).write_text(json.dumps(report, indent=2) + '\n')
+    Path(args.out).write_text(outputs.dumps(report, indent=2) + '\n')
   return 0
 
 

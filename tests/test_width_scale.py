@@ -57,3 +57,8 @@ def test_score_set_counts_each_scale_and_the_rule_pools_each_photos_choice(bench
   assert row['f1_at_scale']['1.0'] < 1.0  # the thin crack's two extra rows
   # Predicted 3 px wide: the thin photo goes to scale 2 (exact); the wide one (14 px) to 0.5.
   assert row['rule_scales'] == {'0.5': 1, '2.0': 1} and row['f1_width_rule'] == 1.0
+
+
+def test_medians_leave_out_photos_without_a_crack(bench):
+  assert bench._median([float('nan'), 3.0, 5.0]) == 4.0
+  assert bench._median([float('nan')]) is None  # written as null, never as NaN
