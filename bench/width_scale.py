@@ -40,6 +40,7 @@ from crackjax.configs import base
 from crackjax.data import registry
 from crackjax.deploy import measure
 from crackjax.deploy.predictor import Predictor
+from crackjax.evaluation.protocols import counts_per_threshold
 from crackjax.runs import outputs
 
 
@@ -52,9 +53,8 @@ def width(mask: np.ndarray) -> float:
 
 
 def counts(prob: np.ndarray, gt: np.ndarray, threshold: float) -> np.ndarray:
-  """Strict TP, FP, FN of one map at `threshold`."""
-  mask = prob > threshold
-  return np.array([np.sum(mask & gt), np.sum(mask & ~gt), np.sum(~mask & gt)], np.int64)
+  """Strict TP, FP, FN of one map at `threshold` (`protocols.counts_per_threshold`)."""
+  return np.array([c[0] for c in counts_per_threshold(prob, gt, thresholds=[threshold])])
 
 
 def f1(total: np.ndarray) -> float:
@@ -91,10 +91,11 @@ def score_set(predictors, source, indices, thin, wide) -> dict:
   for i in tqdm.tqdm(indices, unit='img', file=sys.stderr):
     record = source[i]
     image, gt = np.asarray(record['image']), np.asarray(record['mask'])[..., 0] != 0
-    by_scale = {s: counts(p(image), gt, threshold) for s, p in predictors.items()}
+    maps = {s: p(image) for s, p in predictors.items()}
+    by_scale = {s: counts(m, gt, threshold) for s, m in maps.items()}
     for s, c in by_scale.items():
       totals[s] += c
-    w = width(predictors[1.0](image) > threshold)
+    w = width(maps[1.0] > threshold)  # the scale-1 map, not predicted again
     s = rule_scale(w, thin, wide)
     rule += by_scale[s] if s in by_scale else by_scale[1.0]
     widths.append(w)
