@@ -51,7 +51,8 @@ if has train; then
   deadline=$((SECONDS + ${TRAIN_MINUTES:-0} * 60))
   # The epochs to train to: MIN_EPOCHS, or as many as the run has scored already (a resumed
   # script continues where the last one stopped).
-  last=$(ls "$RUN"/epoch_*.json 2>/dev/null | sed 's/.*epoch_0*\([0-9]*\).json/\1/' | sort -n | tail -1)
+  # (`|| true`: a fresh run has no epoch file, and `set -e -o pipefail` would end the script.)
+  last=$({ ls "$RUN"/epoch_*.json 2>/dev/null || true; } | sed 's/.*epoch_0*\([0-9]*\).json/\1/' | sort -n | tail -1)
   epochs=$(( ${last:-0} > MIN_EPOCHS ? ${last:-0} : MIN_EPOCHS ))
   while :; do
     cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}"
