@@ -1,7 +1,7 @@
 """scripts/pack_roads_data.py (the general model's datasets packed for one GPU call) on fake
 copies of the five datasets: the fixed fractions, the same files for the same seed, masks the
 builders read as the source's, the layouts the builders find; (slow) scripts/release_roads_gpu.sh
-with TINY=1 end to end on a tiny pack of them."""
+with TINY=1 end to end on a tiny pack of them, and scripts/release_roads_cpu.sh from nothing."""
 
 import importlib.util
 import json
@@ -185,3 +185,42 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
     names = tar.getnames()
   assert './base_smoke/aiglern_trimm/heldout/aiglern_trimm_test/eval.json' in names
   assert not [n for n in names if 'checkpoints' in n or n.endswith('.safetensors')]
+
+
+@pytest.mark.slow
+def test_release_roads_cpu_script_from_nothing_then_resumed(sources, tmp_path):
+  """scripts/release_roads_cpu.sh with the `smoke` config (about 2 min): a fresh WORK trains
+  until its (tiny) plateau and exports the best epoch; the same command again resumes the
+  finished run and trains no further epoch."""
+  from crackjax.models import model_file
+
+  crackforest, public = sources
+  env = dict(
+    ARG='smoke',
+    CRACKFOREST=str(crackforest),
+    PUBLIC=str(public),
+    DATA_DIR=str(tmp_path / 'tfds'),
+    MIN_EPOCHS='2',
+    PATIENCE='1',
+    MAX_EPOCHS='3',
+    # The fake CrackForest has 6 train photos, not the real one's 72.
+    EXTRA='--config.data.mix.crackforest.train_split=train[:4] '
+    '--config.data.mix.crackforest.valid_split=train[4:]',
+  )
+  done, log = fixtures.run_gpu_script(
+    'scripts/release_roads_cpu.sh', tmp_path, timeout=600, STAGES='train export', **env
+  )
+  assert done.returncode == 0, log[-4000:]
+  run = tmp_path / 'work' / 'roads-unet-cpu'
+  scored = sorted(p.name for p in run.glob('epoch_*.json'))
+  assert scored[:2] == ['epoch_001.json', 'epoch_002.json'] and len(scored) <= 3
+  assert 'plateau reached' in log or 'MAX_EPOCHS=3 reached' in log
+  assert 'Exporting step' in log
+  assert model_file.read(tmp_path / 'work' / 'roads-unet-cpu.safetensors').card['name'] == (
+    'roads-unet-cpu'
+  )
+  again, log = fixtures.run_gpu_script(
+    'scripts/release_roads_cpu.sh', tmp_path, timeout=600, STAGES='train', **env
+  )
+  assert again.returncode == 0, log[-4000:]
+  assert sorted(p.name for p in run.glob('epoch_*.json')) == scored
