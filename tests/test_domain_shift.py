@@ -24,7 +24,8 @@ STRONG = dict(
   noise=0.5,
   noise_std=0.1,
 )
-jit_photometric = jax.jit(photometric.photometric, static_argnames=tuple(STRONG))
+jit_photometric = jax.jit(photometric.photometric, static_argnames='strengths')
+STRONG_STRENGTHS = photometric.Strengths(**STRONG)
 
 
 def _images(b=4, h=24, w=20, seed=0):
@@ -33,16 +34,16 @@ def _images(b=4, h=24, w=20, seed=0):
 
 def test_photometric_shapes_range_determinism():
   x = _images()
-  a = jit_photometric(jax.random.key(1), x, **STRONG)
-  b = jit_photometric(jax.random.key(1), x, **STRONG)
-  c = jit_photometric(jax.random.key(2), x, **STRONG)
+  a = jit_photometric(jax.random.key(1), x, STRONG_STRENGTHS)
+  b = jit_photometric(jax.random.key(1), x, STRONG_STRENGTHS)
+  c = jit_photometric(jax.random.key(2), x, STRONG_STRENGTHS)
   assert a.shape == x.shape and a.dtype == x.dtype
   assert float(a.min()) >= 0.0 and float(a.max()) <= 1.0
   np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same key, same images
   assert not np.allclose(np.asarray(a), np.asarray(c))
   # Each example draws its own changes: two copies of one image come out different.
   same = jnp.stack([x[0], x[0]])
-  out = jit_photometric(jax.random.key(3), same, **STRONG)
+  out = jit_photometric(jax.random.key(3), same, STRONG_STRENGTHS)
   assert not np.allclose(np.asarray(out[0]), np.asarray(out[1]))
 
 
@@ -52,21 +53,36 @@ def test_photometric_neutral_is_identity_and_each_change_acts():
     np.asarray(jit_photometric(jax.random.key(0), x)), np.asarray(x), atol=1e-6
   )
   # Greyscale with probability 1: the three channels equal, the BT.601 luma.
-  g = np.asarray(jit_photometric(jax.random.key(0), x, greyscale=1.0))
+  g = np.asarray(jit_photometric(jax.random.key(0), x, photometric.Strengths(greyscale=1.0)))
   luma = np.asarray(x) @ np.array([0.299, 0.587, 0.114])
   np.testing.assert_allclose(g[..., 0], luma, atol=1e-5)
   np.testing.assert_allclose(g[..., 0], g[..., 2], atol=1e-6)
   # A blur with probability 1 keeps a constant image and smooths a random one.
   flat = jnp.full((2, 16, 16, 3), 0.4)
   np.testing.assert_allclose(
-    np.asarray(jit_photometric(jax.random.key(0), flat, blur=1.0, blur_sigma=2.0)), 0.4, atol=1e-5
+    np.asarray(
+      jit_photometric(jax.random.key(0), flat, photometric.Strengths(blur=1.0, blur_sigma=2.0))
+    ),
+    0.4,
+    atol=1e-5,
   )
-  blurred = np.asarray(jit_photometric(jax.random.key(0), x, blur=1.0, blur_sigma=2.0))
+  blurred = np.asarray(
+    jit_photometric(jax.random.key(0), x, photometric.Strengths(blur=1.0, blur_sigma=2.0))
+  )
   assert np.abs(np.diff(blurred, axis=1)).mean() < np.abs(np.diff(np.asarray(x), axis=1)).mean()
   # Brightness moves the mean, by at most its range.
-  bright = np.asarray(jit_photometric(jax.random.key(0), x * 0.5 + 0.25, brightness=0.2))
+  bright = np.asarray(
+    jit_photometric(jax.random.key(0), x * 0.5 + 0.25, photometric.Strengths(brightness=0.2))
+  )
   shift = bright.mean(axis=(1, 2, 3)) - np.asarray(x * 0.5 + 0.25).mean(axis=(1, 2, 3))
   assert np.all(np.abs(shift) <= 0.2 + 1e-6) and np.abs(shift).max() > 1e-3
+
+
+def test_photometric_strengths_check_their_probabilities():
+  with pytest.raises(ValueError, match=r'augment\.photometric\.blur is a probability, got 1\.5'):
+    photometric.Strengths(blur=1.5)
+  with pytest.raises(ValueError, match=r'augment\.photometric\.noise is a probability'):
+    photometric.Strengths(noise=-0.1)
 
 
 def test_augment_fn_leaves_masks_and_old_configs_alone():

@@ -184,8 +184,10 @@ def augment_fn(aug: Mapping[str, Any]) -> AugmentFn:
   if not (aug['enabled'] and colour.pop('enabled')):
     return affine
 
+  strengths = photometric.Strengths(**colour)
+
   def both(rng: jax.Array, image: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     image, mask = affine(rng, image, mask)
-    return photometric.photometric(jax.random.fold_in(rng, 1), image, **colour), mask
+    return photometric.photometric(jax.random.fold_in(rng, 1), image, strengths), mask
 
   return both

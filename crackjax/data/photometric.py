@@ -15,6 +15,7 @@ sigma ``U(0.3, blur_sigma)`` with probability ``blur``; Gaussian noise of std
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -22,20 +23,44 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+
+@dataclasses.dataclass(frozen=True)
+class Strengths:
+  """How strongly `photometric` changes images: ``config.augment.photometric`` less its
+  ``enabled`` switch. The defaults change nothing.
+
+  Attributes:
+    brightness: largest shift of every value.
+    contrast: largest relative change of the contrast about the image's mean.
+    gamma: largest |log| of the gamma exponent.
+    saturation: largest relative change of the colour about the grey value.
+    greyscale: probability of making the image grey.
+    blur: probability of a Gaussian blur.
+    blur_sigma: the largest sigma of that blur (pixels).
+    noise: probability of Gaussian sensor noise.
+    noise_std: the largest std of that noise.
+  """
+
+  brightness: float = 0.0
+  contrast: float = 0.0
+  gamma: float = 0.0
+  saturation: float = 0.0
+  greyscale: float = 0.0
+  blur: float = 0.0
+  blur_sigma: float = 1.5
+  noise: float = 0.0
+  noise_std: float = 0.0
+
+  def __post_init__(self):
+    for name in ('greyscale', 'blur', 'noise'):
+      value = getattr(self, name)
+      if not 0.0 <= value <= 1.0:
+        raise ValueError(f'augment.photometric.{name} is a probability, got {value}.')
+
+
 #: The ``augment.photometric`` fields and their neutral values (configs/base.py): with
 #: ``enabled`` False nothing is drawn and the image is unchanged.
-FIELDS: dict[str, Any] = {
-  'enabled': False,
-  'brightness': 0.0,
-  'contrast': 0.0,
-  'gamma': 0.0,
-  'saturation': 0.0,
-  'greyscale': 0.0,
-  'blur': 0.0,
-  'blur_sigma': 1.5,
-  'noise': 0.0,
-  'noise_std': 0.0,
-}
+FIELDS: dict[str, Any] = {'enabled': False, **dataclasses.asdict(Strengths())}
 # ITU-R BT.601 luma, the grey value of PIL's 'L' mode.
 _LUMA = (0.299, 0.587, 0.114)
 _MIN_SIGMA = 0.3
@@ -61,58 +86,35 @@ def _blur(image: jax.Array, sigma: jax.Array, radius: int) -> jax.Array:
   return sum(k[i] * padded[:, i : i + w] for i in range(2 * radius + 1))
 
 
-def photometric(
-  rng: jax.Array,
-  image: jax.Array,
-  *,
-  brightness: float = 0.0,
-  contrast: float = 0.0,
-  gamma: float = 0.0,
-  saturation: float = 0.0,
-  greyscale: float = 0.0,
-  blur: float = 0.0,
-  blur_sigma: float = 1.5,
-  noise: float = 0.0,
-  noise_std: float = 0.0,
-) -> jax.Array:
+def photometric(rng: jax.Array, image: jax.Array, strengths: Strengths = Strengths()) -> jax.Array:
   """Random photometric changes of a batch of images, each example its own.
 
   Args:
     rng: PRNG key; each example gets its own split of it.
     image: [B, H, W, C] float images in [0, 1].
-    brightness: largest shift of every value.
-    contrast: largest relative change of the contrast about the image's mean.
-    gamma: largest |log| of the gamma exponent.
-    saturation: largest relative change of the colour about the grey value.
-    greyscale: probability of making the image grey.
-    blur: probability of a Gaussian blur.
-    blur_sigma: the largest sigma of that blur (pixels).
-    noise: probability of Gaussian sensor noise.
-    noise_std: the largest std of that noise.
+    strengths: how strongly (`Strengths`; static under jit).
 
   Returns:
     The images, same shape and dtype, in [0, 1].
   """
-  for name, value in (('greyscale', greyscale), ('blur', blur), ('noise', noise)):
-    if not 0.0 <= value <= 1.0:
-      raise ValueError(f'augment.photometric.{name} is a probability, got {value}.')
-  radius = max(1, math.ceil(3 * blur_sigma))
+  t = strengths
+  radius = max(1, math.ceil(3 * t.blur_sigma))
 
   def one(key: jax.Array, x: jax.Array) -> jax.Array:
     k_u, k_noise = jax.random.split(key)
     u = jax.random.uniform(k_u, (10,))
     s = 2.0 * u - 1.0  # signed draws in [-1, 1)
-    x = jnp.clip(x, 0.0, 1.0) ** jnp.exp(s[0] * gamma)
-    x = x + s[1] * brightness
+    x = jnp.clip(x, 0.0, 1.0) ** jnp.exp(s[0] * t.gamma)
+    x = x + s[1] * t.brightness
     mean = jnp.mean(x)
-    x = (x - mean) * (1.0 + s[2] * contrast) + mean
+    x = (x - mean) * (1.0 + s[2] * t.contrast) + mean
     grey = _grey(x)
-    x = grey + (x - grey) * (1.0 + s[3] * saturation)
-    x = jnp.where(u[4] < greyscale, jnp.broadcast_to(_grey(x), x.shape), x)
-    sigma = _MIN_SIGMA + u[5] * max(blur_sigma - _MIN_SIGMA, 0.0)
-    x = jnp.where(u[6] < blur, _blur(x, sigma, radius), x)
-    std = u[7] * noise_std
-    x = jnp.where(u[8] < noise, x + std * jax.random.normal(k_noise, x.shape, x.dtype), x)
+    x = grey + (x - grey) * (1.0 + s[3] * t.saturation)
+    x = jnp.where(u[4] < t.greyscale, jnp.broadcast_to(_grey(x), x.shape), x)
+    sigma = _MIN_SIGMA + u[5] * max(t.blur_sigma - _MIN_SIGMA, 0.0)
+    x = jnp.where(u[6] < t.blur, _blur(x, sigma, radius), x)
+    std = u[7] * t.noise_std
+    x = jnp.where(u[8] < t.noise, x + std * jax.random.normal(k_noise, x.shape, x.dtype), x)
     return jnp.clip(x, 0.0, 1.0).astype(image.dtype)
 
   return jax.vmap(one)(jax.random.split(rng, image.shape[0]), image)
