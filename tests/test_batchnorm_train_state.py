@@ -240,6 +240,7 @@ def test_batch_norm_checkpoint_restores_with_its_running_averages(segnet_run):
     checkpoints.restore_latest_readable(mngr, build(other).states.abstract(mesh, (32, 32, 3)))
 
 
+@pytest.mark.slow
 def test_evaluation_prediction_and_export_use_the_running_averages(segnet_run, tmp_path):
   workdir, config, state = segnet_run
   image = np.random.default_rng(1).random((32, 32, 3), np.float32)

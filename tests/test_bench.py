@@ -362,6 +362,7 @@ def test_cpu_profile_sorts_instructions_by_name_stack():
   assert any(line.split()[-2:] == ['5.0', '3.0'] for line in lines), lines
 
 
+@pytest.mark.slow
 def test_predict_speed_times_test_time_variants_against_the_plain_prediction(capsys):
   bench = _load_bench('predict_speed')
   assert bench.test_time_variant('1+2') == ((1.0, 2.0), False)

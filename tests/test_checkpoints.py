@@ -76,6 +76,7 @@ def assert_one_line(message: str) -> None:
   assert '\n' not in message and 'Traceback' not in message, message
 
 
+@pytest.mark.slow
 def test_truncated_latest_step_resume_falls_back_and_trains_on(data_dirs, run_copy, caplog):
   config = smoke_config(data_dirs)
   truncate(largest_file(run_copy / 'checkpoints' / '6'))

@@ -64,6 +64,7 @@ def test_train_and_eval_on_own_folder(tmp_path):
   assert json.loads((workdir / 'threshold.json').read_text())['split'] == 'test'
 
 
+@pytest.mark.slow
 def test_bad_folder_names_the_file(tmp_path):
   images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=4)
   (masks / 'img_02.png').unlink()

@@ -213,6 +213,7 @@ def test_manual_files_absent_clear_error(tmp_path, name):
     data_registry.get_data_source(data.to_dict(), 'train')
 
 
+@pytest.mark.slow
 def test_launch_reports_missing_manual_files(tmp_path):
   proc = subprocess.run(
     [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import PIL.Image
+import pytest
 
 from crackjax.configs import finetune
 from crackjax.deploy import examples
@@ -31,6 +32,7 @@ def test_examples_are_deterministic_and_labelled():
       assert grey[mask].mean() < grey[~mask].mean() - 20
 
 
+@pytest.mark.slow
 def test_predict_examples_writes_and_predicts_them(smoke_run, tmp_path):
   out = tmp_path / 'predictions'
   done = subprocess.run(

@@ -70,6 +70,7 @@ def finetune_config(model: Path, folder: Path, data_dir: Path, protocols=('stric
   return c
 
 
+@pytest.mark.slow
 def test_the_finetune_config_scores_before_and_after_on_the_held_out_part(
   exported, tmp_path, capsys, monkeypatch
 ):

@@ -152,6 +152,7 @@ def test_bench_eval_speed_help(monkeypatch, capsys):
   assert out.startswith('usage: eval_speed.py') and '--num_images' in out
 
 
+@pytest.mark.slow
 def test_launch_help():
   # launch.py runs under absl.app: the global flag set holds its imports' flags too.
   out = subprocess.run(

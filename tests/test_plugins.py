@@ -272,6 +272,7 @@ def test_register_refuses_a_taken_name(registries):
     losses.register_loss('holistic', losses.LossEntry(build=losses.holistic))
 
 
+@pytest.mark.slow
 def test_bad_loss_field_fails_before_any_data_or_workdir(tmp_path):
   workdir = tmp_path / 'never'
   proc = _launch(
@@ -286,6 +287,7 @@ def test_bad_loss_field_fails_before_any_data_or_workdir(tmp_path):
   assert not workdir.exists() and not (tmp_path / 'tfds').exists()
 
 
+@pytest.mark.slow
 def test_mistyped_config_field_is_one_line(tmp_path):
   proc = _launch('--config=configs/smoke.py', f'--workdir={tmp_path}', '--config.model.widht=3')
   assert proc.returncode == 1

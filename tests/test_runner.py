@@ -568,6 +568,7 @@ def test_workers_end_with_a_killed_runner(tmp_path):
   assert not any(_alive(p) for p in workers)
 
 
+@pytest.mark.slow
 def test_workers_start_without_forking_the_runner(tmp_path):
   # Popen's preexec_fn forked the runner, multithreaded by then (JAX), and ran Python in the
   # fork: 'RuntimeWarning: os.fork() was called ... will likely lead to a deadlock' at every
@@ -584,6 +585,7 @@ def test_workers_start_without_forking_the_runner(tmp_path):
   assert [str(w.message) for w in caught if 'fork' in str(w.message)] == []
 
 
+@pytest.mark.slow
 def test_a_worker_whose_runner_has_ended_stops(tmp_path):
   # The worker sets its end with the runner itself; a runner gone before that sends nothing.
   env = {**os.environ, scheduler.RUNNER_PID_ENV: '1'}  # not this worker's parent

@@ -142,6 +142,7 @@ def _restored(run):
   return experiment, experiment.states.restore(run, inference=True)
 
 
+@pytest.mark.slow
 def test_a_folder_streamed_scores_as_evaluate_and_copies_nothing(
   smoke_run, tmp_path, monkeypatch, capsys
 ):
@@ -198,6 +199,7 @@ def test_a_folder_streamed_scores_as_evaluate_and_copies_nothing(
     _close(new['operating_points']['run'], point)
 
 
+@pytest.mark.slow
 def test_an_interrupted_scoring_claims_nothing_complete(smoke_run, tmp_path, monkeypatch):
   run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
   images, masks = fixtures.make_fake_folder(tmp_path / 'roads', n=6)

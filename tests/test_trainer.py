@@ -42,6 +42,7 @@ def _train_rows(workdir):
   return [r for r in rows if r['kind'] == 'train']
 
 
+@pytest.mark.slow
 def test_train_and_eval_writes_checkpoints_logs_and_eval(data_dirs, tmp_path):
   config = smoke_config(data_dirs)
   config.eval.every_epochs = 1
@@ -149,6 +150,7 @@ def test_eval_without_checkpoint_is_a_clear_error(data_dirs, tmp_path):
   assert not (tmp_path / 'empty').exists()  # nothing is created
 
 
+@pytest.mark.slow
 def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, monkeypatch):
   config = smoke_config(data_dirs)
   real = loader.create_train_iterator
@@ -172,6 +174,7 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(data_dirs, tmp_path, 
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
 
 
+@pytest.mark.slow
 def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypatch):
   # SIGTERM reaches train_and_evaluate as SystemExit (launch.py's handler); Ctrl-C as
   # KeyboardInterrupt. Either way the state of the last finished step is saved.

@@ -109,6 +109,7 @@ def test_mixed_sizes_need_input_size(mixed_folder):
     check_data(build(config))
 
 
+@pytest.mark.slow
 def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):
   proc = _launch_smoke(
     f'--workdir={tmp_path / "run"}',
@@ -121,6 +122,7 @@ def test_launch_rejects_a_bad_input_size_before_any_data(tmp_path):
   assert not (tmp_path / 'run').exists() and not (tmp_path / 'tfds').exists()
 
 
+@pytest.mark.slow
 def test_launch_eval_on_an_empty_workdir_is_one_line(tmp_path):
   raw = fixtures.make_fake_crackforest(tmp_path / 'raw', n_labelled=4, size=(32, 48))
   workdir = tmp_path / 'never_trained'

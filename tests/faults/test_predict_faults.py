@@ -125,6 +125,7 @@ def failing_save(monkeypatch, at: int, error: BaseException):
   return calls
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_file_and_the_same_command_finishes_the_rest(
   smoke_run, folder, monkeypatch, capsys
 ):
@@ -337,6 +338,7 @@ sys.exit(predict_command.main([]))
 """
 
 
+@pytest.mark.slow
 def test_predict_under_a_parent_ignoring_sigint_is_stopped_by_it(tmp_path):
   """A parent that ignores SIGINT (trap '' INT, nohup) passed that on: crackjax-predict could
   not be stopped by SIGINT (issue 44)."""
