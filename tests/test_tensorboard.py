@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tensorboardX.proto import event_pb2, plugin_hparams_pb2
 
 from crackjax.experiment.build import build
@@ -72,6 +73,7 @@ def test_the_final_evaluation_adds_pr_curves_images_and_hparams(smoke_run):
   assert hparams['data.input_size'].string_value == 'null'  # not a scalar: JSON text
 
 
+@pytest.mark.slow
 def test_every_periodic_evaluation_adds_them(tmp_path):
   config = fixtures.smoke_config(fixtures.smoke_data_dirs(tmp_path / 'data'))
   config.eval.protocols = ('strict',)

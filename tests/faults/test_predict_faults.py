@@ -61,6 +61,7 @@ def args(run, out, *inputs, extra=()):
 # ------------------------------------------------------------------- outputs are not inputs
 
 
+@pytest.mark.slow
 def test_an_out_inside_the_input_folder_is_never_read_as_input(smoke_run, folder, capsys):
   # Was: the second run predicted its own probs/, masks/ and overlays/ as photos (3 became 12).
   out = folder / 'pred'
