@@ -511,8 +511,9 @@ def abstract_outputs_in_both_modes(model: Any, hw: tuple[int, int], batch: int =
 
 
 def run_gpu_script(script: str, tmp_path: Path, timeout: int = 400, **env: str | None):
-  """Runs one of the one-call GPU scripts (scripts/*.sh) from the repository as on the device
-  machine, on this CPU: its OUT and WORK under `tmp_path`, this interpreter first on PATH,
+  """Runs one of the repository's scripts (scripts/*.sh: the one-call GPU scripts as on the
+  device machine, or a CPU one such as release_roads_cpu.sh), on this CPU: its OUT and WORK under
+  `tmp_path`, this interpreter first on PATH,
   the settings `env` (environment variables; a value of None removes one). Returns
   (the CompletedProcess, its stdout + stderr)."""
   import subprocess

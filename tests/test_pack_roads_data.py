@@ -189,7 +189,7 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
 
 @pytest.mark.slow
 def test_release_roads_cpu_script_from_nothing_then_resumed(sources, tmp_path):
-  """scripts/release_roads_cpu.sh with the `smoke` config (about 2 min): a fresh WORK trains
+  """scripts/release_roads_cpu.sh with the `smoke` config (about a minute): a fresh WORK trains
   until its (tiny) plateau and exports the best epoch; the same command again resumes the
   finished run and trains no further epoch."""
   from crackjax.models import model_file
