@@ -26,7 +26,8 @@ puts MTSCrack's row beside the recipes': F1 of its mask (output > 0) and its ODS
 ``--test_time=base:2,base:flip,photometric:1+2`` adds rows of the same folds' files scored at
 test-time scales and flip (`crackjax-evaluate --scales/--flip`; ``[RECIPE:]PART+PART``, a part
 a scale factor or ``flip``; without a recipe, every recipe's): strict only, into
-``heldout_<scales>[_flip]/``, no false-positive count. One command thus writes every row of the
+``heldout_<scales>[_flip]/``, with their false positives and photo thresholds at the same test
+time (the ``fp`` and ``photo`` stages). One command thus writes every row of the
 table (scripts/lodo.sh's ``TEST_TIME``); ``--out`` heads the .md with the command, the commit,
 the machine and the dates the folds were scored.
 """
@@ -246,6 +247,11 @@ def held_out_photos(fold: Fold, args: argparse.Namespace):
   return pairs, predictor
 
 
+def test_time_of(predictor) -> dict[str, Any]:
+  """What a fold's record was measured at: the predictor's test-time scales and flip."""
+  return {'scales': list(predictor.scales), 'flip': predictor.flip}
+
+
 def false_positives(fold: Fold, args: argparse.Namespace) -> None:
   """Writes the fold's false positives on roads it never saw (issue 55 item 2): the predicted
   crack length per megapixel, at the file's stored threshold (and the fold's test-time scales),
@@ -256,6 +262,7 @@ def false_positives(fold: Fold, args: argparse.Namespace) -> None:
 
   pairs, predictor = held_out_photos(fold, args)
   result = crack_free.far_false_positives(predictor, pairs)
+  result.update(test_time_of(predictor))
   print(f'+ false positives on {fold.held_out}:{args.test_split}: {result["length_per_mp"]:.0f}')
   fold.fp_record.parent.mkdir(parents=True, exist_ok=True)
   fold.fp_record.write_text(outputs.dumps(result, indent=1) + '\n')
@@ -269,6 +276,7 @@ def photo_thresholds(fold: Fold, args: argparse.Namespace) -> None:
   pairs, predictor = held_out_photos(fold, args)
   result = threshold_choice.photo_threshold_counts(predictor, pairs, predictor.threshold)
   result['threshold'] = predictor.threshold
+  result.update(test_time_of(predictor))
   best = max(range(len(result['f1'])), key=result['f1'].__getitem__)
   print(
     f'+ photo thresholds on {fold.held_out}:{args.test_split}: F1 {100 * result["f1"][-1]:.1f} '
@@ -618,7 +626,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace) -> None:
   """Trains, exports, scores and counts the false positives of each fold not done yet; then
-  scores each test-time variant's fold (strict) whose file exists."""
+  scores each test-time variant's fold (strict) whose file exists, with its false positives and
+  photo thresholds at the same scales (whether each photo's own threshold adds to a scale)."""
   from crackjax.deploy import release  # imported here: --plan needs no jax
 
   stages, wanted = args.stages, set(args.protocols.split(','))
@@ -638,6 +647,10 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
     model = f.run / MODEL_FILE
     if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
       _run(score_command(f, args, THRESHOLD_PROTOCOL))
+    if 'fp' in stages and model.exists() and not f.fp_record.exists():
+      false_positives(f, args)
+    if 'photo' in stages and model.exists() and not f.photo_record.exists():
+      photo_thresholds(f, args)
 
 
 def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:

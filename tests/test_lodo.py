@@ -226,6 +226,20 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
       (work / 'base_smoke' / held_out / 'heldout_2' / f'{held_out}_test' / 'eval.json').read_text()
     )
     assert scored['protocols'] == ['strict'] and 'strict' in at_2[held_out]
+    # Its false positives and photo thresholds at scale 2 too, at the same stored threshold.
+    assert at_2[held_out]['false_positives'] >= 0 and set(at_2[held_out]['photo']) == {
+      'weights',
+      'f1',
+    }
+    # (Not compared with the scoring's F1 at scale 2: on these 40 x 56 photos doubled, the
+    # Predictor's reflection padding to its bucket and the scoring's edge padding to the
+    # model's multiple move 4% of the pixels across the threshold, ~10 points of F1.)
+    heldout_2 = work / 'base_smoke' / held_out / 'heldout_2' / f'{held_out}_test'
+    for name in ('photo_thresholds.json', 'false_positives.json'):
+      at_scale_2 = json.loads((heldout_2 / name).read_text())
+      assert at_scale_2['scales'] == [2.0] and at_scale_2['flip'] is False
+      assert at_scale_2['threshold'] == folds[held_out]['strict']['threshold']
+    assert photo['scales'] == [1.0] and fp['scales'] == [1.0]
   md = out.with_suffix('.md').read_text()
   assert md.startswith('Written by `python bench/lodo.py --budget=smoke')
   assert 'folds scored ' in md.split('\n')[0] and '| base (smoke) at scales 2 |' in md
