@@ -4,6 +4,7 @@ nothing edits sys.path."""
 
 import ast
 import collections
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +22,9 @@ def _crackjax_files() -> list[Path]:
   return [*(REPO / 'crackjax').rglob('*.py'), *(REPO / 'tfds_builders').rglob('*.py')]
 
 
+# Parsed and listed once a process (the rules below walk the same trees and change none):
+# listing the files again for every module's imports took this file from 9 s to 20 s.
+@functools.cache
 def _crackjax_modules() -> dict[str, ast.Module]:
   return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in _crackjax_files()}
 
@@ -29,7 +33,7 @@ def _imported(tree: ast.Module) -> set[str]:
   """Absolute names imported by a module: `from a import b` gives a.b if that is a module of
   crackjax, else a (importing a package's submodule does not depend on the package's own
   code beyond its __init__, which imports nothing eagerly)."""
-  modules = set(_module_names())
+  modules = _module_names()
   names = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
@@ -41,8 +45,9 @@ def _imported(tree: ast.Module) -> set[str]:
   return names
 
 
-def _module_names() -> list[str]:
-  return [_module_name(p) for p in _crackjax_files()]
+@functools.cache
+def _module_names() -> frozenset[str]:
+  return frozenset(_module_name(p) for p in _crackjax_files())
 
 
 def test_no_import_cycle_in_crackjax():
