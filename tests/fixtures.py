@@ -462,6 +462,20 @@ def train_through_launch(
   return proc, [r for r in rows if r['kind'] == 'train']
 
 
+#: The model the fast tier checks through every per-model contract: the paper's revised U-Net.
+#: The comparison models of Tables V-VIII are checked the same way in the slow tier (their
+#: compiles and traces were a third of the fast tier's time from a cold XLA cache).
+FAST_TIER_MODELS = ('unet',)
+
+
+def per_model(names: list[str]) -> list[Any]:
+  """`names` as a parametrize list: the models of `FAST_TIER_MODELS` in the fast tier, the
+  others marked slow."""
+  import pytest
+
+  return [n if n in FAST_TIER_MODELS else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 def abstract_variables(model: Any, shape: tuple[int, ...] = (1, 64, 64, 3)) -> Any:
   """`model`'s variables for float32 images of `shape`, as shape structs (`jax.eval_shape`)."""
   import jax

@@ -21,6 +21,9 @@ from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.segnet import SegNet
 from tests import fixtures
 
+# A comparison model's own checks: the slow tier (tests/fixtures.FAST_TIER_MODELS).
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
   ('model', 'exact', 'paper'),

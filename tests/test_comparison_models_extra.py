@@ -19,6 +19,9 @@ from crackjax.models.deeplabv3plus import DeepLabV3Plus
 from crackjax.models.ucliquenet import CliqueBlock, UCliqueNet
 from tests import fixtures
 
+# A comparison model's own checks: the slow tier (tests/fixtures.FAST_TIER_MODELS).
+pytestmark = pytest.mark.slow
+
 NEW_MODELS = ('crackseg', 'ucliquenet')
 
 

@@ -12,6 +12,7 @@ from crackjax.configs import compare, smoke
 from crackjax.experiment.build import build
 from crackjax.models import MODELS, input_multiple, model_from_config
 from crackjax.paper import complexity, flops
+from tests import fixtures
 
 
 @pytest.mark.parametrize(
@@ -84,6 +85,7 @@ def test_command_line_takes_config_overrides(capsys):
   assert 'agrees' in out
 
 
+@pytest.mark.slow  # HED's whole analysis and timing through the command (~11 s cold)
 def test_command_line_prints_analytic_flops_and_memory(capsys, tmp_path):
   r = complexity.main(
     [
@@ -138,7 +140,7 @@ def _config_of(name: str) -> ml_collections.ConfigDict:
   return config
 
 
-@pytest.mark.parametrize('name', sorted(MODELS))
+@pytest.mark.parametrize('name', fixtures.per_model(sorted(MODELS)))
 def test_analytic_count_for_every_model(name):
   """Every registered model gets a positive count, linear in the batch, that XLA's own cost
   analysis of the lowered forward pass agrees with (within 2x)."""

@@ -66,9 +66,9 @@ def test_model_entry_declares_what_its_configs_need(name):
   assert pretrained_layouts.layout_of(name) is entry.pretrained
 
 
-# The paper's 320x480 in the default tier; a square 512 in the slow tier.
+# The paper's 320x480 in the default tier (the U-Net; the others and a square 512: slow).
 @pytest.mark.parametrize('hw', [(320, 480), pytest.param((512, 512), marks=pytest.mark.slow)])
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', fixtures.per_model(MODEL_NAMES))
 def test_model_outputs_one_float32_logit_per_pixel(name, hw):
   # At the paper's setting, in eval and train mode (apply_model; batch statistics keep their
   # structure), traced abstractly.

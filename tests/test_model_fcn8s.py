@@ -8,6 +8,9 @@ import pytest
 
 from crackjax.models.fcn8s import FCN8s, bilinear_kernel
 
+# A comparison model's own checks: the slow tier (tests/fixtures.FAST_TIER_MODELS).
+pytestmark = pytest.mark.slow
+
 PAPER_PARAMS = 134.27e6
 
 

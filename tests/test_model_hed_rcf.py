@@ -14,6 +14,9 @@ from crackjax.losses import side as side_losses
 from crackjax.models.hed import HED
 from crackjax.models.rcf import RCF
 
+# A comparison model's own checks: the slow tier (tests/fixtures.FAST_TIER_MODELS).
+pytestmark = pytest.mark.slow
+
 
 def _num_params(model):
   params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 32, 32, 3)))

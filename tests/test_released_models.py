@@ -90,6 +90,8 @@ def crackforest_test(tmp_path_factory):
   return {bytes(source[i]['name']).decode(): source[i] for i in range(len(source))}
 
 
+# The released files predicting CrackForest's archive, prepared first: end to end, slow.
+@pytest.mark.slow
 @pytest.mark.parametrize('name', NAMES)
 def test_card_scores_reproduce_on_crackforest_test_images(name, crackforest_test):
   from crackjax import evaluation
