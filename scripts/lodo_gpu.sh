@@ -22,7 +22,9 @@
 # (the five), LIMIT_MINUTES=8 (each held-out set's process: SIGTERM then, its finished folds
 # kept), MEM_FRACTION=0.15 (each process's share of the GPU's memory), DATA=.data/roads (the
 # pack), OUT=<the device tool's output folder>, WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY:
-# the copies the tiny pack is made from).
+# the copies the tiny pack is made from), TEST_TIME (bench/lodo.py --test_time, e.g. 2 or
+# jpeg:2: rows of the same fold files at test-time scales, with their false positives and
+# photo thresholds; empty by default).
 # Not yet timed on a GPU (28 Nov 2026: the session's device time ran out first). One
 # roads-unet run alone went 54 steps/s on an H200 at the gpu budget's widths and batch, with
 # its loader on the host: five side by side share 16 cores, so try BUDGET=gpu RECIPES=base
@@ -83,7 +85,7 @@ clock prepare
 
 recipes=$(echo $RECIPES | tr ' ' ',')
 COMMON=(--recipes="$recipes" --budget="$BUDGET" --work="$WORK" --crackforest="$DATA/crackforest"
-  --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2)
+  --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2 --test_time="${TEST_TIME:-}")
 pids=()
 for held_out in $HELD_OUT; do
   # SIGTERM at the limit: the training saves its checkpoint; the folds finished are kept.

@@ -166,7 +166,12 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   import tarfile
 
   done, log = _run_tiny(
-    'scripts/lodo_gpu.sh', sources, tmp_path, RECIPES='base', HELD_OUT='crackforest aiglern_trimm'
+    'scripts/lodo_gpu.sh',
+    sources,
+    tmp_path,
+    RECIPES='base',
+    HELD_OUT='crackforest aiglern_trimm',
+    TEST_TIME='2',
   )
   assert done.returncode == 0, log[-4000:]
   assert 'held out crackforest: exit code 0' in log and 'held out aiglern_trimm: exit code 0' in log
@@ -181,9 +186,12 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   scored = table['rows']['base (smoke)']
   assert set(scored) == {'crackforest', 'aiglern_trimm'}
   assert all(0 <= s['strict']['stored'] <= 100 for s in scored.values())
+  # TEST_TIME=2: the same files scored again at scale 2, a row of the same table.
+  assert set(table['rows']['base (smoke) at scales 2']) == {'crackforest', 'aiglern_trimm'}
   with tarfile.open(out / 'lodo_gpu_runs.tar.gz') as tar:
     names = tar.getnames()
   assert './base_smoke/aiglern_trimm/heldout/aiglern_trimm_test/eval.json' in names
+  assert './base_smoke/aiglern_trimm/heldout_2/aiglern_trimm_test/photo_thresholds.json' in names
   assert not [n for n in names if 'checkpoints' in n or n.endswith('.safetensors')]
 
 
