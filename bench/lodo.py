@@ -247,7 +247,7 @@ def held_out_photos(fold: Fold, args: argparse.Namespace):
   return pairs, predictor
 
 
-def test_time_of(predictor) -> dict[str, Any]:
+def measured_at(predictor) -> dict[str, Any]:
   """What a fold's record was measured at: the predictor's test-time scales and flip."""
   return {'scales': list(predictor.scales), 'flip': predictor.flip}
 
@@ -262,7 +262,7 @@ def false_positives(fold: Fold, args: argparse.Namespace) -> None:
 
   pairs, predictor = held_out_photos(fold, args)
   result = crack_free.far_false_positives(predictor, pairs)
-  result.update(test_time_of(predictor))
+  result.update(measured_at(predictor))
   print(f'+ false positives on {fold.held_out}:{args.test_split}: {result["length_per_mp"]:.0f}')
   fold.fp_record.parent.mkdir(parents=True, exist_ok=True)
   fold.fp_record.write_text(outputs.dumps(result, indent=1) + '\n')
@@ -276,7 +276,7 @@ def photo_thresholds(fold: Fold, args: argparse.Namespace) -> None:
   pairs, predictor = held_out_photos(fold, args)
   result = threshold_choice.photo_threshold_counts(predictor, pairs, predictor.threshold)
   result['threshold'] = predictor.threshold
-  result.update(test_time_of(predictor))
+  result.update(measured_at(predictor))
   best = max(range(len(result['f1'])), key=result['f1'].__getitem__)
   print(
     f'+ photo thresholds on {fold.held_out}:{args.test_split}: F1 {100 * result["f1"][-1]:.1f} '

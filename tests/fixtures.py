@@ -464,7 +464,7 @@ def train_through_launch(
 
 #: The model the fast tier checks through every per-model contract: the paper's revised U-Net.
 #: The comparison models of Tables V-VIII are checked the same way in the slow tier (their
-#: compiles and traces were a third of the fast tier's time from a cold XLA cache).
+#: compiles and traces were about a sixth of the fast tier's time from a cold XLA cache).
 FAST_TIER_MODELS = ('unet',)
 
 
