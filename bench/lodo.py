@@ -639,18 +639,23 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
       _run(export_command(f, release.best_epoch(f.run)['step']))
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
-    if 'fp' in stages and model.exists() and not f.fp_record.exists():
-      false_positives(f, args)
-    if 'photo' in stages and model.exists() and not f.photo_record.exists():
-      photo_thresholds(f, args)
+    photo_stages(f, args)
   for f in variants:
     model = f.run / MODEL_FILE
     if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
       _run(score_command(f, args, THRESHOLD_PROTOCOL))
-    if 'fp' in stages and model.exists() and not f.fp_record.exists():
-      false_positives(f, args)
-    if 'photo' in stages and model.exists() and not f.photo_record.exists():
-      photo_thresholds(f, args)
+    photo_stages(f, args)
+
+
+def photo_stages(fold: Fold, args: argparse.Namespace) -> None:
+  """The `fp` and `photo` stages of a fold (or a test-time variant's) whose file exists, each
+  unless its record is there."""
+  if not (fold.run / MODEL_FILE).exists():
+    return
+  if 'fp' in args.stages and not fold.fp_record.exists():
+    false_positives(fold, args)
+  if 'photo' in args.stages and not fold.photo_record.exists():
+    photo_thresholds(fold, args)
 
 
 def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
