@@ -12,17 +12,21 @@
 #   score    : the model file scored once on every public test split (strict, tolerance_thin_gt;
 #              F1 at its stored threshold beside ODS), each record put into its card; with
 #              PHOTOS, also the whole test photos and false positives on their crack-free parts.
+#   lodo     : its recipe's leave-one-dataset-out figure into its card (LODO_TABLE, below).
 #   register : the file and its registry entry into the package.
-# STAGES="train export score register" (default: all). WORK=dir (default workdirs/release),
+# STAGES="train export score lodo register" (default: all). WORK=dir (default workdirs/release),
 # CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
 # cropped copies' Datasets/ folder (https://github.com/Omaralmaqtari/Lightweight-Modular-Model),
 # PHOTOS (optional)=a folder with DeepCrack/{test_img,test_lab} and CRACK500/{test_img,test_lab}
 # (the authors' whole test photos, scored as a second copy of those two sets), DATA_DIR=where
 # the datasets are prepared (default ~/tensorflow_datasets; the photos go to $WORK/tfds_photos).
+# LODO_TABLE (optional)=bench/lodo.py --out's JSON with LODO_ROW, the recipe's row (e.g.
+# 'jpeg (long) at scales 2'), and LODO_PEER (default MTSCrack's row): that figure into the card
+# before it is registered (issue 55: a general model's card carries roads never seen).
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-train export score register}
+STAGES=${STAGES:-train export score lodo register}
 WORK=${WORK:-workdirs/release}
 CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
 PUBLIC=${PUBLIC:?set PUBLIC to the cropped copies\' Datasets/ folder}
@@ -107,6 +111,15 @@ if has score && [[ -n "${PHOTOS:-}" ]]; then
   python -m crackjax.deploy.release fp --file="$FILE" \
     --set="DeepCrack photos=$PHOTOS/DeepCrack/test_img:$PHOTOS/DeepCrack/test_lab" \
     --set="CRACK500 photos=$PHOTOS/CRACK500/test_img:$PHOTOS/CRACK500/test_lab"
+fi
+if has lodo && [[ -z "${LODO_TABLE:-}" ]]; then
+  echo "No LODO_TABLE: the card carries no leave-one-dataset-out figure (issue 55 asks for one)."
+elif has lodo; then
+  # Its recipe's leave-one-dataset-out figure (bench/lodo.py --out's JSON, row LODO_ROW) into
+  # the card, MTSCrack's row beside it; the registry entry and crackjax-models show the means.
+  python -m crackjax.deploy.release lodo --file="$FILE" --table="$LODO_TABLE" \
+    --row="${LODO_ROW:?set LODO_ROW to the row of the recipe in LODO_TABLE}" \
+    --peer="${LODO_PEER:-MTSCrack (its mask: output > 0)}"
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

@@ -232,3 +232,19 @@ def test_release_roads_cpu_script_from_nothing_then_resumed(sources, tmp_path):
   )
   assert again.returncode == 0, log[-4000:]
   assert sorted(p.name for p in run.glob('epoch_*.json')) == scored
+  # The lodo stage: a LODO table's row of the five held-out sets into the card.
+  from crackjax.configs import lodo
+
+  fold = {'images': 3, 'strict': {'stored': 40.0, 'ods': 50.0}}
+  rows = {'mine (short)': {m: fold for m in lodo.MEMBERS}, 'MTSCrack (its mask: output > 0)': {
+    m: {'strict': {'stored': 30.0, 'ods': 30.0}} for m in lodo.MEMBERS}}  # fmt: skip
+  (tmp_path / 'lodo.json').write_text(json.dumps({'command': ['bench/lodo.py'], 'rows': rows}))
+  table = dict(LODO_TABLE=str(tmp_path / 'lodo.json'), LODO_ROW='mine (short)')
+  done, log = fixtures.run_gpu_script(
+    'scripts/release_roads_cpu.sh', tmp_path, timeout=600, STAGES='lodo', **env, **table
+  )
+  assert done.returncode == 0, log[-4000:]
+  card = model_file.read(tmp_path / 'work' / 'roads-unet-cpu.safetensors').card
+  assert sorted(card['lodo']['sets']) == sorted(lodo.MEMBERS)
+  assert card['lodo']['lead'] == {'strict': 10.0}
+  assert 'strict mean F1 40.0 at the stored threshold, 50.0 at ODS, on 5 held-out sets' in log

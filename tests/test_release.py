@@ -239,3 +239,95 @@ def test_fp_puts_false_positives_on_crack_free_patches_into_the_card(half, tmp_p
   assert entry['megapixels'] == pytest.approx(2 * 32 * 48 / 1e6)
   assert entry['length_per_mp'] == pytest.approx(entry['length_px'] / entry['megapixels'])
   assert entry['threshold'] == model_file.read(half).threshold['threshold']
+
+
+def _mixture_file(smoke_run: Path, path: Path, sets: list[str]) -> Path:
+  """The smoke run's model file with a card that names `sets` as its training datasets."""
+  export.export_model_file(smoke_run, path, name='mix')
+  loaded = model_file.read(path)
+  card = {**loaded.card, 'data': {**loaded.card['data'], 'datasets': [{'name': s} for s in sets]}}
+  meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
+  model_file.write(path, params=loaded.params, batch_stats=None, meta={**meta, 'card': card})
+  return path
+
+
+def _lodo_table(path: Path) -> Path:
+  """A bench/lodo.py --out JSON: our recipe's folds on sets a and b (the tolerance protocol on
+  a alone) and a peer's row."""
+  fold = {'strict': {'stored': 30.0, 'threshold': 0.8, 'ods': 40.0, 'ods_threshold': 0.5}}
+  rows = {
+    'mine (short)': {
+      'a': {'images': 4, **fold, 'tolerance_thin_gt': {'stored': 50.0, 'ods': 60.0}},
+      'b': {'images': 6, 'strict': {'stored': 50.0, 'threshold': 0.7, 'ods': 52.0}},
+      'c': {'images': 2, 'strict': {'stored': 0.0, 'ods': 0.0}},  # not the file's: left out
+    },
+    'peer': {
+      'a': {'images': '4 of 4', 'strict': {'stored': 35.0, 'ods': 35.0}},
+      'b': {'images': '6 of 6', 'strict': {'stored': 37.0, 'ods': 38.0}},
+    },
+    'partial (short)': {'a': fold},
+  }
+  path.write_text(json.dumps({'command': ['bench/lodo.py', '--out=x'], 'rows': rows}))
+  return path
+
+
+def test_lodo_puts_the_recipes_figure_into_the_card_registry_and_listing(
+  smoke_run, tmp_path, capsys
+):
+  from crackjax.deploy import models_command
+
+  file = _mixture_file(smoke_run, tmp_path / 'mix.safetensors', ['a', 'b'])
+  before = model_file.read(file)
+  table = _lodo_table(tmp_path / 'lodo.json')
+  argv = ['lodo', f'--file={file}', f'--table={table}', '--row=mine (short)', '--peer=peer']
+  assert release_lib.main(argv) == 0
+  assert capsys.readouterr().out.splitlines() == [
+    f'{file}: mine (short): strict mean F1 40.0 at the stored threshold, 46.0 at ODS, on 2 '
+    'held-out sets (+4.0 against peer: 36.0)'
+  ]
+  after = model_file.read(file)  # verifies the new checksum
+  lodo = after.card['lodo']
+  assert lodo['row'] == 'mine (short)' and lodo['command'] == ['bench/lodo.py', '--out=x']
+  assert lodo['sets'] == {
+    'a': {
+      'images': 4,
+      'strict': {'stored': 30.0, 'ods': 40.0},
+      'tolerance_thin_gt': {'stored': 50.0, 'ods': 60.0},
+    },
+    'b': {'images': 6, 'strict': {'stored': 50.0, 'ods': 52.0}},
+  }
+  assert lodo['mean'] == {'strict': {'stored': 40.0, 'ods': 46.0}}  # only what both sets have
+  assert lodo['peer']['mean'] == {'strict': {'stored': 36.0, 'ods': 36.5}}
+  assert lodo['lead'] == {'strict': 4.0}
+  for key, value in model_file.flatten(before.params, 'p').items():
+    assert np.array_equal(model_file.flatten(after.params, 'p')[key], value), key
+  entry = release_lib.registry_entry(file, 'mix', 'test')
+  assert entry['lodo'] == {
+    'row': 'mine (short)',
+    'sets': ['a', 'b'],
+    'mean': {'strict': {'stored': 40.0, 'ods': 46.0}},
+    'peer': {'row': 'peer', 'mean': {'strict': {'stored': 36.0, 'ods': 36.5}}},
+  }
+  line = models_command.table([entry]).splitlines()[-1]
+  assert line.endswith(
+    '; roads never seen (leave-one-dataset-out, 2 sets): strict F1 40.0 at its threshold '
+    '(peer: 36.0) |'
+  )
+
+
+def test_lodo_refuses_a_missing_row_a_missing_fold_and_a_one_set_model(smoke_run, tmp_path, capsys):
+  file = _mixture_file(smoke_run, tmp_path / 'mix.safetensors', ['a', 'b'])
+  table = _lodo_table(tmp_path / 'lodo.json')
+  unchanged = file.read_bytes()
+  cases = {
+    'nope': f"{table}: no row 'nope' (its rows: ['mine (short)', 'partial (short)', 'peer']).",
+    'partial (short)': f"{table}: row 'partial (short)' has no fold with b held out.",
+  }
+  for row, says in cases.items():
+    assert release_lib.main(['lodo', f'--file={file}', f'--table={table}', f'--row={row}']) == 1
+    assert capsys.readouterr().err == f'python -m crackjax.deploy.release lodo: {says}\n'
+  assert file.read_bytes() == unchanged
+  one = tmp_path / 'one.safetensors'
+  export.export_model_file(smoke_run, one, name='one')
+  assert release_lib.main(['lodo', f'--file={one}', f'--table={table}', '--row=peer']) == 1
+  assert capsys.readouterr().err.endswith('needs a model of several datasets.\n')

@@ -1,13 +1,15 @@
 """A released model file's card, checked and completed from its own evaluations: `check` (an
 evaluation of the file against the scores its card states), `rescore` (the file's own scores
-and this machine's self check into its card, keeping the run's scores they replace) and
-`false_positives` (predicted crack on crack-free patches). The steps of
-``python -m crackjax.deploy.release check | rescore | fp`` (`crackjax.deploy.release`).
+and this machine's self check into its card, keeping the run's scores they replace),
+`false_positives` (predicted crack on crack-free patches) and `lodo` (its recipe's
+leave-one-dataset-out figure on roads it never saw). The steps of
+``python -m crackjax.deploy.release check | rescore | fp | lodo`` (`crackjax.deploy.release`).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -197,3 +199,74 @@ def listing_mask_key(stem: str) -> str:
   from crackjax.tfds_builders.split_folders import mask_key
 
   return mask_key(stem)
+
+
+def lodo(file: str | Path, table: str | Path, row: str, peer: str | None = None) -> dict[str, Any]:
+  """Puts its recipe's leave-one-dataset-out figure into the card of model file `file`
+  (``card['lodo']``): row `row` of `table` (the JSON of ``bench/lodo.py --out``, e.g. ``'jpeg
+  (long) at scales 2'``), whose fold models were each trained on all but one of the file's
+  training sets and scored on the one left out; per set and on the mean, F1 (%) at the fold's
+  stored threshold and at the set's best (ODS), per protocol. With `peer` (a row of the same
+  table, e.g. MTSCrack's), its figures and the lead over it on the same test splits. Returns
+  the card's new entry.
+
+  Raises:
+    ValueError: the file is not trained on several datasets, the table lacks the row, or the
+      row (or the peer's) lacks one of the file's training sets.
+  """
+  from crackjax.experiment.restored import read_model_file
+
+  file, table = Path(file), Path(table)
+  loaded = read_model_file(file)
+  sets = [d['name'] for d in loaded.card['data'].get('datasets') or ()]
+  if len(sets) < 2:
+    raise ValueError(f'{file}: a leave-one-dataset-out figure needs a model of several datasets.')
+  data = json.loads(table.read_text())
+  entry = {
+    'what': (
+      "leave-one-dataset-out: for each of this model's training sets, a model of its recipe "
+      "trained on the others, scored on that set's test split; F1 (%) at the fold's stored "
+      "threshold ('stored') and at the set's best one ('ods'), and their mean over the sets. "
+      "The fold models' scores, not this file's: how the recipe does on roads it never saw."
+    ),
+    'table': table.name,
+    'command': data.get('command'),
+    **_lodo_row(data, row, sets, table),
+  }
+  if peer is not None:
+    entry['peer'] = _lodo_row(data, peer, sets, table)
+    entry['lead'] = {
+      protocol: mean['stored'] - entry['peer']['mean'][protocol]['stored']
+      for protocol, mean in entry['mean'].items()
+      if protocol in entry['peer']['mean']
+    }
+  card = {**loaded.card, 'lodo': entry}
+  _rewrite_card(file, loaded, card)
+  return entry
+
+
+def _lodo_row(data: dict[str, Any], row: str, sets: list[str], table: Path) -> dict[str, Any]:
+  """Row `row` of a LODO table on `sets`: per set its images and each protocol's F1 at the
+  stored threshold and ODS, and the means of the protocols every set has."""
+  rows = data.get('rows', {})
+  if row not in rows:
+    raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')
+  missing = [s for s in sets if s not in rows[row]]
+  if missing:
+    raise ValueError(f'{table}: row {row!r} has no fold with {", ".join(missing)} held out.')
+  per_set = {}
+  for name in sets:
+    fold = rows[row][name]
+    scores = {p: fold[p] for p in ('strict', 'tolerance', 'tolerance_thin_gt') if p in fold}
+    per_set[name] = {
+      'images': fold.get('images'),
+      **{p: {'stored': r['stored'], 'ods': r['ods']} for p, r in scores.items()},
+    }
+  common = [
+    p for p in ('strict', 'tolerance', 'tolerance_thin_gt') if all(p in v for v in per_set.values())
+  ]
+  mean = {
+    p: {k: float(np.mean([v[p][k] for v in per_set.values()])) for k in ('stored', 'ods')}
+    for p in common
+  }
+  return {'row': row, 'sets': per_set, 'mean': mean}

@@ -54,9 +54,23 @@ def table(models: Sequence[dict[str, Any]]) -> str:
       scores = 'strict ODS F1 (F1 at the stored threshold)'
     lines.append(
       f'| {m["name"]} | {model} | {m["parameters"]:,} | {m["size"] / 2**20:.1f} MiB | '
-      f'{m["data"]} ({m["licence"]}) | {scores}{" on " + where if where else ""} |'
+      f'{m["data"]} ({m["licence"]}) | {scores}{" on " + where if where else ""}'
+      f'{_lodo(m.get("lodo"))} |'
     )
   return '\n'.join(lines)
+
+
+def _lodo(lodo: dict[str, Any] | None) -> str:
+  """The registry's LODO means in words: strict F1 (%) at the stored threshold on roads the
+  recipe never saw, and the peer's beside it."""
+  if not lodo or 'strict' not in lodo['mean']:
+    return ''
+  text = f'; roads never seen (leave-one-dataset-out, {len(lodo["sets"])} sets): strict F1 '
+  text += f'{lodo["mean"]["strict"]["stored"]:.1f} at its threshold'
+  peer = lodo.get('peer')
+  if peer and 'strict' in peer['mean']:
+    text += f' ({peer["row"]}: {peer["mean"]["strict"]["stored"]:.1f})'
+  return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

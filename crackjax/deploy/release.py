@@ -17,6 +17,10 @@
       puts the file's own scores (EVAL_JSON of `crackjax-evaluate --model=F`) and this
       machine's self check into its card, keeping the run's scores they replace
       (scripts/release_gpu.sh: a bfloat16 file made on a GPU, scored on the CPU).
+  python -m crackjax.deploy.release lodo --file=F --table=LODO_JSON --row=ROW [--peer=ROW]
+      puts its recipe's leave-one-dataset-out figure (row ROW of `bench/lodo.py --out`'s
+      JSON, and the peer's beside it) into the file's card (`model_card.lodo`); the registry
+      entry and crackjax-models then show its mean.
 
 The selection reads the records `launch.py` wrote (epoch_<NNN>.json, `eval.every_epochs=1`),
 so what the release stands on is on disk beside the runs, not in this module.
@@ -135,7 +139,8 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
   """The registry entry of a model file (crackjax-models lists it): its size and SHA-256, its
   model, and from its card the data, licence and the scores on the `held_out` split (the first
   such entry of the card; a card scored on several sets' `held_out` splits, as the general
-  model's, also gives each set's ODS F1 and F1 at the stored threshold, ``scores_by_set``).
+  model's, also gives each set's ODS F1 and F1 at the stored threshold, ``scores_by_set``),
+  and its recipe's leave-one-dataset-out means where the card has them (``lodo``).
 
   Raises:
     ValueError: the card has no scores on `held_out`.
@@ -193,8 +198,18 @@ def registry_entry(path: str | Path, name: str, held_out: str, **extra: Any) -> 
     },
     'threshold': loaded.threshold[THRESHOLD],
     **by_set,
+    **({'lodo': _lodo_summary(card['lodo'])} if card.get('lodo') else {}),
     **extra,
   }
+
+
+def _lodo_summary(lodo: dict[str, Any]) -> dict[str, Any]:
+  """The registry's part of a card's LODO entry (`model_card.lodo`): its row, the held-out
+  sets, the means and the peer's."""
+  summary = {'row': lodo['row'], 'sets': sorted(lodo['sets']), 'mean': lodo['mean']}
+  if 'peer' in lodo:
+    summary['peer'] = {'row': lodo['peer']['row'], 'mean': lodo['peer']['mean']}
+  return summary
 
 
 def _copy(entry: dict[str, Any]) -> str:
@@ -233,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   if args.command == 'rescore':
     return _rescore(parser.prog, args)
+  if args.command == 'lodo':
+    return _lodo(parser.prog, args)
   if args.command == 'select':
     return select(args.config, args.work)
   if args.command == 'plateau':
@@ -284,6 +301,11 @@ def _parser() -> argparse.ArgumentParser:
     '--set', action='append', required=True, help='LABEL=IMAGES_DIR:MASKS_DIR (repeatable)'
   )
   p.add_argument('--max_patches', type=int, default=200)
+  p = sub.add_parser('lodo', help="its recipe's leave-one-dataset-out figure into a file's card")
+  p.add_argument('--file', required=True)
+  p.add_argument('--table', required=True, help='the JSON of bench/lodo.py --out')
+  p.add_argument('--row', required=True, help="the recipe's row, e.g. 'jpeg (long) at scales 2'")
+  p.add_argument('--peer', help="a row to compare with, e.g. 'MTSCrack (its mask: output > 0)'")
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
@@ -306,6 +328,23 @@ def _rescore(prog: str, args: argparse.Namespace) -> int:
         f'{args.file}: {entry["dataset"]} {entry["split"]}{_copy(entry)} {protocol}: ODS F1 '
         f'{r[ODS][F1]:.4f}, OIS F1 {r[OIS][F1]:.4f}, AP {r[AP]:.4f}'
       )
+  return 0
+
+
+def _lodo(prog: str, args: argparse.Namespace) -> int:
+  """`lodo`: the recipe's LODO figure into the card, its means printed."""
+  try:
+    entry = model_card.lodo(args.file, args.table, args.row, args.peer)
+  except (ValueError, OSError) as e:  # ModelFileError and json's errors are ValueErrors
+    print(f'{prog} lodo: {e}', file=sys.stderr)
+    return 1
+  for protocol, mean in entry['mean'].items():
+    line = f'{args.file}: {args.row}: {protocol} mean F1 {mean["stored"]:.1f} at the stored '
+    line += f'threshold, {mean["ods"]:.1f} at ODS, on {len(entry["sets"])} held-out sets'
+    if protocol in entry.get('lead', {}):
+      peer = entry['peer']['mean'][protocol]['stored']
+      line += f' ({entry["lead"][protocol]:+.1f} against {args.peer}: {peer:.1f})'
+    print(line)
   return 0
 
 
