@@ -23,6 +23,8 @@
 # LODO_TABLE (optional)=bench/lodo.py --out's JSON with LODO_ROW, the recipe's row (e.g.
 # 'jpeg (long) at scales 2'), and LODO_PEER (default MTSCrack's row): that figure into the card
 # before it is registered (issue 55: a general model's card carries roads never seen).
+# KEEP_OLD_AS (optional)=a name under which the model released as roads-unet-cpu so far stays
+# released, byte for byte, beside the new one (users may have pinned it).
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -123,5 +125,6 @@ elif has lodo; then
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
-    --config="$CONFIG" --command="bash scripts/release_roads_cpu.sh"
+    --config="$CONFIG" --command="bash scripts/release_roads_cpu.sh" \
+    ${KEEP_OLD_AS:+--keep_old_as="$KEEP_OLD_AS"}
 fi

@@ -331,3 +331,40 @@ def test_lodo_refuses_a_missing_row_a_missing_fold_and_a_one_set_model(smoke_run
   export.export_model_file(smoke_run, one, name='one')
   assert release_lib.main(['lodo', f'--file={one}', f'--table={table}', '--row=peer']) == 1
   assert capsys.readouterr().err.endswith('needs a model of several datasets.\n')
+
+
+def test_register_keeps_the_old_model_under_another_name_byte_for_byte(
+  smoke_run, half, tmp_path, monkeypatch, capsys
+):
+  from crackjax.deploy import models_command
+  from crackjax.models import hub
+
+  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
+  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
+  first = release_lib.register(half, 'm', 'test', config='configs/smoke.py')
+  new = tmp_path / 'new.safetensors'
+  export.export_model_file(smoke_run, new, name='m')  # float32: another file
+  argv = ['register', f'--file={new}', '--name=m', '--held_out=test', '--keep_old_as=m-2026']
+  assert release_lib.main(argv) == 0
+  capsys.readouterr()
+  old, current = hub.entry('m-2026'), hub.entry('m')
+  assert old == {**first, 'name': 'm-2026', 'file': 'm-2026.safetensors', 'superseded_by': 'm'}
+  assert (tmp_path / 'released' / 'm-2026.safetensors').read_bytes() == half.read_bytes()
+  assert current['sha256'] == model_file.file_sha256(new) != old['sha256']
+  assert hub.resolve('m-2026').read_bytes() == half.read_bytes()  # its checksum verified
+  assert release_lib.registry_entry(hub.resolve('m-2026'), 'm-2026', 'test', **{
+    k: old[k] for k in ('config', 'superseded_by')}) == old  # fmt: skip
+  names = [line.split(' | ')[0] for line in models_command.table(hub.released()).splitlines()[2:]]
+  assert names == ['| m-2026 (superseded by m)', '| m']
+  # Refused in one line, nothing changed: a name taken, or no shipped model to keep.
+  registry = hub.REGISTRY.read_bytes()
+  for name, keep, says in [
+    ('m', 'm-2026', '--keep_old_as=m-2026: a released model has that name already.'),
+    ('other', 'o-1', "--keep_old_as=o-1: no shipped released model 'other' to keep."),
+  ]:
+    argv = ['register', f'--file={new}', f'--name={name}', f'--keep_old_as={keep}']
+    assert release_lib.main(argv) == 1
+    assert capsys.readouterr().err == f'python -m crackjax.deploy.release register: {says}\n'
+    assert hub.REGISTRY.read_bytes() == registry
+  assert sorted(p.name for p in (tmp_path / 'released').iterdir()) == [
+    'm-2026.safetensors', 'm.safetensors', 'registry.json']  # fmt: skip

@@ -52,8 +52,11 @@ def table(models: Sequence[dict[str, Any]]) -> str:
         for s in m['scores_by_set']
       )
       scores = 'strict ODS F1 (F1 at the stored threshold)'
+    name = (
+      f'{m["name"]} (superseded by {m["superseded_by"]})' if m.get('superseded_by') else m['name']
+    )
     lines.append(
-      f'| {m["name"]} | {model} | {m["parameters"]:,} | {m["size"] / 2**20:.1f} MiB | '
+      f'| {name} | {model} | {m["parameters"]:,} | {m["size"] / 2**20:.1f} MiB | '
       f'{m["data"]} ({m["licence"]}) | {scores}{" on " + where if where else ""}'
       f'{_lodo(m.get("lodo"))} |'
     )

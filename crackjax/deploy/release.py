@@ -12,7 +12,8 @@
       MIN_EPOCHS scored), 1 while it still rises (scripts/release_roads_cpu.sh trains on).
   python -m crackjax.deploy.release register --file=F --name=NAME --held_out=SPLIT
       copies the model file F into the package (crackjax/models/released/NAME.safetensors) and
-      writes its registry entry (`registry_entry`), its scores those of its card on SPLIT.
+      writes its registry entry (`registry_entry`), its scores those of its card on SPLIT;
+      --keep_old_as=OLD keeps the model released as NAME so far under the name OLD.
   python -m crackjax.deploy.release rescore --file=F --record=EVAL_JSON
       puts the file's own scores (EVAL_JSON of `crackjax-evaluate --model=F`) and this
       machine's self check into its card, keeping the run's scores they replace
@@ -216,19 +217,49 @@ def _copy(entry: dict[str, Any]) -> str:
   return f' ({entry["copy"]})' if entry.get('copy') else ''
 
 
-def register(file: str | Path, name: str, held_out: str, **extra: Any) -> dict[str, Any]:
+def register(
+  file: str | Path, name: str, held_out: str, keep_old_as: str | None = None, **extra: Any
+) -> dict[str, Any]:
   """Copies `file` into the package as the released model `name` and writes its registry
-  entry (replacing an entry of that name); returns the entry."""
+  entry (replacing an entry of that name); returns the entry.
+
+  With `keep_old_as`, the model released as `name` so far stays released under that name,
+  its file unchanged (the same SHA-256, so a user who pinned it keeps exactly it), its entry
+  marked ``superseded_by`` `name`: `crackjax-models` lists old and new side by side.
+
+  Raises:
+    ValueError: `keep_old_as` is given but no model `name` is shipped, or names a released
+      model already.
+  """
   import shutil
 
   from crackjax.models import hub
 
   hub.RELEASED_DIR.mkdir(exist_ok=True)
-  entry = registry_entry(file, name, held_out, **extra)
+  entry = registry_entry(file, name, held_out, **extra)  # checked before any file is copied
+  models = hub.released()
+  if keep_old_as:
+    models.append(_keep_old(models, name, keep_old_as))
   shutil.copyfile(file, hub.RELEASED_DIR / entry['file'])
-  models = [m for m in hub.released() if m['name'] != name] + [entry]
+  models = [m for m in models if m['name'] != name] + [entry]
   hub.REGISTRY.write_text(outputs.dumps({'models': models}, indent=2) + '\n')
   return entry
+
+
+def _keep_old(models: list[dict[str, Any]], name: str, old: str) -> dict[str, Any]:
+  """The entry of the shipped model `name` renamed `old` (its file copied, byte for byte)."""
+  import shutil
+
+  from crackjax.models import hub, model_file
+
+  current = next((m for m in models if m['name'] == name), None)
+  if current is None or not (hub.RELEASED_DIR / (current.get('file') or '')).is_file():
+    raise ValueError(f'--keep_old_as={old}: no shipped released model {name!r} to keep.')
+  if any(m['name'] == old for m in models):
+    raise ValueError(f'--keep_old_as={old}: a released model has that name already.')
+  kept = {**current, 'name': old, 'file': f'{old}{model_file.SUFFIX}', 'superseded_by': name}
+  shutil.copyfile(hub.RELEASED_DIR / current['file'], hub.RELEASED_DIR / kept['file'])
+  return kept
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if done else 1
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
-    entry = register(args.file, args.name, args.held_out, **{k: v for k, v in extra.items() if v})
+    extra = {k: v for k, v in extra.items() if v}
+    try:
+      entry = register(args.file, args.name, args.held_out, args.keep_old_as, **extra)
+    except ValueError as e:
+      print(f'{parser.prog} register: {e}', file=sys.stderr)
+      return 1
     print(outputs.dumps(entry, indent=2))
     return 0
   return _show(parser.prog, args)
@@ -291,6 +327,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--held_out', default='test')
   p.add_argument('--config', help='the config file the model was trained with')
   p.add_argument('--command', dest='made_by', help='the command that made it')
+  p.add_argument('--keep_old_as', help='keep the model released as NAME so far, under this name')
   p = sub.add_parser('rescore', help="a model file's own scores and self check into its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
