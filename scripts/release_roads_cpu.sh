@@ -23,6 +23,8 @@
 # LODO_TABLE (optional)=bench/lodo.py --out's JSON with LODO_ROW, the recipe's row (e.g.
 # 'jpeg (long) at scales 2'), and LODO_PEER (default MTSCrack's row): that figure into the card
 # before it is registered (issue 55: a general model's card carries roads never seen).
+# SCALES (optional, e.g. 2) with TEST_TIME_CHOSEN_BY: the file's default test-time scales (what
+# its users' crackjax-predict / crackjax-evaluate / Predictor take; the score stage scores so).
 # KEEP_OLD_AS (optional)=a name under which the model released as roads-unet-cpu so far stays
 # released, byte for byte, beside the new one (users may have pinned it).
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
@@ -84,8 +86,12 @@ fi
 if has export; then
   STEP=$(python -m crackjax.deploy.release best-step --workdir="$RUN")
   echo "Exporting step $STEP (the best mean validation ODS F1 of $RUN)."
+  test_time=()
+  [[ -n "${SCALES:-}" ]] && test_time=(--scales="$SCALES" \
+    --test_time_chosen_by="${TEST_TIME_CHOSEN_BY:?set TEST_TIME_CHOSEN_BY: how SCALES was chosen}")
   crackjax-export --workdir="$RUN" --step="$STEP" --format=model --name="$NAME" --out="$FILE" \
-    --overwrite --notes="Made by scripts/release_roads_cpu.sh with $CONFIG; docs/models.md."
+    --overwrite --notes="Made by scripts/release_roads_cpu.sh with $CONFIG; docs/models.md." \
+    "${test_time[@]}"
 fi
 if has score; then
   # Every set's test split, scored once by the file itself (crackforest first: the registry's

@@ -173,6 +173,39 @@ def test_a_threshold_chosen_elsewhere_is_stored_with_how_it_was_chosen(smoke_run
   ]
 
 
+def test_test_time_defaults_chosen_elsewhere_are_stored_and_used(smoke_run, tmp_path, capsys):
+  """--scales / --flip / --photo_threshold become the file's defaults (its config's eval
+  group), the card saying how they were chosen; the self check stays one plain pass."""
+  plain = tmp_path / 'plain.safetensors'
+  export.export_model_file(smoke_run, plain)
+  out = tmp_path / 'scale2.safetensors'
+  why = 'scale 2: the best LODO mean (bench/lodo.py)'
+  export_command.main(
+    [f'--workdir={smoke_run}', f'--out={out}', '--format=model', '--scales=2', '--flip',
+     '--photo_threshold=0.8', f'--test_time_chosen_by={why}']
+  )  # fmt: skip
+  assert (
+    f"Test-time defaults {{'scales': [2.0], 'flip': True, 'photo_threshold': 0.8}}: {why}."
+    in (capsys.readouterr().out)
+  )
+  loaded = model_file.read(out)
+  assert loaded.card['test_time'] == {
+    'scales': [2.0], 'flip': True, 'photo_threshold': 0.8, 'chosen_by': why}  # fmt: skip
+  assert loaded.card['self_check'] == model_file.read(plain).card['self_check']
+  used = predictor.Predictor.from_pretrained(out)
+  assert (used.scales, used.flip, used.photo_threshold) == ((2.0,), True, 0.8)
+  base = predictor.Predictor.from_pretrained(plain)
+  assert (base.scales, base.flip, base.photo_threshold) == ((1.0,), False, None)
+  image = photo(2)
+  want = predictor.Predictor.from_pretrained(plain, scales=(2.0,), flip=True)(image)
+  np.testing.assert_allclose(used(image), want, atol=1e-6)
+  # One of them alone keeps the run's others.
+  one = tmp_path / 'flip.safetensors'
+  export.export_model_file(smoke_run, one, test_time={'flip': True}, test_time_chosen_by='x')
+  assert model_file.read(one).card['test_time'] == {'flip': True, 'chosen_by': 'x'}
+  assert predictor.Predictor.from_pretrained(one).scales == (1.0,)
+
+
 def test_a_cards_scores_keep_at_stored_threshold_figures_of_the_files_threshold_only():
   def entry(t):
     at = {'precision': 0.5, 'recall': 0.5, 'f1': 0.5, 'threshold': t}
@@ -193,6 +226,12 @@ def test_a_cards_scores_keep_at_stored_threshold_figures_of_the_files_threshold_
     (['--format=model', '--threshold=1.5', '--threshold_chosen_by=x'], '--threshold=1.5'),
     (['--format=model', '--threshold_chosen_by=x'], '--threshold_chosen_by needs --threshold'),
     (['--format=jax', '--threshold=0.4'], 'are for --format=model'),
+    (['--format=model', '--scales=2'], 'need --test_time_chosen_by'),
+    (['--format=model', '--scales=5', '--test_time_chosen_by=x'], 'numbers in (0, 4]'),
+    (['--format=model', '--scales=two', '--test_time_chosen_by=x'], '--scales=two: expected'),
+    (['--format=model', '--photo_threshold=2', '--test_time_chosen_by=x'], 'a weight in [0, 1]'),
+    (['--format=model', '--test_time_chosen_by=x'], '--test_time_chosen_by needs --scales'),
+    (['--format=onnx', '--flip', '--test_time_chosen_by=x'], 'are for --format=model'),
   ],
 )
 def test_a_threshold_without_its_reason_or_out_of_range_is_refused(

@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from absl import flags
 
@@ -72,6 +73,30 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     'threshold_chosen_by',
     None,
     'Format model: how --threshold was chosen (stored in the file beside it; required with it).',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_list(
+    'scales',
+    None,
+    "Format model: the file's default test-time scales (e.g. 2; default: the run's eval.scales).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_bool(
+    'flip',
+    None,
+    "Format model: the file's default mirroring at test time.",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_float(
+    'photo_threshold',
+    None,
+    "Format model: the file's default weight w of each photo's own threshold (in [0, 1]).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'test_time_chosen_by',
+    None,
+    'Format model: how --scales / --flip / --photo_threshold were chosen (required with them).',
     flag_values=flag_values,
   )
   flags.DEFINE_enum(
@@ -132,6 +157,9 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   if fv.format != 'model' and (fv.threshold is not None or fv.threshold_chosen_by):
     sys.exit(f'{PROG}: --threshold and --threshold_chosen_by are for --format=model.')
+  if fv.format != 'model' and (_test_time(fv) or fv.test_time_chosen_by):
+    sys.exit(f'{PROG}: --scales, --flip, --photo_threshold and --test_time_chosen_by are for '
+             '--format=model.')  # fmt: skip
   # Before the run is restored and traced.
   outputs.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
@@ -172,6 +200,18 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
   print(f'See {docs.doc("export.md")}.')
 
 
+def _test_time(fv: flags.FlagValues) -> dict[str, Any]:
+  """The test-time defaults given on the command line (scales as numbers)."""
+  given = {'scales': fv.scales, 'flip': fv.flip, 'photo_threshold': fv.photo_threshold}
+  given = {k: v for k, v in given.items() if v is not None}
+  if 'scales' in given:
+    try:
+      given['scales'] = [float(x) for x in given['scales']]
+    except ValueError:
+      sys.exit(f'{PROG}: --scales={",".join(fv.scales)}: expected numbers (e.g. 2 or 1,2).')
+  return given
+
+
 def _main_model(fv: flags.FlagValues) -> None:
   try:
     out, sha, meta = export_model_file(
@@ -184,6 +224,8 @@ def _main_model(fv: flags.FlagValues) -> None:
       notes=fv.notes,
       threshold=fv.threshold,
       threshold_chosen_by=fv.threshold_chosen_by,
+      test_time=_test_time(fv),
+      test_time_chosen_by=fv.test_time_chosen_by,
       overwrite=fv.overwrite,
     )
   except (OSError, ValueError, CheckpointError) as e:
@@ -195,6 +237,9 @@ def _main_model(fv: flags.FlagValues) -> None:
     f'{size:.1f} MiB, sha256 {sha}).'
   )
   print(f'Threshold {meta["threshold"]["threshold"]:.4g}: {meta["threshold"]["chosen_by"]}.')
+  if card.get('test_time'):
+    given = {k: v for k, v in card['test_time'].items() if k != 'chosen_by'}
+    print(f'Test-time defaults {given}: {card["test_time"]["chosen_by"]}.')
   for score in card['scores']:
     for protocol, r in score['protocols'].items():
       print(

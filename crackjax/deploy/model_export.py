@@ -154,6 +154,42 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
 
 
+TEST_TIME_KEYS = ('scales', 'flip', 'photo_threshold')
+
+
+def check_test_time_override(
+  test_time: dict[str, Any] | None, chosen_by: str | None
+) -> dict[str, Any]:
+  """`test_time` checked (`TEST_TIME_KEYS`: scales in (0, 4], flip a bool, photo_threshold a
+  weight in [0, 1]) and normalised; {} for none.
+
+  Raises:
+    ValueError: naming the value at fault, or the missing `chosen_by`.
+  """
+  from crackjax.evaluation.inference import check_test_time
+
+  test_time = dict(test_time or {})
+  unknown = sorted(set(test_time) - set(TEST_TIME_KEYS))
+  if unknown:
+    raise ValueError(f'unknown test-time setting(s) {unknown}; known: {list(TEST_TIME_KEYS)}.')
+  if not test_time:
+    if chosen_by:
+      raise ValueError('--test_time_chosen_by needs --scales, --flip or --photo_threshold.')
+    return {}
+  if not (chosen_by or '').strip():
+    raise ValueError(
+      f'test-time defaults {test_time} need --test_time_chosen_by: how they were chosen (the '
+      'model file tells its users), e.g. "scale 2: best LODO mean, bench/lodo.py".'
+    )
+  scales, flip = check_test_time(test_time.get('scales', (1.0,)), test_time.get('flip', False))
+  if 'scales' in test_time:
+    test_time['scales'] = list(scales)  # as the card's JSON keeps it
+  weight = test_time.get('photo_threshold')
+  if weight is not None and (isinstance(weight, bool) or not 0.0 <= weight <= 1.0):
+    raise ValueError(f'--photo_threshold={weight}: expected a weight in [0, 1].')
+  return test_time
+
+
 def check_threshold_override(threshold: float | None, chosen_by: str | None) -> None:
   """Refuses a stored threshold outside (0, 1), or one given without how it was chosen (the
   file says it to every user), or a reason without a threshold.
@@ -315,9 +351,17 @@ def export_model(
   notes: str | None = None,
   threshold: float | None = None,
   threshold_chosen_by: str | None = None,
+  test_time: dict[str, Any] | None = None,
+  test_time_chosen_by: str | None = None,
 ) -> tuple[Path, str, dict[str, Any]]:
   """Writes the model file of a run's checkpoint (default: the newest); returns (the path,
   its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export).
+
+  `test_time` (any of ``scales``, ``flip``, ``photo_threshold``) replaces the run's ``eval``
+  settings of those names in the file: the defaults its users' Predictor, crackjax-predict and
+  crackjax-evaluate take (e.g. scale 2, chosen on held-out datasets by bench/lodo.py), with
+  `test_time_chosen_by` saying how they were chosen (the card's ``test_time``). The self check
+  stays one plain pass.
 
   The stored threshold is the run's (`step_threshold`) unless `threshold` is given, with
   `threshold_chosen_by` saying how it was chosen (e.g. on held-out datasets' predictions,
@@ -326,15 +370,24 @@ def export_model(
   scores the file at its own).
 
   Raises:
-    ValueError: `threshold` outside (0, 1) or given without `threshold_chosen_by`.
+    ValueError: `threshold` outside (0, 1) or given without `threshold_chosen_by`; a
+      `test_time` value out of range, an unknown key, or given without `test_time_chosen_by`.
   """
   workdir, out = Path(workdir), Path(out)
   check_threshold_override(threshold, threshold_chosen_by)
+  test_time = check_test_time_override(test_time, test_time_chosen_by)
   run = load_run(workdir, step=step)
   if threshold is None:
     threshold, threshold_chosen_by = step_threshold(run, workdir)
   run = dataclasses.replace(run, threshold=threshold, threshold_source=threshold_chosen_by)
   card = model_card(run, workdir, name=name, licence=licence, notes=notes)
+  if test_time:
+    config = run.config.copy_and_resolve_references()
+    with config.unlocked():
+      for key, value in test_time.items():
+        config.eval[key] = tuple(value) if key == 'scales' else value
+    run = dataclasses.replace(run, config=config)
+    card['test_time'] = {**test_time, 'chosen_by': test_time_chosen_by}
   predictor = plain_predictor(run)
   if dtype == 'bfloat16':  # what the file will predict: the parameters rounded
     predictor = Predictor(
