@@ -201,6 +201,10 @@ def listing_mask_key(stem: str) -> str:
   return mask_key(stem)
 
 
+#: The protocols a LODO table's folds may carry (bench/lodo.py --protocols), in card order.
+LODO_PROTOCOLS = ('strict', 'tolerance', 'tolerance_thin_gt')
+
+
 def lodo(file: str | Path, table: str | Path, row: str, peer: str | None = None) -> dict[str, Any]:
   """Puts its recipe's leave-one-dataset-out figure into the card of model file `file`
   (``card['lodo']``): row `row` of `table` (the JSON of ``bench/lodo.py --out``, e.g. ``'jpeg
@@ -257,14 +261,12 @@ def _lodo_row(data: dict[str, Any], row: str, sets: list[str], table: Path) -> d
   per_set = {}
   for name in sets:
     fold = rows[row][name]
-    scores = {p: fold[p] for p in ('strict', 'tolerance', 'tolerance_thin_gt') if p in fold}
+    scores = {p: fold[p] for p in LODO_PROTOCOLS if p in fold}
     per_set[name] = {
       'images': fold.get('images'),
       **{p: {'stored': r['stored'], 'ods': r['ods']} for p, r in scores.items()},
     }
-  common = [
-    p for p in ('strict', 'tolerance', 'tolerance_thin_gt') if all(p in v for v in per_set.values())
-  ]
+  common = [p for p in LODO_PROTOCOLS if all(p in v for v in per_set.values())]
   mean = {
     p: {k: float(np.mean([v[p][k] for v in per_set.values()])) for k in ('stored', 'ods')}
     for p in common
