@@ -157,13 +157,14 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
     sys.exit(f'{PROG}: --format=model writes a model file from a run: give --workdir=RUN.')
   if fv.format != 'model' and (fv.threshold is not None or fv.threshold_chosen_by):
     sys.exit(f'{PROG}: --threshold and --threshold_chosen_by are for --format=model.')
-  if fv.format != 'model' and (_test_time(fv) or fv.test_time_chosen_by):
+  test_time = _test_time(fv)
+  if fv.format != 'model' and (test_time or fv.test_time_chosen_by):
     sys.exit(f'{PROG}: --scales, --flip, --photo_threshold and --test_time_chosen_by are for '
              '--format=model.')  # fmt: skip
   # Before the run is restored and traced.
   outputs.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
-    return _main_model(fv)
+    return _main_model(fv, test_time)
   try:
     out = export_run(
       fv.workdir,
@@ -212,7 +213,7 @@ def _test_time(fv: flags.FlagValues) -> dict[str, Any]:
   return given
 
 
-def _main_model(fv: flags.FlagValues) -> None:
+def _main_model(fv: flags.FlagValues, test_time: dict[str, Any]) -> None:
   try:
     out, sha, meta = export_model_file(
       fv.workdir,
@@ -224,7 +225,7 @@ def _main_model(fv: flags.FlagValues) -> None:
       notes=fv.notes,
       threshold=fv.threshold,
       threshold_chosen_by=fv.threshold_chosen_by,
-      test_time=_test_time(fv),
+      test_time=test_time,
       test_time_chosen_by=fv.test_time_chosen_by,
       overwrite=fv.overwrite,
     )

@@ -27,6 +27,7 @@ import numpy as np
 
 from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple, plain_predictor
 from crackjax.deploy.self_check import self_check
+from crackjax.evaluation.inference import check_test_time
 from crackjax.evaluation.result import (
   AP,
   CHOSEN_BY,
@@ -166,8 +167,6 @@ def check_test_time_override(
   Raises:
     ValueError: naming the value at fault, or the missing `chosen_by`.
   """
-  from crackjax.evaluation.inference import check_test_time
-
   test_time = dict(test_time or {})
   unknown = sorted(set(test_time) - set(TEST_TIME_KEYS))
   if unknown:
