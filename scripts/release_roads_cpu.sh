@@ -13,8 +13,13 @@
 #              F1 at its stored threshold beside ODS), each record put into its card; with
 #              PHOTOS, also the whole test photos and false positives on their crack-free parts.
 #   lodo     : its recipe's leave-one-dataset-out figure into its card (LODO_TABLE, below).
+#   gate     : released only if its card's LODO mean is GATE_MARGIN (5) points ahead of
+#              MTSCrack's (and ahead of the released model's, where its card has one) and it
+#              is not worse than the released model or MTSCrack on any test split, at its
+#              stored threshold (`python -m crackjax.deploy.release gate`; MTSCrack's scores:
+#              GATE_PEERS, default results/peer_mtscrack*.json); else the script stops here.
 #   register : the file and its registry entry into the package.
-# STAGES="train export score lodo register" (default: all). WORK=dir (default workdirs/release),
+# STAGES="train export score lodo gate register" (default: all). WORK=dir (default workdirs/release),
 # CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
 # cropped copies' Datasets/ folder (https://github.com/Omaralmaqtari/Lightweight-Modular-Model),
 # PHOTOS (optional)=a folder with DeepCrack/{test_img,test_lab} and CRACK500/{test_img,test_lab}
@@ -30,7 +35,7 @@
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-train export score lodo register}
+STAGES=${STAGES:-train export score lodo gate register}
 WORK=${WORK:-workdirs/release}
 CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
 PUBLIC=${PUBLIC:?set PUBLIC to the cropped copies\' Datasets/ folder}
@@ -128,6 +133,13 @@ elif has lodo; then
   python -m crackjax.deploy.release lodo --file="$FILE" --table="$LODO_TABLE" \
     --row="${LODO_ROW:?set LODO_ROW to the row of the recipe in LODO_TABLE}" \
     --peer="${LODO_PEER:-MTSCrack (its mask: output > 0)}"
+fi
+if has gate; then
+  peers=()
+  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json}; do peers+=(--peer="$p"); done
+  python -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
+    "${peers[@]}" --margin="${GATE_MARGIN:-5}" --out="$WORK/gate.json" \
+    --peer_set='DeepCrack photos=deepcrack test (photos)' --peer_set='CRACK500 photos=crack500 test (photos)'
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

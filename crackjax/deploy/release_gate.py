@@ -1,0 +1,250 @@
+"""The release gate of a general model (issue 55, item 6): a new model file is released only if
+it is ahead of the peer on roads never seen by the margin asked, ahead of the released model
+there too where that model's card has the figure, and not worse than the released model or the
+peer on any public test split, each at its stored threshold.
+
+Pure functions on registry entries (`crackjax.deploy.release.registry_entry`: what a card says
+about its scores) and on the peer's scores read from `bench/peer_mtscrack.py`'s JSON, so the
+decision rests on the same records the card and `crackjax-models` show:
+
+  python -m crackjax.deploy.release gate --file=NEW --against=roads-unet-cpu \
+      --peer=results/peer_mtscrack.json --peer=results/peer_mtscrack_tests.json
+
+prints one row per condition and exits 1 when any fails (scripts/release_roads_cpu.sh's `gate`
+stage, before `register`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from crackjax.runs import outputs
+
+PROTOCOL = 'strict'
+LODO_ROW = 'roads never seen (LODO mean)'
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """One condition of the gate, F1 figures in percent (None: not known).
+
+  Attributes:
+    what: the test split's label (as in the registry's ``scores_by_set``) or `LODO_ROW`.
+    new: the new file's figure.
+    old: the released model's figure.
+    peer: the peer's figure (for `LODO_ROW`: its mean plus the margin asked).
+    ok: whether the condition holds.
+    why: what fails, one line ('' when ok).
+    note: where a figure comes from when it needs saying (a subsample), or ''.
+  """
+
+  what: str
+  new: float | None
+  old: float | None
+  peer: float | None
+  ok: bool
+  why: str = ''
+  note: str = ''
+
+
+def peer_scores(
+  paths: list[str | Path],
+  model: str = 'MTSCrack',
+  aliases: dict[str, str] | None = None,
+  protocol: str = PROTOCOL,
+) -> dict[str, dict[str, Any]]:
+  """The peer's F1 at its own rule per test split, from `bench/peer_mtscrack.py --out` JSONs.
+
+  A set named ``name:split`` there is the registry's ``name split``, and also its ``name split
+  (crops)`` (the prepared public sets are their crops); other sets (folders of photos) need an
+  alias, e.g. ``{'DeepCrack photos': 'deepcrack test (photos)'}``. Of two files scoring the same
+  split, the first one given is used.
+
+  Returns:
+    label -> {'f1': percent, 'images': scored, 'of': in the set, 'file': the JSON's path}.
+
+  Raises:
+    ValueError: a file lacks `model` or `protocol`, or is not such a JSON.
+  """
+  aliases = aliases or {}
+  scores: dict[str, dict[str, Any]] = {}
+  for path in paths:
+    path = Path(path)
+    try:
+      sets = json.loads(path.read_text())['sets']
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+      raise ValueError(f'{path}: not a bench/peer_mtscrack.py JSON ({e!r}).') from None
+    for name, record in sets.items():
+      if model not in record.get('models', {}):
+        raise ValueError(f'{path}: set {name!r} has no model {model!r}.')
+      protocols = record['models'][model].get('protocols', {})
+      if protocol not in protocols:
+        raise ValueError(f'{path}: {model} on {name!r} has no {protocol} scores.')
+      label = aliases.get(name, name.replace(':', ' '))
+      scores.setdefault(
+        label,
+        {
+          'f1': 100 * protocols[protocol]['f1_model'],
+          'images': record.get('images'),
+          'of': record.get('images_in_set'),
+          'file': str(path),
+        },
+      )
+  return scores
+
+
+def _peer_of(label: str, peer: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+  """The peer's record of split `label`; a cropped copy takes the plain split's."""
+  if label in peer:
+    return peer[label]
+  return peer.get(label.removesuffix(' (crops)'))
+
+
+def _at_threshold(entry: dict[str, Any], protocol: str) -> dict[str, float]:
+  """Split label -> F1 (%) at the stored threshold, from a registry entry's ``scores_by_set``."""
+  return {
+    s['set']: 100 * s['at_threshold'][protocol]
+    for s in entry.get('scores_by_set', ())
+    if protocol in s.get('at_threshold', {})
+  }
+
+
+def checks(
+  new: dict[str, Any],
+  old: dict[str, Any] | None,
+  peer: dict[str, dict[str, Any]],
+  margin: float = 5.0,
+  protocol: str = PROTOCOL,
+) -> list[Check]:
+  """The gate's conditions for registry entry `new` against the released entry `old` (None:
+  nothing released under the name yet) and the peer's scores (`peer_scores`).
+
+  Raises:
+    ValueError: `new` holds no per-split scores under `protocol` (a one-dataset model: the
+      gate is for general models).
+  """
+  new_f1 = _at_threshold(new, protocol)
+  if not new_f1:
+    raise ValueError(
+      f'{new["name"]}: its card has no {protocol} F1 at the stored threshold per test split '
+      '(the gate is for a general model scored on every public test split).'
+    )
+  old_f1 = _at_threshold(old, protocol) if old else {}
+  rows = [_lodo_check(new, old, margin, protocol)]
+  for label in [*new_f1, *(s for s in old_f1 if s not in new_f1)]:
+    rows.append(_split_check(label, new_f1.get(label), old_f1.get(label), _peer_of(label, peer)))
+  return rows
+
+
+def _split_check(
+  label: str, new: float | None, old: float | None, peer: dict[str, Any] | None
+) -> Check:
+  """A test split: the new file not worse than the released model nor the peer there."""
+  fails = []
+  if new is None:
+    fails.append('the new file is not scored on it (the released model is)')
+  else:
+    if old is not None and new < old:
+      fails.append(f'{old - new:.1f} behind the released model')
+    if peer is not None and new < peer['f1']:
+      fails.append(f'{peer["f1"] - new:.1f} behind the peer')
+  note = ''
+  if peer is not None and peer['images'] != peer['of']:
+    note = f'peer on {peer["images"]} of the {peer["of"]} images'
+  return Check(
+    what=label,
+    new=new,
+    old=old,
+    peer=None if peer is None else peer['f1'],
+    ok=not fails,
+    why='; '.join(fails),
+    note=note,
+  )
+
+
+def _lodo_check(
+  new: dict[str, Any], old: dict[str, Any] | None, margin: float, protocol: str
+) -> Check:
+  """Roads never seen: the new file's LODO mean at the stored threshold ahead of its card's peer
+  by `margin`, and ahead of the released model's where its card has one."""
+  lodo = new.get('lodo')
+  value = lodo['mean'].get(protocol, {}).get('stored') if lodo else None
+  peer = (lodo or {}).get('peer', {}).get('mean', {}).get(protocol, {}).get('stored')
+  old_lodo = (old or {}).get('lodo')
+  old_value = old_lodo['mean'].get(protocol, {}).get('stored') if old_lodo else None
+  fails = []
+  if value is None:
+    fails.append('its card has no LODO figure (python -m crackjax.deploy.release lodo)')
+  elif peer is None:
+    fails.append("its card's LODO figure has no peer beside it (release lodo --peer)")
+  else:
+    if value < peer + margin:
+      fails.append(f'{value - peer:+.1f} against the peer, +{margin:g} asked')
+    if old_value is not None and value <= old_value:
+      fails.append(f'not ahead of the released model ({value:.1f} against {old_value:.1f})')
+  note = '' if old is None or old_value is not None else 'the released card has no LODO figure'
+  return Check(
+    what=LODO_ROW,
+    new=value,
+    old=old_value,
+    peer=None if peer is None else peer + margin,
+    ok=not fails,
+    why='; '.join(fails),
+    note=note,
+  )
+
+
+def table(rows: list[Check], new: str, old: str | None, peer: str, margin: float) -> str:
+  """The gate as a Markdown table, strict F1 (%) at the stored threshold, then the verdict."""
+
+  def pct(value: float | None) -> str:
+    return '–' if value is None else f'{value:.1f}'
+
+  lines = [
+    f'| {PROTOCOL} F1 (%) at the stored threshold | {new} (new) | {old or "none"} (released) '
+    f'| {peer} | verdict |',
+    '|---|---|---|---|---|',
+  ]
+  for r in rows:
+    peer_cell = (
+      pct(r.peer) if r.what != LODO_ROW or r.peer is None else f'{r.peer:.1f} (+{margin:g})'
+    )
+    verdict = 'ok' if r.ok else f'fails: {r.why}'
+    note = f' ({r.note})' if r.note else ''
+    lines.append(f'| {r.what}{note} | {pct(r.new)} | {pct(r.old)} | {peer_cell} | {verdict} |')
+  failed = [r.what for r in rows if not r.ok]
+  lines.append('')
+  lines.append(
+    f'Release refused: {len(failed)} condition(s) fail ({", ".join(failed)}).'
+    if failed
+    else 'Release allowed: every condition holds.'
+  )
+  return '\n'.join(lines)
+
+
+def report(
+  label: str,
+  new: dict[str, Any],
+  old: dict[str, Any] | None,
+  peer: dict[str, dict[str, Any]],
+  args: argparse.Namespace,
+  out: str | None = None,
+) -> int:
+  """Prints the gate of registry entry `new` (file `label`) against `old` and the peer (its name
+  ``args.peer_model``, the margin ``args.margin``); with `out`, the checks as JSON there.
+  Returns 0 when every condition holds, else 1.
+
+  Raises:
+    ValueError: as `checks`.
+  """
+  rows = checks(new, old, peer, args.margin)
+  print(table(rows, label, old and old['name'], args.peer_model, args.margin))
+  if out:
+    record = {'file': label, 'against': old and old['name'], 'peer': args.peer_model}
+    record |= {'margin': args.margin, 'checks': [dataclasses.asdict(r) for r in rows]}
+    Path(out).write_text(outputs.dumps(record, indent=2) + '\n')
+  return 0 if all(r.ok for r in rows) else 1
