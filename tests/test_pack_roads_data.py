@@ -248,3 +248,11 @@ def test_release_roads_cpu_script_from_nothing_then_resumed(sources, tmp_path):
   assert sorted(card['lodo']['sets']) == sorted(lodo.MEMBERS)
   assert card['lodo']['lead'] == {'strict': 10.0}
   assert 'strict mean F1 40.0 at the stored threshold, 50.0 at ODS, on 5 held-out sets' in log
+  # The gate stage: a file not scored on the test splits (no `score` stage) is refused before
+  # `register`, in one line, with MTSCrack's kept scores found from the repository.
+  done, log = fixtures.run_gpu_script(
+    'scripts/release_roads_cpu.sh', tmp_path, timeout=600, STAGES='gate register', **env
+  )
+  assert done.returncode == 2, log[-4000:]
+  assert 'python -m crackjax.deploy.release gate: ' in log and 'the gate is for a general' in log
+  assert not (tmp_path / 'work' / 'gate.json').exists()
