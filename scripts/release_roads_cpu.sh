@@ -17,7 +17,9 @@
 #              MTSCrack's (and ahead of the released model's, where its card has one) and it
 #              is not worse than the released model or MTSCrack on any test split, at its
 #              stored threshold (`python -m crackjax.deploy.release gate`; MTSCrack's scores:
-#              GATE_PEERS, default results/peer_mtscrack*.json); else the script stops here.
+#              GATE_PEERS, default results/peer_mtscrack*.json; GATE_OLD_ROW, e.g. 'base (long)',
+#              the released model's recipe in LODO_TABLE where its card has no LODO figure);
+#              else the script stops here.
 #   register : the file and its registry entry into the package.
 # STAGES="train export score lodo gate register" (default: all). WORK=dir (default workdirs/release),
 # CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
@@ -137,6 +139,8 @@ fi
 if has gate; then
   peers=()
   for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json}; do peers+=(--peer="$p"); done
+  [[ -n "${GATE_OLD_ROW:-}" ]] && peers+=(--old_row="$GATE_OLD_ROW"
+    --lodo_table="${LODO_TABLE:?set LODO_TABLE: the table holding GATE_OLD_ROW}")
   python -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
     "${peers[@]}" --margin="${GATE_MARGIN:-5}" --out="$WORK/gate.json" \
     --peer_set='DeepCrack photos=deepcrack test (photos)' --peer_set='CRACK500 photos=crack500 test (photos)'

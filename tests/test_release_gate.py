@@ -193,3 +193,36 @@ def test_the_command_allows_or_refuses_from_the_files(smoke_run, tmp_path, monke
   # Bad input: one line, status 2.
   assert release_lib.main(['gate', f'--file={tmp_path / "none.safetensors"}', '--name=m']) == 2
   assert capsys.readouterr().err.startswith('python -m crackjax.deploy.release gate: ')
+
+
+def test_the_released_recipes_lodo_row_stands_for_a_card_without_one(
+  smoke_run, tmp_path, monkeypatch, capsys
+):
+  from crackjax.models import hub
+
+  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
+  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
+  old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.6, 'b': 0.7}, lodo=False)
+  release_lib.register(old, 'm', 'test')
+  new = _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})  # LODO 58
+  rows = {
+    'base (long)': {'a': {'strict': {'stored': 55.0}}, 'b': {'strict': {'stored': 65.0}}},
+    'base (short)': {'a': {'strict': {'stored': 50.0}}},
+  }
+  table = tmp_path / 'lodo.json'
+  table.write_text(json.dumps({'rows': rows}))
+  argv = ['gate', f'--file={new}', '--name=m', f'--lodo_table={table}']
+  assert release_lib.main([*argv, '--old_row=base (long)']) == 1  # 58 against its mean 60
+  assert capsys.readouterr().out.splitlines()[2] == (
+    '| roads never seen (LODO mean) (released: base (long) in lodo.json) | 58.0 | 60.0 | 55.0 (+5) '
+    '| fails: not ahead of the released model (58.0 against 60.0) |'
+  )
+  for row, says in [
+    ('base (short)', "lodo.json: row 'base (short)' has no strict fold with b held out."),
+    ('nope', "lodo.json: no row 'nope' (its rows: ['base (long)', 'base (short)'])."),
+  ]:
+    assert release_lib.main([*argv, f'--old_row={row}']) == 2
+    assert capsys.readouterr().err.endswith(says + '\n')
+  assert release_lib.main(['gate', f'--file={new}', '--name=m', '--old_row=base (long)']) == 2
+  says = '--old_row needs --lodo_table, the table holding that row.\n'
+  assert capsys.readouterr().err.endswith(says)

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crackjax.deploy import model_card
+from crackjax.deploy import model_card, release_gate
 from crackjax.evaluation.result import AP, F1, ODS, OIS, THRESHOLD, read_record
 from crackjax.runs import outputs
 
@@ -348,18 +348,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--table', required=True, help='the JSON of bench/lodo.py --out')
   p.add_argument('--row', required=True, help="the recipe's row, e.g. 'jpeg (long) at scales 2'")
   p.add_argument('--peer', help="a row to compare with, e.g. 'MTSCrack (its mask: output > 0)'")
-  p = sub.add_parser('gate', help='release only if ahead on roads never seen, not worse anywhere')
-  p.add_argument('--file', required=True)
-  p.add_argument('--name', required=True, help='the name it is to be released under')
-  p.add_argument('--held_out', default='test')
-  p.add_argument('--peer', action='append', default=[], help='bench/peer_mtscrack.py JSON')
-  p.add_argument('--peer_model', default='MTSCrack')
-  p.add_argument(
-    '--peer_set', action='append', default=[], help="PEER_SET=LABEL, e.g. 'DeepCrack "
-    "photos=deepcrack test (photos)' (a set 'name:split' is 'name split' without one)"
-  )  # fmt: skip
-  p.add_argument('--margin', type=float, default=5.0, help='points ahead of the peer on LODO')
-  p.add_argument('--out', help='the checks as JSON')
+  release_gate.add_arguments(
+    sub.add_parser('gate', help='release only if ahead on roads never seen, not worse anywhere')
+  )
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
@@ -404,15 +395,12 @@ def _lodo(prog: str, args: argparse.Namespace) -> int:
 
 def _gate(prog: str, args: argparse.Namespace) -> int:
   """`gate`: the file against the released model and the peer; 0 allowed, 1 refused."""
-  from crackjax.deploy import release_gate
   from crackjax.models import hub
 
   try:
     new = registry_entry(args.file, args.name, args.held_out)
     old = next((m for m in hub.released() if m['name'] == args.name), None)
-    aliases = dict(spec.partition('=')[::2] for spec in args.peer_set)
-    peer = release_gate.peer_scores(args.peer, args.peer_model, aliases)
-    return release_gate.report(Path(args.file).name, new, old, peer, args, args.out)
+    return release_gate.report(Path(args.file).name, new, old, args)
   except (ValueError, OSError) as e:
     print(f'{prog} gate: {e}', file=sys.stderr)
     return 2

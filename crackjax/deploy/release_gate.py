@@ -113,15 +113,36 @@ def _at_threshold(entry: dict[str, Any], protocol: str) -> dict[str, float]:
   }
 
 
+def row_mean(table: str | Path, row: str, sets: list[str], protocol: str = PROTOCOL) -> float:
+  """The mean over `sets` of row `row`'s F1 (%) at the fold's stored threshold in a LODO table
+  (`bench/lodo.py --out`'s JSON): the released model's recipe at the new one's budget, where the
+  released card carries no LODO figure of its own.
+
+  Raises:
+    ValueError: the table lacks the row, or the row a fold of one of `sets`.
+  """
+  rows = json.loads(Path(table).read_text()).get('rows', {})
+  if row not in rows:
+    raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')
+  missing = [s for s in sets if protocol not in rows[row].get(s, {})]
+  if missing:
+    missed = ', '.join(missing)
+    raise ValueError(f'{table}: row {row!r} has no {protocol} fold with {missed} held out.')
+  return float(sum(rows[row][s][protocol]['stored'] for s in sets) / len(sets))
+
+
 def checks(
   new: dict[str, Any],
   old: dict[str, Any] | None,
   peer: dict[str, dict[str, Any]],
   margin: float = 5.0,
   protocol: str = PROTOCOL,
+  old_recipe: tuple[str, float] | None = None,
 ) -> list[Check]:
   """The gate's conditions for registry entry `new` against the released entry `old` (None:
-  nothing released under the name yet) and the peer's scores (`peer_scores`).
+  nothing released under the name yet) and the peer's scores (`peer_scores`). `old_recipe`
+  (where the row comes from, its mean: `row_mean`) stands for the released model's LODO
+  figure when its card has none.
 
   Raises:
     ValueError: `new` holds no per-split scores under `protocol` (a one-dataset model: the
@@ -134,7 +155,7 @@ def checks(
       '(the gate is for a general model scored on every public test split).'
     )
   old_f1 = _at_threshold(old, protocol) if old else {}
-  rows = [_lodo_check(new, old, margin, protocol)]
+  rows = [_lodo_check(new, old, margin, protocol, old_recipe)]
   for label in [*new_f1, *(s for s in old_f1 if s not in new_f1)]:
     rows.append(_split_check(label, new_f1.get(label), old_f1.get(label), _peer_of(label, peer)))
   return rows
@@ -167,15 +188,22 @@ def _split_check(
 
 
 def _lodo_check(
-  new: dict[str, Any], old: dict[str, Any] | None, margin: float, protocol: str
+  new: dict[str, Any],
+  old: dict[str, Any] | None,
+  margin: float,
+  protocol: str,
+  old_recipe: tuple[str, float] | None = None,
 ) -> Check:
   """Roads never seen: the new file's LODO mean at the stored threshold ahead of its card's peer
-  by `margin`, and ahead of the released model's where its card has one."""
+  by `margin`, and ahead of the released model's (its card's, else `old_recipe`)."""
   lodo = new.get('lodo')
   value = lodo['mean'].get(protocol, {}).get('stored') if lodo else None
   peer = (lodo or {}).get('peer', {}).get('mean', {}).get(protocol, {}).get('stored')
   old_lodo = (old or {}).get('lodo')
   old_value = old_lodo['mean'].get(protocol, {}).get('stored') if old_lodo else None
+  note = '' if old is None or old_value is not None else 'the released card has no LODO figure'
+  if old_value is None and old_recipe is not None:
+    note, old_value = f'released: {old_recipe[0]}', old_recipe[1]
   fails = []
   if value is None:
     fails.append('its card has no LODO figure (python -m crackjax.deploy.release lodo)')
@@ -186,7 +214,6 @@ def _lodo_check(
       fails.append(f'{value - peer:+.1f} against the peer, +{margin:g} asked')
     if old_value is not None and value <= old_value:
       fails.append(f'not ahead of the released model ({value:.1f} against {old_value:.1f})')
-  note = '' if old is None or old_value is not None else 'the released card has no LODO figure'
   return Check(
     what=LODO_ROW,
     new=value,
@@ -226,25 +253,49 @@ def table(rows: list[Check], new: str, old: str | None, peer: str, margin: float
   return '\n'.join(lines)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  """The flags of ``python -m crackjax.deploy.release gate``."""
+  parser.add_argument('--file', required=True)
+  parser.add_argument('--name', required=True, help='the name it is to be released under')
+  parser.add_argument('--held_out', default='test')
+  parser.add_argument('--peer', action='append', default=[], help='bench/peer_mtscrack.py JSON')
+  parser.add_argument('--peer_model', default='MTSCrack')
+  parser.add_argument(
+    '--peer_set', action='append', default=[], help="PEER_SET=LABEL, e.g. 'DeepCrack "
+    "photos=deepcrack test (photos)' (a set 'name:split' is 'name split' without one)"
+  )  # fmt: skip
+  parser.add_argument('--margin', type=float, default=5.0, help='points ahead of the peer on LODO')
+  parser.add_argument('--lodo_table', help="bench/lodo.py --out's JSON holding --old_row")
+  parser.add_argument(
+    '--old_row', help="the released model's recipe in --lodo_table (e.g. 'base (long)'), "
+    'for a released card without a LODO figure'
+  )  # fmt: skip
+  parser.add_argument('--out', help='the checks as JSON')
+
+
 def report(
-  label: str,
-  new: dict[str, Any],
-  old: dict[str, Any] | None,
-  peer: dict[str, dict[str, Any]],
-  args: argparse.Namespace,
-  out: str | None = None,
+  label: str, new: dict[str, Any], old: dict[str, Any] | None, args: argparse.Namespace
 ) -> int:
-  """Prints the gate of registry entry `new` (file `label`) against `old` and the peer (its name
-  ``args.peer_model``, the margin ``args.margin``); with `out`, the checks as JSON there.
-  Returns 0 when every condition holds, else 1.
+  """Prints the gate of registry entry `new` (file `label`) against `old` and the peer (the
+  flags of `add_arguments` in `args`); with ``args.out``, the checks as JSON there. Returns 0
+  when every condition holds, else 1.
 
   Raises:
-    ValueError: as `checks`.
+    ValueError: as `peer_scores`, `row_mean` and `checks`.
   """
-  rows = checks(new, old, peer, args.margin)
+  aliases = dict(spec.partition('=')[::2] for spec in args.peer_set)
+  peer = peer_scores(args.peer, args.peer_model, aliases)
+  old_recipe = None
+  sets = (new.get('lodo') or {}).get('sets')
+  if args.old_row and sets:
+    if not args.lodo_table:
+      raise ValueError('--old_row needs --lodo_table, the table holding that row.')
+    where = f'{args.old_row} in {Path(args.lodo_table).name}'
+    old_recipe = (where, row_mean(args.lodo_table, args.old_row, sets))
+  rows = checks(new, old, peer, args.margin, old_recipe=old_recipe)
   print(table(rows, label, old and old['name'], args.peer_model, args.margin))
-  if out:
+  if args.out:
     record = {'file': label, 'against': old and old['name'], 'peer': args.peer_model}
     record |= {'margin': args.margin, 'checks': [dataclasses.asdict(r) for r in rows]}
-    Path(out).write_text(outputs.dumps(record, indent=2) + '\n')
+    Path(args.out).write_text(outputs.dumps(record, indent=2) + '\n')
   return 0 if all(r.ok for r in rows) else 1
