@@ -42,6 +42,7 @@ KS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 def _lodo_bench():
   spec = importlib.util.spec_from_file_location('lodo_bench', REPO / 'bench' / 'lodo.py')
   module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # its dataclasses look their module up
   spec.loader.exec_module(module)
   return module
 

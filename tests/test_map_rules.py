@@ -54,3 +54,9 @@ def test_k_is_chosen_on_the_other_sets_alone(rules):
   assert got['per_set']['a'] == {'k': 1.0, 'f1': 10.0}
   assert got['mean'] == pytest.approx((10.0 + 20.0 + 0.0) / 3)
   assert got['one_k'] == {'k': 1.0, 'mean': pytest.approx(80.0 / 3)}
+
+
+def test_a_fold_without_its_model_is_named(rules, tmp_path):
+  argv = [f'--work={tmp_path}', '--crackforest=cf', '--public=pub', '--held_out=gaps384']
+  with pytest.raises(SystemExit, match=r'jpeg_short/gaps384/model.safetensors: no fold model'):
+    rules.main(argv)
