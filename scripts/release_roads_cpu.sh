@@ -34,6 +34,8 @@
 # its users' crackjax-predict / crackjax-evaluate / Predictor take; the score stage scores so).
 # KEEP_OLD_AS (optional)=a name under which the model released as roads-unet-cpu so far stays
 # released, byte for byte, beside the new one (users may have pinned it).
+# PROTOCOLS (default strict,tolerance_thin_gt): the score stage's; strict alone for a quick look
+# at a candidate (the gate reads strict; a release is scored under both).
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +48,7 @@ TEST_SPLIT=${TEST_SPLIT:-test}
 NAME=roads-unet-cpu
 RUN="$WORK/$NAME"
 FILE="$WORK/$NAME.safetensors"
-PROTOCOLS=strict,tolerance_thin_gt
+PROTOCOLS=${PROTOCOLS:-strict,tolerance_thin_gt}
 SETS=(crackforest deepcrack crack500 gaps384 aiglern_trimm)
 read -r -a MIX_FLAGS <<<"$(python -c "from crackjax.configs.release import roads_unet_cpu as r; print(' '.join(r.manual_dir_flags('$CRACKFOREST', '$PUBLIC')))")"
 COMMON=("${MIX_FLAGS[@]}")
