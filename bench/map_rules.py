@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import platform
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,9 +161,19 @@ def main(argv: list[str] | None = None) -> int:
   text = table(by_set)
   print(text)
   if args.out:
+    from crackjax.paper import jobs
+
+    hw = jobs.hardware()
+    commit = subprocess.run(
+      ['git', 'describe', '--always', '--dirty', '--abbrev=7'],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+    ).stdout.strip()
     head = (
-      f'Written by `python {" ".join(sys.argv)}` on {platform.processor() or platform.machine()}, '
-      f'{datetime.datetime.now(datetime.UTC):%d %b %Y %H:%M} UTC.'
+      f'Written by `python {" ".join(sys.argv)}` at commit {commit or "unknown"}, '
+      f'{datetime.datetime.now(datetime.UTC):%d %b %Y %H:%M} UTC, on {hw["cpu"]} '
+      f'({hw["cpu_count"]} cores, {hw["backend"]} backend).'
     )
     record = {'command': sys.argv, 'recipe': args.recipe, 'budget': args.budget, 'sets': by_set}
     Path(f'{args.out}.json').write_text(outputs.dumps(record, indent=1) + '\n')
