@@ -226,3 +226,17 @@ def test_the_released_recipes_lodo_row_stands_for_a_card_without_one(
   assert release_lib.main(['gate', f'--file={new}', '--name=m', '--old_row=base (long)']) == 2
   says = '--old_row needs --lodo_table, the table holding that row.\n'
   assert capsys.readouterr().err.endswith(says)
+
+
+def test_a_split_scored_on_another_number_of_images_is_not_compared():
+  def entry(n: int, f1: float):
+    return {'name': 'm', 'scores_by_set': [
+      {'set': 'c test (photos)', 'num_images': n, 'at_threshold': {'strict': f1}}]}  # fmt: skip
+
+  peer = {'c test (photos)': {'f1': 50.0, 'images': 91, 'of': 91}}
+  row = release_gate.checks(entry(93, 0.9), entry(91, 0.6), peer)[1]
+  assert not row.ok
+  assert row.why == 'scored on 93 images, the released model on 91: not one set'
+  row = release_gate.checks(entry(93, 0.9), None, peer)[1]
+  assert row.why == 'scored on 93 images, the peer on a set of 91: not one set'
+  assert release_gate.checks(entry(91, 0.9), entry(91, 0.6), peer)[1].ok

@@ -104,10 +104,11 @@ def _peer_of(label: str, peer: dict[str, dict[str, Any]]) -> dict[str, Any] | No
   return peer.get(label.removesuffix(' (crops)'))
 
 
-def _at_threshold(entry: dict[str, Any], protocol: str) -> dict[str, float]:
-  """Split label -> F1 (%) at the stored threshold, from a registry entry's ``scores_by_set``."""
+def _at_threshold(entry: dict[str, Any], protocol: str) -> dict[str, tuple[float, int | None]]:
+  """Split label -> (F1 (%) at the stored threshold, images scored), from a registry entry's
+  ``scores_by_set``."""
   return {
-    s['set']: 100 * s['at_threshold'][protocol]
+    s['set']: (100 * s['at_threshold'][protocol], s.get('num_images'))
     for s in entry.get('scores_by_set', ())
     if protocol in s.get('at_threshold', {})
   }
@@ -157,17 +158,27 @@ def checks(
   old_f1 = _at_threshold(old, protocol) if old else {}
   rows = [_lodo_check(new, old, margin, protocol, old_recipe)]
   for label in [*new_f1, *(s for s in old_f1 if s not in new_f1)]:
-    rows.append(_split_check(label, new_f1.get(label), old_f1.get(label), _peer_of(label, peer)))
+    new_at, old_at = new_f1.get(label, (None, None)), old_f1.get(label, (None, None))
+    rows.append(_split_check(label, new_at, old_at, _peer_of(label, peer)))
   return rows
 
 
 def _split_check(
-  label: str, new: float | None, old: float | None, peer: dict[str, Any] | None
+  label: str,
+  new_at: tuple[float | None, int | None],
+  old_at: tuple[float | None, int | None],
+  peer: dict[str, Any] | None,
 ) -> Check:
-  """A test split: the new file not worse than the released model nor the peer there."""
+  """A test split: the new file not worse than the released model nor the peer there, each
+  scored on as many images (a split of another size is another set: no comparison)."""
+  (new, images), (old, old_images) = new_at, old_at
   fails = []
   if new is None:
     fails.append('the new file is not scored on it (the released model is)')
+  elif old is not None and None not in (images, old_images) and images != old_images:
+    fails.append(f'scored on {images} images, the released model on {old_images}: not one set')
+  elif peer is not None and None not in (images, peer['of']) and images != peer['of']:
+    fails.append(f'scored on {images} images, the peer on a set of {peer["of"]}: not one set')
   else:
     if old is not None and new < old:
       fails.append(f'{old - new:.1f} behind the released model')
