@@ -683,17 +683,22 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
   return rows, detail
 
 
-def provenance(folds: list[Fold]) -> str:
-  """The .md's first paragraph: the command that wrote the table, its commit, the machine
-  (`crackjax.paper.jobs.hardware`) and when the folds were scored (their eval.json)."""
-  from crackjax.paper import jobs
-
-  commit = subprocess.run(
+def git_commit() -> str:
+  """This checkout's commit (`git describe --dirty`), '' outside a git checkout."""
+  return subprocess.run(
     ['git', 'describe', '--always', '--dirty', '--abbrev=7'],
     cwd=REPO,
     capture_output=True,
     text=True,
   ).stdout.strip()
+
+
+def provenance(folds: list[Fold]) -> str:
+  """The .md's first paragraph: the command that wrote the table, its commit, the machine
+  (`crackjax.paper.jobs.hardware`) and when the folds were scored (their eval.json)."""
+  from crackjax.paper import jobs
+
+  commit = git_commit()
   hw = jobs.hardware()
   times = [f.record.stat().st_mtime for f in folds if f.record.exists()]
   scored = 'no fold scored yet'

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -164,12 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from crackjax.paper import jobs
 
     hw = jobs.hardware()
-    commit = subprocess.run(
-      ['git', 'describe', '--always', '--dirty', '--abbrev=7'],
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-    ).stdout.strip()
+    commit = bench.git_commit()
     head = (
       f'Written by `python {" ".join(sys.argv)}` at commit {commit or "unknown"}, '
       f'{datetime.datetime.now(datetime.UTC):%d %b %Y %H:%M} UTC, on {hw["cpu"]} '
