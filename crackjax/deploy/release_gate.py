@@ -1,13 +1,13 @@
 """The release gate of a general model (issue 55, item 6): a new model file is released only if
-it is ahead of the peer on roads never seen by the margin asked, ahead of the released model
-there too where that model's card has the figure, and not worse than the released model or the
-peer on any public test split, each at its stored threshold.
+it is ahead of the peer on roads never seen by the margin asked and ahead of the released model
+there (its card's figure, else its recipe's row of a LODO table), and not worse than the
+released model or the peer on any public test split, each at its stored threshold.
 
 Pure functions on registry entries (`crackjax.deploy.release.registry_entry`: what a card says
 about its scores) and on the peer's scores read from `bench/peer_mtscrack.py`'s JSON, so the
 decision rests on the same records the card and `crackjax-models` show:
 
-  python -m crackjax.deploy.release gate --file=NEW --against=roads-unet-cpu \
+  python -m crackjax.deploy.release gate --file=NEW --name=roads-unet-cpu \
       --peer=results/peer_mtscrack.json --peer=results/peer_mtscrack_tests.json
 
 prints one row per condition and exits 1 when any fails (scripts/release_roads_cpu.sh's `gate`
@@ -39,7 +39,8 @@ class Check:
     peer: the peer's figure (for `LODO_ROW`: its mean plus the margin asked).
     ok: whether the condition holds.
     why: what fails, one line ('' when ok).
-    note: where a figure comes from when it needs saying (a subsample), or ''.
+    note: where a figure comes from when it needs saying (a subsample, the released recipe's
+      LODO row), or ''.
   """
 
   what: str
@@ -82,7 +83,7 @@ def peer_scores(
       if model not in record.get('models', {}):
         raise ValueError(f'{path}: set {name!r} has no model {model!r}.')
       protocols = record['models'][model].get('protocols', {})
-      if protocol not in protocols:
+      if 'f1_model' not in protocols.get(protocol, {}):
         raise ValueError(f'{path}: {model} on {name!r} has no {protocol} scores.')
       label = aliases.get(name, name.replace(':', ' '))
       scores.setdefault(
@@ -125,7 +126,7 @@ def row_mean(table: str | Path, row: str, sets: list[str], protocol: str = PROTO
   rows = json.loads(Path(table).read_text()).get('rows', {})
   if row not in rows:
     raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')
-  missing = [s for s in sets if protocol not in rows[row].get(s, {})]
+  missing = [s for s in sets if 'stored' not in rows[row].get(s, {}).get(protocol, {})]
   if missing:
     missed = ', '.join(missing)
     raise ValueError(f'{table}: row {row!r} has no {protocol} fold with {missed} held out.')
