@@ -26,8 +26,8 @@
 # cropped copies' Datasets/ folder (https://github.com/Omaralmaqtari/Lightweight-Modular-Model),
 # PHOTOS (optional)=a folder with DeepCrack/{test_img,test_lab} and CRACK500/{test_img,test_lab}
 # (the authors' whole test photos, scored as a second copy of those two sets: MTSCrack's
-# dataset/dc_544_384 and dataset/c5_640_360, CRACK500's without 20160329_103609 and
-# 20160329_111111, whose crops the cropped copy's train split holds: 91 photos), DATA_DIR=where
+# dataset/dc_544_384 and dataset/c5_640_360 without the photos whose crops the cropped copy's
+# train split holds, laid out by scripts/link_test_photos.py: 227 and 91), DATA_DIR=where
 # the datasets are prepared (default ~/tensorflow_datasets; the photos go to $WORK/tfds_photos).
 # LODO_TABLE (optional)=bench/lodo.py --out's JSON with LODO_ROW, the recipe's row (e.g.
 # 'jpeg (long) at scales 2'), and LODO_PEER (default MTSCrack's row): that figure into the card
