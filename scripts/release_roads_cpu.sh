@@ -17,7 +17,8 @@
 #              MTSCrack's (and ahead of the released model's, where its card has one) and it
 #              is not worse than the released model or MTSCrack on any test split, at its
 #              stored threshold (`python -m crackjax.deploy.release gate`; MTSCrack's scores:
-#              GATE_PEERS, default results/peer_mtscrack*.json; GATE_OLD_ROW, e.g. 'base (long)',
+#              GATE_PEERS, default results/peer_mtscrack*.json; with PHOTOS, the released model
+#              is scored on the same photos first; GATE_OLD_ROW, e.g. 'base (long)',
 #              the released model's recipe in LODO_TABLE where its card has no LODO figure);
 #              else the script stops here.
 #   register : the file and its registry entry into the package.
@@ -142,7 +143,20 @@ elif has lodo; then
 fi
 if has gate; then
   peers=()
-  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json}; do peers+=(--peer="$p"); done
+  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
+    peers+=(--peer="$p")
+  done
+  released=$(python -c "from crackjax.models import hub; print(any(m['name'] == '$NAME' for m in hub.released()))")
+  if [[ -n "${PHOTOS:-}" && $released == True ]]; then
+    # The released model on the same whole photos as the new one (its card's may be another
+    # version of them: DeepCrack's 237 before scripts/link_test_photos.py left 10 out).
+    crackjax-evaluate --model="$NAME" --data="deepcrack:$TEST_SPLIT" --data="crack500:$TEST_SPLIT" \
+      --protocols=strict --out="$WORK/score_photos_released" --overwrite \
+      --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" --data_dir="$WORK/tfds_photos"
+    for s in deepcrack crack500; do
+      peers+=(--old_score="$s test (photos)=$(ls -d "$WORK/score_photos_released/${s}_"*/)eval.json")
+    done
+  fi
   [[ -n "${GATE_OLD_ROW:-}" ]] && peers+=(--old_row="$GATE_OLD_ROW"
     --lodo_table="${LODO_TABLE:?set LODO_TABLE: the table holding GATE_OLD_ROW}")
   python -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

@@ -56,12 +56,12 @@ def test_peer_scores_name_splits_as_the_registry_and_take_aliases(tmp_path):
     tmp_path / 'b.json', {'a:test': 0.9, 'b:test': 0.3}, images={'b:test': (300, 4128)}
   )
   scores = release_gate.peer_scores([first, second], aliases={'Photos of B': 'b test (photos)'})
-  assert {k: round(v['f1'], 6) for k, v in scores.items()} == {
-    'a test': 50.0,  # the first file's, not the second's 90
-    'b test (photos)': 40.0,
-    'b test': 30.0,
+  assert {k: [round(r['f1'], 6) for r in v] for k, v in scores.items()} == {
+    'a test': [50.0, 90.0],  # both files', in their order
+    'b test (photos)': [40.0],
+    'b test': [30.0],
   }
-  assert scores['b test'] == {'f1': 30.0, 'images': 300, 'of': 4128, 'file': str(second)}
+  assert scores['b test'] == [{'f1': 30.0, 'images': 300, 'of': 4128, 'file': str(second)}]
   with pytest.raises(ValueError, match=r"b.json: set 'a:test' has no model 'HED'"):
     release_gate.peer_scores([second], model='HED')
   (tmp_path / 'bad.json').write_text('{"rows": {}}')
@@ -71,8 +71,8 @@ def test_peer_scores_name_splits_as_the_registry_and_take_aliases(tmp_path):
 
 def test_a_model_ahead_everywhere_passes_and_each_shortfall_fails_its_row():
   peer = {
-    'a test': {'f1': 40.0, 'images': 5, 'of': 5},
-    'b test': {'f1': 60.0, 'images': 300, 'of': 4128},  # the cropped copy takes it
+    'a test': [{'f1': 40.0, 'images': 5, 'of': 5}],
+    'b test': [{'f1': 60.0, 'images': 300, 'of': 4128}],  # the cropped copy takes it
   }
   old = _entry('m', {'a test': 0.50, 'b test (crops)': 0.70}, lodo=44.0, peer=45.0)
   new = _entry('m', {'a test': 0.55, 'b test (crops)': 0.70}, lodo=51.0, peer=45.0)
@@ -233,10 +233,66 @@ def test_a_split_scored_on_another_number_of_images_is_not_compared():
     return {'name': 'm', 'scores_by_set': [
       {'set': 'c test (photos)', 'num_images': n, 'at_threshold': {'strict': f1}}]}  # fmt: skip
 
-  peer = {'c test (photos)': {'f1': 50.0, 'images': 91, 'of': 91}}
+  peer = {'c test (photos)': [{'f1': 50.0, 'images': 91, 'of': 91}]}
   row = release_gate.checks(entry(93, 0.9), entry(91, 0.6), peer)[1]
   assert not row.ok
   assert row.why == 'scored on 93 images, the released model on 91: not one set'
   row = release_gate.checks(entry(93, 0.9), None, peer)[1]
   assert row.why == 'scored on 93 images, the peer on a set of 91: not one set'
   assert release_gate.checks(entry(91, 0.9), entry(91, 0.6), peer)[1].ok
+
+
+def test_the_peer_record_of_the_new_files_set_is_taken():
+  new = {'name': 'm', 'scores_by_set': [
+    {'set': 'd test (photos)', 'num_images': 227, 'at_threshold': {'strict': 0.75}}]}  # fmt: skip
+  peer = {
+    'd test (photos)': [
+      {'f1': 75.8, 'images': 237, 'of': 237},
+      {'f1': 74.0, 'images': 227, 'of': 227},
+    ]
+  }
+  row = release_gate.checks(new, None, peer)[1]
+  assert row.ok and row.peer == 74.0  # the 227 photos', not the first file's 237
+
+
+def test_the_released_file_scored_again_stands_for_its_cards_figure(
+  smoke_run, tmp_path, monkeypatch, capsys
+):
+  from crackjax.evaluation.result import read_record
+  from crackjax.models import hub
+
+  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
+  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
+  old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.6, 'b': 0.7}, lodo=False)
+  release_lib.register(old, 'm', 'test')
+  new = _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})
+  # The smoke run's own scoring is of the same parameters and step as its exported file; as
+  # crackjax-evaluate --model writes it, with its F1 at the stored threshold ('run').
+  data = json.loads((smoke_run / 'eval.json').read_text())
+  run = {'threshold': 0.5, 'precision': 0.5, 'recall': 0.7, 'f1': 0.625}
+  data['results']['strict']['operating_points'] = {'run': run}
+  record = tmp_path / 'again.json'
+  record.write_text(json.dumps(data))
+  again = read_record(record)
+  f1 = 62.5
+  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={record}']
+  assert release_lib.main(argv) == 1
+  row = capsys.readouterr().out.splitlines()[4]
+  assert row == (
+    f'| b test (the released file scored again on these images) | 70.0 | {f1:.1f} | – | fails: '
+    f'scored on 5 images, the released model on {again.num_images}: not one set |'
+  )
+  other = tmp_path / 'other.json'
+  other.write_text(json.dumps({**data, 'step': 3}))
+  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={other}']
+  assert release_lib.main(argv) == 2
+  assert capsys.readouterr().err.endswith(
+    f'{other}: not a strict scoring of m.safetensors ({again.params} parameters, step 6; it '
+    f'holds {again.params} at step 3).\n'
+  )
+  # A scoring without the F1 at the stored threshold (the run's own eval.json): named.
+  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={smoke_run / "eval.json"}']
+  assert release_lib.main(argv) == 2
+  assert capsys.readouterr().err.endswith(
+    'has no F1 at the stored threshold (score the file: crackjax-evaluate --model=m).\n'
+  )

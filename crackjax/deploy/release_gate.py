@@ -62,11 +62,13 @@ def peer_scores(
 
   A set named ``name:split`` there is the registry's ``name split``, and also its ``name split
   (crops)`` (the prepared public sets are their crops); other sets (folders of photos) need an
-  alias, e.g. ``{'DeepCrack photos': 'deepcrack test (photos)'}``. Of two files scoring the same
-  split, the first one given is used.
+  alias, e.g. ``{'DeepCrack photos': 'deepcrack test (photos)'}``. Files may score a split's
+  different versions (all of DeepCrack's test photos, or those a model did not train on): the
+  gate takes the first record whose set is as large as the one the new file was scored on.
 
   Returns:
-    label -> {'f1': percent, 'images': scored, 'of': in the set, 'file': the JSON's path}.
+    label -> [{'f1': percent, 'images': scored, 'of': in the set, 'file': the JSON's path}, ...]
+    in the order of `paths`.
 
   Raises:
     ValueError: a file lacks `model` or `protocol`, or is not such a JSON.
@@ -86,8 +88,7 @@ def peer_scores(
       if 'f1_model' not in protocols.get(protocol, {}):
         raise ValueError(f'{path}: {model} on {name!r} has no {protocol} scores.')
       label = aliases.get(name, name.replace(':', ' '))
-      scores.setdefault(
-        label,
+      scores.setdefault(label, []).append(
         {
           'f1': 100 * protocols[protocol]['f1_model'],
           'images': record.get('images'),
@@ -98,11 +99,14 @@ def peer_scores(
   return scores
 
 
-def _peer_of(label: str, peer: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-  """The peer's record of split `label`; a cropped copy takes the plain split's."""
-  if label in peer:
-    return peer[label]
-  return peer.get(label.removesuffix(' (crops)'))
+def _peer_of(
+  label: str, peer: dict[str, list[dict[str, Any]]], images: int | None
+) -> dict[str, Any] | None:
+  """The peer's record of split `label` (a cropped copy takes the plain split's): the first of
+  a set of `images` images, else the first."""
+  records = peer.get(label) or peer.get(label.removesuffix(' (crops)')) or []
+  same = [r for r in records if r['of'] == images]
+  return (same or records or [None])[0]
 
 
 def _at_threshold(entry: dict[str, Any], protocol: str) -> dict[str, tuple[float, int | None]]:
@@ -133,18 +137,57 @@ def row_mean(table: str | Path, row: str, sets: list[str], protocol: str = PROTO
   return float(sum(rows[row][s][protocol]['stored'] for s in sets) / len(sets))
 
 
+def rescored(specs: list[str], file: str | Path, protocol: str = PROTOCOL) -> dict[str, Any]:
+  """The released file's figures on other versions of its test splits: ``LABEL=EVAL_JSON``
+  specs, each the eval.json of ``crackjax-evaluate --model=<the released name>`` on, e.g.,
+  DeepCrack's test photos without those the training split holds. Returns label -> (F1 (%) at
+  the stored threshold, images).
+
+  Raises:
+    ValueError: a spec without '=', or a record of another model (parameters, step: as
+      `model_card.rescore` matches them), without `protocol` or without its F1 at the stored
+      threshold.
+  """
+  from crackjax.evaluation.result import read_record
+  from crackjax.models import model_file
+
+  card = model_file.read(file).card
+  mine = (card['model']['parameters'], card['training']['step'])
+  out = {}
+  for spec in specs:
+    label, _, path = spec.partition('=')
+    if not path:
+      raise ValueError(f'--old_score={spec}: expected LABEL=EVAL_JSON.')
+    got = read_record(path)
+    if (got.params, got.step) != mine or protocol not in got.results:
+      raise ValueError(
+        f'{path}: not a {protocol} scoring of {Path(file).name} ({mine[0]} parameters, step '
+        f'{mine[1]}; it holds {got.params} at step {got.step}).'
+      )
+    run = (got.results[protocol].operating_points or {}).get('run')
+    if run is None:
+      raise ValueError(
+        f'{path} has no F1 at the stored threshold (score the file: crackjax-evaluate '
+        f'--model={Path(file).stem}).'
+      )
+    out[label] = (100 * run.f1, got.num_images)
+  return out
+
+
 def checks(
   new: dict[str, Any],
   old: dict[str, Any] | None,
-  peer: dict[str, dict[str, Any]],
+  peer: dict[str, list[dict[str, Any]]],
   margin: float = 5.0,
   protocol: str = PROTOCOL,
   old_recipe: tuple[str, float] | None = None,
+  old_rescored: dict[str, tuple[float, int]] | None = None,
 ) -> list[Check]:
   """The gate's conditions for registry entry `new` against the released entry `old` (None:
   nothing released under the name yet) and the peer's scores (`peer_scores`). `old_recipe`
   (where the row comes from, its mean: `row_mean`) stands for the released model's LODO
-  figure when its card has none.
+  figure when its card has none; `old_rescored` (`rescored`) for its card's figures on the
+  splits it names.
 
   Raises:
     ValueError: `new` holds no per-split scores under `protocol` (a one-dataset model: the
@@ -156,11 +199,15 @@ def checks(
       f'{new["name"]}: its card has no {protocol} F1 at the stored threshold per test split '
       '(the gate is for a general model scored on every public test split).'
     )
-  old_f1 = _at_threshold(old, protocol) if old else {}
+  old_f1 = {**(_at_threshold(old, protocol) if old else {}), **(old_rescored or {})}
   rows = [_lodo_check(new, old, margin, protocol, old_recipe)]
   for label in [*new_f1, *(s for s in old_f1 if s not in new_f1)]:
     new_at, old_at = new_f1.get(label, (None, None)), old_f1.get(label, (None, None))
-    rows.append(_split_check(label, new_at, old_at, _peer_of(label, peer)))
+    row = _split_check(label, new_at, old_at, _peer_of(label, peer, new_at[1]))
+    if label in (old_rescored or {}):
+      note = 'the released file scored again on these images'
+      row = dataclasses.replace(row, note=f'{row.note}; {note}' if row.note else note)
+    rows.append(row)
   return rows
 
 
@@ -282,6 +329,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     '--old_row', help="the released model's recipe in --lodo_table (e.g. 'base (long)'), "
     'for a released card without a LODO figure'
   )  # fmt: skip
+  parser.add_argument(
+    '--old_score', action='append', default=[], help="LABEL=EVAL_JSON: the released file "
+    "scored again on another version of a split (e.g. 'deepcrack test (photos)=.../eval.json')"
+  )  # fmt: skip
   parser.add_argument('--out', help='the checks as JSON')
 
 
@@ -304,7 +355,14 @@ def report(
       raise ValueError('--old_row needs --lodo_table, the table holding that row.')
     where = f'{args.old_row} in {Path(args.lodo_table).name}'
     old_recipe = (where, row_mean(args.lodo_table, args.old_row, sets))
-  rows = checks(new, old, peer, args.margin, old_recipe=old_recipe)
+  old_rescored = None
+  if args.old_score:
+    if old is None:
+      raise ValueError(f'--old_score: no model released as {new["name"]!r} to compare with.')
+    from crackjax.models import hub
+
+    old_rescored = rescored(args.old_score, hub.resolve(old['name']))
+  rows = checks(new, old, peer, args.margin, old_recipe=old_recipe, old_rescored=old_rescored)
   print(table(rows, label, old and old['name'], args.peer_model, args.margin))
   if args.out:
     record = {'file': label, 'against': old and old['name'], 'peer': args.peer_model}
