@@ -287,7 +287,7 @@ def test_the_released_file_scored_again_stands_for_its_cards_figure(
   argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={other}']
   assert release_lib.main(argv) == 2
   assert capsys.readouterr().err.endswith(
-    f'{other}: not a strict scoring of m.safetensors ({again.params} parameters, step 6; it '
+    f'{other}: not a strict scoring of m ({again.params} parameters, step 6; it '
     f'holds {again.params} at step 3).\n'
   )
   # A scoring without the F1 at the stored threshold (the run's own eval.json): named.

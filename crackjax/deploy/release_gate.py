@@ -137,7 +137,7 @@ def row_mean(table: str | Path, row: str, sets: list[str], protocol: str = PROTO
   return float(sum(rows[row][s][protocol]['stored'] for s in sets) / len(sets))
 
 
-def rescored(specs: list[str], file: str | Path, protocol: str = PROTOCOL) -> dict[str, Any]:
+def rescored(specs: list[str], released: str, protocol: str = PROTOCOL) -> dict[str, Any]:
   """The released file's figures on other versions of its test splits: ``LABEL=EVAL_JSON``
   specs, each the eval.json of ``crackjax-evaluate --model=<the released name>`` on, e.g.,
   DeepCrack's test photos without those the training split holds. Returns label -> (F1 (%) at
@@ -149,9 +149,9 @@ def rescored(specs: list[str], file: str | Path, protocol: str = PROTOCOL) -> di
       threshold.
   """
   from crackjax.evaluation.result import read_record
-  from crackjax.models import model_file
+  from crackjax.experiment.restored import read_model_file
 
-  card = model_file.read(file).card
+  card = read_model_file(released).card
   mine = (card['model']['parameters'], card['training']['step'])
   out = {}
   for spec in specs:
@@ -161,14 +161,14 @@ def rescored(specs: list[str], file: str | Path, protocol: str = PROTOCOL) -> di
     got = read_record(path)
     if (got.params, got.step) != mine or protocol not in got.results:
       raise ValueError(
-        f'{path}: not a {protocol} scoring of {Path(file).name} ({mine[0]} parameters, step '
+        f'{path}: not a {protocol} scoring of {released} ({mine[0]} parameters, step '
         f'{mine[1]}; it holds {got.params} at step {got.step}).'
       )
     run = (got.results[protocol].operating_points or {}).get('run')
     if run is None:
       raise ValueError(
         f'{path} has no F1 at the stored threshold (score the file: crackjax-evaluate '
-        f'--model={Path(file).stem}).'
+        f'--model={released}).'
       )
     out[label] = (100 * run.f1, got.num_images)
   return out
@@ -359,9 +359,7 @@ def report(
   if args.old_score:
     if old is None:
       raise ValueError(f'--old_score: no model released as {new["name"]!r} to compare with.')
-    from crackjax.models import hub
-
-    old_rescored = rescored(args.old_score, hub.resolve(old['name']))
+    old_rescored = rescored(args.old_score, old['name'])
   rows = checks(new, old, peer, args.margin, old_recipe=old_recipe, old_rescored=old_rescored)
   print(table(rows, label, old and old['name'], args.peer_model, args.margin))
   if args.out:
