@@ -195,16 +195,21 @@ def test_the_command_allows_or_refuses_from_the_files(smoke_run, tmp_path, monke
   assert capsys.readouterr().err.startswith('python -m crackjax.deploy.release gate: ')
 
 
-def test_the_released_recipes_lodo_row_stands_for_a_card_without_one(
-  smoke_run, tmp_path, monkeypatch, capsys
-):
+@pytest.fixture
+def released(smoke_run, tmp_path, monkeypatch) -> Path:
+  """Model 'm' released (in a registry of this test's own) without a LODO figure, scored 60 / 70
+  on 'a test' / 'b test'; returns a new file of the same scores with a LODO figure of 58."""
   from crackjax.models import hub
 
   monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
   monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
   old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.6, 'b': 0.7}, lodo=False)
   release_lib.register(old, 'm', 'test')
-  new = _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})  # LODO 58
+  return _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})
+
+
+def test_the_released_recipes_lodo_row_stands_for_a_card_without_one(released, tmp_path, capsys):
+  new = released  # LODO 58
   rows = {
     'base (long)': {'a': {'strict': {'stored': 55.0}}, 'b': {'strict': {'stored': 65.0}}},
     'base (short)': {'a': {'strict': {'stored': 50.0}}},
@@ -256,16 +261,11 @@ def test_the_peer_record_of_the_new_files_set_is_taken():
 
 
 def test_the_released_file_scored_again_stands_for_its_cards_figure(
-  smoke_run, tmp_path, monkeypatch, capsys
+  released, smoke_run, tmp_path, capsys
 ):
   from crackjax.evaluation.result import read_record
-  from crackjax.models import hub
 
-  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
-  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
-  old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.6, 'b': 0.7}, lodo=False)
-  release_lib.register(old, 'm', 'test')
-  new = _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})
+  new = released
   # The smoke run's own scoring is of the same parameters and step as its exported file; as
   # crackjax-evaluate --model writes it, with its F1 at the stored threshold ('run').
   data = json.loads((smoke_run / 'eval.json').read_text())
