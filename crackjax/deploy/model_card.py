@@ -235,10 +235,10 @@ def lodo(file: str | Path, table: str | Path, row: str, peer: str | None = None)
     ),
     'table': table.name,
     'command': data.get('command'),
-    **_lodo_row(data, row, sets, table),
+    **lodo_row(data, row, sets, table),
   }
   if peer is not None:
-    entry['peer'] = _lodo_row(data, peer, sets, table)
+    entry['peer'] = lodo_row(data, peer, sets, table)
     entry['lead'] = {
       protocol: mean['stored'] - entry['peer']['mean'][protocol]['stored']
       for protocol, mean in entry['mean'].items()
@@ -249,9 +249,10 @@ def lodo(file: str | Path, table: str | Path, row: str, peer: str | None = None)
   return entry
 
 
-def _lodo_row(data: dict[str, Any], row: str, sets: list[str], table: Path) -> dict[str, Any]:
-  """Row `row` of a LODO table on `sets`: per set its images and each protocol's F1 at the
-  stored threshold and ODS, and the means of the protocols every set has."""
+def lodo_row(data: dict[str, Any], row: str, sets: list[str], table: Path) -> dict[str, Any]:
+  """Row `row` of a LODO table (`data`, read from `table`) on `sets`: per set its images and
+  each protocol's F1 at the stored threshold and ODS, and the means of the protocols every set
+  has (`lodo` puts it into a card; `release_gate.row_mean` reads the released recipe's)."""
   rows = data.get('rows', {})
   if row not in rows:
     raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')

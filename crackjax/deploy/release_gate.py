@@ -127,14 +127,13 @@ def row_mean(table: str | Path, row: str, sets: list[str], protocol: str = PROTO
   Raises:
     ValueError: the table lacks the row, or the row a fold of one of `sets`.
   """
-  rows = json.loads(Path(table).read_text()).get('rows', {})
-  if row not in rows:
-    raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')
-  missing = [s for s in sets if 'stored' not in rows[row].get(s, {}).get(protocol, {})]
-  if missing:
-    missed = ', '.join(missing)
-    raise ValueError(f'{table}: row {row!r} has no {protocol} fold with {missed} held out.')
-  return float(sum(rows[row][s][protocol]['stored'] for s in sets) / len(sets))
+  from crackjax.deploy import model_card
+
+  table = Path(table)
+  mean = model_card.lodo_row(json.loads(table.read_text()), row, sets, table)['mean']
+  if protocol not in mean:
+    raise ValueError(f'{table}: row {row!r} has no {protocol} figure on every one of {sets}.')
+  return mean[protocol]['stored']
 
 
 def rescored(specs: list[str], released: str, protocol: str = PROTOCOL) -> dict[str, Any]:
@@ -149,9 +148,9 @@ def rescored(specs: list[str], released: str, protocol: str = PROTOCOL) -> dict[
       threshold.
   """
   from crackjax.evaluation.result import read_record
-  from crackjax.experiment.restored import read_model_file
+  from crackjax.experiment.restored import model_file_metadata
 
-  card = read_model_file(released).card
+  card = model_file_metadata(released)[1]['card']  # the card alone: no tensor read
   mine = (card['model']['parameters'], card['training']['step'])
   out = {}
   for spec in specs:
