@@ -78,6 +78,13 @@ RECIPES: dict[str, dict] = {
   # Larger crops for more context (256x256): a quarter of the budget's batch, the same pixels
   # per step (`CROP_PIXELS`); photos smaller than the crop are mirrored up, as they are today.
   'crop256': {'data': {'input_size': (256, 256)}},
+  # `jpeg` with each image standardised per channel inside the model (config.model.input_norm,
+  # crackjax/models/unet.py): exposure and contrast of a new camera never reach the network,
+  # and the model file carries the normalisation to every prediction.
+  'jpeg_standardize': {
+    'data': {'jpeg_probability': 0.5, 'jpeg_quality': (30, 95)},
+    'model': {'input_norm': 'image'},
+  },
 }
 
 #: The pixels of one training crop of roads-unet-cpu's recipe (128 x 128): a recipe with

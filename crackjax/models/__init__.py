@@ -112,7 +112,12 @@ MODELS: dict[str, ModelEntry] = {
   # The paper's revised U-Net.
   'unet': ModelEntry(
     build=UNet,
-    config={'widths': (64, 128, 256, 512, 1024), 'conv_impl': 'auto', 'dtype': 'float32'},
+    config={
+      'widths': (64, 128, 256, 512, 1024),
+      'conv_impl': 'auto',
+      'dtype': 'float32',
+      'input_norm': 'none',
+    },
     original_loss=XIE_WCE,
     small={
       # A 2-core CPU: widths 16...256 (1.94M parameters).
