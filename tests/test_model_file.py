@@ -83,6 +83,25 @@ def test_the_file_predicts_as_the_run(smoke_run, exported):
   assert from_file.threshold == from_run.threshold
 
 
+def test_the_models_input_norm_travels_in_the_file(smoke_run, tmp_path):
+  # The U-Net's per-image standardisation has no parameters: the smoke run's weights with
+  # input_norm='image' in its config; the file built from it standardises every photo.
+  run = tmp_path / 'run'
+  shutil.copytree(smoke_run, run)
+  config = json.loads((run / 'config.json').read_text())
+  config['model']['input_norm'] = 'image'
+  (run / 'config.json').write_text(json.dumps(config))
+  out = export.export_model_file(run, tmp_path / 'std.safetensors', name='std')[0]
+  from_file = predictor.Predictor.from_pretrained(out)
+  assert from_file.model.input_norm == 'image'
+  image = photo()
+  np.testing.assert_array_equal(from_file(image), predictor.Predictor.from_workdir(run)(image))
+  assert not np.allclose(from_file(image), predictor.Predictor.from_workdir(smoke_run)(image))
+  # A darker, flatter photo of the same road gives (nearly) the same map.
+  dim = (image * 0.5 + 20).astype(np.uint8)
+  np.testing.assert_allclose(from_file(dim), from_file(image), atol=0.02)
+
+
 def test_the_card_and_metadata(smoke_run, exported):
   loaded = model_file.read(exported)
   card = loaded.card
