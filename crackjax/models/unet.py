@@ -116,6 +116,8 @@ STANDARDIZE_EPSILON = 1e-4
 def standardize_per_image(x: jax.Array) -> jax.Array:
   """Each image of [B, H, W, C] minus its channel means, over its channel standard deviations.
 
+  The image is what the model is given: a training crop, a whole photo, or one tile of a photo
+  larger than the predictor's tile (`crackjax.deploy.predictor`), each with its own statistics.
   Computed in float32 whatever `x`'s dtype; returns float32.
   """
   x = x.astype(jnp.float32)
