@@ -1,6 +1,5 @@
 """The paper's U-Net: parameter counts, its up-sampling, its optional input standardisation and
-an unknown name (its output shapes
-and input multiple: tests/test_contracts.py)."""
+an unknown name (its output shapes and input multiple: tests/test_contracts.py)."""
 
 import flax.linen as nn
 import jax
