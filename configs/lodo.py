@@ -55,6 +55,9 @@ SQRT_SIZE_WEIGHTS = {
   'aiglern_trimm': 12.3,
 }
 
+#: Half the training crops JPEG-compressed at a quality in [30, 95] and decoded again.
+JPEG = {'jpeg_probability': 0.5, 'jpeg_quality': (30, 95)}
+
 #: The recipes under comparison: config overrides (ConfigDict.update semantics) on top of
 #: roads-unet-cpu's, applied before the held-out member leaves the mixture.
 RECIPES: dict[str, dict] = {
@@ -70,8 +73,8 @@ RECIPES: dict[str, dict] = {
     'augment': {'photometric': PHOTOMETRIC},
     'data': {'scale_range': (0.5, 2.0)},
   },
-  # Half the training crops JPEG-compressed at a quality in [30, 95] and decoded again.
-  'jpeg': {'data': {'jpeg_probability': 0.5, 'jpeg_quality': (30, 95)}},
+  # Half the training crops JPEG-compressed (`JPEG`).
+  'jpeg': {'data': JPEG},
   # Each member sampled in proportion to the square root of its train split's size (58 photos,
   # 2,908, 5,270, 942 and 152 crops), between every set alike (base) and every crop alike.
   'sqrt_size': {'data': {'mix': {m: {'weight': w} for m, w in SQRT_SIZE_WEIGHTS.items()}}},
@@ -81,10 +84,7 @@ RECIPES: dict[str, dict] = {
   # `jpeg` with each image standardised per channel inside the model (config.model.input_norm,
   # crackjax/models/unet.py): exposure and contrast of a new camera never reach the network,
   # and the model file carries the normalisation to every prediction.
-  'jpeg_standardize': {
-    'data': {'jpeg_probability': 0.5, 'jpeg_quality': (30, 95)},
-    'model': {'input_norm': 'image'},
-  },
+  'jpeg_standardize': {'data': JPEG, 'model': {'input_norm': 'image'}},
 }
 
 #: The pixels of one training crop of roads-unet-cpu's recipe (128 x 128): a recipe with
