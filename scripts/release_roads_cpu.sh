@@ -82,8 +82,13 @@ if has train; then
       (( left > 60 )) || { echo "TRAIN_MINUTES spent: resume with the same command."; break; }
       status=0
       timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" || status=$?
-      # 124: the time limit's SIGTERM ended it (checkpoint kept); anything else is a failure.
-      [[ $status == 0 || $status == 124 || $status == 1 && -f "$RUN/epoch_001.json" ]] || exit "$status"
+      # 124: the time limit's SIGTERM ended it (checkpoint kept; 137: killed while saving, the
+      # last complete checkpoint kept). Anything else is launch.py's failure, said above: not
+      # a time limit (a run of another config in RUN was once reported as one).
+      if [[ $status != 0 && $status != 124 && $status != 137 ]]; then
+        echo "launch.py failed (exit $status), not a time limit: its message above says why."
+        exit "$status"
+      fi
       [[ $status == 0 ]] || { echo "Stopped by TRAIN_MINUTES: resume with the same command."; break; }
     else
       "${cmd[@]}"

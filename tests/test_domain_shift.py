@@ -195,7 +195,12 @@ def test_old_runs_keep_their_fingerprint():
   c = base.get_config().to_dict()
   old = {**c, 'data': {k: v for k, v in c['data'].items() if k != 'scale_range'}}
   old['augment'] = {k: v for k, v in c['augment'].items() if k != 'photometric'}
+  # model.input_norm came after the plateau run started: at 'none' that run resumes.
+  old['model'] = {k: v for k, v in c['model'].items() if k != 'input_norm'}
+  assert c['model']['input_norm'] == 'none'
   assert identity.fingerprint(old) == identity.fingerprint(c)
+  standardized = lodo.get_config('gaps384,jpeg_standardize,smoke').to_dict()
+  assert identity.fingerprint(standardized)['model.input_norm'] == 'image'
   changed = lodo.get_config('gaps384,photometric_scale,smoke').to_dict()
   fp = identity.fingerprint(changed)
   assert fp['data.scale_range'] == [0.5, 2.0] and fp['augment.photometric.enabled'] is True

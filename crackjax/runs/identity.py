@@ -108,9 +108,10 @@ def _excluded(name: str) -> bool:
 
 # Fields added after runs were recorded: at these values they compute what a run from before
 # them computed, so they are left out of the fingerprint (such a run resumes, its fingerprint
-# unchanged). The photometric group computes nothing while it is not enabled.
+# unchanged). The photometric group computes nothing while it is not enabled. A new field
+# whose default computes what runs before it computed belongs here, with that default.
 _PHOTOMETRIC = 'augment.photometric'
-_NEUTRAL = {'data.scale_range': [1.0, 1.0]}
+_NEUTRAL = {'data.scale_range': [1.0, 1.0], 'model.input_norm': 'none'}
 
 
 def _neutral(flat: Mapping[str, Any]) -> set[str]:
