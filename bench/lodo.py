@@ -182,10 +182,26 @@ def train_command(fold: Fold, args: argparse.Namespace) -> list[str]:
   return cmd
 
 
+def planned_epochs(fold: Fold) -> int:
+  """The epochs the fold's budget trains (its config's num_epochs)."""
+  return lodo.get_config(f'{fold.held_out},{fold.recipe},{fold.budget}').num_epochs
+
+
+def epochs_scored(fold: Fold) -> int:
+  """How many of the fold's epochs are recorded (epoch_NNN.json, launch.py's)."""
+  return len(list(fold.run.glob('epoch_*.json')))
+
+
 def trained(fold: Fold) -> bool:
   """Whether the fold's last epoch is recorded (its config's num_epochs)."""
-  epochs = lodo.get_config(f'{fold.held_out},{fold.recipe},{fold.budget}').num_epochs
-  return (fold.run / f'epoch_{epochs:03d}.json').exists()
+  return (fold.run / f'epoch_{planned_epochs(fold):03d}.json').exists()
+
+
+def exportable(fold: Fold, accept_cut: bool) -> bool:
+  """Whether the fold may be exported: trained to its last epoch, or, with `accept_cut`, cut
+  short (a time limit's SIGTERM) after at least one epoch was scored: its best epoch so far
+  is exported and the table names the epochs it trained (`cut_folds`)."""
+  return trained(fold) or (accept_cut and epochs_scored(fold) > 0)
 
 
 # The commands by module, run by this Python: crackjax need not be installed (the GPU
@@ -194,12 +210,13 @@ EXPORT = [sys.executable, '-m', 'crackjax.deploy.export_command']
 EVALUATE = [sys.executable, '-m', 'crackjax.trainer.evaluate_command']
 
 
-def export_command(fold: Fold, step: int) -> list[str]:
+def export_command(fold: Fold, step: int, dtype: str = 'float32') -> list[str]:
   return [
     *EXPORT,
     f'--workdir={fold.run}',
     f'--step={step}',
     '--format=model',
+    f'--dtype={dtype}',
     f'--name=lodo-{fold.recipe}-{fold.budget}-without-{fold.held_out}',
     f'--out={fold.run / MODEL_FILE}',
     '--overwrite',
@@ -539,6 +556,17 @@ def threshold_table(
   return '\n'.join(lines)
 
 
+def cut_folds(rows: dict[str, dict[str, Any]], held_out: list[str]) -> str:
+  """'row, set: N of M epochs; ...' for each fold scored before its last epoch ('' if none)."""
+  cut = []
+  for name, by_set in rows.items():
+    for h in held_out:
+      epochs = (by_set.get(h) or {}).get('epochs')
+      if epochs and epochs['scored'] < epochs['planned']:
+        cut.append(f'{name}, {h}: {epochs["scored"]} of {epochs["planned"]} epochs')
+  return '; '.join(cut)
+
+
 def tables(rows: dict[str, dict[str, Any]], held_out: list[str]) -> tuple[str, dict[str, Any]]:
   """The Markdown of the F1 table, the threshold table (for each row with three or more sets
   scored, `new_road_thresholds`) and the false-positive table; and those thresholds."""
@@ -558,6 +586,9 @@ def tables(rows: dict[str, dict[str, Any]], held_out: list[str]) -> tuple[str, d
       f'{FP_IMAGES} evenly spaced held-out test photos at most, stored → photo threshold, the '
       'weight w chosen on the other held-out sets:\n\n' + photo
     )
+  cut = cut_folds(rows, held_out)
+  if cut:
+    text += '\n\nCut short by a time limit (its best epoch so far exported): ' + cut + '.'
   fps = fp_table(rows, held_out)
   if fps:
     text += (
@@ -602,6 +633,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     default=None,
     help="bench/peer_mtscrack.py's JSON files on the test splits, comma-separated",
   )
+  p.add_argument(
+    '--accept_cut',
+    action='store_true',
+    help='export a fold cut short by a time limit from its best epoch scored so far (the table '
+    'names the epochs it trained); without it only a fold trained to its last epoch is exported',
+  )
+  p.add_argument(
+    '--dtype',
+    default='float32',
+    choices=('float32', 'bfloat16'),
+    help="the exported files' parameters (crackjax-export --dtype)",
+  )
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
   args = p.parse_args(argv)
@@ -635,8 +678,8 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
     if 'train' in stages and not trained(f):
       _run(train_command(f, args))
     model = f.run / MODEL_FILE
-    if 'export' in stages and trained(f) and not model.exists():
-      _run(export_command(f, release.best_epoch(f.run)['step']))
+    if 'export' in stages and exportable(f, args.accept_cut) and not model.exists():
+      _run(export_command(f, release.best_epoch(f.run)['step'], args.dtype))
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
     photo_stages(f, args)
@@ -672,6 +715,7 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
     if scores:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
+      scores['epochs'] = {'scored': epochs_scored(f), 'planned': planned_epochs(f)}
       scores['datasets_alike'] = datasets_alike(f, best['step'], scores['curve'])
       if f.fp_record.exists():
         scores['false_positives'] = json.loads(f.fp_record.read_text())['length_per_mp']

@@ -14,30 +14,39 @@
 #   TINY=1 bash scripts/lodo_gpu.sh
 # On the GPU, one call:
 #   device run: command="bash scripts/lodo_gpu.sh", carry=[".whl", ".data"], timeout_s=600
-# What comes back in $OUT: log.txt, lodo_gpu.md / .json (the table, bench/lodo.py --out) and
-# lodo_gpu_runs.tar.gz (every fold's records: epochs, held-out eval.json, logs; no checkpoints
-# or model files), packed after the folds and on the way out.
-# Environment knobs: RECIPES ('base photometric'), BUDGET (long; gpu: the GPU-made
-# roads-unet's widths and batch for 8,000 steps, with RECIPES=base; TINY: smoke), HELD_OUT
-# (the five), LIMIT_MINUTES=8 (each held-out set's process: SIGTERM then, its finished folds
-# kept), MEM_FRACTION=0.15 (each process's share of the GPU's memory), DATA=.data/roads (the
-# pack), OUT=<the device tool's output folder>, WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY:
-# the copies the tiny pack is made from), TEST_TIME (bench/lodo.py --test_time, e.g. 2 or
-# jpeg:2: rows of the same fold files at test-time scales, with their false positives and
-# photo thresholds; empty by default).
-# Not yet timed on a GPU (28 Nov 2026: the session's device time ran out first). One
-# roads-unet run alone went 54 steps/s on an H200 at the gpu budget's widths and batch, with
-# its loader on the host: five side by side share 16 cores, so try BUDGET=gpu RECIPES=base
-# first and read the steps/s of lodo_*.log in the records.
+# What comes back in $OUT: log.txt, lodo_gpu.md / .json (the table, bench/lodo.py --out),
+# lodo_gpu_runs.tar.gz (every fold's records: epochs, held-out eval.json, logs; no checkpoints)
+# and the model files of RETURN_MODELS's folds, packed after the folds and on the way out.
+# Two phases, the five processes side by side in each: training, cut at TRAIN_MINUTES (SIGTERM:
+# the checkpoint is saved, the epochs scored stay); then each fold exported from its best epoch
+# so far (bench/lodo.py --accept_cut: the table names a fold cut short) and scored, cut at
+# FINISH_MINUTES. Environment knobs: RECIPES ('base photometric'), BUDGET (long; gpu: the
+# GPU-made roads-unet's widths and batch for 8,000 steps; TINY: smoke), HELD_OUT (the five),
+# TRAIN_MINUTES=5, FINISH_MINUTES=2.5, FINISH_STAGES=export,score (bench/lodo.py --stages; add
+# fp,photo for the false positives and photo thresholds), DTYPE=bfloat16 (the exported files),
+# RETURN_MODELS (held-out sets whose fold files come back as lodo_<recipe>_<budget>_<set>
+# .safetensors, e.g. 'deepcrack crack500 gaps384', whose test parts the pack subsamples: at most
+# 4 files of ~15.5 MB at the gpu budget), MEM_FRACTION=0.15 (each process's share of the GPU's
+# memory), DATA=.data/roads (the pack), OUT=<the device tool's output folder>,
+# WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY: the copies the tiny pack is made from),
+# TEST_TIME (bench/lodo.py --test_time, e.g. 2 or jpeg:2: rows of the same fold files at
+# test-time scales; empty by default).
+# One roads-unet run alone went 54 steps/s on an H200 at the gpu budget's widths and batch,
+# with its loader on the host; five side by side share the GPU and 16 cores: read the steps/s
+# of lodo_*.log in the records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --help prints the comment above; the settings are environment variables, not arguments.
 . scripts/script_help.sh
-script_help "usage: [RECIPES='base photometric' BUDGET=long TINY=1 LIMIT_MINUTES=8 DATA=...] bash scripts/lodo_gpu.sh" "$@"
+script_help "usage: [RECIPES='base photometric' BUDGET=long TINY=1 TRAIN_MINUTES=5 FINISH_MINUTES=2.5 RETURN_MODELS=... DATA=...] bash scripts/lodo_gpu.sh" "$@"
 RECIPES=${RECIPES:-base photometric}
 OUT=${OUT:-/tmp/lodo_gpu_out}
 WORK=${WORK:-/tmp/lodo_gpu}
-LIMIT_MINUTES=${LIMIT_MINUTES:-8}
+TRAIN_MINUTES=${TRAIN_MINUTES:-5}
+FINISH_MINUTES=${FINISH_MINUTES:-2.5}
+FINISH_STAGES=${FINISH_STAGES:-export,score}
+DTYPE=${DTYPE:-bfloat16}
+RETURN_MODELS=${RETURN_MODELS:-}
 MEM_FRACTION=${MEM_FRACTION:-0.15}
 HELD_OUT=${HELD_OUT:-crackforest deepcrack crack500 gaps384 aiglern_trimm}
 if [ "${TINY:-0}" = 1 ]; then
@@ -86,21 +95,40 @@ clock prepare
 recipes=$(echo $RECIPES | tr ' ' ',')
 COMMON=(--recipes="$recipes" --budget="$BUDGET" --work="$WORK" --crackforest="$DATA/crackforest"
   --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2 --test_time="${TEST_TIME:-}")
+# Each held-out set one process, all side by side, under a time limit; `wait_all PHASE` waits
+# for them and names each one's exit code (124: the limit's SIGTERM).
 pids=()
-for held_out in $HELD_OUT; do
-  # SIGTERM at the limit: the training saves its checkpoint; the folds finished are kept.
-  XLA_PYTHON_CLIENT_MEM_FRACTION=$MEM_FRACTION PYTHONUNBUFFERED=1 timeout --signal=TERM \
-    --kill-after=30 "$((60 * LIMIT_MINUTES))" python3 bench/lodo.py "${COMMON[@]}" \
-    --held_out="$held_out" > "$WORK/lodo_$held_out.log" 2>&1 &
-  pids+=("$held_out:$!")
-done
-for entry in "${pids[@]}"; do
-  set +e
-  wait "${entry#*:}"
-  code=$?
-  set -e
-  echo "held out ${entry%%:*}: exit code $code ($(grep --count '^+ ' "$WORK/lodo_${entry%%:*}.log") commands); $(clock folds)"
-  [ "$code" = 0 ] || tail -n 5 "$WORK/lodo_${entry%%:*}.log"
+side_by_side() {  # PHASE LIMIT_S bench/lodo.py flags...
+  local phase=$1 limit=$2
+  shift 2
+  pids=()
+  for held_out in $HELD_OUT; do
+    XLA_PYTHON_CLIENT_MEM_FRACTION=$MEM_FRACTION PYTHONUNBUFFERED=1 timeout --signal=TERM \
+      --kill-after=30 "$limit" python3 bench/lodo.py "${COMMON[@]}" --held_out="$held_out" "$@" \
+      >> "$WORK/lodo_$held_out.log" 2>&1 &
+    pids+=("$held_out:$!")
+  done
+  for entry in "${pids[@]}"; do
+    set +e
+    wait "${entry#*:}"
+    code=$?
+    set -e
+    echo "$phase, held out ${entry%%:*}: exit code $code ($(grep --count '^+ ' "$WORK/lodo_${entry%%:*}.log") commands); $(clock "$phase")"
+    [ "$code" = 0 ] || tail -n 5 "$WORK/lodo_${entry%%:*}.log"
+  done
+}
+# Training first, cut at TRAIN_MINUTES (SIGTERM: each training saves its checkpoint and the
+# epochs scored by then stay); then every fold exported from its best epoch so far (the table
+# names a fold cut short) and scored, so a call's limit never loses a trained fold.
+side_by_side train "$(python3 -c "print(int(60 * $TRAIN_MINUTES))")" --stages=train
+side_by_side finish "$(python3 -c "print(int(60 * $FINISH_MINUTES))")" --stages="$FINISH_STAGES" --accept_cut --dtype="$DTYPE"
+# The model files asked back (each at most 16 MiB: bfloat16 at the gpu budget's widths is
+# ~15.5 MB), to score the full test splits where the copies are.
+for held_out in $RETURN_MODELS; do
+  for recipe in $RECIPES; do
+    f=$WORK/${recipe}_$BUDGET/$held_out/model.safetensors
+    [ -f "$f" ] && cp "$f" "$OUT/lodo_${recipe}_${BUDGET}_$held_out.safetensors"
+  done
 done
 pack_records
 held=$(echo $HELD_OUT | tr ' ' ',')

@@ -190,7 +190,7 @@ def test_crackjax_train_is_the_launch_command():
     ('scripts/reproduce_gpu.sh', ['ROWS', 'PLAN=1']),
     ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
     ('scripts/release_roads_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'DATA', 'FILE']),
-    ('scripts/lodo_gpu.sh', ['RECIPES', 'BUDGET', 'TINY', 'LIMIT_MINUTES', 'DATA']),
+    ('scripts/lodo_gpu.sh', ['RECIPES', 'BUDGET', 'TINY', 'TRAIN_MINUTES', 'RETURN_MODELS']),
     ('scripts/lodo.sh', ['PUBLIC', 'RECIPES', 'BUDGET', 'HELD_OUT']),
     ('scripts/wheel_smoke.sh', ['PYTHON', 'CRACKFOREST_DIR', 'KEEP']),
     ('scripts/peer_table.sh', ['MODELS', 'MTS_ONNX', 'MTS_DIR', 'MAX_IMAGES']),

@@ -129,6 +129,32 @@ def _scores(curve_f1, stored=50.0):
   }
 
 
+def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(tmp_path):
+  """scripts/lodo_gpu.sh's time limit: a fold with 1 of its 4 epochs scored is exported from
+  that epoch only with --accept_cut, and the table names it with the epochs it trained."""
+  lodo = _bench()
+  (fold,) = lodo.plan(['base'], 'gpu', ['gaps384'], tmp_path)
+  assert lodo.planned_epochs(fold) == 4
+  assert not lodo.exportable(fold, accept_cut=True)  # nothing scored yet
+  fold.run.mkdir(parents=True)
+  (fold.run / 'epoch_001.json').write_text('{}')
+  assert not lodo.trained(fold) and lodo.epochs_scored(fold) == 1
+  assert not lodo.exportable(fold, accept_cut=False)
+  assert lodo.exportable(fold, accept_cut=True)
+  for n in (2, 3, 4):
+    (fold.run / f'epoch_{n:03d}.json').write_text('{}')
+  assert lodo.trained(fold) and lodo.exportable(fold, accept_cut=False)
+  rows = {
+    'base (gpu)': {'gaps384': {'epochs': {'scored': 2, 'planned': 4}}, 'crack500': None},
+    'jpeg (gpu)': {'gaps384': {'epochs': {'scored': 4, 'planned': 4}}},
+  }
+  assert lodo.cut_folds(rows, ['gaps384', 'crack500']) == 'base (gpu), gaps384: 2 of 4 epochs'
+  cmd = lodo.export_command(fold, 2000, 'bfloat16')
+  assert '--dtype=bfloat16' in cmd and '--step=2000' in cmd
+  args = lodo.parse_args(['--plan', '--accept_cut', '--dtype=bfloat16'])
+  assert args.accept_cut and args.dtype == 'bfloat16'
+
+
 def test_new_road_threshold_is_chosen_on_the_other_sets():
   lodo = _bench()
   # Three held-out sets whose best thresholds are 0.2, 0.3 and 0.7.

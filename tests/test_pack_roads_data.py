@@ -165,6 +165,8 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   table and the folds' records come back, no checkpoint or model file among them."""
   import tarfile
 
+  from crackjax.models import model_file
+
   done, log = _run_tiny(
     'scripts/lodo_gpu.sh',
     sources,
@@ -172,16 +174,24 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
     RECIPES='base',
     HELD_OUT='crackforest aiglern_trimm',
     TEST_TIME='2',
+    RETURN_MODELS='aiglern_trimm',
+    FINISH_STAGES='export,score,fp,photo',
   )
   assert done.returncode == 0, log[-4000:]
-  assert 'held out crackforest: exit code 0' in log and 'held out aiglern_trimm: exit code 0' in log
+  for phase in ('train', 'finish'):
+    for held_out in ('crackforest', 'aiglern_trimm'):
+      assert f'{phase}, held out {held_out}: exit code 0' in log
   out = tmp_path / 'out'
   assert sorted(p.name for p in out.iterdir()) == [
+    'lodo_base_smoke_aiglern_trimm.safetensors',
     'lodo_gpu.json',
     'lodo_gpu.md',
     'lodo_gpu_runs.tar.gz',
     'log.txt',
   ]
+  # The file asked back is the fold's export, in bfloat16 (DTYPE's default).
+  card = model_file.read(out / 'lodo_base_smoke_aiglern_trimm.safetensors').card
+  assert 'bfloat16' in card and 'trained without aiglern_trimm' in card['notes']
   table = json.loads((out / 'lodo_gpu.json').read_text())
   scored = table['rows']['base (smoke)']
   assert set(scored) == {'crackforest', 'aiglern_trimm'}
