@@ -192,6 +192,14 @@ def epochs_scored(fold: Fold) -> int:
   return len(list(fold.run.glob('epoch_*.json')))
 
 
+def recorded_epochs(fold: Fold) -> int:
+  """The epochs the fold's run was started for (its config.json; the budget's today if none)."""
+  try:
+    return int(json.loads((fold.run / 'config.json').read_text())['num_epochs'])
+  except (OSError, ValueError, KeyError):
+    return planned_epochs(fold)
+
+
 def trained(fold: Fold) -> bool:
   """Whether the fold's last epoch is recorded (its config's num_epochs)."""
   return (fold.run / f'epoch_{planned_epochs(fold):03d}.json').exists()
@@ -715,7 +723,7 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
     if scores:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
-      scores['epochs'] = {'scored': epochs_scored(f), 'planned': planned_epochs(f)}
+      scores['epochs'] = {'scored': epochs_scored(f), 'planned': recorded_epochs(f)}
       scores['datasets_alike'] = datasets_alike(f, best['step'], scores['curve'])
       if f.fp_record.exists():
         scores['false_positives'] = json.loads(f.fp_record.read_text())['length_per_mp']

@@ -21,7 +21,7 @@
 # the checkpoint is saved, the epochs scored stay); then each fold exported from its best epoch
 # so far (bench/lodo.py --accept_cut: the table names a fold cut short) and scored, cut at
 # FINISH_MINUTES. Environment knobs: RECIPES ('base photometric'), BUDGET (long; gpu: the
-# GPU-made roads-unet's widths and batch for 8,000 steps; TINY: smoke), HELD_OUT (the five),
+# GPU-made roads-unet's widths and batch for 6,000 steps; TINY: smoke), HELD_OUT (the five),
 # TRAIN_MINUTES=5, FINISH_MINUTES=2.5, FINISH_STAGES=export,score (bench/lodo.py --stages; add
 # fp,photo for the false positives and photo thresholds), DTYPE=bfloat16 (the exported files),
 # RETURN_MODELS (held-out sets whose fold files come back as lodo_<recipe>_<budget>_<set>
@@ -31,6 +31,12 @@
 # WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY: the copies the tiny pack is made from),
 # TEST_TIME (bench/lodo.py --test_time, e.g. 2 or jpeg:2: rows of the same fold files at
 # test-time scales; empty by default).
+# RELEASE=1 (RECIPES one recipe): the release run of that recipe (scripts/release_roads_gpu.sh
+# with RECIPE, configs/release/roads_unet.py:RECIPE: the folds' training with all five
+# members) side by side with the folds, under the same TRAIN_MINUTES, its file and records
+# back in $OUT/release/ (its stages prepare, train, export, score; then here on the CPU
+# `STAGES="finish ..." RECIPE=... FILE=... bash scripts/release_roads_gpu.sh`). With it, at
+# most one RETURN_MODELS (a call brings back 8 files).
 # One roads-unet run alone went 54 steps/s on an H200 at the gpu budget's widths and batch,
 # with its loader on the host; five side by side share the GPU and 16 cores: read the steps/s
 # of lodo_*.log in the records.
@@ -117,11 +123,28 @@ side_by_side() {  # PHASE LIMIT_S bench/lodo.py flags...
     [ "$code" = 0 ] || tail -n 5 "$WORK/lodo_${entry%%:*}.log"
   done
 }
+release_pid=
+if [ "${RELEASE:-0}" = 1 ]; then
+  [[ $RECIPES != *" "* ]] || { echo "RELEASE=1 takes one recipe in RECIPES, got '$RECIPES'."; exit 2; }
+  # Its own WORK, TFDS folder and OUT subfolder; its output in its own log.txt there.
+  OUT="$OUT/release" WORK="$WORK/release" TFDS_DATA_DIR="$WORK/release/tfds" RECIPE="$RECIPES" \
+    TRAIN_MINUTES="$TRAIN_MINUTES" DATA="$DATA" XLA_PYTHON_CLIENT_MEM_FRACTION=$MEM_FRACTION \
+    STAGES="prepare train export score" bash scripts/release_roads_gpu.sh > /dev/null 2>&1 &
+  release_pid=$!
+fi
 # Training first, cut at TRAIN_MINUTES (SIGTERM: each training saves its checkpoint and the
 # epochs scored by then stay); then every fold exported from its best epoch so far (the table
 # names a fold cut short) and scored, so a call's limit never loses a trained fold.
 side_by_side train "$(python3 -c "print(int(60 * $TRAIN_MINUTES))")" --stages=train
 side_by_side finish "$(python3 -c "print(int(60 * $FINISH_MINUTES))")" --stages="$FINISH_STAGES" --accept_cut --dtype="$DTYPE"
+if [ -n "$release_pid" ]; then
+  set +e
+  wait "$release_pid"
+  code=$?
+  set -e
+  echo "release run ($RECIPES): exit code $code; $(clock release) (its log: release/log.txt)"
+  tail -n 3 "$OUT/release/log.txt" || true
+fi
 # The model files asked back (each at most 16 MiB: bfloat16 at the gpu budget's widths is
 # ~15.5 MB), to score the full test splits where the copies are.
 for held_out in $RETURN_MODELS; do

@@ -23,13 +23,20 @@
 #            every dataset (strict, tolerance_thin_gt): a check, beside the run's records in
 #            $OUT/release_run.tar.gz (packed after every stage) and log.txt.
 # Back here, with the returned file (FILE=), on the CPU where the package is tested:
-#   STAGES="finish register" FILE=<returned roads-unet.safetensors> bash scripts/release_roads_gpu.sh
+#   STAGES="finish lodo gate register" FILE=<returned roads-unet.safetensors> [RECIPE=jpeg
+#     LODO_TABLE=... LODO_ROW='jpeg (gpu)' PHOTOS=...] bash scripts/release_roads_gpu.sh
 #   finish  : the file alone scored on every test image of the five datasets (the copies here:
 #             CRACKFOREST, PUBLIC; with PHOTOS, also DeepCrack's and CRACK500's whole test
 #             photos), each record put into its card with this machine's self check
 #             (python -m crackjax.deploy.release rescore).
+#   lodo    : its recipe's LODO figure into its card (LODO_TABLE, LODO_ROW; LODO_PEER).
+#   gate    : released only if that figure leads MTSCrack's by GATE_MARGIN (5) and no public
+#             test split is worse than MTSCrack's (GATE_PEERS) or GATE_AGAINST's (roads-unet-cpu)
+#             at the stored threshold (python -m crackjax.deploy.release gate); else it stops.
 #   register: the file copied into the package with its registry entry (release register).
-# Environment knobs: STAGES, TINY=1, TRAIN_MINUTES=6, DATA=.data/roads (the pack),
+# Environment knobs: STAGES, TINY=1, RECIPE (e.g. jpeg: configs/release/roads_unet.py:RECIPE,
+# the recipe of configs/lodo.py at its `gpu` budget, whose LODO folds scripts/lodo_gpu.sh
+# trains beside this run with RELEASE=1), TRAIN_MINUTES=6, DATA=.data/roads (the pack),
 # OUT=<the device tool's output folder>, WORK=/tmp/release_roads_gpu, FILE (finish, register;
 # default $OUT/roads-unet.safetensors), BACKGROUND_WORKERS=4, CRACKFOREST=../shared/datasets/
 # crackforest and PUBLIC=/work/data/Datasets (finish; TINY: the tiny pack), PHOTOS (finish,
@@ -49,10 +56,13 @@ BACKGROUND_WORKERS=${BACKGROUND_WORKERS:-4}
 TEST_SPLIT=${TEST_SPLIT:-test}
 CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
 PUBLIC=${PUBLIC:-/work/data/Datasets}
-ARG=
+# The config argument: RECIPE (configs/release/roads_unet.py: a recipe of configs/lodo.py at
+# its `gpu` budget, the training its LODO folds had) and, with TINY=1, tiny.
+ARG=${RECIPE:-}
+if [ "${TINY:-0}" = 1 ]; then ARG=${ARG:+$ARG,}tiny; fi
+ARG=${ARG:+:$ARG}
 if [ "${TINY:-0}" = 1 ]; then
   # The whole chain on this CPU: the GPU's stages, then the file's finish on the tiny pack.
-  ARG=:tiny
   STAGES=${STAGES:-prepare train export score finish}
   DATA=${DATA:-$WORK/tiny_pack}
 else
@@ -138,7 +148,7 @@ if has export; then
   python3 -m crackjax.deploy.release show --workdir="$RUN" | tee "$WORK/epochs.md"
   python3 -m crackjax.deploy.export_command --workdir="$RUN" --step="$STEP" --format=model \
     --dtype=bfloat16 --name="$NAME" --out="$FILE" --overwrite \
-    --notes="Made by scripts/release_roads_gpu.sh with $CONFIG (data: scripts/pack_roads_data.py); docs/models.md."
+    --notes="Made by scripts/release_roads_gpu.sh with $CONFIG$ARG (data: scripts/pack_roads_data.py); docs/models.md."
   # What comes back from the device machine: files of at most 16 MiB; the package's limit for
   # one file is 16 MB.
   size=$(stat -c %s "$FILE")
@@ -196,8 +206,30 @@ if has finish; then
   clock finish
 fi
 
+if has lodo; then
+  # Its recipe's leave-one-dataset-out figure (scripts/lodo_gpu.sh's table, made beside this
+  # run with RELEASE=1: LODO_TABLE=<its lodo_gpu.json, re-tabled here with --peer>, LODO_ROW
+  # e.g. 'jpeg (gpu)') into the card, MTSCrack's row beside it.
+  python3 -m crackjax.deploy.release lodo --file="$FILE" \
+    --table="${LODO_TABLE:?set LODO_TABLE to the JSON table of bench/lodo.py --out for this recipe}" \
+    --row="${LODO_ROW:?set LODO_ROW to the row of the recipe in LODO_TABLE}" \
+    --peer="${LODO_PEER:-MTSCrack (its mask: output > 0)}"
+fi
+if has gate; then
+  # Released only if its LODO mean leads MTSCrack's by GATE_MARGIN and no public test split is
+  # worse than MTSCrack's or the general model's it joins (GATE_AGAINST, roads-unet-cpu), at
+  # the stored threshold (issue 55); the script stops here otherwise.
+  peers=()
+  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
+    peers+=(--peer="$p")
+  done
+  python3 -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" \
+    --against="${GATE_AGAINST:-roads-unet-cpu}" --held_out="$TEST_SPLIT" "${peers[@]}" \
+    --margin="${GATE_MARGIN:-5}" --out="$WORK/gate.json" \
+    --peer_set='DeepCrack photos=deepcrack test (photos)' --peer_set='CRACK500 photos=crack500 test (photos)'
+fi
 if has register; then
   python3 -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
-    --config="$CONFIG" --command="bash scripts/release_roads_gpu.sh"
+    --config="$CONFIG$ARG" --command="${RECIPE:+RECIPE=$RECIPE }bash scripts/release_roads_gpu.sh"
 fi
 ls -la "$OUT"

@@ -99,7 +99,21 @@ def test_the_gpu_budget_is_the_gpu_models_recipe_without_the_held_out_member():
     fold['data']['mix'][held_out] = release['data']['mix'][held_out]
     differ = {k for k in release if release[k] != fold[k]}
     assert differ == {'num_epochs', 'max_checkpoints_to_keep'}, held_out
-    assert fold['num_epochs'] * fold['steps_per_epoch'] == 8000
+    assert fold['num_epochs'] * fold['steps_per_epoch'] == 6000
+  # With a recipe, the release run is its folds' training with all five members: nothing else
+  # differs, epochs included, so their LODO figure is the release's.
+  for recipe in ('base', 'jpeg', 'photometric', 'crop256'):
+    release = roads_unet.get_config(recipe).to_dict()
+    for held_out in lodo.MEMBERS:
+      fold = lodo.get_config(f'{held_out},{recipe},gpu').to_dict()
+      fold['data']['mix'][held_out] = release['data']['mix'][held_out]
+      assert fold == release, (recipe, held_out)
+  assert roads_unet.get_config('jpeg').data.jpeg_probability == 0.5
+  tiny = roads_unet.get_config('jpeg,tiny')
+  assert tiny.data.jpeg_probability == 0.5 and tiny.model.widths == (4, 8, 16, 32, 64)
+  for bad in ('magic', 'jpeg,photometric'):
+    with pytest.raises(ValueError, match=r'RECIPE one of \['):
+      roads_unet.get_config(bad)
 
 
 def _args(lodo, **kw):
@@ -130,18 +144,18 @@ def _scores(curve_f1, stored=50.0):
 
 
 def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(tmp_path):
-  """scripts/lodo_gpu.sh's time limit: a fold with 1 of its 4 epochs scored is exported from
+  """scripts/lodo_gpu.sh's time limit: a fold with 1 of its 3 epochs scored is exported from
   that epoch only with --accept_cut, and the table names it with the epochs it trained."""
   lodo = _bench()
   (fold,) = lodo.plan(['base'], 'gpu', ['gaps384'], tmp_path)
-  assert lodo.planned_epochs(fold) == 4
+  assert lodo.planned_epochs(fold) == 3
   assert not lodo.exportable(fold, accept_cut=True)  # nothing scored yet
   fold.run.mkdir(parents=True)
   (fold.run / 'epoch_001.json').write_text('{}')
   assert not lodo.trained(fold) and lodo.epochs_scored(fold) == 1
   assert not lodo.exportable(fold, accept_cut=False)
   assert lodo.exportable(fold, accept_cut=True)
-  for n in (2, 3, 4):
+  for n in (2, 3):
     (fold.run / f'epoch_{n:03d}.json').write_text('{}')
   assert lodo.trained(fold) and lodo.exportable(fold, accept_cut=False)
   rows = {
@@ -149,6 +163,10 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
     'jpeg (gpu)': {'gaps384': {'epochs': {'scored': 4, 'planned': 4}}},
   }
   assert lodo.cut_folds(rows, ['gaps384', 'crack500']) == 'base (gpu), gaps384: 2 of 4 epochs'
+  # The table's planned epochs are the run's own (its config.json), whatever the budget says now.
+  assert lodo.recorded_epochs(fold) == 3
+  (fold.run / 'config.json').write_text('{"num_epochs": 4}')
+  assert lodo.recorded_epochs(fold) == 4
   cmd = lodo.export_command(fold, 2000, 'bfloat16')
   assert '--dtype=bfloat16' in cmd and '--step=2000' in cmd
   args = lodo.parse_args(['--plan', '--accept_cut', '--dtype=bfloat16'])

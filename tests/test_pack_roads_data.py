@@ -156,13 +156,35 @@ def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   assert 'bfloat16' in card
   # TFDS prepared the pack under WORK, not in the home folder.
   assert (tmp_path / 'work' / 'tfds' / 'crack500').is_dir()
+  # Back here: its recipe's LODO row into the card, then the gate against MTSCrack's kept
+  # scores and roads-unet-cpu, which refuses a file scored on a tiny pack's few test images.
+  from crackjax.configs import lodo
+
+  fold = {'images': 3, 'strict': {'stored': 40.0, 'ods': 50.0}}
+  rows = {'base (gpu)': {m: fold for m in lodo.MEMBERS}, 'MTSCrack (its mask: output > 0)': {
+    m: {'strict': {'stored': 30.0, 'ods': 30.0}} for m in lodo.MEMBERS}}  # fmt: skip
+  (tmp_path / 'lodo.json').write_text(json.dumps({'command': ['bench/lodo.py'], 'rows': rows}))
+  done, log = _run_tiny(
+    'scripts/release_roads_gpu.sh',
+    sources,
+    tmp_path,
+    STAGES='lodo gate',
+    LODO_TABLE=str(tmp_path / 'lodo.json'),
+    LODO_ROW='base (gpu)',
+  )
+  assert done.returncode == 1, log[-4000:]
+  assert model_file.read(out / 'roads-unet.safetensors').card['lodo']['lead'] == {'strict': 10.0}
+  assert '| roads-unet.safetensors (new) | roads-unet-cpu (released) | MTSCrack |' in log
+  assert 'scored on 4 images, the released model on 46: not one set' in log
+  assert 'Release refused: ' in log
 
 
 @pytest.mark.slow
 def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
-  """scripts/lodo_gpu.sh with TINY=1 (about 3 min): two held-out sets side by side, each fold
-  trained on the tiny pack's other four, exported and scored on its held-out test part; the
-  table and the folds' records come back, no checkpoint or model file among them."""
+  """scripts/lodo_gpu.sh with TINY=1 and RELEASE=1: two held-out sets side by side with the
+  release run of the same recipe, each fold trained on the tiny pack's other four, then
+  exported and scored on its held-out test part; the table, the folds' records (no checkpoint
+  or model file among them), the one fold file asked back and the release's file come back."""
   import tarfile
 
   from crackjax.models import model_file
@@ -176,11 +198,15 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
     TEST_TIME='2',
     RETURN_MODELS='aiglern_trimm',
     FINISH_STAGES='export,score,fp,photo',
+    RELEASE='1',
+    # A 2-core CPU exports and scores the tiny folds in minutes (the GPU call's 2.5 are short).
+    FINISH_MINUTES='15',
   )
   assert done.returncode == 0, log[-4000:]
   for phase in ('train', 'finish'):
     for held_out in ('crackforest', 'aiglern_trimm'):
       assert f'{phase}, held out {held_out}: exit code 0' in log
+  assert 'release run (base): exit code 0' in log
   out = tmp_path / 'out'
   assert sorted(p.name for p in out.iterdir()) == [
     'lodo_base_smoke_aiglern_trimm.safetensors',
@@ -188,7 +214,18 @@ def test_lodo_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
     'lodo_gpu.md',
     'lodo_gpu_runs.tar.gz',
     'log.txt',
+    'release',
   ]
+  # RELEASE=1: the release run of the same recipe beside the folds (configs/release/
+  # roads_unet.py:base,tiny), its file and records in release/.
+  assert sorted(p.name for p in (out / 'release').iterdir()) == [
+    'log.txt',
+    'release_run.tar.gz',
+    'roads-unet.safetensors',
+  ]
+  release_log = (out / 'release' / 'log.txt').read_text()
+  assert 'config configs/release/roads_unet.py:base,tiny' in release_log
+  assert 'train exit code 0' in release_log
   # The file asked back is the fold's export, in bfloat16 (DTYPE's default).
   card = model_file.read(out / 'lodo_base_smoke_aiglern_trimm.safetensors').card
   assert 'bfloat16' in card and 'trained without aiglern_trimm' in card['notes']

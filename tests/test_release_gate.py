@@ -183,6 +183,13 @@ def test_the_command_allows_or_refuses_from_the_files(smoke_run, tmp_path, monke
   record = json.loads(out.read_text())
   assert [c['ok'] for c in record['checks']] == [True, True, False]
   assert record['against'] == 'm' and record['margin'] == 5.0
+  # Released under a new name (a first roads-unet), it is held to the model --against names.
+  argv = ['gate', f'--file={new}', '--name=other', '--against=m', f'--peer={peer}', f'--out={out}']
+  assert release_lib.main([*argv, '--peer_set=B photos=b test (photos)']) == 1
+  assert '| b test | 69.0 | 70.0 | – | fails: 1.0 behind the released model |' in (
+    capsys.readouterr().out
+  )
+  assert json.loads(out.read_text())['against'] == 'm'
   # Level with the released model on b, and 8 points ahead of the peer on roads never seen:
   # allowed at the 5 points asked, refused at 10.
   level = _scored_file(smoke_run, tmp_path / 'level.safetensors', {'a': 0.62, 'b': 0.70})

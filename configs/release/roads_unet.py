@@ -23,12 +23,18 @@ exponential WCE (beta 0.75) + Jaccard (a = 0.5, b = 1). What differs:
   whole but CRACK500's (a third). The member splits and manual dirs are the same fields as
   `roads_unet_cpu`'s; the script points the manual dirs at the pack.
 
-Config arguments:
+Config arguments (``[RECIPE][,tiny]``):
   (none): the release run.
+  RECIPE: a training recipe of configs/lodo.py's `RECIPES` (``base``: this recipe; ``jpeg``:
+    half the training crops JPEG-compressed; ...), at that file's ``gpu`` budget (3 epochs of
+    2,000 steps): the same training as its leave-one-dataset-out folds, with all five members,
+    so the folds' figure (scripts/lodo_gpu.sh) is this run's (issue 55). A recipe of other
+    crops keeps the pixels per step, as the folds do.
   tiny: seconds on a CPU (the script's TINY=1 try, on a tiny pack): widths 4...64, 2 epochs of
     3 steps of batch 2, 64x64 crops; CrackForest's last 2 train photos validate.
 """
 
+from crackjax.configs import lodo
 from crackjax.configs.release import roads_unet_cpu
 
 NAME = 'roads-unet'
@@ -40,7 +46,26 @@ CRACKFOREST_MEMBERS = roads_unet_cpu.CRACKFOREST_MEMBERS
 manual_dir_flags = roads_unet_cpu.manual_dir_flags
 
 
+def parse_arg(arg: str | None) -> tuple[str | None, bool]:
+  """(recipe or None, tiny) of the config argument ``[RECIPE][,tiny]``.
+
+  Raises:
+    ValueError: a part that is neither 'tiny' nor a recipe of configs/lodo.py (the known ones
+      named).
+  """
+  parts = [p.strip() for p in (arg or '').split(',') if p.strip()]
+  tiny = 'tiny' in parts
+  recipes = [p for p in parts if p != 'tiny']
+  if len(recipes) > 1 or (recipes and recipes[0] not in lodo.RECIPES):
+    raise ValueError(
+      f'Unknown config argument {arg!r}: give [RECIPE][,tiny], RECIPE one of '
+      f'{list(lodo.RECIPES)} (none: the release run of up to 40 epochs).'
+    )
+  return (recipes[0] if recipes else None), tiny
+
+
 def get_config(arg: str | None = None):
+  recipe, tiny = parse_arg(arg)
   c = roads_unet_cpu.get_config()
   c.model.widths = WIDTHS
   c.batch_size = 16
@@ -48,7 +73,12 @@ def get_config(arg: str | None = None):
   c.num_epochs = 40
   c.log_every_steps = 100
   c.eval.num_qualitative = 4
-  if arg == 'tiny':
+  if recipe:
+    c.update(lodo.RECIPES[recipe])
+    c.num_epochs = lodo.BUDGETS['gpu']['num_epochs']
+    h, w = c.data.input_size
+    c.batch_size = max(1, c.batch_size * lodo.CROP_PIXELS // (h * w))
+  if tiny:
     c.model.widths = (4, 8, 16, 32, 64)
     c.data.input_size = (64, 64)
     c.batch_size = 2
@@ -58,7 +88,5 @@ def get_config(arg: str | None = None):
     # The tiny pack's CrackForest has 12 labelled photos (7 train): its last 2 validate.
     c.data.mix.crackforest.train_split = 'train[:-2]'
     c.data.mix.crackforest.valid_split = 'train[-2:]'
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}: give none (the release) or 'tiny'.")
   c.max_checkpoints_to_keep = c.num_epochs
   return c

@@ -399,7 +399,8 @@ def _gate(prog: str, args: argparse.Namespace) -> int:
 
   try:
     new = registry_entry(args.file, args.name, args.held_out)
-    old = next((m for m in hub.released() if m['name'] == args.name), None)
+    against = args.against or args.name
+    old = next((m for m in hub.released() if m['name'] == against), None)
     return release_gate.report(Path(args.file).name, new, old, args)
   except (ValueError, OSError) as e:
     print(f'{prog} gate: {e}', file=sys.stderr)

@@ -315,6 +315,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The flags of ``python -m crackjax.deploy.release gate``."""
   parser.add_argument('--file', required=True)
   parser.add_argument('--name', required=True, help='the name it is to be released under')
+  parser.add_argument(
+    '--against', help='the released model it must not fall behind (default: --name, the one '
+    'it replaces; e.g. roads-unet-cpu for a first roads-unet)'
+  )  # fmt: skip
   parser.add_argument('--held_out', default='test')
   parser.add_argument('--peer', action='append', default=[], help='bench/peer_mtscrack.py JSON')
   parser.add_argument('--peer_model', default='MTSCrack')
