@@ -42,6 +42,8 @@
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# lodo_stage and gate_stage, the stages the GPU release script shares.
+. scripts/release_stages.sh
 STAGES=${STAGES:-train export score lodo gate register}
 WORK=${WORK:-workdirs/release}
 CRACKFOREST=${CRACKFOREST:-../shared/datasets/crackforest}
@@ -137,36 +139,11 @@ if has score && [[ -n "${PHOTOS:-}" ]]; then
     --set="DeepCrack photos=$PHOTOS/DeepCrack/test_img:$PHOTOS/DeepCrack/test_lab" \
     --set="CRACK500 photos=$PHOTOS/CRACK500/test_img:$PHOTOS/CRACK500/test_lab"
 fi
-if has lodo && [[ -z "${LODO_TABLE:-}" ]]; then
-  echo "No LODO_TABLE: the card carries no leave-one-dataset-out figure (issue 55 asks for one)."
-elif has lodo; then
-  # Its recipe's leave-one-dataset-out figure (bench/lodo.py --out's JSON, row LODO_ROW) into
-  # the card, MTSCrack's row beside it; the registry entry and crackjax-models show the means.
-  python -m crackjax.deploy.release lodo --file="$FILE" --table="$LODO_TABLE" \
-    --row="${LODO_ROW:?set LODO_ROW to the row of the recipe in LODO_TABLE}" \
-    --peer="${LODO_PEER:-MTSCrack (its mask: output > 0)}"
+if has lodo; then
+  lodo_stage "$FILE"
 fi
 if has gate; then
-  peers=()
-  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
-    peers+=(--peer="$p")
-  done
-  released=$(python -c "from crackjax.models import hub; print(any(m['name'] == '$NAME' for m in hub.released()))")
-  if [[ -n "${PHOTOS:-}" && $released == True ]]; then
-    # The released model on the same whole photos as the new one (its card's may be another
-    # version of them: DeepCrack's 237 before scripts/link_test_photos.py left 10 out).
-    crackjax-evaluate --model="$NAME" --data="deepcrack:$TEST_SPLIT" --data="crack500:$TEST_SPLIT" \
-      --protocols=strict --out="$WORK/score_photos_released" --overwrite \
-      --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" --data_dir="$WORK/tfds_photos"
-    for s in deepcrack crack500; do
-      peers+=(--old_score="$s test (photos)=$(ls -d "$WORK/score_photos_released/${s}_"*/)eval.json")
-    done
-  fi
-  [[ -n "${GATE_OLD_ROW:-}" ]] && peers+=(--old_row="$GATE_OLD_ROW"
-    --lodo_table="${LODO_TABLE:?set LODO_TABLE: the table holding GATE_OLD_ROW}")
-  python -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \
-    "${peers[@]}" --margin="${GATE_MARGIN:-5}" --out="$WORK/gate.json" \
-    --peer_set='DeepCrack photos=deepcrack test (photos)' --peer_set='CRACK500 photos=crack500 test (photos)'
+  gate_stage "$FILE" "$NAME" "$NAME"
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

@@ -45,6 +45,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # --help prints the comment above; the settings are environment variables, not arguments.
 . scripts/script_help.sh
+# lodo_stage and gate_stage, the stages the CPU release script shares.
+. scripts/release_stages.sh
 script_help "usage: [STAGES=... TINY=1 TRAIN_MINUTES=M DATA=... FILE=...] bash scripts/release_roads_gpu.sh" "$@"
 CONFIG=configs/release/roads_unet.py
 NAME=roads-unet
@@ -207,26 +209,11 @@ if has finish; then
 fi
 
 if has lodo; then
-  # Its recipe's leave-one-dataset-out figure (scripts/lodo_gpu.sh's table, made beside this
-  # run with RELEASE=1: LODO_TABLE=<its lodo_gpu.json, re-tabled here with --peer>, LODO_ROW
-  # e.g. 'jpeg (gpu)') into the card, MTSCrack's row beside it.
-  python3 -m crackjax.deploy.release lodo --file="$FILE" \
-    --table="${LODO_TABLE:?set LODO_TABLE to the JSON table of bench/lodo.py --out for this recipe}" \
-    --row="${LODO_ROW:?set LODO_ROW to the row of the recipe in LODO_TABLE}" \
-    --peer="${LODO_PEER:-MTSCrack (its mask: output > 0)}"
+  lodo_stage "$FILE"
 fi
 if has gate; then
-  # Released only if its LODO mean leads MTSCrack's by GATE_MARGIN and no public test split is
-  # worse than MTSCrack's or the general model's it joins (GATE_AGAINST, roads-unet-cpu), at
-  # the stored threshold (issue 55); the script stops here otherwise.
-  peers=()
-  for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
-    peers+=(--peer="$p")
-  done
-  python3 -m crackjax.deploy.release gate --file="$FILE" --name="$NAME" \
-    --against="${GATE_AGAINST:-roads-unet-cpu}" --held_out="$TEST_SPLIT" "${peers[@]}" \
-    --margin="${GATE_MARGIN:-5}" --out="$WORK/gate.json" \
-    --peer_set='DeepCrack photos=deepcrack test (photos)' --peer_set='CRACK500 photos=crack500 test (photos)'
+  # The first roads-unet joins roads-unet-cpu: held to it (GATE_AGAINST) and to MTSCrack.
+  gate_stage "$FILE" "$NAME" "${GATE_AGAINST:-roads-unet-cpu}"
 fi
 if has register; then
   python3 -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

@@ -231,8 +231,13 @@ def _python_snippets(script: str) -> list[tuple[str, str]]:
   strings (shell variables in double-quoted ones read as 1), and the code a snippet takes
   from a bench script (`runpy.run_path('bench/X.py')['NAME']`)."""
   text = (REPO / script).read_text()
+  # What it sources runs too: script_help.sh (sourced by a path of several spellings) and
+  # any `. scripts/X.sh`.
+  sourced = set(re.findall(r'^\. (scripts/[\w.]+\.sh)$', text, re.M))
   if 'script_help.sh' in text and not script.endswith('script_help.sh'):
-    text += (REPO / 'scripts' / 'script_help.sh').read_text()  # what it sources runs too
+    sourced.add('scripts/script_help.sh')
+  for path in sorted(sourced):
+    text += (REPO / path).read_text()
   found = [
     (f'{script} <<{tag}', body) for tag, body in re.findall(r"<<'?(\w+)'?\n(.*?)\n\1\n", text, re.S)
   ]
