@@ -38,6 +38,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,34 @@ def exportable(fold: Fold, accept_cut: bool) -> bool:
   short (a time limit's SIGTERM) after at least one epoch was scored: its best epoch so far
   is exported and the table names the epochs it trained (`cut_folds`)."""
   return trained(fold) or (accept_cut and epochs_scored(fold) > 0)
+
+
+def exported_step(fold: Fold) -> int | None:
+  """The training step the fold's model file was exported from (None without a file)."""
+  from crackjax.experiment import restored
+
+  model = fold.run / MODEL_FILE
+  if not model.exists():
+    return None
+  return restored.model_file_metadata(model)[1]['card']['training']['step']
+
+
+def export_step(fold: Fold, accept_cut: bool) -> int | None:
+  """The step to export the fold from, or None when there is nothing (new) to export: not
+  `exportable`, or its file already holds its best epoch. A fold exported when cut short and
+  trained on since (a later call resumed it) is exported again, its held-out scores dropped."""
+  from crackjax.deploy import release
+
+  if not exportable(fold, accept_cut):
+    return None
+  step = release.best_epoch(fold.run)['step']
+  exported = exported_step(fold)
+  if exported == step:
+    return None
+  if exported is not None:
+    for scored in fold.run.glob(f'{HELDOUT_DIR}*'):  # its scores, every test time's: stale
+      shutil.rmtree(scored)
+  return step
 
 
 # The commands by module, run by this Python: crackjax need not be installed (the GPU
@@ -679,15 +708,14 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
   """Trains, exports, scores and counts the false positives of each fold not done yet; then
   scores each test-time variant's fold (strict) whose file exists, with its false positives and
   photo thresholds at the same scales (whether each photo's own threshold adds to a scale)."""
-  from crackjax.deploy import release  # imported here: --plan needs no jax
-
   stages, wanted = args.stages, set(args.protocols.split(','))
   for f in folds:
     if 'train' in stages and not trained(f):
       _run(train_command(f, args))
     model = f.run / MODEL_FILE
-    if 'export' in stages and exportable(f, args.accept_cut) and not model.exists():
-      _run(export_command(f, release.best_epoch(f.run)['step'], args.dtype))
+    step = export_step(f, args.accept_cut) if 'export' in stages else None
+    if step is not None:
+      _run(export_command(f, step, args.dtype))
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
     photo_stages(f, args)

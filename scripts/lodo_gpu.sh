@@ -101,7 +101,7 @@ clock prepare
 recipes=$(echo $RECIPES | tr ' ' ',')
 COMMON=(--recipes="$recipes" --budget="$BUDGET" --work="$WORK" --crackforest="$DATA/crackforest"
   --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2 --test_time="${TEST_TIME:-}")
-# Each held-out set one process, all side by side, under a time limit; `wait_all PHASE` waits
+# Each held-out set one process, all side by side, under a time limit; `side_by_side PHASE` waits
 # for them and names each one's exit code (124: the limit's SIGTERM).
 pids=()
 side_by_side() {  # PHASE LIMIT_S bench/lodo.py flags...

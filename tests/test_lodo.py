@@ -143,7 +143,9 @@ def _scores(curve_f1, stored=50.0):
   }
 
 
-def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(tmp_path):
+def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
+  tmp_path, monkeypatch
+):
   """scripts/lodo_gpu.sh's time limit: a fold with 1 of its 3 epochs scored is exported from
   that epoch only with --accept_cut, and the table names it with the epochs it trained."""
   lodo = _bench()
@@ -169,6 +171,20 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
   assert lodo.recorded_epochs(fold) == 4
   cmd = lodo.export_command(fold, 2000, 'bfloat16')
   assert '--dtype=bfloat16' in cmd and '--step=2000' in cmd
+  # A file exported at a cut (step 2000) is exported again once its run has a better epoch
+  # (a later call resumed it), its held-out scores dropped; at that epoch, not again.
+  from crackjax.deploy import release
+
+  monkeypatch.setattr(release, 'best_epoch', lambda run: {'step': 6000})
+  (fold.run / 'heldout' / 'gaps384_test').mkdir(parents=True)
+  (fold.run / 'heldout_2').mkdir()
+  monkeypatch.setattr(lodo, 'exported_step', lambda f: 2000)
+  assert lodo.export_step(fold, accept_cut=True) == 6000
+  assert not list(fold.run.glob('heldout*'))
+  monkeypatch.setattr(lodo, 'exported_step', lambda f: 6000)
+  assert lodo.export_step(fold, accept_cut=True) is None
+  monkeypatch.setattr(lodo, 'exported_step', lambda f: None)
+  assert lodo.export_step(fold, accept_cut=False) == 6000
   args = lodo.parse_args(['--plan', '--accept_cut', '--dtype=bfloat16'])
   assert args.accept_cut and args.dtype == 'bfloat16'
 
