@@ -180,6 +180,8 @@ def train_command(fold: Fold, args: argparse.Namespace) -> list[str]:
   ]
   if args.data_dir:
     cmd.append(f'--config.data.data_dir={args.data_dir}')
+  if args.eval_workers:  # the same records (configs/base.py), the metrics off the training loop
+    cmd.append(f'--config.eval.background_workers={args.eval_workers}')
   return cmd
 
 
@@ -647,6 +649,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument('--data_dir', default=None, help='TFDS data dir (default ~/tensorflow_datasets)')
   p.add_argument('--test_split', default='test', help="the held-out member's split scored")
   p.add_argument('--workers', type=int, default=2, help='crackjax-evaluate --workers')
+  p.add_argument(
+    '--eval_workers',
+    type=int,
+    default=0,
+    help="the trainings' config.eval.background_workers: each epoch's validation metrics "
+    'counted while the next epoch trains (the same records)',
+  )
   p.add_argument(
     '--protocols',
     default=','.join(PROTOCOLS),

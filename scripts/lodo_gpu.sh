@@ -27,7 +27,10 @@
 # RETURN_MODELS (held-out sets whose fold files come back as lodo_<recipe>_<budget>_<set>
 # .safetensors, e.g. 'deepcrack crack500 gaps384', whose test parts the pack subsamples: at most
 # 4 files of ~15.5 MB at the gpu budget), MEM_FRACTION=0.15 (each process's share of the GPU's
-# memory), DATA=.data/roads (the pack), OUT=<the device tool's output folder>,
+# memory), EVAL_WORKERS=1 (bench/lodo.py --eval_workers: each fold's validation metrics counted
+# while its next epoch trains, the same records; on 30 Nov 2026 five folds scoring in their
+# loops at once took ~60 s an epoch; the gain is not yet measured on a GPU), DATA=.data/roads
+# (the pack), OUT=<the device tool's output folder>,
 # WORK=/tmp/lodo_gpu, CRACKFOREST, PUBLIC (TINY: the copies the tiny pack is made from),
 # TEST_TIME (bench/lodo.py --test_time, e.g. 2 or jpeg:2: rows of the same fold files at
 # test-time scales; empty by default).
@@ -53,6 +56,7 @@ FINISH_MINUTES=${FINISH_MINUTES:-2.5}
 FINISH_STAGES=${FINISH_STAGES:-export,score}
 DTYPE=${DTYPE:-bfloat16}
 RETURN_MODELS=${RETURN_MODELS:-}
+EVAL_WORKERS=${EVAL_WORKERS:-1}
 MEM_FRACTION=${MEM_FRACTION:-0.15}
 HELD_OUT=${HELD_OUT:-crackforest deepcrack crack500 gaps384 aiglern_trimm}
 if [ "${TINY:-0}" = 1 ]; then
@@ -100,7 +104,8 @@ clock prepare
 
 recipes=$(echo $RECIPES | tr ' ' ',')
 COMMON=(--recipes="$recipes" --budget="$BUDGET" --work="$WORK" --crackforest="$DATA/crackforest"
-  --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2 --test_time="${TEST_TIME:-}")
+  --public="$DATA/Datasets" --data_dir="$TFDS_DATA_DIR" --workers=2 --test_time="${TEST_TIME:-}"
+  --eval_workers="$EVAL_WORKERS")
 # Each held-out set one process, all side by side, under a time limit; `side_by_side PHASE` waits
 # for them and names each one's exit code (124: the limit's SIGTERM).
 pids=()

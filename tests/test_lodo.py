@@ -37,6 +37,9 @@ def test_plan_holds_each_member_out_once(tmp_path, capsys):
     assert f'--config=configs/lodo.py:{f.held_out},{f.recipe},short' in cmd
     # The held-out member's data is never handed to its training.
     assert not any(f'mix.{f.held_out}.' in part for part in cmd)
+    assert not any('background_workers' in part for part in cmd)
+    cmd = lodo.train_command(f, _args(lodo, eval_workers=2))
+    assert '--config.eval.background_workers=2' in cmd
     score = lodo.score_command(f, _args(lodo))
     assert f'--data={f.held_out}:test' in score
     assert f'--model={f.run / lodo.MODEL_FILE}' in score
@@ -124,7 +127,7 @@ def _args(lodo, **kw):
     test_split='test',
     workers=1,
     protocols='strict,tolerance_thin_gt',
-    **kw,
+    **{'eval_workers': 0, **kw},
   )
 
 
