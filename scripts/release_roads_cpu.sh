@@ -83,15 +83,20 @@ if has train; then
       left=$((deadline - SECONDS))
       (( left > 60 )) || { echo "TRAIN_MINUTES spent: resume with the same command."; break; }
       status=0
-      timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" || status=$?
+      mkdir -p "$WORK"
+      timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" 2>&1 | tee "$WORK/launch_last.log" || status=$?
       # 124: the time limit's SIGTERM ended it (checkpoint kept; 137: killed while saving, the
-      # last complete checkpoint kept). Anything else is launch.py's failure, said above: not
-      # a time limit (a run of another config in RUN was once reported as one).
+      # last complete checkpoint kept); 1 with launch.py's "stopped by SIGTERM" line: a kill
+      # from outside, its checkpoint kept. Anything else is launch.py's failure, said above:
+      # not a time limit (a run of another config in RUN was once reported as one).
+      if [[ $status == 1 ]] && tail -n 5 "$WORK/launch_last.log" | grep -q 'stopped by SIGTERM'; then
+        status=124
+      fi
       if [[ $status != 0 && $status != 124 && $status != 137 ]]; then
         echo "launch.py failed (exit $status), not a time limit: its message above says why."
         exit "$status"
       fi
-      [[ $status == 0 ]] || { echo "Stopped by TRAIN_MINUTES: resume with the same command."; break; }
+      [[ $status == 0 ]] || { echo "Stopped (TRAIN_MINUTES or SIGTERM): resume with the same command."; break; }
     else
       "${cmd[@]}"
     fi
