@@ -113,6 +113,12 @@ BUDGETS: dict[str, dict] = {
 }
 
 
+def keep_pixels_per_step(c: ml_collections.ConfigDict) -> None:
+  """A recipe of other crops than `CROP_PIXELS` takes fewer (more) of them per step."""
+  h, w = c.data.input_size
+  c.batch_size = max(1, c.batch_size * CROP_PIXELS // (h * w))
+
+
 def parse_arg(arg: str | None) -> tuple[str, str, str]:
   """(held_out, recipe, budget) of the config argument ``HELD_OUT[,RECIPE[,BUDGET]]``.
 
@@ -144,8 +150,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.update(BUDGETS[budget])
   with c.data.mix.unlocked():
     del c.data.mix[held_out]
-  h, w = c.data.input_size
-  c.batch_size = max(1, c.batch_size * CROP_PIXELS // (h * w))
+  keep_pixels_per_step(c)
   c.max_checkpoints_to_keep = c.num_epochs
   if budget == 'smoke':
     c.model.widths = (4, 8, 16, 32, 64)

@@ -76,8 +76,7 @@ def get_config(arg: str | None = None):
   if recipe:
     c.update(lodo.RECIPES[recipe])
     c.num_epochs = lodo.BUDGETS['gpu']['num_epochs']
-    h, w = c.data.input_size
-    c.batch_size = max(1, c.batch_size * lodo.CROP_PIXELS // (h * w))
+    lodo.keep_pixels_per_step(c)
   if tiny:
     c.model.widths = (4, 8, 16, 32, 64)
     c.data.input_size = (64, 64)
