@@ -71,10 +71,17 @@ if has train; then
   PATIENCE=${PATIENCE:-5}
   MAX_EPOCHS=${MAX_EPOCHS:-100}
   deadline=$((SECONDS + ${TRAIN_MINUTES:-0} * 60))
-  # The epochs to train to: MIN_EPOCHS, or as many as the run has scored already (a resumed
-  # script continues where the last one stopped).
+  # The epochs to train to: MIN_EPOCHS, or as many as the run has begun already (a resumed
+  # script continues where the last one stopped): its last scored epoch, or the epoch its latest
+  # checkpoint is in (a stop mid-epoch; launch.py refuses a checkpoint past num_epochs).
   # (`|| true`: a fresh run has no epoch file, and `set -e -o pipefail` would end the script.)
   last=$({ ls "$RUN"/epoch_*.json 2>/dev/null || true; } | sed 's/.*epoch_0*\([0-9]*\).json/\1/' | sort -n | tail -1)
+  step=$({ ls "$RUN/checkpoints" 2>/dev/null || true; } | { grep -E '^[0-9]+$' || true; } | sort -n | tail -1)
+  if [[ -n $step && -f $RUN/config.json ]]; then
+    per_epoch=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps_per_epoch"])' "$RUN/config.json")
+    begun=$(( (step + per_epoch - 1) / per_epoch ))
+    (( begun > ${last:-0} )) && last=$begun
+  fi
   epochs=$(( ${last:-0} > MIN_EPOCHS ? ${last:-0} : MIN_EPOCHS ))
   while :; do
     cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}"
@@ -86,13 +93,10 @@ if has train; then
       mkdir -p "$WORK"
       timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" 2>&1 | tee "$WORK/launch_last.log" || status=$?
       # 124: the time limit's SIGTERM ended it (checkpoint kept; 137: killed while saving, the
-      # last complete checkpoint kept); 1 with launch.py's "stopped by SIGTERM" line: a kill
-      # from outside, its checkpoint kept. Anything else is launch.py's failure, said above:
-      # not a time limit (a run of another config in RUN was once reported as one).
-      if [[ $status == 1 ]] && tail -n 5 "$WORK/launch_last.log" | grep -q 'stopped by SIGTERM'; then
-        status=124
-      fi
-      if [[ $status != 0 && $status != 124 && $status != 137 ]]; then
+      # last complete checkpoint kept); 143: launch.py's own status for a SIGTERM from outside
+      # (a kill), its checkpoint kept. Anything else is launch.py's failure, said above: not a
+      # time limit (a run of another config in RUN was once reported as one).
+      if [[ $status != 0 && $status != 124 && $status != 137 && $status != 143 ]]; then
         echo "launch.py failed (exit $status), not a time limit: its message above says why."
         exit "$status"
       fi

@@ -216,6 +216,14 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
     3,
     4,
   ]
+  # A config that ends before the checkpoint (num_epochs lowered): it stops, naming what to
+  # pass, rather than scoring a mid-epoch state as the run's result.
+  short = smoke_config(data_dirs)
+  short.num_epochs = 1
+  with pytest.raises(checkpoints.CheckpointError, match=r'step 4 in .* past .*num_epochs=2 or'):
+    loop.train_and_evaluate(build(short), workdir, evaluate_after=True)
+  assert (workdir / 'config.json').read_text() == written
+  assert not (workdir / 'eval.json').exists()
   state = loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]

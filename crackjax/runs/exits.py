@@ -1,6 +1,6 @@
 """One way for every command to end on a problem: one line that names it and what to do, and
-an exit status (1 for an error, 130 for an interrupt), never a traceback for something the user
-can fix or did on purpose.
+an exit status (1 for an error, 130 for an interrupt, 143 for SIGTERM), never a traceback for
+something the user can fix or did on purpose.
 
 Each command's ``main`` runs its work inside `one_line_exits`::
 
@@ -24,6 +24,9 @@ from collections.abc import Iterator
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
+#: The exit status of a command stopped by SIGTERM (128 + SIGTERM): a time limit or a kill, whose
+#: checkpoint is kept, told apart from an error (1) by the scripts that resume it.
+TERMINATED = 143
 
 # Errors that only a write gets, of the disk rather than of the program (EACCES and EPERM
 # are not among them: reading an unreadable file gets them too, and its message names it).
@@ -55,7 +58,7 @@ class Interrupted(KeyboardInterrupt):
 class Terminated(SystemExit):
   """SIGTERM (a time limit, `kill`), as `exit_on_sigterm` raises it:
   ``Received signal 15``, and after the training loop kept what it could, its line saying
-  what was kept (`one_line_exits` prints it after the program's name, status 1). Where no
+  what was kept (`one_line_exits` prints it after the program's name, status 143). Where no
   `one_line_exits` is around, it ends the process as the SystemExit it is."""
 
 
@@ -94,7 +97,7 @@ def one_line_exits(
 
   `Stopped` prints its line with its own status; KeyboardInterrupt prints `interrupted` and
   exits 130; SIGTERM (`Terminated`) its own line, or `interrupted` worded for SIGTERM, and exits
-  1; an OSError of the disk (full, over quota, read-only) names the file and what to
+  143; an OSError of the disk (full, over quota, read-only) names the file and what to
   do. Anything else is a bug and keeps its traceback.
   """
   try:
@@ -107,7 +110,7 @@ def one_line_exits(
     message = str(e.code)
     if message.startswith('Received signal'):  # nothing more specific said what was kept
       message = interrupted.replace('interrupted (Ctrl-C)', 'stopped by SIGTERM', 1)
-    _end(prog, message, 1)
+    _end(prog, message, TERMINATED)
   except OSError as e:
     message = disk_error(e)
     if message is not None:

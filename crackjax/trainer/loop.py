@@ -117,7 +117,8 @@ def train_and_evaluate(
 
   Raises:
     checkpoints.CheckpointError: the workdir has checkpoints but none can be read, or they
-      were written by a different model configuration (one-line message).
+      were written by a different model configuration, or the latest is past the config's
+      last step (a lowered num_epochs) (one-line message).
     identity.RunMismatchError: the workdir's run has another config fingerprint.
     identity.RunLockedError: another process holds the workdir.
   """
@@ -159,6 +160,16 @@ def _finished(
   """Records config.json, says where the run resumes, and evaluates the epoch of `start_step`
   if its evaluation was lost; True if the run is finished and evaluated (nothing to do)."""
   total_steps = experiment.schedule.total_steps
+  if start_step > total_steps:
+    # Training on would do nothing, and the final evaluation would score (and record as the
+    # run's result) a state that is no end of this config's training.
+    schedule = experiment.schedule
+    raise checkpoints.CheckpointError(
+      f'the checkpoint of step {start_step} in {workdir / "checkpoints"} is past this '
+      f"config's last step ({total_steps}: num_epochs={schedule.num_epochs} of "
+      f'{schedule.steps_per_epoch} steps): pass --config.num_epochs='
+      f'{schedule.epoch_of(start_step)} or more to train on from it, or --mode=eval to score it.'
+    )
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / 'config.json').write_text(experiment.config_json)

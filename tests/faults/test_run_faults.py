@@ -152,7 +152,7 @@ def test_ctrl_c_during_the_first_compilation_ends_in_one_line(data_dirs, tmp_pat
     (signal.SIGINT, exits.INTERRUPTED, r'interrupted \(Ctrl-C\)'),
     # A time limit's SIGTERM (a cluster's, or scripts/release_gpu.sh's `timeout`): it said
     # 'Received signal 15'.
-    (signal.SIGTERM, 1, r'stopped by SIGTERM \(a time limit or kill\)'),
+    (signal.SIGTERM, exits.TERMINATED, r'stopped by SIGTERM \(a time limit or kill\)'),
   ],
   ids=['SIGINT', 'SIGTERM'],
 )
@@ -181,17 +181,21 @@ def test_a_signal_mid_training_keeps_a_checkpoint_and_says_which(
 
 def test_a_sigterm_outside_the_loop_says_what_is_kept(capsys):
   """SIGTERM where the loop did not word it (data preparation, the final evaluation): the
-  command's Ctrl-C line, worded for SIGTERM, status 1."""
+  command's Ctrl-C line, worded for SIGTERM, status 143 (128 + SIGTERM, not an error's 1)."""
   with pytest.raises(SystemExit) as e:
     with exits.one_line_exits(
       'launch.py', interrupted='interrupted (Ctrl-C); every checkpoint saved so far is kept.'
     ):
       raise exits.Terminated('Received signal 15')
-  assert e.value.code == 'launch.py: stopped by SIGTERM; every checkpoint saved so far is kept.'
+  assert e.value.code == exits.TERMINATED == 143
+  err = capsys.readouterr().err
+  assert err == 'launch.py: stopped by SIGTERM; every checkpoint saved so far is kept.\n'
   with pytest.raises(SystemExit) as e:
     with exits.one_line_exits('launch.py'):
       raise exits.Terminated('stopped by SIGTERM (a time limit or kill) at step 4 of 9; ...')
-  assert e.value.code == 'launch.py: stopped by SIGTERM (a time limit or kill) at step 4 of 9; ...'
+  assert e.value.code == 143
+  err = capsys.readouterr().err
+  assert err == 'launch.py: stopped by SIGTERM (a time limit or kill) at step 4 of 9; ...\n'
 
 
 def _poisoned_at(step_to_poison: int):
