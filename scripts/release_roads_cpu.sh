@@ -2,9 +2,9 @@
 # Makes the released general model `roads-unet-cpu` (docs/models.md) on a CPU, in stages:
 #   train    : launch.py with configs/release/roads_unet_cpu.py (five public datasets mixed; every
 #              epoch scored on their validation parts) until the plateau: at least MIN_EPOCHS
-#              (30) epochs, then PATIENCE (5) more at a time until the mean validation F1 has
-#              not risen for PATIENCE epochs (`python -m crackjax.deploy.release plateau`), at
-#              most MAX_EPOCHS (100). Resumes from its last checkpoint; TRAIN_MINUTES=N stops
+#              (30) epochs, then on to the best epoch + PATIENCE (5) until the mean validation
+#              F1 has not risen for PATIENCE epochs (`python -m crackjax.deploy.release plateau`),
+#              at most MAX_EPOCHS (100). Resumes from its last checkpoint; TRAIN_MINUTES=N stops
 #              it after N minutes (SIGTERM: the checkpoints are kept, the scored epochs are the
 #              candidates; the same command resumes later).
 #   export   : the epoch with the best mean validation ODS F1 over the datasets, exported as a
@@ -107,7 +107,12 @@ if has train; then
     python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
       --min_epochs="$MIN_EPOCHS" && break
     (( epochs < MAX_EPOCHS )) || { echo "MAX_EPOCHS=$MAX_EPOCHS reached before the plateau."; break; }
-    epochs=$((epochs + PATIENCE))
+    # On to the earliest epoch the plateau can be reached at (the best epoch + PATIENCE), not
+    # PATIENCE more epochs: a best at epoch 37 is judged at 42, not after 46.
+    next=$(python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
+      --min_epochs="$MIN_EPOCHS" --earliest)
+    epochs=$(( next > epochs ? next : epochs + 1 ))
+    epochs=$(( epochs < MAX_EPOCHS ? epochs : MAX_EPOCHS ))
   done
   python -m crackjax.deploy.release show --workdir="$RUN"
 fi

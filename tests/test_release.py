@@ -46,7 +46,16 @@ def test_plateau_waits_for_min_epochs_and_patience(tmp_path, capsys):
   # Still rising at epoch 5 (its best): not reached, exit 1.
   argv = ['plateau', f'--workdir={tmp_path}', '--patience=3', '--min_epochs=4']
   assert release_lib.main(argv) == 1
-  assert 'plateau not reached' in capsys.readouterr().out
+  assert 'plateau not reached (at epoch 8 at the earliest)' in capsys.readouterr().out
+  # What to train to next: the best epoch (5) + patience (3), not three more after the last.
+  assert release_lib.main([*argv, '--earliest']) == 0
+  assert capsys.readouterr().out == '8\n'
+  _epoch_record(tmp_path, 6, 0.65, 0.9)
+  assert release_lib.main([*argv, '--earliest']) == 0 and capsys.readouterr().out == '8\n'
+  assert (
+    release_lib.main(['plateau', f'--workdir={tmp_path}', '--min_epochs=20', '--earliest']) == 0
+  )
+  assert capsys.readouterr().out == '20\n'
   for epoch, f1 in enumerate(scores[5:], start=6):
     _epoch_record(tmp_path, epoch, f1, 0.9)
   # Best 0.66 at epoch 5, three epochs without a rise since: reached.

@@ -97,11 +97,18 @@ def plateau(workdir: str | Path, patience: int, min_epochs: int) -> tuple[bool, 
   best, last = _best(rows), rows[-1]
   since = last['epoch'] - best['epoch']
   done = last['epoch'] >= min_epochs and since >= patience
-  word = 'reached' if done else 'not reached'
+  earliest = plateau_epoch(rows, patience, min_epochs)
+  word = 'reached' if done else f'not reached (at epoch {earliest} at the earliest)'
   return done, (
     f'plateau {word}: {last["epoch"]} epoch(s) scored (at least {min_epochs}), the best '
     f'{best["ods_f1"]:.4f} at epoch {best["epoch"]}, {since} epoch(s) ago (patience {patience}).'
   )
+
+
+def plateau_epoch(rows: list[dict[str, Any]], patience: int, min_epochs: int) -> int:
+  """The first epoch by which the plateau can be reached if no later epoch beats the best of
+  `rows` (`epoch_scores`): what to train to next, rather than `patience` more epochs."""
+  return max(min_epochs, _best(rows)['epoch'] + patience)
 
 
 def _load_config_module(path: str):
@@ -291,11 +298,12 @@ def main(argv: list[str] | None = None) -> int:
   if args.command == 'plateau':
     try:
       done, line = plateau(args.workdir, args.patience, args.min_epochs)
+      rows = epoch_scores(args.workdir)
     except FileNotFoundError as e:
       print(f'{parser.prog} plateau: {e}', file=sys.stderr)
       return 2
-    print(line)
-    return 0 if done else 1
+    print(plateau_epoch(rows, args.patience, args.min_epochs) if args.earliest else line)
+    return 0 if done or args.earliest else 1
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
     extra = {k: v for k, v in extra.items() if v}
@@ -326,6 +334,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--workdir', required=True)
   p.add_argument('--patience', type=int, default=5)
   p.add_argument('--min_epochs', type=int, default=30)
+  p.add_argument('--earliest', action='store_true', help='print the earliest plateau epoch only')
   p = sub.add_parser('register', help='ship a model file in the package')
   p.add_argument('--file', required=True)
   p.add_argument('--name', required=True)
