@@ -83,6 +83,12 @@ if has train; then
     (( begun > ${last:-0} )) && last=$begun
   fi
   epochs=$(( ${last:-0} > MIN_EPOCHS ? ${last:-0} : MIN_EPOCHS ))
+  if [[ -n ${last:-} ]]; then  # and at least the earliest epoch its plateau can be reached at
+    next=$(python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
+      --min_epochs="$MIN_EPOCHS" --earliest 2>/dev/null || echo 0)
+    next=$(( next < MAX_EPOCHS ? next : MAX_EPOCHS ))
+    epochs=$(( next > epochs ? next : epochs ))
+  fi
   while :; do
     cmd=(python launch.py --config="$CONFIG" --workdir="$RUN" "${COMMON[@]}"
       --config.num_epochs="$epochs" --config.max_checkpoints_to_keep="$epochs")
