@@ -6,7 +6,7 @@
 #
 # Prepare here (once per checkout; .whl and .data are in .gitignore):
 #   bash ../shared/gpu/fetch-wheels.sh                  # -> .whl/ (the wheels the image lacks)
-#   python scripts/pack_roads_data.py                   # -> .data/roads/ (~30 MB; it prints
+#   python scripts/pack_roads_data.py                   # -> .data/roads/ (~33 MB; it prints
 #                                                       #    what it kept and what a call sends)
 # Try it here first (minutes: the `tiny` config on a tiny pack made from the copies here):
 #   TINY=1 bash scripts/release_roads_gpu.sh            # every stage, finish included

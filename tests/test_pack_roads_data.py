@@ -4,6 +4,7 @@ builders read as the source's, the layouts the builders find; (slow) scripts/rel
 with TINY=1 end to end on a tiny pack of them, and scripts/release_roads_cpu.sh from nothing."""
 
 import importlib.util
+import io
 import json
 from pathlib import Path
 
@@ -45,6 +46,16 @@ def test_chosen_is_a_seeded_fraction_in_name_order():
   assert packer.chosen(names, 0.25, 'crack500/train', seed=1) != picked
   assert packer.chosen(names, 0.25, 'deepcrack/train', seed=0) != picked
   assert packer.chosen(names, 0.001, 'x', seed=0) and packer.chosen([], 0.5, 'x', seed=0) == []
+  # A larger fraction keeps every name of a smaller one: a pack grown keeps its old files.
+  assert set(picked) < set(packer.chosen(names, 0.6, 'crack500/train', seed=0))
+
+
+def _as_packed(packer, source: Path, quality: int) -> bytes:
+  """`source` as the packer writes it: JPEG of `quality` where smaller, else its own bytes."""
+  buffer = io.BytesIO()
+  packer.upright(source).convert('RGB').save(buffer, 'JPEG', quality=quality)
+  raw = source.read_bytes()
+  return buffer.getvalue() if len(buffer.getvalue()) < len(raw) else raw
 
 
 def test_pack_keeps_fractions_in_the_builders_layouts(sources, tmp_path):
@@ -83,8 +94,14 @@ def test_pack_keeps_fractions_in_the_builders_layouts(sources, tmp_path):
         np.testing.assert_array_equal(reading.load_mask(pair.mask_path), reading.load_mask(source))
         photo = PIL.Image.open(pair.image_path)
         assert photo.size == PIL.Image.open(public / folder / split / f'{pair.name}.jpg').size
+        # Train parts at TRAIN_QUALITY, validation and test at QUALITY (where smaller).
+        quality = packer.TRAIN_QUALITY if split == 'train' else packer.QUALITY
+        assert pair.image_path.read_bytes() == _as_packed(
+          packer, public / folder / split / f'{pair.name}.jpg', quality
+        ), (name, split)
   written = json.loads((out / 'pack.json').read_text())
   assert written['sets'] == record['sets'] and written['seed'] == 0
+  assert (written['quality'], written['train_quality']) == (90, 75)
   assert written['bytes'] == record['bytes'] > 0
   # The same seed packs the same files; an existing pack is never written over.
   again = packer.pack(tmp_path / 'again', crackforest, public, fractions=fractions)
