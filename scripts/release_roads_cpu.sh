@@ -71,6 +71,11 @@ if has train; then
   PATIENCE=${PATIENCE:-5}
   MAX_EPOCHS=${MAX_EPOCHS:-100}
   deadline=$((SECONDS + ${TRAIN_MINUTES:-0} * 60))
+  # The first epoch by which the plateau can be reached: the best epoch so far + PATIENCE.
+  earliest_plateau() {
+    python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
+      --min_epochs="$MIN_EPOCHS" --earliest
+  }
   # The epochs to train to: MIN_EPOCHS, or as many as the run has begun already (a resumed
   # script continues where the last one stopped): its last scored epoch, or the epoch its latest
   # checkpoint is in (a stop mid-epoch; launch.py refuses a checkpoint past num_epochs).
@@ -84,8 +89,7 @@ if has train; then
   fi
   epochs=$(( ${last:-0} > MIN_EPOCHS ? ${last:-0} : MIN_EPOCHS ))
   if [[ -n ${last:-} ]]; then  # and at least the earliest epoch its plateau can be reached at
-    next=$(python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
-      --min_epochs="$MIN_EPOCHS" --earliest 2>/dev/null || echo 0)
+    next=$(earliest_plateau 2>/dev/null || echo 0)  # 0: no epoch scored yet
     next=$(( next < MAX_EPOCHS ? next : MAX_EPOCHS ))
     epochs=$(( next > epochs ? next : epochs ))
   fi
@@ -115,8 +119,7 @@ if has train; then
     (( epochs < MAX_EPOCHS )) || { echo "MAX_EPOCHS=$MAX_EPOCHS reached before the plateau."; break; }
     # On to the earliest epoch the plateau can be reached at (the best epoch + PATIENCE), not
     # PATIENCE more epochs: a best at epoch 37 is judged at 42, not after 46.
-    next=$(python -m crackjax.deploy.release plateau --workdir="$RUN" --patience="$PATIENCE" \
-      --min_epochs="$MIN_EPOCHS" --earliest)
+    next=$(earliest_plateau)
     epochs=$(( next > epochs ? next : epochs + 1 ))
     epochs=$(( epochs < MAX_EPOCHS ? epochs : MAX_EPOCHS ))
   done

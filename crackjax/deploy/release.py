@@ -297,13 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     return select(args.config, args.work)
   if args.command == 'plateau':
     try:
+      if args.earliest:
+        print(plateau_epoch(epoch_scores(args.workdir), args.patience, args.min_epochs))
+        return 0
       done, line = plateau(args.workdir, args.patience, args.min_epochs)
-      rows = epoch_scores(args.workdir)
     except FileNotFoundError as e:
       print(f'{parser.prog} plateau: {e}', file=sys.stderr)
       return 2
-    print(plateau_epoch(rows, args.patience, args.min_epochs) if args.earliest else line)
-    return 0 if done or args.earliest else 1
+    print(line)
+    return 0 if done else 1
   if args.command == 'register':
     extra = {'config': args.config, 'made_by': args.made_by}
     extra = {k: v for k, v in extra.items() if v}
