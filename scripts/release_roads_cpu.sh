@@ -100,8 +100,7 @@ if has train; then
       left=$((deadline - SECONDS))
       (( left > 60 )) || { echo "TRAIN_MINUTES spent: resume with the same command."; break; }
       status=0
-      mkdir -p "$WORK"
-      timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" 2>&1 | tee "$WORK/launch_last.log" || status=$?
+      timeout --signal=TERM --kill-after=120 "$left" "${cmd[@]}" || status=$?
       # 124: the time limit's SIGTERM ended it (checkpoint kept; 137: killed while saving, the
       # last complete checkpoint kept); 143: launch.py's own status for a SIGTERM from outside
       # (a kill), its checkpoint kept. Anything else is launch.py's failure, said above: not a
