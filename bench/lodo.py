@@ -20,6 +20,11 @@ Folders: ``WORK/<recipe>_<budget>/<held_out>/`` is the training run (launch.py's
 ``model.safetensors`` (the best validation epoch, `crackjax-export --format=model`) and
 ``heldout/<held_out>_test/eval.json`` (`crackjax-evaluate --model`).
 
+``--keep=results/lodo_long`` keeps each scored fold's scores (a small JSON with the date,
+commit and machine it was scored on) in a folder committed with the repository, and takes a
+fold missing from ``--work`` from there: a campaign longer than a machine's life (its work
+folder lost) resumes at the first fold not kept, and its table still holds every fold.
+
 ``--peer=results/lodo_mtscrack.json`` (bench/peer_mtscrack.py's output on the same test splits)
 puts MTSCrack's row beside the recipes': F1 of its mask (output > 0) and its ODS.
 
@@ -691,6 +696,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     choices=('float32', 'bfloat16'),
     help="the exported files' parameters (crackjax-export --dtype)",
   )
+  p.add_argument(
+    '--keep',
+    default=None,
+    help="keep each scored fold's scores in KEEP/<recipe>_<budget>/<held_out>.json (e.g. "
+    'results/lodo_long, committed) and take the folds not in --work from there: a campaign '
+    'longer than a machine lives on without its checkpoints',
+  )
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
   args = p.parse_args(argv)
@@ -718,7 +730,10 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
   scores each test-time variant's fold (strict) whose file exists, with its false positives and
   photo thresholds at the same scales (whether each photo's own threshold adds to a scale)."""
   stages, wanted = args.stages, set(args.protocols.split(','))
+  keep = Path(args.keep) if args.keep else None
   for f in folds:
+    if not f.record.exists() and kept(f, keep):
+      continue  # scored on another machine (its files are gone): nothing to redo
     if 'train' in stages and not trained(f):
       _run(train_command(f, args))
     model = f.run / MODEL_FILE
@@ -728,11 +743,17 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
     if 'score' in stages and model.exists() and not wanted <= scored_protocols(f):
       _run(score_command(f, args))
     photo_stages(f, args)
+    if keep is not None:
+      collect([f], keep)  # kept as soon as scored: the next fold may outlast the machine
   for f in variants:
     model = f.run / MODEL_FILE
+    if not f.record.exists() and kept(f, keep):
+      continue
     if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
       _run(score_command(f, args, THRESHOLD_PROTOCOL))
     photo_stages(f, args)
+    if keep is not None:
+      collect([f], keep)
 
 
 def photo_stages(fold: Fold, args: argparse.Namespace) -> None:
@@ -746,9 +767,12 @@ def photo_stages(fold: Fold, args: argparse.Namespace) -> None:
     photo_thresholds(fold, args)
 
 
-def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def collect(
+  folds: list[Fold], keep: Path | None = None
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
   """(rows: {row name: {held-out set: its scores}} of the folds scored, detail: the same with
-  None for a fold not scored yet)."""
+  None for a fold not scored yet). With `keep`, a fold scored in the work folder is kept there
+  (`keep_fold`) and a fold not in it is taken from there."""
   from crackjax.deploy import release
 
   rows: dict[str, dict[str, Any]] = {}
@@ -757,7 +781,9 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
     scores = fold_scores(f)
     name = f'{f.recipe} ({f.budget})' + (f' at {f.test_time}' if f.test_time else '')
     rows.setdefault(name, {})
-    if scores:
+    if scores is None and kept(f, keep):
+      scores = kept(f, keep)['scores']
+    elif scores:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
       scores['epochs'] = {'scored': epochs_scored(f), 'planned': recorded_epochs(f)}
@@ -767,9 +793,50 @@ def collect(folds: list[Fold]) -> tuple[dict[str, dict[str, Any]], dict[str, Any
       if f.photo_record.exists():
         photo = json.loads(f.photo_record.read_text())
         scores['photo'] = {'weights': photo['weights'], 'f1': [100 * x for x in photo['f1']]}
+      if keep is not None:
+        keep_fold(f, scores, keep)
+    if scores:
       rows[name][f.held_out] = scores
     detail.setdefault(name, {})[f.held_out] = scores
   return rows, detail
+
+
+def kept_path(fold: Fold, keep: Path) -> Path:
+  """Where ``--keep`` keeps the fold's scores:
+  ``KEEP/<recipe>_<budget>[_<test time>]/<held_out>.json``."""
+  tag = fold.heldout_dir.name.removeprefix(HELDOUT_DIR)  # '' or e.g. '_2_flip'
+  return keep / f'{fold.recipe}_{fold.budget}{tag}' / f'{fold.held_out}.json'
+
+
+def kept(fold: Fold, keep: Path | None) -> dict[str, Any] | None:
+  """The fold's kept record ({'scores', 'scored', 'commit', 'machine'}), None if not kept."""
+  if keep is None or not kept_path(fold, keep).exists():
+    return None
+  return json.loads(kept_path(fold, keep).read_text())
+
+
+def keep_fold(fold: Fold, scores: dict[str, Any], keep: Path) -> None:
+  """Keeps the scores of a fold scored in the work folder beside the repository's results, with
+  when it was scored, at which commit and on what, so that the table survives the machine
+  that trained it; rewritten only when its scores change (a re-scored fold)."""
+  from crackjax.paper import jobs
+
+  previous = kept(fold, keep)
+  text = outputs.dumps(scores, indent=1)
+  if previous is not None and outputs.dumps(previous['scores'], indent=1) == text:
+    return
+  when = datetime.datetime.fromtimestamp(fold.record.stat().st_mtime, datetime.UTC)
+  hw = jobs.hardware()
+  record = {
+    'fold': fold.config + (f' at {fold.test_time}' if fold.test_time else ''),
+    'scored': f'{when:%d %b %Y %H:%M} UTC',
+    'commit': git_commit() or 'unknown',
+    'machine': f'{hw["cpu"]} ({hw["cpu_count"]} cores, {hw["backend"]} backend)',
+    'scores': scores,
+  }
+  path = kept_path(fold, keep)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(outputs.dumps(record, indent=1) + '\n')
 
 
 def git_commit() -> str:
@@ -782,9 +849,10 @@ def git_commit() -> str:
   ).stdout.strip()
 
 
-def provenance(folds: list[Fold]) -> str:
+def provenance(folds: list[Fold], keep: Path | None = None) -> str:
   """The .md's first paragraph: the command that wrote the table, its commit, the machine
-  (`crackjax.paper.jobs.hardware`) and when the folds were scored (their eval.json)."""
+  (`crackjax.paper.jobs.hardware`) and when the folds were scored (their eval.json); the kept
+  folds taken from `keep` with their own dates, commits and machines."""
   from crackjax.paper import jobs
 
   commit = git_commit()
@@ -798,6 +866,18 @@ def provenance(folds: list[Fold]) -> str:
     scored = f'folds scored {first:%d %b %Y %H:%M} to {last:%d %b %Y %H:%M} UTC (their eval.json)'
   now = datetime.datetime.now(datetime.UTC)
   command = ' '.join(['python', 'bench/lodo.py', *sys.argv[1:]])
+  others = [(f, k) for f in folds if not f.record.exists() and (k := kept(f, keep)) is not None]
+  if others:
+    scored += (
+      '; kept folds, from '
+      + str(keep)
+      + ': '
+      + '; '.join(
+        f'{f.recipe} without {f.held_out}{" at " + f.test_time if f.test_time else ""} scored '
+        f'{k["scored"]} at {k["commit"]} on {k["machine"]}'
+        for f, k in others
+      )
+    )
   return (
     f'Written by `{command}` at commit {commit or "unknown"}, {now:%d %b %Y %H:%M} UTC, on '
     f'{hw["cpu"]} ({hw["cpu_count"]} cores, {hw["backend"]} backend); {scored}. Per held-out '
@@ -816,7 +896,8 @@ def main(argv: list[str] | None = None) -> int:
       print(f'{f.recipe},{f.budget}: score {f.held_out}:test again at {f.test_time} (strict)')
     return 0
   run_stages(folds, variants, args)
-  rows, detail = collect(folds + variants)
+  keep = Path(args.keep) if args.keep else None
+  rows, detail = collect(folds + variants, keep)
   if args.peer:
     peer = peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)
     rows['MTSCrack (its mask: output > 0)'] = peer
@@ -836,7 +917,7 @@ def main(argv: list[str] | None = None) -> int:
       + '\n'
     )
     Path(args.out).with_suffix('.md').write_text(
-      provenance(folds + variants) + '\n\n' + text + '\n'
+      provenance(folds + variants, keep) + '\n\n' + text + '\n'
     )
   return 0
 

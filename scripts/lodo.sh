@@ -14,6 +14,9 @@
 #   HELD_OUT    the held-out sets, in order (default: all five, configs/lodo.py's order)
 #   OUT         the table (default results/lodo_<BUDGET>: .json and .md)
 #   PEER        bench/peer_mtscrack.py JSON files on the same test splits, comma-separated
+#   KEEP        a folder, committed (e.g. results/lodo_long), where each scored fold's scores
+#               are kept; folds kept there are not run again, and the table takes them from
+#               there when WORK has lost them (a campaign longer than a machine's life)
 #   TEST_TIME   rows of the same files at test-time scales / flip (bench/lodo.py --test_time,
 #               e.g. base:2,base:flip,photometric:1+2), scored after each held-out set's folds
 set -euo pipefail
@@ -28,7 +31,7 @@ BUDGET=${BUDGET:-short}
 HELD_OUT=${HELD_OUT:-$(python -c 'from crackjax.configs import lodo; print(" ".join(lodo.MEMBERS))')}
 OUT=${OUT:-results/lodo_$BUDGET}
 COMMON=(--budget="$BUDGET" --work="$WORK" --crackforest="$CRACKFOREST" --public="$PUBLIC"
-  --test_time="${TEST_TIME:-}")
+  --test_time="${TEST_TIME:-}" ${KEEP:+--keep="$KEEP"})
 recipes=$(echo $RECIPES | tr ' ' ',')
 for held_out in $HELD_OUT; do
   python bench/lodo.py --recipes="$recipes" --held_out="$held_out" --protocols=strict "${COMMON[@]}"

@@ -228,6 +228,59 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
   assert lodo.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
 
 
+def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
+  """--keep: a scored fold's scores are kept in a committed folder; once the machine holding
+  its run is gone, the fold is neither trained again nor missing from the table."""
+  import shutil
+
+  from crackjax.deploy import release
+
+  lodo = _bench()
+  keep = tmp_path / 'results' / 'lodo_long'
+  (fold,) = lodo.plan(['base'], 'long', ['gaps384'], tmp_path / 'work')
+  (variant,) = lodo.variant_folds([(None, (2.0,), False)], [fold])
+  scores = {fold.record: _scores([10.0] * 10, stored=41.5), variant.record: _scores([5.0] * 10)}
+  monkeypatch.setattr(
+    lodo, 'fold_scores', lambda f: scores[f.record] if f.record.exists() else None
+  )
+  selected = {'epoch': 11, 'step': 5500, 'ods_f1': 0.66, 'threshold': 0.95}
+  monkeypatch.setattr(release, 'best_epoch', lambda run: selected)
+  monkeypatch.setattr(lodo, 'datasets_alike', lambda f, step, curve: None)
+  for f in (fold, variant):
+    f.record.parent.mkdir(parents=True)
+    f.record.write_text('{}')
+  rows, _ = lodo.collect([fold, variant], keep)
+  assert lodo.kept_path(fold, keep) == keep / 'base_long' / 'gaps384.json'
+  assert lodo.kept_path(variant, keep) == keep / 'base_long_2' / 'gaps384.json'
+  record = lodo.kept(fold, keep)
+  assert record['fold'] == 'configs/lodo.py:gaps384,base,long'
+  assert record['scores']['strict']['stored'] == 41.5 and record['scores']['selected'] == selected
+  assert record['scored'].endswith('UTC') and record['commit'] and 'cores' in record['machine']
+  # The same scores again: the kept file is left as it was (its date and commit stay the first).
+  path = lodo.kept_path(fold, keep)
+  path.write_text(path.read_text().replace(record['commit'], 'abc1234'))
+  lodo.collect([fold], keep)
+  assert lodo.kept(fold, keep)['commit'] == 'abc1234'
+  # The machine is recycled: the work folder is gone, the table is the same from the kept files.
+  shutil.rmtree(tmp_path / 'work')
+  again, _ = lodo.collect([fold, variant], keep)
+  assert json.loads(json.dumps(rows)) == again
+  assert lodo.collect([fold, variant])[0] == {'base (long)': {}, 'base (long) at scales 2': {}}
+  assert 'kept folds, from ' in lodo.provenance([fold], keep)
+  assert 'base without gaps384 scored ' in lodo.provenance([fold], keep)
+  # Nothing is run again for a kept fold; without --keep the same fold trains from the start.
+  ran = []
+  monkeypatch.setattr(lodo, '_run', ran.append)
+  stages = 'train,export,score,fp,photo'
+  args = _args(lodo, keep=str(keep), stages=set(stages.split(',')), accept_cut=False)
+  lodo.run_stages([fold], [variant], args)
+  assert ran == []
+  args.keep = None
+  lodo.run_stages([fold], [variant], args)
+  assert len(ran) == 1 and ran[0][1] == 'launch.py'
+  assert lodo.parse_args(['--plan', '--keep=results/lodo_long']).keep == 'results/lodo_long'
+
+
 @pytest.mark.slow
 def test_lodo_end_to_end_on_fake_copies(tmp_path):
   root = tmp_path / 'sources'
