@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from crackjax.evaluation import result, threshold_choice
+from crackjax.evaluation import lodo_tables, result, threshold_choice
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,7 +168,8 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
     'base (gpu)': {'gaps384': {'epochs': {'scored': 2, 'planned': 4}}, 'crack500': None},
     'jpeg (gpu)': {'gaps384': {'epochs': {'scored': 4, 'planned': 4}}},
   }
-  assert lodo.cut_folds(rows, ['gaps384', 'crack500']) == 'base (gpu), gaps384: 2 of 4 epochs'
+  cut = lodo_tables.cut_folds(rows, ['gaps384', 'crack500'])
+  assert cut == 'base (gpu), gaps384: 2 of 4 epochs'
   # The table's planned epochs are the run's own (its config.json), whatever the budget says now.
   assert lodo.recorded_epochs(fold) == 3
   (fold.run / 'config.json').write_text('{"num_epochs": 4}')
@@ -193,28 +195,27 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
 
 
 def test_new_road_threshold_is_chosen_on_the_other_sets():
-  lodo = _bench()
   # Three held-out sets whose best thresholds are 0.2, 0.3 and 0.7.
   a = [0, 10, 80, 60, 40, 30, 20, 10, 0, 0]
   b = [0, 10, 60, 80, 50, 30, 20, 10, 0, 0]
   c = [0, 0, 0, 20, 30, 40, 50, 70, 10, 0]
-  chosen = lodo.new_road_thresholds({'a': _scores(a), 'b': _scores(b), 'c': _scores(c)})
+  chosen = lodo_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b), 'c': _scores(c)})
   # For a: the mean of b and c is best at 0.3 (65 / 2 + ...): b 80 + c 20 = 100 -> 50.0;
   # at 0.7: 10 + 70 = 80 -> 40; so 0.3, where a scores 60.
   assert chosen['per_set']['a'] == {'threshold': pytest.approx(0.3), 'f1': 60}
   # For c: a and b are best together at 0.2 or 0.3 (70 both), the tie to the one nearer 0.5.
   assert chosen['per_set']['c'] == {'threshold': pytest.approx(0.3), 'f1': 20}
   assert chosen['mean_f1'] == pytest.approx((60 + chosen['per_set']['b']['f1'] + 20) / 3)
-  assert lodo.new_road_thresholds({'a': _scores(a), 'b': _scores(b)}) is None  # too few
+  assert lodo_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b)}) is None  # too few
   rows = {'base (short)': {'a': _scores(a), 'b': _scores(b), 'c': _scores(c)}}
-  text = lodo.table(rows, ['a', 'b', 'c', 'd'])
+  text = lodo_tables.table(rows, ['a', 'b', 'c', 'd'])
   assert '| base (short) | 50.0 / 80.0 · 50.0 / 80.0 |' in text
   assert '(3 of 4)' in text and '| – |' in text
   # The threshold chosen on the known sets with every set alike (eval.threshold_over='datasets'),
   # a row of its own when every held-out set has it.
   for name, f1 in (('a', 70.0), ('b', 40.0), ('c', 10.0)):
     rows['base (short)'][name]['datasets_alike'] = {'threshold': 0.4, 'f1': f1}
-  text = lodo.threshold_table(rows, {'base (short)': chosen}, ['a', 'b', 'c'])
+  text = lodo_tables.threshold_table(rows, {'base (short)': chosen}, ['a', 'b', 'c'])
   assert (
     "| base (short) | known sets' validation, every set alike | 70.0 (t=0.40) | 40.0 (t=0.40) | "
     '10.0 (t=0.40) | 40.0 |'
@@ -222,17 +223,15 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
   # False positives far from labelled cracks, per set and their mean over the sets measured.
   rows['base (short)']['a']['false_positives'] = 1234.4
   rows['base (short)']['c']['false_positives'] = 100.0
-  assert lodo.fp_table(rows, ['a', 'b', 'c']).splitlines()[2] == (
+  assert lodo_tables.fp_table(rows, ['a', 'b', 'c']).splitlines()[2] == (
     '| base (short) | 1,234 | – | 100 | 667 |'
   )
-  assert lodo.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
+  assert lodo_tables.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
 
 
 def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
   """--keep: a scored fold's scores are kept in a committed folder; once the machine holding
   its run is gone, the fold is neither trained again nor missing from the table."""
-  import shutil
-
   from crackjax.deploy import release
 
   lodo = _bench()
@@ -363,10 +362,21 @@ def test_lodo_end_to_end_on_fake_copies(tmp_path):
   again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert again.returncode == 0
   assert not [line for line in again.stdout.splitlines() if line.startswith('+ ')]
+  # --keep: the folds kept, the work folder lost (a recycled machine): nothing runs again
+  # and the table is the same, its kept folds named with where they were scored.
+  keep = [*cmd, f'--keep={tmp_path / "kept"}']
+  assert subprocess.run(keep, cwd=REPO, capture_output=True, timeout=300).returncode == 0
+  assert len(list((tmp_path / 'kept').rglob('*.json'))) == 6  # 3 folds, plain and at scale 2
+  shutil.rmtree(work)
+  kept = subprocess.run(keep, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert kept.returncode == 0, kept.stderr[-3000:]
+  assert not [line for line in kept.stdout.splitlines() if line.startswith('+ ')]
+  assert not work.exists() or not list(work.rglob('*.json'))
+  assert json.loads(out.with_suffix('.json').read_text())['rows'] == record['rows']
+  assert 'kept folds, from ' in out.with_suffix('.md').read_text().split('\n')[0]
 
 
 def test_photo_threshold_weight_is_chosen_on_the_other_sets():
-  lodo = _bench()
   weights = [0.0, 0.5, 1.0]
   # F1 at weights 0, 0.5, 1 (1: the stored threshold): a and b best at 0.5, c at 0.
   by_set = {
@@ -374,20 +384,19 @@ def test_photo_threshold_weight_is_chosen_on_the_other_sets():
     'b': {'photo': {'weights': weights, 'f1': [50.0, 70.0, 20.0]}},
     'c': {'photo': {'weights': weights, 'f1': [65.0, 20.0, 10.0]}},
   }
-  rule = lodo.photo_rule(by_set)
+  rule = lodo_tables.photo_rule(by_set)
   # a: b and c mean (57.5, 45, 15) -> 0; b: a and c (52.5, 40, 20) -> 0; c: a and b -> 0.5.
   assert {h: r['weight'] for h, r in rule['per_set'].items()} == {'a': 0.0, 'b': 0.0, 'c': 0.5}
   assert rule['mean_f1'] == pytest.approx((40 + 50 + 20) / 3)
   assert rule['mean_stored'] == pytest.approx(20.0)
   # All three: (51.7, 50, 20) -> 0.
   assert rule['one_weight'] == 0.0 and rule['one_weight_mean_f1'] == pytest.approx(155 / 3)
-  assert lodo.photo_rule({'a': by_set['a'], 'b': by_set['b']}) is None
-  text = lodo.photo_table({'r (short)': by_set}, ['a', 'b', 'c'])
+  assert lodo_tables.photo_rule({'a': by_set['a'], 'b': by_set['b']}) is None
+  text = lodo_tables.photo_table({'r (short)': by_set}, ['a', 'b', 'c'])
   assert '| r (short) | 30.0 → 40.0 (w=0) | 20.0 → 50.0 (w=0) | 10.0 → 20.0 (w=0.5) |' in text
 
 
 def test_peer_rows_from_peer_mtscrack_json(tmp_path):
-  lodo = _bench()
   entry = {
     'images': 3,
     'images_in_set': 30,
@@ -400,5 +409,5 @@ def test_peer_rows_from_peer_mtscrack_json(tmp_path):
   first.write_text(json.dumps({'sets': {'gaps384:test': entry, 'DeepCrack photos': entry}}))
   later = {**entry, 'images': 30}
   second.write_text(json.dumps({'sets': {'gaps384:test': later, 'crack500:valid': entry}}))
-  peer = lodo.peer_scores([first, second], ['gaps384', 'crack500'])
+  peer = lodo_tables.peer_scores([first, second], ['gaps384', 'crack500'])
   assert peer == {'gaps384': {'strict': {'stored': 50.0, 'ods': 60.0}, 'images': '3 of 30'}}
