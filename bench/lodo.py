@@ -44,6 +44,7 @@ import dataclasses
 import datetime
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,7 @@ from typing import Any
 
 from crackjax.configs import lodo
 from crackjax.evaluation import lodo_tables, result, threshold_choice
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,6 +97,16 @@ class Fold:
   @property
   def run(self) -> Path:
     return self.work / f'{self.recipe}_{self.budget}' / self.held_out
+
+  @property
+  def id(self) -> str:
+    """The fold as a SLURM job (`--job`, `crackjax.paper.slurm.submit`): 'RECIPE:HELD_OUT'."""
+    return f'{self.recipe}:{self.held_out}'
+
+  def directory(self, workdir: str | Path | None = None) -> Path:
+    """Its SLURM job's folder (the task's worker.log goes there): its run, whatever `workdir`.
+    With `id`, all that `crackjax.paper.slurm.submit` reads of a job."""
+    return self.run
 
   @property
   def config(self) -> str:
@@ -347,9 +358,39 @@ def photo_thresholds(fold: Fold, args: argparse.Namespace) -> None:
   fold.photo_record.write_text(outputs.dumps(result, indent=1) + '\n')
 
 
+#: The command `_run` is waiting for, to which SIGTERM is passed on (`stop_children_on_sigterm`).
+_CHILDREN: list[subprocess.Popen] = []
+#: The SIGTERMs passed on: `_run` then exits 143 once its command has ended.
+_STOPPED: list[int] = []
+
+
+def stop_children_on_sigterm() -> None:
+  """SIGTERM (a `kill`, SLURM's time limit through submitit) is passed on to the training or
+  scoring under way, which saves its checkpoint and exits 143; this command then exits 143 too
+  (`_run`), leaving no orphan to hold the fold's folder. Between commands it exits at once."""
+
+  def handler(signum, frame):
+    if not _CHILDREN:
+      sys.exit(exits.TERMINATED)
+    _STOPPED.append(signum)
+    for child in _CHILDREN:
+      child.send_signal(signal.SIGTERM)
+
+  signal.signal(signal.SIGTERM, handler)
+
+
 def _run(cmd: list[str]) -> None:
   print('+', ' '.join(cmd), flush=True)
-  subprocess.run(cmd, cwd=REPO, check=True)
+  child = subprocess.Popen(cmd, cwd=REPO)
+  _CHILDREN.append(child)
+  try:
+    code = child.wait()
+  finally:
+    _CHILDREN.remove(child)
+  if _STOPPED:
+    sys.exit(exits.TERMINATED)
+  if code:
+    raise subprocess.CalledProcessError(code, cmd)
 
 
 def scored_protocols(fold: Fold) -> set[str]:
@@ -459,6 +500,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     'results/lodo_long, committed) and take the folds not in --work from there: a campaign '
     'longer than a machine lives on without its checkpoints',
   )
+  p.add_argument(
+    '--executor',
+    default='local',
+    choices=('local', 'slurm'),
+    help='local: the folds one after another here; slurm: the folds not done submitted as one '
+    'array job, one task a fold (through crackjax.paper.slurm); run the same command again '
+    'when they end: it writes the table and resubmits a fold that ended unfinished',
+  )
+  p.add_argument('--job', default=None, help='RECIPE:HELD_OUT: that fold alone (a SLURM task)')
+  p.add_argument('--slurm_time', type=int, default=240, help='minutes a SLURM task may run')
+  p.add_argument('--slurm_partition', default=None)
+  p.add_argument('--slurm_account', default=None)
+  p.add_argument('--slurm_gpus', type=int, default=0, help='GPUs per SLURM task')
+  p.add_argument('--slurm_cpus', type=int, default=None, help='CPU cores per SLURM task')
+  p.add_argument('--slurm_mem_gb', type=float, default=None, help='memory per SLURM task, GB')
+  p.add_argument('--slurm_array_parallelism', type=int, default=256)
+  p.add_argument(
+    '--slurm_option', action='append', default=[], help="more sbatch options, e.g. 'qos=high'"
+  )
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
   args = p.parse_args(argv)
@@ -476,6 +536,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   except ValueError as e:
     p.error(str(e))
   args.stages = set(args.stages.split(','))
+  args.work = str(Path(args.work).absolute())  # the commands run in the repository's folder
+  folds = {f'{r}:{h}' for r in args.recipes for h in args.held_out}
+  if args.job is not None and args.job not in folds:
+    p.error(f'--job {args.job!r} is not a fold of --recipes and --held_out: {sorted(folds)}')
   if args.stages & {'train', 'score', 'fp'} and not args.public and not args.plan:
     p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
   return args
@@ -641,6 +705,98 @@ def provenance(folds: list[Fold], keep: Path | None = None) -> str:
   )
 
 
+def fold_done(fold: Fold, variants: list[Fold], args: argparse.Namespace) -> bool:
+  """Whether the fold and its test-time variants hold every record the command asks for (or
+  are kept: `--keep`)."""
+  keep = Path(args.keep) if args.keep else None
+  wanted = set(args.protocols.split(','))
+  for f in [fold, *(v for v in variants if v.id == fold.id)]:
+    if not f.record.exists() and kept(f, keep):
+      continue
+    protocols = wanted if f is fold else {THRESHOLD_PROTOCOL}
+    if not protocols <= scored_protocols(f):
+      return False
+    if ('fp' in args.stages and not f.fp_record.exists()) or (
+      'photo' in args.stages and not f.photo_record.exists()
+    ):
+      return False
+  return True
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+  """The flags of a SLURM task's `bench/lodo.py` (`--job` added by its task): the command's
+  own, without the executor, the SLURM settings and the table."""
+  argv = [
+    f'--recipes={",".join(args.recipes)}',
+    f'--budget={args.budget}',
+    f'--held_out={",".join(args.held_out)}',
+    f'--work={args.work}',
+    f'--crackforest={args.crackforest}',
+    f'--test_split={args.test_split}',
+    f'--workers={args.workers}',
+    f'--eval_workers={args.eval_workers}',
+    f'--protocols={args.protocols}',
+    f'--stages={",".join(sorted(args.stages))}',
+    f'--test_time={args.test_time}',
+    f'--dtype={args.dtype}',
+  ]
+  optional = {'public': args.public, 'data_dir': args.data_dir, 'keep': args.keep}
+  argv += [f'--{k}={v}' for k, v in optional.items() if v is not None]
+  return argv + (['--accept_cut'] if args.accept_cut else [])
+
+
+def submit(folds: list[Fold], variants: list[Fold], args: argparse.Namespace) -> None:
+  """--executor=slurm: the folds not done and not queued, submitted as one array job (one task
+  a fold: `bench/lodo.py --job=RECIPE:HELD_OUT`, its lines in the fold's worker.log), after
+  every dataset is prepared here once (tasks preparing the same TFDS folder at once would
+  collide). A fold whose task ended unfinished is submitted again: it resumes (launch.py)."""
+  from crackjax.data import registry
+  from crackjax.paper import slurm
+
+  try:
+    slurm.check_available()
+  except slurm.SlurmError as e:
+    sys.exit(f'bench/lodo.py: {e}')
+  todo = [f for f in folds if not fold_done(f, variants, args)]
+  for m in sorted({m for f in todo for m in (*f.trains_on, f.held_out)}):
+    registry.prepare_dataset(
+      {
+        'name': m,
+        'manual_dir': manual_dir(m, args.crackforest, args.public),
+        'data_dir': args.data_dir,
+      }
+    )
+  live, earlier = slurm.live(args.work), slurm.submitted(args.work)
+  rest = [f for f in todo if f.id not in live]
+  for f in todo:
+    if f.id in live:
+      print(f'{f.id}: queued or running as SLURM job {live[f.id]}', flush=True)
+    elif f.id in earlier:
+      print(f'{f.id}: SLURM job {earlier[f.id]["slurm_id"]} ended unfinished ({f.run}/worker.log)')
+  if rest:
+    settings = slurm.Settings(
+      partition=args.slurm_partition,
+      time_min=args.slurm_time,
+      gpus=args.slurm_gpus,
+      account=args.slurm_account,
+      array_parallelism=args.slurm_array_parallelism,
+      cpus=args.slurm_cpus,
+      mem_gb=args.slurm_mem_gb,
+      options=tuple(args.slurm_option),
+    )
+    command = [sys.executable, str(Path(__file__).resolve()), *worker_argv(args)]
+    try:
+      ids = slurm.submit(rest, args.work, settings, command)
+    except (slurm.SlurmError, ValueError) as e:
+      sys.exit(f'bench/lodo.py: {e}')
+    for f in rest:
+      print(f'{f.id}: submitted as SLURM job {ids[f.id]}', flush=True)
+  print(
+    f'{len(folds) - len(todo)} of {len(folds)} folds done. Run the same command again once '
+    'the jobs end: it writes the table of the folds scored and submits any left unfinished.'
+  )
+
+
 def main(argv: list[str] | None = None) -> int:
   args = parse_args(argv)
   folds = plan(args.recipes, args.budget, args.held_out, Path(args.work))
@@ -651,7 +807,19 @@ def main(argv: list[str] | None = None) -> int:
     for f in variants:
       print(f'{f.recipe},{f.budget}: score {f.held_out}:test again at {f.test_time} (strict)')
     return 0
-  run_stages(folds, variants, args)
+  stop_children_on_sigterm()
+  if args.job:  # a SLURM task: this fold alone, no table
+    from crackjax.paper import slurm
+
+    slurm.leave_preemption_to_the_task()  # USR2 ignored, by the commands it runs too
+    run_stages(
+      [f for f in folds if f.id == args.job], [v for v in variants if v.id == args.job], args
+    )
+    return 0
+  if args.executor == 'slurm':
+    submit(folds, variants, args)
+  else:
+    run_stages(folds, variants, args)
   keep = Path(args.keep) if args.keep else None
   rows, detail = collect(folds + variants, keep)
   if args.peer:

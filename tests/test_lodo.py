@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -278,6 +279,104 @@ def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
   lodo.run_stages([fold], [variant], args)
   assert len(ran) == 1 and ran[0][1] == 'launch.py'
   assert lodo.parse_args(['--plan', '--keep=results/lodo_long']).keep == 'results/lodo_long'
+
+
+def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkeypatch):
+  """--executor=slurm: each task is `bench/lodo.py --job=RECIPE:HELD_OUT` with the command's
+  flags but the executor, the SLURM settings and the table; a fold is done when every record
+  asked for is there (or kept)."""
+  lodo = _bench()
+  argv = [
+    '--recipes=base,jpeg',
+    '--budget=long',
+    '--held_out=gaps384,crackforest',
+    f'--work={tmp_path / "w"}',
+    '--public=PUB',
+    '--keep=K',
+    '--test_time=2',
+    '--protocols=strict',
+    '--stages=train,export,score',
+    '--accept_cut',
+    '--executor=slurm',
+    '--slurm_time=30',
+    '--slurm_option=qos=high',
+    f'--out={tmp_path / "t"}',
+  ]
+  args = lodo.parse_args(argv)
+  again = lodo.parse_args(lodo.worker_argv(args))
+  differ = {k for k in vars(args) if getattr(again, k) != getattr(args, k)}
+  assert differ == {'executor', 'slurm_time', 'slurm_option', 'out'}
+  folds = lodo.plan(args.recipes, args.budget, args.held_out, Path(args.work))
+  assert [f.id for f in folds] == [
+    'base:gaps384',
+    'base:crackforest',
+    'jpeg:gaps384',
+    'jpeg:crackforest',
+  ]
+  assert folds[0].directory('anything') == folds[0].run
+  assert lodo.parse_args([*argv, '--job=jpeg:crackforest']).job == 'jpeg:crackforest'
+  with pytest.raises(SystemExit):
+    lodo.parse_args([*argv, '--job=jpeg:deepcrack'])  # not a fold of the command
+  # Done: its held-out record under the protocols asked, and the variant's (scale 2).
+  fold = folds[0]
+  variants = lodo.variant_folds(args.variants, folds)
+  assert not lodo.fold_done(fold, variants, args)
+  for f in (fold, variants[0]):
+    f.record.parent.mkdir(parents=True)
+    f.record.write_text('{}')
+  monkeypatch.setattr(
+    lodo, 'scored_protocols', lambda f: {'strict'} if f.record.exists() else set()
+  )
+  assert lodo.fold_done(fold, variants, args)
+  args.protocols = 'strict,tolerance_thin_gt'
+  assert not lodo.fold_done(fold, variants, args)  # a protocol more asked: not done
+  args.protocols, args.stages = 'strict', args.stages | {'fp'}
+  assert not lodo.fold_done(fold, variants, args)  # its false positives not counted yet
+
+
+def test_sigterm_is_passed_on_to_the_command_under_way(tmp_path):
+  """A SIGTERM (kill, a SLURM time limit through its task) reaches the training it runs, which
+  saves and exits 143; bench/lodo.py then exits 143 too, leaving no orphan holding the fold's
+  folder. In a SLURM task USR2 (sent to every process of the job) is ignored by both: the
+  task's SIGTERM is what stops them."""
+  import signal
+  import time
+
+  from crackjax.paper import slurm
+
+  child = (
+    'import os, signal, sys, time; from pathlib import Path; '
+    'signal.signal(signal.SIGTERM, lambda *a: (Path(sys.argv[1]).write_text("saved"), '
+    'sys.exit(143))); print("ready", os.getpid(), flush=True); time.sleep(60)'
+  )
+  bench = str(REPO / 'bench' / 'lodo.py')
+  parent = (
+    'import importlib.util, sys; '
+    f'spec = importlib.util.spec_from_file_location("lodo_bench", {bench!r}); '
+    'm = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; '
+    'spec.loader.exec_module(m); m.stop_children_on_sigterm(); '
+    'from crackjax.paper import slurm; slurm.leave_preemption_to_the_task(); '
+    f'm._run([sys.executable, "-c", {child!r}, {str(tmp_path / "saved")!r}])'
+  )
+  proc = subprocess.Popen(
+    [sys.executable, '-c', parent],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    text=True,
+    env={**os.environ, slurm.TASK_ENV: '123_0'},
+  )
+  line = ''
+  while not line.startswith('ready'):
+    line = proc.stdout.readline().strip()
+    assert proc.poll() is None, line
+  child_pid = int(line.split()[1])
+  for pid in (proc.pid, child_pid):
+    os.kill(pid, signal.SIGUSR2)
+  time.sleep(0.5)
+  assert proc.poll() is None  # USR2 ignored by both
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=60) == 143
+  assert (tmp_path / 'saved').read_text() == 'saved'
 
 
 @pytest.mark.slow

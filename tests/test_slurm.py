@@ -317,3 +317,50 @@ def test_srun_of_two_tasks_trains_as_one_process(tmp_path):
       np.asarray(value), np.asarray(flat_b[path]), rtol=RTOL, atol=ATOL, err_msg=str(path)
     )
   assert int(experiment.states.restore(tmp_path / 'srun').step) == 4
+
+
+def test_lodo_folds_on_slurm_score_as_the_same_folds_here(tmp_path):
+  """bench/lodo.py --executor=slurm: one task a fold; the same command again, once they end,
+  submits nothing and writes the table; a fold trained here scores the same."""
+  from crackjax.paper import slurm
+
+  root = tmp_path / 'sources'
+  crackforest = fixtures.make_fake_crackforest(root / 'crackforest', n_labelled=10, n_unlabelled=0)
+  for name in fixtures.public_set_folders():
+    fixtures.make_fake_public_set(root, name, counts={'train': 6, 'valid': 2, 'test': 3})
+
+  def argv(work: Path, held_out: str) -> list[str]:
+    return [
+      sys.executable,
+      'bench/lodo.py',
+      '--budget=smoke',
+      f'--held_out={held_out}',
+      f'--work={work}',
+      f'--crackforest={crackforest}',
+      f'--public={root / "Datasets"}',
+      f'--data_dir={tmp_path / "tfds"}',
+      '--workers=1',
+      '--protocols=strict',
+      '--stages=train,export,score',
+      f'--out={work / "table"}',
+    ]
+
+  on_slurm = tmp_path / 'slurm'
+  command = [*argv(on_slurm, 'aiglern_trimm,gaps384'), '--executor=slurm', '--slurm_time=20']
+  first = _run(command)
+  assert first.stdout.count('submitted as SLURM job') == 2, first.stdout
+  ids = {k: v['slurm_id'] for k, v in _submissions(on_slurm).items()}
+  assert set(ids) == {'base:aiglern_trimm', 'base:gaps384'}
+  assert len({i.split('_')[0] for i in ids.values()}) == 1, ids  # one array job
+  _wait_for(lambda: not slurm.live(on_slurm), 'the two folds')
+  again = _run(command)
+  assert 'submitted' not in again.stdout and '2 of 2 folds done' in again.stdout, again.stdout
+  table = json.loads((on_slurm / 'table.json').read_text())['rows']['base (smoke)']
+  assert set(table) == {'aiglern_trimm', 'gaps384'}
+  assert 'SLURM job' in (on_slurm / 'base_smoke' / 'gaps384' / 'worker.log').read_text()
+  # The same fold trained and scored here: the same numbers (the same config and seed).
+  here = tmp_path / 'here'
+  _run(argv(here, 'gaps384'))
+  local = json.loads((here / 'table.json').read_text())['rows']['base (smoke)']['gaps384']
+  assert local['strict'] == table['gaps384']['strict']
+  assert local['selected'] == table['gaps384']['selected']
