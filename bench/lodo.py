@@ -48,11 +48,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crackjax.configs import lodo
 from crackjax.evaluation import lodo_tables, result, threshold_choice
 from crackjax.runs import exits, outputs
+
+if TYPE_CHECKING:
+  from crackjax.paper.slurm import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -745,6 +748,19 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
   return argv + (['--accept_cut'] if args.accept_cut else [])
 
 
+def slurm_settings(args: argparse.Namespace) -> Settings:
+  """The tasks' sbatch settings (`crackjax.paper.slurm.Settings`), each field from its flag
+  ``--slurm_<field>`` as the runner names them."""
+  from crackjax.paper import slurm
+
+  flag = {'time_min': 'slurm_time', 'options': 'slurm_option'}
+  values = {
+    f.name: getattr(args, flag.get(f.name, f'slurm_{f.name}'))
+    for f in dataclasses.fields(slurm.Settings)
+  }
+  return slurm.Settings(**{**values, 'options': tuple(values['options'])})
+
+
 def submit(folds: list[Fold], variants: list[Fold], args: argparse.Namespace) -> None:
   """--executor=slurm: the folds not done and not queued, submitted as one array job (one task
   a fold: `bench/lodo.py --job=RECIPE:HELD_OUT`, its lines in the fold's worker.log), after
@@ -774,19 +790,9 @@ def submit(folds: list[Fold], variants: list[Fold], args: argparse.Namespace) ->
     elif f.id in earlier:
       print(f'{f.id}: SLURM job {earlier[f.id]["slurm_id"]} ended unfinished ({f.run}/worker.log)')
   if rest:
-    settings = slurm.Settings(
-      partition=args.slurm_partition,
-      time_min=args.slurm_time,
-      gpus=args.slurm_gpus,
-      account=args.slurm_account,
-      array_parallelism=args.slurm_array_parallelism,
-      cpus=args.slurm_cpus,
-      mem_gb=args.slurm_mem_gb,
-      options=tuple(args.slurm_option),
-    )
     command = [sys.executable, str(Path(__file__).resolve()), *worker_argv(args)]
     try:
-      ids = slurm.submit(rest, args.work, settings, command)
+      ids = slurm.submit(rest, args.work, slurm_settings(args), command)
     except (slurm.SlurmError, ValueError) as e:
       sys.exit(f'bench/lodo.py: {e}')
     for f in rest:

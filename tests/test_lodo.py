@@ -306,6 +306,9 @@ def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkey
   again = lodo.parse_args(lodo.worker_argv(args))
   differ = {k for k in vars(args) if getattr(again, k) != getattr(args, k)}
   assert differ == {'executor', 'slurm_time', 'slurm_option', 'out'}
+  settings = lodo.slurm_settings(args)
+  assert settings.time_min == 30 and settings.options == ('qos=high',)
+  assert settings.parameters()['additional_parameters'] == {'qos': 'high'}
   folds = lodo.plan(args.recipes, args.budget, args.held_out, Path(args.work))
   assert [f.id for f in folds] == [
     'base:gaps384',
