@@ -553,9 +553,9 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
   scores each test-time variant's fold (strict) whose file exists, with its false positives and
   photo thresholds at the same scales (whether each photo's own threshold adds to a scale)."""
   stages, wanted = args.stages, set(args.protocols.split(','))
-  keep = Path(args.keep) if args.keep else None
+  keep = keep_dir(args)
   for f in folds:
-    if not f.record.exists() and kept(f, keep):
+    if kept_elsewhere(f, keep):
       continue  # scored on another machine (its files are gone): nothing to redo
     if 'train' in stages and not trained(f):
       _run(train_command(f, args))
@@ -570,7 +570,7 @@ def run_stages(folds: list[Fold], variants: list[Fold], args: argparse.Namespace
       collect([f], keep)  # kept as soon as scored: the next fold may outlast the machine
   for f in variants:
     model = f.run / MODEL_FILE
-    if not f.record.exists() and kept(f, keep):
+    if kept_elsewhere(f, keep):
       continue
     if 'score' in stages and model.exists() and THRESHOLD_PROTOCOL not in scored_protocols(f):
       _run(score_command(f, args, THRESHOLD_PROTOCOL))
@@ -604,8 +604,8 @@ def collect(
     scores = fold_scores(f)
     name = f'{f.recipe} ({f.budget})' + (f' at {f.test_time}' if f.test_time else '')
     rows.setdefault(name, {})
-    if scores is None and kept(f, keep):
-      scores = kept(f, keep)['scores']
+    if scores is None and (elsewhere := kept_elsewhere(f, keep)):
+      scores = elsewhere['scores']
     elif scores:
       best = release.best_epoch(f.run)
       scores['selected'] = {k: best[k] for k in ('epoch', 'step', 'ods_f1', 'threshold')}
@@ -624,6 +624,11 @@ def collect(
   return rows, detail
 
 
+def keep_dir(args: argparse.Namespace) -> Path | None:
+  """``--keep`` as a folder (None without it)."""
+  return Path(args.keep) if args.keep else None
+
+
 def kept_path(fold: Fold, keep: Path) -> Path:
   """Where ``--keep`` keeps the fold's scores:
   ``KEEP/<recipe>_<budget>[_<test time>]/<held_out>.json``."""
@@ -636,6 +641,12 @@ def kept(fold: Fold, keep: Path | None) -> dict[str, Any] | None:
   if keep is None or not kept_path(fold, keep).exists():
     return None
   return json.loads(kept_path(fold, keep).read_text())
+
+
+def kept_elsewhere(fold: Fold, keep: Path | None) -> dict[str, Any] | None:
+  """The fold's kept record where its work folder lacks its scores (scored on a machine since
+  gone): what stands for the fold then; None otherwise."""
+  return None if fold.record.exists() else kept(fold, keep)
 
 
 def keep_fold(fold: Fold, scores: dict[str, Any], keep: Path) -> None:
@@ -689,7 +700,7 @@ def provenance(folds: list[Fold], keep: Path | None = None) -> str:
     scored = f'folds scored {first:%d %b %Y %H:%M} to {last:%d %b %Y %H:%M} UTC (their eval.json)'
   now = datetime.datetime.now(datetime.UTC)
   command = ' '.join(['python', 'bench/lodo.py', *sys.argv[1:]])
-  others = [(f, k) for f in folds if not f.record.exists() and (k := kept(f, keep)) is not None]
+  others = [(f, k) for f in folds if (k := kept_elsewhere(f, keep)) is not None]
   if others:
     scored += (
       '; kept folds, from '
@@ -711,10 +722,10 @@ def provenance(folds: list[Fold], keep: Path | None = None) -> str:
 def fold_done(fold: Fold, variants: list[Fold], args: argparse.Namespace) -> bool:
   """Whether the fold and its test-time variants hold every record the command asks for (or
   are kept: `--keep`)."""
-  keep = Path(args.keep) if args.keep else None
+  keep = keep_dir(args)
   wanted = set(args.protocols.split(','))
   for f in [fold, *(v for v in variants if v.id == fold.id)]:
-    if not f.record.exists() and kept(f, keep):
+    if kept_elsewhere(f, keep):
       continue
     protocols = wanted if f is fold else {THRESHOLD_PROTOCOL}
     if not protocols <= scored_protocols(f):
@@ -826,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
     submit(folds, variants, args)
   else:
     run_stages(folds, variants, args)
-  keep = Path(args.keep) if args.keep else None
+  keep = keep_dir(args)
   rows, detail = collect(folds + variants, keep)
   if args.peer:
     peer = lodo_tables.peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)
