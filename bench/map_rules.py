@@ -1,7 +1,7 @@
 """Label-free rules on the LODO fold models' maps, on their held-out test photos (issue 55).
 
-Each fold's model file (`bench/lodo.py`'s folds) predicts `lodo.FP_IMAGES` evenly spaced test
-photos of its held-out set at scales 1 and 2; the maps are then cut by:
+Each fold's model file (`bench/lodo.py`'s folds) predicts `crackjax.lodo.folds.FP_IMAGES`
+evenly spaced test photos of its held-out set at scales 1 and 2; the maps are then cut by:
 
 - ``stored``: the file's stored threshold t (at scale 1 and at scale 2);
 - ``hysteresis k``: pixels above k × t connected to a pixel above t
@@ -31,6 +31,8 @@ import numpy as np
 from skimage.filters import apply_hysteresis_threshold
 
 from crackjax.configs import lodo as lodo_configs
+from crackjax.lodo import fold_stages, kept_scores
+from crackjax.lodo import folds as folds_lib
 from crackjax.runs import outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,27 +149,30 @@ def main(argv: list[str] | None = None) -> int:
   from crackjax.deploy.predictor import Predictor
 
   bench = _lodo_bench()
+  settings = fold_stages.Campaign(
+    repo=REPO,
+    manual_dirs={m: bench.manual_dir(m, args.crackforest, args.public) for m in bench.lodo.MEMBERS},
+    data_dir=args.data_dir,
+    test_split=args.test_split,
+  )
   by_set = {}
   for held in args.held_out.split(','):
-    fold = bench.Fold(args.recipe, args.budget, held, Path(args.work))
-    if not (fold.run / bench.MODEL_FILE).is_file():
-      sys.exit(f'{fold.run / bench.MODEL_FILE}: no fold model (run bench/lodo.py first).')
-    pairs, p1 = bench.held_out_photos(fold, args)
-    p2 = Predictor.from_pretrained(str(fold.run / bench.MODEL_FILE), scales=(2.0,))
+    (fold,) = bench.plan([args.recipe], args.budget, [held], Path(args.work))
+    model = fold.run / folds_lib.MODEL_FILE
+    if not model.is_file():
+      sys.exit(f'{model}: no fold model (run bench/lodo.py first).')
+    pairs, p1 = fold_stages.held_out_photos(fold, settings)
+    p2 = Predictor.from_pretrained(str(model), scales=(2.0,))
     by_set[held] = score_set(pairs, p1, p2)
     got = by_set[held]['f1']
     print(f'{held}: ' + ', '.join(f'{r} {got[r]:.1f}' for r in ('scale 1', 'scale 2', 'max')))
   text = table(by_set)
   print(text)
   if args.out:
-    from crackjax.paper import jobs
-
-    hw = jobs.hardware()
-    commit = bench.git_commit()
     head = (
-      f'Written by `python {" ".join(sys.argv)}` at commit {commit or "unknown"}, '
-      f'{datetime.datetime.now(datetime.UTC):%d %b %Y %H:%M} UTC, on {hw["cpu"]} '
-      f'({hw["cpu_count"]} cores, {hw["backend"]} backend).'
+      f'Written by `python {" ".join(sys.argv)}` at commit '
+      f'{kept_scores.git_commit() or "unknown"}, '
+      f'{datetime.datetime.now(datetime.UTC):%d %b %Y %H:%M} UTC, on {kept_scores.machine()}.'
     )
     record = {'command': sys.argv, 'recipe': args.recipe, 'budget': args.budget, 'sets': by_set}
     Path(f'{args.out}.json').write_text(outputs.dumps(record, indent=1) + '\n')

@@ -172,6 +172,7 @@ LAYERS = (
   'crackjax.deploy',  # prediction and export: photos and files from a restored run
   'crackjax.trainer',  # the loop, scoring and records, the train, evaluate and data-stats commands
   'crackjax.paper',
+  'crackjax.lodo',  # leave-one-dataset-out campaigns: trains (paper's jobs), exports, scores
   'crackjax',
 )
 # Folders side by side: neither imports the other (deploy/ and trainer/ are siblings above

@@ -1,9 +1,10 @@
-"""bench/lodo.py, leave-one-dataset-out (issue 55): which member each fold holds out, what it
-trains on and scores; the table and the threshold chosen on the other held-out sets; (slow)
-the whole command on tiny fake copies of the five datasets."""
+"""Leave-one-dataset-out (issue 55), `crackjax.lodo` and its command bench/lodo.py: which member
+each fold holds out, what it trains on and scores; the table and the threshold chosen on the
+other held-out sets; (slow) the whole command on tiny fake copies of the five datasets."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from crackjax.evaluation import lodo_tables, result, threshold_choice
+from crackjax.lodo import fold_stages, kept_scores
+from crackjax.lodo import folds as folds_lib
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,16 +38,17 @@ def test_plan_holds_each_member_out_once(tmp_path, capsys):
   for f in folds:
     assert f.held_out not in f.trains_on and len(f.trains_on) == 4
     assert f.run == tmp_path / f'{f.recipe}_short' / f.held_out
-    cmd = lodo.train_command(f, _args(lodo))
+    cmd = fold_stages.train_command(f, _campaign(lodo))
     assert f'--config=configs/lodo.py:{f.held_out},{f.recipe},short' in cmd
     # The held-out member's data is never handed to its training.
     assert not any(f'mix.{f.held_out}.' in part for part in cmd)
     assert not any('background_workers' in part for part in cmd)
-    cmd = lodo.train_command(f, _args(lodo, eval_workers=2))
+    cmd = fold_stages.train_command(f, _campaign(lodo, '--eval_workers=2'))
     assert '--config.eval.background_workers=2' in cmd
-    score = lodo.score_command(f, _args(lodo))
+    score = fold_stages.score_command(f, _campaign(lodo))
     assert f'--data={f.held_out}:test' in score
-    assert f'--model={f.run / lodo.MODEL_FILE}' in score
+    assert f'--model={f.run / folds_lib.MODEL_FILE}' in score
+    assert f'--manual_dir={f.held_out}=' + ('CF' if f.held_out == 'crackforest' else 'PUB') in score
   # The command line, in this process (a subprocess would spend its seconds importing jax).
   assert lodo.main(['--plan', '--recipes=base']) == 0
   out = capsys.readouterr().out
@@ -58,14 +62,14 @@ def test_plan_holds_each_member_out_once(tmp_path, capsys):
 
 def test_test_time_variants_score_the_same_files_again(tmp_path):
   lodo = _bench()
-  variants = lodo.parse_test_time('base:2,flip,photometric:1+2+flip', ['base', 'photometric'])
+  variants = folds_lib.parse_test_time('base:2,flip,photometric:1+2+flip', ['base', 'photometric'])
   assert variants == [
     ('base', (2.0,), False),
     (None, (1.0,), True),
     ('photometric', (1.0, 2.0), True),
   ]
   folds = lodo.plan(['base', 'photometric'], 'short', ['crackforest', 'gaps384'], tmp_path)
-  again = lodo.variant_folds(variants, folds)
+  again = folds_lib.variant_folds(variants, folds)
   # base at 2 (two sets), every recipe mirrored (four folds), photometric at 1+2 mirrored (two).
   assert [(f.recipe, f.test_time) for f in again[::2]] == [
     ('base', 'scales 2'),
@@ -76,9 +80,9 @@ def test_test_time_variants_score_the_same_files_again(tmp_path):
   for f in again:
     # The fold's own file and run, scored into a folder of its own.
     assert f.run == tmp_path / f'{f.recipe}_short' / f.held_out
-    assert f.heldout_dir.parent == f.run and f.heldout_dir.name != lodo.HELDOUT_DIR
-    score = lodo.score_command(f, _args(lodo), 'strict')
-    assert '--protocols=strict' in score and f'--model={f.run / lodo.MODEL_FILE}' in score
+    assert f.heldout_dir.parent == f.run and f.heldout_dir.name != folds_lib.HELDOUT_DIR
+    score = fold_stages.score_command(f, _campaign(lodo), ['strict'])
+    assert '--protocols=strict' in score and f'--model={f.run / folds_lib.MODEL_FILE}' in score
   assert again[0].heldout_dir.name == 'heldout_2' and again[2].heldout_dir.name == 'heldout_1_flip'
   for bad, why in (
     ('scale:2', "recipe 'scale' is not in --recipes"),
@@ -87,7 +91,7 @@ def test_test_time_variants_score_the_same_files_again(tmp_path):
     ('0+2', 'scales must be > 0'),
   ):
     with pytest.raises(ValueError, match=why):
-      lodo.parse_test_time(bad, ['base', 'photometric'])
+      folds_lib.parse_test_time(bad, ['base', 'photometric'])
 
 
 def test_the_gpu_budget_is_the_gpu_models_recipe_without_the_held_out_member():
@@ -121,21 +125,9 @@ def test_the_gpu_budget_is_the_gpu_models_recipe_without_the_held_out_member():
       roads_unet.get_config(bad)
 
 
-def _args(lodo, **kw):
-  return lodo_args(
-    crackforest='CF',
-    public='PUB',
-    data_dir=None,
-    test_split='test',
-    workers=1,
-    protocols='strict,tolerance_thin_gt',
-    **{'eval_workers': 0, **kw},
-  )
-
-
-class lodo_args:  # noqa: N801 (an argparse.Namespace stand-in)
-  def __init__(self, **kw):
-    self.__dict__.update(kw)
+def _campaign(lodo, *flags: str) -> fold_stages.Campaign:
+  """The folds' shared settings as the command makes them from its flags."""
+  return lodo.campaign(lodo.parse_args(['--crackforest=CF', '--public=PUB', '--workers=1', *flags]))
 
 
 def _scores(curve_f1, stored=50.0):
@@ -155,16 +147,16 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
   that epoch only with --accept_cut, and the table names it with the epochs it trained."""
   lodo = _bench()
   (fold,) = lodo.plan(['base'], 'gpu', ['gaps384'], tmp_path)
-  assert lodo.planned_epochs(fold) == 3
-  assert not lodo.exportable(fold, accept_cut=True)  # nothing scored yet
+  assert fold.epochs == lodo.planned_epochs('gaps384', 'base', 'gpu') == 3
+  assert not folds_lib.exportable(fold, accept_cut=True)  # nothing scored yet
   fold.run.mkdir(parents=True)
   (fold.run / 'epoch_001.json').write_text('{}')
-  assert not lodo.trained(fold) and lodo.epochs_scored(fold) == 1
-  assert not lodo.exportable(fold, accept_cut=False)
-  assert lodo.exportable(fold, accept_cut=True)
+  assert not folds_lib.trained(fold) and folds_lib.epochs_scored(fold) == 1
+  assert not folds_lib.exportable(fold, accept_cut=False)
+  assert folds_lib.exportable(fold, accept_cut=True)
   for n in (2, 3):
     (fold.run / f'epoch_{n:03d}.json').write_text('{}')
-  assert lodo.trained(fold) and lodo.exportable(fold, accept_cut=False)
+  assert folds_lib.trained(fold) and folds_lib.exportable(fold, accept_cut=False)
   rows = {
     'base (gpu)': {'gaps384': {'epochs': {'scored': 2, 'planned': 4}}, 'crack500': None},
     'jpeg (gpu)': {'gaps384': {'epochs': {'scored': 4, 'planned': 4}}},
@@ -172,10 +164,10 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
   cut = lodo_tables.cut_folds(rows, ['gaps384', 'crack500'])
   assert cut == 'base (gpu), gaps384: 2 of 4 epochs'
   # The table's planned epochs are the run's own (its config.json), whatever the budget says now.
-  assert lodo.recorded_epochs(fold) == 3
+  assert folds_lib.recorded_epochs(fold) == 3
   (fold.run / 'config.json').write_text('{"num_epochs": 4}')
-  assert lodo.recorded_epochs(fold) == 4
-  cmd = lodo.export_command(fold, 2000, 'bfloat16')
+  assert folds_lib.recorded_epochs(fold) == 4
+  cmd = fold_stages.export_command(fold, 2000, 'bfloat16')
   assert '--dtype=bfloat16' in cmd and '--step=2000' in cmd
   # A file exported at a cut (step 2000) is exported again once its run has a better epoch
   # (a later call resumed it), its held-out scores dropped; at that epoch, not again.
@@ -184,15 +176,15 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
   monkeypatch.setattr(release, 'best_epoch', lambda run: {'step': 6000})
   (fold.run / 'heldout' / 'gaps384_test').mkdir(parents=True)
   (fold.run / 'heldout_2').mkdir()
-  monkeypatch.setattr(lodo, 'exported_step', lambda f: 2000)
-  assert lodo.export_step(fold, accept_cut=True) == 6000
+  monkeypatch.setattr(folds_lib, 'exported_step', lambda f: 2000)
+  assert folds_lib.export_step(fold, accept_cut=True) == 6000
   assert not list(fold.run.glob('heldout*'))
-  monkeypatch.setattr(lodo, 'exported_step', lambda f: 6000)
-  assert lodo.export_step(fold, accept_cut=True) is None
-  monkeypatch.setattr(lodo, 'exported_step', lambda f: None)
-  assert lodo.export_step(fold, accept_cut=False) == 6000
-  args = lodo.parse_args(['--plan', '--accept_cut', '--dtype=bfloat16'])
-  assert args.accept_cut and args.dtype == 'bfloat16'
+  monkeypatch.setattr(folds_lib, 'exported_step', lambda f: 6000)
+  assert folds_lib.export_step(fold, accept_cut=True) is None
+  monkeypatch.setattr(folds_lib, 'exported_step', lambda f: None)
+  assert folds_lib.export_step(fold, accept_cut=False) == 6000
+  settings = _campaign(lodo, '--accept_cut', '--dtype=bfloat16')
+  assert settings.accept_cut and settings.dtype == 'bfloat16'
 
 
 def test_new_road_threshold_is_chosen_on_the_other_sets():
@@ -238,47 +230,49 @@ def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
   lodo = _bench()
   keep = tmp_path / 'results' / 'lodo_long'
   (fold,) = lodo.plan(['base'], 'long', ['gaps384'], tmp_path / 'work')
-  (variant,) = lodo.variant_folds([(None, (2.0,), False)], [fold])
+  (variant,) = folds_lib.variant_folds([(None, (2.0,), False)], [fold])
   scores = {fold.record: _scores([10.0] * 10, stored=41.5), variant.record: _scores([5.0] * 10)}
   monkeypatch.setattr(
-    lodo, 'fold_scores', lambda f: scores[f.record] if f.record.exists() else None
+    kept_scores, 'fold_scores', lambda f: scores[f.record] if f.record.exists() else None
   )
   selected = {'epoch': 11, 'step': 5500, 'ods_f1': 0.66, 'threshold': 0.95}
   monkeypatch.setattr(release, 'best_epoch', lambda run: selected)
-  monkeypatch.setattr(lodo, 'datasets_alike', lambda f, step, curve: None)
+  monkeypatch.setattr(kept_scores, 'datasets_alike', lambda f, step, curve: None)
   for f in (fold, variant):
     f.record.parent.mkdir(parents=True)
     f.record.write_text('{}')
-  rows, _ = lodo.collect([fold, variant], keep)
-  assert lodo.kept_path(fold, keep) == keep / 'base_long' / 'gaps384.json'
-  assert lodo.kept_path(variant, keep) == keep / 'base_long_2' / 'gaps384.json'
-  record = lodo.kept(fold, keep)
+  rows, _ = kept_scores.collect([fold, variant], keep)
+  assert kept_scores.kept_path(fold, keep) == keep / 'base_long' / 'gaps384.json'
+  assert kept_scores.kept_path(variant, keep) == keep / 'base_long_2' / 'gaps384.json'
+  record = kept_scores.kept(fold, keep)
   assert record['fold'] == 'configs/lodo.py:gaps384,base,long'
   assert record['scores']['strict']['stored'] == 41.5 and record['scores']['selected'] == selected
   assert record['scored'].endswith('UTC') and record['commit'] and 'cores' in record['machine']
   # The same scores again: the kept file is left as it was (its date and commit stay the first).
-  path = lodo.kept_path(fold, keep)
+  path = kept_scores.kept_path(fold, keep)
   path.write_text(path.read_text().replace(record['commit'], 'abc1234'))
-  lodo.collect([fold], keep)
-  assert lodo.kept(fold, keep)['commit'] == 'abc1234'
+  kept_scores.collect([fold], keep)
+  assert kept_scores.kept(fold, keep)['commit'] == 'abc1234'
   # The machine is recycled: the work folder is gone, the table is the same from the kept files.
   shutil.rmtree(tmp_path / 'work')
-  again, _ = lodo.collect([fold, variant], keep)
+  again, _ = kept_scores.collect([fold, variant], keep)
   assert json.loads(json.dumps(rows)) == again
-  assert lodo.collect([fold, variant])[0] == {'base (long)': {}, 'base (long) at scales 2': {}}
-  assert 'kept folds, from ' in lodo.provenance([fold], keep)
-  assert 'base without gaps384 scored ' in lodo.provenance([fold], keep)
+  assert kept_scores.collect([fold, variant])[0] == {
+    'base (long)': {},
+    'base (long) at scales 2': {},
+  }
+  head = kept_scores.provenance([fold], 'python bench/lodo.py --keep=K', keep)
+  assert head.startswith('Written by `python bench/lodo.py --keep=K` at commit ')
+  assert 'kept folds, from ' in head and 'base without gaps384 scored ' in head
   # Nothing is run again for a kept fold; without --keep the same fold trains from the start.
   ran = []
-  monkeypatch.setattr(lodo, '_run', ran.append)
-  stages = 'train,export,score,fp,photo'
-  args = _args(lodo, keep=str(keep), stages=set(stages.split(',')), accept_cut=False)
-  lodo.run_stages([fold], [variant], args)
+  monkeypatch.setattr(fold_stages, 'run', lambda cmd, cwd: ran.append(cmd))
+  settings = _campaign(lodo, f'--keep={keep}')
+  assert settings.keep == keep and settings.stages == set(fold_stages.STAGES)
+  fold_stages.run_stages([fold], [variant], settings)
   assert ran == []
-  args.keep = None
-  lodo.run_stages([fold], [variant], args)
+  fold_stages.run_stages([fold], [variant], dataclasses.replace(settings, keep=None))
   assert len(ran) == 1 and ran[0][1] == 'launch.py'
-  assert lodo.parse_args(['--plan', '--keep=results/lodo_long']).keep == 'results/lodo_long'
 
 
 def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkeypatch):
@@ -322,19 +316,19 @@ def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkey
     lodo.parse_args([*argv, '--job=jpeg:deepcrack'])  # not a fold of the command
   # Done: its held-out record under the protocols asked, and the variant's (scale 2).
   fold = folds[0]
-  variants = lodo.variant_folds(args.variants, folds)
-  assert not lodo.fold_done(fold, variants, args)
+  variants = folds_lib.variant_folds(args.variants, folds)
+  assert not fold_stages.fold_done(fold, variants, lodo.campaign(args))
   for f in (fold, variants[0]):
     f.record.parent.mkdir(parents=True)
     f.record.write_text('{}')
   monkeypatch.setattr(
-    lodo, 'scored_protocols', lambda f: {'strict'} if f.record.exists() else set()
+    folds_lib, 'scored_protocols', lambda f: {'strict'} if f.record.exists() else set()
   )
-  assert lodo.fold_done(fold, variants, args)
+  assert fold_stages.fold_done(fold, variants, lodo.campaign(args))
   args.protocols = 'strict,tolerance_thin_gt'
-  assert not lodo.fold_done(fold, variants, args)  # a protocol more asked: not done
+  assert not fold_stages.fold_done(fold, variants, lodo.campaign(args))  # one more protocol
   args.protocols, args.stages = 'strict', args.stages | {'fp'}
-  assert not lodo.fold_done(fold, variants, args)  # its false positives not counted yet
+  assert not fold_stages.fold_done(fold, variants, lodo.campaign(args))  # fp not counted yet
 
 
 def test_sigterm_is_passed_on_to_the_command_under_way(tmp_path):
@@ -352,14 +346,11 @@ def test_sigterm_is_passed_on_to_the_command_under_way(tmp_path):
     'signal.signal(signal.SIGTERM, lambda *a: (Path(sys.argv[1]).write_text("saved"), '
     'sys.exit(143))); print("ready", os.getpid(), flush=True); time.sleep(60)'
   )
-  bench = str(REPO / 'bench' / 'lodo.py')
   parent = (
-    'import importlib.util, sys; '
-    f'spec = importlib.util.spec_from_file_location("lodo_bench", {bench!r}); '
-    'm = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; '
-    'spec.loader.exec_module(m); m.stop_children_on_sigterm(); '
+    'import sys; from pathlib import Path; from crackjax.lodo import fold_stages; '
+    'fold_stages.stop_children_on_sigterm(); '
     'from crackjax.paper import slurm; slurm.leave_preemption_to_the_task(); '
-    f'm._run([sys.executable, "-c", {child!r}, {str(tmp_path / "saved")!r}])'
+    f'fold_stages.run([sys.executable, "-c", {child!r}, {str(tmp_path / "saved")!r}], Path("."))'
   )
   proc = subprocess.Popen(
     [sys.executable, '-c', parent],
