@@ -1,7 +1,7 @@
 """Does a photo's predicted crack width tell which test-time scale suits it? (issue 55 item 3)
 
 A model sees crack widths in pixels, which depend on the camera's distance and resolution:
-thin cracks gain at scale 2, CRACK500's wide ones at scale 0.5 (docs/models.md, "Scale at
+thin cracks gain at scale 2, CRACK500's wide ones at scale 0.5 (docs/lodo.md, "Scale at
 prediction"). A rule that looks at each photo first would keep both gains. This bench
 measures, for each labelled test set and without changing any code of prediction:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The leave-one-dataset-out campaigns of issue 55 (docs/models.md, "Roads never seen"): each
+# The leave-one-dataset-out campaigns of issue 55 (docs/lodo.md): each
 # recipe of configs/lodo.py trained five times (each public set held out in turn; BUDGET short:
 # 1,000 steps, long: 6,000) and scored on the held-out test splits under the strict protocol,
 # which ranks the recipes in a fifth of the time the tolerance protocol takes; then the table

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The leave-one-dataset-out campaign of issue 55 (docs/models.md, "Roads never seen") in ONE call
+# The leave-one-dataset-out campaign of issue 55 (docs/lodo.md) in ONE call
 # of a project GPU machine (../shared/gpu/README.md: Python 3.12 + jax 0.11, no network): the
 # five held-out sets side by side, one process each (bench/lodo.py: every recipe of RECIPES
 # trained on the other four, its best validation epoch exported, the held-out test split scored
