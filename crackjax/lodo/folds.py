@@ -70,7 +70,7 @@ class Fold:
 
   def directory(self, workdir: str | Path | None = None) -> Path:
     """Its SLURM job's folder (the task's worker.log goes there): its run, whatever `workdir`.
-    With `id`, all that `crackjax.paper.slurm.submit` reads of a job."""
+    With `id`, all that `crackjax.paper.slurm.submit` reads of a job (`jobs.ArrayJob`)."""
     return self.run
 
   @property

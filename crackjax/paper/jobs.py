@@ -21,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from absl import flags
 
@@ -42,6 +42,16 @@ class JobConfigError(ValueError):
 
 
 # ------------------------------------------------------------------------------------- the jobs
+
+
+class ArrayJob(Protocol):
+  """What `crackjax.paper.slurm.submit` reads of a job it submits: a `Job`, or another
+  campaign's unit of work (a LODO fold, `crackjax.lodo.folds.Fold`)."""
+
+  @property
+  def id(self) -> str: ...
+
+  def directory(self, workdir: str | Path) -> Path: ...
 
 
 @dataclasses.dataclass(frozen=True)

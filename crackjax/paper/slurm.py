@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crackjax.paper.jobs import Job
+from crackjax.paper.jobs import ArrayJob, Job
 from crackjax.runs import identity
 
 #: The folder of the submission's files, under the campaign's workdir.
@@ -302,7 +302,7 @@ def _environ(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def submit(
-  jobs: Sequence[Job],
+  jobs: Sequence[ArrayJob],
   workdir: str | Path,
   settings: Settings,
   command: Sequence[str],
