@@ -10,6 +10,7 @@ mean over the held-out sets is the recipe's LODO figure.
       --crackforest=../shared/datasets/crackforest --public=/work/data/Datasets \\
       [--held_out=crackforest,gaps384] [--data_dir=DIR] [--out=results/lodo_short]
   python bench/lodo.py --plan --recipes=base     # what would train and be scored, nothing run
+  python bench/lodo.py --status --recipes=base --work=...   # where each fold stands
 
 Every stage is resumable: a fold whose last epoch is recorded is not trained again (a killed
 training resumes from its last checkpoint: `launch.py`), an exported file and a score already
@@ -144,6 +145,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   )
   p.add_argument('--out', default=None, help='write the table to OUT.json and OUT.md')
   p.add_argument('--plan', action='store_true', help='print what each fold trains and scores')
+  p.add_argument(
+    '--status',
+    action='store_true',
+    help='print where each fold stands (epochs, exported, scored, kept; its SLURM job and '
+    'state if submitted) and run nothing',
+  )
   args = p.parse_args(argv)
   args.recipes = [r for r in args.recipes.split(',') if r]
   args.held_out = [h for h in args.held_out.split(',') if h]
@@ -163,7 +170,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   folds = {f'{r}:{h}' for r in args.recipes for h in args.held_out}
   if args.job is not None and args.job not in folds:
     p.error(f'--job {args.job!r} is not a fold of --recipes and --held_out: {sorted(folds)}')
-  if args.stages & {'train', 'score', 'fp'} and not args.public and not args.plan:
+  if args.stages & {'train', 'score', 'fp'} and not (args.public or args.plan or args.status):
     p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
   return args
 
@@ -275,6 +282,27 @@ def submit(
   )
 
 
+def status_lines(
+  folds: list[Fold], variants: list[Fold], settings: Campaign, work: str
+) -> list[str]:
+  """--status: a line per fold (`fold_stages.status`), with its SLURM job and state where the
+  campaign submitted it (--executor=slurm), then how many are done."""
+  from crackjax.paper import slurm
+
+  subs = slurm.submitted(work)
+  states = slurm.states([s['slurm_id'] for s in subs.values()]) if subs else {}
+  width = max(len(f.id) for f in folds)
+  lines, done = [], 0
+  for f in folds:
+    line = fold_stages.status(f, variants, settings)
+    done += line.endswith('done') or line.startswith('kept')
+    if f.id in subs:
+      slurm_id = subs[f.id]['slurm_id']
+      line += f'; SLURM job {slurm_id} {states.get(slurm_id, "UNKNOWN")}'
+    lines.append(f'{f.id:<{width}}  {line}')
+  return [*lines, f'{done} of {len(folds)} folds done or kept.']
+
+
 def main(argv: list[str] | None = None) -> int:
   args = parse_args(argv)
   folds = plan(args.recipes, args.budget, args.held_out, Path(args.work))
@@ -286,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
       print(f'{f.recipe},{f.budget}: score {f.held_out}:test again at {f.test_time} (strict)')
     return 0
   settings = campaign(args)
+  if args.status:
+    print('\n'.join(status_lines(folds, variants, settings, args.work)))
+    return 0
   fold_stages.stop_children_on_sigterm()
   if args.job:  # a SLURM task: this fold alone, no table
     from crackjax.paper import slurm

@@ -275,6 +275,45 @@ def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
   assert len(ran) == 1 and ran[0][1] == 'launch.py'
 
 
+def test_status_says_where_each_fold_stands(tmp_path, monkeypatch, capsys):
+  """--status: each fold's epochs, file, scores and whether it is done, or where it was kept;
+  nothing is run."""
+  lodo = _bench()
+  work, keep = tmp_path / 'work', tmp_path / 'kept'
+  fold, other = lodo.plan(['base'], 'long', ['gaps384', 'crackforest'], work)
+  flags = ['--protocols=strict', '--stages=train,export,score', f'--keep={keep}']
+  settings = _campaign(lodo, *flags)
+  assert fold_stages.status(fold, [], settings) == f'0/{fold.epochs} epochs'
+  fold.run.mkdir(parents=True)
+  for n in (1, 2):
+    (fold.run / f'epoch_{n:03d}.json').write_text('{}')
+  assert fold_stages.status(fold, [], settings) == f'2/{fold.epochs} epochs'
+  (fold.run / folds_lib.MODEL_FILE).write_text('a file')
+  fold.record.parent.mkdir(parents=True)
+  fold.record.write_text('{}')
+  monkeypatch.setattr(
+    folds_lib, 'scored_protocols', lambda f: {'strict'} if f.record.exists() else set()
+  )
+  line = fold_stages.status(fold, [], settings)
+  assert line == f'2/{fold.epochs} epochs, exported, scored (strict), done'
+  assert not fold_stages.status(fold, [], _campaign(lodo, '--keep=K')).endswith('done')
+  # A fold scored on a machine since gone: where it was kept from.
+  kept = {'scored': '30 Nov 2026 08:11 UTC', 'commit': 'abc1234', 'machine': 'M', 'scores': {}}
+  kept_scores.kept_path(other, keep).parent.mkdir(parents=True)
+  kept_scores.kept_path(other, keep).write_text(json.dumps(kept))
+  assert fold_stages.status(other, [], settings) == (
+    'kept: scored 30 Nov 2026 08:11 UTC at abc1234 on M'
+  )
+  argv = ['--status', '--recipes=base', '--budget=long', '--held_out=gaps384,crackforest']
+  assert lodo.main([*argv, f'--work={work}', *flags]) == 0
+  assert capsys.readouterr().out.splitlines() == [
+    f'base:gaps384      2/{fold.epochs} epochs, exported, scored (strict), done',
+    'base:crackforest  kept: scored 30 Nov 2026 08:11 UTC at abc1234 on M',
+    '2 of 2 folds done or kept.',
+  ]
+  assert not (work / 'base_long' / 'crackforest').exists()  # nothing ran
+
+
 def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkeypatch):
   """--executor=slurm: each task is `bench/lodo.py --job=RECIPE:HELD_OUT` with the command's
   flags but the executor, the SLURM settings and the table; a fold is done when every record

@@ -352,9 +352,17 @@ def test_lodo_folds_on_slurm_score_as_the_same_folds_here(tmp_path):
   ids = {k: v['slurm_id'] for k, v in _submissions(on_slurm).items()}
   assert set(ids) == {'base:aiglern_trimm', 'base:gaps384'}
   assert len({i.split('_')[0] for i in ids.values()}) == 1, ids  # one array job
+  status = [*command, '--status']
+  queued = _run(status).stdout.splitlines()
+  # Queued, running or just ended: its job named beside its epochs (a smoke fold is quick).
+  assert queued[0].startswith('base:aiglern_trimm  '), queued
+  assert f'; SLURM job {ids["base:aiglern_trimm"]} ' in queued[0], queued
   _wait_for(lambda: not slurm.live(on_slurm), 'the two folds')
   again = _run(command)
   assert 'submitted' not in again.stdout and '2 of 2 folds done' in again.stdout, again.stdout
+  ended = _run(status).stdout.splitlines()
+  assert ended[-1] == '2 of 2 folds done or kept.', ended
+  assert f'scored (strict), done; SLURM job {ids["base:gaps384"]} COMPLETED' in ended[1], ended
   table = json.loads((on_slurm / 'table.json').read_text())['rows']['base (smoke)']
   assert set(table) == {'aiglern_trimm', 'gaps384'}
   assert 'SLURM job' in (on_slurm / 'base_smoke' / 'gaps384' / 'worker.log').read_text()

@@ -269,3 +269,18 @@ def fold_done(fold: Fold, variants: Sequence[Fold], campaign: Campaign) -> bool:
     ):
       return False
   return True
+
+
+def status(fold: Fold, variants: Sequence[Fold], campaign: Campaign) -> str:
+  """Where the fold stands, in a line: kept (scored on another machine: when, at which commit,
+  on what), or its epochs recorded of those planned, exported, the protocols scored, done."""
+  if elsewhere := kept_scores.kept_elsewhere(fold, campaign.keep):
+    return f'kept: scored {elsewhere["scored"]} at {elsewhere["commit"]} on {elsewhere["machine"]}'
+  words = [f'{folds_lib.epochs_scored(fold)}/{folds_lib.recorded_epochs(fold)} epochs']
+  if _has_model(fold):
+    words.append('exported')
+  if scored := folds_lib.scored_protocols(fold):
+    words.append(f'scored ({", ".join(sorted(scored))})')
+  if fold_done(fold, variants, campaign):
+    words.append('done')
+  return ', '.join(words)
