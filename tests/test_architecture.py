@@ -276,8 +276,6 @@ def test_the_training_loop_stays_small():
 LONG_FUNCTIONS = {
   'crackjax/paper/runner.py:define_flags',
   'crackjax/deploy/predict_command.py:_define_flags',
-  'crackjax/deploy/export.py:export_run',
-  'crackjax/models/pretrained.py:load_arrays',
 }
 
 

@@ -271,9 +271,7 @@ def export_run(
     run = load_model(model, allow_plugins=allow_plugins)
     source = {'model_file': run.file}
   else:
-    workdir = Path(workdir)
-    if not workdir.is_dir():
-      raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
+    workdir = _run_dir(workdir)
     run = load_run(workdir, step=step)
     source = {'workdir': str(workdir.resolve())}
   multiple = input_multiple(run.model)
@@ -284,8 +282,19 @@ def export_run(
     details = _export_jax(run, out, platforms, hw)
   else:
     details = _export_onnx(run, out, hw, opset)
+  meta = _description(run, out, format, source, details)
+  sidecar.write_text(outputs.dumps(meta, indent=2) + '\n')
+  return out
+
+
+def _description(
+  run: Any, out: Path, format: str, source: dict[str, str], details: dict[str, Any]
+) -> dict[str, Any]:
+  """The sidecar of `export_run`'s file `out`: what it takes and returns, its size and
+  SHA-256, the run or model file it came from, and the contract its caller keeps."""
+  multiple = input_multiple(run.model)
   blob = out.read_bytes()
-  meta = {
+  return {
     'format': format,
     'file': out.name,
     # What a loader checks before deserialising (docs/export.md's recipe): a truncated or
@@ -311,8 +320,6 @@ def export_run(
     ),
     **details,
   }
-  sidecar.write_text(outputs.dumps(meta, indent=2) + '\n')
-  return out
 
 
 def _check_out(out: Path, paths: Sequence[Path], format: str, overwrite: bool) -> None:
@@ -347,8 +354,14 @@ def export_model_file(
 
   out = Path(out)
   _check_out(out, [out], 'model', overwrite)
+  workdir = _run_dir(workdir)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  return model_export.export_model(workdir, out, **options)
+
+
+def _run_dir(workdir: str | Path) -> Path:
+  """`workdir` as a Path, refused (FileNotFoundError, naming it) unless it is a folder."""
   workdir = Path(workdir)
   if not workdir.is_dir():
     raise FileNotFoundError(f'{workdir} does not exist: expected a training run directory.')
-  out.parent.mkdir(parents=True, exist_ok=True)
-  return model_export.export_model(workdir, out, **options)
+  return workdir

@@ -58,6 +58,7 @@ from absl import logging
 
 from crackjax.models import hub, model_file
 from crackjax.models.pretrained_layouts import (
+  Mapped,
   PretrainedError,
   convert,
   detect_layout,
@@ -260,6 +261,45 @@ def load_arrays(
       k if k.split('/', 1)[0] in ('params', 'batch_stats') else f'params/{k}': v
       for k, v in arrays.items()
     }
+  updates = _fitted(entries, arrays, targets, source=source, model=model, layout=layout)
+  if not any(p.startswith('params/') for p in updates):
+    raise PretrainedError(
+      f'{source} ({layout} layout) has no array for any parameter of model {model!r}.'
+    )
+  if layout != 'crackjax' and normalization != 'none':
+    fold_into_first_conv(updates, model, layout, normalization)
+  for path, value in updates.items():
+    updates[path] = np.asarray(value, dtype=targets[path].dtype)
+  used = {e.key for e in entries if e.path in updates}
+  params = {p: x for p, x in targets.items() if p.startswith('params/')}
+  report = InitReport(
+    pretrained=source,
+    layout=layout,
+    normalization=normalization,
+    loaded=_ordered(updates),
+    from_scratch=_ordered(p for p in targets if p not in updates),
+    ignored=sorted(k for k in arrays if k not in used),
+    loaded_values=sum(int(np.prod(params[p].shape)) for p in updates if p in params),
+    total_values=sum(int(np.prod(x.shape)) for x in params.values()),
+  )
+  return updates, report
+
+
+def _fitted(
+  entries: Sequence[Mapped],
+  arrays: Mapping[str, np.ndarray],
+  targets: Mapping[str, Any],
+  *,
+  source: str,
+  model: str,
+  layout: str,
+) -> dict[str, np.ndarray]:
+  """{model variable path: the file's array converted to it} for each of `entries` the file
+  holds (`load_arrays`).
+
+  Raises:
+    PretrainedError: arrays of the wrong shape, all counted and the first five described.
+  """
   updates: dict[str, np.ndarray] = {}
   problems: list[str] = []
   for entry in entries:
@@ -287,27 +327,7 @@ def load_arrays(
       f'{source} does not fit model {model!r}: {len(problems)} array(s) of the wrong shape: '
       f'{shown}.{width}'
     )
-  if not any(p.startswith('params/') for p in updates):
-    raise PretrainedError(
-      f'{source} ({layout} layout) has no array for any parameter of model {model!r}.'
-    )
-  if layout != 'crackjax' and normalization != 'none':
-    fold_into_first_conv(updates, model, layout, normalization)
-  for path, value in updates.items():
-    updates[path] = np.asarray(value, dtype=targets[path].dtype)
-  used = {e.key for e in entries if e.path in updates}
-  params = {p: x for p, x in targets.items() if p.startswith('params/')}
-  report = InitReport(
-    pretrained=source,
-    layout=layout,
-    normalization=normalization,
-    loaded=_ordered(updates),
-    from_scratch=_ordered(p for p in targets if p not in updates),
-    ignored=sorted(k for k in arrays if k not in used),
-    loaded_values=sum(int(np.prod(params[p].shape)) for p in updates if p in params),
-    total_values=sum(int(np.prod(x.shape)) for x in params.values()),
-  )
-  return updates, report
+  return updates
 
 
 def export_arrays(variables: Mapping[str, Any], path: str | Path) -> None:
