@@ -266,7 +266,7 @@ def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
   assert 'kept folds, from ' in head and 'base without gaps384 scored ' in head
   # Nothing is run again for a kept fold; without --keep the same fold trains from the start.
   ran = []
-  monkeypatch.setattr(fold_stages, 'run', lambda cmd, cwd: ran.append(cmd))
+  monkeypatch.setattr(fold_stages, 'run_command', lambda cmd, cwd: ran.append(cmd))
   settings = _campaign(lodo, f'--keep={keep}')
   assert settings.keep == keep and settings.stages == set(fold_stages.STAGES)
   fold_stages.run_stages([fold], [variant], settings)
@@ -389,7 +389,8 @@ def test_sigterm_is_passed_on_to_the_command_under_way(tmp_path):
     'import sys; from pathlib import Path; from crackjax.lodo import fold_stages; '
     'fold_stages.stop_children_on_sigterm(); '
     'from crackjax.paper import slurm; slurm.leave_preemption_to_the_task(); '
-    f'fold_stages.run([sys.executable, "-c", {child!r}, {str(tmp_path / "saved")!r}], Path("."))'
+    f'fold_stages.run_command([sys.executable, "-c", {child!r}, {str(tmp_path / "saved")!r}], '
+    'Path("."))'
   )
   proc = subprocess.Popen(
     [sys.executable, '-c', parent],

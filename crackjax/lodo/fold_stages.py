@@ -168,16 +168,17 @@ def photo_thresholds(fold: Fold, campaign: Campaign) -> None:
   fold.photo_record.write_text(outputs.dumps(counted, indent=1) + '\n')
 
 
-#: The command `run` is waiting for, to which SIGTERM is passed on (`stop_children_on_sigterm`).
+#: The command `run_command` waits for, to which SIGTERM is passed on (`stop_children_on_sigterm`).
 _CHILDREN: list[subprocess.Popen] = []
-#: The SIGTERMs passed on: `run` then exits 143 once its command has ended.
+#: The SIGTERMs passed on: `run_command` then exits 143 once its command has ended.
 _STOPPED: list[int] = []
 
 
 def stop_children_on_sigterm() -> None:
   """SIGTERM (a `kill`, SLURM's time limit through submitit) is passed on to the training or
   scoring under way, which saves its checkpoint and exits 143; this process then exits 143 too
-  (`run`), leaving no orphan to hold the fold's folder. Between commands it exits at once."""
+  (`run_command`), leaving no orphan to hold the fold's folder. Between commands it exits at
+  once."""
 
   def handler(signum, frame):
     if not _CHILDREN:
@@ -189,7 +190,7 @@ def stop_children_on_sigterm() -> None:
   signal.signal(signal.SIGTERM, handler)
 
 
-def run(cmd: list[str], cwd: Path) -> None:
+def run_command(cmd: list[str], cwd: Path) -> None:
   """Runs one stage's command in `cwd`, its lines printed as they come.
 
   Raises:
@@ -218,13 +219,13 @@ def run_stages(folds: Sequence[Fold], variants: Sequence[Fold], campaign: Campai
     if kept_scores.kept_elsewhere(f, keep):
       continue  # scored on another machine (its files are gone): nothing to redo
     if 'train' in stages and not folds_lib.trained(f):
-      run(train_command(f, campaign), campaign.repo)
+      run_command(train_command(f, campaign), campaign.repo)
     step = folds_lib.export_step(f, campaign.accept_cut) if 'export' in stages else None
     if step is not None:
-      run(export_command(f, step, campaign.dtype), campaign.repo)
+      run_command(export_command(f, step, campaign.dtype), campaign.repo)
     scored = folds_lib.scored_protocols(f)
     if 'score' in stages and _has_model(f) and not set(campaign.protocols) <= scored:
-      run(score_command(f, campaign), campaign.repo)
+      run_command(score_command(f, campaign), campaign.repo)
     photo_stages(f, campaign)
     if keep is not None:
       kept_scores.collect([f], keep)  # kept as soon as scored: the next may outlast the machine
@@ -234,7 +235,7 @@ def run_stages(folds: Sequence[Fold], variants: Sequence[Fold], campaign: Campai
       continue
     scored = folds_lib.scored_protocols(f)
     if 'score' in stages and _has_model(f) and folds_lib.THRESHOLD_PROTOCOL not in scored:
-      run(score_command(f, campaign, strict), campaign.repo)
+      run_command(score_command(f, campaign, strict), campaign.repo)
     photo_stages(f, campaign)
     if keep is not None:
       kept_scores.collect([f], keep)
