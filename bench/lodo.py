@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -303,6 +304,19 @@ def status_lines(
   return [*lines, f'{done} of {len(folds)} folds done or kept.']
 
 
+def run_folds(folds: list[Fold], variants: list[Fold], settings: Campaign) -> None:
+  """`fold_stages.run_stages`; a stage's command that fails ends this one in a line that names
+  it (its own lines above say why), what is done kept for the same command to resume."""
+  try:
+    fold_stages.run_stages(folds, variants, settings)
+  except subprocess.CalledProcessError as e:
+    what = ' '.join(str(part) for part in e.cmd[1:3])
+    sys.exit(
+      f'bench/lodo.py: `{what} ...` exited {e.returncode} (its lines above say why); what is '
+      'done is kept: the same command resumes from there.'
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
   args = parse_args(argv)
   folds = plan(args.recipes, args.budget, args.held_out, Path(args.work))
@@ -323,12 +337,12 @@ def main(argv: list[str] | None = None) -> int:
 
     slurm.leave_preemption_to_the_task()  # USR2 ignored, by the commands it runs too
     mine = [f for f in folds if f.id == args.job]
-    fold_stages.run_stages(mine, [v for v in variants if v.id == args.job], settings)
+    run_folds(mine, [v for v in variants if v.id == args.job], settings)
     return 0
   if args.executor == 'slurm':
     submit(folds, variants, args, settings)
   else:
-    fold_stages.run_stages(folds, variants, settings)
+    run_folds(folds, variants, settings)
   rows, detail = kept_scores.collect(folds + variants, settings.keep)
   if args.peer:
     peer = lodo_tables.peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)

@@ -314,6 +314,23 @@ def test_status_says_where_each_fold_stands(tmp_path, monkeypatch, capsys):
   assert not (work / 'base_long' / 'crackforest').exists()  # nothing ran
 
 
+def test_a_failing_stage_ends_the_command_in_a_line_naming_it(tmp_path, monkeypatch):
+  lodo = _bench()
+
+  def fail(cmd, cwd):
+    raise subprocess.CalledProcessError(1, cmd)
+
+  monkeypatch.setattr(fold_stages, 'run_command', fail)
+  monkeypatch.setattr(fold_stages, 'stop_children_on_sigterm', lambda: None)  # pytest's own
+  argv = ['--budget=long', '--held_out=gaps384', f'--work={tmp_path}', '--public=PUB']
+  with pytest.raises(SystemExit) as stopped:
+    lodo.main(argv)
+  assert str(stopped.value) == (
+    'bench/lodo.py: `launch.py --config=configs/lodo.py:gaps384,base,long ...` exited 1 (its '
+    'lines above say why); what is done is kept: the same command resumes from there.'
+  )
+
+
 def test_a_slurm_task_runs_its_fold_with_the_commands_own_flags(tmp_path, monkeypatch):
   """--executor=slurm: each task is `bench/lodo.py --job=RECIPE:HELD_OUT` with the command's
   flags but the executor, the SLURM settings and the table; a fold is done when every record
