@@ -23,7 +23,7 @@ Folders: ``WORK/<recipe>_<budget>/<held_out>/`` is the training run (launch.py's
 
 This file is the command: its flags, the plan from configs/lodo.py (members, recipes, budgets)
 and the SLURM submission. The folds and their stages are `crackjax.lodo` (`folds`,
-`fold_stages`, `kept_scores`), the tables `crackjax.evaluation.lodo_tables`.
+`fold_stages`, `kept_scores`), the tables `crackjax.lodo.fold_tables`.
 
 ``--keep=results/lodo_long`` keeps each scored fold's scores (a small JSON with the date,
 commit and machine it was scored on) in a folder committed with the repository, and takes a
@@ -52,8 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crackjax.configs import lodo
-from crackjax.evaluation import lodo_tables
-from crackjax.lodo import fold_stages, kept_scores
+from crackjax.lodo import fold_stages, fold_tables, kept_scores
 from crackjax.lodo import folds as folds_lib
 from crackjax.lodo.fold_stages import Campaign
 from crackjax.lodo.folds import Fold
@@ -345,10 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     run_folds(folds, variants, settings)
   rows, detail = kept_scores.collect(folds + variants, settings.keep)
   if args.peer:
-    peer = lodo_tables.peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)
+    peer = fold_tables.peer_scores([Path(p) for p in args.peer.split(',')], args.held_out)
     rows['MTSCrack (its mask: output > 0)'] = peer
     detail['MTSCrack images scored'] = {h: v.get('images') for h, v in peer.items()}
-  text, choices = lodo_tables.tables(rows, args.held_out, folds_lib.FP_IMAGES)
+  text, choices = fold_tables.tables(rows, args.held_out, folds_lib.FP_IMAGES)
   print(
     '\nLODO: per held-out set "strict stored / ODS · thin-GT stored / ODS" F1 (%); stored = '
     "the file's threshold, chosen on the other four's validation parts."

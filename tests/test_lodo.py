@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.evaluation import lodo_tables, result, threshold_choice
-from crackjax.lodo import fold_stages, kept_scores
+from crackjax.evaluation import result, threshold_choice
+from crackjax.lodo import fold_stages, fold_tables, kept_scores
 from crackjax.lodo import folds as folds_lib
 from tests import fixtures
 
@@ -161,7 +161,7 @@ def test_a_fold_cut_short_is_exported_only_when_accepted_and_named_in_the_table(
     'base (gpu)': {'gaps384': {'epochs': {'scored': 2, 'planned': 4}}, 'crack500': None},
     'jpeg (gpu)': {'gaps384': {'epochs': {'scored': 4, 'planned': 4}}},
   }
-  cut = lodo_tables.cut_folds(rows, ['gaps384', 'crack500'])
+  cut = fold_tables.cut_folds(rows, ['gaps384', 'crack500'])
   assert cut == 'base (gpu), gaps384: 2 of 4 epochs'
   # The table's planned epochs are the run's own (its config.json), whatever the budget says now.
   assert folds_lib.recorded_epochs(fold) == 3
@@ -192,23 +192,23 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
   a = [0, 10, 80, 60, 40, 30, 20, 10, 0, 0]
   b = [0, 10, 60, 80, 50, 30, 20, 10, 0, 0]
   c = [0, 0, 0, 20, 30, 40, 50, 70, 10, 0]
-  chosen = lodo_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b), 'c': _scores(c)})
+  chosen = fold_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b), 'c': _scores(c)})
   # For a: the mean of b and c is best at 0.3 (65 / 2 + ...): b 80 + c 20 = 100 -> 50.0;
   # at 0.7: 10 + 70 = 80 -> 40; so 0.3, where a scores 60.
   assert chosen['per_set']['a'] == {'threshold': pytest.approx(0.3), 'f1': 60}
   # For c: a and b are best together at 0.2 or 0.3 (70 both), the tie to the one nearer 0.5.
   assert chosen['per_set']['c'] == {'threshold': pytest.approx(0.3), 'f1': 20}
   assert chosen['mean_f1'] == pytest.approx((60 + chosen['per_set']['b']['f1'] + 20) / 3)
-  assert lodo_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b)}) is None  # too few
+  assert fold_tables.new_road_thresholds({'a': _scores(a), 'b': _scores(b)}) is None  # too few
   rows = {'base (short)': {'a': _scores(a), 'b': _scores(b), 'c': _scores(c)}}
-  text = lodo_tables.table(rows, ['a', 'b', 'c', 'd'])
+  text = fold_tables.table(rows, ['a', 'b', 'c', 'd'])
   assert '| base (short) | 50.0 / 80.0 · 50.0 / 80.0 |' in text
   assert '(3 of 4)' in text and '| – |' in text
   # The threshold chosen on the known sets with every set alike (eval.threshold_over='datasets'),
   # a row of its own when every held-out set has it.
   for name, f1 in (('a', 70.0), ('b', 40.0), ('c', 10.0)):
     rows['base (short)'][name]['datasets_alike'] = {'threshold': 0.4, 'f1': f1}
-  text = lodo_tables.threshold_table(rows, {'base (short)': chosen}, ['a', 'b', 'c'])
+  text = fold_tables.threshold_table(rows, {'base (short)': chosen}, ['a', 'b', 'c'])
   assert (
     "| base (short) | known sets' validation, every set alike | 70.0 (t=0.40) | 40.0 (t=0.40) | "
     '10.0 (t=0.40) | 40.0 |'
@@ -216,10 +216,10 @@ def test_new_road_threshold_is_chosen_on_the_other_sets():
   # False positives far from labelled cracks, per set and their mean over the sets measured.
   rows['base (short)']['a']['false_positives'] = 1234.4
   rows['base (short)']['c']['false_positives'] = 100.0
-  assert lodo_tables.fp_table(rows, ['a', 'b', 'c']).splitlines()[2] == (
+  assert fold_tables.fp_table(rows, ['a', 'b', 'c']).splitlines()[2] == (
     '| base (short) | 1,234 | – | 100 | 667 |'
   )
-  assert lodo_tables.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
+  assert fold_tables.fp_table({'x': {}}, ['a']) == ''  # nothing measured: no table
 
 
 def test_kept_folds_outlive_their_work_folder(tmp_path, monkeypatch):
@@ -534,15 +534,15 @@ def test_photo_threshold_weight_is_chosen_on_the_other_sets():
     'b': {'photo': {'weights': weights, 'f1': [50.0, 70.0, 20.0]}},
     'c': {'photo': {'weights': weights, 'f1': [65.0, 20.0, 10.0]}},
   }
-  rule = lodo_tables.photo_rule(by_set)
+  rule = fold_tables.photo_rule(by_set)
   # a: b and c mean (57.5, 45, 15) -> 0; b: a and c (52.5, 40, 20) -> 0; c: a and b -> 0.5.
   assert {h: r['weight'] for h, r in rule['per_set'].items()} == {'a': 0.0, 'b': 0.0, 'c': 0.5}
   assert rule['mean_f1'] == pytest.approx((40 + 50 + 20) / 3)
   assert rule['mean_stored'] == pytest.approx(20.0)
   # All three: (51.7, 50, 20) -> 0.
   assert rule['one_weight'] == 0.0 and rule['one_weight_mean_f1'] == pytest.approx(155 / 3)
-  assert lodo_tables.photo_rule({'a': by_set['a'], 'b': by_set['b']}) is None
-  text = lodo_tables.photo_table({'r (short)': by_set}, ['a', 'b', 'c'])
+  assert fold_tables.photo_rule({'a': by_set['a'], 'b': by_set['b']}) is None
+  text = fold_tables.photo_table({'r (short)': by_set}, ['a', 'b', 'c'])
   assert '| r (short) | 30.0 → 40.0 (w=0) | 20.0 → 50.0 (w=0) | 10.0 → 20.0 (w=0.5) |' in text
 
 
@@ -559,5 +559,5 @@ def test_peer_rows_from_peer_mtscrack_json(tmp_path):
   first.write_text(json.dumps({'sets': {'gaps384:test': entry, 'DeepCrack photos': entry}}))
   later = {**entry, 'images': 30}
   second.write_text(json.dumps({'sets': {'gaps384:test': later, 'crack500:valid': entry}}))
-  peer = lodo_tables.peer_scores([first, second], ['gaps384', 'crack500'])
+  peer = fold_tables.peer_scores([first, second], ['gaps384', 'crack500'])
   assert peer == {'gaps384': {'strict': {'stored': 50.0, 'ods': 60.0}, 'images': '3 of 30'}}

@@ -16,9 +16,10 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from crackjax.evaluation import lodo_tables, result
+from crackjax.evaluation import result
+from crackjax.lodo import fold_tables
 
-PROTOCOLS = lodo_tables.PROTOCOLS
+PROTOCOLS = fold_tables.PROTOCOLS
 # The protocol the stored threshold is chosen under (the pooled validation strict ODS).
 THRESHOLD_PROTOCOL = 'strict'
 MODEL_FILE = 'model.safetensors'
@@ -173,7 +174,7 @@ def trained(fold: Fold) -> bool:
 def exportable(fold: Fold, accept_cut: bool) -> bool:
   """Whether the fold may be exported: trained to its last epoch, or, with `accept_cut`, cut
   short (a time limit's SIGTERM) after at least one epoch was scored: its best epoch so far
-  is exported and the table names the epochs it trained (`lodo_tables.cut_folds`)."""
+  is exported and the table names the epochs it trained (`fold_tables.cut_folds`)."""
   return trained(fold) or (accept_cut and epochs_scored(fold) > 0)
 
 
