@@ -19,6 +19,7 @@
 #               there when WORK has lost them (a campaign longer than a machine's life)
 #   TEST_TIME   rows of the same files at test-time scales / flip (bench/lodo.py --test_time,
 #               e.g. base:2,base:flip,photometric:1+2), scored after each held-out set's folds
+#   STATUS=1    print where each fold stands (bench/lodo.py --status) and run nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/script_help.sh
@@ -33,6 +34,10 @@ OUT=${OUT:-results/lodo_$BUDGET}
 COMMON=(--budget="$BUDGET" --work="$WORK" --crackforest="$CRACKFOREST" --public="$PUBLIC"
   --test_time="${TEST_TIME:-}" ${KEEP:+--keep="$KEEP"})
 recipes=$(echo $RECIPES | tr ' ' ',')
+if [[ "${STATUS:-}" == 1 ]]; then
+  exec python bench/lodo.py --recipes="$recipes" --held_out="$(echo $HELD_OUT | tr ' ' ',')" \
+    --status "${COMMON[@]}"
+fi
 for held_out in $HELD_OUT; do
   python bench/lodo.py --recipes="$recipes" --held_out="$held_out" --protocols=strict "${COMMON[@]}"
 done

@@ -191,7 +191,7 @@ def test_crackjax_train_is_the_launch_command():
     ('scripts/release_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'FILE']),
     ('scripts/release_roads_gpu.sh', ['STAGES', 'TINY', 'TRAIN_MINUTES', 'DATA', 'FILE']),
     ('scripts/lodo_gpu.sh', ['RECIPES', 'BUDGET', 'TINY', 'TRAIN_MINUTES', 'RETURN_MODELS']),
-    ('scripts/lodo.sh', ['PUBLIC', 'RECIPES', 'BUDGET', 'HELD_OUT']),
+    ('scripts/lodo.sh', ['PUBLIC', 'RECIPES', 'BUDGET', 'HELD_OUT', 'STATUS=1']),
     ('scripts/wheel_smoke.sh', ['PYTHON', 'CRACKFOREST_DIR', 'KEEP']),
     ('scripts/peer_table.sh', ['MODELS', 'MTS_ONNX', 'MTS_DIR', 'MAX_IMAGES']),
   ],
