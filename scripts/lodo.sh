@@ -36,7 +36,7 @@ COMMON=(--budget="$BUDGET" --work="$WORK" --crackforest="$CRACKFOREST" --public=
 recipes=$(echo $RECIPES | tr ' ' ',')
 if [[ "${STATUS:-}" == 1 ]]; then
   exec python bench/lodo.py --recipes="$recipes" --held_out="$(echo $HELD_OUT | tr ' ' ',')" \
-    --status "${COMMON[@]}"
+    --protocols=strict --status "${COMMON[@]}"
 fi
 for held_out in $HELD_OUT; do
   python bench/lodo.py --recipes="$recipes" --held_out="$held_out" --protocols=strict "${COMMON[@]}"

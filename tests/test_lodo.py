@@ -285,9 +285,21 @@ def test_status_says_where_each_fold_stands(tmp_path, monkeypatch, capsys):
   settings = _campaign(lodo, *flags)
   assert fold_stages.status(fold, [], settings) == f'0/{fold.epochs} epochs'
   fold.run.mkdir(parents=True)
-  for n in (1, 2):
+  for n, seconds in ((1, 500), (2, 100)):
+    record = {'train_seconds': seconds - 20, 'eval_seconds': 20}
+    (fold.run / f'epoch_{n:03d}.json').write_text(json.dumps(record))
+  # The epochs left at the pace of the last three recorded: two, 300 s an epoch; then four,
+  # the last three 100, 60 and 60 s.
+  assert fold_stages.status(fold, [], settings) == (
+    f'2/{fold.epochs} epochs, ~{(fold.epochs - 2) * 5} min of training left'
+  )
+  for n in (3, 4):
+    (fold.run / f'epoch_{n:03d}.json').write_text('{"train_seconds": 50, "eval_seconds": 10}')
+  assert fold_stages.minutes_left(fold) == pytest.approx((fold.epochs - 4) * 220 / 3 / 60)
+  for n in range(5, fold.epochs + 1):
     (fold.run / f'epoch_{n:03d}.json').write_text('{}')
-  assert fold_stages.status(fold, [], settings) == f'2/{fold.epochs} epochs'
+  assert fold_stages.minutes_left(fold) is None
+  assert fold_stages.status(fold, [], settings) == f'{fold.epochs}/{fold.epochs} epochs'
   (fold.run / folds_lib.MODEL_FILE).write_text('a file')
   fold.record.parent.mkdir(parents=True)
   fold.record.write_text('{}')
@@ -295,7 +307,7 @@ def test_status_says_where_each_fold_stands(tmp_path, monkeypatch, capsys):
     folds_lib, 'scored_protocols', lambda f: {'strict'} if f.record.exists() else set()
   )
   line = fold_stages.status(fold, [], settings)
-  assert line == f'2/{fold.epochs} epochs, exported, scored (strict), done'
+  assert line == f'{fold.epochs}/{fold.epochs} epochs, exported, scored (strict), done'
   assert not fold_stages.status(fold, [], _campaign(lodo, '--keep=K')).endswith('done')
   # A fold scored on a machine since gone: where it was kept from.
   kept = {'scored': '30 Nov 2026 08:11 UTC', 'commit': 'abc1234', 'machine': 'M', 'scores': {}}
@@ -307,7 +319,7 @@ def test_status_says_where_each_fold_stands(tmp_path, monkeypatch, capsys):
   argv = ['--status', '--recipes=base', '--budget=long', '--held_out=gaps384,crackforest']
   assert lodo.main([*argv, f'--work={work}', *flags]) == 0
   assert capsys.readouterr().out.splitlines() == [
-    f'base:gaps384      2/{fold.epochs} epochs, exported, scored (strict), done',
+    f'base:gaps384      {fold.epochs}/{fold.epochs} epochs, exported, scored (strict), done',
     'base:crackforest  kept: scored 30 Nov 2026 08:11 UTC at abc1234 on M',
     '2 of 2 folds done or kept.',
   ]

@@ -8,6 +8,7 @@ running the same campaign again resumes it; a SIGTERM reaches the command under 
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crackjax.evaluation import threshold_choice
+from crackjax.evaluation import result, threshold_choice
 from crackjax.lodo import folds as folds_lib
 from crackjax.lodo import kept_scores
 from crackjax.lodo.folds import Fold
@@ -272,12 +273,28 @@ def fold_done(fold: Fold, variants: Sequence[Fold], campaign: Campaign) -> bool:
   return True
 
 
+def minutes_left(fold: Fold) -> float | None:
+  """The fold's training minutes still to go at the pace of its last three epochs (their
+  training and validation seconds); None when no epoch is recorded or none is left."""
+  records = sorted(fold.run.glob('epoch_*.json'))
+  left = folds_lib.recorded_epochs(fold) - len(records)
+  if not records or left <= 0:
+    return None
+  paces = []
+  for path in records[-3:]:
+    record = json.loads(path.read_text())
+    paces.append(record.get(result.TRAIN_SECONDS, 0) + record.get(result.EVAL_SECONDS, 0))
+  return left * sum(paces) / len(paces) / 60
+
+
 def status(fold: Fold, variants: Sequence[Fold], campaign: Campaign) -> str:
   """Where the fold stands, in a line: kept (scored on another machine: when, at which commit,
   on what), or its epochs recorded of those planned, exported, the protocols scored, done."""
   if elsewhere := kept_scores.kept_elsewhere(fold, campaign.keep):
     return f'kept: scored {elsewhere["scored"]} at {elsewhere["commit"]} on {elsewhere["machine"]}'
   words = [f'{folds_lib.epochs_scored(fold)}/{folds_lib.recorded_epochs(fold)} epochs']
+  if (left := minutes_left(fold)) is not None:
+    words.append(f'~{left:.0f} min of training left')
   if _has_model(fold):
     words.append('exported')
   if scored := folds_lib.scored_protocols(fold):
