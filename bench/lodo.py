@@ -322,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
   variants = folds_lib.variant_folds(args.variants, folds)
   if args.plan:
     for f in folds:
-      print(f'{f.recipe},{f.budget}: train on {"+".join(f.trains_on)}; score {f.held_out}:test')
+      trains = '+'.join(f.trains_on)
+      print(f'{f.recipe},{f.budget}: train on {trains}; score {f.held_out}:{args.test_split}')
     for f in variants:
-      print(f'{f.recipe},{f.budget}: score {f.held_out}:test again at {f.test_time} (strict)')
+      split = f'{f.held_out}:{args.test_split}'
+      print(f'{f.recipe},{f.budget}: score {split} again at {f.test_time} (strict)')
     return 0
   settings = campaign(args)
   if args.status:
