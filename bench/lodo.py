@@ -356,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
   )
   print(text)
   if args.out:
+    # The provenance first: the checkout's commit read after the .json is rewritten would
+    # name the table itself as a change ('-dirty').
+    command = ' '.join(['python', 'bench/lodo.py', *sys.argv[1:]])
+    head = kept_scores.provenance(folds + variants, command, settings.keep)
     Path(args.out).with_suffix('.json').write_text(
       outputs.dumps(
         {'command': sys.argv, 'folds': detail, 'rows': rows, 'new_road_thresholds': choices},
@@ -363,8 +367,6 @@ def main(argv: list[str] | None = None) -> int:
       )
       + '\n'
     )
-    command = ' '.join(['python', 'bench/lodo.py', *sys.argv[1:]])
-    head = kept_scores.provenance(folds + variants, command, settings.keep)
     Path(args.out).with_suffix('.md').write_text(head + '\n\n' + text + '\n')
   return 0
 
