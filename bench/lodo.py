@@ -292,14 +292,14 @@ def status_lines(
   subs = slurm.submitted(work)
   states = slurm.states([s['slurm_id'] for s in subs.values()]) if subs else {}
   width = max(len(f.id) for f in folds)
-  lines, done = [], 0
+  lines = []
   for f in folds:
     line = fold_stages.status(f, variants, settings)
-    done += line.endswith('done') or line.startswith('kept')
     if f.id in subs:
       slurm_id = subs[f.id]['slurm_id']
       line += f'; SLURM job {slurm_id} {states.get(slurm_id, "UNKNOWN")}'
     lines.append(f'{f.id:<{width}}  {line}')
+  done = sum(fold_stages.fold_done(f, variants, settings) for f in folds)  # kept ones too
   return [*lines, f'{done} of {len(folds)} folds done or kept.']
 
 
