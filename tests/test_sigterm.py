@@ -73,3 +73,41 @@ def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == ['requested: True', 'raised']
   assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr
+
+
+_GC_SIGTERM_SCRIPT = textwrap.dedent("""
+  import gc, os, signal
+  from crackjax.runs import exits
+
+  exits.exit_on_sigterm()
+
+  def callback(phase, info):  # as JAX's `_xla_gc_callback`: run by the collector at any time
+    if phase == 'start':
+      os.kill(os.getpid(), signal.SIGTERM)
+      sum(range(1000))  # bytecodes, where Python runs the handler
+
+  gc.callbacks.append(callback)
+  gc.collect()
+  gc.callbacks.remove(callback)
+  print('requested:', exits.termination_requested(), flush=True)
+  try:
+    exits.raise_if_requested()  # the training loop's check, at its next step
+  except SystemExit as e:
+    print('raised:', type(e).__name__, e, flush=True)
+  exits.exit_on_sigterm()  # a new command's handler forgets it
+  print('requested:', exits.termination_requested(), flush=True)
+""")
+
+
+def test_a_sigterm_in_a_gc_callback_is_remembered_and_raised_at_the_next_check():
+  # CI: a SLURM job's worker, sent SIGTERM to save (a preemption), took it inside JAX's gc
+  # callback, where the SystemExit was printed and dropped ('Exception ignored in: <function
+  # _xla_gc_callback>') and later SIGTERMs ignored: it never saved, and was killed.
+  proc = _run(_GC_SIGTERM_SCRIPT)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+    'requested: True',
+    f'raised: Terminated Received signal {int(signal.SIGTERM)}',
+    'requested: False',
+  ]
+  assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr

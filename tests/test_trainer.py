@@ -1,5 +1,6 @@
 """End-to-end training on fake CrackForest data: outputs, resume after a hard kill, NaN stop."""
 
+import gc
 import json
 import os
 import signal
@@ -227,6 +228,44 @@ def test_interrupted_run_saves_on_exit_and_resumes(data_dirs, tmp_path, monkeypa
   state = loop.train_and_evaluate(build(config), workdir, evaluate_after=False)
   assert int(state.step) == 6
   assert [r['step'] for r in _train_rows(workdir)][-2:] == [5, 6]
+
+
+@pytest.mark.slow
+def test_a_sigterm_swallowed_in_a_gc_callback_stops_the_loop_at_its_next_step(data_dirs, tmp_path):
+  # CI: a SLURM worker took its SIGTERM inside JAX's gc callback, which printed the SystemExit
+  # and dropped it; the run went on (or hung) and never saved. The handler only remembers a
+  # SIGTERM that lands there, and the loop's next step raises it.
+  config = smoke_config(data_dirs)
+  workdir = tmp_path / 'term'
+
+  def sigterm_during_a_collection(state, epoch):
+    def callback(phase, info):  # as JAX's `_xla_gc_callback`: run by the collector at any time
+      if phase == 'start' and epoch == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # bytecodes, where Python runs the handler
+
+    gc.callbacks.append(callback)
+    try:
+      gc.collect()
+    finally:
+      gc.callbacks.remove(callback)
+
+  previous = signal.getsignal(signal.SIGTERM)
+  exits.exit_on_sigterm()
+  try:
+    with pytest.raises(exits.Terminated) as e:
+      loop.train_and_evaluate(
+        build(config), workdir, evaluate_after=False, on_epoch_end=sigterm_during_a_collection
+      )
+  finally:
+    exits.exit_on_sigterm()  # forgets the SIGTERM it took, before the handler is put back
+    signal.signal(signal.SIGTERM, previous)
+  assert e.value.code == (
+    f'stopped by SIGTERM (a time limit or kill) at step 3 of 6; the checkpoint of step 3 in '
+    f'{workdir / "checkpoints"} is kept: run the same command again to resume from it.'
+  )
+  steps = checkpoints.checkpoint_manager(workdir, config.max_checkpoints_to_keep).all_steps()
+  assert steps == [3]
 
 
 @pytest.mark.slow

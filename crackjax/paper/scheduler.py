@@ -153,8 +153,7 @@ def _schedule(pending, running, status, command, workdir, parallel, gpus, deadli
     # A Ctrl-C whose KeyboardInterrupt landed in a finalizer was swallowed there ('Exception
     # ignored in ...'); `exits.watch_interrupts` remembered it. Seen in the slow tier: the
     # runner went on until its workers had finished.
-    if exits.interrupt_requested():
-      raise KeyboardInterrupt
+    exits.raise_if_requested()
     now = time.monotonic()
     if deadline is not None and now >= deadline and not stopping:
       stopping = True

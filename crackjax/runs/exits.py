@@ -235,10 +235,40 @@ def exit_on_sigterm() -> None:
   a checkpoint on the way out); further SIGTERMs are ignored so that they cannot interrupt
   that save (a runner killed with kill -9 sent its workers a second one, which broke the save
   inside orbax: 'cannot schedule new futures after shutdown', the newest steps lost). SIGKILL
-  still ends a process that does not finish."""
+  still ends a process that does not finish.
+
+  The SIGTERM is also remembered (`termination_requested`), as `watch_interrupts` remembers a
+  Ctrl-C: one that lands in a garbage-collection callback (JAX's, run at any allocation) is
+  only remembered, since raised there it would be printed and dropped ('Exception ignored in
+  <function _xla_gc_callback>'), and the later ones ignored: the run went on to its end, or,
+  under SLURM, hung at its next step until it was killed (CI: a preempted job's worker never
+  saved). The training loop's check (`raise_if_requested`) then ends the run in its one line.
+  Installing the handler forgets an earlier SIGTERM of this process (a new command)."""
 
   def handler(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated(f'Received signal {signum}')
+    _TERMINATION.set()
+    if not _in_gc_callback(frame):
+      raise Terminated(f'Received signal {signum}')
 
+  _TERMINATION.clear()
   signal.signal(signal.SIGTERM, handler)
+
+
+# Set by the SIGTERM that `exit_on_sigterm`'s handler took, until it is installed again.
+_TERMINATION = threading.Event()
+
+
+def termination_requested() -> bool:
+  """Whether `exit_on_sigterm`'s handler took a SIGTERM, raised or only remembered."""
+  return _TERMINATION.is_set()
+
+
+def raise_if_requested() -> None:
+  """At a point where stopping is safe (a training loop's next step): raises the
+  KeyboardInterrupt of a Ctrl-C, or the `Terminated` of a SIGTERM, that was remembered but
+  not raised (it landed in a garbage-collection callback, or a library swallowed it)."""
+  if interrupt_requested():
+    raise KeyboardInterrupt
+  if termination_requested():
+    raise Terminated(f'Received signal {int(signal.SIGTERM)}')

@@ -227,8 +227,7 @@ def _train_and_evaluate(
   exits.clear_interrupt()
   try:
     while step < total_steps:
-      if exits.interrupt_requested():  # a Ctrl-C whose KeyboardInterrupt was swallowed
-        raise KeyboardInterrupt
+      exits.raise_if_requested()  # a Ctrl-C or SIGTERM remembered but not raised
       batch = next(batches)
       if step == start_step:  # the first call compiles the step
         with exits.interrupts_deferred():

@@ -665,10 +665,12 @@ def test_a_signal_inside_a_checkpoint_save_waits_until_orbax_started_it(
       checkpoint_saves.save(mngr, 1, {'w': np.arange(4.0)})
     assert steps_saved == [1]  # the signal took effect after orbax had the save in hand
     assert exits.interrupt_requested() == (signum == signal.SIGINT)
+    assert exits.termination_requested() == (signum == signal.SIGTERM)
     checkpoint_saves.finish_saves(mngr)
     assert checkpoints.complete_steps(tmp_path / 'checkpoints') == [1]
     assert not list((tmp_path / 'checkpoints').glob(f'*{checkpoints.TMP_SUFFIX}*'))
   finally:
+    exits.exit_on_sigterm()  # forgets the SIGTERM it took, before the handlers are put back
     for s, handler in previous.items():
       signal.signal(s, handler)
     exits.clear_interrupt()
