@@ -226,3 +226,47 @@ def test_a_slurm_tasks_worker_ignores_usr2(monkeypatch):
     os.kill(os.getpid(), signal.SIGUSR2)  # would end this process otherwise
   finally:
     signal.signal(signal.SIGUSR2, before)
+
+
+# A worker that does not end on SIGTERM (stuck, as the CI's worker whose SIGTERM JAX's gc
+# callback swallowed).
+STUCK_WORKER = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print('started', sys.argv[-1], flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_tasks_checkpoint_kills_a_worker_that_does_not_save_and_says_so(tmp_path, monkeypatch):
+  pytest.importorskip('submitit')
+  monkeypatch.setattr(slurm, 'SAVE_SECONDS', 1)
+  script = tmp_path / 'worker.py'
+  script.write_text(STUCK_WORKER)
+  task = slurm.Task([sys.executable, str(script)], str(tmp_path))
+  directory = tmp_path / 'table1' / 'wce_xie' / 'seed0'
+  errors = []
+
+  def call():
+    try:
+      task('j', str(directory))
+    except RuntimeError as e:
+      errors.append(str(e))
+
+  thread = threading.Thread(target=call)
+  thread.start()
+  log = directory / 'worker.log'
+  deadline = time.monotonic() + 30
+  while 'started' not in (log.read_text() if log.exists() else ''):
+    assert time.monotonic() < deadline, 'the worker did not start'
+    time.sleep(0.1)
+  task.checkpoint('j', str(directory))
+  thread.join(30)
+  assert not thread.is_alive()
+  assert errors and errors[0].startswith('j failed (exit -9: '), errors  # SIGKILL
+  last = log.read_text().splitlines()[-1]
+  assert 'saved its checkpoint' not in last
+  assert last.endswith(
+    'the worker had not saved 1 s after SIGTERM and was killed; the job is requeued and resumes '
+    "from its last saved checkpoint (an epoch's)."
+  )

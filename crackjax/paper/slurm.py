@@ -46,20 +46,8 @@ FOLDER = 'slurm'
 SUBMITTED_FILE = 'submitted.json'
 #: SLURM states of a job that is still to run or running (squeue's long names).
 LIVE_STATES = frozenset(
-  {
-    'PENDING',
-    'CONFIGURING',
-    'RUNNING',
-    'COMPLETING',
-    'REQUEUED',
-    'REQUEUE_HOLD',
-    'REQUEUE_FED',
-    'RESIZING',
-    'SUSPENDED',
-    'STOPPED',
-    'SIGNALING',
-    'STAGE_OUT',
-  }
+  'PENDING CONFIGURING RUNNING COMPLETING REQUEUED REQUEUE_HOLD REQUEUE_FED RESIZING SUSPENDED '
+  'STOPPED SIGNALING STAGE_OUT'.split()
 )
 #: Seconds a worker has to save its checkpoint after USR2 (submitit's signal comes 90 s before
 #: the time limit).
@@ -213,6 +201,7 @@ class Task:
     `SAVE_SECONDS`); returns the same call, which the requeued job makes (it resumes)."""
     from submitit.helpers import DelayedSubmission
 
+    outcome = 'the worker saved its checkpoint; the job is requeued and resumes from it'
     proc = _RUNNING.get(job_id)
     if proc is not None and proc.poll() is None:
       proc.send_signal(signal.SIGTERM)
@@ -222,11 +211,14 @@ class Task:
       if proc.poll() is None:
         proc.kill()
         proc.wait()
+        outcome = (
+          f'the worker had not saved {SAVE_SECONDS} s after SIGTERM and was killed; the job is '
+          "requeued and resumes from its last saved checkpoint (an epoch's)"
+        )
     with open(Path(directory) / 'worker.log', 'a') as log:
       log.write(
         f'==== {time.strftime("%Y-%m-%d %H:%M:%S")} SLURM job {_own_slurm_id()}: USR2 (its time '
-        'limit is near, or it is preempted): the worker saved its checkpoint; the job is '
-        'requeued and resumes from it.\n'
+        f'limit is near, or it is preempted): {outcome}.\n'
       )
     return DelayedSubmission(self, job_id, directory)
 
