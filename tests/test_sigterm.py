@@ -43,27 +43,36 @@ def test_a_second_sigterm_does_not_interrupt_the_way_out():
   assert proc.stdout.splitlines() == [f'exit: Received signal {int(signal.SIGTERM)}', 'saved']
 
 
-_GC_SCRIPT = textwrap.dedent("""
+# `signal.<name>` sent while the collector runs a callback, as JAX's `_xla_gc_callback`, which
+# it runs at any allocation.
+_SIGNAL_IN_A_GC_CALLBACK = """
   import gc, os, signal
   from crackjax.runs import exits
 
-  exits.watch_interrupts()
-
-  def callback(phase, info):  # as JAX's `_xla_gc_callback`: run by the collector at any time
+  def callback(phase, info):
     if phase == 'start':
-      os.kill(os.getpid(), signal.SIGINT)
+      os.kill(os.getpid(), signal.{name})
       sum(range(1000))  # bytecodes, where Python runs the handler
 
-  gc.callbacks.append(callback)
-  gc.collect()
-  gc.callbacks.remove(callback)
+  def collect():
+    gc.callbacks.append(callback)
+    gc.collect()
+    gc.callbacks.remove(callback)
+"""
+
+_GC_SCRIPT = textwrap.dedent(
+  _SIGNAL_IN_A_GC_CALLBACK.format(name='SIGINT')
+  + """
+  exits.watch_interrupts()
+  collect()
   print('requested:', exits.interrupt_requested(), flush=True)
   try:
     os.kill(os.getpid(), signal.SIGINT)  # anywhere else it raises, as always
     sum(range(1000))
   except KeyboardInterrupt:
     print('raised', flush=True)
-""")
+"""
+)
 
 
 def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
@@ -75,20 +84,11 @@ def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
   assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr
 
 
-_GC_SIGTERM_SCRIPT = textwrap.dedent("""
-  import gc, os, signal
-  from crackjax.runs import exits
-
+_GC_SIGTERM_SCRIPT = textwrap.dedent(
+  _SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
+  + """
   exits.exit_on_sigterm()
-
-  def callback(phase, info):  # as JAX's `_xla_gc_callback`: run by the collector at any time
-    if phase == 'start':
-      os.kill(os.getpid(), signal.SIGTERM)
-      sum(range(1000))  # bytecodes, where Python runs the handler
-
-  gc.callbacks.append(callback)
-  gc.collect()
-  gc.callbacks.remove(callback)
+  collect()
   print('requested:', exits.termination_requested(), flush=True)
   try:
     exits.raise_if_requested()  # the training loop's check, at its next step
@@ -96,7 +96,8 @@ _GC_SIGTERM_SCRIPT = textwrap.dedent("""
     print('raised:', type(e).__name__, e, flush=True)
   exits.exit_on_sigterm()  # a new command's handler forgets it
   print('requested:', exits.termination_requested(), flush=True)
-""")
+"""
+)
 
 
 def test_a_sigterm_in_a_gc_callback_is_remembered_and_raised_at_the_next_check():

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,17 +176,20 @@ time.sleep(60)
 """
 
 
-def test_the_tasks_checkpoint_lets_the_worker_save_and_resubmits_the_same_call(tmp_path):
-  pytest.importorskip('submitit')
+def _checkpointed(tmp_path: Path, worker: str, job_id: str) -> tuple[slurm.Task, Path, dict, Any]:
+  """A `slurm.Task` of the script `worker` running `job_id` in a thread, as submitit runs it,
+  sent `checkpoint` (USR2's hook) once its worker has printed 'started'. Returns the task, its
+  worker's log, the call's outcome ('result', or its RuntimeError's 'error') and what
+  `checkpoint` returned."""
   script = tmp_path / 'worker.py'
-  script.write_text(FAKE_WORKER)
+  script.write_text(worker)
   task = slurm.Task([sys.executable, str(script)], str(tmp_path))
   directory = tmp_path / 'table1' / 'wce_xie' / 'seed0'
   outcome = {}
 
   def call():
     try:
-      outcome['result'] = task('1:wce_xie:0', str(directory))
+      outcome['result'] = task(job_id, str(directory))
     except RuntimeError as e:
       outcome['error'] = str(e)
 
@@ -196,9 +200,15 @@ def test_the_tasks_checkpoint_lets_the_worker_save_and_resubmits_the_same_call(t
   while 'started' not in (log.read_text() if log.exists() else ''):
     assert time.monotonic() < deadline, 'the worker did not start'
     time.sleep(0.1)
-  again = task.checkpoint('1:wce_xie:0', str(directory))
+  again = task.checkpoint(job_id, str(directory))
   thread.join(30)
   assert not thread.is_alive()
+  return task, log, outcome, again
+
+
+def test_the_tasks_checkpoint_lets_the_worker_save_and_resubmits_the_same_call(tmp_path):
+  pytest.importorskip('submitit')
+  task, log, outcome, again = _checkpointed(tmp_path, FAKE_WORKER, '1:wce_xie:0')
   lines = log.read_text().splitlines()
   assert lines[-3:-1] == ['started --job=1:wce_xie:0', 'saved']
   assert lines[-1].endswith(
@@ -207,7 +217,7 @@ def test_the_tasks_checkpoint_lets_the_worker_save_and_resubmits_the_same_call(t
   # (In a SLURM job submitit ends the task after `checkpoint`, before this.)
   assert outcome['error'].startswith('1:wce_xie:0 failed (exit 1: ')
   # The requeued job makes the same call (and the worker resumes from its checkpoint).
-  assert again.function is task and again.args == ('1:wce_xie:0', str(directory))
+  assert again.function is task and again.args == ('1:wce_xie:0', str(log.parent))
   # Picklable without its process (submitit dumps it for the requeued job).
   import pickle
 
@@ -241,29 +251,8 @@ time.sleep(60)
 def test_the_tasks_checkpoint_kills_a_worker_that_does_not_save_and_says_so(tmp_path, monkeypatch):
   pytest.importorskip('submitit')
   monkeypatch.setattr(slurm, 'SAVE_SECONDS', 1)
-  script = tmp_path / 'worker.py'
-  script.write_text(STUCK_WORKER)
-  task = slurm.Task([sys.executable, str(script)], str(tmp_path))
-  directory = tmp_path / 'table1' / 'wce_xie' / 'seed0'
-  errors = []
-
-  def call():
-    try:
-      task('j', str(directory))
-    except RuntimeError as e:
-      errors.append(str(e))
-
-  thread = threading.Thread(target=call)
-  thread.start()
-  log = directory / 'worker.log'
-  deadline = time.monotonic() + 30
-  while 'started' not in (log.read_text() if log.exists() else ''):
-    assert time.monotonic() < deadline, 'the worker did not start'
-    time.sleep(0.1)
-  task.checkpoint('j', str(directory))
-  thread.join(30)
-  assert not thread.is_alive()
-  assert errors and errors[0].startswith('j failed (exit -9: '), errors  # SIGKILL
+  _, log, outcome, _ = _checkpointed(tmp_path, STUCK_WORKER, 'j')
+  assert outcome['error'].startswith('j failed (exit -9: '), outcome  # SIGKILL
   last = log.read_text().splitlines()[-1]
   assert 'saved its checkpoint' not in last
   assert last.endswith(
