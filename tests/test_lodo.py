@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from crackjax.evaluation import result, threshold_choice
 from crackjax.lodo import fold_stages, fold_tables, kept_scores
 from crackjax.lodo import folds as folds_lib
 from tests import fixtures
+from tests.test_sigterm import SIGNAL_IN_A_GC_CALLBACK
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -440,6 +442,31 @@ def test_sigterm_is_passed_on_to_the_command_under_way(tmp_path):
   proc.send_signal(signal.SIGTERM)
   assert proc.wait(timeout=60) == 143
   assert (tmp_path / 'saved').read_text() == 'saved'
+
+
+def test_a_sigterm_between_commands_in_a_gc_callback_stops_before_the_next_command():
+  """Between two stages a SIGTERM ends bench/lodo.py at once; one that lands in a garbage
+  collection callback (JAX's: bench/lodo.py imports jax), where an exit would be printed and
+  dropped, ends it before the next command starts."""
+  parent = textwrap.dedent(
+    SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
+    + """
+  import sys
+  from pathlib import Path
+  from crackjax.lodo import fold_stages
+
+  fold_stages.stop_children_on_sigterm()
+  collect()
+  print('after the collection', flush=True)
+  fold_stages.run_command([sys.executable, '-c', 'print("next command")'], Path('.'))
+"""
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', parent], cwd=REPO, capture_output=True, text=True, timeout=60
+  )
+  assert proc.returncode == 143, proc.stderr
+  assert proc.stdout.splitlines() == ['after the collection']  # the next command never started
+  assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr
 
 
 @pytest.mark.slow

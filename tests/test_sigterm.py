@@ -45,7 +45,7 @@ def test_a_second_sigterm_does_not_interrupt_the_way_out():
 
 # `signal.<name>` sent while the collector runs a callback, as JAX's `_xla_gc_callback`, which
 # it runs at any allocation.
-_SIGNAL_IN_A_GC_CALLBACK = """
+SIGNAL_IN_A_GC_CALLBACK = """
   import gc, os, signal
   from crackjax.runs import exits
 
@@ -61,7 +61,7 @@ _SIGNAL_IN_A_GC_CALLBACK = """
 """
 
 _GC_SCRIPT = textwrap.dedent(
-  _SIGNAL_IN_A_GC_CALLBACK.format(name='SIGINT')
+  SIGNAL_IN_A_GC_CALLBACK.format(name='SIGINT')
   + """
   exits.watch_interrupts()
   collect()
@@ -85,7 +85,7 @@ def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
 
 
 _GC_SIGTERM_SCRIPT = textwrap.dedent(
-  _SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
+  SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
   + """
   exits.exit_on_sigterm()
   collect()

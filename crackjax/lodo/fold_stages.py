@@ -179,14 +179,15 @@ def stop_children_on_sigterm() -> None:
   """SIGTERM (a `kill`, SLURM's time limit through submitit) is passed on to the training or
   scoring under way, which saves its checkpoint and exits 143; this process then exits 143 too
   (`run_command`), leaving no orphan to hold the fold's folder. Between commands it exits at
-  once."""
+  once; or, when the SIGTERM lands in a garbage-collection callback (JAX's: this process imports
+  jax), where an exit would be dropped, before the next command starts."""
 
   def handler(signum, frame):
-    if not _CHILDREN:
-      sys.exit(exits.TERMINATED)
     _STOPPED.append(signum)
     for child in _CHILDREN:
       child.send_signal(signal.SIGTERM)
+    if not _CHILDREN and not exits.in_gc_callback(frame):
+      sys.exit(exits.TERMINATED)
 
   signal.signal(signal.SIGTERM, handler)
 
@@ -196,8 +197,11 @@ def run_command(cmd: list[str], cwd: Path) -> None:
 
   Raises:
     subprocess.CalledProcessError: the command failed.
-    SystemExit: 143, a SIGTERM was passed on to it (`stop_children_on_sigterm`).
+    SystemExit: 143, a SIGTERM was passed on to it, or came before it started
+      (`stop_children_on_sigterm`).
   """
+  if _STOPPED:
+    sys.exit(exits.TERMINATED)
   print('+', ' '.join(cmd), flush=True)
   child = subprocess.Popen(cmd, cwd=cwd)
   _CHILDREN.append(child)

@@ -153,16 +153,17 @@ def watch_interrupts() -> None:
 
   def handler(signum, frame):
     _REQUESTED.set()
-    if not _in_gc_callback(frame):
+    if not in_gc_callback(frame):
       raise KeyboardInterrupt
 
   if threading.current_thread() is threading.main_thread():  # where Python takes signals
     signal.signal(signal.SIGINT, handler)
 
 
-def _in_gc_callback(frame) -> bool:
+def in_gc_callback(frame) -> bool:
   """Whether `frame` (where a signal landed) runs inside a `gc.callbacks` function: such a
-  frame is on the stack only while the collector calls it."""
+  frame is on the stack only while the collector calls it. A signal handler must not raise
+  there: Python prints the exception and drops it ('Exception ignored in ...')."""
   codes = {getattr(callback, '__code__', None) for callback in gc.callbacks} - {None}
   while frame is not None and codes:
     if frame.f_code in codes:
@@ -248,7 +249,7 @@ def exit_on_sigterm() -> None:
   def handler(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _TERMINATION.set()
-    if not _in_gc_callback(frame):
+    if not in_gc_callback(frame):
       raise Terminated(f'Received signal {signum}')
 
   _TERMINATION.clear()
