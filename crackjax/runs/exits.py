@@ -241,9 +241,10 @@ def exit_on_sigterm() -> None:
   The SIGTERM is also remembered (`termination_requested`), as `watch_interrupts` remembers a
   Ctrl-C: one that lands in a garbage-collection callback (JAX's, run at any allocation) is
   only remembered, since raised there it would be printed and dropped ('Exception ignored in
-  <function _xla_gc_callback>'), and the later ones ignored: the run went on to its end, or,
-  under SLURM, hung at its next step until it was killed (CI: a preempted job's worker never
-  saved). The training loop's check (`raise_if_requested`) then ends the run in its one line.
+  <function _xla_gc_callback>'), and the later ones ignored: the run went on to its end (seen
+  here), or made no more progress until it was killed, unsaved (CI: a preempted SLURM job's
+  worker, killed 75 s later). The training loop's check (`raise_if_requested`) then ends the
+  run in its one line.
   Installing the handler forgets an earlier SIGTERM of this process (a new command)."""
 
   def handler(signum, frame):
