@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from crackjax.evaluation import result, threshold_choice
 from crackjax.lodo import fold_stages, fold_tables, kept_scores
 from crackjax.lodo import folds as folds_lib
 from tests import fixtures
-from tests.test_sigterm import SIGNAL_IN_A_GC_CALLBACK
+from tests.test_sigterm import signal_in_a_gc_callback
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -448,9 +447,9 @@ def test_a_sigterm_between_commands_in_a_gc_callback_stops_before_the_next_comma
   """Between two stages a SIGTERM ends bench/lodo.py at once; one that lands in a garbage
   collection callback (JAX's: bench/lodo.py imports jax), where an exit would be printed and
   dropped, ends it before the next command starts."""
-  parent = textwrap.dedent(
-    SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
-    + """
+  parent = signal_in_a_gc_callback(
+    'SIGTERM',
+    """
   import sys
   from pathlib import Path
   from crackjax.lodo import fold_stages
@@ -459,7 +458,7 @@ def test_a_sigterm_between_commands_in_a_gc_callback_stops_before_the_next_comma
   collect()
   print('after the collection', flush=True)
   fold_stages.run_command([sys.executable, '-c', 'print("next command")'], Path('.'))
-"""
+""",
   )
   proc = subprocess.run(
     [sys.executable, '-c', parent], cwd=REPO, capture_output=True, text=True, timeout=60

@@ -44,8 +44,8 @@ def test_a_second_sigterm_does_not_interrupt_the_way_out():
 
 
 # `signal.<name>` sent while the collector runs a callback, as JAX's `_xla_gc_callback`, which
-# it runs at any allocation.
-SIGNAL_IN_A_GC_CALLBACK = """
+# it runs at any allocation (`collect()`).
+_SIGNAL_IN_A_GC_CALLBACK = """
   import gc, os, signal
   from crackjax.runs import exits
 
@@ -60,9 +60,16 @@ SIGNAL_IN_A_GC_CALLBACK = """
     gc.callbacks.remove(callback)
 """
 
-_GC_SCRIPT = textwrap.dedent(
-  SIGNAL_IN_A_GC_CALLBACK.format(name='SIGINT')
-  + """
+
+def signal_in_a_gc_callback(name: str, body: str) -> str:
+  """A script that defines `collect()`, which sends `signal.<name>` while the collector runs a
+  callback, then runs `body` (indented as in a textwrap.dedent block of two spaces)."""
+  return textwrap.dedent(_SIGNAL_IN_A_GC_CALLBACK.format(name=name) + body)
+
+
+_GC_SCRIPT = signal_in_a_gc_callback(
+  'SIGINT',
+  """
   exits.watch_interrupts()
   collect()
   print('requested:', exits.interrupt_requested(), flush=True)
@@ -71,7 +78,7 @@ _GC_SCRIPT = textwrap.dedent(
     sum(range(1000))
   except KeyboardInterrupt:
     print('raised', flush=True)
-"""
+""",
 )
 
 
@@ -84,9 +91,9 @@ def test_a_ctrl_c_in_a_gc_callback_is_remembered_without_a_traceback():
   assert 'Exception ignored' not in proc.stderr and 'Traceback' not in proc.stderr
 
 
-_GC_SIGTERM_SCRIPT = textwrap.dedent(
-  SIGNAL_IN_A_GC_CALLBACK.format(name='SIGTERM')
-  + """
+_GC_SIGTERM_SCRIPT = signal_in_a_gc_callback(
+  'SIGTERM',
+  """
   exits.exit_on_sigterm()
   collect()
   print('requested:', exits.termination_requested(), flush=True)
@@ -96,7 +103,7 @@ _GC_SIGTERM_SCRIPT = textwrap.dedent(
     print('raised:', type(e).__name__, e, flush=True)
   exits.exit_on_sigterm()  # a new command's handler forgets it
   print('requested:', exits.termination_requested(), flush=True)
-"""
+""",
 )
 
 
