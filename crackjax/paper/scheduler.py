@@ -153,7 +153,8 @@ def _schedule(pending, running, status, command, workdir, parallel, gpus, deadli
     # A Ctrl-C whose KeyboardInterrupt landed in a finalizer was swallowed there ('Exception
     # ignored in ...'); `exits.watch_interrupts` remembered it. Seen in the slow tier: the
     # runner went on until its workers had finished.
-    exits.raise_if_requested()
+    if exits.interrupt_requested():
+      raise KeyboardInterrupt
     now = time.monotonic()
     if deadline is not None and now >= deadline and not stopping:
       stopping = True
