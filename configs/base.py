@@ -59,6 +59,10 @@ Fields:
   model_init.normalization: the input the file's first convolution expects, folded into it:
     'auto' (torchvision's mean/std for torchvision names, nothing for crackjax paths),
     'torchvision', 'caffe' (BGR, 0-255, mean-subtracted) or 'none'.
+  model_init.start_step: the global step a new run warm-started from a model file begins at
+    (0: none). A long run whose machine is gone goes on from its last committed candidate's
+    weights (`model_init.pretrained`) at the step the candidate was exported at: the epochs,
+    the data order and the learning-rate schedule resume there (Adam's moments start anew).
   plugins: optional, absent here: a tuple of importable module names that register a model,
     loss, dataset or evaluation protocol the config uses (`crackjax.models.register_model`,
     `crackjax.losses.register_loss`, `crackjax.data.registry.register_dataset`,
@@ -73,7 +77,11 @@ Fields:
     loss.beta / loss.gamma / loss.base: parameters of q (eq. 4-7).
     loss.a / loss.b: holistic loss a * WCE + b * Jaccard distance (eq. 8).
     loss.jaccard_smooth: Laplace smoothing lambda of the Jaccard index (eq. 10).
-  learning_rate: Adam step size.
+  learning_rate: Adam step size (the peak of `lr_schedule`).
+  lr_schedule: the step size over the global step (crackjax/engine/learning_rate.py): name
+    'constant' (the paper's Adam setting) or 'cosine' (constant until decay_from_step, then a
+    half cosine down to end_factor * learning_rate at end_step, held after it); warmup_steps:
+    a linear rise over the first steps of a new or warm-started state (0: none).
   batch_size: global batch size (split over all devices of all processes).
   steps_per_epoch / num_epochs: training length; one checkpoint per epoch.
   max_checkpoints_to_keep: how many epoch checkpoints the workdir keeps.
@@ -179,12 +187,19 @@ def get_config() -> ml_collections.ConfigDict:
   c.model_init = ml_collections.ConfigDict()
   c.model_init.pretrained = ml_collections.FieldReference(None, field_type=str)
   c.model_init.normalization = 'auto'
+  c.model_init.start_step = 0
 
   # The holistic loss with Xie's weighting (name, weighting, beta, gamma, base, a, b,
   # jaccard_smooth): the U-Net's original loss in its entry.
   c.loss = ml_collections.ConfigDict(dict(models.MODELS['unet'].original_loss))
 
   c.learning_rate = 3e-4
+  c.lr_schedule = ml_collections.ConfigDict()
+  c.lr_schedule.name = 'constant'
+  c.lr_schedule.warmup_steps = 0
+  c.lr_schedule.decay_from_step = 0
+  c.lr_schedule.end_step = 0
+  c.lr_schedule.end_factor = 0.0
   c.batch_size = 2
   c.steps_per_epoch = 300
   c.num_epochs = 10

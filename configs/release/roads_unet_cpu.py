@@ -19,8 +19,16 @@ https://github.com/Omaralmaqtari/Lightweight-Modular-Model). `MANUAL_DIR_FLAGS` 
 two folders.
 
 Config arguments:
-  (none): the release setting.
+  (none): the release setting (the 28 Nov file: epoch 11 at the constant step size; the plateau
+    run of 30 Nov: epoch 37 of the same, 42 epochs, docs/lodo.md).
+  cosine: the plateau run of issue 76, the same recipe with a schedule that ends: the constant
+    step size to step 11,000 (the 28 Nov file's step), then a cosine decay to 1% of it at step
+    26,000 (epoch 26), with a 300-step warm-up after a warm start. Started from the last
+    committed candidate (`candidates/roads-unet-cpu/`, or the 28 Nov file at step 11,000):
+    ``--config.model_init.pretrained=FILE --config.model_init.start_step=STEP``;
+    scripts/plateau_cpu.sh picks them.
   smoke: seconds (tests): widths 4...64, 2 epochs of 3 steps, 64x64 crops.
+  cosine_smoke: smoke with the cosine schedule over its 6 steps.
 """
 
 import ml_collections
@@ -37,6 +45,10 @@ MEMBERS: dict[str, dict] = {
   'gaps384': {},
   'aiglern_trimm': {},
 }
+#: The cosine schedule's first and last steps (config argument 'cosine'): it decays from the
+#: step of the 28 Nov file (epoch 11), so a run warm-started from that file decays at once.
+COSINE_FROM_STEP = 11_000
+COSINE_END_STEP = 26_000
 # Which manual dir each member reads: the CrackForest copy or the public crops' Datasets/.
 CRACKFOREST_MEMBERS = ('crackforest',)
 
@@ -81,6 +93,16 @@ def get_config(arg: str | None = None):
   c.eval.protocols = ('strict',)
   c.eval.every_epochs = 1
   c.eval.num_qualitative = 4
+  if arg in ('cosine', 'cosine_smoke'):
+    c.lr_schedule.name = 'cosine'
+    c.lr_schedule.warmup_steps = 300
+    c.lr_schedule.decay_from_step = COSINE_FROM_STEP
+    c.lr_schedule.end_step = COSINE_END_STEP
+    c.lr_schedule.end_factor = 0.01
+    c.num_epochs = COSINE_END_STEP // c.steps_per_epoch
+    c.max_checkpoints_to_keep = c.num_epochs
+  if arg == 'cosine_smoke':
+    arg = 'smoke'
   if arg == 'smoke':
     c.model.widths = (4, 8, 16, 32, 64)
     c.data.input_size = (64, 64)
@@ -89,6 +111,13 @@ def get_config(arg: str | None = None):
     c.num_epochs = 2
     c.max_checkpoints_to_keep = 2
     c.log_every_steps = 1
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}: give none (the release) or 'smoke'.")
+    if c.lr_schedule.name == 'cosine':
+      c.lr_schedule.warmup_steps = 2
+      c.lr_schedule.decay_from_step = 2
+      c.lr_schedule.end_step = 6
+  elif arg and arg != 'cosine':
+    raise ValueError(
+      f"Unknown config argument {arg!r}: give none (the release), 'cosine', 'smoke' or "
+      "'cosine_smoke'."
+    )
   return c

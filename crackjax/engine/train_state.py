@@ -28,6 +28,7 @@ from flax.training import train_state as flax_train_state
 from jax.sharding import Mesh
 
 from crackjax.engine import mesh as mesh_lib
+from crackjax.engine.learning_rate import LearningRate
 
 TrainState = flax_train_state.TrainState
 
@@ -48,8 +49,13 @@ def batch_stats_of(state: TrainState) -> Any:
   return getattr(state, 'batch_stats', None) or None
 
 
-def create_optimizer(learning_rate: float) -> optax.GradientTransformation:
-  """The optimiser of every run: Adam (the paper's §IV setting)."""
+def create_optimizer(learning_rate: float | LearningRate) -> optax.GradientTransformation:
+  """The optimiser of every run: Adam (the paper's §IV setting), at a constant step size or
+  at a `LearningRate` schedule of the global step."""
+  if isinstance(learning_rate, LearningRate):
+    if learning_rate.is_constant:
+      return optax.adam(learning_rate.peak)
+    return optax.adam(learning_rate.optax_schedule())
   return optax.adam(learning_rate)
 
 

@@ -29,7 +29,7 @@ from crackjax import losses
 from crackjax.data import augment, mixture
 from crackjax.data.loader import LoaderSpec
 from crackjax.data.splits import Splits
-from crackjax.engine import train_state
+from crackjax.engine import learning_rate, train_state
 from crackjax.engine.checkpoints import RestoreSpec
 from crackjax.engine.mesh import one_device_mesh  # noqa: F401 (its name here before it moved)
 from crackjax.engine.schedule import Schedule
@@ -227,7 +227,7 @@ def build(config: ml_collections.ConfigDict, *, training: bool = True) -> Experi
   # The abstract state's image shape, from the config alone (never from the data).
   image_shape = init_image_shape(parts.model, c['data'].get('input_size'))
   restore_spec = RestoreSpec(image_shape, max_to_keep=c['max_checkpoints_to_keep'])
-  optimizer = train_state.create_optimizer(c['learning_rate'])
+  optimizer = train_state.create_optimizer(learning_rate.of_config(c))
   return Experiment(
     config=config,
     model=parts.model,

@@ -81,4 +81,5 @@ def init_spec_of(config: Config) -> pretrained.InitSpec:
     model=c['model']['name'],
     pretrained=init.get('pretrained'),
     normalization=init.get('normalization', 'auto'),
+    start_step=int(init.get('start_step', 0) or 0),
   )

@@ -29,6 +29,7 @@ from flax import linen as nn
 from crackjax import losses, models, plugins
 from crackjax.data import augment, loader, mixture, photometric
 from crackjax.data import registry as data_registry
+from crackjax.engine import learning_rate
 from crackjax.evaluation import PROTOCOLS, inference, threshold_choice
 from crackjax.experiment import specs
 from crackjax.models import input_multiple, model_from_config, pretrained
@@ -260,6 +261,7 @@ def _run_problems(c: specs.Plain, *, training: bool) -> list[str]:
       f'config.eval.protocols={protocols!r} must be a non-empty tuple of {sorted(PROTOCOLS)}.'
     )
   problems += _eval_problems(ev)
+  problems += learning_rate.problems(c)
   pretrained_path = (c.get('model_init') or {}).get('pretrained')
   if training and pretrained_path:  # here, not when the model is initialised after the data
     problems += [p for p in [pretrained.not_a_file(pretrained_path)] if p]

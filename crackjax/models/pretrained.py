@@ -84,11 +84,14 @@ class InitSpec:
     pretrained: ``config.model_init.pretrained``: a local .npz, a model file (a released
       name, a .safetensors file or a URL); None or '': every parameter from scratch.
     normalization: ``config.model_init.normalization`` (`NORMALIZATIONS`).
+    start_step: ``config.model_init.start_step``: the step a state warm-started from a model
+      file begins at (0: step 0).
   """
 
   model: str
   pretrained: str | None = None
   normalization: str = 'auto'
+  start_step: int = 0
 
 
 @dataclasses.dataclass
@@ -105,6 +108,7 @@ class InitReport:
     ignored: names in the file that went nowhere.
     loaded_values: number of parameter values (params only) loaded.
     total_values: number of parameter values of the model.
+    start_step: the step a warm start begins at (``config.model_init.start_step``; 0: none).
   """
 
   pretrained: str | None
@@ -115,6 +119,7 @@ class InitReport:
   ignored: list[str] = dataclasses.field(default_factory=list)
   loaded_values: int = 0
   total_values: int = 0
+  start_step: int = 0
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -136,6 +141,8 @@ class InitReport:
     text += f'); {len(self.loaded) - len(params)} batch-statistics arrays'
     text += f'; from scratch: {_some(self.from_scratch, limit)}'
     text += f'; unused in the file: {_some(self.ignored, limit)}.'
+    if self.start_step:
+      text += f' A warm start: the run goes on at step {self.start_step}.'
     return text
 
 
@@ -398,6 +405,10 @@ def initialise(
     state = state.replace(params=_replace(state.params, 'params', updates))
     if batch_stats:
       state = state.replace(batch_stats=_replace(batch_stats, 'batch_stats', updates))
+    if spec.start_step:  # a warm start: the run goes on at the file's step
+      step = np.asarray(spec.start_step, np.asarray(state.step).dtype)
+      state = state.replace(step=_put(step, state.step))
+      report.start_step = spec.start_step
   logging.info('%s', report.summary())
   if workdir is not None and jax.process_index() == 0:
     Path(workdir).mkdir(parents=True, exist_ok=True)

@@ -112,6 +112,14 @@ def _excluded(name: str) -> bool:
 # whose default computes what runs before it computed belongs here, with that default.
 _PHOTOMETRIC = 'augment.photometric'
 _NEUTRAL = {'data.scale_range': [1.0, 1.0], 'model.input_norm': 'none'}
+# The constant step size, the only one before schedules: its other fields compute nothing.
+_CONSTANT_LR = {
+  'lr_schedule.name': 'constant',
+  'lr_schedule.warmup_steps': 0,
+  'lr_schedule.decay_from_step': 0,
+  'lr_schedule.end_step': 0,
+  'lr_schedule.end_factor': 0.0,
+}
 
 
 def _neutral(flat: Mapping[str, Any]) -> set[str]:
@@ -119,6 +127,8 @@ def _neutral(flat: Mapping[str, Any]) -> set[str]:
   out = {k for k, v in _NEUTRAL.items() if k in flat and flat[k] == v}
   if not flat.get(f'{_PHOTOMETRIC}.enabled'):
     out |= {k for k in flat if k.startswith(f'{_PHOTOMETRIC}.')}
+  if all(flat.get(k, v) == v for k, v in _CONSTANT_LR.items()):
+    out |= {k for k in _CONSTANT_LR if k in flat}
   if not flat.get('data.jpeg_probability'):  # never: its quality range computes nothing
     out |= {k for k in ('data.jpeg_probability', 'data.jpeg_quality') if k in flat}
   return out
