@@ -173,6 +173,7 @@ LAYERS = (
   'crackjax.trainer',  # the loop, scoring and records, the train, evaluate and data-stats commands
   'crackjax.paper',
   'crackjax.lodo',  # leave-one-dataset-out campaigns: trains (paper's jobs), exports, scores
+  'crackjax.release',  # making and judging a released model: candidates, the gate
   'crackjax',
 )
 # Folders side by side: neither imports the other (deploy/ and trainer/ are siblings above
