@@ -192,11 +192,21 @@ def test_a_folder_streamed_scores_as_evaluate_and_copies_nothing(
     new = record['results'][protocol]
     for key in ('ods', 'ods_grid', 'ois', 'ois_mean_f1', 'ap', 'fixed', 'curve'):
       _close(new[key], old[key], f'{protocol}.{key}')
-    rows = [{k: v for k, v in r.items() if k != 'name'} for r in new['per_image']]
+    counts = ('name', 'tp', 'fp', 'fn')  # strict's TP, FP, FN at the threshold in use
+    rows = [{k: v for k, v in r.items() if k not in counts} for r in new['per_image']]
     _close(rows, old['per_image'], f'{protocol}.per_image')
     assert [r['name'] for r in new['per_image']] == [e['name'] for e in examples]
     point = evaluation.at_threshold(probs, gts, protocol=protocol, threshold=threshold)
     _close(new['operating_points']['run'], point)
+    if protocol == 'strict':  # each photo's counts at the run's threshold, as it alone gives
+      for r, p, g in zip(new['per_image'], probs, gts, strict=True):
+        g = np.asarray(g).astype(bool)
+        pred = np.asarray(p).reshape(g.shape) > threshold
+        assert (r['tp'], r['fp'], r['fn']) == tuple(
+          int(x.sum()) for x in (pred & g, pred & ~g, ~pred & g)
+        )
+    else:
+      assert not {'tp', 'fp', 'fn'} & set(new['per_image'][0])
 
 
 @pytest.mark.slow

@@ -44,6 +44,8 @@ PARTIAL_SUFFIX = '.partial'
 #: The per-image CSV's columns of the threshold masks are made at and each image's F1 there.
 THRESHOLD_IN_USE = 'threshold_in_use'
 F1_IN_USE = 'f1_in_use'
+#: The per-image CSV's columns (after the protocol's name) of each image's pixels there.
+TP_FP_FN = ('tp', 'fp', 'fn')
 
 
 class PerImageRows:
@@ -100,13 +102,18 @@ def write_per_image_csv(
   threshold), then ``<protocol>_fixed_precision``, ``_fixed_recall``, ``_fixed_f1`` (at the
   fixed threshold 0.5), for each protocol in turn; with `in_use` (the threshold masks are made
   at, {protocol: each image's F1 there}) also ``threshold_in_use`` and
-  ``<protocol>_f1_in_use``. Removes the rows written as they came (`PerImageRows`'
-  ``<path>.partial``), if any.
+  ``<protocol>_f1_in_use``; then ``<protocol>_tp``, ``_fp``, ``_fn`` (pixels at the threshold
+  in use) of each protocol whose rows have them (`ImageRow.tp`: strict). Removes the rows
+  written as they came (`PerImageRows`' ``<path>.partial``), if any.
   """
   protocols = list(results)
   fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _CSV_KEYS]
   if in_use is not None:
     fields += [THRESHOLD_IN_USE] + [f'{p}_{F1_IN_USE}' for p in protocols]
+  counted = [
+    p for p in protocols if results[p].per_image and results[p].per_image[0].tp is not None
+  ]
+  fields += [f'{p}_{k}' for p in counted for k in TP_FP_FN]
   with open(path, 'w', newline='', encoding='utf-8') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
@@ -118,6 +125,9 @@ def write_per_image_csv(
       if in_use is not None:
         row[THRESHOLD_IN_USE] = f'{in_use[0]:.6g}'
         row.update({f'{p}_{F1_IN_USE}': f'{in_use[1][p][i]:.6g}' for p in protocols})
+      row.update(
+        {f'{p}_{k}': getattr(results[p].per_image[i], k) for p in counted for k in TP_FP_FN}
+      )
       writer.writerow(row)
   # The whole CSV is there: the rows written as they came (`PerImageRows`) are superseded.
   Path(f'{path}{PARTIAL_SUFFIX}').unlink(missing_ok=True)

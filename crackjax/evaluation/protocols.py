@@ -376,6 +376,9 @@ class Protocol:
           module-level function of an importable module.
       module: the module that registered it (:func:`register_protocol` records it); None
           for the protocols crackjax ships.
+      counts_tp_fp_fn: whether its counts are pixels matched as they are (``matched_pred ==
+          matched_gt``, strict): an image's TP, FP and FN then give its F1, and a scoring
+          records them per image at the threshold in use (the release gate's bootstrap).
   """
 
   name: str
@@ -389,6 +392,7 @@ class Protocol:
   writes_threshold_file: bool
   parallel: bool = False
   module: str | None = None
+  counts_tp_fp_fn: bool = False
 
   def num_thresholds(self, configured: int | None) -> int:
     """The uniform grid size to evaluate with, given the configured one (``None``: not set)."""
@@ -442,6 +446,7 @@ PROTOCOLS: dict[str, Protocol] = {
     follows_config_grid=True,
     threshold_rule='crack where probability > threshold',
     writes_threshold_file=True,
+    counts_tp_fp_fn=True,
   ),
   'tolerance': _TOLERANCE,
   # The same grid, matching and records as 'tolerance'; only the ground truth differs.

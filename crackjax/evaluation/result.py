@@ -231,7 +231,9 @@ class Curve:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ImageRow(_Flat):
   """One image's row: its `name` (in a record's rows; `evaluate`'s have none), its `index` in
-  the evaluation, its OIS `threshold` and P, R, F1 there, and P, R, F1 at 0.5 (``fixed_*``)."""
+  the evaluation, its OIS `threshold` and P, R, F1 there, P, R, F1 at 0.5 (``fixed_*``), and
+  (a scoring's rows, strict: `Protocol.counts_tp_fp_fn`; None in older records) its `tp`, `fp`,
+  `fn` pixels at the threshold in use (`eval_records.threshold_in_use`: the file's stored one)."""
 
   name: str | None = None
   index: int
@@ -242,6 +244,9 @@ class ImageRow(_Flat):
   fixed_precision: float
   fixed_recall: float
   fixed_f1: float
+  tp: int | None = None
+  fp: int | None = None
+  fn: int | None = None
 
   WHERE: ClassVar[str] = PER_IMAGE
 

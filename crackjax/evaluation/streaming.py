@@ -178,6 +178,17 @@ class StreamScorer:
     """Each image's F1 (in image order) under `protocol` at `threshold`: at an operating point
     where one has that threshold, else at the grid's threshold nearest to it (an ODS threshold
     is on the grid); the package's conventions (`aggregate.f1_of`: 0 without a crack)."""
+    at = self.image_counts(protocol, threshold)
+    return f1_of(*(at[:, k] for k in range(4)))
+
+  def image_counts(self, protocol: str, threshold: float, *, exact: bool = False) -> np.ndarray:
+    """Each image's counts (int64 (num_images, 4), the `ThresholdCounts` fields in order) under
+    `protocol` at `threshold`: an operating point's where one has that threshold (counted at
+    it exactly, as the point's P/R/F1), else the grid's at the threshold nearest to it.
+
+    Raises:
+      ValueError: with `exact`, neither an operating point nor the grid has `threshold`.
+    """
     self.finish()
     names = [
       n
@@ -186,13 +197,30 @@ class StreamScorer:
     ]
     if names and self._at[protocol]:
       i = list(self.points).index(names[0])
-      at = np.stack(self._at[protocol])[:, :, i]
-    else:
-      counts = self.counts(protocol)
-      _, grid, _ = self._jobs[protocol]
-      j = int(np.argmin(np.abs(np.asarray(grid) - threshold)))
-      at = np.stack([c[:, j] for c in counts], axis=1)
-    return f1_of(*(at[:, k] for k in range(4)))
+      return np.stack(self._at[protocol])[:, :, i]
+    counts = self.counts(protocol)
+    grid = np.asarray(self._jobs[protocol][1])
+    j = int(np.argmin(np.abs(grid - threshold)))
+    if exact and grid[j] != float(threshold):
+      raise ValueError(f'{protocol}: no operating point or grid threshold is {threshold:g}')
+    return np.stack([c[:, j] for c in counts], axis=1)
+
+  def tp_fp_fn(self, threshold: float) -> dict[str, np.ndarray]:
+    """{protocol: each image's TP, FP and FN pixels at `threshold`, int64 (num_images, 3)} of
+    the protocols whose counts are those (`Protocol.counts_tp_fp_fn`: strict) and that counted
+    `threshold` exactly (an operating point, or a grid threshold; any other is left out): the
+    counts whose sums give the F1 the record reports there."""
+    out = {}
+    for protocol in self.protocols:
+      if not get_protocol(protocol).counts_tp_fp_fn:
+        continue
+      try:
+        at = self.image_counts(protocol, threshold, exact=True)
+      except ValueError:
+        continue
+      matched_pred, num_pred, _, num_gt = (at[:, k] for k in range(4))
+      out[protocol] = np.stack([matched_pred, num_pred - matched_pred, num_gt - matched_pred], 1)
+    return out
 
   def results(
     self, rows: Sequence[int] | None = None

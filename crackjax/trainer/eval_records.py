@@ -164,6 +164,19 @@ def add_points(record: EvalRecord, points: dict[str, dict[str, OperatingPoint]])
   return dataclasses.replace(record, results=results)
 
 
+def with_tp_fp_fn(results: Results, counts: dict[str, np.ndarray]) -> Results:
+  """`results` with each image's TP, FP and FN pixels (`StreamScorer.tp_fp_fn`: {protocol:
+  (num_images, 3)}, at the threshold in use) in its per-image rows, under those protocols."""
+  out = dict(results)
+  for protocol, c in counts.items():
+    rows = tuple(
+      dataclasses.replace(row, tp=int(tp), fp=int(fp), fn=int(fn))
+      for row, (tp, fp, fn) in zip(results[protocol].per_image, c, strict=True)
+    )
+    out[protocol] = dataclasses.replace(results[protocol], per_image=rows)
+  return out
+
+
 def step_results_dir(directory: str | Path, step: int) -> Path:
   """``<directory>/eval/step_<step>``: where an evaluation of a step older than the results
   of `directory` goes (`evaluate_checkpoint`)."""

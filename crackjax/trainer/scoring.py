@@ -280,11 +280,10 @@ def _score_and_record(
 
 @dataclasses.dataclass
 class Streamed:
-  """What `stream_score` keeps of a split: the names in order, `score`'s results, the
-  operating points ({protocol: {name: P/R/F1}}), the members' results of a mixture
-  (`member_results`' form, or None), the first ``plan.num_qualitative`` (images, ground
-  truths, maps) for the figures, and the threshold masks are made at with each image's F1
-  there per protocol (`eval_records.threshold_in_use`). No other map."""
+  """What `stream_score` keeps of a split: names in order, `score`'s results (strict's rows with
+  TP, FP, FN at the threshold in use), operating points ({protocol: {name: P/R/F1}}), a mixture's
+  members' results (or None), the first ``plan.num_qualitative`` (images, ground truths, maps),
+  and the threshold in use with each image's F1 there per protocol. No other map."""
 
   names: list[str]
   results: dict[str, ProtocolResult]
@@ -363,6 +362,7 @@ def stream_score(
     members = _members_of(names, scorer)
     used = eval_records.threshold_in_use(results, operating_points)
     in_use = (used, {p: scorer.image_f1(p, used) for p in plan.protocols})
+    results = eval_records.with_tp_fp_fn(results, scorer.tp_fp_fn(used))
   return Streamed(names, results, points, members, first, in_use)
 
 
