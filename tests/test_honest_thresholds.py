@@ -64,3 +64,29 @@ def test_a_useful_threshold_is_stored(tmp_path, capsys):
   assert 0.1 <= threshold < 0.8
   assert json.loads((tmp_path / 'threshold.json').read_text())['threshold'] == threshold
   assert capsys.readouterr().err == ''
+
+
+def test_every_reader_of_a_runs_threshold_leaves_a_degenerate_one_out(tmp_path):
+  """Issue 78 item 5: crackjax-predict --workdir (`restored.run_threshold`) and crackjax-export
+  (`model_export.step_threshold`) read the epoch record's threshold by the rule threshold.json
+  is written by: a degenerate one gives the fallback 0.5, said, unless the run stores them."""
+  from types import SimpleNamespace
+
+  from crackjax.deploy import model_export
+  from crackjax.experiment import restored
+
+  gts = _gts()
+  rng = np.random.default_rng(1)
+  r = _result([rng.random(g.shape).astype(np.float32) * 0.01 for g in gts], gts)
+  assert degenerate_threshold(r) and r.ods.threshold != 0.5
+  eval_records.write_epoch_record(tmp_path, _record(r), steps_per_epoch=300)
+  (tmp_path / 'config.json').write_text(json.dumps({'eval': {'threshold_over': 'pooled'}}))
+  threshold, source = restored.run_threshold(tmp_path, 300)
+  assert threshold == 0.5
+  assert 'epoch_001.json' in source and 'degenerate' in source and 'every pixel crack' in source
+  run = SimpleNamespace(step=300, threshold=threshold, threshold_source=source)
+  assert model_export.step_threshold(run, tmp_path) == (0.5, source)
+  # A run that stores degenerate thresholds takes it, as its threshold.json would.
+  (tmp_path / 'config.json').write_text(json.dumps({'eval': {'store_degenerate_threshold': True}}))
+  assert restored.run_threshold(tmp_path, 300)[0] == r.ods.threshold
+  assert model_export.step_threshold(run, tmp_path)[0] == r.ods.threshold

@@ -28,7 +28,15 @@ from crackjax import plugins
 from crackjax.engine import checkpoints, train_state
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.engine.mesh import one_device_mesh
-from crackjax.evaluation.result import CHOSEN_BY, DATASET, SPLIT, STEP, THRESHOLD, read_record
+from crackjax.evaluation.result import (
+  CHOSEN_BY,
+  DATASET,
+  SPLIT,
+  STEP,
+  THRESHOLD,
+  degenerate_threshold,
+  read_record,
+)
 from crackjax.evaluation.threshold_choice import chosen_threshold
 from crackjax.models import hub, init_image_shape, model_file, model_from_config, pretrained
 
@@ -230,25 +238,50 @@ def inference_state(run: Run) -> train_state.TrainState:
   return train_state.inference_state(run.model.apply, params, batch_stats, step)
 
 
-def threshold_over(workdir: str | Path) -> str:
-  """The run's rule for its threshold (``config.eval.threshold_over``, `threshold_choice`);
-  'pooled' for a run recorded before the field, or whose config cannot be read."""
+#: The threshold of a run that has none of its own: no threshold.json of the step, no epoch
+#: record of it, or one whose best threshold is degenerate (crackjax-predict's --threshold help).
+DEFAULT_THRESHOLD = 0.5
+
+
+def _eval_group(workdir: str | Path) -> dict[str, Any]:
+  """The run's recorded ``config.eval`` group ({} for a run whose config cannot be read)."""
   try:
     c = _recorded_config(workdir)[0]
   except (OSError, ValueError):  # no config (FileNotFoundError), or damaged JSON
-    return 'pooled'
-  return (c.get('eval') or {}).get('threshold_over', 'pooled')
+    return {}
+  return c.get('eval') or {}
+
+
+def threshold_over(workdir: str | Path) -> str:
+  """The run's rule for its threshold (``config.eval.threshold_over``, `threshold_choice`);
+  'pooled' for a run recorded before the field, or whose config cannot be read."""
+  return _eval_group(workdir).get('threshold_over', 'pooled')
 
 
 def epoch_threshold(workdir: Path, step: int) -> tuple[float, str] | None:
   """The strict threshold of the run's epoch record of `step` under the run's rule
-  (`threshold_over`: its ODS, or a mixture's datasets alike) and its source, if any."""
+  (`threshold_over`: its ODS, or a mixture's datasets alike) and its source, if any.
+
+  A degenerate best threshold (`result.degenerate_threshold`: nothing found, or every pixel
+  crack) is not the run's threshold here either, as threshold.json never stores one
+  (`crackjax.trainer.eval_records.write_threshold`): the record gives `DEFAULT_THRESHOLD` and
+  its source says why, unless the run stores such thresholds
+  (``config.eval.store_degenerate_threshold``). The one rule of every reader of a run's
+  threshold: crackjax-predict --workdir, crackjax-evaluate --workdir, Predictor.from_workdir
+  (`run_threshold`) and crackjax-export (`crackjax.deploy.model_export.step_threshold`)."""
   for path in sorted(workdir.glob('epoch_*.json')):
     try:
       record = read_record(path)
     except (OSError, ValueError):
       continue  # a damaged record chooses nothing
     if record.step == step and 'strict' in record.results:
+      why = degenerate_threshold(record.results['strict'])
+      if why and not _eval_group(workdir).get('store_degenerate_threshold', False):
+        return DEFAULT_THRESHOLD, (
+          f'default {DEFAULT_THRESHOLD:g}: the best threshold of {path.name} (step {step}) is '
+          f'degenerate ({why}) and is kept out of threshold.json '
+          '(config.eval.store_degenerate_threshold)'
+        )
       threshold, chosen_by = chosen_threshold(record, 'strict', threshold_over(workdir))
       return threshold, f'{chosen_by}, {record.dataset}, step {step} ({path.name})'
   return None
@@ -259,9 +292,10 @@ def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
 
   threshold.json when it was chosen at `step`; else the strict ODS threshold of the epoch
   record of `step` (epoch_<NNN>.json, on the run's own test split: the rule threshold.json
-  follows, `crackjax.trainer.scoring`; a release exports the epoch that scored best on its
-  validation part); else the default 0.5, and the returned source says why. A threshold
-  chosen at another step is never applied: it was chosen for other parameters.
+  follows, `crackjax.trainer.scoring`, a degenerate one left out: `epoch_threshold`; a release
+  exports the epoch that scored best on its validation part); else the default 0.5, and the
+  returned source says why. A threshold chosen at another step is never applied: it was
+  chosen for other parameters.
   """
   path = Path(workdir) / 'threshold.json'
   saved = json.loads(path.read_text()) if path.is_file() else None
@@ -271,8 +305,8 @@ def run_threshold(workdir: str | Path, step: int) -> tuple[float, str]:
     if epoch is not None:
       return epoch
     if saved is None:
-      return 0.5, 'default 0.5 (the run has no threshold.json)'
-    return 0.5, (
+      return DEFAULT_THRESHOLD, 'default 0.5 (the run has no threshold.json)'
+    return DEFAULT_THRESHOLD, (
       f'default 0.5: {path} was chosen for step {chosen_at}, not step {step}; evaluate this '
       'step or pass --threshold'
     )
