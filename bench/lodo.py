@@ -49,7 +49,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from crackjax.configs import lodo
 from crackjax.lodo import fold_stages, fold_tables, kept_scores
@@ -113,9 +113,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   )
   p.add_argument(
     '--dtype',
-    default='float32',
+    default=None,
     choices=('float32', 'bfloat16'),
-    help="the exported files' parameters (crackjax-export --dtype)",
+    help="the exported files' parameters (crackjax-export --dtype; default: those the campaign "
+    'exported already, else float32); a campaign keeps one',
   )
   p.add_argument(
     '--keep',
@@ -152,8 +153,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     'state if submitted) and run nothing',
   )
   args = p.parse_args(argv)
-  args.recipes = [r for r in args.recipes.split(',') if r]
-  args.held_out = [h for h in args.held_out.split(',') if h]
+  for flag, known in (('recipes', lodo.RECIPES), ('held_out', lodo.MEMBERS)):
+    given = getattr(args, flag)
+    setattr(args, flag, [v for v in given.split(',') if v])
+    if not getattr(args, flag):  # no fold: --status and the table would have nothing to show
+      refuse(f'--{flag}={given!r} names none; give one or more of {",".join(known)}')
   for name, known, values in (
     ('recipe', lodo.RECIPES, args.recipes),
     ('held-out member', lodo.MEMBERS, args.held_out),
@@ -172,7 +176,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.error(f'--job {args.job!r} is not a fold of --recipes and --held_out: {sorted(folds)}')
   if args.stages & {'train', 'score', 'fp'} and not (args.public or args.plan or args.status):
     p.error("--public (the cropped copies' Datasets/ folder) is needed to train or score")
+  if args.keep and not args.plan:  # before any fold's work, not after it
+    problem = outputs.unwritable(args.keep)
+    if problem:
+      refuse(f"--keep={args.keep}: cannot keep the folds' scores there: {problem}")
   return args
+
+
+def refuse(message: str) -> NoReturn:
+  """Ends the command in one line naming the flag or file at fault."""
+  sys.exit(f'bench/lodo.py: {message}.')
 
 
 def manual_dir(member: str, crackforest: str, public: str | None) -> str:
@@ -192,7 +205,7 @@ def campaign(args: argparse.Namespace) -> Campaign:
     protocols=tuple(args.protocols.split(',')),
     stages=frozenset(args.stages),
     accept_cut=args.accept_cut,
-    dtype=args.dtype,
+    dtype=args.dtype or 'float32',
     keep=Path(args.keep) if args.keep else None,
   )
 
@@ -222,9 +235,9 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     f'--protocols={args.protocols}',
     f'--stages={",".join(sorted(args.stages))}',
     f'--test_time={args.test_time}',
-    f'--dtype={args.dtype}',
   ]
   optional = {'public': args.public, 'data_dir': args.data_dir, 'keep': args.keep}
+  optional['dtype'] = args.dtype  # the campaign's (`main`), passed to its tasks
   argv += [f'--{k}={v}' for k, v in optional.items() if v is not None]
   return argv + (['--accept_cut'] if args.accept_cut else [])
 
@@ -328,10 +341,14 @@ def main(argv: list[str] | None = None) -> int:
       split = f'{f.held_out}:{args.test_split}'
       print(f'{f.recipe},{f.budget}: score {split} again at {f.test_time} (strict)')
     return 0
-  settings = campaign(args)
   if args.status:
-    print('\n'.join(status_lines(folds, variants, settings, args.work)))
+    print('\n'.join(status_lines(folds, variants, campaign(args), args.work)))
     return 0
+  try:  # a resumed campaign's files keep their dtype (its table compares them)
+    args.dtype = fold_stages.campaign_dtype(folds, args.dtype)
+  except ValueError as e:
+    refuse(str(e).rstrip('.'))
+  settings = campaign(args)
   fold_stages.stop_children_on_sigterm()
   if args.job:  # a SLURM task: this fold alone, no table
     from crackjax.paper import slurm

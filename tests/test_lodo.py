@@ -599,3 +599,52 @@ def test_peer_rows_from_peer_mtscrack_json(tmp_path):
   second.write_text(json.dumps({'sets': {'gaps384:test': later, 'crack500:valid': entry}}))
   peer = fold_tables.peer_scores([first, second], ['gaps384', 'crack500'])
   assert peer == {'gaps384': {'strict': {'stored': 50.0, 'ods': 60.0}, 'images': '3 of 30'}}
+
+
+def test_the_commands_edges_each_end_in_one_line(tmp_path, monkeypatch):
+  """Issue 78 item 7: an empty --held_out (or --recipes), a --keep naming a file and a --dtype
+  other than a resumed campaign's files each end the command in one line, before any fold's
+  work; without --dtype a resumed campaign keeps its files' dtype."""
+  import numpy as np
+  from safetensors.numpy import save_file
+
+  lodo = _bench()
+  ran = []
+  monkeypatch.setattr(fold_stages, 'run_stages', lambda folds, variants, c: ran.append(c))
+  monkeypatch.setattr(fold_stages, 'stop_children_on_sigterm', lambda: None)  # pytest's own
+  monkeypatch.setattr(kept_scores, 'collect', lambda folds, keep: ({}, {}))
+  base = ['--budget=long', f'--work={tmp_path / "work"}', '--public=PUB']
+
+  def refusal(*argv: str) -> str:
+    with pytest.raises(SystemExit) as stopped:
+      lodo.main([*base, *argv])
+    message = str(stopped.value)
+    assert message.startswith('bench/lodo.py: ') and '\n' not in message
+    return message
+
+  for status in ([], ['--status']):
+    message = refusal('--held_out=', *status)
+    assert message.startswith("bench/lodo.py: --held_out='' names none; give one or more of ")
+    assert 'crackforest' in message
+  assert "--recipes=',' names none" in refusal('--recipes=,', '--held_out=gaps384')
+  # --keep naming a file: refused before the first fold trains.
+  kept_file = tmp_path / 'kept.json'
+  kept_file.write_text('{}')
+  message = refusal('--held_out=gaps384', f'--keep={kept_file}')
+  assert f'--keep={kept_file}' in message and 'is a file, not a folder' in message
+  assert not ran
+  # A campaign whose files are float32: --dtype=bfloat16 is refused, naming a file; without
+  # --dtype it resumes as float32; --dtype=float32 as asked.
+  (fold,) = lodo.plan(['base'], 'long', ['gaps384'], tmp_path / 'work')
+  fold.run.mkdir(parents=True)
+  save_file({'params/w': np.zeros(3, np.float32)}, str(fold.run / folds_lib.MODEL_FILE))
+  message = refusal('--held_out=gaps384', '--dtype=bfloat16')
+  assert message.startswith('bench/lodo.py: --dtype=bfloat16, but the campaign already exported ')
+  assert str(fold.run / folds_lib.MODEL_FILE) in message and '--dtype=float32' in message
+  assert not ran
+  assert lodo.main([*base, '--held_out=gaps384']) == 0
+  assert lodo.main([*base, '--held_out=gaps384', '--dtype=float32']) == 0
+  assert [c.dtype for c in ran] == ['float32', 'float32']
+  # A new campaign takes --dtype as given.
+  assert lodo.main([*base, '--held_out=crackforest', '--dtype=bfloat16']) == 0
+  assert ran[-1].dtype == 'bfloat16'

@@ -158,6 +158,16 @@ def model_file_metadata(spec: str | Path) -> tuple[Path, dict[str, Any]]:
   return path, model_file.read_metadata(path)
 
 
+def model_file_dtype(spec: str | Path) -> str | None:
+  """The dtype a model file (a released name, path or URL, `hub.resolve`) stores its
+  parameters in, 'float32' or 'bfloat16', from its header alone (`model_file.stored_dtype`).
+
+  Raises:
+    hub.ModelNotFoundError, model_file.ModelFileError, OSError: as `load_model`.
+  """
+  return model_file.stored_dtype(hub.resolve(spec))
+
+
 def start_run(init: pretrained.InitSpec) -> Run | None:
   """The model file a run with initial weights `init` (``config.model_init``) starts from, as
   a `Run` (`load_model`; its plugins only if the run's config imported them: a model file

@@ -61,6 +61,40 @@ class Campaign:
   keep: Path | None = None
 
 
+def campaign_dtype(folds: Sequence[Fold], asked: str | None) -> str:
+  """The dtype of the campaign's exported files: `asked` (``--dtype``), else that of the files
+  it exported already (`folds.exported_dtype`), else float32. A campaign keeps one: its folds'
+  scores are compared in one table.
+
+  Raises:
+    ValueError: `asked` differs from the files already exported (a resumed campaign would
+      export only its new folds so), or those files differ among themselves; one line naming
+      them and the way on.
+  """
+  found: dict[str, list[Path]] = {}
+  for f in folds:
+    dtype = folds_lib.exported_dtype(f)
+    if dtype is not None:
+      found.setdefault(dtype, []).append(f.run / folds_lib.MODEL_FILE)
+  if asked is None and len(found) <= 1:
+    return next(iter(found), 'float32')
+  other = sorted(d for d in found if d != asked)
+  if not other:
+    return asked
+  files = [p for d in other for p in found[d]]
+  named = f'{files[0]}{f" and {len(files) - 1} more" if len(files) > 1 else ""}'
+  if asked is None:
+    raise ValueError(
+      f'the campaign exported files of {" and ".join(other)} ({named}): pass --dtype and '
+      'remove the files of the other dtype to export them again.'
+    )
+  raise ValueError(
+    f'--dtype={asked}, but the campaign already exported {" and ".join(other)} files ({named}): '
+    f'resumed, it would keep them and export only its new folds as {asked}; pass '
+    f'--dtype={other[0]} to resume it as it began, or remove those files to export them again.'
+  )
+
+
 def train_command(fold: Fold, campaign: Campaign) -> list[str]:
   cmd = [sys.executable, 'launch.py', f'--config={fold.config}', f'--workdir={fold.run}']
   cmd += [f'--config.data.mix.{m}.manual_dir={campaign.manual_dirs[m]}' for m in fold.trains_on]

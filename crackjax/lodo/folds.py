@@ -188,6 +188,20 @@ def exported_step(fold: Fold) -> int | None:
   return restored.model_file_metadata(model)[1]['card']['training']['step']
 
 
+def exported_dtype(fold: Fold) -> str | None:
+  """The dtype of the fold's model file's parameters ('float32' or 'bfloat16'; None without
+  a readable file)."""
+  from crackjax.experiment import restored
+
+  model = fold.run / MODEL_FILE
+  if not model.exists():
+    return None
+  try:
+    return restored.model_file_dtype(model)
+  except (OSError, ValueError):  # a damaged file: its export stage says so
+    return None
+
+
 def export_step(fold: Fold, accept_cut: bool) -> int | None:
   """The step to export the fold from, or None when there is nothing (new) to export: not
   `exportable`, or its file already holds its best epoch. A fold exported when cut short and

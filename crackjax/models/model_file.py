@@ -283,6 +283,15 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
   return meta
 
 
+def stored_dtype(path: str | Path) -> str | None:
+  """The dtype of a model file's floating-point tensors ('float32' or 'bfloat16', `DTYPES`;
+  None for none), from its header alone. Raises ModelFileError for a file not safetensors."""
+  header = _header(Path(path))
+  kinds = {e.get('dtype') for k, e in header.items() if k != '__metadata__' and isinstance(e, dict)}
+  found = sorted(_ST_DTYPES[k].name for k in kinds if k in _ST_DTYPES and k.startswith(('F', 'B')))
+  return found[-1] if found else None
+
+
 def _decode(path: Path, raw: Mapping[str, str]) -> dict[str, Any]:
   """The metadata's JSON values; a file of a newer format is named as such before any field
   is judged (its fields may differ), a malformed one by `model_schema.problems`."""
