@@ -104,7 +104,7 @@ def _epoch_records(run: Path, rows: list[tuple[int, int, float, dict[str, float]
     (run / f'epoch_{epoch:03d}.json').write_text(json.dumps(record))
 
 
-def test_warm_start_goes_on_at_the_files_step_with_its_weights(smoke_run, tmp_path):
+def test_warm_start_goes_on_at_the_files_step_with_its_weights(smoke_run, tmp_path, caplog):
   """A smoke run exported at step 6, then a new run warm-started from it at step 6 with a
   cosine schedule: it trains steps 7-12 only, starts from the file's weights, and records
   the warm start in init.json."""
@@ -122,7 +122,12 @@ def test_warm_start_goes_on_at_the_files_step_with_its_weights(smoke_run, tmp_pa
   config.lr_schedule.name = 'cosine'
   config.lr_schedule.decay_from_step = 6
   config.lr_schedule.end_step = 12
+  config.eval.every_epochs = 1
   experiment = build(config)
+  # No fine-tuning: no before / after table (the file's step is scored as its epoch instead).
+  from crackjax.trainer import before_after
+
+  assert before_after.start_model(experiment) is None
   seen = {}
 
   def on_epoch_end(state, epoch):
@@ -132,6 +137,10 @@ def test_warm_start_goes_on_at_the_files_step_with_its_weights(smoke_run, tmp_pa
     experiment, tmp_path / 'run', evaluate_after=False, on_epoch_end=on_epoch_end
   )
   assert seen == {3: 9, 4: 12}  # epochs 3 and 4 only: the first two were the file's
+  # The file's own step is scored as epoch 2, said as a warm start (not as a lost evaluation).
+  said = [r.getMessage() for r in caplog.records if 'Evaluating epoch 2' in r.getMessage()]
+  assert said and 'warm-started at its step' in said[0], said
+  assert (tmp_path / 'run' / 'epoch_002.json').exists()
   init = json.loads((tmp_path / 'run' / 'init.json').read_text())
   assert init['start_step'] == 6 and init['pretrained'] == str(file)
   rows = [json.loads(x) for x in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]

@@ -59,10 +59,12 @@ class StartModel:
 def start_model(experiment: Experiment) -> StartModel | None:
   """The model file the run of `experiment` starts from (``config.model_init``: a released
   model's name, a .safetensors file or a URL, a fine-tuning), with the threshold the file
-  stores; None for a run from scratch or from a .npz. The file is `experiment.start`, read once
-  for this and the run's initial weights."""
+  stores; None for a run from scratch, from a .npz or warm-started at a step. The file is
+  `experiment.start`, read once for this and the run's initial weights."""
   run = experiment.start
-  if run is None:
+  if run is None or experiment.init.start_step:
+    # A warm start (config.model_init.start_step) goes on with the file's own training: no
+    # fine-tuning, and the file is scored as its step's epoch record instead (trainer.loop).
     return None
   return StartModel(
     spec=str(experiment.init.pretrained),

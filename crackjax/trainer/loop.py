@@ -190,6 +190,9 @@ def _finished(
     # The process that saved this epoch died while evaluating it, or its record was damaged
     # and set aside: evaluate it now, saying which.
     why = identity.why_not_evaluated(evaluator.directory, missing, evaluator.protocols_at(missing))
+    if experiment.init.start_step and start_step == experiment.init.start_step:
+      # Only a fresh state begins at the warm start's step: a saved one is past it.
+      why = f'the weights of {experiment.init.pretrained}, warm-started at its step'
     logging.warning(
       'Evaluating epoch %d from its checkpoint (step %d): %s.', missing, start_step, why
     )
