@@ -1,308 +1,325 @@
-"""The release gate (crackjax/deploy/release_gate.py, `python -m crackjax.deploy.release gate`):
-a general model is released only if its card's LODO mean leads the peer's by the margin (and the
-released model's, where that card has one) and it is not worse than the released model or the
-peer on any test split, each at its stored threshold."""
+"""The release gate (crackjax/release/gate.py, issue 76): a paired bootstrap over photos of the
+strict F1 difference, new minus released, per test split, each file at its stored threshold; a
+split fails only when its 95% interval lies wholly below -1 point, and the release needs the
+mean over the splits ahead by 2 points. Also the per-photo counts it reads: each photo's TP, FP
+and FN at the threshold in use, recorded by the evaluation (eval.json and its CSV)."""
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from crackjax.deploy import export, release_gate
-from crackjax.deploy import release as release_lib
-from crackjax.models import model_file
-
-LODO = release_gate.LODO_ROW
-
-
-def _entry(name: str, f1: dict[str, float], lodo: float | None = None, peer: float | None = None):
-  """A registry entry of a general model: strict F1 (fractions) at the stored threshold per split
-  and, with `lodo`, its card's LODO mean (%) and the peer's beside it."""
-  entry = {
-    'name': name,
-    'scores_by_set': [{'set': s, 'at_threshold': {'strict': v}} for s, v in f1.items()],
-  }
-  if lodo is not None:
-    entry['lodo'] = {'row': 'mine (long)', 'mean': {'strict': {'stored': lodo, 'ods': lodo}}}
-    if peer is not None:
-      entry['lodo']['peer'] = {'row': 'peer', 'mean': {'strict': {'stored': peer, 'ods': peer}}}
-  return entry
+from crackjax.evaluation.result import ImageRow, read_record
+from crackjax.evaluation.streaming import StreamScorer
+from crackjax.release import gate
+from crackjax.runs import identity
+from crackjax.trainer import eval_records, evaluate_command
 
 
-def _peer_json(path: Path, f1: dict[str, float], images: dict[str, tuple[int, int]] | None = None):
-  """A bench/peer_mtscrack.py JSON of MTSCrack's F1 of its mask (fractions) per set."""
-  images = images or {}
-  sets = {
-    s: {
-      'images': images.get(s, (5, 5))[0],
-      'images_in_set': images.get(s, (5, 5))[1],
-      'models': {'MTSCrack': {'protocols': {'strict': {'f1_model': v, 'ods_f1': v}}}},
-    }
-    for s, v in f1.items()
-  }
-  path.write_text(json.dumps({'command': 'bench/peer_mtscrack.py', 'sets': sets}))
-  return path
+def _photos(n: int, quality: float, seed: int, jitter: float = 0.0) -> np.ndarray:
+  """(n, 3) TP, FP, FN of `n` photos (crack pixels varying from photo to photo) by a model
+  finding `quality` of each photo's crack pixels and as many false ones as it misses, each
+  photo's own rate jittered by `jitter` (a model's luck on that photo)."""
+  rng = np.random.default_rng(seed)
+  cracks = np.random.default_rng(1234).integers(50, 3000, n)  # the same photos for every file
+  q = np.clip(quality + jitter * rng.standard_normal(n), 0.05, 0.99)
+  tp = rng.binomial(cracks, q)
+  fn = cracks - tp
+  fp = rng.binomial(cracks, 1 - q)
+  return np.stack([tp, fp, fn], axis=1)
 
 
-def _by_what(rows):
-  return {r.what: r for r in rows}
+def test_pooled_f1_by_hand():
+  counts = np.array([[3, 1, 0], [1, 0, 2]])  # TP 4, FP 1, FN 2: F1 = 8 / 11
+  assert gate.pooled_f1(counts.sum(axis=0)) == pytest.approx(8 / 11, abs=1e-15)
+  assert gate.pooled_f1(np.array([0, 0, 0])) == 0.0
+  assert gate.pooled_f1(np.array([0, 5, 0])) == 0.0
+  # A bootstrap of identical files: no difference, an interval of one point.
+  v = gate.paired_bootstrap(counts, counts, resamples=1000)
+  assert (v.diff, v.low, v.high, v.ok, v.photos) == (0.0, 0.0, 0.0, True, 2)
+  assert v.new_f1 == pytest.approx(800 / 11)
+  # Two photos, each file better on one: the full-sample difference by hand.
+  other = np.array([[2, 0, 1], [2, 1, 1]])  # TP 4, FP 1, FN 2 too, pooled: F1 equal
+  assert gate.paired_bootstrap(counts, other).diff == pytest.approx(0.0, abs=1e-12)
+  better = np.array([[3, 0, 0], [3, 0, 0]])  # F1 1
+  v = gate.paired_bootstrap(better, counts)
+  assert v.diff == pytest.approx(100 * (1 - 8 / 11)) and v.low <= v.diff <= v.high
 
 
-def test_peer_scores_name_splits_as_the_registry_and_take_aliases(tmp_path):
-  first = _peer_json(tmp_path / 'a.json', {'a:test': 0.5, 'Photos of B': 0.4})
-  second = _peer_json(
-    tmp_path / 'b.json', {'a:test': 0.9, 'b:test': 0.3}, images={'b:test': (300, 4128)}
+def test_a_known_loss_is_caught():
+  # Three splits; on the large one the new file finds fewer crack pixels: about 5 points of F1.
+  old = {'big': _photos(2000, 0.70, 1, 0.1), 'a': _photos(300, 0.6, 2, 0.1)}
+  new = {'big': _photos(2000, 0.65, 3, 0.1), 'a': _photos(300, 0.68, 4, 0.1)}
+  splits = {k: gate.paired_bootstrap(new[k], old[k]) for k in old}
+  big = splits['big']
+  assert -6.5 < big.diff < -3.5 and big.high < -1.0 and not big.ok
+  assert splits['a'].diff > 5 and splits['a'].ok
+  verdict = gate.judge(splits)
+  assert verdict.failed == ['big'] and not verdict.ok
+  # Ahead on the mean is no excuse for a split lost beyond noise.
+  assert verdict.mean > 0 and not gate.judge(splits, min_mean_lead=-100).ok
+
+
+def test_two_files_that_differ_only_by_noise_pass():
+  # Same underlying quality, each photo's counts drawn again (another seed: another training's
+  # luck, photo by photo): no split fails, whatever their sizes.
+  splits = {}
+  for i, n in enumerate((46, 237, 611, 3313)):
+    splits[f's{n}'] = gate.paired_bootstrap(
+      _photos(n, 0.7, 10 + i, 0.15), _photos(n, 0.7, 20 + i, 0.15)
+    )
+  for name, v in splits.items():
+    assert v.ok, (name, v)
+    assert v.low < v.diff < v.high and v.low < 0 < v.high, (name, v)
+    assert abs(v.diff) < 3, (name, v)
+  verdict = gate.judge(splits)
+  assert not verdict.failed
+  # Noise does not make a release either: the mean lead of 2 points is not there.
+  assert not verdict.ahead and not verdict.ok
+  assert gate.judge(splits, min_mean_lead=-2).ok
+
+
+def test_the_verdict_by_hand_and_the_floor():
+  def v(diff: float, high: float) -> gate.SplitVerdict:
+    return gate.SplitVerdict(diff, diff - 1, high, True, 50 + diff, 50, 10)
+
+  splits = {'a': v(4.0, 6.0), 'b': v(-2.0, -0.99), 'c': v(4.0, 5.0)}  # mean 2: just enough
+  verdict = gate.judge(splits)
+  assert verdict.mean == pytest.approx(2.0) and verdict.ok and not verdict.failed
+  splits['b'] = v(-2.0, -1.01)  # the interval wholly below -1
+  verdict = gate.judge(splits)
+  assert verdict.failed == ['b'] and verdict.ahead and not verdict.ok
+  assert gate.judge(splits, floor=-2.0).ok
+  assert not gate.judge({'a': v(1.9, 3.0)}).ok  # 1.9 < 2
+  with pytest.raises(gate.GateInputError, match='no split'):
+    gate.judge({})
+
+
+def test_the_bootstrap_is_seeded_and_fast():
+  new, old = _photos(3000, 0.68, 5, 0.2), _photos(3000, 0.7, 6, 0.2)
+  first = gate.paired_bootstrap(new, old, seed=3)
+  assert gate.paired_bootstrap(new, old, seed=3) == first
+  other = gate.paired_bootstrap(new, old, seed=4)
+  assert other.diff == first.diff and (other.low, other.high) != (first.low, first.high)
+  start = time.perf_counter()
+  gate.paired_bootstrap(new, old, resamples=2000)
+  assert time.perf_counter() - start < 1.0  # 2,000 resamples of 3,000 photos
+  with pytest.raises(ValueError, match='expected two'):
+    gate.paired_bootstrap(new, old[:-1])
+
+
+def test_photos_are_paired_by_name_and_mismatches_refused():
+  counts = np.arange(12).reshape(4, 3)
+  new = gate.SplitCounts(('a', 'b', 'c', 'd'), counts)
+  old = gate.SplitCounts(('d', 'c', 'b', 'a'), counts[::-1])
+  got_new, got_old = gate.paired('s', new, old)
+  assert (got_new == got_old).all()
+  moved = gate.SplitCounts(('a', 'b', 'c', 'x'), counts)
+  with pytest.raises(gate.GateInputError) as e:
+    gate.paired('deepcrack_test', new, moved)
+  assert str(e.value) == (
+    'deepcrack_test: not the same photos: 1 only for the new file (d); 1 only for the '
+    'released one (x).'
   )
-  scores = release_gate.peer_scores([first, second], aliases={'Photos of B': 'b test (photos)'})
-  assert {k: [round(r['f1'], 6) for r in v] for k, v in scores.items()} == {
-    'a test': [50.0, 90.0],  # both files', in their order
-    'b test (photos)': [40.0],
-    'b test': [30.0],
-  }
-  assert scores['b test'] == [{'f1': 30.0, 'images': 300, 'of': 4128, 'file': str(second)}]
-  with pytest.raises(ValueError, match=r"b.json: set 'a:test' has no model 'HED'"):
-    release_gate.peer_scores([second], model='HED')
-  (tmp_path / 'bad.json').write_text('{"rows": {}}')
-  with pytest.raises(ValueError, match=r'bad.json: not a bench/peer_mtscrack.py JSON'):
-    release_gate.peer_scores([tmp_path / 'bad.json'])
 
 
-def test_a_model_ahead_everywhere_passes_and_each_shortfall_fails_its_row():
-  peer = {
-    'a test': [{'f1': 40.0, 'images': 5, 'of': 5}],
-    'b test': [{'f1': 60.0, 'images': 300, 'of': 4128}],  # the cropped copy takes it
-  }
-  old = _entry('m', {'a test': 0.50, 'b test (crops)': 0.70}, lodo=44.0, peer=45.0)
-  new = _entry('m', {'a test': 0.55, 'b test (crops)': 0.70}, lodo=51.0, peer=45.0)
-  rows = release_gate.checks(new, old, peer)
-  assert all(r.ok for r in rows)
-  got = {r.what: (r.new, r.old, r.peer) for r in rows}
-  assert got[LODO] == (51.0, 44.0, 50.0)  # the peer's mean plus the 5 points asked
-  assert got['a test'] == pytest.approx((55.0, 50.0, 40.0))
-  assert _by_what(rows)['b test (crops)'].note == 'peer on 300 of the 4128 images'
-  # Equal to the released model is not worse; one point behind it is.
-  worse = _entry('m', {'a test': 0.49, 'b test (crops)': 0.70}, lodo=51.0, peer=45.0)
-  row = _by_what(release_gate.checks(worse, old, peer))['a test']
-  assert not row.ok and row.why == '1.0 behind the released model'
-  # Behind the peer on a split, and a lead of 4.9 points where 5 are asked.
-  short = _entry('m', {'a test': 0.55, 'b test (crops)': 0.59}, lodo=49.9, peer=45.0)
-  rows = _by_what(release_gate.checks(short, old, peer))
-  assert rows['b test (crops)'].why == '11.0 behind the released model; 1.0 behind the peer'
-  assert rows[LODO].why == '+4.9 against the peer, +5 asked'
-  assert [r.what for r in release_gate.checks(short, old, peer) if not r.ok] == [
-    LODO,
-    'b test (crops)',
+# ----------------------------------------------------------------- records as the evaluation
+def _score(folder: Path, gts, probs, threshold: float, names=None) -> Path:
+  """An evaluation folder as `crackjax-evaluate --model` leaves it (eval.json and the CSV,
+  through the same writers), strict and tolerance, at the file's stored `threshold`."""
+  names = names or [f'p{i:03d}' for i in range(len(gts))]
+  with StreamScorer({'strict': 100, 'tolerance': 99}, operating_points={'run': threshold}) as s:
+    for p, g in zip(probs, gts, strict=True):
+      s.add(p, g)
+    results, points = s.results()
+    results = eval_records.with_tp_fp_fn(results, s.tp_fp_fn(threshold))
+    f1 = {p: s.image_f1(p, threshold) for p in results}
+  record = eval_records.evaluation_record(
+    lambda step: 1, 'ds', (6, 100), 'test', names, results, eval_seconds=1.0, per_image=True
+  )
+  record = eval_records.add_points(record, points)
+  folder.mkdir(parents=True)
+  identity.write_json(folder / 'eval.json', record.to_json())
+  from crackjax.evaluation import plots
+
+  plots.write_per_image_csv(folder / 'eval_per_image.csv', names, results, (threshold, f1))
+  return folder
+
+
+def _maps(n: int, quality: float, seed: int, size=(12, 14)):
+  """`n` labelled photos and a model's maps of them: cracks found with probability `quality`
+  (the same photos whatever the model: the labels' seed is fixed)."""
+  labels = np.random.default_rng(99)
+  gts = [labels.random(size) > 0.8 for _ in range(n)]
+  rng = np.random.default_rng(seed)
+  probs = [
+    np.clip(np.where(g, rng.random(size) < quality, rng.random(size) < 0.1) * 0.8 + 0.1, 0, 1)
+    for g in gts
   ]
+  return gts, [p.astype(np.float32) for p in probs]
 
 
-def test_lodo_ahead_of_the_released_model_and_every_old_split_scored_again():
-  old = _entry('m', {'a test': 0.5, 'c test': 0.2}, lodo=52.0, peer=45.0)
-  new = _entry('m', {'a test': 0.6}, lodo=51.0, peer=45.0)
-  rows = _by_what(release_gate.checks(new, old, {}))
-  assert rows[LODO].why == 'not ahead of the released model (51.0 against 52.0)'
-  assert rows['c test'].new is None and not rows['c test'].ok
-  assert rows['c test'].why == 'the new file is not scored on it (the released model is)'
-  assert rows['a test'].ok and rows['a test'].peer is None  # no peer score: not compared
+def test_per_photo_counts_give_the_f1_at_the_stored_threshold(tmp_path):
+  gts, probs = _maps(7, 0.7, 1)
+  noise = np.random.default_rng(7)
+  probs = [np.clip(p + noise.random(p.shape) * 0.3, 0, 1) for p in probs]
+  folder = _score(tmp_path / 's', gts, probs, 0.437)  # no grid point: counted at it exactly
+  record = read_record(folder / 'eval.json')
+  strict = record.results['strict']
+  rows = strict.per_image
+  for row, p, g in zip(rows, probs, gts, strict=True):
+    pred = p > 0.437
+    want = (pred & g, pred & ~g, ~pred & g)
+    assert (row.tp, row.fp, row.fn) == tuple(int(x.sum()) for x in want)
+  total = np.array([[r.tp, r.fp, r.fn] for r in rows]).sum(axis=0)
+  run = strict.operating_points['run']
+  assert float(gate.pooled_f1(total)) == run.f1  # exactly the record's F1 there
+  assert 2 * total[0] / (2 * total[0] + total[1] + total[2]) == pytest.approx(run.f1, abs=1e-12)
+  # The tolerance protocols' counts are not TP, FP and FN: none recorded.
+  assert all(r.tp is None for r in record.results['tolerance'].per_image)
+  with (folder / 'eval_per_image.csv').open(newline='') as f:
+    csv_rows = list(csv.DictReader(f))
+  assert [int(r['strict_tp']) for r in csv_rows] == [r.tp for r in rows]
+  assert [int(r['strict_fn']) for r in csv_rows] == [r.fn for r in rows]
+  assert 'tolerance_tp' not in csv_rows[0]
+  # A threshold neither a point nor on the grid is not claimed.
+  with StreamScorer({'strict': 100}) as s:
+    s.add(probs[0], gts[0])
+    assert s.tp_fp_fn(0.437) == {} and list(s.tp_fp_fn(0.43)) == ['strict']
+  # A record without them (an older evaluation) still reads: rows without counts.
+  data = json.loads((folder / 'eval.json').read_text())
+  for row in data['results']['strict']['per_image']:
+    for key in ('tp', 'fp', 'fn'):
+      del row[key]
+  (folder / 'eval.json').write_text(json.dumps(data))
+  assert read_record(folder / 'eval.json').results['strict'].per_image[0].tp is None
+  assert 'tp' not in ImageRow.from_json(data['results']['strict']['per_image'][0]).to_json()
 
 
-def test_without_a_lodo_figure_or_its_peer_the_release_is_refused():
-  first = _entry('m', {'a test': 0.9})  # nothing released under the name yet: no old row
-  rows = release_gate.checks(first, None, {})
-  assert [r.ok for r in rows] == [False, True]
-  assert rows[0].why == 'its card has no LODO figure (python -m crackjax.deploy.release lodo)'
-  alone = _entry('m', {'a test': 0.9}, lodo=60.0)
-  row = release_gate.checks(alone, None, {})[0]
-  assert row.why == "its card's LODO figure has no peer beside it (release lodo --peer)"
-  # The released card without a LODO figure is said, not held against the new one.
-  row = release_gate.checks(_entry('m', {'a test': 0.9}, 60.0, 50.0), first, {})[0]
-  assert row.ok and row.note == 'the released card has no LODO figure'
-  with pytest.raises(ValueError, match='the gate is for a general model'):
-    release_gate.checks({'name': 'one', 'scores': {}}, None, {})
+def _run_gate(capsys, *argv: str) -> tuple[int, str, str]:
+  code = gate.main(list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
 
 
-def _scored_file(smoke_run: Path, path: Path, f1: dict[str, float], lodo: bool = True) -> Path:
-  """The smoke run's model file, its card naming the sets of `f1` and scored on their test
-  splits at its stored threshold (strict F1 `f1`), with (`lodo`) a LODO figure 8 points ahead
-  of the peer's."""
-  export.export_model_file(smoke_run, path, name='m')
-  loaded = model_file.read(path)
-  scores = [
-    {
-      'dataset': s,
-      'split': 'test',
-      'num_images': 5,
-      'protocols': {
-        'strict': {'ods': {'f1': v}, 'ois': {'f1': v}, 'ap': v, 'at_stored_threshold': {'f1': v}}
-      },
-    }
-    for s, v in f1.items()
-  ]
-  figure = {
-    'row': 'mine (long)',
-    'sets': {s: {} for s in f1},
-    'mean': {'strict': {'stored': 58.0, 'ods': 60.0}},
-    'peer': {'row': 'peer', 'mean': {'strict': {'stored': 50.0, 'ods': 50.0}}},
-  }
-  card = {
-    **loaded.card,
-    'data': {**loaded.card['data'], 'datasets': [{'name': s} for s in f1]},
-    'scores': scores,
-    **({'lodo': figure} if lodo else {}),
-  }
-  meta = {k: v for k, v in loaded.meta.items() if k not in ('format', 'requires')}
-  model_file.write(path, params=loaded.params, batch_stats=None, meta={**meta, 'card': card})
-  return path
-
-
-def test_the_command_allows_or_refuses_from_the_files(smoke_run, tmp_path, monkeypatch, capsys):
-  from crackjax.models import hub
-
-  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
-  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
-  old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.60, 'b': 0.70}, lodo=False)
-  release_lib.register(old, 'm', 'test')
-  peer = _peer_json(tmp_path / 'peer.json', {'a:test': 0.5, 'B photos': 0.65})
-  new = _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.62, 'b': 0.69})
+def test_the_command_on_evaluation_folders(tmp_path, capsys):
+  # Two splits, the released file fair on both; a new file much better, and one much worse.
+  for name, n in (('a_test', 60), ('b_test', 40)):
+    gts, fair = _maps(n, 0.6, 1)
+    _, good = _maps(n, 0.95, 2)
+    _, bad = _maps(n, 0.25, 3)
+    _score(tmp_path / 'old' / name, gts, fair, 0.5)
+    _score(tmp_path / 'good' / name, gts, good, 0.5)
+    _score(tmp_path / 'bad' / name, gts, bad, 0.5)
   out = tmp_path / 'gate.json'
-  argv = ['gate', f'--file={new}', '--name=m', f'--peer={peer}', f'--out={out}']
-  assert release_lib.main([*argv, '--peer_set=B photos=b test (photos)']) == 1
-  printed = capsys.readouterr().out.splitlines()
-  assert printed[0] == (
-    '| strict F1 (%) at the stored threshold | new.safetensors (new) | m (released) | MTSCrack '
-    '| verdict |'
+  code, printed, _ = _run_gate(
+    capsys, f'--new={tmp_path / "good"}', f'--old={tmp_path / "old"}', f'--out={out}'
   )
-  assert printed[2:5] == [
-    '| roads never seen (LODO mean) (the released card has no LODO figure) | 58.0 | – | 55.0 '
-    '(+5) | ok |',
-    '| a test | 62.0 | 60.0 | 50.0 | ok |',
-    '| b test | 69.0 | 70.0 | – | fails: 1.0 behind the released model |',
-  ]
-  assert printed[-1] == 'Release refused: 1 condition(s) fail (b test).'
+  assert code == 0, printed
+  lines = printed.splitlines()
+  assert lines[0].startswith('Release gate: strict F1 (%) of each split pooled over its photos')
+  assert '1000 resamples, seed 0' in lines[0]
+  assert lines[2] == '| split | photos | new | released | difference | 95% interval | verdict |'
+  assert lines[4].startswith('| a_test | 60 | ') and lines[4].endswith(' | ok |')
+  assert lines[5].startswith('| b_test | 40 | ')
+  assert lines[-1] == 'Release allowed: no split lost beyond noise, and ahead on the mean.'
   record = json.loads(out.read_text())
-  assert [c['ok'] for c in record['checks']] == [True, True, False]
-  assert record['against'] == 'm' and record['margin'] == 5.0
-  # Released under a new name (a first roads-unet), it is held to the model --against names.
-  argv = ['gate', f'--file={new}', '--name=other', '--against=m', f'--peer={peer}', f'--out={out}']
-  assert release_lib.main([*argv, '--peer_set=B photos=b test (photos)']) == 1
-  assert '| b test | 69.0 | 70.0 | – | fails: 1.0 behind the released model |' in (
-    capsys.readouterr().out
+  assert record['ok'] and record['resamples'] == 1000
+  assert list(record['splits']) == ['a_test', 'b_test']
+  a = record['splits']['a_test']
+  assert a['low'] <= a['diff'] <= a['high'] and a['new_threshold'] == 0.5
+  assert record['mean'] == pytest.approx(np.mean([s['diff'] for s in record['splits'].values()]))
+  # The worse file: both splits lost beyond noise.
+  code, printed, _ = _run_gate(capsys, f'--new={tmp_path / "bad"}', f'--old={tmp_path / "old"}')
+  assert code == 1
+  assert '| loss: wholly below -1 |' in printed
+  says = 'Release refused: lost beyond noise on a_test, b_test; the mean lead -'
+  assert printed.splitlines()[-1].startswith(says)
+  # Pairs of folders (the whole photos scored apart): splits named by the new folder.
+  code, printed, _ = _run_gate(
+    capsys,
+    f'--new={tmp_path / "good"}',
+    f'--old={tmp_path / "old"}',
+    f'--new={tmp_path / "good" / "a_test"}',
+    f'--old={tmp_path / "old" / "a_test"}',
   )
-  assert json.loads(out.read_text())['against'] == 'm'
-  # Level with the released model on b, and 8 points ahead of the peer on roads never seen:
-  # allowed at the 5 points asked, refused at 10.
-  level = _scored_file(smoke_run, tmp_path / 'level.safetensors', {'a': 0.62, 'b': 0.70})
-  assert release_lib.main(['gate', f'--file={level}', '--name=m', f'--peer={peer}']) == 0
-  assert capsys.readouterr().out.splitlines()[-1] == 'Release allowed: every condition holds.'
-  assert release_lib.main(['gate', f'--file={level}', '--name=m', '--margin=10']) == 1
-  assert '| fails: +8.0 against the peer, +10 asked |' in capsys.readouterr().out
-  # Bad input: one line, status 2.
-  assert release_lib.main(['gate', f'--file={tmp_path / "none.safetensors"}', '--name=m']) == 2
-  assert capsys.readouterr().err.startswith('python -m crackjax.deploy.release gate: ')
+  assert code == 0 and '| a_test/a_test | 60 |' in printed and '| good/b_test | 40 |' in printed
 
 
-@pytest.fixture
-def released(smoke_run, tmp_path, monkeypatch) -> Path:
-  """Model 'm' released (in a registry of this test's own) without a LODO figure, scored 60 / 70
-  on 'a test' / 'b test'; returns a new file of the same scores with a LODO figure of 58."""
-  from crackjax.models import hub
-
-  monkeypatch.setattr(hub, 'RELEASED_DIR', tmp_path / 'released')
-  monkeypatch.setattr(hub, 'REGISTRY', tmp_path / 'released' / 'registry.json')
-  old = _scored_file(smoke_run, tmp_path / 'old.safetensors', {'a': 0.6, 'b': 0.7}, lodo=False)
-  release_lib.register(old, 'm', 'test')
-  return _scored_file(smoke_run, tmp_path / 'new.safetensors', {'a': 0.6, 'b': 0.7})
-
-
-def test_the_released_recipes_lodo_row_stands_for_a_card_without_one(released, tmp_path, capsys):
-  new = released  # LODO 58
-  rows = {
-    'base (long)': {
-      'a': {'strict': {'stored': 55.0, 'ods': 60.0}},
-      'b': {'strict': {'stored': 65.0, 'ods': 66.0}},
-    },
-    'base (short)': {'a': {'strict': {'stored': 50.0, 'ods': 51.0}}},
-  }
-  table = tmp_path / 'lodo.json'
-  table.write_text(json.dumps({'rows': rows}))
-  argv = ['gate', f'--file={new}', '--name=m', f'--lodo_table={table}']
-  assert release_lib.main([*argv, '--old_row=base (long)']) == 1  # 58 against its mean 60
-  assert capsys.readouterr().out.splitlines()[2] == (
-    '| roads never seen (LODO mean) (released: base (long) in lodo.json) | 58.0 | 60.0 | 55.0 (+5) '
-    '| fails: not ahead of the released model (58.0 against 60.0) |'
+def test_the_command_names_bad_input_in_one_line(tmp_path, capsys):
+  gts, fair = _maps(20, 0.6, 1)
+  _score(tmp_path / 'old' / 'a_test', gts, fair, 0.5)
+  _score(tmp_path / 'new' / 'a_test', gts, fair, 0.5, names=[f'q{i}' for i in range(20)])
+  _score(tmp_path / 'more' / 'a_test', gts, fair, 0.5)
+  _score(tmp_path / 'more' / 'c_test', gts, fair, 0.5)
+  prog = 'python -m crackjax.release.gate: '
+  new, old, more, none = (f'{tmp_path / name}' for name in ('new', 'old', 'more', 'none'))
+  cases = [
+    (
+      [f'--new={new}', f'--old={old}'],
+      'a_test: not the same photos: 20 only for the new file (q0, q1, q10 and 17 more); 20 only '
+      'for the released one (p000, p001, p002 and 17 more).',
+    ),
+    (
+      [f'--new={more}', f'--old={old}'],
+      f'c_test: scored for the new file ({more}) only; score both on the same splits.',
+    ),
+    ([f'--new={new}', f'--old={old}', '--resamples=100'], '--resamples=100: at least 1000.'),
+    (
+      [f'--new={new}', f'--new={old}', f'--old={old}'],
+      '2 --new and 1 --old folders: give them in pairs.',
+    ),  # fmt: skip
+    (
+      [f'--new={none}', f'--old={old}'],
+      f'{none}: no such folder (a crackjax-evaluate --out folder).',
+    ),  # fmt: skip
+  ]
+  for argv, says in cases:
+    code, printed, err = _run_gate(capsys, *argv)
+    assert (code, printed, err) == (2, '', prog + says + '\n'), argv
+  # An evaluation from before the counts were recorded: the file named, how to score it again.
+  path = tmp_path / 'new' / 'a_test' / 'eval.json'
+  shutil.rmtree(tmp_path / 'new')
+  _score(tmp_path / 'new' / 'a_test', gts, fair, 0.5)
+  data = json.loads(path.read_text())
+  for row in data['results']['strict']['per_image']:
+    del row['tp'], row['fp'], row['fn']
+  path.write_text(json.dumps(data))
+  code, printed, err = _run_gate(capsys, f'--new={tmp_path / "new"}', f'--old={tmp_path / "old"}')
+  assert code == 2 and err == (
+    f'{prog}{path}: no per-photo strict counts at the stored threshold (an evaluation older '
+    'than them); score it again: crackjax-evaluate --model=FILE --protocols=strict --out=DIR.\n'
   )
-  for row, says in [
-    ('base (short)', "lodo.json: row 'base (short)' has no fold with b held out."),
-    ('nope', "lodo.json: no row 'nope' (its rows: ['base (long)', 'base (short)'])."),
-  ]:
-    assert release_lib.main([*argv, f'--old_row={row}']) == 2
-    assert capsys.readouterr().err.endswith(says + '\n')
-  assert release_lib.main(['gate', f'--file={new}', '--name=m', '--old_row=base (long)']) == 2
-  says = '--old_row needs --lodo_table, the table holding that row.\n'
-  assert capsys.readouterr().err.endswith(says)
+  # Counts of another threshold than the record's F1 there: refused.
+  data = json.loads((tmp_path / 'old' / 'a_test' / 'eval.json').read_text())
+  data['results']['strict']['operating_points']['run']['f1'] += 0.01
+  path.write_text(json.dumps(data))
+  code, _, err = _run_gate(capsys, f'--new={tmp_path / "new"}', f'--old={tmp_path / "old"}')
+  assert code == 2 and 'counted at another threshold' in err and err.startswith(f'{prog}{path}: ')
 
 
-def test_a_split_scored_on_another_number_of_images_is_not_compared():
-  def entry(n: int, f1: float):
-    return {'name': 'm', 'scores_by_set': [
-      {'set': 'c test (photos)', 'num_images': n, 'at_threshold': {'strict': f1}}]}  # fmt: skip
-
-  peer = {'c test (photos)': [{'f1': 50.0, 'images': 91, 'of': 91}]}
-  row = release_gate.checks(entry(93, 0.9), entry(91, 0.6), peer)[1]
-  assert not row.ok
-  assert row.why == 'scored on 93 images, the released model on 91: not one set'
-  row = release_gate.checks(entry(93, 0.9), None, peer)[1]
-  assert row.why == 'scored on 93 images, the peer on a set of 91: not one set'
-  assert release_gate.checks(entry(91, 0.9), entry(91, 0.6), peer)[1].ok
-
-
-def test_the_peer_record_of_the_new_files_set_is_taken():
-  new = {'name': 'm', 'scores_by_set': [
-    {'set': 'd test (photos)', 'num_images': 227, 'at_threshold': {'strict': 0.75}}]}  # fmt: skip
-  peer = {
-    'd test (photos)': [
-      {'f1': 75.8, 'images': 237, 'of': 237},
-      {'f1': 74.0, 'images': 227, 'of': 227},
-    ]
-  }
-  row = release_gate.checks(new, None, peer)[1]
-  assert row.ok and row.peer == 74.0  # the 227 photos', not the first file's 237
-
-
-def test_the_released_file_scored_again_stands_for_its_cards_figure(
-  released, smoke_run, tmp_path, capsys
-):
-  from crackjax.evaluation.result import read_record
-
-  new = released
-  # The smoke run's own scoring is of the same parameters and step as its exported file; as
-  # crackjax-evaluate --model writes it, with its F1 at the stored threshold ('run').
-  data = json.loads((smoke_run / 'eval.json').read_text())
-  run = {'threshold': 0.5, 'precision': 0.5, 'recall': 0.7, 'f1': 0.625}
-  data['results']['strict']['operating_points'] = {'run': run}
-  record = tmp_path / 'again.json'
-  record.write_text(json.dumps(data))
-  again = read_record(record)
-  f1 = 62.5
-  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={record}']
-  assert release_lib.main(argv) == 1
-  row = capsys.readouterr().out.splitlines()[4]
-  assert row == (
-    f'| b test (the released file scored again on these images) | 70.0 | {f1:.1f} | – | fails: '
-    f'scored on 5 images, the released model on {again.num_images}: not one set |'
-  )
-  other = tmp_path / 'other.json'
-  other.write_text(json.dumps({**data, 'step': 3}))
-  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={other}']
-  assert release_lib.main(argv) == 2
-  assert capsys.readouterr().err.endswith(
-    f'{other}: not a strict scoring of m ({again.params} parameters, step 6; it '
-    f'holds {again.params} at step 3).\n'
-  )
-  # A scoring without the F1 at the stored threshold (the run's own eval.json): named.
-  argv = ['gate', f'--file={new}', '--name=m', f'--old_score=b test={smoke_run / "eval.json"}']
-  assert release_lib.main(argv) == 2
-  assert capsys.readouterr().err.endswith(
-    'has no F1 at the stored threshold (score the file: crackjax-evaluate --model=m).\n'
-  )
+def test_a_real_evaluation_through_the_gate(smoke_run, tmp_path, capsys):
+  # The smoke run scored by crackjax-evaluate at its stored threshold; against itself every
+  # split is level (difference 0, interval [0, 0]), and the gate refuses it on the mean alone.
+  run = Path(shutil.copytree(smoke_run, tmp_path / 'run'))
+  out = tmp_path / 'scores'
+  argv = [f'--workdir={run}', '--data=test', f'--out={out}', '--protocols=strict', '--workers=1']
+  assert evaluate_command.main(argv) == 0
+  (folder,) = [p for p in out.iterdir() if p.is_dir()]
+  strict = read_record(folder / 'eval.json').results['strict']
+  total = np.array([[r.tp, r.fp, r.fn] for r in strict.per_image]).sum(axis=0)
+  assert float(gate.pooled_f1(total)) == strict.operating_points['run'].f1
+  capsys.readouterr()
+  code, printed, _ = _run_gate(capsys, f'--new={out}', f'--old={out}')
+  assert code == 1
+  assert f'| {folder.name} | {len(strict.per_image)} |' in printed
+  assert '| +0.0 | [+0.0, +0.0] | ok |' in printed
+  assert printed.splitlines()[-1] == 'Release refused: the mean lead +0.0 < +2.'
+  code, _, _ = _run_gate(capsys, f'--new={out}', f'--old={out}', '--min_mean_lead=0')
+  assert code == 0

@@ -252,7 +252,7 @@ def lodo(file: str | Path, table: str | Path, row: str, peer: str | None = None)
 def lodo_row(data: dict[str, Any], row: str, sets: list[str], table: Path) -> dict[str, Any]:
   """Row `row` of a LODO table (`data`, read from `table`) on `sets`: per set its images and
   each protocol's F1 at the stored threshold and ODS, and the means of the protocols every set
-  has (`lodo` puts it into a card; `release_gate.row_mean` reads the released recipe's)."""
+  has (`lodo` puts it into a card)."""
   rows = data.get('rows', {})
   if row not in rows:
     raise ValueError(f'{table}: no row {row!r} (its rows: {sorted(rows)}).')

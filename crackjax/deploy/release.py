@@ -22,9 +22,6 @@
       puts its recipe's leave-one-dataset-out figure (row ROW of `bench/lodo.py --out`'s
       JSON, and the peer's beside it) into the file's card (`model_card.lodo`); the registry
       entry and crackjax-models then show its mean.
-  python -m crackjax.deploy.release gate --file=F --name=NAME --peer=PEER_JSON [--margin=5]
-      F against the model released as NAME and the peer (`release_gate`); exits 1 when a
-      condition fails (the release script then stops before `register`).
 
 The selection reads the records `launch.py` wrote (epoch_<NNN>.json, `eval.every_epochs=1`),
 so what the release stands on is on disk beside the runs, not in this module.
@@ -38,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crackjax.deploy import model_card, release_gate
+from crackjax.deploy import model_card
 from crackjax.evaluation.result import AP, F1, ODS, OIS, THRESHOLD, read_record
 from crackjax.runs import outputs
 
@@ -291,8 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     return _rescore(parser.prog, args)
   if args.command == 'lodo':
     return _lodo(parser.prog, args)
-  if args.command == 'gate':
-    return _gate(parser.prog, args)
   if args.command == 'select':
     return select(args.config, args.work)
   if args.command == 'plateau':
@@ -359,9 +354,6 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--table', required=True, help='the JSON of bench/lodo.py --out')
   p.add_argument('--row', required=True, help="the recipe's row, e.g. 'jpeg (long) at scales 2'")
   p.add_argument('--peer', help="a row to compare with, e.g. 'MTSCrack (its mask: output > 0)'")
-  release_gate.add_arguments(
-    sub.add_parser('gate', help='release only if ahead on roads never seen, not worse anywhere')
-  )
   p = sub.add_parser('check', help="a model file's evaluation against its card")
   p.add_argument('--file', required=True)
   p.add_argument('--record', required=True)
@@ -402,20 +394,6 @@ def _lodo(prog: str, args: argparse.Namespace) -> int:
       line += f' ({entry["lead"][protocol]:+.1f} against {args.peer}: {peer:.1f})'
     print(line)
   return 0
-
-
-def _gate(prog: str, args: argparse.Namespace) -> int:
-  """`gate`: the file against the released model and the peer; 0 allowed, 1 refused."""
-  from crackjax.models import hub
-
-  try:
-    new = registry_entry(args.file, args.name, args.held_out)
-    against = args.against or args.name
-    old = next((m for m in hub.released() if m['name'] == against), None)
-    return release_gate.report(Path(args.file).name, new, old, args)
-  except (ValueError, OSError) as e:
-    print(f'{prog} gate: {e}', file=sys.stderr)
-    return 2
 
 
 def _show(prog: str, args: argparse.Namespace) -> int:
