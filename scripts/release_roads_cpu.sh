@@ -13,14 +13,12 @@
 #              F1 at its stored threshold beside ODS), each record put into its card; with
 #              PHOTOS, also the whole test photos and false positives on their crack-free parts.
 #   lodo     : its recipe's leave-one-dataset-out figure into its card (LODO_TABLE, below).
-#   gate     : released only if its card's LODO mean is GATE_MARGIN (5) points ahead of
-#              MTSCrack's (and ahead of the released model's, where its card has one) and it
-#              is not worse than the released model or MTSCrack on any test split, at its
-#              stored threshold (`python -m crackjax.deploy.release gate`; MTSCrack's scores:
-#              GATE_PEERS, default results/peer_mtscrack*.json; with PHOTOS, the released model
-#              is scored on the same photos first; GATE_OLD_ROW, e.g. 'base (long)',
-#              the released model's recipe in LODO_TABLE where its card has no LODO figure);
-#              else the script stops here.
+#   gate     : the released roads-unet-cpu scored on the same test splits (and PHOTOS) at its own
+#              stored threshold and test-time rule, then `python -m crackjax.release.gate`: a
+#              paired bootstrap over photos of each split's strict F1, new minus released; a
+#              split fails only when its 95% interval lies wholly below -1 point, and the mean
+#              over the splits must lead by 2 points (MTSCrack's figures beside, as information:
+#              GATE_PEERS, default results/peer_mtscrack*.json); else the script stops here.
 #   register : the file and its registry entry into the package.
 # STAGES="train export score lodo gate register" (default: all). WORK=dir (default workdirs/release),
 # CRACKFOREST=the CrackForest archive (default ../shared/datasets/crackforest), PUBLIC=the
@@ -32,7 +30,8 @@
 # the datasets are prepared (default ~/tensorflow_datasets; the photos go to $WORK/tfds_photos).
 # LODO_TABLE (optional)=bench/lodo.py --out's JSON with LODO_ROW, the recipe's row (e.g.
 # 'jpeg (long) at scales 2'), and LODO_PEER (default MTSCrack's row): that figure into the card
-# before it is registered (issue 55: a general model's card carries roads never seen).
+# before it is registered (issue 55: a general model's card carries roads never seen, a figure
+# of its recipe at the budget named there; not a condition of the gate).
 # SCALES (optional, e.g. 2) with TEST_TIME_CHOSEN_BY: the file's default test-time scales (what
 # its users' crackjax-predict / crackjax-evaluate / Predictor take; the score stage scores so).
 # KEEP_OLD_AS (optional)=a name under which the model released as roads-unet-cpu so far stays
@@ -165,7 +164,10 @@ if has lodo; then
   lodo_stage "$FILE"
 fi
 if has gate; then
-  gate_stage "$FILE" "$NAME" "$NAME"
+  data=()
+  for s in "${SETS[@]}"; do data+=(--data="$s:$TEST_SPLIT"); done
+  gate_stage "$NAME" "$WORK/score" "$WORK/score_photos" "${data[@]}" "${MANUAL[@]}" \
+    ${DATA_DIR:+--data_dir="$DATA_DIR"}
 fi
 if has register; then
   python -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

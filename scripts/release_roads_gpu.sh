@@ -30,9 +30,11 @@
 #             photos), each record put into its card with this machine's self check
 #             (python -m crackjax.deploy.release rescore).
 #   lodo    : its recipe's LODO figure into its card (LODO_TABLE, LODO_ROW; LODO_PEER).
-#   gate    : released only if that figure leads MTSCrack's by GATE_MARGIN (5) and no public
-#             test split is worse than MTSCrack's (GATE_PEERS) or GATE_AGAINST's (roads-unet-cpu)
-#             at the stored threshold (python -m crackjax.deploy.release gate); else it stops.
+#   gate    : GATE_AGAINST (roads-unet-cpu) scored on finish's test splits (and PHOTOS) at its
+#             own stored threshold, then python -m crackjax.release.gate: a paired bootstrap over
+#             photos of each split's strict F1, new minus released; a split fails only when its
+#             95% interval lies wholly below -1 point, and the mean over the splits must lead by
+#             2 points (MTSCrack's figures beside, as information); else it stops.
 #   register: the file copied into the package with its registry entry (release register).
 # Environment knobs: STAGES, TINY=1, RECIPE (e.g. jpeg: configs/release/roads_unet.py:RECIPE,
 # the recipe of configs/lodo.py at its `gpu` budget, whose LODO folds scripts/lodo_gpu.sh
@@ -107,6 +109,18 @@ packed=()
 for s in "${SETS[@]}"; do
   if [[ $s == crackforest ]]; then packed+=(--manual_dir="$s=$DATA/crackforest"); else packed+=(--manual_dir="$s=$DATA/Datasets"); fi
 done
+# The test splits finish scores (and the gate scores the released model on): every test image
+# of the copies here (TINY: the tiny pack's test images stand for them).
+full=()
+if [ "${TINY:-0}" = 1 ]; then
+  full=("${packed[@]}")
+else
+  for s in "${SETS[@]}"; do
+    if [[ $s == crackforest ]]; then full+=(--manual_dir="$s=$CRACKFOREST"); else full+=(--manual_dir="$s=$PUBLIC"); fi
+  done
+fi
+data=()
+for s in "${SETS[@]}"; do data+=(--data="$s:$TEST_SPLIT"); done
 
 if has prepare; then
   T0=$(date +%s)
@@ -179,16 +193,6 @@ if has finish; then
   # The file alone, on this machine, on every test image: its card must hold what the file
   # gives where the package is tested (bfloat16 parameters and the GPU's arithmetic change the
   # run's numbers a little). TINY: the tiny pack's test images stand for the copies here.
-  full=()
-  if [ "${TINY:-0}" = 1 ]; then
-    full=("${packed[@]}")
-  else
-    for s in "${SETS[@]}"; do
-      if [[ $s == crackforest ]]; then full+=(--manual_dir="$s=$CRACKFOREST"); else full+=(--manual_dir="$s=$PUBLIC"); fi
-    done
-  fi
-  data=()
-  for s in "${SETS[@]}"; do data+=(--data="$s:$TEST_SPLIT"); done
   python3 -m crackjax.trainer.evaluate_command --model="$FILE" "${data[@]}" "${full[@]}" \
     --data_dir="$WORK/tfds_full" --protocols="$PROTOCOLS" --out="$WORK/check" --overwrite
   for s in "${SETS[@]}"; do
@@ -212,8 +216,9 @@ if has lodo; then
   lodo_stage "$FILE"
 fi
 if has gate; then
-  # The first roads-unet joins roads-unet-cpu: held to it (GATE_AGAINST) and to MTSCrack.
-  gate_stage "$FILE" "$NAME" "${GATE_AGAINST:-roads-unet-cpu}"
+  # The first roads-unet joins roads-unet-cpu: held to it (GATE_AGAINST) on finish's splits.
+  gate_stage "${GATE_AGAINST:-roads-unet-cpu}" "$WORK/check" "$WORK/check_photos" "${data[@]}" \
+    "${full[@]}" --data_dir="$WORK/tfds_full"
 fi
 if has register; then
   python3 -m crackjax.deploy.release register --file="$FILE" --name="$NAME" --held_out="$TEST_SPLIT" \

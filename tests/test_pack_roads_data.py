@@ -173,8 +173,8 @@ def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   assert 'bfloat16' in card
   # TFDS prepared the pack under WORK, not in the home folder.
   assert (tmp_path / 'work' / 'tfds' / 'crack500').is_dir()
-  # Back here: its recipe's LODO row into the card, then the gate against MTSCrack's kept
-  # scores and roads-unet-cpu, which refuses a file scored on a tiny pack's few test images.
+  # Back here: its recipe's LODO row into the card (no condition of the gate), then the gate:
+  # roads-unet-cpu scored on the same test images, and the tiny file refused against it.
   from crackjax.configs import lodo
 
   fold = {'images': 3, 'strict': {'stored': 40.0, 'ods': 50.0}}
@@ -191,9 +191,11 @@ def test_release_roads_gpu_script_tiny_on_fake_datasets(sources, tmp_path):
   )
   assert done.returncode == 1, log[-4000:]
   assert model_file.read(out / 'roads-unet.safetensors').card['lodo']['lead'] == {'strict': 10.0}
-  assert '| roads-unet.safetensors (new) | roads-unet-cpu (released) | MTSCrack |' in log
-  assert 'scored on 4 images, the released model on 46: not one set' in log
-  assert 'Release refused: ' in log
+  header = '| split | photos | new | released | difference | 95% interval | verdict | MTSCrack'
+  assert header in log and 'Release refused: ' in log
+  gate = json.loads((tmp_path / 'work' / 'gate.json').read_text())
+  assert sorted(gate['splits']) == sorted(f'{s}_test' for s in lodo.MEMBERS)
+  assert not gate['ok'] and gate['resamples'] == 1000
 
 
 @pytest.mark.slow
@@ -313,11 +315,12 @@ def test_release_roads_cpu_script_from_nothing_then_resumed(sources, tmp_path):
   assert card['lodo']['lead'] == {'strict': 10.0}
   assert 'strict mean F1 40.0 at the stored threshold, 50.0 at ODS, on 5 held-out sets' in log
   # The gate stage: a file not scored on the test splits (no `score` stage) is refused before
-  # `register`, in one line, with MTSCrack's kept scores found from the repository.
+  # `register` (and before the released model is scored), in one line.
   done, log = fixtures.run_gpu_script(
     'scripts/release_roads_cpu.sh', tmp_path, timeout=600, STAGES='gate register', **env
   )
   assert done.returncode == 2, log[-4000:]
-  says = "roads-unet-cpu.safetensors: its card has no scores on split 'test' (only ['valid'])"
-  assert 'python -m crackjax.deploy.release gate: ' in log and says in log
+  says = f"gate: {tmp_path / 'work' / 'score'}: no such folder (the new file's scores: its score"
+  assert says in log
   assert not (tmp_path / 'work' / 'gate.json').exists()
+  assert not (tmp_path / 'work' / 'score_released').exists()
