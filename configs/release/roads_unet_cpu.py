@@ -23,7 +23,7 @@ Config arguments:
     run of 30 Nov: epoch 37 of the same, 42 epochs, docs/lodo.md).
   cosine: the plateau run of issue 76, the same recipe with a schedule that ends: the constant
     step size to step 11,000 (the 28 Nov file's step), then a cosine decay to 1% of it at step
-    26,000 (epoch 26), with a 300-step warm-up after a warm start. Started from the last
+    22,000 (epoch 22), with a 300-step warm-up after a warm start. Started from the last
     committed candidate (`candidates/roads-unet-cpu/`, or the 28 Nov file at step 11,000):
     ``--config.model_init.pretrained=FILE --config.model_init.start_step=STEP``;
     scripts/plateau_cpu.sh picks them.
@@ -48,7 +48,7 @@ MEMBERS: dict[str, dict] = {
 #: The cosine schedule's first and last steps (config argument 'cosine'): it decays from the
 #: step of the 28 Nov file (epoch 11), so a run warm-started from that file decays at once.
 COSINE_FROM_STEP = 11_000
-COSINE_END_STEP = 26_000
+COSINE_END_STEP = 22_000
 # Which manual dir each member reads: the CrackForest copy or the public crops' Datasets/.
 CRACKFOREST_MEMBERS = ('crackforest',)
 
