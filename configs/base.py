@@ -122,6 +122,13 @@ Fields:
     and Predictor use it unless told otherwise (--photo_threshold); crackjax-evaluate scores
     it beside the stored threshold (operating point 'photo'; bench/lodo.py measures it on
     held-out sets; crackjax.evaluation.threshold_choice.photo_threshold).
+  eval.width_rule: None (off): every photo at eval.scales. A width W in pixels ([1, 100]): a
+    photo whose predicted cracks are wider than W (median over the skeleton of its mask at the
+    stored threshold) is predicted again at half size (photos of wide cracks, which the model
+    draws too thin at their native size; crackjax.evaluation.width_rule). A model file keeps it
+    (crackjax-export --width_rule, chosen on validation parts by bench/width_scale.py --choose):
+    crackjax-predict, crackjax-evaluate and Predictor use it unless told otherwise
+    (--width_rule=PX|off). The training's own evaluation does not apply it.
   eval.store_degenerate_threshold: False: a best threshold that finds nothing, or calls every
     pixel crack, is named and not written to threshold.json (masks keep the threshold stored
     before); True writes it anyway.
@@ -219,6 +226,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.scales = (1.0,)
   c.eval.flip = False
   c.eval.photo_threshold = ml_collections.FieldReference(None, field_type=float)
+  c.eval.width_rule = ml_collections.FieldReference(None, field_type=float)
   c.eval.store_degenerate_threshold = False
   c.eval.threshold_over = 'pooled'
   return c

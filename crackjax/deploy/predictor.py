@@ -24,7 +24,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from crackjax.deploy import self_check
+from crackjax.deploy import mask_analysis, self_check
+from crackjax.evaluation import width_rule as rule
 from crackjax.evaluation.inference import check_test_time, predict_step, test_time_average
 from crackjax.evaluation.threshold_choice import photo_threshold
 from crackjax.experiment.restored import load_model, load_run
@@ -151,6 +152,7 @@ def _run_defaults(run: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
   kwargs.setdefault('scales', tuple(ev.get('scales') or (1.0,)))
   kwargs.setdefault('flip', bool(ev.get('flip', False)))
   kwargs.setdefault('photo_threshold', ev.get('photo_threshold'))
+  kwargs.setdefault('width_rule', ev.get('width_rule'))
   return kwargs
 
 
@@ -177,7 +179,11 @@ class Predictor:
 
   With `scales` / `flip` (a model file's or run's ``eval.scales`` / ``eval.flip`` by default)
   the photo is predicted at each scale, and mirrored, and the maps averaged
-  (`crackjax.evaluation.inference.test_time_average`; one pass per copy).
+  (`crackjax.evaluation.inference.test_time_average`; one pass per copy). With `width_rule`
+  (a model file's or run's ``eval.width_rule`` by default), a photo whose cracks come out wider
+  than that many pixels (median over the skeleton of its mask at `threshold`) is predicted
+  again at half size (`crackjax.evaluation.width_rule`); `predict` says which scale each photo
+  got.
 
   Attributes:
     model: the linen Module.
@@ -188,6 +194,8 @@ class Predictor:
       at its own threshold, w x `threshold` + (1 - w) x the Otsu threshold of its map
       (`crackjax.evaluation.threshold_choice.photo_threshold`; a model file's or run's
       ``eval.photo_threshold`` by default).
+    width_rule: None (off), or the width in pixels above which a photo is predicted again at
+      half size (`crackjax.evaluation.width_rule`).
   """
 
   def __init__(
@@ -206,6 +214,7 @@ class Predictor:
     scales: Sequence[float] = (1.0,),
     flip: bool = False,
     photo_threshold: float | None = None,
+    width_rule: float | None = None,
   ):
     if not 0.0 <= overlap < 1.0:
       raise ValueError(f'overlap must be in [0, 1), got {overlap}')
@@ -224,6 +233,7 @@ class Predictor:
     if blend not in BLENDS:
       raise ValueError(f'blend must be one of {sorted(BLENDS)}, got {blend!r}')
     self.scales, self.flip = check_test_time(scales, flip)
+    self.width_rule = rule.check(width_rule)
     self.blend = blend
     self.model = model
     self.threshold = float(threshold)
@@ -313,12 +323,39 @@ class Predictor:
   ) -> np.ndarray:
     """The H x W crack probability map (float32 in [0, 1]) of an H x W x 3 image;
     `progress(n)` is called as each batch of n tiles is done (a tqdm bar's ``update``)."""
-    if self.scales == (1.0,) and not self.flip:
+    return self.predict(image, progress=progress)[0]
+
+  def predict(
+    self, image: np.ndarray, *, progress: Callable[[int], object] | None = None
+  ) -> tuple[np.ndarray, rule.Choice]:
+    """(the map of `__call__`, what the width rule chose: the scales the map is from and the
+    median crack width of the first map, `width_rule.Choice`). Without `width_rule`, the
+    photo at `scales` and no width."""
+    prob = self._at(image, self.scales, progress)
+    if self.width_rule is None:
+      return prob, rule.Choice(self.scales, None)
+    return rule.apply(
+      prob,
+      lambda: self._at(image, (rule.HALF,), progress),
+      rule.WidthRule(self.width_rule, self.threshold),
+      self.scales,
+      # mask_analysis's widths (a band of rows at a time): a large photo's memory stays low.
+      widths_of=lambda mask: mask_analysis.analyse(mask).widths,
+    )
+
+  def _at(
+    self,
+    image: np.ndarray,
+    scales: tuple[float, ...],
+    progress: Callable[[int], object] | None,
+  ) -> np.ndarray:
+    """The map of `image` at `scales` (and mirrored with `flip`), averaged."""
+    if scales == (1.0,) and not self.flip:
       return self._predict(image, progress)
     return test_time_average(
       lambda copy: self._predict(copy, progress),
       as_float_image(image),
-      scales=self.scales,
+      scales=scales,
       flip=self.flip,
     )
 

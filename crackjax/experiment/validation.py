@@ -30,7 +30,7 @@ from crackjax import losses, models, plugins
 from crackjax.data import augment, loader, mixture, photometric
 from crackjax.data import registry as data_registry
 from crackjax.engine import learning_rate
-from crackjax.evaluation import PROTOCOLS, inference, threshold_choice
+from crackjax.evaluation import PROTOCOLS, inference, threshold_choice, width_rule
 from crackjax.experiment import specs
 from crackjax.models import input_multiple, model_from_config, pretrained
 
@@ -353,6 +353,10 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
       f'config.eval.photo_threshold={w!r} must be None or a weight in [0, 1] (1: the stored '
       'threshold itself).'
     )
+  try:
+    width_rule.check(ev.get('width_rule'), 'config.eval.width_rule')
+  except ValueError as e:
+    problems.append(str(e))
   return problems
 
 

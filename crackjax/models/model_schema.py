@@ -47,6 +47,19 @@ def probability(v: Any) -> str | None:
   return None if ok and 0 <= v <= 1 else 'a finite number in [0, 1]'
 
 
+#: The widths (px) of a downward width rule (`crackjax.evaluation.width_rule`): a photo whose
+#: predicted cracks are wider than it is predicted again at half size.
+WIDTH_RULE_RANGE = (1.0, 100.0)
+
+
+def width_rule(v: Any) -> str | None:
+  lo, hi = WIDTH_RULE_RANGE
+  ok = v is None or (
+    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
+  )
+  return None if ok else f'null (off) or a finite width in pixels in [{lo:g}, {hi:g}]'
+
+
 def list_of(item: Rule, what: str) -> Rule:
   def rule(v: Any) -> str | None:
     ok = isinstance(v, list) and all(item(x) is None for x in v)
@@ -79,9 +92,16 @@ SCHEMA: dict[str, Any] = {
       'training': Obj(optional={'step': integer(0), 'loss': Obj({'name': name})}),
       'scores': list_of(lambda v: None if isinstance(v, dict) else 'x', 'JSON objects'),
       'notes': string,
+      'test_time': Obj(optional={'width_rule': width_rule, 'chosen_by': string}),
     }
   ),
-  'config': Obj(optional={'model': Obj(), 'plugins': list_of(name, 'module names')}),
+  'config': Obj(
+    optional={
+      'model': Obj(),
+      'plugins': list_of(name, 'module names'),
+      'eval': Obj(optional={'width_rule': width_rule}),
+    }
+  ),
 }
 
 
