@@ -293,6 +293,7 @@ OVER_450 = {
   'crackjax/trainer/evaluate_command.py': "one command's flags and its data arguments",
   'crackjax/data/registry.py': 'the explicit dataset registry and its preparation errors',
   'crackjax/evaluation/aggregate.py': 'ODS, OIS and AP, shared by every protocol',
+  'crackjax/trainer/scoring.py': 'one photo at a time: predicted (the width rule), counted, kept',
 }
 
 

@@ -25,6 +25,7 @@ from crackjax.deploy import predict_outputs as written
 from crackjax.deploy.photos import UnreadableImageError, load_photo, map_files, photo_size
 from crackjax.deploy.predictor import Predictor
 from crackjax.engine import checkpoints
+from crackjax.evaluation import width_rule
 from crackjax.runs import outputs
 
 #: The command whose lines these are (`crackjax.deploy.predict_command`).
@@ -69,13 +70,16 @@ def _stages(name: str, *, large: bool) -> Iterator[Callable[[str], None]]:
 STAGES = ('mask', 'probs/', 'masks/', 'overlays/', *measure.STAGES)
 
 
-def _predict(predictor: Predictor, photo: np.ndarray, name: str) -> np.ndarray:
-  """The probability map of `photo`, with a per-tile progress bar for a large one."""
+def _predict(
+  predictor: Predictor, photo: np.ndarray, name: str
+) -> tuple[np.ndarray, width_rule.Choice]:
+  """The probability map of `photo` and the width rule's choice (`Predictor.predict`), with a
+  per-tile progress bar for a large one."""
   tiles = predictor.num_tiles(*photo.shape[:2])
   if tiles < TILE_PROGRESS_FROM:
-    return predictor(photo)
+    return predictor.predict(photo)
   with tqdm.tqdm(total=tiles, unit='tile', desc=name, leave=False, file=sys.stderr) as bar:
-    return predictor(photo, progress=bar.update)
+    return predictor.predict(photo, progress=bar.update)
 
 
 def crack_summary(cracks: Sequence[dict], min_length: float) -> str:
@@ -116,8 +120,8 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   `_main`); returns the exit status (1: no photo was predicted)."""
   refuse_existing_tables(out, tables, fv.overwrite)  # again: another one may have ended
   threshold = predictor.threshold  # the run's, or --threshold (`_main` made it so)
-  progress = _progress(fv, run, out, origin, threshold, predictor.photo_threshold)
-  _say_threshold(fv, run, predictor.photo_threshold, len(files), origin, threshold)
+  progress = _progress(fv, run, out, origin, threshold, predictor)
+  _say_threshold(fv, run, predictor, len(files), origin, threshold)
 
   # An --overwrite replaces the earlier prediction whole: its maps that this one does not
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
@@ -146,7 +150,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       skipped.append(str(e))
       continue
     t0 = time.perf_counter()
-    prob = _predict(predictor, photo, name)
+    prob, choice = _predict(predictor, photo, name)
     predict_seconds += time.perf_counter() - t0
     height, width = photo.shape[:2]
     megapixels += height * width / 1e6
@@ -167,7 +171,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       thumbnails[name] = html_report.thumbnail_uri(painted)
       del painted
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
-      row |= {'threshold': round(own, 4)}
+      row |= {'threshold': round(own, 4)} | choice.columns()
       totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
     row |= totals | {'cracks': len(found)}
     progress.add(name, row, found)
@@ -188,15 +192,22 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   return 0
 
 
-def _say_threshold(fv, run, weight: float | None, count: int, origin: str, threshold: float):
+def _say_threshold(fv, run, predictor: Predictor, count: int, origin: str, threshold: float):
   """The command's first line: how many photos, which model, and where crack begins (the
-  threshold and its source; with --photo_threshold, each photo's own blend of it)."""
+  threshold and its source; with --photo_threshold, each photo's own blend of it); with a
+  width rule, which photos are predicted again at half size."""
   source = run.threshold_source if fv.threshold is None else '--threshold'
+  weight, rule = predictor.photo_threshold, predictor.width_rule
   own = (
     ''
     if weight is None
     else f"; each photo's own: {weight:g} x that + {1 - weight:g} x its map's Otsu threshold"
   )
+  if rule is not None:
+    own += (
+      f'; a photo whose cracks are wider than {rule:g} px (median over the skeleton of its '
+      'mask) is predicted again at half size (measurements.csv: scale, rule_width_px)'
+    )
   print(
     f'{PROG}: {count} image(s), {origin} step {run.step}, crack where '
     f'probability > {threshold:g} ({source}){own}',
@@ -247,7 +258,7 @@ def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path
 
 
 def _progress(
-  fv, run, out: Path, origin: str, threshold: float, photo_threshold: float | None
+  fv, run, out: Path, origin: str, threshold: float, predictor: Predictor
 ) -> written.Progress:
   """The progress file of --out for this prediction's settings (`predict_outputs.Progress`);
   settings other than an earlier, unfinished prediction's end the command in one line."""
@@ -262,8 +273,11 @@ def _progress(
     'min_length': fv.min_length,
     'direction': fv.direction,
   }
-  if photo_threshold is not None:  # absent otherwise: an earlier unfinished run's settings hold
-    settings['photo_threshold'] = photo_threshold
+  # Absent when off: an earlier unfinished run's settings (from before them) still hold.
+  if predictor.photo_threshold is not None:
+    settings['photo_threshold'] = predictor.photo_threshold
+  if predictor.width_rule is not None:
+    settings['width_rule'] = predictor.width_rule
   try:
     return written.Progress(out, settings, restart=fv.overwrite)
   except written.SettingsDiffer as e:
@@ -274,7 +288,8 @@ def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
   """measurements.csv, cracks.csv and index.html of `rows`; the maps of an earlier
   prediction that this one does not hold removed (said); the outputs recorded as crackjax's
   own; the progress file finished."""
-  fields = ['name', 'source', 'height', 'width', 'threshold', *measure.MEASURE_FIELDS, 'cracks']
+  fields = ['name', 'source', 'height', 'width', 'threshold', *width_rule.COLUMNS]
+  fields += [*measure.MEASURE_FIELDS, 'cracks']
   written.write_text(tables[0], written.csv_table(fields, rows))
   written.write_text(tables[1], written.csv_table(['name', *measure.CRACK_FIELDS], cracks))
   html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')

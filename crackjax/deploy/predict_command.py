@@ -66,6 +66,7 @@ from crackjax.deploy.photos import (  # noqa: F401 (the command's names, as befo
 from crackjax.deploy.predict_batch import PROG
 from crackjax.deploy.predictor import BLENDS, Predictor, plain_predictor
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.evaluation import width_rule
 from crackjax.evaluation.inference import test_time_of
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.runs import identity, outputs
@@ -113,6 +114,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
   cli.define_photo_threshold_flag(
     fv, note='; for photos of roads unlike the training ones (measurements.csv: threshold)'
   )
+  width_rule.define_flag(fv, note='; measurements.csv: scale, rule_width_px')
   flags.DEFINE_float(
     'mm_per_pixel',
     None,
@@ -283,6 +285,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   outputs.require_writable(PROG, f'--out={out}', out)
   try:
     scales, flip = test_time_of(fv.scales, fv.flip, run.config.get('eval'))
+    rule = width_rule.of_command(fv.width_rule, run.config.get('eval'))
     predictor = Predictor(
       run.model,
       run.params,
@@ -299,6 +302,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
         if fv.photo_threshold is None
         else fv.photo_threshold
       ),
+      width_rule=rule,
     )
   except ValueError as e:  # the tiling and test-time flags, checked as for Python users
     sys.exit(f'{PROG}: {e}')

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crackjax.evaluation.protocols import get_protocol
+
+if TYPE_CHECKING:
+  from crackjax.evaluation.width_rule import WidthRule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +35,9 @@ class EvalPlan:
     scales: the test-time scales every photo is predicted at, the maps averaged
       (``config.eval.scales``; (1.0,): as it is, `inference.test_time_average`).
     flip: also predict each copy mirrored (``config.eval.flip``).
+    width_rule: None, or each photo predicted again at half size where its cracks come out
+      wide (`width_rule.WidthRule`: its width and the stored threshold). Never from a config
+      (the training's evaluation chooses its threshold): crackjax-evaluate sets it.
     store_degenerate_threshold: write threshold.json even when the best threshold is
       degenerate (``config.eval.store_degenerate_threshold``; `result.degenerate_threshold`).
     threshold_over: how threshold.json's threshold is chosen (``config.eval.threshold_over``,
@@ -58,6 +64,7 @@ class EvalPlan:
   store_degenerate_threshold: bool = False
   threshold_over: str = 'pooled'
   flip: bool = False
+  width_rule: WidthRule | None = None
   grids: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
 
   def __post_init__(self) -> None:

@@ -95,6 +95,7 @@ def write_per_image_csv(
   names: Sequence[str],
   results: Mapping[str, ProtocolResult],
   in_use: tuple[float, Mapping[str, Sequence[float]]] | None = None,
+  extra: Sequence[Mapping[str, Any]] | None = None,
 ) -> None:
   """One row per image: under each protocol, its OIS threshold, P, R and F1, and P, R, F1 at 0.5.
 
@@ -110,6 +111,7 @@ def write_per_image_csv(
   fields = ['name'] + [f'{p}_{k}' for p in protocols for k in _CSV_KEYS]
   if in_use is not None:
     fields += [THRESHOLD_IN_USE] + [f'{p}_{F1_IN_USE}' for p in protocols]
+  fields += list(extra[0]) if extra else []  # e.g. the width rule's scale and rule_width_px
   counted = [
     p for p in protocols if results[p].per_image and results[p].per_image[0].tp is not None
   ]
@@ -125,6 +127,8 @@ def write_per_image_csv(
       if in_use is not None:
         row[THRESHOLD_IN_USE] = f'{in_use[0]:.6g}'
         row.update({f'{p}_{F1_IN_USE}': f'{in_use[1][p][i]:.6g}' for p in protocols})
+      if extra:
+        row.update({k: '' if v is None else v for k, v in extra[i].items()})
       row.update(
         {f'{p}_{k}': getattr(results[p].per_image[i], k) for p in counted for k in TP_FP_FN}
       )

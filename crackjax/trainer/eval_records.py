@@ -377,6 +377,7 @@ def write_eval_outputs(
   probs_saved: bool = False,
   in_use: tuple[float, dict[str, Any]] | None = None,
   shown: tuple[list[str], list[str]] | None = None,
+  extra: Sequence[dict[str, Any]] | None = None,
 ) -> None:
   """threshold.json, the CSV, the plots, optional maps and the eval scalars, TensorBoard's PR
   curves, qualitative panels and `hparams` (the run's config as plain data;
@@ -385,7 +386,8 @@ def write_eval_outputs(
   (with their `names`) when `probs_saved` (the maps already written as they came).
   `in_use`: (the threshold masks are made at, {protocol: each image's F1 there}), for the CSV
   and the figure; `shown`: (names, captions) of the images given, when they are not the
-  first ones (`scoring.spread_by_f1`'s)."""
+  first ones (`scoring.spread_by_f1`'s); `extra`: more cells of each image's CSV row (the
+  width rule's scale and width, crackjax-evaluate's)."""
   workdir.mkdir(parents=True, exist_ok=True)
   step, split = record.step, record.split
   threshold = write_threshold(
@@ -395,7 +397,7 @@ def write_eval_outputs(
     store_degenerate=plan.store_degenerate_threshold,
     over=plan.threshold_over,
   )
-  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results, in_use)
+  plots.write_per_image_csv(workdir / PER_IMAGE_CSV, names, results, in_use, extra)
   title = f'{plan.dataset} {split}, step {step}'
   plots.plot_pr_curves(workdir / 'pr_curve.png', results, title)
   k = min(plan.num_qualitative, len(images))

@@ -39,6 +39,7 @@ from typing import Any
 from absl import flags
 
 from crackjax import cli
+from crackjax.evaluation import width_rule
 from crackjax.evaluation.result import EvalRecord
 from crackjax.runs import docs, identity, outputs
 
@@ -85,6 +86,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
     flag_values=fv,
   )
   cli.define_photo_threshold_flag(fv, note='; its F1 in the F1 @photo t column')
+  width_rule.define_flag(fv, note='; eval_per_image.csv: scale, rule_width_px')
   flags.DEFINE_string(
     'out',
     None,
@@ -385,13 +387,17 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
 
 def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
   """(label, data config, split) per data argument (`data_configs`), each with the test-time
-  scales and flip and --data_dir applied; a bad one ends the command in one line."""
+  scales, flip and width rule and --data_dir applied; a bad one ends the command in one line."""
   from crackjax.evaluation import inference
 
   try:
     test_time = inference.test_time_of(fv.scales, fv.flip, config.eval)
   except ValueError as e:
     sys.exit(f'{PROG}: --scales / --flip: {e}')
+  try:  # --width_rule, else the file's or run's eval.width_rule
+    width = width_rule.of_command(fv.width_rule, config.eval)
+  except ValueError as e:
+    sys.exit(f'{PROG}: {e}')
   manual = dict(item.partition('=')[::2] for item in fv.manual_dir)
   try:
     targets = data_configs(
@@ -402,6 +408,7 @@ def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
   for _, c, _ in targets:
     with c.eval.unlocked():  # a recorded config from before the fields has neither
       c.eval.scales, c.eval.flip = test_time
+      c.eval.width_rule = width
     if fv.data_dir:
       c.data.data_dir = fv.data_dir
   return targets
@@ -409,8 +416,10 @@ def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
 
 def _score_all(experiment, workdir, state, targets, protocols, points, workers, records=None):
   """Scores each data argument beside the run's own results (in `records`/<dataset>_<split>
-  when given: --out) at the operating `points` ('run', and 'photo' with --photo_threshold);
-  prints its table."""
+  when given: --out) at the operating `points` ('run', and 'photo' with --photo_threshold),
+  with its width rule at the run's threshold (`width_rule.WidthRule`); prints its table."""
+  import dataclasses
+
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
   from crackjax.experiment import specs
@@ -425,6 +434,9 @@ def _score_all(experiment, workdir, state, targets, protocols, points, workers, 
   for label, c, split in targets:
     c.eval.protocols = protocols
     scored = on_other_data(experiment, c)
+    rule = c.eval.width_rule and width_rule.WidthRule(c.eval.width_rule, points['run'])
+    plan = dataclasses.replace(scored.eval_plan, width_rule=rule)
+    scored = dataclasses.replace(scored, eval_plan=plan)
     examples = total = None
     try:
       if label.startswith('folder:'):  # streamed from its files, nothing prepared

@@ -28,7 +28,7 @@ from crackjax import evaluation
 from crackjax.data import loader
 from crackjax.engine import train_state
 from crackjax.engine.prefetch import read_ahead
-from crackjax.evaluation import plots
+from crackjax.evaluation import plots, width_rule
 from crackjax.evaluation.eval_plan import EvalPlan
 from crackjax.evaluation.inference import predict_probabilities
 from crackjax.evaluation.result import EvalRecord, MemberResult, OperatingPoint, ProtocolResult
@@ -227,6 +227,7 @@ def _score_and_record(
   split's records), so that the figure shows photos from worst to best (`_shown`) instead of
   the first ones."""
   plan = experiment.eval_plan
+  rule = plan.width_rule  # crackjax-evaluate's: each photo at half size where its cracks are wide
   scored = stream_score(
     plan,
     experiment.model,
@@ -257,6 +258,8 @@ def _score_and_record(
   if start_model is not None:
     record = dataclasses.replace(record, start_model=start_model)
   if jax.process_index() == 0:
+    if rule is not None:
+      print(width_rule.summary(scored.choices, rule), flush=True)
     shown = None
     images, gts, probs = scored.first  # the maps were written as they came
     if reread is not None and plan.num_qualitative:
@@ -274,6 +277,7 @@ def _score_and_record(
       probs_saved=True,
       in_use=scored.in_use,
       shown=shown,
+      extra=None if rule is None else [c.columns() for c in scored.choices],
     )
   return record
 
@@ -291,6 +295,7 @@ class Streamed:
   members: dict[str, MemberResult] | None
   first: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
   in_use: tuple[float, dict[str, np.ndarray]] | None = None
+  choices: list[width_rule.Choice] = dataclasses.field(default_factory=list)  # each photo's
 
 
 def stream_score(
@@ -325,6 +330,7 @@ def stream_score(
   batch_stats = train_state.local_batch_stats(state)  # BatchNorm's running averages, or None
   keep = plan.num_qualitative
   names: list[str] = []
+  choices: list[width_rule.Choice] = []
   first: tuple[list, list, list] = ([], [], [])
   main = jax.process_index() == 0
   sizes = dict(plan.grids)  # computed when the plan was made
@@ -345,7 +351,8 @@ def stream_score(
     reading = read_ahead(examples)
     try:
       for ex in reading:
-        prob = _predict(plan, model, params, batch_stats, ex['image'])
+        prob, choice = _predict(plan, model, params, batch_stats, ex['image'])
+        choices.append(choice)
         gt = ex['mask'][..., 0]
         names.append(ex['name'])  # first: `add` may hand its counts to `on_image` at once
         scorer.add(prob, gt)
@@ -363,15 +370,21 @@ def stream_score(
     used = eval_records.threshold_in_use(results, operating_points)
     in_use = (used, {p: scorer.image_f1(p, used) for p in plan.protocols})
     results = eval_records.with_tp_fp_fn(results, scorer.tp_fp_fn(used))
-  return Streamed(names, results, points, members, first, in_use)
+  return Streamed(names, results, points, members, first, in_use, choices)
 
 
 def _predict(plan: EvalPlan, model: nn.Module, params, batch_stats, image: np.ndarray):
-  """The map of one image, at the plan's test-time scales and flip."""
-  [prob] = predict_probabilities(
-    params, model, [image], batch_stats=batch_stats, scales=plan.scales, flip=plan.flip
-  )
-  return prob
+  """The map of one image at the plan's test-time scales and flip, or at half size where the
+  plan's width rule says its cracks are wide; with the rule's choice (`width_rule.apply`)."""
+
+  def at(scales: tuple[float, ...]) -> np.ndarray:
+    [prob] = predict_probabilities(
+      params, model, [image], batch_stats=batch_stats, scales=scales, flip=plan.flip
+    )
+    return prob
+
+  half = (width_rule.HALF,)
+  return width_rule.apply(at(plan.scales), lambda: at(half), plan.width_rule, plan.scales)
 
 
 def _shown(
@@ -393,7 +406,7 @@ def _shown(
     ex = reread(i)
     images.append(ex['image'])
     gts.append(ex['mask'][..., 0])
-    probs.append(_predict(plan, model, params, batch_stats, ex['image']))
+    probs.append(_predict(plan, model, params, batch_stats, ex['image'])[0])
     names.append(scored.names[i])
     captions.append(caption)
   return (images, gts, probs), (names, captions)
