@@ -29,6 +29,7 @@ from crackjax.deploy.export import (
   sidecar_path,
 )
 from crackjax.engine.checkpoints import CheckpointError
+from crackjax.evaluation import width_rule
 from crackjax.evaluation.result import AP, F1, ODS, OIS
 from crackjax.models import model_file
 from crackjax.runs import docs, outputs
@@ -75,30 +76,7 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
     'Format model: how --threshold was chosen (stored in the file beside it; required with it).',
     flag_values=flag_values,
   )
-  flags.DEFINE_list(
-    'scales',
-    None,
-    "Format model: the file's default test-time scales (e.g. 2; default: the run's eval.scales).",
-    flag_values=flag_values,
-  )
-  flags.DEFINE_bool(
-    'flip',
-    None,
-    "Format model: the file's default mirroring at test time.",
-    flag_values=flag_values,
-  )
-  flags.DEFINE_float(
-    'photo_threshold',
-    None,
-    "Format model: the file's default weight w of each photo's own threshold (in [0, 1]).",
-    flag_values=flag_values,
-  )
-  flags.DEFINE_string(
-    'test_time_chosen_by',
-    None,
-    'Format model: how --scales / --flip / --photo_threshold were chosen (required with them).',
-    flag_values=flag_values,
-  )
+  _define_test_time_flags(flag_values)
   flags.DEFINE_enum(
     'format',
     'jax',
@@ -118,6 +96,43 @@ def _define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_integer('opset', DEFAULT_OPSET, 'ONNX opset.', flag_values=flag_values)
   flags.DEFINE_bool(
     'overwrite', False, 'Replace an existing --out (and its .json).', flag_values=flag_values
+  )
+
+
+def _define_test_time_flags(flag_values: flags.FlagValues) -> None:
+  """Format model's test-time defaults (the file's config eval group, its card's test_time)."""
+  flags.DEFINE_list(
+    'scales',
+    None,
+    "Format model: the file's default test-time scales (e.g. 2; default: the run's eval.scales).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_bool(
+    'flip',
+    None,
+    "Format model: the file's default mirroring at test time.",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_float(
+    'photo_threshold',
+    None,
+    "Format model: the file's default weight w of each photo's own threshold (in [0, 1]).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'width_rule',
+    None,
+    "Format model: the file's default width rule: PX, a photo whose predicted cracks are wider "
+    'than PX pixels is predicted again at half size (chosen on validation parts: '
+    'bench/width_scale.py --choose), or off.',
+    flag_values=flag_values,
+  )
+  flags.DEFINE_string(
+    'test_time_chosen_by',
+    None,
+    'Format model: how --scales / --flip / --photo_threshold / --width_rule were chosen '
+    '(required with them).',
+    flag_values=flag_values,
   )
 
 
@@ -159,8 +174,8 @@ def _main(fv: flags.FlagValues, arguments: list[str]) -> None:
     sys.exit(f'{PROG}: --threshold and --threshold_chosen_by are for --format=model.')
   test_time = _test_time(fv)
   if fv.format != 'model' and (test_time or fv.test_time_chosen_by):
-    sys.exit(f'{PROG}: --scales, --flip, --photo_threshold and --test_time_chosen_by are for '
-             '--format=model.')  # fmt: skip
+    sys.exit(f'{PROG}: --scales, --flip, --photo_threshold, --width_rule and '
+             '--test_time_chosen_by are for --format=model.')  # fmt: skip
   # Before the run is restored and traced.
   outputs.require_writable(PROG, f'--out={fv.out}', Path(fv.out).parent)
   if fv.format == 'model':
@@ -205,6 +220,11 @@ def _test_time(fv: flags.FlagValues) -> dict[str, Any]:
   """The test-time defaults given on the command line (scales as numbers)."""
   given = {'scales': fv.scales, 'flip': fv.flip, 'photo_threshold': fv.photo_threshold}
   given = {k: v for k, v in given.items() if v is not None}
+  if fv.width_rule is not None:  # a width, or off (None: stored so, the file's rule off)
+    try:
+      given['width_rule'] = width_rule.parse(fv.width_rule)
+    except ValueError as e:
+      sys.exit(f'{PROG}: {e}')
   if 'scales' in given:
     try:
       given['scales'] = [float(x) for x in given['scales']]

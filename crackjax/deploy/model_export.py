@@ -27,6 +27,7 @@ import numpy as np
 
 from crackjax.deploy.predictor import PAD_BUCKET, Predictor, pad_multiple, plain_predictor
 from crackjax.deploy.self_check import self_check
+from crackjax.evaluation import width_rule
 from crackjax.evaluation.inference import check_test_time
 from crackjax.evaluation.result import (
   AP,
@@ -155,14 +156,15 @@ def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   return epoch_threshold(workdir, run.step) or (run.threshold, run.threshold_source)
 
 
-TEST_TIME_KEYS = ('scales', 'flip', 'photo_threshold')
+TEST_TIME_KEYS = ('scales', 'flip', 'photo_threshold', 'width_rule')
 
 
 def check_test_time_override(
   test_time: dict[str, Any] | None, chosen_by: str | None
 ) -> dict[str, Any]:
   """`test_time` checked (`TEST_TIME_KEYS`: scales in (0, 4], flip a bool, photo_threshold a
-  weight in [0, 1]) and normalised; {} for none.
+  weight in [0, 1], width_rule None or a width in pixels, `width_rule.check`) and normalised;
+  {} for none.
 
   Raises:
     ValueError: naming the value at fault, or the missing `chosen_by`.
@@ -173,7 +175,9 @@ def check_test_time_override(
     raise ValueError(f'unknown test-time setting(s) {unknown}; known: {list(TEST_TIME_KEYS)}.')
   if not test_time:
     if chosen_by:
-      raise ValueError('--test_time_chosen_by needs --scales, --flip or --photo_threshold.')
+      raise ValueError(
+        '--test_time_chosen_by needs --scales, --flip, --photo_threshold or --width_rule.'
+      )
     return {}
   if not (chosen_by or '').strip():
     raise ValueError(
@@ -186,6 +190,8 @@ def check_test_time_override(
   weight = test_time.get('photo_threshold')
   if weight is not None and (isinstance(weight, bool) or not 0.0 <= weight <= 1.0):
     raise ValueError(f'--photo_threshold={weight}: expected a weight in [0, 1].')
+  if 'width_rule' in test_time:
+    test_time['width_rule'] = width_rule.check(test_time['width_rule'], '--width_rule')
   return test_time
 
 
@@ -356,7 +362,8 @@ def export_model(
   """Writes the model file of a run's checkpoint (default: the newest); returns (the path,
   its file SHA-256, its metadata). The caller checks `out` (crackjax.deploy.export).
 
-  `test_time` (any of ``scales``, ``flip``, ``photo_threshold``) replaces the run's ``eval``
+  `test_time` (any of `TEST_TIME_KEYS`: ``scales``, ``flip``, ``photo_threshold``,
+  ``width_rule``) replaces the run's ``eval``
   settings of those names in the file: the defaults its users' Predictor, crackjax-predict and
   crackjax-evaluate take (e.g. scale 2, chosen on held-out datasets by bench/lodo.py), with
   `test_time_chosen_by` saying how they were chosen (the card's ``test_time``). The self check
