@@ -18,13 +18,21 @@ slower per pixel).
 With ``--test_time`` it also times test-time variants (issue 55 item 3: maps at several scales,
 and mirrored, averaged; `Predictor(scales=, flip=)`) on the same whole images, each against the
 baselines around it: seconds a photo and the ratio to the plain prediction. An entry is the
-scales joined by ``+``, ``:flip`` to mirror too: ``--test_time=2,1+2,1:flip``.
+scales joined by ``+``, ``:flip`` to mirror too: ``--test_time=2,1+2,1:flip``; ``width:W``
+is the downward width rule at W px (issue 76, `crackjax.evaluation.width_rule`: a photo whose
+predicted cracks are wider than W px is predicted again at half size), its row saying how many
+photos went to half size. Its cost depends on the photos and the model, so time it with a
+trained model (``--model=roads-unet-cpu`` or ``--workdir``, at its stored threshold) and real
+photos (``--photos=DIR``: up to ``--num_small`` images of a folder as they are, instead of the
+random 320x480 ones).
 
   python bench/predict_speed.py --config=configs/crackforest_exp.py:cpu
   python bench/predict_speed.py --workdir=workdirs/cfd_exp_cpu --tile_size=512,1024 \\
       --overlap=0,0.0625,0.125 --num_large=2
   python bench/predict_speed.py --config=configs/release/roads_unet_cpu.py \\
       --test_time=2,1+2,0.5+1+2,1:flip --num_large=0
+  python bench/predict_speed.py --model=roads-unet-cpu --photos=PHOTOS --num_small=20 \\
+      --num_large=0 --test_time=width:6,0.5
 """
 
 from __future__ import annotations
@@ -53,6 +61,12 @@ def _define_flags(fv: flags.FlagValues) -> None:
     "a trained run to take the model from (default: the config's model with random parameters)",
     flag_values=fv,
   )
+  flags.DEFINE_string(
+    'model', None, 'a model file or released model instead (its threshold too)', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'photos', None, 'a folder of photos timed instead of random 320x480 ones', flag_values=fv
+  )
   flags.DEFINE_list('large_hw', ['3000', '4000'], 'H,W of the large photos', flag_values=fv)
   flags.DEFINE_integer('num_large', 2, 'large photos to time per setting', flag_values=fv)
   flags.DEFINE_integer('num_small', 10, '320x480 images to time per baseline', flag_values=fv)
@@ -70,7 +84,7 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'test_time',
     [],
     'also time these test-time variants on the whole images: scales joined by +, :flip to '
-    'mirror too (e.g. 2,1+2,1:flip)',
+    'mirror too, width:W the downward width rule (e.g. 2,1+2,1:flip,width:6)',
     flag_values=fv,
   )
   flags.DEFINE_string('json', None, 'also write the results here', flag_values=fv)
@@ -129,12 +143,32 @@ def _time_shape(photo_predictor, h: int, w: int) -> dict:
   return row
 
 
-def _time(photo_predictor, images) -> float:
-  photo_predictor(images[0])  # compile (and warm up) this shape bucket
+def _time(photo_predictor, images, choices: list | None = None) -> float:
+  """Seconds to predict `images` after an untimed call on one image of each shape (its
+  compilations; with `choices`, on every image: which photos a width rule takes to half size,
+  and so which half-size buckets it compiles, depends on the photo); each photo's width-rule
+  choice appended to `choices` when given."""
+  warm = images if choices is not None else {i.shape: i for i in images}.values()
+  for image in warm:
+    photo_predictor.predict(image)  # compile (and warm up) the buckets
   t0 = time.perf_counter()
   for image in images:
-    photo_predictor(image)
+    choice = photo_predictor.predict(image)[1]
+    if choices is not None:
+      choices.append(choice)
   return time.perf_counter() - t0
+
+
+def width_rule_entry(entry: str) -> float | None:
+  """The width (px) of a ``--test_time`` entry ``width:W``; None for another entry.
+
+  Raises:
+    ValueError: W not a width (`width_rule.parse`).
+  """
+  from crackjax.evaluation import width_rule
+
+  head, _, value = entry.partition(':')
+  return width_rule.check(width_rule.parse(value)) if head == 'width' else None
 
 
 def test_time_variant(entry: str) -> tuple[tuple[float, ...], bool]:
@@ -160,16 +194,20 @@ def _time_test_time(plain, small, entries, baselines) -> list[dict]:
 
   rows = []
   for entry in entries:
-    scales, flip = test_time_variant(entry)
+    rule = width_rule_entry(entry)
+    scales, flip = ((1.0,), False) if rule is not None else test_time_variant(entry)
     variant = predictor.Predictor(
       plain.model,
       plain.params,
       batch_stats=plain.batch_stats,
+      threshold=plain.threshold,
       tile_size=plain.tile_size,
       scales=scales,
       flip=flip,
+      width_rule=rule,
     )
-    t = _time(variant, small)
+    choices = []
+    t = _time(variant, small, choices)
     baselines.append(_time(plain, small))
     t_plain = (baselines[-2] + baselines[-1]) / 2
     row = {
@@ -178,10 +216,15 @@ def _time_test_time(plain, small, entries, baselines) -> list[dict]:
       'plain_seconds_per_photo': t_plain / len(small),
       'ratio_to_plain': t / t_plain,
     }
+    halved = ''
+    if rule is not None:
+      row['photos_halved'] = sum(c.halved for c in choices)
+      halved = f' ({row["photos_halved"]} of {len(choices)} photos at half size)'
     rows.append(row)
     print(
       f'test time {entry}: {1000 * row["seconds_per_photo"]:.0f} ms a photo against '
-      f'{1000 * row["plain_seconds_per_photo"]:.0f} ms plain: {row["ratio_to_plain"]:.2f}x',
+      f'{1000 * row["plain_seconds_per_photo"]:.0f} ms plain: {row["ratio_to_plain"]:.2f}x'
+      f'{halved}',
       flush=True,
     )
   return rows
@@ -193,7 +236,8 @@ def main(argv=None) -> dict:
   fv, _ = cli.parse_command(PROG, argv, _define_flags, default_config=default)
   for entry in fv.test_time:  # refused before anything is timed
     try:
-      test_time_variant(entry)
+      if width_rule_entry(entry) is None:
+        test_time_variant(entry)
     except ValueError as e:
       sys.exit(f'{PROG}: {e}')
   tuned = hostmem.tune_malloc() if fv.tune_malloc else False
@@ -207,10 +251,11 @@ def main(argv=None) -> dict:
     experiment = build(fv.config)
   except ValueError as e:
     sys.exit(f'{PROG}: bad config: {" / ".join(str(e).splitlines())}')
-  if fv.workdir:
-    run = restored.load_run(fv.workdir)
-    model, params, source = run.model, run.params, f'run {fv.workdir} step {run.step}'
-    batch_stats = run.batch_stats
+  threshold = 0.5
+  if fv.workdir or fv.model:
+    run = restored.load_run(fv.workdir) if fv.workdir else restored.load_model(fv.model)
+    model, params, source = run.model, run.params, f'{fv.workdir or fv.model} step {run.step}'
+    batch_stats, threshold = run.batch_stats, run.threshold
   else:
     model = experiment.model
     variables = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32))
@@ -231,21 +276,32 @@ def main(argv=None) -> dict:
     if fv.num_large  # --num_large=0: no tiled photo (e.g. --test_time alone)
   ]
   # 320 x 480: one whole image (tile_size 512: never tiled)
-  whole = predictor.Predictor(model, params, batch_stats=batch_stats, tile_size=512)
+  whole = predictor.Predictor(
+    model, params, batch_stats=batch_stats, threshold=threshold, tile_size=512
+  )
   lh, lw = (int(v) for v in fv.large_hw)
   small = [_photo(320, 480, i) for i in range(fv.num_small)]
+  if fv.photos:  # real photos as they are (the first --num_small by name)
+    from crackjax.deploy import photos
+
+    found = sorted(f.path for f in photos.find_inputs([fv.photos])[0])[: fv.num_small]
+    small = [photos.load_photo(path) for path in found]
+    if not small:
+      sys.exit(f'{PROG}: --photos={fv.photos}: no image files')
   large = [_photo(lh, lw, 100 + i) for i in range(fv.num_large)]
-  mp_small = fv.num_small * 320 * 480 / 1e6
+  mp_small = sum(image.shape[0] * image.shape[1] for image in small) / 1e6
   mp_large = fv.num_large * lh * lw / 1e6
   device = f'{jax.default_backend()} ({jax.devices()[0].device_kind}) x{jax.device_count()}'
-  print(f'{source}, {dict(fv.config.model.items())}')
+  fields = run.config.model if fv.workdir or fv.model else fv.config.model
+  print(f'{source}, {dict(fields.items())}')
   cpus = os.cpu_count()
   print(f'jax {jax.__version__}, {device}, python {platform.python_version()}, {cpus} CPUs')
   print(f'host malloc: {"tuned (crackjax.deploy.hostmem)" if tuned else "glibc defaults"}')
+  whole_ones = f'photos of {fv.photos}' if fv.photos else '320x480 images'
   print(
-    f'{fv.num_large} photos of {lh}x{lw} per setting; the baseline ({fv.num_small} whole 320x480 '
-    'images, batch 1) is timed before the first setting and after each, and a setting is '
-    'compared with the mean of the two baselines around it.'
+    f'{fv.num_large} photos of {lh}x{lw} per setting; the baseline ({len(small)} whole '
+    f'{whole_ones}, batch 1) is timed before the first setting and after each, and a setting '
+    'is compared with the mean of the two baselines around it.'
   )
   shape_rows = [_time_shape(whole, *(int(v) for v in hw.split('x'))) for hw in fv.shapes]
   # Baselines interleaved with the settings, so that a drift of the machine's speed during

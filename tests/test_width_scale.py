@@ -62,3 +62,76 @@ def test_score_set_counts_each_scale_and_the_rule_pools_each_photos_choice(bench
 def test_medians_leave_out_photos_without_a_crack(bench):
   assert bench._median([float('nan'), 3.0, 5.0]) == 4.0
   assert bench._median([float('nan')]) is None  # written as null, never as NaN
+
+
+# --choose: the downward rule's width, chosen on validation parts (issue 76 item 3).
+
+
+def test_choose_refuses_a_test_split(bench):
+  for spec in ('crack500:test', 'crackforest:test[:6]', 'deepcrack:TEST'):
+    with pytest.raises(SystemExit) as e:
+      bench.refuse_test_splits(['deepcrack:valid', spec])
+    assert f'{spec}: a test split' in str(e.value.code) and 'deepcrack:valid' not in str(e.value)
+  bench.refuse_test_splits(list(bench.VALIDATION))  # CrackForest's is train[58:]
+  assert 'crackforest:train[58:]' in bench.VALIDATION
+
+
+def test_choose_predicts_half_size_only_where_a_candidate_would_take_it(bench):
+  thin, wide = _crack(3), _crack(13)
+  source = [
+    {'image': np.repeat(m[..., None] * 255, 3, -1).astype(np.uint8), 'mask': m[..., None]}
+    for m in (thin, wide)
+  ]
+  halves = []
+
+  def half(image):
+    halves.append(image)
+    return (image[..., 0] > 127).astype(np.float32)
+
+  plain = lambda image: (image[..., 0] > 127).astype(np.float32)  # noqa: E731
+  out = bench.rule_photos(plain, half, source, [0, 1], 0.5, narrowest=4.0)
+  assert len(halves) == 1  # the wide photo's; the thin one (3 px) stays under every candidate
+  (thin_found, thin_plain, thin_half), (wide_found, _, wide_half) = out
+  assert thin_found.width_px == 3 and thin_found.skeleton_pixels >= 70 and thin_half is None
+  assert wide_found.width_px == 13 and wide_half is not None
+  assert list(thin_plain) == [3 * 80, 0, 0]
+
+
+def _figures(width, plain, half, skeleton=80):
+  return (
+    bench_measured(width, skeleton),
+    np.array(plain),
+    None if half is None else np.array(half),
+  )
+
+
+def bench_measured(width, skeleton):
+  from crackjax.evaluation import width_rule
+
+  return width_rule.Measured(width, skeleton)
+
+
+def test_choose_scores_every_width_from_the_two_maps_and_takes_the_best_mean(bench):
+  photos = {
+    # Wide cracks (median 9 px at scale 1): found whole only at half size.
+    'wide:valid': [_figures(9.0, (10, 0, 30), (35, 5, 5)), _figures(3.0, (20, 0, 0), None)],
+    # Thin ones drawn 5 px wide: half size loses them.
+    'thin:valid': [_figures(5.0, (30, 10, 0), (5, 5, 25)), _figures(None, (0, 4, 0), None, 0)],
+  }
+  rows = bench.rule_rows(photos, [4.0, 6.0, 10.0])
+  by_width = {r['width_rule']: r for r in rows}
+  assert [r['width_rule'] for r in rows] == [None, 4.0, 6.0, 10.0]
+  off, at6 = by_width[None], by_width[6.0]
+  assert off['f1']['wide:valid'] == pytest.approx(2 * 30 / (2 * 30 + 0 + 30))
+  assert at6['f1']['wide:valid'] == pytest.approx(2 * 55 / (2 * 55 + 5 + 5))
+  assert at6['f1']['thin:valid'] == off['f1']['thin:valid']  # the 5 px photo stays
+  assert by_width[4.0]['halved'] == 2 and at6['halved'] == 1 and by_width[10.0]['halved'] == 0
+  assert by_width[10.0]['f1'] == off['f1']
+  assert bench.best_row(rows)['width_rule'] == 6.0
+  # A tie goes to off, then to the wider width (fewer photos changed).
+  assert bench.best_row([by_width[10.0], off])['width_rule'] is None
+  tied = [{**at6, 'width_rule': 5.0}, at6]
+  assert bench.best_row(tied)['width_rule'] == 6.0
+  # Too little skeleton: a wide median over a few pixels takes no photo to half size.
+  few = {'x:valid': [_figures(20.0, (1, 0, 0), (1, 0, 0), skeleton=5)]}
+  assert all(r['halved'] == 0 for r in bench.rule_rows(few, [4.0]))
