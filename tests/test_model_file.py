@@ -17,6 +17,7 @@ import pytest
 
 from crackjax.deploy import export, export_command, model_export, predictor, self_check
 from crackjax.models import hub, model_file
+from crackjax.models import output_check as checks
 from tests import fixtures
 
 
@@ -374,7 +375,7 @@ def test_weights_that_do_not_give_the_cards_self_check_are_refused(
   )
   with pytest.raises(model_file.ModelFileError, match='do not give the self check') as e:
     predictor.Predictor.from_pretrained(altered)
-  assert str(altered) in str(e.value) and '(card ' in str(e.value)
+  assert str(altered) in str(e.value) and ', card ' in str(e.value)
   assert 'self check' in predict_refusal(altered, tmp_path)
   assert not (cache / 'verified').exists() or not any((cache / 'verified').iterdir())
   # The file as exported passes, once: its checksum is remembered, the next load trusts it.
@@ -382,16 +383,11 @@ def test_weights_that_do_not_give_the_cards_self_check_are_refused(
   predictor.Predictor.from_pretrained(exported)
   assert [p.name for p in (cache / 'verified').iterdir()] == [loaded.sha256]
   calls = []
-  original = self_check.self_check
-  monkeypatch.setattr(self_check, 'self_check', lambda p: calls.append(p) or original(p))
+  original = checks.logit_map
+  monkeypatch.setattr(checks, 'logit_map', lambda *a: calls.append(a) or original(*a))
   predictor.Predictor.from_pretrained(exported)
   assert calls == []
-  # Within the tolerances, another machine's arithmetic passes; beyond them it does not.
-  card = loaded.card['self_check']
-  near = {**card, 'mean_probability': card['mean_probability'] + 0.01}
-  assert self_check.mismatch(near, card) is None
-  far = {**card, 'crack_pixels': card['crack_pixels'] + 500}
-  assert 'crack pixels' in self_check.mismatch(far, card)
+  # tests/test_self_check.py: the tolerances, the alterations each reader refuses, NaN.
 
 
 def test_fine_tuning_starts_from_a_model_file(exported, smoke_run, tmp_path):

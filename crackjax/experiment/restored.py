@@ -38,7 +38,14 @@ from crackjax.evaluation.result import (
   read_record,
 )
 from crackjax.evaluation.threshold_choice import chosen_threshold
-from crackjax.models import hub, init_image_shape, model_file, model_from_config, pretrained
+from crackjax.models import (
+  hub,
+  init_image_shape,
+  model_file,
+  model_from_config,
+  output_check,
+  pretrained,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +60,13 @@ class Run:
   threshold_source: str
   batch_stats: Any = None  # host numpy arrays: the running averages of a BatchNorm model
   # A model file's (`load_model`): its path, checksum and card (whose self check
-  # `crackjax.deploy.self_check.verify` compares with what its weights give).
+  # `crackjax.models.output_check.verify` compared with what its weights give), and the name of
+  # the released model whose registry SHA-256 its bytes have (None: not a released file as
+  # shipped, whatever its card says).
   file: str | None = None
   sha256: str | None = None
   card: dict[str, Any] | None = None
+  released: str | None = None
 
   def model_group(self) -> dict[str, Any]:
     """The run's ``model`` group as plain data (a new dict; `crackjax.models.model_from_config`
@@ -200,41 +210,56 @@ def initial_arrays(init: pretrained.InitSpec, start: Run | None) -> dict[str, An
 
 
 def load_model(
-  spec: str | Path, *, allow_plugins: Sequence[str] = (), how: str | None = None
+  spec: str | Path,
+  *,
+  allow_plugins: Sequence[str] = (),
+  how: str | None = None,
+  sha256: str | None = None,
 ) -> Run:
   """A model file (`crackjax.models.model_file`) by released name, path or URL
-  (`crackjax.models.hub.resolve`), as a `Run`: the config it was trained with, its model,
-  parameters (float32 on the host), BatchNorm statistics and threshold.
+  (`crackjax.models.hub.resolve`; pinned with `sha256` or ``#sha256=<hex>`` at its end), as a
+  `Run`: the config it was trained with, its model, parameters (float32 on the host),
+  BatchNorm statistics and threshold.
 
   Nothing the file names is imported on its word: a plugin module it needs is used only if
   this process imported it already or `allow_plugins` names it (``--allow_plugins``;
   `crackjax.plugins.model_file_plugins`). Every field and tensor is checked first, in one
-  pass (`crackjax.models.model_file.read`).
+  pass (`crackjax.models.model_file.read`), then its weights against its card's self check
+  (`crackjax.models.output_check.verify`, once per file and machine): the one reader of model
+  files for prediction, evaluation, fine-tuning and export, which all check alike.
 
   Raises:
     hub.ModelNotFoundError: the spec names no released model, file or URL.
     model_file.ModelFileError: a damaged, altered, newer or malformed file, one whose tensors
-      do not fit its model, or one needing plugins not allowed (one line naming it).
+      do not fit its model or whose weights do not give its self check, one not of its pinned
+      SHA-256, or one needing plugins not allowed (one line naming it).
     OSError: a download that failed.
   """
-  path = hub.resolve(spec)
+  path = hub.resolve(spec, sha256=sha256)
   loaded = model_file.read(path, allow_plugins=allow_plugins, how=how)
   config = ml_collections.ConfigDict(loaded.config)
   # The model group checked against the tensors is the one every later build uses.
   config.model = ml_collections.ConfigDict(loaded.model)
   threshold = loaded.threshold
   source = f'{path} ({threshold.get("chosen_by", "stored in the model file")})'
+  params = model_file.as_float32(loaded.params)
+  batch_stats = model_file.as_float32(loaded.batch_stats)
+  card = dict(loaded.card)
+  output_check.verify(
+    path, loaded.sha256, card, loaded.module, params, batch_stats, float(threshold['threshold'])
+  )
   return Run(
     config,
     loaded.module,
-    model_file.as_float32(loaded.params),
-    int(loaded.card.get('training', {}).get('step', 0)),
+    params,
+    int(card.get('training', {}).get('step', 0)),
     float(threshold['threshold']),
     source,
-    model_file.as_float32(loaded.batch_stats),
+    batch_stats,
     file=str(path),
     sha256=loaded.sha256,
-    card=dict(loaded.card),
+    card=card,
+    released=hub.released_name(path),
   )
 
 

@@ -15,6 +15,14 @@ local model file:
   looks finished. Later calls find the file there and work offline;
 * anything else: a **path** to a model file.
 
+Any of them may be pinned to the SHA-256 of the whole file, ``#sha256=<64 hex digits>`` at
+its end (``FILE#sha256=...``, ``URL#sha256=...``, pip's convention) or `resolve`'s `sha256`:
+the file is used only if its bytes have that checksum. A checksum the user got from elsewhere
+(the publisher's page, a colleague) is the only guard against a file that was altered on
+purpose: its own content checksum and self check (`crackjax.models.output_check`) can be
+recomputed by whoever altered it, and guard against damage alone. A released model by name
+is pinned by the registry.
+
 The registry (``released/registry.json``) is written by the release script
 (scripts/release_cpu.sh, `crackjax.deploy.release`) from each file's card; a test checks that
 every shipped file matches its entry.
@@ -65,18 +73,53 @@ def is_url(spec: str) -> bool:
   return urllib.parse.urlsplit(str(spec)).scheme in ('http', 'https')
 
 
-def resolve(spec: str | os.PathLike, *, progress: bool = True) -> Path:
-  """The local model file of a released model's name, a URL or a path (module docstring).
+PIN = '#sha256='
+
+
+def split_pin(spec: str | os.PathLike) -> tuple[str, str | None]:
+  """(the spec without its ``#sha256=<hex>`` pin, the pin or None). A path that exists as
+  written (a file name holding '#sha256=') is not split.
 
   Raises:
-    ModelNotFoundError: a spec that is none of these (the message lists the released names).
-    model_file.ModelFileError: a shipped or downloaded file whose SHA-256 differs from its
-      registry entry or URL (the file is not kept).
-    OSError: a download that failed (the message names the URL).
+    ModelNotFoundError: a pin that is not 64 hexadecimal digits (one line naming it).
   """
   text = str(spec)
+  head, mark, pin = text.rpartition(PIN)
+  if not mark or (not is_url(text) and Path(text).expanduser().exists()):
+    return text, None
+  pin = pin.lower()
+  if len(pin) != 64 or any(c not in '0123456789abcdef' for c in pin):
+    raise ModelNotFoundError(
+      f'{text!r}: the pin {PIN}{pin[:70]} is not a SHA-256 (64 hexadecimal digits, as '
+      'sha256sum prints them).'
+    )
+  return head, pin
+
+
+def resolve(spec: str | os.PathLike, *, sha256: str | None = None, progress: bool = True) -> Path:
+  """The local model file of a released model's name, a URL or a path (module docstring),
+  checked against its pin: `sha256` or a ``#sha256=<hex>`` at the end of `spec` (`split_pin`).
+
+  Raises:
+    ModelNotFoundError: a spec that is none of these (the message lists the released names),
+      or a malformed pin.
+    model_file.ModelFileError: a file whose SHA-256 differs from its pin, or a shipped or
+      downloaded file whose SHA-256 differs from its registry entry (a download is not kept).
+    OSError: a download that failed (the message names the URL).
+  """
+  text, pinned = split_pin(spec)
+  if sha256 is not None:
+    given = split_pin(f'{PIN}{sha256}')[1]
+    if pinned not in (None, given):
+      raise ModelNotFoundError(f'{str(spec)!r}: pinned to two checksums ({sha256}).')
+    pinned = given
   found = entry(text)
   if found is not None:
+    if pinned not in (None, found['sha256']):
+      raise model_file.ModelFileError(
+        f'released model {text!r}: pinned to sha256 {pinned}, but it is sha256 '
+        f'{found["sha256"]} (its registry entry, crackjax-models); check the pin.'
+      )
     if found.get('file'):
       path = RELEASED_DIR / found['file']
       if path.is_file():
@@ -89,9 +132,15 @@ def resolve(spec: str | os.PathLike, *, progress: bool = True) -> Path:
       )
     return download(found['url'], sha256=found['sha256'], progress=progress)
   if is_url(text):
-    return download(text, progress=progress)
+    return download(text + (f'{PIN}{pinned}' if pinned else ''), progress=progress)
   path = Path(text).expanduser()
   if path.is_file():
+    actual = model_file.file_sha256(path) if pinned else None
+    if actual != pinned:
+      raise model_file.ModelFileError(
+        f'{path}: its sha256 is {actual}, not the pinned {pinned}: not the file the checksum '
+        'names (damaged, altered or another one); get it again from its source.'
+      )
     return path
   names = ', '.join(e['name'] for e in released()) or 'none in this installation'
   where = 'a folder, not a model file' if path.is_dir() else 'no such file'
@@ -109,6 +158,18 @@ def verify_sha256(path: Path, expected: str) -> None:
       f'{path}: checksum mismatch (expected sha256 {expected}, file {actual}): the file is '
       'damaged or altered; reinstall crackjax or download it again.'
     )
+
+
+def released_name(path: str | Path) -> str | None:
+  """The name of the released model whose registry SHA-256 the file at `path` has (its
+  bytes, the file itself or a copy of it), or None: a file that is not, or no longer, a
+  released model as shipped."""
+  size = Path(path).stat().st_size
+  candidates = [e for e in released() if e.get('size') in (None, size)]
+  if not candidates:
+    return None
+  actual = model_file.file_sha256(path)
+  return next((e['name'] for e in candidates if e.get('sha256') == actual), None)
 
 
 def cached_path(url: str) -> Path:

@@ -163,8 +163,11 @@ def _ordered(paths: Any) -> list[str]:
 
 def is_model_file(spec: str | Path) -> bool:
   """Whether `spec` names a crackjax model file (a released name, a URL or a .safetensors
-  path, `crackjax.models.hub`) rather than a .npz of named arrays."""
+  path, `crackjax.models.hub`, any of them pinned ``#sha256=<hex>``) rather than a .npz of
+  named arrays."""
   text = str(spec)
+  if hub.PIN in text and not Path(text).expanduser().exists():
+    return True  # a pin is for model files alone (hub.resolve checks it)
   return hub.is_url(text) or hub.entry(text) is not None or text.endswith(model_file.SUFFIX)
 
 
@@ -179,6 +182,11 @@ def not_a_file(path: str | Path) -> str | None:
   A released model's name and an http(s) URL are resolved when the model is initialised."""
   if hub.is_url(str(path)) or hub.entry(str(path)) is not None:
     return None
+  if hub.PIN in str(path) and not Path(path).expanduser().exists():
+    try:
+      return not_a_file(hub.split_pin(path)[0])  # the file named, without its pin
+    except hub.ModelNotFoundError as e:
+      return f'config.model_init.pretrained={str(path)!r}: {e}'
   path = Path(path).expanduser()
   if path.is_dir():
     return f'config.model_init.pretrained={str(path)!r} is a folder; name the .npz file in it.'
