@@ -5,6 +5,7 @@ and the SHA-256 pin that guards against tampering, which the self check does not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -320,6 +321,40 @@ def test_a_released_file_is_named_only_when_its_bytes_are_the_registrys(exported
   shutil.copyfile(shipped, copy)
   assert hub.released_name(copy) == entry['name']
   assert hub.released_name(exported) is None
+
+
+def test_fine_tuning_says_as_shipped_only_of_a_released_file(tmp_path):
+  """Issue 78: fine-tuning from an altered file labelled its "before" scores "roads-unet-cpu as
+  shipped"; only a file whose bytes are the registry's is."""
+  from types import SimpleNamespace
+
+  from crackjax.trainer import before_after
+
+  entry = hub.released()[0]
+  shipped = hub.resolve(entry['name'])
+  loaded = model_file.read(shipped)
+
+  def recomputed(card: dict) -> dict:  # what an altered file's maker would do
+    params = model_file.as_float32(loaded.params)
+    _bias(0.25)(params)
+    card['self_check'] = self_check.record(loaded.module, params, None, 0.5)
+    return card
+
+  altered = rewritten(shipped, tmp_path / 'altered.safetensors', _bias(0.25), recomputed)
+  copy = tmp_path / 'copy.safetensors'
+  shutil.copyfile(shipped, copy)
+  labels = {}
+  for spec in (entry['name'], str(copy), str(altered)):
+    run = restored.load_model(spec)
+    experiment = SimpleNamespace(start=run, init=SimpleNamespace(pretrained=spec, start_step=0))
+    start = before_after.start_model(experiment)
+    labels[spec] = before_after.described(dataclasses.asdict(start))
+  assert labels[entry['name']] == labels[str(copy)] == f'{entry["name"]} as shipped'
+  assert labels[str(altered)] == (
+    f'{loaded.card["name"]} from {altered}, not a released file as shipped'
+  )
+  # A record written before the field: its card's name, as before.
+  assert before_after.described({'name': 'm', 'spec': 'm', 'threshold': 0.5}) == 'm'
 
 
 def test_crackjax_predict_takes_a_pinned_file_and_refuses_another_in_one_line(exported, tmp_path):

@@ -5,7 +5,8 @@ any config with ``model_init.pretrained`` naming a released model, a .safetensor
 URL) is scored twice on its test split, the photos of the user's folder held out from training
 (crack_folder's test split: ``test_list``, or the fixed 80/20 split's 20%):
 
-* before training, the model file as shipped, the run's initial weights (`score_start`): its
+* before training, the model file as given, the run's initial weights (`score_start`; named
+  "as shipped" only for a released model's own file, `described`): its
   ODS F1 (best threshold) and its F1 at the threshold the file stores, under every protocol of
   the run; written to ``<workdir>/before/`` (eval.json, eval_per_image.csv, pr_curve.png, ...,
   the files of any evaluation), once;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import jax
 from absl import logging
@@ -49,11 +51,14 @@ class StartModel:
     name: the name its card gives (the spec when it has none).
     threshold: the threshold the file stores (crack where probability > it): the released
       model's own operating point, what a user of the file as shipped gets.
+    released: the released model whose registry SHA-256 the file has (`restored.Run.released`),
+      None for any other file, whatever its card's name: only then is it "as shipped".
   """
 
   spec: str
   name: str
   threshold: float
+  released: str | None = None
 
 
 def start_model(experiment: Experiment) -> StartModel | None:
@@ -70,7 +75,22 @@ def start_model(experiment: Experiment) -> StartModel | None:
     spec=str(experiment.init.pretrained),
     name=str((run.card or {}).get('name') or experiment.init.pretrained),
     threshold=run.threshold,
+    released=run.released,
   )
+
+
+def described(start: dict[str, Any]) -> str:
+  """How the before scores name the start model (a record's ``start_model``): '<name> as
+  shipped' only for a released model whose file is the registry's (its SHA-256); any other
+  file, a copy of a released one altered included, by its card's name and where it was read.
+  A record written before crackjax said (no 'released') by its card's name."""
+  if 'released' not in start:
+    return str(start.get('name'))
+  if start['released']:
+    return f'{start["released"]} as shipped'
+  name, spec = start.get('name'), start.get('spec')
+  where = spec if name == spec else f'{name} from {spec}'
+  return f'{where}, not a released file as shipped'
 
 
 def score_start(experiment: Experiment, workdir: str | Path) -> EvalRecord | None:
@@ -86,19 +106,21 @@ def score_start(experiment: Experiment, workdir: str | Path) -> EvalRecord | Non
   if start is None:
     return None
   state = restored.inference_state(experiment.start)
+  start_fields = {'spec': start.spec, 'name': start.name, 'threshold': start.threshold}
+  start_fields['released'] = start.released
   record = scoring.evaluate_state(
     experiment,
     state,
     Path(workdir) / BEFORE_DIR,
     operating_points={STORED: start.threshold},
-    start_model={'spec': start.spec, 'name': start.name, 'threshold': start.threshold},
+    start_model=start_fields,
     desc='predict, before fine-tuning',
   )
   first = next(iter(record.results.values()))
   logging.info(
-    'Before fine-tuning (%s as shipped) on the %d %s images: ODS F1 %.4f, F1 %.4f at its '
+    'Before fine-tuning (%s) on the %d %s images: ODS F1 %.4f, F1 %.4f at its '
     'stored threshold %g (%s protocol).',
-    start.name,
+    described(start_fields),
     record.num_images,
     record.split,
     first.ods.f1,
@@ -127,7 +149,7 @@ def table(before: EvalRecord, after: EvalRecord) -> str:
   of the same images: `score_start`'s and the run's final evaluation."""
   start = before.start_model
   lines = [
-    f'Fine-tuning {start["name"]}: {after.num_images} held-out images '
+    f'Fine-tuning {described(start)}: {after.num_images} held-out images '
     f'({after.dataset} {after.split} split), F1 in percent (threshold)',
     '',
     f'| protocol | before: at its stored threshold | before: best threshold (ODS) '
