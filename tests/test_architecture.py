@@ -173,6 +173,7 @@ LAYERS = (
   'crackjax.trainer',  # the loop, scoring and records, the train, evaluate and data-stats commands
   'crackjax.paper',
   'crackjax.lodo',  # leave-one-dataset-out campaigns: trains (paper's jobs), exports, scores
+  'crackjax.survey',  # a prediction as a road survey: positions, sections, survey.geojson
   'crackjax.release',  # making and judging a released model: candidates, the gate
   'crackjax',
 )

@@ -1,0 +1,8 @@
+"""A road survey over crackjax-predict's outputs (docs/prediction.md#a-road-survey).
+
+Where each photo was taken (`gps`: its EXIF's GPS, or a sidecar CSV), one point per photo in
+``survey.geojson`` (`geojson`), per road section in ``sections.csv`` (`sections`), the survey's
+page with its map (`survey_page`), the tables' ``lat`` and ``lon`` columns (`survey_tables`)
+and the command ``crackjax-survey`` (`survey_command`). It sits above ``deploy/``, whose
+outputs it reads.
+"""
