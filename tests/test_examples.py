@@ -32,6 +32,58 @@ def test_examples_are_deterministic_and_labelled():
       assert grey[mask].mean() < grey[~mask].mean() - 20
 
 
+def _example_files(out: Path) -> list:
+  """crackjax-predict's inputs of ``--examples`` alone into `out` (`predict_command._files`)."""
+  from types import SimpleNamespace
+
+  from crackjax.deploy import predict_command
+
+  return predict_command._files(SimpleNamespace(examples=True), [], out)
+
+
+def test_examples_never_overwrite_a_users_file(tmp_path):
+  # Issue 78 item 2: --examples wrote its photos over a file of the user's of the same name in
+  # OUT/examples/, without a word, and predicted every other photo there as an example.
+  folder = tmp_path / 'out' / 'examples'
+  folder.mkdir(parents=True)
+  mine = folder / 'example_2_transverse.png'
+  PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(mine)
+  before = mine.read_bytes()
+  with pytest.raises(SystemExit) as e:
+    _example_files(tmp_path / 'out')
+  line = str(e.value.code)
+  assert '\n' not in line and line.startswith('crackjax-predict: --examples: ')
+  assert str(folder) in line and examples.MANIFEST in line
+  assert mine.read_bytes() == before
+  assert sorted(p.name for p in folder.iterdir()) == ['example_2_transverse.png']
+
+
+def test_examples_predict_only_the_examples_in_a_folder_of_their_own(tmp_path):
+  out = tmp_path / 'out'
+  first = _example_files(out)
+  assert sorted(p.path.name for p in first) == sorted(examples.EXAMPLES)
+  assert (out / 'examples' / examples.MANIFEST).is_file()
+  # A photo of the user's put there later is no example: left alone, not predicted.
+  PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(out / 'examples' / 'mine.png')
+  again = _example_files(out)
+  assert sorted(p.path.name for p in again) == sorted(examples.EXAMPLES)
+  assert (out / 'examples' / 'mine.png').exists()
+  # An example changed since it was written is the user's now: refused, kept as it is.
+  changed = out / 'examples' / 'example_4_clean.png'
+  changed.write_bytes(b'not the example')
+  with pytest.raises(SystemExit) as e:
+    _example_files(out)
+  assert str(changed) in str(e.value.code) and 'changed since' in str(e.value.code)
+  assert changed.read_bytes() == b'not the example'
+  # A file where the folder would be: refused in one line too.
+  other = tmp_path / 'other'
+  other.mkdir()
+  (other / 'examples').write_text('mine')
+  with pytest.raises(SystemExit) as e:
+    _example_files(other)
+  assert 'not a folder of the examples' in str(e.value.code)
+
+
 @pytest.mark.slow
 def test_predict_examples_writes_and_predicts_them(smoke_run, tmp_path):
   out = tmp_path / 'predictions'
@@ -50,7 +102,8 @@ def test_predict_examples_writes_and_predicts_them(smoke_run, tmp_path):
     timeout=300,
   )
   assert done.returncode == 0, done.stderr[-2000:]
-  assert sorted(p.name for p in (out / 'examples').iterdir()) == sorted(examples.EXAMPLES)
+  written = sorted(p.name for p in (out / 'examples').iterdir())
+  assert written == sorted([*examples.EXAMPLES, examples.MANIFEST])
   assert len(list((out / 'masks').iterdir())) == len(examples.EXAMPLES)
   shipped = np.asarray(PIL.Image.open(out / 'examples' / 'example_2_transverse.png'))
   np.testing.assert_array_equal(shipped, examples.example_photo('example_2_transverse.png')[0])

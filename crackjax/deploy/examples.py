@@ -9,16 +9,25 @@ about a metre above the road sees them. Deterministic: the same photos on every 
 - ``example_2_transverse.png``: one crack across the road;
 - ``example_3_alligator.png``: a patch of small interconnected cells (fatigue cracking);
 - ``example_4_clean.png``: no crack (the mask should stay empty).
+
+`write_examples` writes only into a folder it owns: a new (or empty) one, or one holding its
+manifest (`MANIFEST`: each example's SHA-256 as written) whose examples are unchanged. A folder
+of the user's (no manifest), or an example changed since, is refused in one line
+(`NotTheirFolder`): nothing of the user's is overwritten, even with --overwrite.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
 import PIL.Image
 from scipy import ndimage
 from skimage import draw
+
+from crackjax.runs import outputs
 
 #: Each example's file name and its cracks: 'longitudinal', 'transverse', 'alligator', 'none'.
 EXAMPLES: dict[str, str] = {
@@ -28,6 +37,14 @@ EXAMPLES: dict[str, str] = {
   'example_4_clean.png': 'none',
 }
 SIZE = (320, 480)  # H, W: CrackForest's photos' size
+#: The examples' own manifest in their folder: {'files': {name: sha256 as written}}. Not the
+#: outputs' manifest (`crackjax.runs.outputs.MANIFEST`): the examples stay photos to a later
+#: search of the folder.
+MANIFEST = '.crackjax-examples.json'
+
+
+class NotTheirFolder(ValueError):
+  """The examples' folder holds what `write_examples` did not write (one line, naming it)."""
 
 
 def _asphalt(rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
@@ -107,9 +124,59 @@ def example_photo(name: str) -> tuple[np.ndarray, np.ndarray]:
   return (rgb * 255 + 0.5).astype(np.uint8), distance <= width * 0.8
 
 
-def write_examples(folder: str | Path) -> list[Path]:
-  """Writes every example photo into `folder` (created) as PNG; returns their paths."""
+def _sha256(path: Path) -> str:
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(folder: Path) -> dict[str, str] | None:
+  """{name: sha256} of the examples' manifest in `folder`; None: none, or not one of ours."""
+  try:
+    files = json.loads((folder / MANIFEST).read_text()).get('files')
+  except (OSError, ValueError, AttributeError):
+    return None
+  if not isinstance(files, dict):
+    return None
+  return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def not_theirs(folder: str | Path) -> str | None:
+  """Why `write_examples` must not write into `folder` (one line naming it), or None: the
+  folder is new or empty, or holds the examples' manifest and every example there is as it
+  was written."""
   folder = Path(folder)
+  if not folder.exists() and not folder.is_symlink():
+    return None
+  advice = 'move it away or choose another --out; nothing was written or predicted.'
+  if folder.is_symlink() or not folder.is_dir():
+    return f'{folder} is not a folder of the examples: {advice}'
+  if not any(folder.iterdir()):
+    return None
+  own = _manifest(folder)
+  if own is None:
+    return (
+      f'{folder} holds files that --examples did not write (it has no {MANIFEST}), and the '
+      f'examples are written only into a folder of their own: {advice}'
+    )
+  for name in EXAMPLES:
+    path = folder / name
+    if (path.exists() or path.is_symlink()) and (
+      not path.is_file() or path.is_symlink() or own.get(name) != _sha256(path)
+    ):
+      return f'{path} is not the example --examples wrote there (changed since): {advice}'
+  return None
+
+
+def write_examples(folder: str | Path) -> list[Path]:
+  """Writes every example photo into `folder` (created) as PNG, and the folder's manifest;
+  returns their paths.
+
+  Raises:
+    NotTheirFolder: `folder` is not the examples' own (`not_theirs`); nothing is written.
+  """
+  folder = Path(folder)
+  problem = not_theirs(folder)
+  if problem:
+    raise NotTheirFolder(problem)
   folder.mkdir(parents=True, exist_ok=True)
   paths = []
   for name in EXAMPLES:
@@ -117,4 +184,7 @@ def write_examples(folder: str | Path) -> list[Path]:
     path = folder / name
     PIL.Image.fromarray(photo).save(path)
     paths.append(path)
+  files = {p.name: _sha256(p) for p in paths}
+  text = outputs.dumps({'written_by': 'crackjax-predict --examples', 'files': files}, indent=1)
+  (folder / MANIFEST).write_text(text + '\n')
   return paths

@@ -98,7 +98,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
     'examples',
     False,
     'also predict four example road photos (drawn here: crackjax/deploy/examples.py), written '
-    'to OUT/examples/ first: a first try without photos of your own',
+    'to OUT/examples/ first (a folder of their own: one holding other files is refused): a '
+    'first try without photos of your own',
     flag_values=fv,
   )
   flags.DEFINE_list(
@@ -319,12 +320,19 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
 
 def _files(fv: flags.FlagValues, inputs: list[str], out: Path) -> list[Path]:
   """The image files to predict: those `inputs` name and, with --examples, the example photos
-  written into OUT/examples/ first; each input's problem printed; none: the command ends."""
+  written into OUT/examples/ first (a folder of their own, `examples.not_theirs`; the example
+  files alone are predicted, nothing else the folder holds); each input's problem printed;
+  none: the command ends."""
   if fv.examples:
     from crackjax.deploy import examples
 
+    folder = out / 'examples'
     outputs.require_writable(PROG, f'--out={out}', out)
-    inputs = [*inputs, str(examples.write_examples(out / 'examples')[0].parent)]
+    try:
+      outputs.check_inside(out, [folder / n for n in [*examples.EXAMPLES, examples.MANIFEST]])
+      inputs = [*inputs, *(str(p) for p in examples.write_examples(folder))]
+    except ValueError as e:  # UnsafeOutputError, NotTheirFolder: one line, nothing written
+      sys.exit(f'{PROG}: --examples: {e}')
   files, problems = find_inputs(inputs, out=out)
   for problem in problems:
     print(f'{PROG}: {problem}', file=sys.stderr)
