@@ -91,3 +91,21 @@ def test_index_renders_in_headless_chromium(tmp_path):
     check=True,
   )
   assert shot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_a_photo_not_of_a_road_says_so_unmeasured_and_sorts_last(tmp_path):
+  """Issue 78: measurements.csv's not_road reaches the page: the card says why, shows no
+  figures and sorts last; the summary counts it apart."""
+  from crackjax.deploy import measure
+
+  rows, cracks, thumbs = _rows_and_cracks()
+  flagged = {'name': 'black', **measure.measure_cracks(np.ones((32, 48), bool))}
+  thumbs['black'] = html_report.thumbnail_uri(np.zeros((32, 48, 3), np.uint8))
+  page = html_report.write_index(tmp_path, [*rows, flagged], cracks, thumbs).read_text()
+  assert '4 photo(s) (<span class="not-road">1 not a road photo</span>, not measured)' in page
+  card = page[page.index('alt="overlay of black"') :]
+  assert 'not a road photo: almost all of it crack (100.0% of its pixels); not measured' in card
+  parser = _Tags()
+  parser.feed(page)
+  cards = [a for t, a in parser.tags if t == 'div' and a.get('class') == 'card']
+  assert [float(cards[-1][f'data-{k}']) for k in ('ratio', 'length', 'width')] == [-1, -1, -1]

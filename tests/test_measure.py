@@ -49,6 +49,7 @@ def test_empty_mask():
     'max_width_mm': None,
     'speckles': 0,
     'speckle_pixels': 0,
+    'not_road': None,
   }
   _no_nan(result)
   _no_nan(measure.measure_cracks(_blank(), mm_per_pixel=0.5))
@@ -90,11 +91,11 @@ def test_bar_five_wide():
 
 
 def test_mask_without_background():
-  # All crack: the image border bounds the crack, as for the bar above inside a frame.
-  result = measure.measure_cracks(np.ones((5, 60), dtype=bool))
-  assert result['crack_ratio'] == 1.0
-  assert result['max_width_px'] == 5.0
-  assert 52.0 <= result['length_px'] <= 60.0
+  # All crack: the image border bounds the crack, as for the bar above inside a frame (measure
+  # calls such a mask no road photo and does not measure it: test_not_a_road_photo_...).
+  a = mask_analysis.analyse(np.ones((5, 60), dtype=bool))
+  assert a.widths.max() == 5.0
+  assert 52.0 <= float(a.axial.sum() + math.sqrt(2) * a.diagonal.sum()) <= 60.0
 
 
 def test_crack_off_the_border_is_not_cut():
@@ -624,3 +625,82 @@ def test_thick_components_thinned_apart_give_the_same_skeleton(monkeypatch):
       mask_analysis.skeleton_of(mask, labels, segments), skeletonize(mask), err_msg=str(trial)
     )
   assert thick_seen >= 5  # the split was exercised, beside thin components
+
+
+# ------------------------------------------------------------------ issue 78: edges of a photo
+
+
+def test_a_crossing_has_no_main_axis_and_is_diagonal():
+  """A "+" crossing (docs/prediction.md: its axis is undefined, it reads as diagonal) was typed
+  transverse; an "x" too is diagonal; a crack across the road with a short spur keeps its axis."""
+  plus = np.zeros((100, 100), bool)
+  plus[50, 10:90] = True
+  plus[10:90, 50] = True
+  row = _crack(plus)
+  assert (row['type'], row['orientation_deg']) == ('diagonal', 45.0)
+  assert _crack(plus, direction='horizontal')['type'] == 'diagonal'
+  # Arms of 80 and 70 px: still no main axis (variances 0.67 of each other).
+  shorter = np.zeros((100, 100), bool)
+  shorter[50, 10:90] = True
+  shorter[15:85, 50] = True
+  assert _crack(shorter)['type'] == 'diagonal'
+  cross = np.eye(100, dtype=bool) | np.fliplr(np.eye(100, dtype=bool))
+  assert _crack(cross)['type'] == 'diagonal'
+  spur = np.zeros((100, 100), bool)
+  spur[50, 10:90] = True
+  spur[50:75, 50] = True
+  assert (_crack(spur)['type'], _crack(spur)['branch_points']) == ('transverse', 1)
+
+
+def test_not_a_road_photo_is_flagged_and_not_measured():
+  """An all-black frame was one transverse crack 479 px wide with a crack ratio of 1.0: a mask
+  almost all crack, or a photo almost all one value, is flagged and not measured."""
+  black = np.zeros((320, 480, 3), np.uint8)
+  everything = np.ones((320, 480), bool)  # what a model made of it
+  row, cracks = measure.measure_photo(everything, photo=black)
+  assert row['not_road'] == 'not a road photo: almost all of it crack (100.0% of its pixels)'
+  assert cracks == [] and row['segments'] == 0 and row['speckles'] == 0
+  assert all(row[k] is None for k in ('crack_pixels', 'crack_ratio', 'length_px', 'max_width_px'))
+  assert set(row) == set(measure.MEASURE_FIELDS)
+  assert measure.measure_cracks(everything)['not_road'] == row['not_road']
+  assert measure.measure_each_crack(everything) != []  # the per-crack rule alone: unchanged
+  # 80% crack is no road; 79% still measured (a close-up of a wide crack).
+  mask = np.zeros((100, 100), bool)
+  mask[:80] = True
+  assert measure.not_road(mask).startswith('not a road photo: almost all of it crack (80.0%')
+  mask[79] = False
+  assert measure.not_road(mask) is None
+  # A blank frame the model finds nothing in: one value (any bit depth).
+  row, cracks = measure.measure_photo(np.zeros((320, 480), bool), photo=black)
+  assert row['not_road'] == (
+    'not a road photo: almost all one value (100.0% of its pixels within 4 levels of one colour)'
+  )
+  blank = np.zeros((8, 8), bool)
+  assert measure.not_road(blank, np.full((8, 8, 3), 40000, np.uint16))
+  assert measure.not_road(blank, np.full((8, 8, 3), 0.5, np.float32))
+  # A road: texture, a crack; measured as before.
+  rng = np.random.default_rng(0)
+  road = (120 + rng.normal(0, 18, (320, 480, 3))).clip(0, 255).astype(np.uint8)
+  mask = np.zeros((320, 480), bool)
+  mask[100, 50:400] = True
+  row, cracks = measure.measure_photo(mask, photo=road)
+  assert row['not_road'] is None and row['segments'] == len(cracks) == 1
+
+
+def test_a_photo_not_of_a_road_is_counted_apart_in_the_summary(tmp_path):
+  from crackjax.deploy import predict_outputs
+
+  flagged = {'name': 'black.png', **measure.measure_cracks(np.ones((32, 48), bool))}
+  rows = [{**ROW_A, 'not_road': None}, flagged]
+  summary = measure_summary.summarize(rows)
+  assert (summary['images'], summary['not_road'], summary['segments']) == (2, 1, 2)
+  assert summary['mean_crack_ratio'] == pytest.approx(0.01) and summary['max_width_px'] == 3.0
+  assert measure_summary.format_summary(summary) == (
+    '2 images, 1 not a road photo (not measured): crack length 100 px (5.0 mm) in 2 segments; '
+    'mean crack ratio 1.00%; widest 3.0 px (0.15 mm)'
+  )
+  # measurements.csv's cells: the reason, the figures empty; read back, the same summary.
+  text = predict_outputs.csv_table(list(measure.CSV_FIELDS), rows)
+  read_back = list(csv.DictReader(io.StringIO(text)))
+  assert read_back[1]['not_road'] == flagged['not_road'] and read_back[1]['crack_ratio'] == ''
+  assert measure_summary.summarize(read_back) == summary

@@ -252,7 +252,17 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   assert predict_command.main([*args, '--overwrite']) == 0
 
 
-def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
+def _one_line(self, image, progress=None):
+  """A Predictor's map of one crack line across the middle of any photo (0 elsewhere): at
+  --threshold=0 --min_length=0 each photo is one crack. (A whole map of crack is no road
+  photo, measure.not_road, and has no crack row.)"""
+  prob = np.zeros(np.asarray(image).shape[:2], np.float32)
+  prob[prob.shape[0] // 2] = 1.0
+  return prob
+
+
+def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(predictor.Predictor, '_predict', _one_line)
   folder = tmp_path / 'photos'
   (folder / 'sub' / 'deeper').mkdir(parents=True)
   PIL.Image.fromarray(photo(20, 30)).save(folder / 'road.jpg')
@@ -266,7 +276,7 @@ def test_output_names_are_unique_and_keep_subfolders(run_dir, tmp_path, capsys):
   PIL.Image.fromarray(photo(16, 16)).save(folder / '.hidden' / 'skip.png')
   out = tmp_path / 'out'
   args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
-  # Threshold 0: every pixel is crack, so every photo is one crack (min_length 0) of cracks.csv.
+  # Threshold 0 over one line (`_one_line`): every photo is one crack (min_length 0) of cracks.csv.
   assert predict_command.main([*args, '--overwrite', '--threshold=0', '--min_length=0']) == 0
   err = capsys.readouterr().err
   names = {'road_jpg', 'road_png', 'sub/road', 'sub/deeper/x', 'anim'}
@@ -485,8 +495,9 @@ def test_tiles_are_split_over_all_local_devices():
   assert proc.returncode == 0 and 'ok 2' in proc.stdout, proc.stderr[-2000:]
 
 
-def test_names_a_spreadsheet_would_run_stay_text_in_the_csv_files(run_dir, tmp_path):
+def test_names_a_spreadsheet_would_run_stay_text_in_the_csv_files(run_dir, tmp_path, monkeypatch):
   # OWASP "CSV injection": a photo named like a formula is written behind a quote.
+  monkeypatch.setattr(predictor.Predictor, '_predict', _one_line)
   folder = tmp_path / 'photos'
   folder.mkdir()
   names = ['=HYPERLINK(1)', '+1', '-road', '@sum', 'road']
@@ -502,3 +513,30 @@ def test_names_a_spreadsheet_would_run_stay_text_in_the_csv_files(run_dir, tmp_p
     assert (out / 'probs' / f'{name}.png').is_file()
   # A second prediction over it finds the earlier outputs by their real names.
   assert sorted(predict_outputs.earlier_names(out / 'measurements.csv')) == sorted(names)
+
+
+def test_a_frame_the_model_calls_crack_whole_is_no_road_photo(
+  run_dir, tmp_path, monkeypatch, capsys
+):
+  """Issue 78: an all-black frame whose map is crack everywhere was measured as one transverse
+  crack 479 px wide, ratio 1.0; it is flagged in measurements.csv and on the page instead, and
+  has no row in cracks.csv."""
+  folder = tmp_path / 'photos'
+  folder.mkdir()
+  PIL.Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(folder / 'black.png')
+  PIL.Image.fromarray(photo(48, 64)).save(folder / 'road.png')
+
+  def stub(self, image, progress=None):  # crack everywhere on the black frame alone
+    return np.full(image.shape[:2], float(np.asarray(image).max() == 0), np.float32)
+
+  monkeypatch.setattr(predictor.Predictor, '_predict', stub)
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', str(folder)]
+  assert predict_command.main(args) == 0
+  rows = {r['name']: r for r in csv.DictReader((out / 'measurements.csv').open())}
+  assert rows['black']['not_road'].startswith('not a road photo: almost all of it crack (100.0%')
+  assert rows['black']['crack_ratio'] == rows['black']['max_width_px'] == ''
+  assert rows['black']['cracks'] == '0' and rows['road']['not_road'] == ''
+  assert not [r for r in csv.DictReader((out / 'cracks.csv').open()) if r['name'] == 'black']
+  assert 'not a road photo: almost all of it crack' in (out / 'index.html').read_text()
+  assert '2 images, 1 not a road photo (not measured): ' in capsys.readouterr().out

@@ -2,8 +2,10 @@
 
 A summary (photos, total crack length, cracks by type, the worst severity), then one card per
 photo: its overlay as an embedded thumbnail (a click opens the full-size overlays/<name>.jpg),
-its numbers (crack ratio, length, widths, cracks) and its cracks by type and severity. The
-cards sort by crack ratio, length or maximum width. No server, network, external script, style
+its numbers (crack ratio, length, widths, cracks) and its cracks by type and severity; a photo
+that is not a road photo (measurements.csv's `not_road`: almost all crack, or almost all one
+value) says so instead, unmeasured, and sorts last. The cards sort by crack ratio, length or
+maximum width. No server, network, external script, style
 sheet or font: the thumbnails are data URIs and the few lines of sorting script are inline.
 Every name and title is HTML-escaped and every link percent-encoded, so a photo named
 ``<img src=x onerror=alert(1)>.png``, ``#1.png`` or ``50%.png`` shows its name as it is and
@@ -45,6 +47,7 @@ background:#fff;cursor:pointer}
 .card td{padding:1px 4px}
 .card td.n{text-align:right}
 .sev-high{color:#b00;font-weight:bold}.sev-moderate{color:#c60}.sev-low{color:#060}
+.not-road{color:#b00;font-weight:bold}
 """
 
 _SCRIPT = """
@@ -89,8 +92,14 @@ def _worst(severities: Sequence[str | None]) -> str | None:
   return max(rated, key=_SEVERITIES.index) if rated else None
 
 
+def _sort_value(value: Any) -> float:
+  """A card's sort key: -1 for a figure not measured (a photo not of a road sorts last)."""
+  return -1.0 if value in (None, '') else float(value)
+
+
 def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: str) -> str:
   name = html.escape(str(row['name']))
+  not_road = row.get('not_road') or ''
   mm = row.get('length_mm') not in (None, '')
   by_type = {t: [c for c in cracks if c['type'] == t] for t in measure.CRACK_TYPES}
   lines = []
@@ -101,8 +110,9 @@ def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: st
     rated = ', '.join(f'<span class="sev-{s}">{n} {s}</span>' for s, n in severities.items() if n)
     rated = f'<td>{rated}</td>' if rated else ''  # no column without --mm_per_pixel
     lines.append(f'<tr><td>{kind}</td><td class="n">{len(found)}</td>{rated}</tr>')
+  ratio = row.get('crack_ratio')
   numbers = [
-    ('crack ratio', _number(100 * float(row['crack_ratio']), 2, ' %')),
+    ('crack ratio', _number(None if ratio in (None, '') else 100 * float(ratio), 2, ' %')),
     (
       'length',
       _number(row['length_px'], 0, ' px')
@@ -117,13 +127,23 @@ def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: st
   ]
   table = ''.join(f'<tr><td>{k}</td><td class="n">{v}</td></tr>' for k, v in numbers)
   worst = _worst([c['severity'] for c in cracks])
+  if not_road:
+    found = f'<p class="not-road">{html.escape(str(not_road))}; not measured</p>'
+  elif lines:
+    found = f'<table>{"".join(lines)}</table>'
+  else:
+    found = '<p>no crack of the minimum length</p>'
+  keys = {
+    k: _sort_value(row.get(f)) for k, f in (('ratio', 'crack_ratio'), ('length', 'length_px'))
+  }
+  keys['width'] = _sort_value(row.get('max_width_px'))
   return (
-    f'<div class="card" data-ratio="{float(row["crack_ratio"]):.8f}" '
-    f'data-length="{float(row["length_px"]):.3f}" data-width="{float(row["max_width_px"]):.3f}">'
+    f'<div class="card" data-ratio="{keys["ratio"]:.8f}" '
+    f'data-length="{keys["length"]:.3f}" data-width="{keys["width"]:.3f}">'
     f'<a href="{html.escape(overlay_link(str(row["name"])))}">'
     f'<img src="{html.escape(thumb)}" alt="overlay of {name}"></a>'
     f'<h2>{name}</h2><table>{table}</table>'
-    + (f'<table>{"".join(lines)}</table>' if lines else '<p>no crack of the minimum length</p>')
+    + found
     + (f'<p>worst: <span class="sev-{worst}">{worst}</span></p>' if worst else '')
     + '</div>'
   )
@@ -146,6 +166,10 @@ def write_index(
   length = _number(summary['length_px'], 0, ' px')
   if summary.get('length_mm') is not None:
     length += f' ({_number(summary["length_mm"] / 1000, 2, " m")})'
+  others = summary['not_road']
+  not_road = (
+    f' (<span class="not-road">{others} not a road photo</span>, not measured)' if others else ''
+  )
   buttons = ''.join(
     f'<button type="button" data-key="{key}">{label}</button>' for key, label in SORT_KEYS
   )
@@ -159,7 +183,7 @@ def write_index(
     '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
     f'<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>'
     f'<h1>{html.escape(title)}</h1><div class="summary">'
-    f'{summary["images"]} photo(s); total crack length {length}; '
+    f'{summary["images"]} photo(s){not_road}; total crack length {length}; '
     f'{len(cracks)} crack(s): {kinds}; worst severity: '
     + (f'<span class="sev-{worst}">{worst}</span>' if worst else '– (no --mm_per_pixel)')
     + f'</div><div class="controls">sort by: {buttons}</div>'

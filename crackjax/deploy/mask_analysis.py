@@ -38,7 +38,7 @@ from skimage.morphology import skeletonize
 STAGES = ('components', 'skeleton', 'widths')
 
 
-def _as_mask(mask: Any) -> np.ndarray:
+def as_mask(mask: Any) -> np.ndarray:
   """`mask` as a 2-D bool array; ValueError for another shape or non-binary values."""
   arr = np.asarray(mask)
   if arr.ndim == 3 and arr.shape[-1] == 1:
@@ -104,7 +104,7 @@ def analyse(mask: Any, progress: Callable[[str], object] | None = None) -> MaskA
     if progress is not None:
       progress(name)
 
-  m = _as_mask(mask)
+  m = as_mask(mask)
   stage(STAGES[0])
   labels, segments = ndimage.label(m, structure=np.ones((3, 3), dtype=bool))
   stage(STAGES[1])

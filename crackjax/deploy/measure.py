@@ -16,6 +16,9 @@ which computes both, says how).
   widths, the per-crack rows) and counted apart (`speckles`, `speckle_pixels`). The mask
   itself is not changed.
 
+* Not a road photo (`not_road`: a mask almost all crack, a photo almost all one value) is
+  flagged in `not_road` and not measured: no crack rows, None (empty cells) for its figures.
+
 Per crack (`measure_each_crack`, one row per crack in crackjax-predict's cracks.csv): a crack is
 an 8-connected component whose skeleton is at least `min_length` pixels long (shorter ones are
 speckle, `DEFAULT_MIN_LENGTH`), with its bounding box, length, widths, orientation to the
@@ -54,12 +57,47 @@ MEASURE_FIELDS: tuple[str, ...] = (
   *_SIZE_FIELDS,
   'speckles',
   'speckle_pixels',
+  'not_road',
 )
 # Column order of a per-photo CSV: the photo's name, then the measurements.
 CSV_FIELDS: tuple[str, ...] = ('name', *MEASURE_FIELDS)
 
 #: The stages of `measure_photo`, in order: components, skeleton, distance transform, cracks.
 STAGES = (*mask_analysis.STAGES, 'cracks')
+
+#: Not a road photo: a mask at least this share crack (CRACK500's crops, the densest labels,
+#: are 20% crack), or a photo this share of whose pixels lie within this many levels (of 255)
+#: of its median colour in every channel (a black or blank frame; a road's texture varies more).
+NOT_ROAD_CRACK_SHARE, NOT_ROAD_FLAT_SHARE, NOT_ROAD_FLAT_LEVELS = 0.8, 0.98, 4
+
+
+def not_road(mask: np.ndarray, photo: np.ndarray | None = None) -> str | None:
+  """Why the photo of crack mask `mask` is not a road photo, in words, or None: its mask is
+  almost all crack, or `photo` (H x W x 3; uint8, uint16 or float in [0, 1]; a large one judged
+  on about a million pixels) almost all one value. ValueError: `mask` is not a binary mask."""
+  m = mask_analysis.as_mask(mask)
+  share = np.count_nonzero(m) / m.size
+  if share >= NOT_ROAD_CRACK_SHARE:
+    return f'not a road photo: almost all of it crack ({100 * share:.1f}% of its pixels)'
+  if photo is None:
+    return None
+  image = np.asarray(photo)
+  step = max(1, math.isqrt(image.shape[0] * image.shape[1] // 1_000_000))
+  sample = image[::step, ::step].reshape(-1, image.shape[-1] if image.ndim == 3 else 1)
+  levels = NOT_ROAD_FLAT_LEVELS / 255 * {'uint8': 255, 'uint16': 65535}.get(image.dtype.name, 1)
+  sample = sample.astype(np.float32)
+  near = (np.abs(sample - np.median(sample, axis=0)) <= levels).all(axis=1).mean()
+  if near < NOT_ROAD_FLAT_SHARE:
+    return None
+  return (
+    f'not a road photo: almost all one value ({100 * near:.1f}% of its pixels within '
+    f'{NOT_ROAD_FLAT_LEVELS} levels of one colour)'
+  )
+
+
+def _not_measured(reason: str) -> dict[str, Any]:
+  """The row of a photo that is not a road photo (`not_road`): nothing measured."""
+  return dict.fromkeys(MEASURE_FIELDS) | {'segments': 0, 'speckles': 0, 'not_road': reason}
 
 
 def measure_cracks(
@@ -92,7 +130,7 @@ def measure_cracks(
     `segments` (int, the cracks: 8-connected components at least `min_length` long),
     `length_px`, `length_mm`, `mean_width_px`, `max_width_px`, `mean_width_mm`,
     `max_width_mm`, all of the cracks; `speckles` (int, the shorter components) and
-    `speckle_pixels` (int, their pixels).
+    `speckle_pixels` (int, their pixels); `not_road`: None, or why it is not a road photo.
 
   Raises:
     ValueError: `mask` has another shape, is empty or not binary, `mm_per_pixel` is not > 0
@@ -100,6 +138,8 @@ def measure_cracks(
   """
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, 'vertical')
+  if reason := not_road(mask):
+    return _not_measured(reason)
   return _totals(mask_analysis.analyse(mask), mm_per_pixel, _min_length(min_length))
 
 
@@ -110,13 +150,17 @@ def measure_photo(
   min_length: float | None = None,
   direction: str = 'vertical',
   progress: Callable[[str], object] | None = None,
+  photo: np.ndarray | None = None,
 ) -> tuple[dict[str, float | int | None], list[dict[str, Any]]]:
   """`measure_cracks` and `measure_each_crack` of one mask from one skeleton and one distance
   transform (the costly part on a large photo): (the photo's row, its cracks' rows), both
   without the components shorter than `min_length` (default `DEFAULT_MIN_LENGTH`).
-  `progress(stage)` is called as each of `STAGES` begins (minutes on a 100 MP photo)."""
+  `progress(stage)` is called as each of `STAGES` begins (minutes on a 100 MP photo). Not a
+  road photo (`not_road`: its mask, or the `photo` given): (its row, flagged, no cracks)."""
   _check_mm_per_pixel(mm_per_pixel)
   _check_per_crack(min_length, direction)
+  if reason := not_road(mask, photo):
+    return _not_measured(reason), []
   analysis = mask_analysis.analyse(mask, progress)
   if progress is not None:
     progress(STAGES[-1])
@@ -184,6 +228,7 @@ def _totals(
     'max_width_mm': mm(max_width),
     'speckles': a.segments - segments,
     'speckle_pixels': all_pixels - crack_pixels,
+    'not_road': None,
   }
 
 
@@ -211,11 +256,13 @@ DEFAULT_MIN_LENGTH = 20.0
 #: `block` (blocks of about 0.1 to 10 m2). Without a pixel size the side is read at
 #: ASSUMED_MM_PER_PIXEL. Otherwise by its main axis: within 30 degrees of the driving
 #: direction `longitudinal`, within 30 degrees of across it `transverse`, in between
-#: `diagonal`. Branch points never decide a type: a crack across the road with spurs is
-#: transverse (docs/prediction.md has the rule's confusion table, bench/crack_types.py).
+#: `diagonal`; without a main axis (a "+" crossing: NO_AXIS_SPREAD) at 45 degrees, diagonal.
+#: Branch points never decide a type: a crack across the road with spurs is transverse
+#: (docs/prediction.md has the rule's confusion table, bench/crack_types.py).
 CRACK_TYPES = ('longitudinal', 'transverse', 'diagonal', 'block', 'alligator')
 AXIS_TOLERANCE_DEG = 30.0
 PATTERN_CELLS = 3
+NO_AXIS_SPREAD = 0.5  # a "+" of arms 1 and 0.8: 0.51 (variance as length cubed); 1 and 0.5: 0.13
 ALLIGATOR_CELL_MM = 300.0
 #: A road photo about a metre across at ~500 px: 2 mm a pixel.
 ASSUMED_MM_PER_PIXEL = 2.0
@@ -298,11 +345,14 @@ def crack_type(angle: float, cell_sides_px: np.ndarray, mm_per_pixel: float | No
 
 
 def _orientation_to_road(ys: np.ndarray, xs: np.ndarray, direction: str) -> float:
-  """Angle in degrees [0, 90] between the main axis of the points and the road's axis."""
+  """Angle in degrees [0, 90] between the main axis of the points and the road's axis (45
+  without one: spread across at least `NO_AXIS_SPREAD` of along it, a crossing)."""
   if len(ys) < 2:
     return 0.0
   coords = np.stack([ys - ys.mean(), xs - xs.mean()]).astype(np.float64)
-  _, vectors = np.linalg.eigh(coords @ coords.T)
+  spreads, vectors = np.linalg.eigh(coords @ coords.T)
+  if spreads[0] >= NO_AXIS_SPREAD * spreads[1]:
+    return 45.0
   dy, dx = vectors[:, -1]  # the principal axis, as (dy, dx)
   road = (1.0, 0.0) if direction == 'vertical' else (0.0, 1.0)
   cos = abs(dy * road[0] + dx * road[1]) / math.hypot(dy, dx)
