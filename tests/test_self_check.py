@@ -375,3 +375,21 @@ def test_crackjax_predict_takes_a_pinned_file_and_refuses_another_in_one_line(ex
   message = str(e.value.code)
   assert message.startswith('crackjax-predict: ') and '\n' not in message
   assert f'not the pinned {"0" * 64}' in message and not (tmp_path / 'p').exists()
+
+
+def test_crackjax_evaluate_model_runs_the_check(exported, tmp_path):
+  """Issue 78: crackjax-evaluate --model never ran the check; it refuses an altered file in one
+  line before any photo is scored."""
+  from crackjax.trainer import evaluate_command
+  from tests import fixtures
+
+  altered = rewritten(exported, tmp_path / 'altered.safetensors', params=_colour_only)
+  images, masks = fixtures.make_fake_folder(tmp_path / 'folder', n=2)
+  with pytest.raises(SystemExit) as e:
+    evaluate_command.main(
+      [f'--model={altered}', f'--folder={images}:{masks}', f'--out={tmp_path / "scores"}']
+    )
+  message = str(e.value.code)
+  assert message.startswith('crackjax-evaluate: ') and '\n' not in message
+  assert str(altered) in message and 'do not give the self check' in message
+  assert not (tmp_path / 'scores').exists()
