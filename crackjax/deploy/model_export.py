@@ -5,9 +5,9 @@ run's ``config.model`` group and whole config, the input rule, the threshold and
 chosen, and the model card built here (`model_card`) from what the run recorded about that
 step: every evaluation record of it in the workdir (eval.json, epoch_<NNN>.json,
 eval/*/eval.json), each with its dataset, split and number of images, so the card's scores
-name the split they were measured on. The card also holds a `self_check`: the model's output
-on a synthetic image drawn from a fixed seed, which anyone can recompute without data and
-every load compares (`crackjax.deploy.self_check`).
+name the split they were measured on. The card also holds a `self_check`: the model's logits
+on a fixed colour road image, which anyone can recompute without data and every load compares
+(`crackjax.models.output_check`).
 
 With ``dtype='bfloat16'`` the stored parameters are rounded to bfloat16 (half the size); the
 card then states the measured change on the run's test split (max |Δp| over every pixel and
@@ -143,8 +143,9 @@ def step_records(workdir: Path, step: int) -> list[dict[str, Any]]:
 def step_threshold(run: Run, workdir: Path) -> tuple[float, str]:
   """The threshold of the exported step and how it was chosen: the run's threshold.json when
   it was chosen at this step, else the strict ODS threshold of this step's epoch record on the
-  run's own test split (the same rule, `crackjax.trainer.scoring`; a release exports the
-  epoch that scored best on its validation part), else the run's fallback (0.5, said). The
+  run's own test split (the same rule, `crackjax.trainer.scoring`, a degenerate one left out:
+  `restored.epoch_threshold`; a release exports the epoch that scored best on its validation
+  part), else the run's fallback (0.5, said). The
   wording names no path of this machine: it goes into the file."""
   saved = workdir / 'threshold.json'
   if saved.is_file():
