@@ -246,9 +246,11 @@ def test_command_line_on_a_mixed_folder(run_dir, tmp_path, capsys):
   # The 12-bit image is read by its range, not as a nearly black 16-bit one.
   assert predict_command.load_photo(folder / 'deep.png').max() > 200
 
-  # Nothing is overwritten without --overwrite; with it, the run is repeated.
-  with pytest.raises(SystemExit, match='measurements.csv exists; pass --overwrite'):
-    predict_command.main(args)
+  # The same command again predicts nothing: every photo is done (OUT's manifest, the
+  # progress file kept once finished); with --overwrite, the run is repeated.
+  capsys.readouterr()
+  assert predict_command.main(args) == 0
+  assert 'wrote 5 image(s) (5 of them done by an earlier run' in capsys.readouterr().err
   assert predict_command.main([*args, '--overwrite']) == 0
 
 

@@ -134,7 +134,8 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     path = item.path
     targets = map_files(out, name)
     if not fv.overwrite and progress.is_done(name, out):
-      # Done by an earlier run of this command (interrupted): kept, and in the tables.
+      # Done by an earlier run of this command (interrupted, or finished before the tree
+      # grew): kept, and in the tables.
       row, found, thumbnails[name] = _done_before(progress, name, path, targets)
       rows.append(row)
       cracks += found
@@ -168,8 +169,10 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       painted = written.overlay(photo, mask)
       del photo
       written.save_image(targets[2], painted, 'JPEG', quality=90)
-      thumbnails[name] = html_report.thumbnail_uri(painted)
       del painted
+      # From the file, as for a photo done before: one page however the photos were predicted
+      # (here, resumed or in shards merged: crackjax.survey.shards).
+      thumbnails[name] = _thumbnail_of(targets[2])
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
       row |= {'threshold': round(own, 4)} | choice.columns()
       totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
@@ -178,6 +181,13 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     cracks += [{'name': name, **c} for c in found]
     rows.append(row)
 
+  others = sorted(set(progress.done) - set(names))
+  if others:
+    notes.append(
+      f'{out} holds {len(others)} photo(s) predicted earlier with these settings that this '
+      f'command does not name ({", ".join(others[:3])}{", ..." if len(others) > 3 else ""}): '
+      'kept in OUT and its manifest, not in the tables'
+    )
   for line in notes:
     print(f'{PROG}: note: {line}', file=sys.stderr)
   for line in skipped:
@@ -311,7 +321,9 @@ def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
 
 def refuse_existing_tables(out: Path, tables: list[Path], overwrite: bool) -> None:
   """Ends the command if `out` holds tables it may not replace: without --overwrite, only
-  those of an unfinished prediction (the same command again finishes it)."""
+  those of a prediction whose progress file (or manifest, once finished) is in `out` (the
+  same command again finishes it, or adds the photos it does not list; other settings are
+  refused by `predict_outputs.Progress`)."""
   existing = [t for t in tables if t.exists()]
-  if existing and not overwrite and not written.unfinished(out):
+  if existing and not overwrite and written.read_progress(out) is None:
     sys.exit(f'{PROG}: {existing[0]} exists; pass --overwrite or choose another --out.')

@@ -9,6 +9,11 @@ exactly the photos without that line (writing again only maps it began itself), 
 tables list every photo of the command, those done before included. A line cut short by an
 interruption does not count. The file begins with the prediction's settings (model, step,
 threshold, tiling, measuring flags): maps of other settings are never mixed into one table.
+Once the tables are written the file stays as the folder's manifest (`finish`: its photos
+done, then a last line `{"finished": N}`): the same command again over a tree that has grown
+predicts only the photos it does not list (a survey's new day of photos), and the photos of
+a prediction split into shards are merged into one folder through it
+(`crackjax.survey.shards`).
 
 The maps' pixels (`as_8bit`, `overlay`) and the tables' cells (`csv_table`: no cell a
 spreadsheet would evaluate) are made here too, and an earlier prediction's maps that a new
@@ -66,7 +71,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 class SettingsDiffer(ValueError):
-  """--out holds an unfinished prediction of other settings (the message says which)."""
+  """--out holds a prediction of other settings, unfinished or finished (the message says
+  which)."""
 
 
 class Progress:
@@ -97,10 +103,15 @@ class Progress:
       ]
       if changed:
         shown = '; '.join(f'{k}: {old.get(k)} -> {self.settings.get(k)}' for k in changed[:3])
+        if unfinished(out):
+          raise SettingsDiffer(
+            f'{out} holds an unfinished prediction made with other settings ({shown}): run it '
+            f'again with its own flags to finish it, pass --overwrite to start again, or choose '
+            f'another --out.'
+          )
         raise SettingsDiffer(
-          f'{out} holds an unfinished prediction made with other settings ({shown}): run it '
-          f'again with its own flags to finish it, pass --overwrite to start again, or choose '
-          f'another --out.'
+          f'{out} holds a prediction made with other settings ({shown}): its photos would be '
+          'kept, not predicted again; pass --overwrite to replace it, or choose another --out.'
         )
     self.path.parent.mkdir(parents=True, exist_ok=True)
     if earlier is None:
@@ -157,17 +168,49 @@ def read_progress(
   return None if settings is None else (settings, done, started)
 
 
+#: The key of a finished prediction's last line (`finish`).
+FINISHED = 'finished'
+
+
+def _last_entry(out: Path) -> dict[str, Any] | None:
+  """The last whole JSON line of `out`'s progress file (None: none, or cut short)."""
+  try:
+    with (Path(out) / PROGRESS_FILE).open('rb') as f:
+      f.seek(0, os.SEEK_END)
+      f.seek(max(0, f.tell() - 4096))
+      tail = f.read().decode('utf-8', 'replace').splitlines()
+  except OSError:
+    return None
+  try:
+    entry = json.loads(tail[-1]) if tail else None
+  except ValueError:
+    return None
+  return entry if isinstance(entry, dict) else None
+
+
 def unfinished(out: Path) -> bool:
   """Whether `out` holds a prediction begun and not finished (its tables, if any, are its
   own, cut short: the same command again replaces them)."""
   earlier = read_progress(out)
-  return earlier is not None and bool(earlier[1] or earlier[2])
+  if earlier is None or not (earlier[1] or earlier[2]):
+    return False
+  return FINISHED not in (_last_entry(out) or {})
 
 
 def finish(out: Path) -> None:
-  """Removes the progress file once the tables list every photo (the prediction is whole)."""
-  with contextlib.suppress(FileNotFoundError):
-    (Path(out) / PROGRESS_FILE).unlink()
+  """Once the tables list every photo: the progress file rewritten as the folder's manifest,
+  its settings, every photo done (by this command or an earlier one into `out`) and a last
+  line `{"finished": N}` (the lines of photos begun and not done go)."""
+  earlier = read_progress(out)
+  if earlier is None:
+    return
+  settings, done, _ = earlier
+  lines = [outputs.dumps({'settings': settings})]
+  lines += [
+    outputs.dumps({'name': n, 'row': d['row'], 'cracks': d['cracks']}) for n, d in done.items()
+  ]
+  lines.append(outputs.dumps({FINISHED: len(done)}))
+  write_text(Path(out) / PROGRESS_FILE, '\n'.join(lines) + '\n')
 
 
 # ------------------------------------------------------------------------ the tables and maps

@@ -32,6 +32,8 @@ import numpy as np
 import PIL.Image
 from scipy import ndimage
 
+from crackjax.runs import outputs
+
 CATEGORY = {'id': 1, 'name': 'crack', 'supercategory': 'distress'}
 EIGHT = np.ones((3, 3), bool)
 
@@ -181,7 +183,7 @@ def export_masks(
   }
   coco_file.parent.mkdir(parents=True, exist_ok=True)
   partial = coco_file.with_name(coco_file.name + '.partial')
-  partial.write_text(json.dumps(coco), encoding='utf-8')
+  partial.write_text(outputs.dumps(coco), encoding='utf-8')
   os.replace(partial, coco_file)
   return Exported(len(images), len(annotations), left_out)
 

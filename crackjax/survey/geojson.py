@@ -10,12 +10,12 @@ unlocated feature) and its reason in ``no_position``: it is counted and named, n
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crackjax.deploy import measure
+from crackjax.runs import outputs
 from crackjax.survey import gps, sections
 
 #: Each Feature's properties and what they hold.
@@ -82,9 +82,7 @@ def feature_collection(
 
 def dumps(collection: Mapping[str, Any]) -> str:
   """The collection as GeoJSON text: one feature a line (a large survey stays greppable)."""
-  lines = ',\n'.join(
-    json.dumps(f, ensure_ascii=False, allow_nan=False) for f in collection['features']
-  )
+  lines = ',\n'.join(outputs.dumps(f, ensure_ascii=False) for f in collection['features'])
   return '{"type": "FeatureCollection", "features": [\n' + lines + '\n]}\n'
 
 

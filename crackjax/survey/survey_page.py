@@ -11,12 +11,12 @@ beside it (crackjax-predict's page).
 from __future__ import annotations
 
 import html
-import json
 import math
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crackjax.runs import outputs
 from crackjax.survey import gps, sections
 
 #: Dot colours by worst severity (sections.WORST's order).
@@ -137,7 +137,7 @@ def write_page(
       'worst': order,
       'colours': [COLOURS[w] for w in order],
     }
-    text = json.dumps(data, ensure_ascii=True).replace('</', '<\\/')
+    text = outputs.dumps(data, ensure_ascii=True).replace('</', '<\\/')
     legend = ''.join(
       f'<span style="color:{COLOURS[w]}">&#9679; {w} ({counts[w]})</span>' for w in order
     )

@@ -157,9 +157,47 @@ def test_a_full_disk_names_the_file_and_the_same_command_finishes_the_rest(
         image.load()  # whole files
   page = (out / 'index.html').read_text()
   assert page.count('<div class="card"') == 3
-  assert not (out / photos.PROGRESS_FILE).exists()  # finished: the tables say it all
-  # Finished: the same command again refuses as before.
-  assert 'measurements.csv exists; pass --overwrite' in one_line_exit(argv)
+  # Finished: the progress file stays as OUT's manifest, its last line says so ...
+  manifest = (out / photos.PROGRESS_FILE).read_text().splitlines()
+  assert json.loads(manifest[-1]) == {'finished': 3} and len(manifest) == 5
+  # ... and the same command again predicts nothing (every photo is done), other settings are
+  # refused in one line: they would mix two predictions in one folder.
+  assert predict_command.main(argv) == 0
+  err = capsys.readouterr().err
+  assert 'wrote 3 image(s) (3 of them done by an earlier run of this command)' in err
+  assert (out / 'probs' / '001.png').read_bytes() == first
+  threshold = json.loads((smoke_run / 'threshold.json').read_text())['threshold']
+  assert one_line_exit([*argv, '--threshold=0.3']) == (
+    f'crackjax-predict: {out} holds a prediction made with other settings (threshold: '
+    f'{threshold} -> 0.3): its photos would be kept, not predicted again; pass --overwrite to '
+    'replace it, or choose another --out.'
+  )
+
+
+@pytest.mark.slow
+def test_a_finished_prediction_predicts_only_the_photos_added_since(smoke_run, folder, capsys):
+  # A survey's tree grows by a day of photos: the same command predicts those alone.
+  out = folder.parent / 'out'
+  argv = args(smoke_run, out, folder)
+  assert predict_command.main(argv) == 0
+  page = (out / 'index.html').read_text()
+  before = {n: (out / 'probs' / f'{n}.png').stat().st_mtime_ns for n in ('001', '002', '003')}
+  PIL.Image.fromarray(photo(seed=7)).save(folder / '004.png')
+  capsys.readouterr()
+  assert predict_command.main(argv) == 0
+  assert 'wrote 4 image(s) (3 of them done by an earlier run' in capsys.readouterr().err
+  assert table_names(out) == ['001', '002', '003', '004']
+  assert {n: (out / 'probs' / f'{n}.png').stat().st_mtime_ns for n in before} == before
+  # The page of the three as it was, a fourth card beside them (thumbnails from the files).
+  assert (out / 'index.html').read_text().count('<div class="card"') == 4
+  assert page.count('data:image/jpeg;base64,') == 3
+  # A photo gone from the tree stays in OUT and its manifest, not in the tables, said.
+  (folder / '001.png').unlink()
+  assert predict_command.main(argv) == 0
+  assert 'holds 1 photo(s) predicted earlier with these settings that this command does not ' in (
+    capsys.readouterr().err
+  )
+  assert table_names(out) == ['002', '003', '004']
 
 
 @pytest.mark.slow
