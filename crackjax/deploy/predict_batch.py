@@ -167,7 +167,6 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       written.save_image(targets[1], mask.view(np.uint8) * np.uint8(255), 'PNG')
       stage('overlays/')
       painted = written.overlay(photo, mask)
-      del photo
       written.save_image(targets[2], painted, 'JPEG', quality=90)
       del painted
       # From the file, as for a photo done before: one page however the photos were predicted
@@ -175,7 +174,9 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       thumbnails[name] = _thumbnail_of(targets[2])
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
       row |= {'threshold': round(own, 4)} | choice.columns()
-      totals, found = measure.measure_photo(mask, progress=stage, **_measuring(fv))
+      # The photo too: a frame almost all one value is no road photo (`measure.not_road`).
+      totals, found = measure.measure_photo(mask, progress=stage, photo=photo, **_measuring(fv))
+      del photo
     row |= totals | {'cracks': len(found)}
     progress.add(name, row, found)
     cracks += [{'name': name, **c} for c in found]
