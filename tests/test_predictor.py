@@ -542,3 +542,28 @@ def test_a_frame_the_model_calls_crack_whole_is_no_road_photo(
   assert not [r for r in csv.DictReader((out / 'cracks.csv').open()) if r['name'] == 'black']
   assert 'not a road photo: almost all of it crack' in (out / 'index.html').read_text()
   assert '2 images, 1 not a road photo (not measured): ' in capsys.readouterr().out
+
+
+def test_a_frame_almost_all_one_value_is_no_road_photo_in_crackjax_predict(
+  run_dir, tmp_path, monkeypatch
+):
+  """Issue 78: a grey frame (a lens cap, an exposure gone wrong) whose map has a few crack
+  pixels is flagged by its photo, not only by its mask: crackjax-predict hands the photo to
+  `measure.measure_photo`."""
+  folder = tmp_path / 'photos'
+  folder.mkdir()
+  PIL.Image.fromarray(np.full((48, 64, 3), 90, np.uint8)).save(folder / 'grey.png')
+  PIL.Image.fromarray(photo(48, 64)).save(folder / 'road.png')
+
+  def stub(self, image, progress=None):  # one thin crack line on every photo
+    out = np.zeros(image.shape[:2], np.float32)
+    out[20, 5:60] = 1.0
+    return out
+
+  monkeypatch.setattr(predictor.Predictor, '_predict', stub)
+  out = tmp_path / 'out'
+  args = [f'--workdir={run_dir}', f'--out={out}', '--notune_malloc', '--min_length=0']
+  assert predict_command.main([*args, str(folder)]) == 0
+  rows = {r['name']: r for r in csv.DictReader((out / 'measurements.csv').open())}
+  assert rows['grey']['not_road'].startswith('not a road photo: almost all one value'), rows
+  assert rows['road']['not_road'] == '' and rows['road']['cracks'] == '1'
