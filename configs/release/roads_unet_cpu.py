@@ -20,7 +20,7 @@ two folders.
 
 Config arguments:
   (none): the release setting (the 28 Nov file: epoch 11 at the constant step size; the plateau
-    run of 30 Nov: epoch 37 of the same, 42 epochs, docs/lodo.md).
+    run of 30 Nov: epoch 37 of the same, 42 epochs, results/plateau_run_2026-11-30.md).
   cosine: the plateau run of issue 76, the same recipe with a schedule that ends: the constant
     step size to step 11,000 (the 28 Nov file's step), then a cosine decay to 1% of it at step
     22,000 (epoch 22), with a 300-step warm-up after a warm start. Started from the last
