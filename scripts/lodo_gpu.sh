@@ -58,7 +58,7 @@ DTYPE=${DTYPE:-bfloat16}
 RETURN_MODELS=${RETURN_MODELS:-}
 EVAL_WORKERS=${EVAL_WORKERS:-1}
 MEM_FRACTION=${MEM_FRACTION:-0.15}
-HELD_OUT=${HELD_OUT:-crackforest deepcrack crack500 gaps384 aiglern_trimm}
+HELD_OUT=${HELD_OUT:-}  # empty: configs/lodo.py's MEMBERS, read once crackjax imports (below)
 if [ "${TINY:-0}" = 1 ]; then
   BUDGET=${BUDGET:-smoke}
   DATA=${DATA:-$WORK/tiny_pack}
@@ -76,11 +76,12 @@ pack_records() {
 }
 trap pack_records EXIT
 exec > >(tee -a "$OUT/log.txt") 2>&1
-echo "lodo_gpu.sh: recipes '$RECIPES', budget $BUDGET, held out '$HELD_OUT', data $DATA, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%F %T UTC')"
+echo "lodo_gpu.sh: recipes '$RECIPES', budget $BUDGET, held out '${HELD_OUT:-the members of configs/lodo.py}', data $DATA, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%F %T UTC')"
 T0=$(date +%s)
 clock() { echo "[$1: $(($(date +%s) - T0)) s]"; }
 
 gpu_python
+[ -n "$HELD_OUT" ] || HELD_OUT=$(python3 -c "from crackjax.configs import lodo; print(' '.join(lodo.MEMBERS))")
 if [ "${TINY:-0}" = 1 ] && [ ! -d "$DATA" ]; then
   python3 scripts/pack_roads_data.py --tiny --out="$DATA" \
     --crackforest="${CRACKFOREST:-../shared/datasets/crackforest}" --public="${PUBLIC:-/work/data/Datasets}"

@@ -29,10 +29,17 @@ ARGS=(
   --models="$MODELS" --mtscrack_onnx="$MTS_ONNX" --out="$OUT"
   --set="DeepCrack photos=$MTS_DIR/dataset/dc_544_384/test_img:$MTS_DIR/dataset/dc_544_384/test_lab"
   --set="CRACK500 photos=$MTS_DIR/dataset/c5_640_360/test_img:$MTS_DIR/dataset/c5_640_360/test_lab"
-  --data=gaps384:test --data=aiglern_trimm:test --data=crackforest:test
-  --manual_dir=gaps384="$DATASETS" --manual_dir=aiglern_trimm="$DATASETS"
-  --manual_dir=crackforest="$CRACKFOREST" --data_dir="$DATA_DIR"
+  --data_dir="$DATA_DIR"
 )
+# The general model's other members' test splits (DeepCrack and CRACK500: their whole photos
+# above), read from the config, never spelled here (tests/test_release_scripts.py).
+for s in $(python3 -c "from crackjax.configs.release import roads_unet_cpu as r; print(' '.join(r.MEMBERS))"); do
+  case $s in
+    deepcrack|crack500) continue ;;
+    crackforest) ARGS+=(--data="$s:test" --manual_dir="$s=$CRACKFOREST") ;;
+    *) ARGS+=(--data="$s:test" --manual_dir="$s=$DATASETS") ;;
+  esac
+done
 [[ -n "${MAX_IMAGES:-}" ]] && ARGS+=(--max_images="$MAX_IMAGES")
 [[ -n "${WORKERS:-}" ]] && ARGS+=(--workers="$WORKERS")
 [[ -n "${EXTRA:-}" ]] && ARGS+=($EXTRA)

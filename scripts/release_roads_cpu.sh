@@ -38,6 +38,15 @@
 # released, byte for byte, beside the new one (users may have pinned it).
 # PROTOCOLS (default strict,tolerance_thin_gt): the score stage's; strict alone for a quick look
 # at a candidate (the gate reads strict; a release is scored under both).
+# RUN (default WORK/roads-unet-cpu)=the training run the export stage exports from, e.g. the
+# plateau run of scripts/plateau_cpu.sh (issue 76), with RUN_CONFIG its config as the card's
+# notes name it (e.g. configs/release/roads_unet_cpu.py:cosine); DTYPE (default float32; bfloat16 halves the
+# file, its card states the change). WIDTH_RULE (optional, e.g. 8) with TEST_TIME_CHOSEN_BY: the
+# file's default width rule (a photo whose predicted cracks are wider than WIDTH_RULE px is
+# predicted again at half size; chosen on the validation parts: bench/width_scale.py --choose);
+# the score stage then also scores every split with --width_rule=off (strict; the card's
+# "rule off" copies), so the card gives both. REUSE_RELEASED=1: the gate reuses the released
+# model's scores already in WORK/score_released (the same released file; they take ~30 min).
 # A tiny try: ARG=smoke (the config's seconds-long variant) TEST_SPLIT='test[:8]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,10 +59,11 @@ PUBLIC=${PUBLIC:?set PUBLIC to the cropped copies\' Datasets/ folder}
 CONFIG=configs/release/roads_unet_cpu.py${ARG:+:$ARG}
 TEST_SPLIT=${TEST_SPLIT:-test}
 NAME=roads-unet-cpu
-RUN="$WORK/$NAME"
+RUN=${RUN:-$WORK/$NAME}
 FILE="$WORK/$NAME.safetensors"
 PROTOCOLS=${PROTOCOLS:-strict,tolerance_thin_gt}
-SETS=(crackforest deepcrack crack500 gaps384 aiglern_trimm)
+# The members, from the config (never spelled here: tests/test_release_scripts.py ties them).
+read -r -a SETS <<<"$(python -c "from crackjax.configs.release import roads_unet_cpu as r; print(' '.join(r.MEMBERS))")"
 read -r -a MIX_FLAGS <<<"$(python -c "from crackjax.configs.release import roads_unet_cpu as r; print(' '.join(r.manual_dir_flags('$CRACKFOREST', '$PUBLIC')))")"
 COMMON=("${MIX_FLAGS[@]}")
 [[ -n "${DATA_DIR:-}" ]] && COMMON+=(--config.data.data_dir="$DATA_DIR")
@@ -127,10 +137,13 @@ if has export; then
   STEP=$(python -m crackjax.deploy.release best-step --workdir="$RUN")
   echo "Exporting step $STEP (the best mean validation ODS F1 of $RUN)."
   test_time=()
-  [[ -n "${SCALES:-}" ]] && test_time=(--scales="$SCALES" \
-    --test_time_chosen_by="${TEST_TIME_CHOSEN_BY:?set TEST_TIME_CHOSEN_BY: how SCALES was chosen}")
+  [[ -n "${SCALES:-}" ]] && test_time+=(--scales="$SCALES")
+  [[ -n "${WIDTH_RULE:-}" ]] && test_time+=(--width_rule="$WIDTH_RULE")
+  (( ${#test_time[@]} )) && test_time+=(
+    --test_time_chosen_by="${TEST_TIME_CHOSEN_BY:?set TEST_TIME_CHOSEN_BY: how SCALES / WIDTH_RULE were chosen}")
   crackjax-export --workdir="$RUN" --step="$STEP" --format=model --name="$NAME" --out="$FILE" \
-    --overwrite --notes="Made by scripts/release_roads_cpu.sh with $CONFIG; docs/models.md." \
+    --dtype="${DTYPE:-float32}" --overwrite \
+    --notes="Made by scripts/release_roads_cpu.sh with ${RUN_CONFIG:-$CONFIG}; docs/models.md." \
     "${test_time[@]}"
 fi
 if has score; then
@@ -152,6 +165,25 @@ if has score; then
       python -m crackjax.deploy.release rescore --file="$FILE" \
         --record="$(ls -d "$WORK/score_photos/${s}_"*/)eval.json" --copy=photos
     done
+  fi
+  if [[ -n "${WIDTH_RULE:-}" ]]; then
+    # The same splits with the width rule off: the card gives both (issue 76).
+    crackjax-evaluate --model="$FILE" "${data[@]}" --protocols=strict --width_rule=off \
+      --out="$WORK/score_rule_off" --overwrite "${MANUAL[@]}" ${DATA_DIR:+--data_dir="$DATA_DIR"}
+    for s in "${SETS[@]}"; do
+      copy='rule off'; [[ $s == deepcrack || $s == crack500 ]] && copy='crops, rule off'
+      python -m crackjax.deploy.release rescore --file="$FILE" --copy="$copy" \
+        --record="$(ls -d "$WORK/score_rule_off/${s}_"*/)eval.json"
+    done
+    if [[ -n "${PHOTOS:-}" ]]; then
+      crackjax-evaluate --model="$FILE" --data="deepcrack:$TEST_SPLIT" --data="crack500:$TEST_SPLIT" \
+        --protocols=strict --width_rule=off --out="$WORK/score_photos_rule_off" --overwrite \
+        --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" --data_dir="$WORK/tfds_photos"
+      for s in deepcrack crack500; do
+        python -m crackjax.deploy.release rescore --file="$FILE" --copy='photos, rule off' \
+          --record="$(ls -d "$WORK/score_photos_rule_off/${s}_"*/)eval.json"
+      done
+    fi
   fi
 fi
 if has score && [[ -n "${PHOTOS:-}" ]]; then

@@ -75,7 +75,6 @@ else
 fi
 RUN=$WORK/$NAME
 PROTOCOLS=strict,tolerance_thin_gt
-SETS=(crackforest deepcrack crack500 gaps384 aiglern_trimm)
 # Every stage prepares TFDS data under WORK, never in the home folder: the pack's copies in
 # tfds/, the full copies of finish in tfds_full/ (the same builders; other files).
 export TFDS_DATA_DIR=${TFDS_DATA_DIR:-$WORK/tfds}
@@ -105,6 +104,8 @@ if [ "${TINY:-0}" = 1 ] && [ ! -d "$DATA" ]; then
 fi
 if [ -d "$DATA" ]; then DATA=$(cd "$DATA" && pwd); fi
 read -r -a MIX_FLAGS <<<"$(python3 -c "from crackjax.configs.release import roads_unet as r; print(' '.join(r.manual_dir_flags('$DATA/crackforest', '$DATA/Datasets')))")"
+# The members, from the config (never spelled here: tests/test_release_scripts.py ties them).
+read -r -a SETS <<<"$(python3 -c "from crackjax.configs.release import roads_unet as r; print(' '.join(r.MEMBERS))")"
 packed=()
 for s in "${SETS[@]}"; do
   if [[ $s == crackforest ]]; then packed+=(--manual_dir="$s=$DATA/crackforest"); else packed+=(--manual_dir="$s=$DATA/Datasets"); fi

@@ -41,16 +41,20 @@ gate_stage() {
     [[ -d $p ]] || { echo "gate: $p: no such folder (the new file's scores: its score stage)" >&2; return 2; }
   done
   local args=(--new="$new" --old="$WORK/score_released")
-  rm -rf "$WORK/score_released" "$WORK/score_photos_released"  # an earlier gate's splits
-  python3 -m crackjax.trainer.evaluate_command --model="$against" "$@" --protocols=strict \
-    --out="$WORK/score_released" --overwrite
-  if [[ -n "${PHOTOS:-}" ]]; then
+  if [[ ${REUSE_RELEASED:-} == 1 && -d $WORK/score_released ]]; then
+    echo "REUSE_RELEASED=1: the released model's scores already in $WORK/score_released."
+  else
+    rm -rf "$WORK/score_released" "$WORK/score_photos_released"  # an earlier gate's splits
+    python3 -m crackjax.trainer.evaluate_command --model="$against" "$@" --protocols=strict \
+      --out="$WORK/score_released" --overwrite
+  fi
+  if [[ -n "${PHOTOS:-}" && ! ( ${REUSE_RELEASED:-} == 1 && -d $WORK/score_photos_released ) ]]; then
     python3 -m crackjax.trainer.evaluate_command --model="$against" --data="deepcrack:$TEST_SPLIT" \
       --data="crack500:$TEST_SPLIT" --protocols=strict --out="$WORK/score_photos_released" \
       --overwrite --manual_dir=deepcrack="$PHOTOS" --manual_dir=crack500="$PHOTOS" \
       --data_dir="$WORK/tfds_photos"
-    args+=(--new="$new_photos" --old="$WORK/score_photos_released")
   fi
+  [[ -n "${PHOTOS:-}" ]] && args+=(--new="$new_photos" --old="$WORK/score_photos_released")
   for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
     args+=(--peer="$p")
   done
