@@ -32,13 +32,13 @@ def test_examples_are_deterministic_and_labelled():
       assert grey[mask].mean() < grey[~mask].mean() - 20
 
 
-def _example_files(out: Path) -> list:
-  """crackjax-predict's inputs of ``--examples`` alone into `out` (`predict_command._files`)."""
-  from types import SimpleNamespace
+def _example_files(out: Path) -> list[str]:
+  """The photos crackjax-predict ``--examples`` predicts with `out` as --out: those
+  `examples.write_into` returns, as `photos.find_inputs` finds them."""
+  from crackjax.deploy import photos
 
-  from crackjax.deploy import predict_command
-
-  return predict_command._files(SimpleNamespace(examples=True), [], out)
+  found, _ = photos.find_inputs([str(p) for p in examples.write_into(out)], out=out)
+  return sorted(item.path.name for item in found)
 
 
 def test_examples_never_overwrite_a_users_file(tmp_path):
@@ -49,39 +49,41 @@ def test_examples_never_overwrite_a_users_file(tmp_path):
   mine = folder / 'example_2_transverse.png'
   PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(mine)
   before = mine.read_bytes()
-  with pytest.raises(SystemExit) as e:
+  with pytest.raises(examples.NotTheirFolder) as e:
     _example_files(tmp_path / 'out')
-  line = str(e.value.code)
-  assert '\n' not in line and line.startswith('crackjax-predict: --examples: ')
-  assert str(folder) in line and examples.MANIFEST in line
+  line = str(e.value)
+  assert '\n' not in line and str(folder) in line and examples.MANIFEST in line
   assert mine.read_bytes() == before
   assert sorted(p.name for p in folder.iterdir()) == ['example_2_transverse.png']
 
 
 def test_examples_predict_only_the_examples_in_a_folder_of_their_own(tmp_path):
   out = tmp_path / 'out'
-  first = _example_files(out)
-  assert sorted(p.path.name for p in first) == sorted(examples.EXAMPLES)
+  assert _example_files(out) == sorted(examples.EXAMPLES)
   assert (out / 'examples' / examples.MANIFEST).is_file()
   # A photo of the user's put there later is no example: left alone, not predicted.
   PIL.Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(out / 'examples' / 'mine.png')
-  again = _example_files(out)
-  assert sorted(p.path.name for p in again) == sorted(examples.EXAMPLES)
+  assert _example_files(out) == sorted(examples.EXAMPLES)
   assert (out / 'examples' / 'mine.png').exists()
   # An example changed since it was written is the user's now: refused, kept as it is.
   changed = out / 'examples' / 'example_4_clean.png'
   changed.write_bytes(b'not the example')
-  with pytest.raises(SystemExit) as e:
+  with pytest.raises(examples.NotTheirFolder, match='changed since') as e:
     _example_files(out)
-  assert str(changed) in str(e.value.code) and 'changed since' in str(e.value.code)
+  assert str(changed) in str(e.value)
   assert changed.read_bytes() == b'not the example'
-  # A file where the folder would be: refused in one line too.
+  # A file where the folder would be, or a link: refused in one line too.
   other = tmp_path / 'other'
   other.mkdir()
   (other / 'examples').write_text('mine')
-  with pytest.raises(SystemExit) as e:
+  with pytest.raises(examples.NotTheirFolder, match='not a folder of the examples'):
     _example_files(other)
-  assert 'not a folder of the examples' in str(e.value.code)
+  linked = tmp_path / 'linked'
+  linked.mkdir()
+  (linked / 'examples').symlink_to(tmp_path / 'elsewhere', target_is_directory=True)
+  with pytest.raises(ValueError, match='is a symbolic link'):
+    _example_files(linked)
+  assert not (tmp_path / 'elsewhere').exists()
 
 
 @pytest.mark.slow
@@ -107,6 +109,21 @@ def test_predict_examples_writes_and_predicts_them(smoke_run, tmp_path):
   assert len(list((out / 'masks').iterdir())) == len(examples.EXAMPLES)
   shipped = np.asarray(PIL.Image.open(out / 'examples' / 'example_2_transverse.png'))
   np.testing.assert_array_equal(shipped, examples.example_photo('example_2_transverse.png')[0])
+  # Issue 78 item 2: a photo of the user's in the folder is never predicted as an example ...
+  PIL.Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(out / 'examples' / 'mine.png')
+  again = subprocess.run(
+    [*done.args, '--overwrite'], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert not (out / 'masks' / 'mine.png').exists()
+  # ... and a folder holding the user's own file under an example's name is refused.
+  (out / 'examples' / 'example_1_longitudinal.png').write_bytes(b'mine')
+  refused = subprocess.run(
+    [*done.args, '--overwrite'], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert refused.returncode == 1
+  assert refused.stderr.strip().splitlines()[-1].startswith('crackjax-predict: --examples: ')
+  assert (out / 'examples' / 'example_1_longitudinal.png').read_bytes() == b'mine'
 
 
 def test_finetuning_starts_from_the_general_model_by_default():

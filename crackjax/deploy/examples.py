@@ -166,6 +166,24 @@ def not_theirs(folder: str | Path) -> str | None:
   return None
 
 
+#: The folder of the examples in crackjax-predict's --out.
+FOLDER = 'examples'
+
+
+def write_into(out: str | Path) -> list[Path]:
+  """crackjax-predict --examples: the examples written into ``out/examples/`` (`write_examples`,
+  every path checked inside `out` first, `outputs.check_inside`); their paths, the only photos
+  of that folder to predict.
+
+  Raises:
+    ValueError: one line naming the folder or file at fault (`NotTheirFolder`, a link:
+      `outputs.UnsafeOutputError`); nothing is written.
+  """
+  folder = Path(out) / FOLDER
+  outputs.check_inside(out, [folder / n for n in [*EXAMPLES, MANIFEST]])
+  return write_examples(folder)
+
+
 def write_examples(folder: str | Path) -> list[Path]:
   """Writes every example photo into `folder` (created) as PNG, and the folder's manifest;
   returns their paths.

@@ -320,17 +320,15 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
 
 def _files(fv: flags.FlagValues, inputs: list[str], out: Path) -> list[Path]:
   """The image files to predict: those `inputs` name and, with --examples, the example photos
-  written into OUT/examples/ first (a folder of their own, `examples.not_theirs`; the example
+  written into OUT/examples/ first (a folder of their own, `examples.write_into`; the example
   files alone are predicted, nothing else the folder holds); each input's problem printed;
   none: the command ends."""
   if fv.examples:
     from crackjax.deploy import examples
 
-    folder = out / 'examples'
     outputs.require_writable(PROG, f'--out={out}', out)
     try:
-      outputs.check_inside(out, [folder / n for n in [*examples.EXAMPLES, examples.MANIFEST]])
-      inputs = [*inputs, *(str(p) for p in examples.write_examples(folder))]
+      inputs = [*inputs, *(str(p) for p in examples.write_into(out))]
     except ValueError as e:  # UnsafeOutputError, NotTheirFolder: one line, nothing written
       sys.exit(f'{PROG}: --examples: {e}')
   files, problems = find_inputs(inputs, out=out)
