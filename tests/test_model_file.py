@@ -247,7 +247,7 @@ def test_a_cards_scores_keep_at_stored_threshold_figures_of_the_files_threshold_
     (['--format=model', '--threshold_chosen_by=x'], '--threshold_chosen_by needs --threshold'),
     (['--format=jax', '--threshold=0.4'], 'are for --format=model'),
     (['--format=model', '--scales=2'], 'need --test_time_chosen_by'),
-    (['--format=model', '--scales=5', '--test_time_chosen_by=x'], 'numbers in (0, 4]'),
+    (['--format=model', '--scales=5', '--test_time_chosen_by=x'], 'scales in [0.25, 4]'),
     (['--format=model', '--scales=two', '--test_time_chosen_by=x'], '--scales=two: expected'),
     (['--format=model', '--photo_threshold=2', '--test_time_chosen_by=x'], 'a weight in [0, 1]'),
     (['--format=model', '--test_time_chosen_by=x'], '--test_time_chosen_by needs --scales'),

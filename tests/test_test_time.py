@@ -54,7 +54,7 @@ def test_bad_scales_named():
   for bad in ((), (0.0,), (5.0,), (True,)):
     with pytest.raises(ValueError, match='test-time scales'):
       inference.check_test_time(bad, False)
-  with pytest.raises(ValueError, match='scales must be numbers'):
+  with pytest.raises(ValueError, match='--scales=a: expected numbers'):
     inference.test_time_of(['a'], None, {})
   assert inference.test_time_of(None, None, {}) == ((1.0,), False)
   assert inference.test_time_of(None, None, {'scales': [0.5, 1], 'flip': True}) == (

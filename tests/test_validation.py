@@ -45,7 +45,7 @@ def test_every_problem_is_listed_with_its_field():
     'config.eval.protocols=',
     'config.model.dtype=',
     'config.data.folder.mask_polarity=',
-    'config.eval.photo_threshold=1.5 must be None or a weight in [0, 1]',
+    'config.eval.photo_threshold=1.5: expected null (off) or a weight in [0, 1]',
   ):
     assert any(field in line for line in lines), (field, lines)
   # input_size cannot be checked against an unknown model; with a valid model it is:

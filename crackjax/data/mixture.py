@@ -39,6 +39,12 @@ SPLITS = {'train': 'train_split', 'valid': 'valid_split', 'test': 'test_split'}
 SEPARATOR = '/'
 #: A member's ``scale`` bounds: beyond them a photo is a few pixels, or a crop sees one crack.
 SCALE_RANGE = (0.1, 10.0)
+#: The smallest share of the samples a member's normalised weight may have: below it the
+#: member is never drawn, and grain's mixing fails on it (a denormal weight: 'cannot convert
+#: float infinity to integer', 38 lines, after the workdir was written).
+MIN_SHARE = 1e-9
+#: The train photos of each member whose sizes `crop_problems` reads (spread over the split).
+SIZE_SAMPLES = 16
 
 
 def is_mixture(data: Mapping[str, Any]) -> bool:
@@ -86,6 +92,46 @@ def problems(data: Mapping[str, Any]) -> list[str]:
   weights = [f['weight'] for f in members.values() if isinstance(f['weight'], int | float)]
   if weights and all(math.isfinite(w) for w in weights) and not math.isfinite(sum(weights)):
     out.append(f'config.data.mix: the weights {weights} sum to infinity; use smaller numbers.')
+  elif len(weights) == len(members) and all(math.isfinite(w) and w > 0 for w in weights):
+    total = sum(weights)
+    for name, fields in members.items():
+      share = fields['weight'] / total
+      if not share >= MIN_SHARE:
+        out.append(
+          f'config.data.mix.{name}.weight={fields["weight"]!r} is {share:.3g} of the weights '
+          f'once normalised (their sum {total:g}): below {MIN_SHARE:g} the member is never '
+          'drawn; give it a larger weight or leave it out.'
+        )
+  return out
+
+
+def crop_problems(data: Mapping[str, Any], source: MixedSource) -> list[str]:
+  """A line per member whose ``scale`` below 1 resizes its train photos smaller than the
+  training crop ``data.input_size`` (they would be mirrored up to it: a crop of a few
+  repeated pixels). Read from `SIZE_SAMPLES` photos of each member's train split, spread over
+  it (decoding every photo of five datasets would take minutes); checked once the data is
+  prepared, before the workdir is written (`crackjax.experiment.build.check_data`)."""
+  size = data.get('input_size')
+  if not size:
+    return []
+  out = []
+  for name, member, scale in zip(source.names, source.sources, source.scales, strict=True):
+    if scale >= 1 or not len(member):
+      continue
+    picks = sorted(
+      {round(i * (len(member) - 1) / max(1, SIZE_SAMPLES - 1)) for i in range(SIZE_SAMPLES)}
+    )
+    shapes = [np.shape(member[i]['image'])[:2] for i in picks]
+    h, w = min(s[0] for s in shapes), min(s[1] for s in shapes)
+    sh, sw = round(h * scale), round(w * scale)
+    if sh < size[0] or sw < size[1]:
+      least = max(size[0] / h, size[1] / w)
+      out.append(
+        f'config.data.mix.{name}.scale={scale!r} resizes its train photos (the smallest of '
+        f'{len(picks)} read: {h}x{w}) to {sh}x{sw}, smaller than the training crop '
+        f'config.data.input_size={tuple(size)}; use a scale >= {math.ceil(least * 100) / 100:g} '
+        'or a smaller input_size.'
+      )
   return out
 
 

@@ -53,7 +53,7 @@ from crackjax.evaluation.result import (
   read_record,
 )
 from crackjax.experiment.restored import Run, epoch_threshold, load_run
-from crackjax.models import input_multiple, model_file
+from crackjax.models import input_multiple, model_file, model_schema
 from crackjax.runs import identity
 
 # The licence of each dataset's images and labels, as its publisher states it (the card, the
@@ -163,9 +163,9 @@ TEST_TIME_KEYS = ('scales', 'flip', 'photo_threshold', 'width_rule')
 def check_test_time_override(
   test_time: dict[str, Any] | None, chosen_by: str | None
 ) -> dict[str, Any]:
-  """`test_time` checked (`TEST_TIME_KEYS`: scales in (0, 4], flip a bool, photo_threshold a
-  weight in [0, 1], width_rule None or a width in pixels, `width_rule.check`) and normalised;
-  {} for none.
+  """`test_time` checked by the model file's schema (`model_schema.TEST_TIME`, the one place:
+  scales in `model_schema.SCALE_RANGE`, flip a bool, photo_threshold a weight in [0, 1],
+  width_rule None or a width in pixels) and normalised; {} for none.
 
   Raises:
     ValueError: naming the value at fault, or the missing `chosen_by`.
@@ -185,14 +185,14 @@ def check_test_time_override(
       f'test-time defaults {test_time} need --test_time_chosen_by: how they were chosen (the '
       'model file tells its users), e.g. "scale 2: best LODO mean, bench/lodo.py".'
     )
-  scales, flip = check_test_time(test_time.get('scales', (1.0,)), test_time.get('flip', False))
-  if 'scales' in test_time:
-    test_time['scales'] = list(scales)  # as the card's JSON keeps it
-  weight = test_time.get('photo_threshold')
-  if weight is not None and (isinstance(weight, bool) or not 0.0 <= weight <= 1.0):
-    raise ValueError(f'--photo_threshold={weight}: expected a weight in [0, 1].')
   if 'width_rule' in test_time:
     test_time['width_rule'] = width_rule.check(test_time['width_rule'], '--width_rule')
+  found = model_schema.test_time_problems(test_time, '--')
+  if found:
+    raise ValueError(f'{found[0]}.')
+  scales, _ = check_test_time(test_time.get('scales', (1.0,)), test_time.get('flip', False), '--')
+  if 'scales' in test_time:
+    test_time['scales'] = list(scales)  # as the card's JSON keeps it
   return test_time
 
 

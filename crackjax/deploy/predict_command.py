@@ -67,7 +67,7 @@ from crackjax.deploy.predict_batch import PROG
 from crackjax.deploy.predictor import BLENDS, Predictor, plain_predictor
 from crackjax.engine.checkpoints import CheckpointError
 from crackjax.evaluation import width_rule
-from crackjax.evaluation.inference import test_time_of
+from crackjax.evaluation.inference import check_scaled_size, test_time_of
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.runs import identity, outputs
 
@@ -208,8 +208,8 @@ def _define_flags(fv: flags.FlagValues) -> None:
   )
   flags.register_validator(
     'mm_per_pixel',
-    lambda v: v is None or v > 0,
-    message='--mm_per_pixel must be > 0 (millimetres per pixel)',
+    lambda v: v is None or (math.isfinite(v) and v > 0),  # inf passed a bare v > 0
+    message='--mm_per_pixel must be a finite number > 0 (millimetres per pixel)',
     flag_values=fv,
   )
   flags.register_validator(
@@ -268,6 +268,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     # newer model file (model_file.ModelFileError).
     sys.exit(f'{PROG}: {" ".join(str(e).split())}')
   origin = f'run {fv.workdir}' if fv.workdir else f'model {fv.model}'
+  scales, flip, rule = _test_time(fv, run)  # before any work (the examples written, a photo read)
   out = Path(fv.out)
   files = _files(fv, inputs, out)
   table = out / 'measurements.csv'
@@ -285,8 +286,6 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   predict_batch.refuse_existing_tables(out, tables, fv.overwrite)  # before the lock is taken
   outputs.require_writable(PROG, f'--out={out}', out)
   try:
-    scales, flip = test_time_of(fv.scales, fv.flip, run.config.get('eval'))
-    rule = width_rule.of_command(fv.width_rule, run.config.get('eval'))
     predictor = Predictor(
       run.model,
       run.params,
@@ -307,6 +306,7 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
     )
   except ValueError as e:  # the tiling and test-time flags, checked as for Python users
     sys.exit(f'{PROG}: {e}')
+  check_scaled_sizes(files, predictor)
   # Two predictions into one --out would replace each other's tables and orphan the maps:
   # --out is held as a training run holds its workdir (the second ends in one line).
   try:
@@ -337,6 +337,32 @@ def _files(fv: flags.FlagValues, inputs: list[str], out: Path) -> list[Path]:
   if not files:
     sys.exit(f'{PROG}: no image files to predict.')
   return files
+
+
+def _test_time(fv: flags.FlagValues, run) -> tuple[tuple[float, ...], bool, float | None]:
+  """(scales, flip, width rule) of the flags, else of the model file's or run's eval group;
+  a value out of range ends the command in one line naming it (`model_schema.TEST_TIME`)."""
+  try:
+    scales, flip = test_time_of(fv.scales, fv.flip, run.config.get('eval'))
+    return scales, flip, width_rule.of_command(fv.width_rule, run.config.get('eval'))
+  except ValueError as e:
+    sys.exit(f'{PROG}: {e}')
+
+
+def check_scaled_sizes(files: list[Input], predictor: Predictor) -> None:
+  """Ends the command in one line, before any photo is predicted, where a test-time scale
+  below 1 makes a photo smaller than one model input (`inference.check_scaled_size`; sizes
+  from the files' headers)."""
+  if min(predictor.scales) >= 1:
+    return
+  for item in files:
+    size = photo_size(item.path)
+    if size is None:
+      continue  # unreadable: said and skipped when its turn comes
+    try:
+      check_scaled_size(size[1], size[0], predictor.scales, predictor.multiple)
+    except ValueError as e:
+      sys.exit(f'{PROG}: {item.path}: {e}')
 
 
 def _earlier(out: Path) -> list[str]:

@@ -26,7 +26,12 @@ from jax.sharding import PartitionSpec as P
 
 from crackjax.deploy import mask_analysis, self_check
 from crackjax.evaluation import width_rule as rule
-from crackjax.evaluation.inference import check_test_time, predict_step, test_time_average
+from crackjax.evaluation.inference import (
+  check_scaled_size,
+  check_test_time,
+  predict_step,
+  test_time_average,
+)
 from crackjax.evaluation.threshold_choice import photo_threshold
 from crackjax.experiment.restored import load_model, load_run
 from crackjax.models import input_multiple
@@ -150,7 +155,7 @@ def _run_defaults(run: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
   kwargs.setdefault('threshold', run.threshold)
   kwargs.setdefault('batch_stats', run.batch_stats)
   kwargs.setdefault('scales', tuple(ev.get('scales') or (1.0,)))
-  kwargs.setdefault('flip', bool(ev.get('flip', False)))
+  kwargs.setdefault('flip', ev.get('flip', False))  # checked as it is: 'false' is no False
   kwargs.setdefault('photo_threshold', ev.get('photo_threshold'))
   kwargs.setdefault('width_rule', ev.get('width_rule'))
   return kwargs
@@ -330,7 +335,12 @@ class Predictor:
   ) -> tuple[np.ndarray, rule.Choice]:
     """(the map of `__call__`, what the width rule chose: the scales the map is from and the
     median crack width of the first map, `width_rule.Choice`). Without `width_rule`, the
-    photo at `scales` and no width."""
+    photo at `scales` and no width.
+
+    Raises:
+      ValueError: a scale below 1 makes the photo smaller than one model input
+        (`inference.check_scaled_size`), before anything is predicted."""
+    check_scaled_size(*np.shape(image)[:2], self.scales, self.multiple)
     prob = self._at(image, self.scales, progress)
     if self.width_rule is None:
       return prob, rule.Choice(self.scales, None)

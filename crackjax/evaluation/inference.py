@@ -11,6 +11,7 @@ builds tiles, reflection padding and shape buckets on `predict_step`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 import PIL.Image
 
-from crackjax.models import apply_model, fused_logits, input_multiple
+from crackjax.models import apply_model, fused_logits, input_multiple, model_schema
 
 
 def predict_step(
@@ -52,24 +53,53 @@ def resize(array: np.ndarray, height: int, width: int) -> np.ndarray:
   return np.asarray(image.resize((width, height), PIL.Image.BILINEAR), np.float32)
 
 
-def check_test_time(scales: Sequence[float], flip: bool) -> tuple[tuple[float, ...], bool]:
-  """`scales` and `flip` as `test_time_average` takes them.
+def check_test_time(
+  scales: Sequence[float], flip: bool, prefix: str = 'test-time '
+) -> tuple[tuple[float, ...], bool]:
+  """`scales` and `flip` as `test_time_average` takes them, judged by the model file's schema
+  (`model_schema.TEST_TIME`: scales in `model_schema.SCALE_RANGE`, flip a bool, not a string).
+
+  Args:
+    scales: the factors of a photo's size.
+    flip: whether each copy is also predicted mirrored.
+    prefix: what the message names them by: ``<prefix>scales``, ``<prefix>flip`` (``--`` for
+      a command's flags, ``config.eval.`` for a config's fields).
 
   Raises:
-    ValueError: no scale, or a scale that is not a number in (0, 4].
+    ValueError: one line naming the value at fault and what is expected.
   """
-  scales = tuple(scales)
-  bad = [
-    s for s in scales if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s <= 4
-  ]
-  if not scales or bad:
-    raise ValueError(
-      f'test-time scales must be one or more numbers in (0, 4] (1: the photo as it is), '
-      f'got {list(scales)}.'
-    )
-  if not isinstance(flip, bool):
-    raise ValueError(f'test-time flip must be True or False, got {flip!r}.')
+  if isinstance(scales, np.ndarray):
+    scales = scales.tolist()
+  if isinstance(scales, list | tuple):
+    scales = [float(s) if isinstance(s, np.floating | np.integer) else s for s in scales]
+  found = model_schema.test_time_problems({'scales': scales, 'flip': flip}, prefix)
+  if found:
+    raise ValueError(found[0] + '.')
   return tuple(float(s) for s in scales), flip
+
+
+class ScaleTooSmallError(ValueError):
+  """A test-time scale that makes a photo smaller than one model input (`check_scaled_size`)."""
+
+
+def check_scaled_size(height: int, width: int, scales: Sequence[float], min_side: int) -> None:
+  """Refuses a scale below 1 that makes an `height` x `width` photo smaller than one model
+  input (`min_side`, the model's input multiple) on a side: the model would see a copy of a
+  few pixels, reflection-padded to its input, and the map would be noise. (The width rule's
+  half size is its own choice, made only for photos with enough crack to measure.)
+
+  Raises:
+    ScaleTooSmallError: one line naming the scale, the photo's size and the smallest scale it
+      takes.
+  """
+  for scale in scales:
+    sh, sw = max(1, round(height * scale)), max(1, round(width * scale))
+    if scale < 1 and min(sh, sw) < min_side:
+      least = min(1.0, min_side / min(height, width))
+      raise ScaleTooSmallError(
+        f'scale {scale:g} makes a {height}x{width} photo {sh}x{sw} px, smaller than one model '
+        f'input ({min_side} px a side); use scales >= {math.ceil(least * 100) / 100:g} for it.'
+      )
 
 
 def test_time_of(
@@ -80,17 +110,24 @@ def test_time_of(
   mapping; a config from before the fields has neither: once, as it is).
 
   Raises:
-    ValueError: a scale that is not a number in (0, 4].
+    ValueError: a scale out of `model_schema.SCALE_RANGE`, or a flip that is no bool (the
+      eval group's string 'false' is not False), one line naming it.
   """
   ev = eval_group or {}
   if scales is not None:
     try:
       values = tuple(float(x) for x in scales)
     except ValueError:
-      raise ValueError(f'scales must be numbers, got {",".join(scales)!r}') from None
+      raise ValueError(f'--scales={",".join(scales)}: expected numbers') from None
+    check_test_time(values, False, '--')
   else:
-    values = tuple(ev.get('scales') or (1.0,))
-  return check_test_time(values, bool(ev.get('flip', False)) if flip is None else flip)
+    values = ev.get('scales')
+    if values is None or (isinstance(values, list | tuple) and not values):
+      values = (1.0,)  # a config from before the field: once, as it is
+    values, _ = check_test_time(values, False, 'eval.')
+  if flip is None:
+    return check_test_time(values, ev.get('flip', False), 'eval.')
+  return check_test_time(values, flip, '--')
 
 
 def test_time_average(

@@ -156,10 +156,15 @@ def splits_of(c: specs.Plain, loader_spec: LoaderSpec) -> Splits:
 
 def check_data(experiment: Experiment) -> None:
   """Raises `validation.ConfigError` if the train images do not fit ``data.input_size``
-  (decodes every train image once)."""
+  (decodes every train image once; a mixture's: a sample of each member's, whose ``scale``
+  must leave them at least the crop, `mixture.crop_problems`)."""
   source = experiment.splits.train_source
   if mixture.is_mixture(experiment.splits.data):
-    sizes = {(1, 1): len(source)}  # any size fits a mixture (mirrored up)
+    # Any size fits a mixture (mirrored up to the crop), unless a member's scale shrinks it.
+    sizes = {(1, 1): len(source)}
+    problems = mixture.crop_problems(experiment.splits.data, source)
+    if problems:
+      raise validation.ConfigError('\n'.join(problems))
   else:
     sizes = validation.train_image_sizes(source)
   validation.check_data(experiment.splits.data, sizes, experiment.model)

@@ -30,9 +30,9 @@ from crackjax import losses, models, plugins
 from crackjax.data import augment, loader, mixture, photometric
 from crackjax.data import registry as data_registry
 from crackjax.engine import learning_rate
-from crackjax.evaluation import PROTOCOLS, inference, threshold_choice, width_rule
+from crackjax.evaluation import PROTOCOLS, threshold_choice
 from crackjax.experiment import specs
-from crackjax.models import input_multiple, model_from_config, pretrained
+from crackjax.models import input_multiple, model_from_config, model_schema, pretrained
 
 # The kinds of config.model and config.loss fields, by their declared defaults: shared with
 # the model file's schema, which checks a file's crackjax.model the same way.
@@ -343,21 +343,13 @@ def _eval_problems(ev: Mapping[str, Any]) -> list[str]:
       f'config.eval.background_workers={workers!r} must be an integer >= 0 (0: score in the '
       'training loop).'
     )
-  try:
-    inference.check_test_time(ev.get('scales') or (1.0,), ev.get('flip', False))
-  except ValueError as e:
-    problems.append(f'config.eval.scales / flip: {e}')
-  w = ev.get('photo_threshold')
-  if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 1):
-    problems.append(
-      f'config.eval.photo_threshold={w!r} must be None or a weight in [0, 1] (1: the stored '
-      'threshold itself).'
-    )
-  try:
-    width_rule.check(ev.get('width_rule'), 'config.eval.width_rule')
-  except ValueError as e:
-    problems.append(str(e))
-  return problems
+  for field in ('tail_thresholds', 'save_probability_maps', 'store_degenerate_threshold'):
+    expected = model_schema.boolean(ev[field]) if field in ev else None
+    if expected:  # a string 'false' is true to Python
+      problems.append(f'config.eval.{field}={ev[field]!r}: expected {expected}.')
+  # The test-time fields (scales, flip, photo_threshold, width_rule) as a model file's schema
+  # judges its own: one rule each, in one place.
+  return problems + [f'{p}.' for p in model_schema.test_time_problems(ev, 'config.eval.')]
 
 
 def train_image_sizes(source: Sequence[dict[str, Any]]) -> dict[tuple[int, int], int]:

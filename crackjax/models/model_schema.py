@@ -60,6 +60,56 @@ def width_rule(v: Any) -> str | None:
   return None if ok else f'null (off) or a finite width in pixels in [{lo:g}, {hi:g}]'
 
 
+#: Test-time scales (`crackjax.evaluation.inference.test_time_average`: each photo predicted at
+#: these factors of its size, the maps averaged): below a quarter a photo's cracks are a pixel
+#: wide or less and the map is noise (0.01 predicted a 5 x 3 px copy of a photo; 1e-300 marked
+#: every photo 100% crack); above 4 a photo is 16 times the pixels, a minute a photo on a CPU.
+SCALE_RANGE = (0.25, 4.0)
+
+
+def scales(v: Any) -> str | None:
+  lo, hi = SCALE_RANGE
+  ok = (
+    isinstance(v, list | tuple)
+    and len(v) > 0
+    and all(_is_number(s) and math.isfinite(s) and lo <= s <= hi for s in v)
+  )
+  return None if ok else f'a non-empty list of scales in [{lo:g}, {hi:g}] (1: the photo as it is)'
+
+
+def boolean(v: Any) -> str | None:
+  return None if isinstance(v, bool) else 'true or false (a boolean, not a string or number)'
+
+
+def weight_or_none(v: Any) -> str | None:
+  ok = v is None or (_is_number(v) and math.isfinite(v) and 0 <= v <= 1)
+  return None if ok else 'null (off) or a weight in [0, 1] (1: the stored threshold itself)'
+
+
+#: The test-time fields of a config's ``eval`` group, of a model file's ``config.eval`` and
+#: of its card's ``test_time``: the one place their values are judged (`test_time_problems`;
+#: `crackjax.evaluation.inference.check_test_time`, `crackjax.evaluation.width_rule.check`,
+#: config validation, crackjax-export's overrides and this schema all ask it).
+TEST_TIME: dict[str, Rule] = {
+  'scales': scales,
+  'flip': boolean,
+  'photo_threshold': weight_or_none,
+  'width_rule': width_rule,
+}
+
+
+def test_time_problems(values: Mapping[str, Any], prefix: str = 'config.eval.') -> list[str]:
+  """A line per test-time field of `values` (`TEST_TIME`) whose value breaks its rule, named
+  ``<prefix><field>=<value>: expected ...`` (prefix ``config.eval.``, ``--`` for a command's
+  flags); fields absent are left to their defaults."""
+  return [
+    p
+    for key, rule in TEST_TIME.items()
+    if key in values
+    for p in _problems(f'{prefix}{key}', values[key], rule)
+  ]
+
+
 def list_of(item: Rule, what: str) -> Rule:
   def rule(v: Any) -> str | None:
     ok = isinstance(v, list) and all(item(x) is None for x in v)
@@ -92,14 +142,14 @@ SCHEMA: dict[str, Any] = {
       'training': Obj(optional={'step': integer(0), 'loss': Obj({'name': name})}),
       'scores': list_of(lambda v: None if isinstance(v, dict) else 'x', 'JSON objects'),
       'notes': string,
-      'test_time': Obj(optional={'width_rule': width_rule, 'chosen_by': string}),
+      'test_time': Obj(optional={**TEST_TIME, 'chosen_by': string}),
     }
   ),
   'config': Obj(
     optional={
       'model': Obj(),
       'plugins': list_of(name, 'module names'),
-      'eval': Obj(optional={'width_rule': width_rule}),
+      'eval': Obj(optional=TEST_TIME),
     }
   ),
 }

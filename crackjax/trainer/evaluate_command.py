@@ -393,7 +393,7 @@ def _targets(fv: flags.FlagValues, config, workdir: Path) -> list:
   try:
     test_time = inference.test_time_of(fv.scales, fv.flip, config.eval)
   except ValueError as e:
-    sys.exit(f'{PROG}: --scales / --flip: {e}')
+    sys.exit(f'{PROG}: {e}')  # the flag or the eval field, and its value
   try:  # --width_rule, else the file's or run's eval.width_rule
     width = width_rule.of_command(fv.width_rule, config.eval)
   except ValueError as e:
@@ -422,6 +422,7 @@ def _score_all(experiment, workdir, state, targets, protocols, points, workers, 
 
   from crackjax.data import folder_stream
   from crackjax.data import registry as data_registry
+  from crackjax.evaluation import inference
   from crackjax.experiment import specs
   from crackjax.experiment.build import on_other_data
   from crackjax.trainer import eval_records, scoring
@@ -464,6 +465,8 @@ def _score_all(experiment, workdir, state, targets, protocols, points, workers, 
       )
     except data_registry.DatasetError as e:  # a photo of the folder, a prepared record unreadable
       sys.exit(f'{PROG}: {label}: {_in_this_command(" ".join(str(e).split()))}')
+    except inference.ScaleTooSmallError as e:  # a scale below 1 on a photo too small for it
+      sys.exit(f'{PROG}: {label}: {e}')
     mine = table_rows(label, record)
     rows += mine
     print(markdown(mine, f'{label} ({record.num_images} images, step {step}) -> {out}'))

@@ -30,10 +30,11 @@ from crackjax.engine import train_state
 from crackjax.engine.prefetch import read_ahead
 from crackjax.evaluation import plots, width_rule
 from crackjax.evaluation.eval_plan import EvalPlan
-from crackjax.evaluation.inference import predict_probabilities
+from crackjax.evaluation.inference import check_scaled_size, predict_probabilities
 from crackjax.evaluation.result import EvalRecord, MemberResult, OperatingPoint, ProtocolResult
 from crackjax.evaluation.streaming import StreamScorer
 from crackjax.experiment.build import Experiment
+from crackjax.models import input_multiple
 from crackjax.trainer import eval_records
 
 
@@ -383,6 +384,7 @@ def _predict(plan: EvalPlan, model: nn.Module, params, batch_stats, image: np.nd
     )
     return prob
 
+  check_scaled_size(*image.shape[:2], plan.scales, input_multiple(model))
   half = (width_rule.HALF,)
   return width_rule.apply(at(plan.scales), lambda: at(half), plan.width_rule, plan.scales)
 
