@@ -169,9 +169,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       painted = written.overlay(photo, mask)
       written.save_image(targets[2], painted, 'JPEG', quality=90)
       del painted
-      # From the file, as for a photo done before: one page however the photos were predicted
-      # (here, resumed or in shards merged: crackjax.survey.shards).
-      thumbnails[name] = _thumbnail_of(targets[2])
+      thumbnails[name] = _thumbnail_of(targets[2])  # read back, as a photo done before
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
       row |= {'threshold': round(own, 4)} | choice.columns()
       # The photo too: a frame almost all one value is no road photo (`measure.not_road`).
@@ -182,13 +180,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     cracks += [{'name': name, **c} for c in found]
     rows.append(row)
 
-  others = sorted(set(progress.done) - set(names))
-  if others:
-    notes.append(
-      f'{out} holds {len(others)} photo(s) predicted earlier with these settings that this '
-      f'command does not name ({", ".join(others[:3])}{", ..." if len(others) > 3 else ""}): '
-      'kept in OUT and its manifest, not in the tables'
-    )
+  notes += _not_named(progress, names, out)
   for line in notes:
     print(f'{PROG}: note: {line}', file=sys.stderr)
   for line in skipped:
@@ -201,6 +193,19 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
   seconds = time.perf_counter() - start
   _say_written(out, len(rows), resumed, len(skipped), megapixels, seconds, predict_seconds)
   return 0
+
+
+def _not_named(progress, names: Sequence[str], out: Path) -> list[str]:
+  """The note on photos OUT's manifest lists that this command does not name (gone from the
+  tree): kept in OUT, left out of the tables."""
+  others = sorted(set(progress.done) - set(names))
+  if not others:
+    return []
+  shown = ', '.join(others[:3]) + (', ...' if len(others) > 3 else '')
+  return [
+    f'{out} holds {len(others)} photo(s) predicted earlier with these settings that this '
+    f'command does not name ({shown}): kept in OUT and its manifest, not in the tables'
+  ]
 
 
 def _say_threshold(fv, run, predictor: Predictor, count: int, origin: str, threshold: float):

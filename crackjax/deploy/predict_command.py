@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from absl import flags
@@ -222,6 +222,11 @@ def _define_flags(fv: flags.FlagValues) -> None:
 #: pixel less context than training did, and every tile is one more model call.
 MIN_TILE_SIZE = 128
 
+#: `_main`'s `select`: (files, names, out) -> the part of the photos to predict and the folder
+#: to predict them into (a shard of crackjax-survey's, crackjax.survey.shards; the names are
+#: those of all the photos, as one process gives them).
+Select = Callable[[list[Input], list[str], Path], tuple[list[Input], list[str], Path]]
+
 
 def main(argv: Sequence[str] | None = None) -> int:
   """The command (argv without the program name; default sys.argv's). Ctrl-C or a full or
@@ -236,9 +241,9 @@ _INTERRUPTED = (
 COMMAND = cli.Command.restoring(PROG, _define_flags, usage=USAGE, interrupted=_INTERRUPTED)
 
 
-def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
-  """Runs the command on the parsed flags and the inputs named after them; returns the exit
-  status."""
+def _main(fv: flags.FlagValues, inputs: list[str], select: Select | None = None) -> int:
+  """Runs the command on the parsed flags and the inputs named after them (`select`: a part
+  of the photos, into a folder of its own, `Select`); returns the exit status."""
   if (not fv.workdir and not fv.model) or not fv.out:
     sys.exit(
       f'{PROG}: --out=DIR and one of --model=NAME|FILE|URL and --workdir=RUN are required; '
@@ -271,9 +276,9 @@ def _main(fv: flags.FlagValues, inputs: list[str]) -> int:
   scales, flip, rule = _test_time(fv, run)  # before any work (the examples written, a photo read)
   out = Path(fv.out)
   files = _files(fv, inputs, out)
-  table = out / 'measurements.csv'
-  tables = [table, out / 'cracks.csv', out / 'index.html']
   names = output_names(files)
+  files, names, out = select(files, names, out) if select else (files, names, out)
+  tables = [out / 'measurements.csv', out / 'cracks.csv', out / 'index.html']
   # Every path this prediction writes, and with --overwrite every map of the earlier one it
   # removes, checked before anything is read or written: a link planted in OUT (OUT/probs ->
   # elsewhere) must not carry a write or a delete outside it.

@@ -224,6 +224,24 @@ def _stem(file_name: str) -> str:
   return '__'.join(PurePosixPath(file_name).with_suffix('').parts)
 
 
+def _labelled_mask(path: Path, image: Mapping[str, Any], annotations) -> np.ndarray | str:
+  """The union of an image's annotations as a bool mask, or why it cannot be made."""
+  try:
+    with PIL.Image.open(path) as opened:
+      width, height = opened.size
+  except OSError as e:
+    return f'cannot be read ({e})'
+  if (image.get('height'), image.get('width')) != (height, width):
+    return f'{width}x{height} in the folder, {image.get("width")}x{image.get("height")} in the file'
+  mask = np.zeros((height, width), bool)
+  try:
+    for ann in annotations:
+      mask |= decode(ann.get('segmentation'), height, width)
+  except ValueError as e:
+    return f'an annotation cannot be read ({e})'
+  return mask
+
+
 def import_labels(
   coco_file: Path,
   images_dir: Path,
@@ -268,30 +286,16 @@ def import_labels(
     if not path.is_file():
       same = by_file_name.get(PurePosixPath(file_name).name, [])
       path = same[0] if len(same) == 1 else None
+    stem = _stem(file_name)
     if path is None:
       result.left_out[file_name] = f'not in {images_dir}'
       continue
-    stem = _stem(file_name)
     if stem in stems:
       result.left_out[file_name] = f'the same name as {stems[stem]}'
       continue
-    try:
-      with PIL.Image.open(path) as opened:
-        width, height = opened.size
-    except OSError as e:
-      result.left_out[file_name] = f'cannot be read ({e})'
-      continue
-    if (image.get('height'), image.get('width')) != (height, width):
-      result.left_out[file_name] = (
-        f'{width}x{height} in the folder, {image.get("width")}x{image.get("height")} in the file'
-      )
-      continue
-    mask = np.zeros((height, width), bool)
-    try:
-      for ann in by_image.get(image.get('id'), []):
-        mask |= decode(ann.get('segmentation'), height, width)
-    except ValueError as e:
-      result.left_out[file_name] = f'an annotation cannot be read ({e})'
+    mask = _labelled_mask(path, image, by_image.get(image.get('id'), []))
+    if isinstance(mask, str):
+      result.left_out[file_name] = mask
       continue
     (dataset / 'images').mkdir(parents=True, exist_ok=True)
     (dataset / 'masks').mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,16 @@
-"""`crackjax-survey`: a crackjax-predict output folder as a road survey.
+"""`crackjax-survey`: a road survey's photos predicted (in shards, on SLURM) and read as a survey.
 
-  crackjax-survey --out=OUT                                  # positions from the EXIF's GPS
-  crackjax-survey --out=OUT --positions=gps.csv --sections=sidecar --mm_per_pixel=0.5
+  crackjax-survey --model=roads-unet-cpu --out=OUT --mm_per_pixel=1.2 day1/ day2/
+  crackjax-survey --model=M --out=OUT photos/ --executor=slurm --shards=8 --positions=gps.csv
+  crackjax-survey --out=OUT                                  # the survey of a prediction alone
   crackjax-survey --out=OUT --sections=distance --section_length=100
 
-Reads OUT/measurements.csv and cracks.csv (crackjax-predict's, finished) and each photo's
+Given photos (and every crackjax-predict flag), it predicts them into OUT first: in this
+process, or with --shards=N in N parts, here one after another (--executor=local) or as SLURM
+array tasks (--executor=slurm), merged into OUT as one process writes it
+(crackjax/survey/shards.py); the same command again predicts only the photos OUT's manifest
+does not list (a shard that failed, a new day's photos). Then it reads
+OUT/measurements.csv and cracks.csv (crackjax-predict's, finished) and each photo's
 position (its EXIF's GPS, or --positions: a CSV photo,lat,lon[,section] that wins over the
 EXIF), then writes into OUT: measurements.csv and cracks.csv again with `lat` and `lon`
 columns (the other cells as they were), survey.geojson (one point per photo, QGIS opens it as
@@ -24,22 +30,33 @@ from pathlib import Path
 from absl import flags
 
 from crackjax import cli
+from crackjax.deploy import predict_command
 from crackjax.deploy import predict_outputs as written
+from crackjax.paper import slurm
 from crackjax.runs import outputs
-from crackjax.survey import geojson, gps, sections, survey_page, survey_tables
+from crackjax.survey import geojson, gps, sections, shards, survey_page, survey_tables
 
 PROG = 'crackjax-survey'
 USAGE = (
-  f'{PROG} --out=OUT [--positions=CSV] [--sections=sidecar|folder|distance] '
+  f'{PROG} [--model=M|--workdir=RUN PHOTOS... [crackjax-predict flags] [--executor=local|slurm '
+  '--shards=N]] --out=OUT [--positions=CSV] [--sections=sidecar|folder|distance] '
   '[--section_length=M] [--mm_per_pixel=MM]'
 )
 #: What the survey writes into OUT besides the two tables it adds columns to.
 WRITTEN = ('survey.geojson', 'sections.csv', 'survey.html')
 
 
+def define_flags(fv: flags.FlagValues) -> None:
+  """crackjax-predict's flags, the shards' and the survey's own."""
+  predict_command._define_flags(fv)
+  shards.define_shard_flags(fv)
+  define_survey_flags(fv)
+
+
 def define_survey_flags(fv: flags.FlagValues) -> None:
-  """The survey's own flags (crackjax-survey's; --mm_per_pixel where not defined yet)."""
-  flags.DEFINE_string('out', None, "crackjax-predict's output folder", flag_values=fv)
+  """The survey's own flags (--out and --mm_per_pixel where not defined yet)."""
+  if 'out' not in fv:
+    flags.DEFINE_string('out', None, "crackjax-predict's output folder", flag_values=fv)
   flags.DEFINE_string(
     'positions',
     None,
@@ -75,14 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   return COMMAND.run(_main, argv)
 
 
-COMMAND = cli.Command(PROG, define_survey_flags, usage=USAGE, errors=(ValueError,))
+COMMAND = cli.Command.restoring(
+  PROG, define_flags, usage=USAGE, errors=(ValueError, slurm.SlurmError)
+)
 
 
 def _main(fv: flags.FlagValues, arguments: list[str]) -> int:
-  if arguments:
-    sys.exit(f'{PROG}: unexpected arguments {arguments}; usage: {USAGE}')
   if not fv.out:
     sys.exit(f'{PROG}: --out=OUT is required; usage: {USAGE}')
+  if arguments or fv.examples:
+    status = shards.predict(fv, arguments)
+    if status:
+      return status
   survey(
     Path(fv.out),
     positions=fv.positions,
