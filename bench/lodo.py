@@ -56,7 +56,7 @@ from crackjax.lodo import fold_stages, fold_tables, kept_scores
 from crackjax.lodo import folds as folds_lib
 from crackjax.lodo.fold_stages import Campaign
 from crackjax.lodo.folds import Fold
-from crackjax.runs import outputs
+from crackjax.runs import exits, outputs
 
 if TYPE_CHECKING:
   from crackjax.paper.slurm import Settings
@@ -329,7 +329,30 @@ def run_folds(folds: list[Fold], variants: list[Fold], settings: Campaign) -> No
     )
 
 
+#: What a stopped campaign keeps, and how it goes on (its one line after Ctrl-C or SIGTERM).
+_KEPT = (
+  "the folds' stages done so far are kept (a training its newest checkpoint): run the same "
+  'command again to resume.'
+)
+
+
 def main(argv: list[str] | None = None) -> int:
+  """The command; Ctrl-C (130) and SIGTERM (143) end it in one line, once the stage under way
+  has ended (`fold_stages.run_command` passes them on and waits)."""
+  try:
+    with exits.interruptible():
+      return _main(argv)
+  except KeyboardInterrupt:
+    print(f'bench/lodo.py: interrupted (Ctrl-C); {_KEPT}', file=sys.stderr, flush=True)
+    return exits.INTERRUPTED
+  except SystemExit as e:
+    if e.code != exits.TERMINATED:
+      raise
+    print(f'bench/lodo.py: stopped by SIGTERM; {_KEPT}', file=sys.stderr, flush=True)
+    return exits.TERMINATED
+
+
+def _main(argv: list[str] | None = None) -> int:
   args = parse_args(argv)
   folds = plan(args.recipes, args.budget, args.held_out, Path(args.work))
   variants = folds_lib.variant_folds(args.variants, folds)

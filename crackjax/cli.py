@@ -387,9 +387,9 @@ class Command:
   @contextlib.contextmanager
   def ending(self) -> Iterator[None]:
     """How the command ends on what is not a bug: in one line (`runs.exits.one_line_exits`:
-    `interrupted` for Ctrl-C, a full disk, one of `errors`), Ctrl-C raised even under a parent
-    that ignores it when `interruptible`. `run` runs the body in it; crackjax-train, which
-    absl.app parses, enters it itself."""
+    `interrupted` for Ctrl-C and SIGTERM, `exits.terminable`; a full disk, one of `errors`),
+    Ctrl-C raised even under a parent that ignores it when `interruptible`. `run` runs the
+    body in it; crackjax-train, which absl.app parses, enters it itself."""
     ending = {'errors': self.errors}
     if self.interrupted is not None:
       ending['interrupted'] = self.interrupted
@@ -397,6 +397,7 @@ class Command:
       if self.interruptible:
         stack.enter_context(exits.interruptible())
       stack.enter_context(exits.one_line_exits(self.prog, **ending))
+      stack.enter_context(exits.terminable())  # SIGTERM: the same one line, status 143
       yield
 
   def parse(self, argv: Sequence[str] | None = None) -> tuple[flags.FlagValues, list[str]]:

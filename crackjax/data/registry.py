@@ -266,25 +266,50 @@ def _prepared_builder(data: Mapping[str, Any]) -> tfds.core.GeneratorBasedBuilde
       return builder
   lock = epath.Path(builder.data_dir_root) / f'{builder.name}.lock'
   with _file_lock(lock):
-    stale = None
-    if builder.is_prepared():
-      # Prepared (by another process while we waited for the lock, or earlier and stale): a
-      # fresh builder reads the dataset info (splits, sizes) from disk.
+    aside = f'{os.fspath(builder.data_dir)}.stale'
+    if _put_back(aside, builder):  # a copy set aside by a preparation killed (kill -9)
       builder = get_builder(data)
-      why = source_record.changed(builder.data_dir, manual_dir)
-      if why is None:
-        return check_prepared(builder)
-      stale = _set_aside(builder, why, manual_dir)
-      builder = get_builder(data)
+    stale = False
     try:
+      if builder.is_prepared():
+        # Prepared (by another process while we waited for the lock, or earlier and stale): a
+        # fresh builder reads the dataset info (splits, sizes) from disk.
+        builder = get_builder(data)
+        why = source_record.changed(builder.data_dir, manual_dir)
+        if why is None:
+          return check_prepared(builder)
+        stale = True  # first: a signal inside the rename still puts it back
+        _set_aside(builder, why, manual_dir)
+        builder = get_builder(data)
       _prepare(builder, manual_dir)
-    except BaseException:
-      if stale is not None:  # the old copy back: nothing lost
-        os.replace(stale, os.fspath(builder.data_dir))
+    except BaseException:  # Ctrl-C and SIGTERM (`exits.terminable`) included
+      if stale:  # the old copy back: nothing lost
+        _put_back(aside, builder, say=False)
       raise
-    if stale is not None:
-      shutil.rmtree(stale, ignore_errors=True)
+    if stale:
+      shutil.rmtree(aside, ignore_errors=True)
   return builder
+
+
+def _put_back(aside: str, builder: tfds.core.DatasetBuilder, *, say: bool = True) -> bool:
+  """Puts a prepared copy set aside (`_set_aside`) back in its place, under the file lock,
+  where the preparation that set it aside did not finish (interrupted, or killed before it
+  could put it back: the next call does, `say`-ing so); returns whether it did. A new copy
+  without its source record in the old one's place (TFDS done, the record not yet written)
+  gives way to the old one, known good; one with its record is the finished preparation's,
+  and the copy aside is left over from its clean-up: removed."""
+  here = os.fspath(builder.data_dir)
+  if not os.path.isdir(aside):
+    return False
+  if os.path.lexists(here):
+    if source_record.read(here) is not None:
+      shutil.rmtree(aside, ignore_errors=True)
+      return False
+    shutil.rmtree(here, ignore_errors=True)
+  os.replace(aside, here)
+  if say:
+    print(f'crackjax: put the prepared {builder.name} back in {here}.', file=sys.stderr, flush=True)
+  return True
 
 
 def _set_aside(builder: tfds.core.DatasetBuilder, why: str, manual_dir: str | None) -> str:
@@ -292,7 +317,6 @@ def _set_aside(builder: tfds.core.DatasetBuilder, why: str, manual_dir: str | No
   new path."""
   here = os.fspath(builder.data_dir)
   aside = f'{here}.stale'
-  shutil.rmtree(aside, ignore_errors=True)  # one left by a preparation killed earlier
   print(
     f'crackjax: the prepared {builder.name} in {here} no longer follows its source ({why}): '
     f'preparing it again from {manual_dir} (the old copy is kept until the new one is complete).',

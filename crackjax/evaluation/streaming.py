@@ -38,6 +38,15 @@ __all__ = ['StreamScorer', 'count_image']
 _Job = tuple[Callable[..., ThresholdCounts], np.ndarray, tuple[float, ...]]
 
 
+def worker_start() -> None:
+  """A worker process ignores Ctrl-C: the terminal sends it to the whole process group, and
+  the parent ends its workers itself (`StreamScorer.close`), in one line, without a
+  traceback from each worker."""
+  import signal
+
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def count_image(
   jobs: Sequence[_Job], prob: np.ndarray, gt: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -107,17 +116,24 @@ class StreamScorer:
     self._pool = None
     if self._remote:
       context = multiprocessing.get_context('spawn')  # the parent may run JAX's threads
-      self._pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+      self._pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=worker_start
+      )
 
   def __enter__(self) -> StreamScorer:
     return self
 
-  def __exit__(self, *exc: Any) -> None:
-    self.close()
+  def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
+    self.close(abort=kind is not None)
 
-  def close(self) -> None:
-    """Stops the worker processes (the photos in flight are dropped)."""
+  def close(self, *, abort: bool = False) -> None:
+    """Stops the worker processes (the photos in flight are dropped); with `abort` (an error,
+    Ctrl-C or SIGTERM left the block) at once, without waiting for the photo each is counting:
+    they are terminated, then joined, so none outlives the command."""
     if self._pool is not None:
+      if abort:
+        for process in list((getattr(self._pool, '_processes', None) or {}).values()):
+          process.terminate()  # the executor has no public way (Python 3.14: terminate_workers)
       self._pool.shutdown(wait=True, cancel_futures=True)
       self._pool = None
     self._pending.clear()

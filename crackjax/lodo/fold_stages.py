@@ -241,12 +241,27 @@ def run_command(cmd: list[str], cwd: Path) -> None:
   _CHILDREN.append(child)
   try:
     code = child.wait()
+  except KeyboardInterrupt:
+    # A `kill -INT` of this process alone (a terminal's Ctrl-C reached the command too): the
+    # command is stopped as Ctrl-C stops it (a training saves its checkpoint), and waited for.
+    child.send_signal(signal.SIGINT)
+    _wait_for(child)
+    raise
   finally:
     _CHILDREN.remove(child)
   if _STOPPED:
     sys.exit(exits.TERMINATED)
   if code:
     raise subprocess.CalledProcessError(code, cmd)
+
+
+def _wait_for(child: subprocess.Popen) -> None:
+  """Waits for `child` to end after a Ctrl-C, however many more come meanwhile."""
+  while child.poll() is None:
+    try:
+      child.wait()
+    except KeyboardInterrupt:
+      continue
 
 
 def run_stages(folds: Sequence[Fold], variants: Sequence[Fold], campaign: Campaign) -> None:

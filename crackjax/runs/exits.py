@@ -257,6 +257,27 @@ def exit_on_sigterm() -> None:
   signal.signal(signal.SIGTERM, handler)
 
 
+@contextlib.contextmanager
+def terminable() -> Iterator[None]:
+  """SIGTERM raises `Terminated` inside the block (`exit_on_sigterm`), so that a command's
+  `one_line_exits` prints its line and exits 143 and everything it started is ended on the
+  way out (worker pools by their context managers, a prepared dataset's set-aside copy put
+  back): the default action ended the process at once, silent, its workers and
+  multiprocessing's resource tracker left running. The default action is put back after. A
+  handler installed before (crackjax-train's own `exit_on_sigterm`, the runner's) or an
+  ignored SIGTERM is left as it is; so is a thread other than the main one (where Python takes
+  no signals)."""
+  main = threading.current_thread() is threading.main_thread()
+  if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    yield
+    return
+  exit_on_sigterm()
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 # Set by the SIGTERM that `exit_on_sigterm`'s handler took, until it is installed again.
 _TERMINATION = threading.Event()
 
