@@ -182,6 +182,20 @@ def test_candidates_keep_the_newest_and_the_best_and_warm_start_from_the_newest(
   assert candidates.main(['latest', f'--dir={folder}']) == 0
 
 
+def test_a_warm_started_runs_start_is_no_candidate(smoke_run, tmp_path):
+  """The first record of a run warm-started at step 3 scores its start file: not exported."""
+  run = tmp_path / 'run'
+  shutil.copytree(smoke_run, run)
+  config = json.loads((run / 'config.json').read_text())
+  config['model_init'] = {**config.get('model_init', {}), 'start_step': 3, 'pretrained': 'f'}
+  (run / 'config.json').write_text(json.dumps(config))
+  _epoch_records(run, [(1, 3, 0.9, {'a': 0.9}), (2, 6, 0.5, {'a': 0.5})])
+  written = candidates.add(run, tmp_path / 'candidates')
+  assert [p.name for p in written] == ['step_000006.safetensors']
+  (run / 'epoch_002.json').unlink()
+  assert candidates.add(run, tmp_path / 'more') == []
+
+
 def test_in_play_keeps_the_newest_the_best_and_the_next_newest():
   def c(step, f1):
     return candidates.Candidate(

@@ -128,11 +128,15 @@ def add(
   from crackjax.deploy.model_export import export_model
   from crackjax.lodo.kept_scores import git_commit, machine
 
-  rows = release.epoch_scores(workdir)
-  chosen = {
-    rows[-1]['step']: rows[-1],
-    release.best_epoch(workdir)['step']: release.best_epoch(workdir),
-  }
+  # A warm-started run's first record scores its start file (its step, `model_init.start_step`):
+  # that model is kept already, where the run came from.
+  config = json.loads((Path(workdir) / 'config.json').read_text())
+  start = int((config.get('model_init') or {}).get('start_step') or 0)
+  rows = [r for r in release.epoch_scores(workdir) if not start or r['step'] > start]
+  if not rows:
+    return []
+  best_row = max(rows, key=lambda r: (r['ods_f1'], -r['epoch']))
+  chosen = {rows[-1]['step']: rows[-1], best_row['step']: best_row}
   directory = Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   have = {c.step for c in read(directory)}
