@@ -28,6 +28,8 @@ lodo_stage() {
 # wholly below -1 point; the mean over the splits must lead by 2 points; exit 1 refused, 2 bad
 # input; the verdict in $WORK/gate.json). MTSCrack's figures (GATE_PEERS) are shown beside, as
 # information. Nothing released as AGAINST: nothing to hold the file to, the gate passes.
+# RELEASED_SCORES=DIR: AGAINST's scores kept in the repository (DIR/crops, DIR/photos; e.g.
+# results/gate/roads-unet-cpu@1), used instead of scoring it again.
 gate_stage() {
   local against=$1 new=$2 new_photos=$3 p
   shift 3
@@ -40,6 +42,17 @@ gate_stage() {
   for p in "$new" ${PHOTOS:+"$new_photos"}; do
     [[ -d $p ]] || { echo "gate: $p: no such folder (the new file's scores: its score stage)" >&2; return 2; }
   done
+  if [[ -n "${RELEASED_SCORES:-}" ]]; then
+    # The released file's scores kept in the repository (results/gate/<name>/{crops,photos}).
+    echo "RELEASED_SCORES=$RELEASED_SCORES: the released model's kept scores, not scored again."
+    local args=(--new="$new" --old="$RELEASED_SCORES/crops")
+    [[ -n "${PHOTOS:-}" ]] && args+=(--new="$new_photos" --old="$RELEASED_SCORES/photos")
+    for p in ${GATE_PEERS:-results/peer_mtscrack.json results/peer_mtscrack_tests.json results/peer_mtscrack_dc227.json}; do
+      args+=(--peer="$p")
+    done
+    python3 -m crackjax.release.gate "${args[@]}" --out="$WORK/gate.json"
+    return
+  fi
   local args=(--new="$new" --old="$WORK/score_released")
   if [[ ${REUSE_RELEASED:-} == 1 && -d $WORK/score_released ]]; then
     echo "REUSE_RELEASED=1: the released model's scores already in $WORK/score_released."
