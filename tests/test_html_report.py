@@ -109,3 +109,81 @@ def test_a_photo_not_of_a_road_says_so_unmeasured_and_sorts_last(tmp_path):
   parser.feed(page)
   cards = [a for t, a in parser.tags if t == 'div' and a.get('class') == 'card']
   assert [float(cards[-1][f'data-{k}']) for k in ('ratio', 'length', 'width')] == [-1, -1, -1]
+
+
+def _survey_rows(n: int) -> tuple[list[dict], list[dict]]:
+  """`n` photos of a survey: lengths rising with the index, every third with a crack."""
+  rows = [
+    {
+      'name': f'day{i // 1000}/img_{i:05d}',
+      'crack_ratio': (i % 97) / 1000,
+      'length_px': float(i),
+      'length_mm': '',
+      'max_width_px': float(i % 11),
+      'max_width_mm': '',
+      'segments': 1,
+    }
+    for i in range(n)
+  ]
+  cracks = [{'name': r['name'], 'type': 'transverse', 'severity': None} for r in rows[::3]]
+  return rows, cracks
+
+
+def test_a_survey_of_many_photos_is_paged(tmp_path):
+  rows, cracks = _survey_rows(1201)
+  thumb = html_report.thumbnail_uri(np.full((30, 40, 3), 90, np.uint8))
+  asked = []
+  index = html_report.write_index(
+    tmp_path, rows, cracks, lambda n: asked.append(n) or thumb, page_size=500
+  )
+  assert asked == [r['name'] for r in rows]  # each thumbnail once, as its page is written
+  page = index.read_text()
+  assert '1201 photo(s)' in page and '<div class="card"' not in page
+  assert len(page) < 40_000  # the summary, the longest 50 and a line a page
+  pages = sorted((tmp_path / html_report.PAGES_DIR).iterdir())
+  assert [p.name for p in pages] == ['0001.html', '0002.html', '0003.html']
+  for link in re.findall(r'href="(pages/\d{4}\.html#p\d+)"', page)[:50]:
+    target, anchor = link.split('#')
+    assert f'id="{anchor}"' in (tmp_path / target).read_text()
+  # The longest first: photo 1200 on page 3.
+  assert re.search(r'href="pages/0003\.html#p1200">day1/img_01200</a>', page)
+  third = pages[2].read_text()
+  assert (
+    third.count('<div class="card"') == 201 and 'href="../overlays/day1/img_01200.jpg"' in third
+  )
+  assert 'href="0002.html">previous</a>' in third and 'next' not in third
+  # A later, shorter prediction into the same folder leaves no page of this one behind.
+  html_report.write_index(tmp_path, rows[:10], cracks[:4], lambda n: thumb, page_size=500)
+  assert not (tmp_path / html_report.PAGES_DIR).exists()
+  assert (tmp_path / 'index.html').read_text().count('<div class="card"') == 10
+
+
+@pytest.mark.skipif(_chromium() is None, reason='no Chromium installed (.ci/run installs it)')
+def test_five_thousand_photos_open_in_headless_chromium(tmp_path):
+  from crackjax.survey import gps, survey_page
+
+  rows, cracks = _survey_rows(5000)
+  thumb = html_report.thumbnail_uri(np.full((240, 320, 3), 90, np.uint8))
+  index = html_report.write_index(tmp_path, rows, cracks, lambda n: thumb)
+  files = [index, *sorted((tmp_path / html_report.PAGES_DIR).iterdir())]
+  assert len(files) == 11 and max(f.stat().st_size for f in files) < 20 * 2**20
+  # The survey's page beside it: 5,000 dots on its map.
+  positions = {r['name']: gps.Position(52 + i * 1e-4, -1.4, 'exif') for i, r in enumerate(rows)}
+  located = gps.Located(positions, {}, {}, {'cam': 5000}, [])
+  worst = {r['name']: 'unrated' if i % 3 == 0 else 'no_crack' for i, r in enumerate(rows)}
+  survey = tmp_path / 'survey.html'
+  survey.write_text(survey_page.write_page(tmp_path, rows, worst, located, [], []))
+  base = [_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--enable-logging=stderr']
+  for page, expected in ((index, 0), (files[1], 500), (files[-1], 500), (survey, 0)):
+    dom = subprocess.run(
+      [*base, '--dump-dom', page.as_uri()], capture_output=True, text=True, timeout=180
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="card"') == expected, page
+    assert 'Uncaught' not in dom.stderr and 'CONSOLE' not in dom.stderr, dom.stderr[-2000:]
+  assert (
+    '5000 photo(s)'
+    in subprocess.run(
+      [*base, '--dump-dom', index.as_uri()], capture_output=True, text=True, timeout=180
+    ).stdout
+  )

@@ -1,4 +1,5 @@
-"""`index.html`: one self-contained page over a crackjax-predict output folder.
+"""`index.html`: one self-contained page over a crackjax-predict output folder (a survey's
+photos on pages of `PAGE_SIZE` beside it, `write_index`).
 
 A summary (photos, total crack length, cracks by type, the worst severity), then one card per
 photo: its overlay as an embedded thumbnail (a click opens the full-size overlays/<name>.jpg),
@@ -15,11 +16,12 @@ links to its own overlay.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import os
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,11 @@ import PIL.Image
 from crackjax.deploy import measure, measure_summary
 
 THUMBNAIL_SIDE = 320
+#: Photos a page holds; more are paged (`write_index`): index.html, then pages/<k>.html.
+PAGE_SIZE = 500
+PAGES_DIR = 'pages'
+#: The photos of most crack length index.html names when paged.
+LONGEST = 50
 SORT_KEYS = (('ratio', 'crack ratio'), ('length', 'length'), ('width', 'maximum width'))
 _SEVERITIES = ('low', 'moderate', 'high')
 
@@ -97,7 +104,11 @@ def _sort_value(value: Any) -> float:
   return -1.0 if value in (None, '') else float(value)
 
 
-def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: str) -> str:
+def _card(
+  row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: str, anchor: str = ''
+) -> str:
+  """One photo's card; `anchor`: its id on a page of many (paged mode, links from index.html
+  to it, its overlay one folder up)."""
   name = html.escape(str(row['name']))
   not_road = row.get('not_road') or ''
   mm = row.get('length_mm') not in (None, '')
@@ -137,10 +148,12 @@ def _card(row: Mapping[str, Any], cracks: Sequence[Mapping[str, Any]], thumb: st
     k: _sort_value(row.get(f)) for k, f in (('ratio', 'crack_ratio'), ('length', 'length_px'))
   }
   keys['width'] = _sort_value(row.get('max_width_px'))
+  own = f' id="{anchor}"' if anchor else ''
+  up = '../' if anchor else ''  # a page of pages/: the overlays are one folder up
   return (
-    f'<div class="card" data-ratio="{keys["ratio"]:.8f}" '
+    f'<div class="card"{own} data-ratio="{keys["ratio"]:.8f}" '
     f'data-length="{keys["length"]:.3f}" data-width="{keys["width"]:.3f}">'
-    f'<a href="{html.escape(overlay_link(str(row["name"])))}">'
+    f'<a href="{up}{html.escape(overlay_link(str(row["name"])))}">'
     f'<img src="{html.escape(thumb)}" alt="overlay of {name}"></a>'
     f'<h2>{name}</h2><table>{table}</table>'
     + found
@@ -153,12 +166,74 @@ def write_index(
   out: str | Path,
   rows: Sequence[Mapping[str, Any]],
   cracks: Sequence[Mapping[str, Any]],
-  thumbnails: Mapping[str, str],
+  thumbnails: Mapping[str, str] | Callable[[str], str],
   *,
   title: str = 'crackjax-predict',
+  page_size: int = PAGE_SIZE,
 ) -> Path:
   """Writes ``out/index.html`` from measurements.csv's `rows`, cracks.csv's `cracks` and a
-  thumbnail data URI per photo name (`thumbnail_uri`); returns its path."""
+  thumbnail data URI per photo name (`thumbnail_uri`; a mapping, or a function of the name
+  called once a photo as its page is written); returns its path.
+
+  Up to `page_size` photos: one page, every card on it. More (a survey): index.html holds the
+  summary, the photos of the longest cracks and the list of pages, and the cards are on
+  ``out/pages/<k>.html``, `page_size` a page in the table's order, each page self-contained and
+  sortable; no file grows with the survey but index.html's list (a line a page).
+  """
+  thumb = thumbnails if callable(thumbnails) else thumbnails.__getitem__
+  by_photo: dict[str, list[Mapping[str, Any]]] = {}
+  for crack in cracks:  # grouped once: a scan of all cracks per photo was quadratic
+    by_photo.setdefault(crack['name'], []).append(crack)
+  head = (
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+    f'<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>'
+    f'<h1>{html.escape(title)}</h1>'
+  )
+  buttons = ''.join(
+    f'<button type="button" data-key="{key}">{label}</button>' for key, label in SORT_KEYS
+  )
+  controls = f'<div class="controls">sort by: {buttons}</div>'
+  folder = Path(out) / PAGES_DIR
+  if len(rows) <= page_size:
+    cards = ''.join(_card(row, by_photo.get(row['name'], []), thumb(row['name'])) for row in rows)
+    _write_whole(
+      Path(out) / 'index.html',
+      f'{head}{_summary(rows, cracks)}{controls}<div class="cards" id="cards">{cards}</div>'
+      f'<script>{_SCRIPT}</script></body></html>\n',
+    )
+    _remove_pages(folder, 0)
+    return Path(out) / 'index.html'
+  starts = range(0, len(rows), page_size)
+  for k, start in enumerate(starts, start=1):
+    part = rows[start : start + page_size]
+    cards = ''.join(
+      _card(row, by_photo.get(row['name'], []), thumb(row['name']), f'p{start + i}')
+      for i, row in enumerate(part)
+    )
+    nav = _nav(k, len(starts))
+    _write_whole(
+      folder / f'{k:04d}.html',
+      f'{head}{nav}<p>photos {start + 1}-{start + len(part)} of {len(rows)}</p>{controls}'
+      f'<div class="cards" id="cards">{cards}</div>{nav}<script>{_SCRIPT}</script></body></html>\n',
+    )
+  _remove_pages(folder, len(starts))
+  pages = ''.join(
+    f'<li><a href="{PAGES_DIR}/{k:04d}.html">page {k}</a>: '
+    f'{html.escape(str(rows[s]["name"]))} … '
+    f'{html.escape(str(rows[min(s + page_size, len(rows)) - 1]["name"]))}</li>'
+    for k, s in enumerate(starts, start=1)
+  )
+  _write_whole(
+    Path(out) / 'index.html',
+    f'{head}{_summary(rows, cracks)}{_longest(rows, by_photo, page_size)}'
+    f'<h2>The photos, {page_size} a page ({len(starts)} pages)</h2><ol class="pages">{pages}</ol>'
+    '</body></html>\n',
+  )
+  return Path(out) / 'index.html'
+
+
+def _summary(rows: Sequence[Mapping[str, Any]], cracks: Sequence[Mapping[str, Any]]) -> str:
+  """The summary line of every photo: photos, total length, cracks by type, worst severity."""
   summary = measure_summary.summarize(rows)
   counts = {t: sum(c['type'] == t for c in cracks) for t in measure.CRACK_TYPES}
   kinds = ', '.join(f'{n} {t}' for t, n in counts.items() if n) or 'none'
@@ -170,27 +245,61 @@ def write_index(
   not_road = (
     f' (<span class="not-road">{others} not a road photo</span>, not measured)' if others else ''
   )
-  buttons = ''.join(
-    f'<button type="button" data-key="{key}">{label}</button>' for key, label in SORT_KEYS
-  )
-  by_photo: dict[str, list[Mapping[str, Any]]] = {}
-  for crack in cracks:  # grouped once: a scan of all cracks per photo was quadratic
-    by_photo.setdefault(crack['name'], []).append(crack)
-  cards = ''.join(
-    _card(row, by_photo.get(row['name'], []), thumbnails[row['name']]) for row in rows
-  )
-  page = (
-    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-    f'<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>'
-    f'<h1>{html.escape(title)}</h1><div class="summary">'
+  return (
+    '<div class="summary">'
     f'{summary["images"]} photo(s){not_road}; total crack length {length}; '
     f'{len(cracks)} crack(s): {kinds}; worst severity: '
     + (f'<span class="sev-{worst}">{worst}</span>' if worst else '– (no --mm_per_pixel)')
-    + f'</div><div class="controls">sort by: {buttons}</div>'
-    f'<div class="cards" id="cards">{cards}</div><script>{_SCRIPT}</script></body></html>\n'
+    + '</div>'
   )
-  path = Path(out) / 'index.html'
-  # Whole or not at all: a full disk must not leave a page cut short under its name.
+
+
+def _longest(
+  rows: Sequence[Mapping[str, Any]], by_photo: Mapping[str, Sequence[Mapping]], page_size: int
+) -> str:
+  """index.html's table of the LONGEST photos of most crack length, each linked to its card."""
+  order = sorted(range(len(rows)), key=lambda i: -_sort_value(rows[i].get('length_px')))
+  lines = []
+  for i in order[:LONGEST]:
+    row = rows[i]
+    worst = _worst([c['severity'] for c in by_photo.get(row['name'], [])]) or '–'
+    link = f'{PAGES_DIR}/{i // page_size + 1:04d}.html#p{i}'
+    lines.append(
+      f'<tr><td><a href="{link}">{html.escape(str(row["name"]))}</a></td>'
+      f'<td class="n">{_number(row.get("length_px"), 0, " px")}</td>'
+      f'<td class="n">{_number(row.get("max_width_px"), 1, " px")}</td><td>{worst}</td></tr>'
+    )
+  return (
+    f'<h2>The {min(LONGEST, len(rows))} photos of most crack length</h2><table class="longest">'
+    '<tr><th>photo</th><th>length</th><th>max width</th><th>worst</th></tr>'
+    f'{"".join(lines)}</table>'
+  )
+
+
+def _nav(k: int, count: int) -> str:
+  links = ['<a href="../index.html">index</a>']
+  if k > 1:
+    links.append(f'<a href="{k - 1:04d}.html">previous</a>')
+  if k < count:
+    links.append(f'<a href="{k + 1:04d}.html">next</a>')
+  return f'<p class="nav">page {k} of {count}: {" · ".join(links)}</p>'
+
+
+def _remove_pages(folder: Path, keep: int) -> None:
+  """Pages of an earlier, longer prediction (<k>.html beyond `keep`): gone, and the folder
+  when empty. Nothing else in it is touched."""
+  if not folder.is_dir():
+    return
+  for page in folder.glob('[0-9][0-9][0-9][0-9].html'):
+    if int(page.stem) > keep:
+      page.unlink()
+  with contextlib.suppress(OSError):
+    folder.rmdir()
+
+
+def _write_whole(path: Path, page: str) -> None:
+  """`page` as `path`, whole or not at all: a full disk must not leave a page cut short."""
+  path.parent.mkdir(parents=True, exist_ok=True)
   partial = path.with_name(path.name + '.partial')
   try:
     partial.write_text(page, encoding='utf-8')
@@ -198,4 +307,3 @@ def write_index(
   except OSError as e:
     partial.unlink(missing_ok=True)
     raise OSError(e.errno, e.strerror or str(e), str(path)) from e
-  return path

@@ -125,7 +125,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
 
   # An --overwrite replaces the earlier prediction whole: its maps that this one does not
   # rewrite go too (`earlier`, below), so OUT never mixes two runs' outputs.
-  rows, skipped, notes, cracks, thumbnails = [], [], [], [], {}
+  rows, skipped, notes, cracks = [], [], [], []
   start, predict_seconds, megapixels, resumed = time.perf_counter(), 0.0, 0.0, 0
   memory = hostmem.PhotoMemory(lambda w, h: call_pixels(predictor, w, h))
   for item, name in tqdm.tqdm(
@@ -136,7 +136,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     if not fv.overwrite and progress.is_done(name, out):
       # Done by an earlier run of this command (interrupted, or finished before the tree
       # grew): kept, and in the tables.
-      row, found, thumbnails[name] = _done_before(progress, name, path, targets)
+      row, found = _done_before(progress, name, path)
       rows.append(row)
       cracks += found
       resumed += 1
@@ -169,7 +169,6 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
       painted = written.overlay(photo, mask)
       written.save_image(targets[2], painted, 'JPEG', quality=90)
       del painted
-      thumbnails[name] = _thumbnail_of(targets[2])  # read back, as a photo done before
       row = {'name': name, 'source': str(path), 'height': height, 'width': width}
       row |= {'threshold': round(own, 4)} | choice.columns()
       # The photo too: a frame almost all one value is no road photo (`measure.not_road`).
@@ -187,7 +186,7 @@ def predict_all(fv, run, predictor, files, names, out, tables, earlier, origin) 
     print(f'{PROG}: skipped {line}', file=sys.stderr)
   if not rows:
     return 1
-  _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier)
+  _write_tables(fv, out, tables, rows, cracks, earlier)
   print(measure_summary.format_summary(measure_summary.summarize(rows)))
   print(crack_summary(cracks, fv.min_length))
   seconds = time.perf_counter() - start
@@ -250,12 +249,12 @@ def _measuring(fv) -> dict[str, Any]:
   return {'mm_per_pixel': fv.mm_per_pixel, 'min_length': fv.min_length, 'direction': fv.direction}
 
 
-def _done_before(progress, name: str, path: Path, targets: list[Path]):
-  """A photo predicted by an earlier run of this command: its row, its cracks and the
-  thumbnail of its overlay, as that run recorded them."""
+def _done_before(progress, name: str, path: Path):
+  """A photo predicted by an earlier run of this command: its row and its cracks, as that run
+  recorded them."""
   done = progress.done[name]
   cracks = [{'name': name, **c} for c in done['cracks']]
-  return done['row'] | {'source': str(path)}, cracks, _thumbnail_of(targets[2])
+  return done['row'] | {'source': str(path)}, cracks
 
 
 def _why_skipped(fv, progress, memory, path: Path, name: str, targets: list[Path]) -> str | None:
@@ -300,7 +299,7 @@ def _progress(
     sys.exit(f'{PROG}: {e}')
 
 
-def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
+def _write_tables(fv, out, tables, rows, cracks, earlier) -> None:
   """measurements.csv, cracks.csv and index.html of `rows`; the maps of an earlier
   prediction that this one does not hold removed (said); the outputs recorded as crackjax's
   own; the progress file finished."""
@@ -308,7 +307,15 @@ def _write_tables(fv, out, tables, rows, cracks, thumbnails, earlier) -> None:
   fields += [*measure.MEASURE_FIELDS, 'cracks']
   written.write_text(tables[0], written.csv_table(fields, rows))
   written.write_text(tables[1], written.csv_table(['name', *measure.CRACK_FIELDS], cracks))
-  html_report.write_index(out, rows, cracks, thumbnails, title=f'{PROG}: {page_origin(fv)}')
+  # Each card's thumbnail read back from its overlay as its page is written: one page however
+  # the photos were predicted (in one go, resumed, in shards), none held in memory meanwhile.
+  thumbnail = lambda name: _thumbnail_of(map_files(out, name)[2])
+  try:
+    # A survey's cards go to OUT/pages/: never through a link planted there.
+    outputs.check_inside(out, [out / html_report.PAGES_DIR / '0001.html'])
+    html_report.write_index(out, rows, cracks, thumbnail, title=f'{PROG}: {page_origin(fv)}')
+  except outputs.UnsafeOutputError as e:
+    sys.exit(f'{PROG}: {e}')
   try:
     stale = written.remove_maps(out, sorted(set(earlier) - {r['name'] for r in rows}))
   except outputs.UnsafeOutputError as e:  # only a link planted during this prediction

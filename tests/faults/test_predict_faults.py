@@ -133,9 +133,9 @@ def test_a_full_disk_names_the_file_and_the_same_command_finishes_the_rest(
   # Was: a 0-byte map counted as done; the rerun skipped it and left it out of the tables.
   out = folder.parent / 'out'
   argv = args(smoke_run, out, folder)
-  # Saves: 001's probs, masks, overlays and thumbnail, then 002's probs, masks (6th: the disk
-  # is full).
-  failing_save(monkeypatch, 6, OSError(errno.ENOSPC, 'No space left on device'))
+  # Saves: 001's probs, masks and overlays, then 002's probs, masks (5th: the disk is full;
+  # the page's thumbnails come after every photo).
+  failing_save(monkeypatch, 5, OSError(errno.ENOSPC, 'No space left on device'))
   assert one_line_exit(argv) == (
     f'crackjax-predict: cannot write {out}/masks/002.png: No space left on device; free some '
     'space there and run the same command again.'
@@ -204,9 +204,9 @@ def test_a_finished_prediction_predicts_only_the_photos_added_since(smoke_run, f
 def test_ctrl_c_between_a_photos_files_redoes_that_photo(smoke_run, folder, monkeypatch, capsys):
   out = folder.parent / 'out'
   argv = args(smoke_run, out, folder)
-  # 7th save: 002's overlay (after 001's four). Its map and mask are in place, its overlay is
+  # 6th save: 002's overlay (after 001's three). Its map and mask are in place, its overlay is
   # not.
-  failing_save(monkeypatch, 7, KeyboardInterrupt())
+  failing_save(monkeypatch, 6, KeyboardInterrupt())
   with pytest.raises(SystemExit) as e:
     predict_command.main(argv)
   assert e.value.code == 130
@@ -236,7 +236,7 @@ def test_finishing_an_interrupted_run_keeps_a_users_file_in_out(
   (out / 'probs').mkdir(parents=True)
   (out / 'probs' / '001.png').write_bytes(b'mine')
   argv = args(smoke_run, out, folder)
-  failing_save(monkeypatch, 5, KeyboardInterrupt())  # 003's probs, after 002's four saves
+  failing_save(monkeypatch, 4, KeyboardInterrupt())  # 003's probs, after 002's three saves
   with pytest.raises(SystemExit):
     predict_command.main(argv)
   monkeypatch.undo()
