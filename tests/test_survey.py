@@ -11,7 +11,7 @@ import pytest
 import shapely.geometry
 from PIL.TiffImagePlugin import IFDRational
 
-from crackjax.survey import geojson, gps, sections, survey_command
+from crackjax.survey import geojson, gps, labels_command, sections, survey_command
 from tests import survey_fixtures as sf
 
 
@@ -256,3 +256,22 @@ def test_survey_refusals_in_one_line(survey, args, message):
 def test_survey_needs_a_finished_prediction(tmp_path):
   with pytest.raises(SystemExit, match='holds no measurements.csv: run crackjax-predict'):
     survey_command.main([f'--out={tmp_path}'])
+
+
+@pytest.mark.parametrize(
+  'main, usage, listed',
+  [
+    (
+      survey_command.main,
+      'usage: crackjax-survey [--model=M|--workdir=RUN PHOTOS...',
+      ['--positions', '--sections', '--section_length', '--shards', '--executor', '--model'],
+    ),
+    (labels_command.main, 'usage: crackjax-labels export', ['--coco', '--images', '--polygons']),
+  ],
+)
+def test_help_lists_the_flags(main, usage, listed, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    main(['--help'])
+  assert exit_.value.code == 0
+  text = capsys.readouterr().out
+  assert text.startswith(usage) and all(flag in text for flag in listed), text[:500]
