@@ -213,3 +213,19 @@ def test_four_shards_on_slurm_give_the_outputs_of_one_process(smoke_run, tmp_pat
   )
   assert again.returncode == 0 and 'submitted' not in again.stderr, again.stderr[-3000:]
   _same_outputs(one, four, 200, grey_levels=1)
+
+
+@pytest.mark.slow
+def test_the_survey_bench_runs_and_its_merge_gives_the_same_tables(smoke_run, tmp_path, capsys):
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location('survey_speed', REPO / 'bench' / 'survey_speed.py')
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  result = bench.main(
+    [f'--workdir={smoke_run}', '--photos=6', '--shards=2', f'--work={tmp_path / "w"}']
+  )
+  assert result['same_tables'] and result['merge']['photos'] == 6
+  assert len(result['shard_tasks']) == 2 and result['one_process']['cpu_s'] > 0
+  out = capsys.readouterr().out
+  assert out.startswith('CPU: ') and 'CPU-s a photo' in out and 'merge: ' in out
