@@ -294,6 +294,7 @@ OVER_450 = {
   'crackjax/trainer/evaluate_command.py': "one command's flags and its data arguments",
   'crackjax/data/registry.py': 'the explicit dataset registry and its preparation errors',
   'crackjax/evaluation/aggregate.py': 'ODS, OIS and AP, shared by every protocol',
+  'crackjax/deploy/measure.py': "a mask's measurements: per photo, per crack, not-road rule",
   'crackjax/trainer/scoring.py': 'one photo at a time: predicted (the width rule), counted, kept',
 }
 

@@ -416,8 +416,8 @@ def test_command_line_errors(run_dir, tmp_path):
   PIL.Image.fromarray(photo(20, 30)).save(tmp_path / 'p.png')
   for flag, named in [
     ('--threshold=1.5', 'threshold'),
-    ('--mm_per_pixel=-1', 'mm_per_pixel must be > 0'),
-    ('--mm_per_pixel=0', 'mm_per_pixel must be > 0'),
+    ('--mm_per_pixel=-1', 'mm_per_pixel must be a finite number > 0'),
+    ('--mm_per_pixel=0', 'mm_per_pixel must be a finite number > 0'),
     ('--overlap=1', r'--overlap=1.0: --overlap must be in \[0, 1\)'),
     ('--tile_size=0', '--tile_size=0: 0 is not a positive integer'),
     # NaN passes every bound (no comparison with it holds): each pixel was non-crack, exit 0.

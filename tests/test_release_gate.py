@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -101,15 +100,12 @@ def test_the_verdict_by_hand_and_the_floor():
     gate.judge({})
 
 
-def test_the_bootstrap_is_seeded_and_fast():
+def test_the_bootstrap_is_seeded():
   new, old = _photos(3000, 0.68, 5, 0.2), _photos(3000, 0.7, 6, 0.2)
   first = gate.paired_bootstrap(new, old, seed=3)
   assert gate.paired_bootstrap(new, old, seed=3) == first
   other = gate.paired_bootstrap(new, old, seed=4)
   assert other.diff == first.diff and (other.low, other.high) != (first.low, first.high)
-  start = time.perf_counter()
-  gate.paired_bootstrap(new, old, resamples=2000)
-  assert time.perf_counter() - start < 1.0  # 2,000 resamples of 3,000 photos
   with pytest.raises(ValueError, match='expected two'):
     gate.paired_bootstrap(new, old[:-1])
 

@@ -128,13 +128,15 @@ def crack_free_patches(
 
 
 def skeleton_length(mask: np.ndarray) -> float:
-  """Length (px) of a binary mask's skeleton, as measurements.csv's ``length_px``."""
+  """Length (px) of a binary mask's skeleton, as measurements.csv's ``length_px``. Measured
+  whatever the mask: a false-positive map almost all crack is a length to count here, not a
+  photo to flag as no road (`measure.not_road`, which crackjax-predict applies)."""
   from crackjax.deploy import measure
 
   mask = np.asarray(mask, bool)
   if not mask.any():
     return 0.0
-  return float(measure.measure_cracks(mask)['length_px'])
+  return measure.skeleton_length(mask)
 
 
 def fp_length_of_masks(masks: Sequence[np.ndarray]) -> dict[str, Any]:

@@ -170,6 +170,14 @@ def measure_photo(
   )
 
 
+def skeleton_length(mask: np.ndarray, min_length: float | None = None) -> float:
+  """The cracks' length (px) of a binary mask, as `measure_cracks`' ``length_px``, whatever
+  the mask: no `not_road` judgement (a false-positive map almost all crack is a length to count,
+  `crackjax.deploy.crack_free`)."""
+  totals = _totals(mask_analysis.analyse(mask), None, _min_length(min_length))
+  return float(totals['length_px'])
+
+
 def _check_mm_per_pixel(mm_per_pixel: Any) -> None:
   if mm_per_pixel is not None and (
     isinstance(mm_per_pixel, bool)

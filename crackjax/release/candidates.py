@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crackjax.runs import outputs
+
 #: The suffix of a candidate's record beside its model file.
 RECORD_SUFFIX = '.json'
 #: How many candidates a folder keeps: the newest, the best, and one more newest.
@@ -166,7 +168,7 @@ def add(
       'commit': git_commit() or 'unknown',
       'machine': machine(),
     }
-    out.with_suffix(RECORD_SUFFIX).write_text(json.dumps(record, indent=1) + '\n')
+    out.with_suffix(RECORD_SUFFIX).write_text(outputs.dumps(record, indent=1) + '\n')
     written.append(out)
   found = read(directory)
   kept = {c.step for c in in_play(found, keep)}
