@@ -36,3 +36,15 @@ def smoke_run(tmp_path_factory) -> Path:
   from tests import fixtures
 
   return fixtures.shared_smoke_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope='module')
+def exported(smoke_run, tmp_path_factory) -> Path:
+  """The session's smoke run (scored on its test split) exported as a model file named 'smoke',
+  one per test module: a module's tests may read or copy it (the model-file, self-check,
+  fine-tuning and fault tests)."""
+  from crackjax.deploy import export
+
+  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
+  export.export_model_file(smoke_run, out, name='smoke')
+  return out

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from crackjax.deploy import export
 from crackjax.models import hub, model_file
 from crackjax.runs import outputs
 from crackjax.trainer.before_after import start_model
@@ -21,14 +20,6 @@ from tests import fixtures
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = [f'img_{i:02d}' for i in range(8)]
 HELD_OUT = ['img_08', 'img_09']
-
-
-@pytest.fixture(scope='module')
-def exported(smoke_run, tmp_path_factory) -> Path:
-  """The session's smoke run as a model file (the "released model" fine-tuned here)."""
-  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
-  export.export_model_file(smoke_run, out, name='smoke')
-  return out
 
 
 @pytest.fixture(autouse=True)

@@ -21,14 +21,6 @@ from crackjax.models import output_check as checks
 from tests import fixtures
 
 
-@pytest.fixture(scope='module')
-def exported(smoke_run, tmp_path_factory) -> Path:
-  """The session's smoke run (scored on its test split) exported as a model file."""
-  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
-  export.export_model_file(smoke_run, out, name='smoke')
-  return out
-
-
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch) -> Path:
   """A fresh download cache per test ($CRACKJAX_CACHE)."""

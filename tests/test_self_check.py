@@ -25,14 +25,6 @@ from crackjax.models import hub, model_file, pretrained
 from crackjax.models import output_check as self_check
 
 
-@pytest.fixture(scope='module')
-def exported(smoke_run, tmp_path_factory) -> Path:
-  """The session's smoke run exported as a model file (a version 2 self check)."""
-  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
-  export.export_model_file(smoke_run, out, name='smoke')
-  return out
-
-
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch) -> Path:
   """A fresh cache per test ($CRACKJAX_CACHE: the passed files' markers)."""

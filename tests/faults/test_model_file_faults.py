@@ -21,20 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crackjax.deploy import export, export_command, predict_command, predictor
+from crackjax.deploy import export_command, predict_command, predictor
 from crackjax.experiment import restored
 from crackjax.models import hub, model_file, pretrained
 from crackjax.trainer import evaluate_command
 from tests import fixtures
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope='module')
-def exported(smoke_run, tmp_path_factory) -> Path:
-  out = tmp_path_factory.mktemp('model') / 'smoke.safetensors'
-  export.export_model_file(smoke_run, out, name='smoke')
-  return out
 
 
 @pytest.fixture(autouse=True)
